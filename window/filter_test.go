@@ -1,0 +1,530 @@
+package window
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestExpiryBounds checks both edges of the guarantee under an injected clock: a key added at t is
+// seen at every rotation up to t+(N-1)·I and gone from t+N·I on, wherever t falls in its interval.
+func TestExpiryBounds(t *testing.T) {
+	const interval = time.Minute
+	for _, n := range []int{1, 2, 8} {
+		for _, offset := range []time.Duration{0, time.Nanosecond, interval / 2, interval - time.Nanosecond} {
+			clock := newFakeClock()
+			f := mustNew(t, Config{Generations: n, Interval: interval, Capacity: 1000, FalsePositiveRate: 1e-9, Clock: clock.Now})
+			origin := clock.Now()
+			// Advance into some later generation so that the test does not start at the origin.
+			base := origin.Add(3 * interval)
+			tAdd := base.Add(offset)
+			clock.Set(tAdd)
+			f.AdvanceTo(tAdd)
+			k := key(1, uint64(n)*1000+uint64(offset))
+			if f.TestAndAdd(k) {
+				t.Fatalf("N=%d offset=%v: fresh key reported seen", n, offset)
+			}
+			// Must be seen up to and including t+(N-1)·I.
+			for step := time.Duration(0); step <= time.Duration(n-1)*interval; step += interval / 4 {
+				f.AdvanceTo(tAdd.Add(step))
+				if !f.Test(k) {
+					t.Fatalf("N=%d offset=%v: key forgotten at t+%v, before t+(N-1)·I", n, offset, step)
+				}
+			}
+			// Must be gone at t+N·I (and later).
+			for _, after := range []time.Duration{time.Duration(n) * interval, time.Duration(n)*interval + interval/3, 10 * time.Duration(n) * interval} {
+				f.AdvanceTo(tAdd.Add(after))
+				if f.Test(k) {
+					t.Fatalf("N=%d offset=%v: key still seen at t+%v, after t+N·I", n, offset, after)
+				}
+			}
+		}
+	}
+}
+
+// TestExpiryBoundsSynctest runs the background rotation goroutine on the virtual clock of
+// testing/synctest and checks the same two bounds.
+func TestExpiryBoundsSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 10 * time.Second
+		const n = 4
+		f := mustNew(t, Config{Generations: n, Interval: interval, Capacity: 1000, FalsePositiveRate: 1e-9})
+		f.Start()
+		defer f.Close()
+		time.Sleep(interval/2 + 3*interval) // add in the middle of generation 3
+		k := []byte("synctest-key")
+		if f.TestAndAdd(k) {
+			t.Fatal("fresh key reported seen")
+		}
+		time.Sleep(time.Duration(n-1)*interval - time.Nanosecond)
+		synctest.Wait()
+		if !f.Test(k) {
+			t.Fatal("key forgotten before t+(N-1)·I")
+		}
+		time.Sleep(interval + time.Nanosecond) // now at t + N·I
+		synctest.Wait()
+		if f.Test(k) {
+			t.Fatal("key still seen at t+N·I")
+		}
+		if got := f.Stats().Rotations; got != 3+n {
+			t.Errorf("rotations = %d, want %d", got, 3+n)
+		}
+	})
+}
+
+// TestCatchUpAfterIdle checks that one big jump of the clock expires everything older than the
+// window and keeps what is inside it.
+func TestCatchUpAfterIdle(t *testing.T) {
+	clock := newFakeClock()
+	const interval = time.Second
+	f := mustNew(t, Config{Generations: 3, Interval: interval, Capacity: 1000, FalsePositiveRate: 1e-9, Clock: clock.Now})
+	start := clock.Now()
+	old, recent := key(2, 1), key(2, 2)
+	f.TestAndAdd(old)
+	f.AdvanceTo(start.Add(5 * interval))
+	f.TestAndAdd(recent)
+	f.AdvanceTo(start.Add(7 * interval)) // recent is 2 generations old: still live with N=3
+	if f.Test(old) || !f.Test(recent) {
+		t.Fatalf("after a 2-interval jump: old=%v recent=%v, want false true", f.Test(old), f.Test(recent))
+	}
+	f.AdvanceTo(start.Add(1000 * interval))
+	if f.Test(recent) {
+		t.Fatal("key survived a jump far past the window")
+	}
+	if f.TestAndAdd(recent) {
+		t.Fatal("re-adding an expired key reported it seen")
+	}
+	st := f.Stats()
+	if st.Rotations != 1000 || len(st.Generations) != 1 {
+		t.Fatalf("rotations=%d live generations=%d, want 1000 and 1", st.Rotations, len(st.Generations))
+	}
+	f.AdvanceTo(start) // going back does nothing
+	if !f.Test(recent) {
+		t.Fatal("a clock step back changed the filter")
+	}
+}
+
+// TestNoFalseNegativesInWindow adds keys across many rotations and checks that every key inside
+// its guaranteed window is always seen.
+func TestNoFalseNegativesInWindow(t *testing.T) {
+	clock := newFakeClock()
+	const interval, n, perGen = time.Second, 5, 20_000
+	f := mustNew(t, Config{Generations: n, Interval: interval, Capacity: perGen, FalsePositiveRate: 1e-4, Clock: clock.Now})
+	start := clock.Now()
+	added := make([]bool, 3*n*perGen)
+	for g := uint64(0); g < 3*n; g++ {
+		f.AdvanceTo(start.Add(time.Duration(g) * interval))
+		for i := uint64(0); i < perGen; i++ {
+			// A key reported seen (a false positive) was not added, so only added keys count.
+			added[g*perGen+i] = !f.TestAndAdd(key(g, i))
+		}
+		// Every generation from g-(N-1) to g must be fully present.
+		for old := max(int64(g)-(n-1), 0); old <= int64(g); old++ {
+			for i := uint64(0); i < perGen; i += 7 {
+				if added[uint64(old)*perGen+i] && !f.Test(key(uint64(old), i)) {
+					t.Fatalf("generation %d key %d missing at generation %d", old, i, g)
+				}
+			}
+		}
+	}
+}
+
+// TestExactlyOneWinner offers every fresh key from several goroutines at once and checks that
+// exactly one of them is told the key is new.
+func TestExactlyOneWinner(t *testing.T) {
+	workers := max(8, 4*runtime.GOMAXPROCS(0))
+	keys := 200_000
+	if raceEnabled {
+		keys = 20_000
+	}
+	for _, n := range []int{1, 8} {
+		// A small filter, so that groups are shared and claims and helping are exercised.
+		f := mustNew(t, Config{Generations: n, Interval: time.Hour, Capacity: uint64(keys), FalsePositiveRate: 1e-9})
+		winners := make([]atomic.Int32, keys)
+		var wg sync.WaitGroup
+		var ready sync.WaitGroup
+		ready.Add(workers)
+		start := make(chan struct{})
+		for w := range workers {
+			wg.Go(func() {
+				ready.Done()
+				<-start
+				// Each worker walks the keys in its own rotation, so that goroutines collide on
+				// the same key at the same moment.
+				for j := range keys {
+					i := (j + w*7) % keys
+					if !f.TestAndAdd(key(9, uint64(i))) {
+						winners[i].Add(1)
+					}
+				}
+			})
+		}
+		ready.Wait()
+		close(start)
+		wg.Wait()
+		var zero, many int
+		for i := range winners {
+			switch winners[i].Load() {
+			case 0:
+				zero++
+			case 1:
+			default:
+				many++
+			}
+		}
+		if many > 0 {
+			t.Errorf("N=%d: %d keys had more than one winner", n, many)
+		}
+		// Zero winners only happens for a false positive; at 1e-9 there should be none.
+		if zero > 0 {
+			t.Errorf("N=%d: %d keys had no winner", n, zero)
+		}
+	}
+}
+
+// TestExactlyOneWinnerAcrossRotation races the same fresh keys against a rotating filter.
+func TestExactlyOneWinnerAcrossRotation(t *testing.T) {
+	clock := newFakeClock()
+	start := clock.Now()
+	f := mustNew(t, Config{Generations: 4, Interval: time.Second, Capacity: 50_000, FalsePositiveRate: 1e-9, Clock: clock.Now})
+	const workers, keys = 8, 20_000
+	winners := make([]atomic.Int32, keys)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var rot sync.WaitGroup
+	rot.Go(func() {
+		for g := 1; ; g++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Rotate at most twice, so every key stays within the window.
+			if g <= 2 {
+				f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+			}
+			runtime.Gosched()
+		}
+	})
+	for w := range workers {
+		wg.Go(func() {
+			for j := range keys {
+				i := (j + w*13) % keys
+				if !f.TestAndAdd(key(10, uint64(i))) {
+					winners[i].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	rot.Wait()
+	for i := range winners {
+		if c := winners[i].Load(); c != 1 {
+			t.Fatalf("key %d had %d winners", i, c)
+		}
+	}
+}
+
+// model is the sequential reference: an exact set of keys with the generation each was added in.
+type model struct {
+	added map[string]uint64
+	n     uint64
+}
+
+func (m *model) seen(k []byte, epoch uint64) bool {
+	e, ok := m.added[string(k)]
+	return ok && e+m.n > epoch
+}
+
+// TestSequentialReference runs the same random operations against the filter from several
+// goroutines and against the exact model, one generation at a time, and checks that the filter
+// never misses what the model has and that its extra answers stay at the false-positive rate.
+func TestSequentialReference(t *testing.T) {
+	clock := newFakeClock()
+	start := clock.Now()
+	const n, perGen, gens, workers = 4, 5_000, 12, 4
+	const p = 1e-3
+	f := mustNew(t, Config{Generations: n, Interval: time.Second, Capacity: perGen, FalsePositiveRate: p, Clock: clock.Now})
+	m := &model{added: map[string]uint64{}, n: n}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var falsePos, negatives int
+	for g := uint64(0); g < gens; g++ {
+		f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+		// A batch of keys: fresh ones, recent repeats, and repeats from beyond the window.
+		batch := make([][]byte, perGen)
+		for i := range batch {
+			switch r := rng.IntN(10); {
+			case r < 6 || g == 0:
+				batch[i] = key(100+g, uint64(i))
+			case r < 9:
+				batch[i] = key(100+g-uint64(rng.IntN(int(min(g, n-1))+1)), uint64(rng.IntN(perGen)))
+			default:
+				batch[i] = key(100+uint64(rng.IntN(int(g)+1)), uint64(rng.IntN(perGen)))
+			}
+		}
+		// Expected answer per distinct key before the batch, from the model.
+		before := map[string]bool{}
+		for _, k := range batch {
+			if _, ok := before[string(k)]; !ok {
+				before[string(k)] = m.seen(k, g)
+			}
+		}
+		// Concurrent phase: workers split the batch; count new answers per distinct key.
+		news := make([]atomic.Int32, len(batch))
+		first := map[string]int{}
+		for i, k := range batch {
+			if _, ok := first[string(k)]; !ok {
+				first[string(k)] = i
+			}
+		}
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; i < len(batch); i += workers {
+					if !f.TestAndAdd(batch[i]) {
+						news[first[string(batch[i])]].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for k, wasSeen := range before {
+			got := news[first[k]].Load()
+			switch {
+			case wasSeen && got != 0:
+				t.Fatalf("generation %d: key seen by the model was reported new", g)
+			case !wasSeen && got > 1:
+				t.Fatalf("generation %d: key reported new %d times", g, got)
+			case !wasSeen && got == 0:
+				falsePos++ // reported seen, so the filter did not add it; neither does the model
+			case !wasSeen:
+				m.added[k] = g
+			}
+			if !wasSeen {
+				negatives++
+			}
+		}
+		// Read-only agreement: everything the model holds is seen.
+		for k := range m.added {
+			if m.seen([]byte(k), g) && !f.Test([]byte(k)) {
+				t.Fatalf("generation %d: false negative", g)
+			}
+		}
+	}
+	if rate := float64(falsePos) / float64(negatives); rate > 3*p {
+		t.Errorf("false positives %d of %d (%.2g), want about %g", falsePos, negatives, rate, p)
+	}
+}
+
+// TestFalsePositiveRateAtDesignLoad fills all N generations to capacity and measures the rate on
+// 10M keys that were never added. A fixed seed makes the result deterministic.
+func TestFalsePositiveRateAtDesignLoad(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("statistical test: 20M operations; run without -race and -short")
+	}
+	const absent = 10_000_000
+	for _, tt := range []struct {
+		n        int
+		p        float64
+		capacity uint64
+	}{
+		{8, 1e-3, 125_000},
+		{8, 1e-6, 125_000},
+		{1, 1e-6, 1_000_000},
+	} {
+		clock := newFakeClock()
+		start := clock.Now()
+		f := mustNew(t, Config{Generations: tt.n, Interval: time.Second, Capacity: tt.capacity, FalsePositiveRate: tt.p, Seed: 42, Clock: clock.Now})
+		for g := range tt.n {
+			f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+			for i := range tt.capacity {
+				f.TestAndAdd(key(uint64(g), i))
+			}
+		}
+		var fp int
+		for i := range uint64(absent) {
+			if f.Test(key(1<<40, i)) {
+				fp++
+			}
+		}
+		rate := float64(fp) / absent
+		est := f.Stats().EstimatedFPR
+		t.Logf("N=%d p=%g: measured %d/%d = %.3g (%.2fx target), estimated from fill %.3g, %.1f bits/key",
+			tt.n, tt.p, fp, absent, rate, rate/tt.p, est, f.Sizing().BitsPerKey)
+		if rate > 1.5*tt.p {
+			t.Errorf("N=%d p=%g: measured FPR %.3g is more than 1.5x the target", tt.n, tt.p, rate)
+		}
+		if est > 1.5*tt.p || est < tt.p/3 {
+			t.Errorf("N=%d p=%g: Stats estimate %.3g is far from the target", tt.n, tt.p, est)
+		}
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	f := mustNew(t, Config{Generations: 8, Interval: time.Minute, Capacity: 1000, FalsePositiveRate: 1e-6})
+	k := key(3, 3)
+	for name, fn := range map[string]func(){
+		"TestAndAdd": func() { f.TestAndAdd(k) },
+		"Test":       func() { f.Test(k) },
+		"TestAndAddFresh": func() {
+			k[0]++
+			f.TestAndAdd(k)
+		},
+	} {
+		if a := testing.AllocsPerRun(1000, fn); a != 0 {
+			t.Errorf("%s allocates %v times per call", name, a)
+		}
+	}
+}
+
+func TestStatsTrackLoad(t *testing.T) {
+	clock := newFakeClock()
+	const capacity = 200_000
+	f := mustNew(t, Config{Generations: 2, Interval: time.Minute, Capacity: capacity, FalsePositiveRate: 1e-4, Clock: clock.Now})
+	for i := range uint64(capacity) {
+		f.TestAndAdd(key(5, i))
+	}
+	clock.Set(clock.Now().Add(90 * time.Second))
+	f.AdvanceTo(clock.Now())
+	for i := range uint64(capacity / 2) {
+		f.TestAndAdd(key(6, i))
+	}
+	st := f.Stats()
+	if len(st.Generations) != 2 {
+		t.Fatalf("live generations = %d, want 2", len(st.Generations))
+	}
+	for i, want := range []float64{capacity / 2, capacity} {
+		got := st.Generations[i].EstimatedKeys
+		if math.Abs(got-want)/want > 0.03 {
+			t.Errorf("generation %d: estimated %.0f keys, want about %.0f", i, got, want)
+		}
+	}
+	if full := st.Generations[1].Fill; full < 0.3 || full > 0.7 {
+		t.Errorf("a generation at capacity is %.2f full, want about half", full)
+	}
+	if st.Window != 90*time.Second || st.Rotations != 1 {
+		t.Errorf("window=%v rotations=%d, want 1m30s and 1", st.Window, st.Rotations)
+	}
+	if st.CapacityBits != 2*f.Sizing().BitsPerGeneration || st.TotalBytes != f.Sizing().TotalBytes {
+		t.Errorf("capacity bits %d / bytes %d disagree with sizing", st.CapacityBits, st.TotalBytes)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	clock := newFakeClock()
+	start := clock.Now()
+	cfg := Config{Generations: 3, Interval: time.Minute, Capacity: 10_000, FalsePositiveRate: 1e-6, Seed: 7, Clock: clock.Now}
+	f := mustNew(t, cfg)
+	for g := range uint64(3) {
+		clock.Set(start.Add(time.Duration(g) * time.Minute))
+		f.AdvanceTo(clock.Now())
+		for i := range uint64(5000) {
+			if f.TestAndAdd(key(20+g, i)) {
+				t.Fatalf("fresh key %d reported seen at 1e-6", i) // fixed seed: deterministic
+			}
+		}
+	}
+	var buf bytes.Buffer
+	m, n, err := f.WriteSnapshot(&buf)
+	if err != nil || n != int64(m.Words*8) || uint64(buf.Len()) != m.Words*8 {
+		t.Fatalf("WriteSnapshot: n=%d len=%d words=%d err=%v", n, buf.Len(), m.Words, err)
+	}
+	tests := []struct {
+		name      string
+		downtime  time.Duration
+		wantGens  []bool // generations 20, 21, 22 still seen
+		wantError error
+		mutate    func(*Config)
+	}{
+		{"no downtime", 0, []bool{true, true, true}, nil, nil},
+		{"one interval down", time.Minute, []bool{false, true, true}, nil, nil},
+		{"past the window", time.Hour, []bool{false, false, false}, nil, nil},
+		{"generations changed", 0, nil, ErrIncompatible, func(c *Config) { c.Generations = 4 }},
+		{"seed changed", 0, nil, ErrIncompatible, func(c *Config) { c.Seed = 8 }},
+		{"rate changed", 0, nil, ErrIncompatible, func(c *Config) { c.FalsePositiveRate = 1e-3 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c2 := newFakeClock()
+			c2.Set(clock.Now().Add(tt.downtime))
+			rc := cfg
+			rc.Clock = c2.Now
+			if tt.mutate != nil {
+				tt.mutate(&rc)
+			}
+			r, err := Restore(rc, m, bytes.NewReader(buf.Bytes()))
+			if tt.wantError != nil {
+				if !errors.Is(err, tt.wantError) {
+					t.Fatalf("Restore error = %v, want %v", err, tt.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for g, want := range tt.wantGens {
+				for i := uint64(0); i < 5000; i += 11 {
+					if got := r.Test(key(20+uint64(g), i)); got != want {
+						t.Fatalf("generation %d key %d: seen=%v, want %v", g, i, got, want)
+					}
+				}
+			}
+			if got := r.Stats().Rotations; got < m.Rotations {
+				t.Errorf("rotations went back from %d to %d", m.Rotations, got)
+			}
+		})
+	}
+	if _, err := Restore(cfg, m, bytes.NewReader(buf.Bytes()[:100])); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("truncated data: %v", err)
+	}
+}
+
+// TestSnapshotUnderWrites takes a snapshot while writers keep adding and checks that every key
+// added before the snapshot started is in the restored filter.
+func TestSnapshotUnderWrites(t *testing.T) {
+	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: 400_000, FalsePositiveRate: 1e-6}
+	f := mustNew(t, cfg)
+	const before = 100_000
+	for i := range uint64(before) {
+		f.TestAndAdd(key(30, i))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := uint64(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+					f.TestAndAdd(key(31+uint64(w), i))
+				}
+			}
+		})
+	}
+	var buf bytes.Buffer
+	m, _, err := f.WriteSnapshot(&buf)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(cfg, m, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(before) {
+		if !r.Test(key(30, i)) {
+			t.Fatalf("key %d added before the snapshot is missing", i)
+		}
+	}
+}

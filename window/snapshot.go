@@ -1,0 +1,228 @@
+package window
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// ErrIncompatible is returned (wrapped) by Restore when a snapshot was taken with parameters that
+// give a different layout or hashing than the Config it is restored into.
+var ErrIncompatible = errors.New("window: snapshot incompatible with configuration")
+
+// Meta is everything besides the bit data that a snapshot must keep to restore a Filter. The file
+// format that stores it belongs to the checkpoint package; Meta is a plain value.
+type Meta struct {
+	Generations       int
+	Interval          time.Duration
+	Capacity          uint64
+	FalsePositiveRate float64
+	Seed              uint64
+	K                 int
+	BlockBits         int
+	Groups            uint64
+	Slots             int
+	// Origin is the start of generation 0; generation e starts at Origin + e·Interval.
+	Origin time.Time
+	// Epoch is the current generation's number when the snapshot was taken.
+	Epoch uint64
+	// Rotations is the rotation count when the snapshot was taken.
+	Rotations uint64
+	// SlotEpochs holds, for each slot, the generation it holds, or -1 for a free slot.
+	SlotEpochs []int64
+	// Words is the number of 64-bit data words that WriteSnapshot writes after the metadata:
+	// Groups × Slots × BlockBits/64. Word (g·Slots + s)·BlockBits/64 + w is word w of slot s's block
+	// in group g.
+	Words uint64
+}
+
+// GenerationStart returns the start time of generation e.
+func (m Meta) GenerationStart(e uint64) time.Time {
+	return m.Origin.Add(time.Duration(e) * m.Interval)
+}
+
+// snapshotChunk is how many words WriteSnapshot converts per Write call.
+const snapshotChunk = 32 << 10
+
+// WriteSnapshot writes the filter's bit data to w as Meta.Words little-endian 64-bit words and
+// returns the Meta that describes them and the number of bytes written. It runs while writers
+// continue: every word is read atomically, so the copy is consistent per word, and a key added
+// during the copy may or may not be in it (a Bloom filter tolerates both). Every key added before
+// WriteSnapshot was called is in the copy. Rotation waits until the copy ends.
+//
+// On a write error it returns the error from w and the bytes written so far.
+func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.metaLocked()
+	buf := make([]byte, snapshotChunk*8)
+	var written int64
+	for i := 0; i < len(f.words); i += snapshotChunk {
+		end := min(i+snapshotChunk, len(f.words))
+		b := buf[:(end-i)*8]
+		for j := i; j < end; j++ {
+			binary.LittleEndian.PutUint64(b[(j-i)*8:], atomic.LoadUint64(&f.words[j]))
+		}
+		n, err := w.Write(b)
+		written += int64(n)
+		if err != nil {
+			return m, written, err
+		}
+	}
+	return m, written, nil
+}
+
+// Meta returns the metadata a snapshot taken now would carry.
+func (f *Filter) Meta() Meta {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.metaLocked()
+}
+
+func (f *Filter) metaLocked() Meta {
+	v := f.view.Load()
+	return Meta{
+		Generations:       f.cfg.Generations,
+		Interval:          f.cfg.Interval,
+		Capacity:          f.cfg.Capacity,
+		FalsePositiveRate: f.cfg.FalsePositiveRate,
+		Seed:              f.seed,
+		K:                 f.k,
+		BlockBits:         BlockBits,
+		Groups:            f.groups,
+		Slots:             f.slots,
+		Origin:            f.origin,
+		Epoch:             v.epoch,
+		Rotations:         f.rotations.Load(),
+		SlotEpochs:        append([]int64(nil), f.slotEpoch...),
+		Words:             uint64(len(f.words)),
+	}
+}
+
+// Restore builds a Filter for cfg from a snapshot's Meta and its data, read from r, and then ages
+// it to cfg.Clock(): generations that expired while the snapshot sat on disk are dropped.
+//
+// It returns an error wrapping ErrIncompatible if cfg sizes or hashes differ from the snapshot's
+// (generations, interval, capacity, false-positive rate or seed changed), an error wrapping
+// ErrConfig for a bad cfg, and io.ErrUnexpectedEOF (wrapped) if r ends early. A failed Restore
+// returns no Filter.
+func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	s, err := Size(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := compatible(cfg, s, m); err != nil {
+		return nil, err
+	}
+	f := newFilter(cfg, s)
+	if err := readWords(r, f.words); err != nil {
+		return nil, fmt.Errorf("window: reading snapshot data: %w", err)
+	}
+	f.origin = m.Origin
+	live := make([]int, 0, len(m.SlotEpochs))
+	cur := -1
+	for i, e := range m.SlotEpochs {
+		f.slotEpoch[i] = e
+		switch {
+		case e < 0:
+			f.dirty[i] = true // a free slot may hold expired bits
+		case uint64(e) == m.Epoch:
+			cur = i
+			live = append(live, i)
+		default:
+			live = append(live, i)
+		}
+	}
+	sort.Slice(live, func(a, b int) bool { return f.slotEpoch[live[a]] > f.slotEpoch[live[b]] })
+	f.view.Store(&view{epoch: m.Epoch, cur: cur, active: live})
+	f.rotations.Store(m.Rotations)
+	f.AdvanceTo(cfg.Clock())
+	return f, nil
+}
+
+func compatible(cfg Config, s Sizing, m Meta) error {
+	var errs []error
+	check := func(name string, snap, now any) {
+		if snap != now {
+			errs = append(errs, fmt.Errorf("%s is %v in the snapshot, %v now", name, snap, now))
+		}
+	}
+	check("generations", m.Generations, cfg.Generations)
+	check("interval", m.Interval, cfg.Interval)
+	check("capacity", m.Capacity, cfg.Capacity)
+	check("false-positive rate", m.FalsePositiveRate, cfg.FalsePositiveRate)
+	if m.Seed != cfg.Seed {
+		errs = append(errs, errors.New("hash seed differs"))
+	}
+	if len(errs) == 0 {
+		// Same parameters but a different layout means a snapshot from another sizing algorithm.
+		check("k", m.K, s.K)
+		check("block bits", m.BlockBits, s.BlockBits)
+		check("groups", m.Groups, s.Groups)
+		check("slots", m.Slots, s.Slots)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrIncompatible, errors.Join(errs...))
+	}
+	want := s.Groups * uint64(s.Slots) * blockWords
+	if m.Words != want || len(m.SlotEpochs) != s.Slots {
+		return fmt.Errorf("%w: snapshot has %d words and %d slots, layout needs %d and %d",
+			ErrIncompatible, m.Words, len(m.SlotEpochs), want, s.Slots)
+	}
+	live, cur := 0, false
+	for _, e := range m.SlotEpochs {
+		if e < 0 {
+			continue
+		}
+		live++
+		if uint64(e) > m.Epoch || m.Epoch-uint64(e) >= uint64(m.Generations) {
+			return fmt.Errorf("%w: slot holds generation %d outside the window ending at %d", ErrIncompatible, e, m.Epoch)
+		}
+		cur = cur || uint64(e) == m.Epoch
+	}
+	if !cur || live > m.Generations {
+		return fmt.Errorf("%w: generation table is inconsistent", ErrIncompatible)
+	}
+	if m.Epoch > math.MaxInt64/uint64(max(m.Interval, 1)) {
+		return fmt.Errorf("%w: epoch %d out of range", ErrIncompatible, m.Epoch)
+	}
+	return nil
+}
+
+// readWords fills dst from little-endian bytes in r.
+func readWords(r io.Reader, dst []uint64) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if nativeLittleEndian {
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), len(dst)*8)
+		_, err := io.ReadFull(r, b)
+		return err
+	}
+	buf := make([]byte, snapshotChunk*8)
+	for i := 0; i < len(dst); i += snapshotChunk {
+		end := min(i+snapshotChunk, len(dst))
+		b := buf[:(end-i)*8]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return err
+		}
+		for j := i; j < end; j++ {
+			dst[j] = binary.LittleEndian.Uint64(b[(j-i)*8:])
+		}
+	}
+	return nil
+}
+
+var nativeLittleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
