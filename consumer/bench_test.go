@@ -1,0 +1,183 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/segmentio/kafka-go"
+)
+
+const (
+	benchPartitions = 4
+	benchBatch      = 1000
+	benchTimeout    = 5 * time.Millisecond
+)
+
+// BenchmarkEndToEnd measures end-to-end throughput (records consumed, deduplicated, produced with
+// acks=all and committed, per second) on an in-process kfake broker over TCP. b.N records (25%
+// duplicates, 100-byte values, 4 partitions) are produced before the timer starts; the timer
+// stops when the group's committed offsets reach the end of every partition. Sub-benchmarks:
+//
+//   - passthrough: the baseline, a plain kafka-go pipeline with the same batching: a consumer
+//     group Reader, FetchMessage up to 1000 records or 5ms, Writer.WriteMessages to the same
+//     partition number (BatchSize 1000, BatchTimeout 5ms, acks=all), CommitMessages.
+//   - worker-drop / worker-mark: consumer.Worker with a mutex+map Deduper (drop mode produces
+//     75% of the records, mark mode all of them).
+//   - worker-nodedup: consumer.Worker with a Deduper that finds nothing (all records produced):
+//     the worker's plumbing alone, a pass-through built on the same code.
+//
+// Run it with a fixed count, e.g. go test -run '^$' -bench EndToEnd -benchtime 200000x ./consumer/
+// It is an end-to-end measurement of a pipeline, so it does not use b.RunParallel; the baseline
+// runs beside it in the same process against the same kind of broker.
+func BenchmarkEndToEnd(b *testing.B) {
+	b.Run("passthrough", func(b *testing.B) { benchPipeline(b, runPassthrough) })
+	b.Run("worker-drop", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeDrop)) })
+	b.Run("worker-mark", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeMark)) })
+	b.Run("worker-nodedup", func(b *testing.B) { benchPipeline(b, workerRunnerWith(consumer.ModeDrop, nopDeduper{})) })
+}
+
+// nopDeduper keeps no state and finds no duplicates: the worker's plumbing alone.
+type nopDeduper struct{}
+
+func (nopDeduper) Assign(context.Context, int32) error { return nil }
+func (nopDeduper) Revoke(context.Context, int32) error { return nil }
+func (nopDeduper) Seen(int32, []byte) bool             { return false }
+
+type pipeline func(ctx context.Context, cl *kafkatest.Cluster) error
+
+func benchPipeline(b *testing.B, run pipeline) {
+	b.ReportAllocs()
+	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 1))
+	value := make([]byte, 100)
+	per := (b.N + benchPartitions - 1) / benchPartitions
+	for p := range benchPartitions {
+		msgs := make([]kafka.Message, 0, per)
+		for i := range per {
+			id := i
+			if i%4 == 3 {
+				id = rng.IntN(i)
+			}
+			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()})
+		}
+		if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	total := int64(per * benchPartitions)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	b.ResetTimer()
+	start := time.Now()
+	go func() { errc <- run(runCtx, cl) }()
+	for {
+		com, err := cl.Committed(ctx, "g", "in")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var done int64
+		for _, o := range com {
+			done += max(o, 0)
+		}
+		if done == total {
+			break
+		}
+		select {
+		case err := <-errc:
+			b.Fatalf("pipeline stopped early: %v", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
+}
+
+func workerRunner(mode consumer.Mode) pipeline {
+	return workerRunnerWith(mode, nil)
+}
+
+func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
+	return func(ctx context.Context, cl *kafkatest.Cluster) error {
+		if d == nil {
+			d = newMapDeduper(false, nil)
+		}
+		w, err := consumer.New(consumer.Config{
+			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
+		}, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
+			return k, k != nil
+		}, nil, testLog)
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	}
+}
+
+// samePartition is a kafka-go Balancer that keeps a record's input partition number.
+type samePartition struct{}
+
+func (samePartition) Balance(m kafka.Message, _ ...int) int { return m.Partition }
+
+// runPassthrough is the baseline: consume → produce → commit with plain kafka-go and the same
+// batching, no deduplication.
+func runPassthrough(ctx context.Context, cl *kafkatest.Cluster) error {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: cl.Addrs(), GroupID: "g", Topic: "in",
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond, QueueCapacity: 2 * benchBatch,
+		SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+	})
+	defer r.Close()
+	w := &kafka.Writer{
+		Addr: kafka.TCP(cl.Addrs()...), Topic: "out", Balancer: samePartition{},
+		BatchSize: benchBatch, BatchTimeout: benchTimeout, RequiredAcks: kafka.RequireAll,
+	}
+	defer w.Close()
+	batch := make([]kafka.Message, 0, benchBatch)
+	out := make([]kafka.Message, 0, benchBatch)
+	for {
+		batch = batch[:0]
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		batch = append(batch, m)
+		bctx, cancel := context.WithTimeout(ctx, benchTimeout)
+		for len(batch) < benchBatch {
+			m, err := r.FetchMessage(bctx)
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		cancel()
+		out = out[:0]
+		for _, m := range batch {
+			out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Headers: m.Headers, Time: m.Time, Partition: m.Partition})
+		}
+		if err := w.WriteMessages(ctx, out...); err != nil {
+			return err
+		}
+		if err := r.CommitMessages(ctx, batch...); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// offsetCommitter is the part of *kafka.Generation the committer needs.
+type offsetCommitter interface {
+	CommitOffsets(offsets map[string]map[int]int64) error
+}
+
+// errCommitterStopped is returned to flush callers still waiting when the committer stops.
+var errCommitterStopped = errors.New("consumer: committer stopped before the offset was committed")
+
+// committer funnels every offset commit of one generation through one goroutine:
+// kafka-go's Generation.CommitOffsets must not be called by many goroutines at once. Partition
+// goroutines hand it the next offset to commit after each acknowledged batch (mark) and, when a
+// partition is revoked, wait for their last offset to be committed (flush). Pending offsets are
+// coalesced, so at most one commit request is in flight. Its methods are safe for concurrent use.
+type committer struct {
+	gen      offsetCommitter
+	topic    string
+	interval time.Duration
+	obs      Observer
+	log      *sampler
+
+	kick chan struct{} // capacity 1: "commit soon"
+	stop chan struct{}
+	done chan struct{}
+
+	mu        sync.Mutex
+	pending   map[int]int64 // acknowledged, not yet committed: next offset per partition
+	committed map[int]int64
+	waiters   []commitWaiter
+}
+
+type commitWaiter struct {
+	partition int
+	offset    int64
+	ch        chan error // capacity 1
+}
+
+func newCommitter(gen offsetCommitter, topic string, interval time.Duration, obs Observer, log *sampler) *committer {
+	return &committer{
+		gen: gen, topic: topic, interval: interval, obs: obs, log: log,
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		pending:   make(map[int]int64),
+		committed: make(map[int]int64),
+	}
+}
+
+// mark records that every input record of partition before offset next was handled (produced and
+// acknowledged, or dropped). It never blocks.
+func (c *committer) mark(partition int, next int64) {
+	c.mu.Lock()
+	if next > c.pending[partition] && next > c.committed[partition] {
+		c.pending[partition] = next
+	}
+	c.mu.Unlock()
+	if c.interval <= 0 {
+		c.wake()
+	}
+}
+
+// flush marks next for partition and waits until it is committed. It returns the commit error
+// (a failed commit is not retried by flush) or ctx's error.
+func (c *committer) flush(ctx context.Context, partition int, next int64) error {
+	w := commitWaiter{partition: partition, offset: next, ch: make(chan error, 1)}
+	c.mu.Lock()
+	if c.committed[partition] >= next {
+		c.mu.Unlock()
+		return nil
+	}
+	if next > c.pending[partition] {
+		c.pending[partition] = next
+	}
+	c.waiters = append(c.waiters, w)
+	c.mu.Unlock()
+	c.wake()
+	select {
+	case err := <-w.ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *committer) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run commits until close is called, then commits what is pending once more and returns.
+func (c *committer) run() {
+	defer close(c.done)
+	var tick <-chan time.Time
+	if c.interval > 0 {
+		t := time.NewTicker(c.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.stop:
+			c.commitOnce()
+			c.mu.Lock()
+			for _, w := range c.waiters {
+				w.ch <- errCommitterStopped
+			}
+			c.waiters = nil
+			c.mu.Unlock()
+			return
+		case <-c.kick:
+		case <-tick:
+		}
+		c.commitOnce()
+	}
+}
+
+// close stops run and waits for it to return.
+func (c *committer) close() {
+	close(c.stop)
+	<-c.done
+}
+
+func (c *committer) commitOnce() {
+	c.mu.Lock()
+	if len(c.pending) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	offsets := c.pending
+	c.pending = make(map[int]int64, len(offsets))
+	c.mu.Unlock()
+
+	err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.obs.CommitError()
+		c.log.Log(slog.LevelWarn, "commit-failed", "offset commit failed; records after the last committed offset will be re-consumed",
+			"topic", c.topic, "error", err.Error())
+		for p, o := range offsets {
+			if o > c.pending[p] {
+				c.pending[p] = o
+			}
+		}
+	} else {
+		for p, o := range offsets {
+			if o > c.committed[p] {
+				c.committed[p] = o
+			}
+		}
+	}
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		switch {
+		case c.committed[w.partition] >= w.offset:
+			w.ch <- nil
+		case err != nil:
+			w.ch <- err
+		default:
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}

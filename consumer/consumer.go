@@ -1,0 +1,136 @@
+// Package consumer is kdedup's Kafka plumbing: it consumes the input topic as a member of a
+// consumer group, asks a Deduper whether each record's identity was already seen, produces the
+// survivors (or every record, marked, in mark mode) to the output topic in input order, and commits
+// input offsets only after the output write was acknowledged (at-least-once delivery).
+//
+// One goroutine runs per assigned partition. Every output batch is produced with one request per
+// output partition and acknowledged by all in-sync replicas before the batch's input offsets are
+// handed to the single committer goroutine of the consumer group generation.
+//
+// The package never reads environment variables; cmd/kdedup builds a Config from them.
+package consumer
+
+import (
+	"context"
+	"time"
+)
+
+// Deduper decides duplicates. dedup.Set implements it.
+//
+// The Worker calls Assign for a partition before it consumes the partition and Revoke after it
+// stopped consuming it, committed its offsets and produced every record it passed to Seen. Seen is
+// called from one goroutine per assigned partition, concurrently across partitions; Assign and
+// Revoke for one partition never overlap each other or Seen for the same partition.
+type Deduper interface {
+	// Assign prepares state for a newly assigned partition (it may restore a checkpoint).
+	// An error makes the Worker log it and retry with backoff; the partition is not consumed
+	// until Assign succeeds.
+	Assign(ctx context.Context, partition int32) error
+	// Revoke is called when the partition was taken away (it may snapshot). The state of the
+	// partition is dropped after. Every record passed to Seen for this partition has been
+	// produced and acknowledged when Revoke is called, unless the Deduper implements Discarder.
+	Revoke(ctx context.Context, partition int32) error
+	// Seen tests and adds id: true means id was already seen (a duplicate). It must be safe for
+	// concurrent use.
+	Seen(partition int32, id []byte) bool
+}
+
+// Discarder is an optional interface of a Deduper. When the Worker has to give up a partition
+// while some records it passed to Seen were not acknowledged by the output topic (the drain at the
+// end of a generation ran out of time, for example because the brokers are down), it calls
+// Discard instead of Revoke: the state must be dropped without being snapshotted, because a
+// snapshot would make the next owner drop those records as duplicates although they never
+// reached the output topic. A Deduper that does not implement Discarder gets Revoke instead.
+type Discarder interface {
+	Discard(ctx context.Context, partition int32) error
+}
+
+// Checkpointer is an optional interface of a Deduper, for crash-consistent periodic snapshots of a
+// partition's state. After each batch of a partition is acknowledged by the output topic, the
+// partition's goroutine calls CheckpointDue; when it returns true, the goroutine calls Checkpoint
+// before it passes any further record of the partition to Seen. At that moment every identity in
+// the partition's state belongs to a record that was produced (or is a duplicate of one), so a
+// snapshot taken then never makes a restarted worker drop a record that never reached the output.
+// A snapshot taken at any other moment can: a record that was seen but not yet produced when the
+// snapshot was taken is dropped as a duplicate when it is consumed again after a crash.
+// Checkpoint only holds up its own partition; an error is logged and consumption goes on.
+// CheckpointDue is called once per batch and must be cheap.
+type Checkpointer interface {
+	CheckpointDue(partition int32) bool
+	Checkpoint(ctx context.Context, partition int32) error
+}
+
+// KeyFunc extracts the deduplication identity of a record from its key, value and headers;
+// ok=false means the record has no extractable key. dedup.KeySpec.Extract has this shape.
+//
+// The headers iterator is only valid during the call. The returned id is only used during the
+// call to Deduper.Seen that follows, so it may alias key, value or a reused buffer. A KeyFunc is
+// called concurrently from one goroutine per partition and must be safe for that.
+type KeyFunc func(key, value []byte, headers func(yield func(name string, value []byte) bool)) (id []byte, ok bool)
+
+// Observer receives the Worker's measurements; metrics.Metrics implements it. Every method must be
+// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Lag and Latency are
+// called on the record path.
+type Observer interface {
+	// Consumed counts n records read from the input partition.
+	Consumed(partition int32, n int)
+	// Produced counts n records of the input partition acknowledged by the output topic.
+	Produced(partition int32, n int)
+	// Duplicates counts n records of the input partition recognised as duplicates.
+	Duplicates(partition int32, n int)
+	// Unkeyed counts n records of the input partition without an extractable key.
+	Unkeyed(partition int32, n int)
+	// ProduceError counts one failed produce attempt.
+	ProduceError()
+	// CommitError counts one failed offset commit.
+	CommitError()
+	// Latency observes one produced record: time since its Kafka timestamp and since its batch
+	// was consumed, both measured when the output write was acknowledged.
+	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
+	// Lag reports the number of records behind the partition's high watermark.
+	Lag(partition int32, lag int64)
+	// Rebalance counts one new consumer group generation.
+	Rebalance()
+	// Assigned reports the number of input partitions assigned to this worker.
+	Assigned(partitions int)
+}
+
+// ReadyObserver is an optional interface of an Observer (metrics.Metrics implements it): the
+// Worker calls SetReady whenever its readiness changes.
+type ReadyObserver interface {
+	SetReady(ready bool)
+}
+
+// NopObserver is an Observer that discards everything. Its zero value is ready to use and it is
+// safe for concurrent use.
+type NopObserver struct{}
+
+// Consumed does nothing.
+func (NopObserver) Consumed(int32, int) {}
+
+// Produced does nothing.
+func (NopObserver) Produced(int32, int) {}
+
+// Duplicates does nothing.
+func (NopObserver) Duplicates(int32, int) {}
+
+// Unkeyed does nothing.
+func (NopObserver) Unkeyed(int32, int) {}
+
+// ProduceError does nothing.
+func (NopObserver) ProduceError() {}
+
+// CommitError does nothing.
+func (NopObserver) CommitError() {}
+
+// Latency does nothing.
+func (NopObserver) Latency(time.Duration, time.Duration) {}
+
+// Lag does nothing.
+func (NopObserver) Lag(int32, int64) {}
+
+// Rebalance does nothing.
+func (NopObserver) Rebalance() {}
+
+// Assigned does nothing.
+func (NopObserver) Assigned(int) {}

@@ -1,0 +1,409 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/segmentio/kafka-go"
+)
+
+// ---- Deduper double -------------------------------------------------------------------------
+
+// store stands in for the checkpoint store: Revoke saves a partition's identities into it and
+// Assign restores them, which is how state follows a partition from one worker to another.
+type store struct {
+	mu    sync.Mutex
+	saved map[int32]map[string]struct{}
+}
+
+func newStore() *store { return &store{saved: make(map[int32]map[string]struct{})} }
+
+// mapDeduper is an exact Deduper: per-partition maps (scope partition) or one shared map (scope
+// global). It checks the Worker's side of the contract: Seen only between Assign and Revoke of
+// the same partition, never two Assigns without a Revoke in between.
+type mapDeduper struct {
+	global bool
+	st     *store
+
+	mu         sync.Mutex
+	active     map[int32]map[string]struct{}
+	globalSeen map[string]struct{}
+	assigns    map[int32]int
+	revokes    map[int32]int
+	discards   map[int32]int
+	violations []string
+}
+
+func newMapDeduper(global bool, st *store) *mapDeduper {
+	if st == nil {
+		st = newStore()
+	}
+	return &mapDeduper{
+		global: global, st: st,
+		active:     make(map[int32]map[string]struct{}),
+		globalSeen: make(map[string]struct{}),
+		assigns:    make(map[int32]int),
+		revokes:    make(map[int32]int),
+		discards:   make(map[int32]int),
+	}
+}
+
+func (d *mapDeduper) Assign(_ context.Context, p int32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.active[p]; ok {
+		d.violations = append(d.violations, fmt.Sprintf("Assign(%d) while assigned", p))
+	}
+	m := make(map[string]struct{})
+	d.st.mu.Lock()
+	for k := range d.st.saved[p] {
+		m[k] = struct{}{}
+	}
+	d.st.mu.Unlock()
+	d.active[p] = m
+	d.assigns[p]++
+	return nil
+}
+
+func (d *mapDeduper) Revoke(_ context.Context, p int32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.active[p]
+	if !ok {
+		d.violations = append(d.violations, fmt.Sprintf("Revoke(%d) while not assigned", p))
+	}
+	d.st.mu.Lock()
+	d.st.saved[p] = m
+	d.st.mu.Unlock()
+	delete(d.active, p)
+	d.revokes[p]++
+	return nil
+}
+
+func (d *mapDeduper) Discard(_ context.Context, p int32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.active, p)
+	d.discards[p]++
+	return nil
+}
+
+func (d *mapDeduper) Seen(p int32, id []byte) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.active[p]
+	if !ok {
+		d.violations = append(d.violations, fmt.Sprintf("Seen(%d) while not assigned", p))
+		return false
+	}
+	if d.global {
+		m = d.globalSeen
+	}
+	if _, dup := m[string(id)]; dup {
+		return true
+	}
+	m[string(id)] = struct{}{}
+	return false
+}
+
+func (d *mapDeduper) check(t *testing.T) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, v := range d.violations {
+		t.Errorf("deduper contract violation: %s", v)
+	}
+}
+
+func (d *mapDeduper) counts() (assigns, revokes, discards map[int32]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return clone(d.assigns), clone(d.revokes), clone(d.discards)
+}
+
+func clone(m map[int32]int) map[int32]int {
+	out := make(map[int32]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// ---- KeyFunc doubles --------------------------------------------------------------------------
+
+// keyFuncFor returns the identity extractor for a DEDUP_KEY spec. These are test doubles for
+// dedup.ParseKeySpec(spec).Extract; switching to the real extractor only changes this function.
+func keyFuncFor(t *testing.T, spec string) consumer.KeyFunc {
+	t.Helper()
+	switch {
+	case spec == "key":
+		return func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) { return k, k != nil }
+	case spec == "value":
+		return func(_, v []byte, _ func(func(string, []byte) bool)) ([]byte, bool) { return v, v != nil }
+	case len(spec) > 7 && spec[:7] == "header:":
+		name := spec[7:]
+		return func(_, _ []byte, hs func(func(string, []byte) bool)) (id []byte, ok bool) {
+			for n, v := range hs {
+				if n == name {
+					return v, true
+				}
+			}
+			return nil, false
+		}
+	case spec == "json:order.id":
+		return func(_, v []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
+			var doc struct {
+				Order *struct {
+					ID *string `json:"id"`
+				} `json:"order"`
+			}
+			if json.Unmarshal(v, &doc) != nil || doc.Order == nil || doc.Order.ID == nil {
+				return nil, false
+			}
+			return []byte(*doc.Order.ID), true
+		}
+	}
+	t.Fatalf("no key func double for %q", spec)
+	return nil
+}
+
+// ---- Observer double --------------------------------------------------------------------------
+
+type countingObserver struct {
+	consumed, produced, duplicates, unkeyed atomic.Int64
+	produceErrors, commitErrors             atomic.Int64
+	rebalances, latencies                   atomic.Int64
+	assigned                                atomic.Int64
+	ready                                   atomic.Bool
+}
+
+func (o *countingObserver) Consumed(_ int32, n int)    { o.consumed.Add(int64(n)) }
+func (o *countingObserver) Produced(_ int32, n int)    { o.produced.Add(int64(n)) }
+func (o *countingObserver) Duplicates(_ int32, n int)  { o.duplicates.Add(int64(n)) }
+func (o *countingObserver) Unkeyed(_ int32, n int)     { o.unkeyed.Add(int64(n)) }
+func (o *countingObserver) ProduceError()              { o.produceErrors.Add(1) }
+func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
+func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
+func (o *countingObserver) Lag(int32, int64)           {}
+func (o *countingObserver) Rebalance()                 { o.rebalances.Add(1) }
+func (o *countingObserver) Assigned(n int)             { o.assigned.Store(int64(n)) }
+func (o *countingObserver) SetReady(r bool)            { o.ready.Store(r) }
+
+// ---- cluster and worker harness ---------------------------------------------------------------
+
+type env struct {
+	t        *testing.T
+	cl       *kafkatest.Cluster
+	in, out  string
+	group    string
+	inParts  int
+	outParts int
+}
+
+var testLog = func() *slog.Logger {
+	if os.Getenv("KDEDUP_TEST_LOG") != "" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewJSONHandler(io.Discard, nil))
+}()
+
+func newEnv(t *testing.T, inParts, outParts int, opts kafkatest.Options) *env {
+	t.Helper()
+	if opts.Topics == nil {
+		opts.Topics = map[string]int32{}
+	}
+	opts.Topics["in"] = int32(inParts)
+	if outParts > 0 {
+		opts.Topics["out"] = int32(outParts)
+	}
+	cl, err := kafkatest.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &env{t: t, cl: cl, in: "in", out: "out", group: "g", inParts: inParts, outParts: outParts}
+}
+
+// config returns a Worker config with timeouts small enough for tests.
+func (e *env) config() consumer.Config {
+	return consumer.Config{
+		Brokers:           e.cl.Addrs(),
+		InputTopic:        e.in,
+		OutputTopic:       e.out,
+		GroupID:           e.group,
+		SessionTimeout:    2 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond,
+		RebalanceTimeout:  3 * time.Second,
+		BatchSize:         200,
+		BatchTimeout:      2 * time.Millisecond,
+		CommitInterval:    20 * time.Millisecond,
+		ShutdownTimeout:   10 * time.Second,
+		RetryBackoffMax:   500 * time.Millisecond,
+		ProduceTimeout:    3 * time.Second,
+	}
+}
+
+type running struct {
+	w      *consumer.Worker
+	obs    *countingObserver
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (e *env) start(cfg consumer.Config, d consumer.Deduper, kf consumer.KeyFunc) *running {
+	e.t.Helper()
+	return e.startLogged(cfg, d, kf, testLog)
+}
+
+func (e *env) startLogged(cfg consumer.Config, d consumer.Deduper, kf consumer.KeyFunc, log *slog.Logger) *running {
+	e.t.Helper()
+	obs := &countingObserver{}
+	w, err := consumer.New(cfg, d, kf, obs, log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{w: w, obs: obs, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- w.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+// stop cancels the worker and returns Run's result; it fails the test if Run takes longer than
+// within.
+func (r *running) stop(t *testing.T, within time.Duration) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(within):
+		t.Fatalf("worker did not stop within %v", within)
+		return nil
+	}
+}
+
+// eventually polls cond every 10ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitAllCommitted waits until the group's committed offsets reach the end of every input
+// partition.
+func (e *env) waitAllCommitted(timeout time.Duration) {
+	e.t.Helper()
+	ctx := context.Background()
+	eventually(e.t, timeout, "all input offsets committed", func() bool {
+		ends, err1 := e.cl.EndOffsets(ctx, e.in)
+		com, err2 := e.cl.Committed(ctx, e.group, e.in)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		for p, end := range ends {
+			if com[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (e *env) produce(p int, msgs []kafka.Message) {
+	e.t.Helper()
+	if err := e.cl.Produce(context.Background(), e.in, p, msgs...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) readOut(topic string) map[int][]kafka.Message {
+	e.t.Helper()
+	got, err := e.cl.ReadAll(context.Background(), topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}
+
+// ---- record comparison ------------------------------------------------------------------------
+
+// sameRecord reports how a differs from b in key (including null vs empty), value, headers and
+// timestamp (millisecond precision, as stored by Kafka); "" means equal.
+func sameRecord(a, b kafka.Message) string {
+	switch {
+	case (a.Key == nil) != (b.Key == nil) || !bytes.Equal(a.Key, b.Key):
+		return fmt.Sprintf("key %q (nil=%v) != %q (nil=%v)", a.Key, a.Key == nil, b.Key, b.Key == nil)
+	case (a.Value == nil) != (b.Value == nil) || !bytes.Equal(a.Value, b.Value):
+		return fmt.Sprintf("value %q != %q", a.Value, b.Value)
+	case !a.Time.Truncate(time.Millisecond).Equal(b.Time.Truncate(time.Millisecond)):
+		return fmt.Sprintf("time %v != %v", a.Time, b.Time)
+	case len(a.Headers) != len(b.Headers):
+		return fmt.Sprintf("headers %v != %v", a.Headers, b.Headers)
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
+			return fmt.Sprintf("headers %v != %v", a.Headers, b.Headers)
+		}
+	}
+	return ""
+}
+
+func compareSeq(t *testing.T, what string, got, want []kafka.Message) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: got %d records, want %d", what, len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if d := sameRecord(got[i], want[i]); d != "" {
+			t.Errorf("%s: record %d: %s", what, i, d)
+			return
+		}
+	}
+}
+
+// captureHandler is a slog.Handler that remembers every message at info level and above.
+type captureHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *captureHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.msgs = append(h.msgs, r.Message)
+	h.mu.Unlock()
+	return testLog.Handler().Handle(context.Background(), r)
+}
+func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *captureHandler) count(substr string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.Contains(m, substr) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,318 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// fakeGen records commits and fails the test's expectations if two commits ever overlap.
+type fakeGen struct {
+	inflight atomic.Int32
+	overlaps atomic.Int32
+	fail     atomic.Int32 // fail this many upcoming commits
+
+	mu      sync.Mutex
+	commits []map[int]int64
+	best    map[int]int64
+}
+
+func (g *fakeGen) CommitOffsets(offsets map[string]map[int]int64) error {
+	if g.inflight.Add(1) > 1 {
+		g.overlaps.Add(1)
+	}
+	defer g.inflight.Add(-1)
+	time.Sleep(time.Millisecond) // widen the window in which an overlap would show
+	if g.fail.Add(-1) >= 0 {
+		return errors.New("commit refused")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.best == nil {
+		g.best = map[int]int64{}
+	}
+	c := map[int]int64{}
+	for p, o := range offsets["in"] {
+		c[p] = o
+		if o < g.best[p] {
+			return errors.New("offset went backwards")
+		}
+		g.best[p] = o
+	}
+	g.commits = append(g.commits, c)
+	return nil
+}
+
+func discardSampler() *sampler {
+	return newSampler(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Second)
+}
+
+func TestCommitterCoalescesAndFlushes(t *testing.T) {
+	g := &fakeGen{}
+	c := newCommitter(g, "in", time.Hour, NopObserver{}, discardSampler())
+	go c.run()
+	defer c.close()
+	c.mark(0, 10)
+	c.mark(0, 20)
+	c.mark(1, 5)
+	c.mark(0, 15) // lower than pending: ignored
+	if err := c.flush(context.Background(), 0, 20); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.commits) != 1 || g.commits[0][0] != 20 || g.commits[0][1] != 5 {
+		t.Fatalf("commits = %v, want one commit {0:20 1:5}", g.commits)
+	}
+}
+
+func TestCommitterFailureKeepsOffsets(t *testing.T) {
+	g := &fakeGen{}
+	g.fail.Store(1)
+	var obs countObs
+	c := newCommitter(g, "in", time.Hour, &obs, discardSampler())
+	go c.run()
+	defer c.close()
+	c.mark(3, 7)
+	if err := c.flush(context.Background(), 3, 7); err == nil {
+		t.Fatal("flush succeeded although the commit failed")
+	}
+	if obs.commitErrors.Load() != 1 {
+		t.Errorf("commit errors = %d, want 1", obs.commitErrors.Load())
+	}
+	// The failed offsets are still pending: the retry commits them.
+	if err := c.flush(context.Background(), 3, 7); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.best[3] != 7 {
+		t.Fatalf("committed %v, want partition 3 at 7", g.best)
+	}
+}
+
+func TestCommitterFlushAlreadyCommitted(t *testing.T) {
+	g := &fakeGen{}
+	c := newCommitter(g, "in", 0, NopObserver{}, discardSampler())
+	go c.run()
+	defer c.close()
+	if err := c.flush(context.Background(), 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.flush(context.Background(), 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.flush(context.Background(), 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.commits) != 1 {
+		t.Fatalf("commits = %v, want exactly one", g.commits)
+	}
+}
+
+// TestCommitterSingleCaller hammers the committer from many goroutines (run with -race): commits
+// never overlap, never go backwards, and end at the highest offset of every partition.
+func TestCommitterSingleCaller(t *testing.T) {
+	for _, interval := range []time.Duration{0, time.Millisecond} {
+		g := &fakeGen{}
+		c := newCommitter(g, "in", interval, NopObserver{}, discardSampler())
+		go c.run()
+		var wg sync.WaitGroup
+		for p := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for o := int64(1); o <= 200; o++ {
+					c.mark(p, o)
+					if o%50 == 0 {
+						if err := c.flush(context.Background(), p, o); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		c.close()
+		if n := g.overlaps.Load(); n != 0 {
+			t.Errorf("interval %v: %d overlapping commits", interval, n)
+		}
+		for p := range 8 {
+			if g.best[p] != 200 {
+				t.Errorf("interval %v: partition %d committed at %d, want 200", interval, p, g.best[p])
+			}
+		}
+	}
+}
+
+// TestCommitterFlushFailsFast proves that a flush against a coordinator that refuses every
+// commit returns the error instead of hanging (the drain must not wait for a dead generation).
+func TestCommitterFlushFailsFast(t *testing.T) {
+	g := &fakeGen{}
+	g.fail.Store(1 << 20)
+	c := newCommitter(g, "in", time.Hour, NopObserver{}, discardSampler())
+	go c.run()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- c.flush(ctx, 0, 1) }()
+	if err := <-errc; err == nil {
+		t.Fatal("flush succeeded against a failing coordinator")
+	}
+	c.close()
+}
+
+type countObs struct {
+	NopObserver
+	commitErrors atomic.Int64
+}
+
+func (o *countObs) CommitError() { o.commitErrors.Add(1) }
+
+func TestSampler(t *testing.T) {
+	var buf bytes.Buffer
+	s := newSampler(slog.New(slog.NewTextHandler(&buf, nil)), 10*time.Second)
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	steps := []struct {
+		advance time.Duration
+		key     string
+		logged  bool
+	}{
+		{0, "a", true},
+		{time.Second, "a", false},
+		{time.Second, "b", true},
+		{5 * time.Second, "a", false},
+		{3 * time.Second, "a", true}, // 10s after the first "a"
+		{0, "a", false},
+	}
+	for i, st := range steps {
+		now = now.Add(st.advance)
+		if got := s.Log(slog.LevelWarn, st.key, "msg-"+st.key); got != st.logged {
+			t.Errorf("step %d: logged=%v, want %v", i, got, st.logged)
+		}
+	}
+	if !strings.Contains(buf.String(), "suppressed_since_last=2") {
+		t.Errorf("log does not report the 2 suppressed lines:\n%s", buf.String())
+	}
+	// Disabled levels are not logged and not counted.
+	quiet := newSampler(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError})), time.Second)
+	if quiet.Log(slog.LevelWarn, "x", "m") {
+		t.Error("logged below the handler's level")
+	}
+}
+
+func TestMessageRecords(t *testing.T) {
+	ts := time.UnixMilli(1_700_000_000_123)
+	msgs := []kafka.Message{
+		{Key: []byte("k"), Value: []byte("v"), Headers: []kafka.Header{{Key: "h", Value: []byte("x")}}, Time: ts},
+		{Key: nil, Value: []byte{}, Time: ts},
+		{Key: []byte{}, Value: nil},
+	}
+	r := &messageRecords{msgs: msgs}
+	for i, m := range msgs {
+		rec, err := r.ReadRecord()
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := func(b kafka.Bytes) []byte {
+			if b == nil {
+				return nil
+			}
+			out, err := io.ReadAll(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		k, v := read(rec.Key), read(rec.Value)
+		if (k == nil) != (m.Key == nil) || !bytes.Equal(k, m.Key) || (v == nil) != (m.Value == nil) || !bytes.Equal(v, m.Value) ||
+			!rec.Time.Equal(m.Time) || len(rec.Headers) != len(m.Headers) {
+			t.Errorf("record %d: got key %q value %q time %v headers %v, want %+v", i, k, v, rec.Time, rec.Headers, m)
+		}
+	}
+	if _, err := r.ReadRecord(); err != io.EOF {
+		t.Errorf("after the last record: %v, want io.EOF", err)
+	}
+}
+
+func TestHashPartitionerNullKeys(t *testing.T) {
+	h := newHashPartitioner(3)
+	for in := range 7 {
+		if got := h.partition(nil, in); got != in%3 {
+			t.Errorf("null key from input %d: partition %d, want %d", in, got, in%3)
+		}
+	}
+	// Empty (non-null) keys are hashed like Java does, the same way every time.
+	if a, b := h.partition([]byte{}, 0), h.partition([]byte{}, 2); a != b {
+		t.Errorf("empty key placed by input partition: %d vs %d", a, b)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want []string // substrings of the error; none means valid
+	}{
+		{"defaults", func(*Config) {}, nil},
+		{"empty", func(c *Config) { *c = Config{} }, []string{"no brokers", "no input topic", "no output topic"}},
+		{"loop", func(c *Config) { c.OutputTopic = "in" }, []string{"is the input topic"}},
+		{"dups topic", func(c *Config) { c.DuplicatesTopic = "out" }, []string{"duplicates topic"}},
+		{"heartbeat", func(c *Config) { c.HeartbeatInterval = time.Minute }, []string{"heartbeat interval"}},
+		{"enums", func(c *Config) { c.Mode = "x"; c.Partitioning = "y"; c.Unkeyed = "z" },
+			[]string{"unknown mode", "unknown partitioning", "unknown unkeyed policy"}},
+		{"negative", func(c *Config) { c.BatchSize = -1; c.BatchTimeout = -1 }, []string{"batch size", "negative"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.mod(&c)
+			err := c.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Validate = nil, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		attempt int
+		max     time.Duration
+		want    time.Duration
+	}{
+		{0, 5 * time.Second, 100 * time.Millisecond},
+		{1, 5 * time.Second, 200 * time.Millisecond},
+		{5, 5 * time.Second, 3200 * time.Millisecond},
+		{6, 5 * time.Second, 5 * time.Second},
+		{100, 5 * time.Second, 5 * time.Second},
+		{3, 50 * time.Millisecond, 50 * time.Millisecond},
+	} {
+		if got := backoff(tc.attempt, tc.max); got != tc.want {
+			t.Errorf("backoff(%d, %v) = %v, want %v", tc.attempt, tc.max, got, tc.want)
+		}
+	}
+}

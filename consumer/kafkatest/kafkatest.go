@@ -1,0 +1,353 @@
+// Package kafkatest starts an in-process Kafka-protocol broker (kfake from franz-go) that listens
+// on 127.0.0.1 over real TCP, for tests and the demo, and has small helpers to create, produce to
+// and read topics and committed offsets with kafka-go.
+package kafkatest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Options configures Start. The zero value starts one broker without topics.
+type Options struct {
+	// Topics are created at start: name → number of partitions.
+	Topics map[string]int32
+	// Brokers is the number of brokers. Default 1.
+	Brokers int
+	// DataDir, when set, makes the cluster persist its state (records, committed offsets) there,
+	// so that Stop followed by Resume (or Restart) keeps everything.
+	DataDir string
+	// MinSessionTimeout is the smallest consumer group session timeout accepted. Default 100ms
+	// (kfake's own default is 6s, which makes group tests slow).
+	MinSessionTimeout time.Duration
+	// AutoCreateTopics lets metadata requests create missing topics.
+	AutoCreateTopics bool
+}
+
+// Cluster is a running (or stopped) fake cluster. Its methods are safe for concurrent use.
+type Cluster struct {
+	opts  Options
+	ports []int
+
+	mu sync.Mutex
+	c  *kfake.Cluster
+	tr *kafka.Transport // replaced on every start: pooled connections do not survive a restart
+}
+
+// Start starts a cluster on random free ports of 127.0.0.1.
+func Start(opts Options) (*Cluster, error) {
+	if opts.Brokers <= 0 {
+		opts.Brokers = 1
+	}
+	if opts.MinSessionTimeout <= 0 {
+		opts.MinSessionTimeout = 100 * time.Millisecond
+	}
+	cl := &Cluster{opts: opts}
+	for range opts.Brokers {
+		cl.ports = append(cl.ports, 0)
+	}
+	if err := cl.start(true); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+func (cl *Cluster) start(seed bool) error {
+	kopts := []kfake.Opt{
+		kfake.Ports(cl.ports...),
+		kfake.GroupMinSessionTimeout(cl.opts.MinSessionTimeout),
+	}
+	if cl.opts.AutoCreateTopics {
+		kopts = append(kopts, kfake.AllowAutoTopicCreation())
+	}
+	if cl.opts.DataDir != "" {
+		kopts = append(kopts, kfake.DataDir(cl.opts.DataDir))
+	}
+	if seed {
+		for name, n := range cl.opts.Topics {
+			kopts = append(kopts, kfake.SeedTopics(n, name))
+		}
+	}
+	var c *kfake.Cluster
+	var err error
+	// A port freed by Stop can take a moment to be reusable.
+	for attempt := 0; attempt < 50; attempt++ {
+		if c, err = kfake.NewCluster(kopts...); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("kafkatest: start cluster: %w", err)
+	}
+	addrs := c.ListenAddrs()
+	ports := make([]int, len(addrs))
+	for i, a := range addrs {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			c.Close()
+			return fmt.Errorf("kafkatest: listen address %q: %w", a, err)
+		}
+		ports[i], _ = strconv.Atoi(p)
+	}
+	cl.mu.Lock()
+	cl.c, cl.ports = c, ports
+	cl.tr = &kafka.Transport{}
+	cl.mu.Unlock()
+	return nil
+}
+
+// Addrs returns the brokers' host:port addresses. They stay the same across Stop and Resume.
+func (cl *Cluster) Addrs() []string {
+	out := make([]string, len(cl.ports))
+	for i, p := range cl.ports {
+		out[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	}
+	return out
+}
+
+// Stop shuts the cluster down: connections are refused until Resume. Without a DataDir all state
+// is lost.
+func (cl *Cluster) Stop() {
+	cl.mu.Lock()
+	c, tr := cl.c, cl.tr
+	cl.c = nil
+	cl.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	if tr != nil {
+		tr.CloseIdleConnections()
+	}
+}
+
+// Resume starts a stopped cluster again on the same ports, reloading its state from DataDir.
+func (cl *Cluster) Resume() error {
+	if cl.opts.DataDir == "" {
+		return errors.New("kafkatest: Resume needs Options.DataDir")
+	}
+	cl.mu.Lock()
+	running := cl.c != nil
+	cl.mu.Unlock()
+	if running {
+		return errors.New("kafkatest: cluster is running")
+	}
+	return cl.start(false)
+}
+
+// Restart stops and resumes the cluster.
+func (cl *Cluster) Restart() error {
+	cl.Stop()
+	return cl.Resume()
+}
+
+// Close stops the cluster for good.
+func (cl *Cluster) Close() { cl.Stop() }
+
+// Client returns a kafka-go client for the cluster.
+func (cl *Cluster) Client() *kafka.Client {
+	cl.mu.Lock()
+	tr := cl.tr
+	cl.mu.Unlock()
+	return &kafka.Client{Addr: kafka.TCP(cl.Addrs()...), Timeout: 10 * time.Second, Transport: tr}
+}
+
+// CreateTopic creates a topic with the given number of partitions.
+func (cl *Cluster) CreateTopic(ctx context.Context, name string, partitions int) error {
+	res, err := cl.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}},
+	})
+	if err != nil {
+		return fmt.Errorf("kafkatest: create topic %q: %w", name, err)
+	}
+	if err := res.Errors[name]; err != nil {
+		return fmt.Errorf("kafkatest: create topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// Partitions returns the number of partitions of topic.
+func (cl *Cluster) Partitions(ctx context.Context, topic string) (int, error) {
+	md, err := cl.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, fmt.Errorf("kafkatest: metadata: %w", err)
+	}
+	for _, t := range md.Topics {
+		if t.Name == topic {
+			if t.Error != nil {
+				return 0, fmt.Errorf("kafkatest: topic %q: %w", topic, t.Error)
+			}
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, fmt.Errorf("kafkatest: topic %q not found", topic)
+}
+
+// Produce writes msgs, in order, to topic/partition in requests of at most 500 records, with
+// acks=all. Only Key, Value, Headers and Time of msgs are used.
+func (cl *Cluster) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
+	client := cl.Client()
+	for len(msgs) > 0 {
+		n := min(len(msgs), 500)
+		recs := make([]kafka.Record, n)
+		for i, m := range msgs[:n] {
+			recs[i] = kafka.Record{Time: m.Time, Headers: m.Headers}
+			if m.Key != nil {
+				recs[i].Key = kafka.NewBytes(m.Key)
+			}
+			if m.Value != nil {
+				recs[i].Value = kafka.NewBytes(m.Value)
+			}
+		}
+		res, err := client.Produce(ctx, &kafka.ProduceRequest{
+			Topic: topic, Partition: partition, RequiredAcks: kafka.RequireAll,
+			Records: kafka.NewRecordReader(recs...),
+		})
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		if err != nil {
+			return fmt.Errorf("kafkatest: produce to %s/%d: %w", topic, partition, err)
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+// EndOffsets returns the high watermark of every partition of topic.
+func (cl *Cluster) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+	n, err := cl.Partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]kafka.OffsetRequest, n)
+	for p := range n {
+		reqs[p] = kafka.LastOffsetOf(p)
+	}
+	res, err := cl.Client().ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("kafkatest: list offsets: %w", err)
+	}
+	out := make(map[int]int64, n)
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("kafkatest: list offsets %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		out[po.Partition] = po.LastOffset
+	}
+	return out, nil
+}
+
+// Committed returns the offsets committed by group for every partition of topic; a partition
+// without a committed offset (or a group that does not exist yet) maps to -1.
+func (cl *Cluster) Committed(ctx context.Context, group, topic string) (map[int]int64, error) {
+	n, err := cl.Partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]int, n)
+	for p := range n {
+		ps[p] = p
+	}
+	res, err := cl.Client().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		return nil, fmt.Errorf("kafkatest: offset fetch: %w", err)
+	}
+	out := make(map[int]int64, n)
+	for p := range n {
+		out[p] = -1
+	}
+	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return out, nil // nothing committed yet
+	}
+	if res.Error != nil {
+		return nil, fmt.Errorf("kafkatest: offset fetch: %w", res.Error)
+	}
+	for _, op := range res.Topics[topic] {
+		if op.Error != nil {
+			return nil, fmt.Errorf("kafkatest: offset fetch %s/%d: %w", topic, op.Partition, op.Error)
+		}
+		out[op.Partition] = op.CommittedOffset
+	}
+	return out, nil
+}
+
+// ReadAll returns every record of every partition of topic up to its current high watermark,
+// by partition, in offset order.
+func (cl *Cluster) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error) {
+	ends, err := cl.EndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int][]kafka.Message, len(ends))
+	for p, end := range ends {
+		msgs, err := cl.ReadPartition(ctx, topic, p, end)
+		if err != nil {
+			return nil, err
+		}
+		out[p] = msgs
+	}
+	return out, nil
+}
+
+// ReadPartition returns the records of topic/partition from the start of the log up to end.
+func (cl *Cluster) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error) {
+	client := cl.Client()
+	var msgs []kafka.Message
+	offset := int64(0)
+	for stalled := 0; offset < end; {
+		if stalled++; stalled > 100 {
+			return nil, fmt.Errorf("kafkatest: fetch %s/%d stuck at offset %d below %d", topic, partition, offset, end)
+		}
+		res, err := client.Fetch(ctx, &kafka.FetchRequest{
+			Topic: topic, Partition: partition, Offset: offset,
+			MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond,
+		})
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kafkatest: fetch %s/%d@%d: %w", topic, partition, offset, err)
+		}
+		for {
+			r, err := res.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("kafkatest: read %s/%d: %w", topic, partition, err)
+			}
+			m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time, Headers: r.Headers}
+			if m.Key, err = readBytes(r.Key); err == nil {
+				m.Value, err = readBytes(r.Value)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("kafkatest: read %s/%d: %w", topic, partition, err)
+			}
+			if r.Offset >= offset && r.Offset < end {
+				msgs = append(msgs, m)
+				offset, stalled = r.Offset+1, 0
+			}
+		}
+	}
+	return msgs, nil
+}
+
+func readBytes(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	defer b.Close()
+	out := make([]byte, b.Len())
+	_, err := io.ReadFull(b, out)
+	return out, err
+}

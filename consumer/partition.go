@@ -1,0 +1,300 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// partitionState is the reusable per-partition working memory.
+type partitionState struct {
+	p    int32
+	in   []kafka.Message
+	out  []kafka.Message
+	dups []kafka.Message
+
+	byPart [][]kafka.Message // hash partitioning: out grouped by output partition
+	hash   *hashPartitioner
+
+	hdr    headerSource
+	hdrSeq func(yield func(string, []byte) bool)
+
+	next int64 // next offset to commit; -1 until a batch was handled
+}
+
+// headerSource adapts the current record's headers to the iterator a KeyFunc takes. One is kept
+// per partition with a pre-bound method value, so calling the KeyFunc allocates nothing.
+type headerSource struct{ cur []kafka.Header }
+
+func (h *headerSource) all(yield func(string, []byte) bool) {
+	for _, x := range h.cur {
+		if !yield(x.Key, x.Value) {
+			return
+		}
+	}
+}
+
+// partition consumes one assigned partition from offset until gctx ends, then drains: the batch
+// in hand is produced, its offsets are committed and the Deduper's Revoke is called. Produce,
+// commit and Revoke may take RebalanceTimeout after gctx ended, and never longer than hard allows.
+func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, offset int64) {
+	pctx, cancel := graceContext(hard, gctx, w.cfg.RebalanceTimeout)
+	defer cancel()
+
+	if !w.assign(gctx, p) {
+		w.pendingAssign.Add(-1)
+		w.updateReady()
+		return
+	}
+	w.pendingAssign.Add(-1)
+	w.updateReady()
+
+	info, errs := kafkaLoggers(w.log, w.sample, "kafka-reader")
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        w.cfg.Brokers,
+		Topic:          w.cfg.InputTopic,
+		Partition:      int(p),
+		Dialer:         w.dialer,
+		QueueCapacity:  w.cfg.QueueCapacity,
+		MinBytes:       1,
+		MaxBytes:       w.cfg.FetchMaxBytes,
+		MaxWait:        w.cfg.FetchMaxWait,
+		ReadBackoffMin: 100 * time.Millisecond,
+		ReadBackoffMax: w.cfg.RetryBackoffMax,
+		MaxAttempts:    3,
+		Logger:         info,
+		ErrorLogger:    errs,
+	})
+	readerClosed := make(chan struct{})
+	closeReader := func() {
+		go func() { _ = r.Close(); close(readerClosed) }()
+	}
+	if err := r.SetOffset(offset); err != nil {
+		closeReader()
+		<-readerClosed
+		w.release(pctx, hard, p, true)
+		return
+	}
+
+	st := &partitionState{p: p, next: -1}
+	st.hdrSeq = st.hdr.all
+	if w.cfg.Partitioning == PartitionHash {
+		st.hash = newHashPartitioner(tc.output)
+		st.byPart = make([][]kafka.Message, tc.output)
+	}
+
+	drained := true
+	for gctx.Err() == nil {
+		batch, consumeStart, err := w.fetchBatch(gctx, r, st.in[:0])
+		st.in = batch
+		if len(batch) > 0 {
+			if perr := w.handleBatch(pctx, c, st, tc, consumeStart); perr != nil {
+				drained = false
+				break
+			}
+		}
+		if err != nil && gctx.Err() == nil {
+			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
+				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
+			sleepCtx(gctx, 200*time.Millisecond)
+		}
+	}
+	closeReader() // stop fetching; prefetched records are simply not committed
+
+	if drained && st.next >= 0 {
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			if err = c.flush(pctx, int(p), st.next); err == nil || pctx.Err() != nil {
+				break
+			}
+			sleepCtx(pctx, backoff(attempt, time.Second))
+		}
+		if err != nil {
+			// Everything was produced, so the state is consistent with the output topic; the
+			// next owner re-consumes from the last committed offset and treats what it finds
+			// in the restored state as duplicates, which they are.
+			w.log.Warn("final offset commit failed; records after the last committed offset will be re-consumed",
+				"topic", w.cfg.InputTopic, "partition", p, "offset", st.next, "error", err.Error())
+		}
+	}
+	<-readerClosed
+	w.release(pctx, hard, p, drained)
+}
+
+// assign calls Deduper.Assign for p until it succeeds (true) or gctx ends (false).
+func (w *Worker) assign(gctx context.Context, p int32) bool {
+	for attempt := 0; ; attempt++ {
+		err := w.dedup.Assign(gctx, p)
+		if err == nil {
+			return true
+		}
+		if gctx.Err() != nil {
+			return false
+		}
+		w.log.Error("deduplication state for partition could not be prepared; retrying",
+			"partition", p, "attempt", attempt+1, "error", err.Error())
+		if !sleepCtx(gctx, backoff(attempt, w.cfg.RetryBackoffMax)) {
+			return false
+		}
+	}
+}
+
+// release hands the partition's deduplication state back: Revoke when every record passed to
+// Seen was acknowledged by the output topic, otherwise Discard (if the Deduper has it) so that no
+// snapshot claims records the output never got. The fallback Revoke gets an already-cancelled
+// context for the same reason.
+func (w *Worker) release(pctx, hard context.Context, p int32, drained bool) {
+	if drained {
+		if err := w.dedup.Revoke(pctx, p); err != nil {
+			w.log.Error("revoke failed", "partition", p, "error", err.Error())
+		}
+		return
+	}
+	w.log.Warn("partition released with records that were processed but not acknowledged by the output topic; "+
+		"they will be re-consumed by the next owner and their deduplication state is discarded",
+		"partition", p)
+	if d, ok := w.dedup.(Discarder); ok {
+		if err := d.Discard(hard, p); err != nil {
+			w.log.Error("discard failed", "partition", p, "error", err.Error())
+		}
+		return
+	}
+	if err := w.dedup.Revoke(pctx, p); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		w.log.Error("revoke failed", "partition", p, "error", err.Error())
+	}
+}
+
+// fetchBatch appends up to BatchSize records to batch: it waits for the first one as long as
+// gctx allows, then for BatchTimeout at most. It returns the time the first record arrived.
+func (w *Worker) fetchBatch(gctx context.Context, r *kafka.Reader, batch []kafka.Message) ([]kafka.Message, time.Time, error) {
+	m, err := r.FetchMessage(gctx)
+	if err != nil {
+		return batch, time.Time{}, err
+	}
+	start := time.Now()
+	batch = append(batch, m)
+	if w.cfg.BatchSize > 1 {
+		bctx, cancel := context.WithDeadline(gctx, start.Add(w.cfg.BatchTimeout))
+		for len(batch) < w.cfg.BatchSize {
+			m, err := r.FetchMessage(bctx)
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		cancel()
+	}
+	return batch, start, nil
+}
+
+// handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.
+// It returns an error only when pctx ended before every output write was acknowledged.
+func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, consumeStart time.Time) error {
+	p := st.p
+	w.obs.Consumed(p, len(st.in))
+	out, dups := st.out[:0], st.dups[:0]
+	nDup, nUnkeyed := 0, 0
+	mark := w.cfg.Mode == ModeMark
+	side := w.cfg.DuplicatesTopic != ""
+	for i := range st.in {
+		m := &st.in[i]
+		st.hdr.cur = m.Headers
+		id, ok := w.key(m.Key, m.Value, st.hdrSeq)
+		st.hdr.cur = nil
+		if !ok {
+			nUnkeyed++
+			if nUnkeyed == 1 {
+				w.sample.Log(slog.LevelWarn, "unkeyed", "record without an extractable deduplication key",
+					"topic", w.cfg.InputTopic, "partition", p, "offset", m.Offset, "policy", string(w.cfg.Unkeyed))
+			}
+			if w.cfg.Unkeyed == UnkeyedPass {
+				out = append(out, *m)
+			}
+			continue
+		}
+		if !w.dedup.Seen(p, id) {
+			out = append(out, *m)
+			continue
+		}
+		nDup++
+		if side {
+			dups = append(dups, *m)
+		}
+		if mark {
+			o := *m
+			o.Headers = make([]kafka.Header, len(m.Headers), len(m.Headers)+1)
+			copy(o.Headers, m.Headers)
+			o.Headers = append(o.Headers, kafka.Header{Key: w.cfg.MarkHeader, Value: []byte(MarkValue)})
+			out = append(out, o)
+		}
+	}
+	st.out, st.dups = out, dups
+	if nDup > 0 {
+		w.obs.Duplicates(p, nDup)
+	}
+	if nUnkeyed > 0 {
+		w.obs.Unkeyed(p, nUnkeyed)
+	}
+
+	if err := w.produceOut(pctx, st, out); err != nil {
+		return err
+	}
+	if len(dups) > 0 {
+		if err := w.prod.produce(pctx, w.cfg.DuplicatesTopic, int(p)%tc.duplicates, dups); err != nil {
+			return err
+		}
+	}
+	ack := time.Now()
+	if len(out) > 0 {
+		w.obs.Produced(p, len(out))
+		sinceConsume := ack.Sub(consumeStart)
+		for i := range out {
+			if !out[i].Time.IsZero() {
+				w.obs.Latency(ack.Sub(out[i].Time), sinceConsume)
+			}
+		}
+	}
+	last := &st.in[len(st.in)-1]
+	st.next = last.Offset + 1
+	w.obs.Lag(p, max(0, last.HighWaterMark-st.next))
+	c.mark(int(p), st.next)
+	if w.checkpointer != nil && w.checkpointer.CheckpointDue(p) {
+		if err := w.checkpointer.Checkpoint(pctx, p); err != nil {
+			w.sample.Log(slog.LevelError, "checkpoint", "checkpoint failed", "partition", p, "error", err.Error())
+		}
+	}
+	clear(st.in) // drop references to record bytes until the slices are reused
+	clear(st.out)
+	clear(st.dups)
+	return nil
+}
+
+// produceOut writes out to the output topic, keeping order per output partition.
+func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafka.Message) error {
+	if len(out) == 0 {
+		return nil
+	}
+	if st.hash == nil {
+		return w.prod.produce(pctx, w.cfg.OutputTopic, int(st.p), out)
+	}
+	for i := range st.byPart {
+		st.byPart[i] = st.byPart[i][:0]
+	}
+	for i := range out {
+		q := st.hash.partition(out[i].Key, int(st.p))
+		st.byPart[q] = append(st.byPart[q], out[i])
+	}
+	for q, msgs := range st.byPart {
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := w.prod.produce(pctx, w.cfg.OutputTopic, q, msgs); err != nil {
+			return err
+		}
+		clear(msgs)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// producer writes batches to one topic partition with explicit partition numbers, retrying each
+// request until the brokers acknowledge it (acks=all) or the context ends. It is safe for
+// concurrent use by the partition goroutines.
+type producer struct {
+	client      *kafka.Client
+	compression kafka.Compression
+	batchBytes  int
+	backoffMax  time.Duration
+	obs         Observer
+	log         *sampler
+
+	// failing counts the callers currently retrying a failed request; readiness is false while
+	// it is positive. notify, when set, is called after every change of failing.
+	failing atomic.Int64
+	notify  func()
+}
+
+func (p *producer) setFailing(delta int64) {
+	p.failing.Add(delta)
+	if p.notify != nil {
+		p.notify()
+	}
+}
+
+// produce writes msgs, in order, to topic/partition. It splits them into requests of at most
+// batchBytes (a single larger record goes alone) and sends one request at a time, so order is
+// kept. A failed request is retried with capped exponential backoff until it succeeds or ctx is
+// done; on failure the error says so and some leading requests may have been written already
+// (the caller must not commit). Retried requests may duplicate records in the output topic, which
+// is what at-least-once delivery allows.
+func (p *producer) produce(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
+	for len(msgs) > 0 {
+		n, size := 0, 0
+		for n < len(msgs) {
+			s := messageSize(&msgs[n])
+			if n > 0 && size+s > p.batchBytes {
+				break
+			}
+			size += s
+			n++
+		}
+		if err := p.produceRequest(ctx, topic, partition, msgs[:n]); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+func (p *producer) produceRequest(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
+	failing := false
+	defer func() {
+		if failing {
+			p.setFailing(-1)
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		recs := &messageRecords{msgs: msgs}
+		res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
+			Topic:        topic,
+			Partition:    partition,
+			RequiredAcks: kafka.RequireAll,
+			Compression:  p.compression,
+			Records:      recs,
+		})
+		if err == nil && res != nil && res.Error != nil {
+			err = res.Error
+		}
+		if err == nil && res == nil {
+			err = errors.New("no produce response")
+		}
+		if err == nil {
+			if failing {
+				p.log.Log(slog.LevelInfo, "produce-recovered:"+topic, "produce recovered",
+					"topic", topic, "partition", partition, "attempts", attempt+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("consumer: produce to %s/%d: %w (gave up: %w)", topic, partition, err, ctx.Err())
+		}
+		if !failing {
+			failing = true
+			p.setFailing(1)
+		}
+		p.obs.ProduceError()
+		p.log.Log(slog.LevelWarn, "produce-failed:"+topic, "produce failed, retrying; input offsets are not committed until it succeeds",
+			"topic", topic, "partition", partition, "records", len(msgs), "attempt", attempt+1, "error", err.Error())
+		if !sleepCtx(ctx, backoff(attempt, p.backoffMax)) {
+			return fmt.Errorf("consumer: produce to %s/%d: %w (gave up: %w)", topic, partition, err, ctx.Err())
+		}
+	}
+}
+
+// messageSize estimates the encoded size of m in a record batch.
+func messageSize(m *kafka.Message) int {
+	n := len(m.Key) + len(m.Value) + 24
+	for i := range m.Headers {
+		n += len(m.Headers[i].Key) + len(m.Headers[i].Value) + 4
+	}
+	return n
+}
+
+// backoff returns the delay before retry attempt+1: 100ms doubling up to max.
+func backoff(attempt int, max time.Duration) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}
+
+// sleepCtx sleeps d and reports whether ctx is still live afterwards.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// messageRecords is a kafka.RecordReader over messages that reuses one Record and its key and
+// value readers, so producing a batch allocates nothing per record. The encoder consumes each
+// record before asking for the next one.
+type messageRecords struct {
+	msgs       []kafka.Message
+	i          int
+	rec        kafka.Record
+	key, value bytesReader
+}
+
+// ReadRecord returns the next record, or io.EOF after the last one.
+func (r *messageRecords) ReadRecord() (*kafka.Record, error) {
+	if r.i >= len(r.msgs) {
+		return nil, io.EOF
+	}
+	m := &r.msgs[r.i]
+	r.i++
+	r.rec = kafka.Record{Time: m.Time, Headers: m.Headers}
+	if m.Key != nil {
+		r.key.Reset(m.Key)
+		r.rec.Key = &r.key
+	}
+	if m.Value != nil {
+		r.value.Reset(m.Value)
+		r.rec.Value = &r.value
+	}
+	return &r.rec, nil
+}
+
+// bytesReader is a bytes.Reader with a no-op Close, i.e. a kafka.Bytes.
+type bytesReader struct{ bytes.Reader }
+
+// Close does nothing.
+func (*bytesReader) Close() error { return nil }
+
+// hashPartitioner places records like the Java client's default partitioner does for keyed
+// records: murmur2(key) & 0x7fffffff % n. Records with a null key go to input partition % n,
+// which keeps them in input order and spreads them like the input.
+type hashPartitioner struct {
+	ids []int // 0..n-1, reused for every call
+}
+
+func newHashPartitioner(n int) *hashPartitioner {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i
+	}
+	return &hashPartitioner{ids: ids}
+}
+
+func (h *hashPartitioner) partition(key []byte, input int) int {
+	if key == nil {
+		return input % len(h.ids)
+	}
+	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, h.ids...)
+}

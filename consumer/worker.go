@@ -1,0 +1,333 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ErrPartitionMismatch is returned by Run when Config.Partitioning is PartitionSame and the output
+// topic does not have as many partitions as the input topic.
+var ErrPartitionMismatch = errors.New("consumer: output topic partition count differs from input topic")
+
+// Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
+// Ready and the Observer it was given are safe to use concurrently with Run.
+type Worker struct {
+	cfg          Config
+	dedup        Deduper
+	checkpointer Checkpointer // nil unless dedup implements it
+	key          KeyFunc
+	obs          Observer
+	log          *slog.Logger
+	sample       *sampler
+
+	dialer    *kafka.Dialer
+	transport *kafka.Transport
+	client    *kafka.Client
+	prod      *producer
+
+	inGeneration  atomic.Bool
+	pendingAssign atomic.Int64
+	readyMu       sync.Mutex
+	lastReady     bool
+}
+
+// New validates cfg and returns a Worker that deduplicates with d, extracts identities with key,
+// reports to obs (nil means NopObserver) and logs to log (nil means slog.Default()). It does not
+// connect to Kafka; Run does.
+func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d == nil || key == nil {
+		return nil, errors.New("consumer: New needs a Deduper and a KeyFunc")
+	}
+	cfg = cfg.withDefaults()
+	if obs == nil {
+		obs = NopObserver{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: newSampler(log, 10*time.Second)}
+	w.checkpointer, _ = d.(Checkpointer)
+	w.dialer = &kafka.Dialer{
+		ClientID:      cfg.ClientID,
+		Timeout:       10 * time.Second,
+		DualStack:     true,
+		TLS:           cfg.TLS,
+		SASLMechanism: cfg.SASL,
+	}
+	w.transport = &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialTimeout: 5 * time.Second,
+		// Topic lookups and produce routing read the transport's cached metadata; a short TTL
+		// notices created topics and moved leaders quickly.
+		MetadataTTL: 2 * time.Second,
+		ClientID:    cfg.ClientID,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+	}
+	w.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: w.transport, Timeout: cfg.ProduceTimeout}
+	w.prod = &producer{
+		client:      w.client,
+		compression: cfg.Compression,
+		batchBytes:  cfg.BatchBytes,
+		backoffMax:  cfg.RetryBackoffMax,
+		obs:         obs,
+		log:         w.sample,
+		notify:      w.updateReady,
+	}
+	return w, nil
+}
+
+// Ready reports whether the worker is a member of an active consumer group generation, every
+// partition of that generation has been assigned (Deduper.Assign returned), and no output write
+// is currently failing. A member that got no partitions (more workers than partitions) is ready.
+func (w *Worker) Ready() bool {
+	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && w.prod.failing.Load() == 0
+}
+
+// updateReady tells a ReadyObserver about readiness changes.
+func (w *Worker) updateReady() {
+	ro, ok := w.obs.(ReadyObserver)
+	if !ok {
+		return
+	}
+	w.readyMu.Lock()
+	defer w.readyMu.Unlock()
+	if r := w.Ready(); r != w.lastReady {
+		w.lastReady = r
+		ro.SetReady(r)
+	}
+}
+
+// Run consumes until ctx is cancelled, then stops fetching, produces what it already processed,
+// commits, calls Revoke for every partition and leaves the group, all within
+// Config.ShutdownTimeout, and returns nil. Broker outages and missing topics are logged and
+// retried with backoff. Run returns an error only for problems retrying cannot fix: an
+// ErrPartitionMismatch, or a consumer group that cannot be created.
+func (w *Worker) Run(ctx context.Context) error {
+	// hard ends ShutdownTimeout after ctx: it bounds the drain.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	var hardTimer *time.Timer
+	var hardMu sync.Mutex
+	stopHard := context.AfterFunc(ctx, func() {
+		w.log.Info("shutdown requested: draining", "timeout", w.cfg.ShutdownTimeout.String())
+		hardMu.Lock()
+		hardTimer = time.AfterFunc(w.cfg.ShutdownTimeout, cancelHard)
+		hardMu.Unlock()
+	})
+	defer func() {
+		stopHard()
+		hardMu.Lock()
+		if hardTimer != nil {
+			hardTimer.Stop()
+		}
+		hardMu.Unlock()
+	}()
+	defer w.transport.CloseIdleConnections()
+	defer w.updateReady()
+
+	if _, err := w.topicInfo(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	info, errs := kafkaLoggers(w.log, w.sample, "kafka-group")
+	start := kafka.FirstOffset
+	if w.cfg.StartFromLatest {
+		start = kafka.LastOffset
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                    w.cfg.GroupID,
+		Brokers:               w.cfg.Brokers,
+		Dialer:                w.dialer,
+		Topics:                []string{w.cfg.InputTopic},
+		HeartbeatInterval:     w.cfg.HeartbeatInterval,
+		SessionTimeout:        w.cfg.SessionTimeout,
+		RebalanceTimeout:      w.cfg.RebalanceTimeout,
+		JoinGroupBackoff:      time.Second,
+		WatchPartitionChanges: true,
+		StartOffset:           start,
+		Logger:                info,
+		ErrorLogger:           errs,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	var closeOnce sync.Once
+	closeGroup := func() {
+		closeOnce.Do(func() {
+			// Close ends the generation (the partition goroutines drain), then leaves the group
+			// so that the partitions move to other members at once.
+			_ = cg.Close()
+			w.log.Info("left consumer group", "group", w.cfg.GroupID)
+		})
+	}
+	stopClose := context.AfterFunc(ctx, closeGroup)
+	defer stopClose()
+
+	var fatal error
+	for fatal == nil {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				break
+			}
+			w.sample.Log(slog.LevelWarn, "group-next", "consumer group: cannot join, retrying",
+				"group", w.cfg.GroupID, "error", err.Error())
+			continue
+		}
+		done := make(chan error, 1)
+		gen.Start(func(gctx context.Context) { done <- w.generation(gctx, hard, gen) })
+		fatal = <-done
+	}
+	closeGroup()
+	return fatal
+}
+
+// topicCounts holds the partition counts of the topics the worker uses.
+type topicCounts struct {
+	input, output, duplicates int
+}
+
+// topicInfo looks the topics up, retrying with backoff until they all exist or ctx ends. In
+// PartitionSame mode a partition count mismatch is an ErrPartitionMismatch.
+func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
+	for attempt := 0; ; attempt++ {
+		tc, err := w.lookupTopics(ctx)
+		if err == nil {
+			if w.cfg.Partitioning == PartitionSame && tc.input != tc.output {
+				return tc, fmt.Errorf("%w: output topic %q has %d partitions, input topic %q has %d; "+
+					"partitioning \"same\" writes every record to the output partition with the number of its input partition, "+
+					"so the counts must be equal (or use partitioning \"hash\")",
+					ErrPartitionMismatch, w.cfg.OutputTopic, tc.output, w.cfg.InputTopic, tc.input)
+			}
+			if attempt > 0 {
+				w.log.Info("topics available", "input", w.cfg.InputTopic, "output", w.cfg.OutputTopic)
+			}
+			return tc, nil
+		}
+		if ctx.Err() != nil {
+			return tc, ctx.Err()
+		}
+		w.sample.Log(slog.LevelWarn, "topics", "waiting for Kafka topics; retrying", "error", err.Error(),
+			"brokers", w.cfg.Brokers)
+		if !sleepCtx(ctx, backoff(attempt, w.cfg.RetryBackoffMax)) {
+			return tc, ctx.Err()
+		}
+	}
+}
+
+func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
+	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic}
+	if w.cfg.DuplicatesTopic != "" {
+		names = append(names, w.cfg.DuplicatesTopic)
+	}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md, err := w.client.Metadata(mctx, &kafka.MetadataRequest{Topics: names})
+	if err != nil {
+		return topicCounts{}, fmt.Errorf("consumer: brokers unreachable: %w", err)
+	}
+	counts := make([]int, len(names))
+	for i, name := range names {
+		idx := slices.IndexFunc(md.Topics, func(t kafka.Topic) bool { return t.Name == name })
+		switch {
+		case idx < 0:
+			return topicCounts{}, fmt.Errorf("consumer: topic %q not in metadata", name)
+		case md.Topics[idx].Error != nil:
+			return topicCounts{}, fmt.Errorf("consumer: topic %q: %w", name, md.Topics[idx].Error)
+		case len(md.Topics[idx].Partitions) == 0:
+			return topicCounts{}, fmt.Errorf("consumer: topic %q has no partitions", name)
+		}
+		counts[i] = len(md.Topics[idx].Partitions)
+	}
+	tc := topicCounts{input: counts[0], output: counts[1]}
+	if len(counts) > 2 {
+		tc.duplicates = counts[2]
+	}
+	return tc, nil
+}
+
+// generation runs one consumer group generation: one goroutine per assigned partition plus the
+// committer. It returns when all of them finished, after the generation ended. A non-nil error is
+// fatal for Run.
+func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) error {
+	assigned := gen.Assignments[w.cfg.InputTopic]
+	ids := make([]int, len(assigned))
+	for i, a := range assigned {
+		ids[i] = a.ID
+	}
+	w.obs.Rebalance()
+	w.obs.Assigned(len(assigned))
+	w.pendingAssign.Store(int64(len(assigned)))
+	w.inGeneration.Store(true)
+	w.updateReady()
+	w.log.Info("generation started", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+	defer func() {
+		w.inGeneration.Store(false)
+		w.pendingAssign.Store(0)
+		w.obs.Assigned(0)
+		w.updateReady()
+		w.log.Info("generation ended", "generation", gen.ID, "partitions", ids)
+	}()
+
+	tc, err := w.topicInfo(gctx)
+	if err != nil {
+		if gctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	c := newCommitter(gen, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
+	go c.run()
+	var wg sync.WaitGroup
+	for _, a := range assigned {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.partition(gctx, hard, c, tc, int32(a.ID), a.Offset)
+		}()
+	}
+	// Returning ends the generation (kafka-go's Generation.Start), so wait for its end even when
+	// no partition was assigned: an early return would make the group rebalance endlessly.
+	<-gctx.Done()
+	wg.Wait()
+	c.close()
+	return nil
+}
+
+// graceContext returns a context that is cancelled when parent is, or grace after trigger is.
+func graceContext(parent, trigger context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	var mu sync.Mutex
+	var t *time.Timer
+	stop := context.AfterFunc(trigger, func() {
+		mu.Lock()
+		t = time.AfterFunc(grace, cancel)
+		mu.Unlock()
+	})
+	return ctx, func() {
+		stop()
+		mu.Lock()
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}

@@ -1,0 +1,791 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/segmentio/kafka-go"
+)
+
+var baseTime = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// record builds an input record whose identity id sits where spec looks for it.
+func record(spec string, p, i int, id string) kafka.Message {
+	m := kafka.Message{
+		Key:     []byte(fmt.Sprintf("k-%d-%d", p, i)),
+		Value:   []byte(fmt.Sprintf("p%d-r%d", p, i)),
+		Headers: []kafka.Header{{Key: "trace", Value: []byte(fmt.Sprint(i))}},
+		Time:    baseTime.Add(time.Duration(p*100000+i) * time.Millisecond),
+	}
+	switch spec {
+	case "key":
+		m.Key = []byte(id)
+	case "value":
+		m.Value = []byte(id)
+	case "header:dedup-id":
+		m.Headers = append(m.Headers, kafka.Header{Key: "dedup-id", Value: []byte(id)})
+	case "json:order.id":
+		m.Value = []byte(fmt.Sprintf(`{"seq":%d,"order":{"id":%q}}`, i, id))
+	default:
+		panic(spec)
+	}
+	return m
+}
+
+// stream returns n records for partition p where every fourth one repeats an identity used
+// earlier in the partition (25% duplicates), and the records a deduplicator keeps.
+func stream(spec string, p, n int, rng *rand.Rand) (in, want []kafka.Message) {
+	var ids []string
+	for i := range n {
+		var id string
+		if i%4 == 3 {
+			id = ids[rng.IntN(len(ids))]
+		} else {
+			id = fmt.Sprintf("id-%d-%d", p, i)
+			ids = append(ids, id)
+		}
+		m := record(spec, p, i, id)
+		in = append(in, m)
+		if i%4 != 3 {
+			want = append(want, m)
+		}
+	}
+	return in, want
+}
+
+// TestKeyModes proves, for each kind of identity, that exactly the first occurrence of every
+// identity reaches the output partition with the input's number, in input order, with key, value,
+// headers and timestamp unchanged, and that everything is committed.
+func TestKeyModes(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{"key", "value", "header:dedup-id", "json:order.id"} {
+		t.Run(spec, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 4, 4, kafkatest.Options{})
+			rng := rand.New(rand.NewPCG(1, 2))
+			want := map[int][]kafka.Message{}
+			for p := range 4 {
+				in, w := stream(spec, p, 400, rng)
+				e.produce(p, in)
+				want[p] = w
+			}
+			d := newMapDeduper(false, nil)
+			r := e.start(e.config(), d, keyFuncFor(t, spec))
+			e.waitAllCommitted(20 * time.Second)
+			if err := r.stop(t, 10*time.Second); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			got := e.readOut(e.out)
+			for p := range 4 {
+				compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+			}
+			if c, dup := r.obs.consumed.Load(), r.obs.duplicates.Load(); c != 1600 || dup != 400 {
+				t.Errorf("observer: consumed %d duplicates %d, want 1600 and 400", c, dup)
+			}
+			if pr := r.obs.produced.Load(); pr != 1200 {
+				t.Errorf("observer: produced %d, want 1200", pr)
+			}
+			if r.obs.latencies.Load() != 1200 {
+				t.Errorf("observer: %d latencies, want 1200", r.obs.latencies.Load())
+			}
+			d.check(t)
+			assigns, revokes, _ := d.counts()
+			for p := range int32(4) {
+				if assigns[p] != 1 || revokes[p] != 1 {
+					t.Errorf("partition %d: %d assigns, %d revokes, want 1 and 1", p, assigns[p], revokes[p])
+				}
+			}
+		})
+	}
+}
+
+// TestUnkeyedPolicy proves that records without an extractable identity (null key in key mode,
+// broken or incomplete JSON in json mode) never crash the worker: with policy pass they are
+// produced unchanged in their place, with policy drop they are not produced; both count them.
+func TestUnkeyedPolicy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec   string
+		policy consumer.UnkeyedPolicy
+	}{
+		{"key", consumer.UnkeyedPass},
+		{"key", consumer.UnkeyedDrop},
+		{"json:order.id", consumer.UnkeyedPass},
+		{"json:order.id", consumer.UnkeyedDrop},
+	} {
+		t.Run(fmt.Sprintf("%s/%s", tc.spec, tc.policy), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 1, 1, kafkatest.Options{})
+			var in, want []kafka.Message
+			bad := []kafka.Message{
+				{Key: nil, Value: []byte(`not json at all {`)},
+				{Key: nil, Value: []byte(`{"order":{"other":1}}`)},
+				{Key: nil, Value: nil, Headers: []kafka.Header{{Key: "h", Value: nil}}},
+				{Key: nil, Value: []byte(`{"order":null}`)},
+			}
+			for i := range 40 {
+				if i%10 == 5 {
+					m := bad[(i/10)%len(bad)]
+					m.Time = baseTime.Add(time.Duration(i) * time.Millisecond)
+					in = append(in, m)
+					if tc.policy == consumer.UnkeyedPass {
+						want = append(want, m)
+					}
+					continue
+				}
+				m := record(tc.spec, 0, i, fmt.Sprintf("id-%d", i%20)) // second half repeats the first
+				in = append(in, m)
+				if i < 20 {
+					want = append(want, m)
+				}
+			}
+			e.produce(0, in)
+			cfg := e.config()
+			cfg.Unkeyed = tc.policy
+			r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, tc.spec))
+			e.waitAllCommitted(20 * time.Second)
+			if err := r.stop(t, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			compareSeq(t, "output", e.readOut(e.out)[0], want)
+			if n := r.obs.unkeyed.Load(); n != 4 {
+				t.Errorf("unkeyed counted %d, want 4", n)
+			}
+		})
+	}
+}
+
+// TestMarkMode proves that mark mode produces every record, in order, and that exactly the
+// duplicates carry the mark header (after their own headers).
+func TestMarkMode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 2, kafkatest.Options{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[int][]kafka.Message{}
+	for p := range 2 {
+		in, _ := stream("key", p, 200, rng)
+		e.produce(p, in)
+		for i, m := range in {
+			if i%4 == 3 {
+				m.Headers = append(slices.Clone(m.Headers), kafka.Header{Key: "x-dup", Value: []byte("1")})
+			}
+			want[p] = append(want[p], m)
+		}
+	}
+	cfg := e.config()
+	cfg.Mode = consumer.ModeMark
+	cfg.MarkHeader = "x-dup"
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readOut(e.out)
+	for p := range 2 {
+		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+	}
+	if n := r.obs.duplicates.Load(); n != 100 {
+		t.Errorf("duplicates counted %d, want 100", n)
+	}
+}
+
+// TestDuplicatesTopic proves that with a duplicates topic the duplicates are dropped from the
+// output and written, in order, to the side topic (partition input % its partition count).
+func TestDuplicatesTopic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 2, kafkatest.Options{Topics: map[string]int32{"dups": 1}})
+	rng := rand.New(rand.NewPCG(5, 6))
+	want := map[int][]kafka.Message{}
+	var wantDups []kafka.Message
+	for p := range 2 {
+		in, w := stream("key", p, 100, rng)
+		e.produce(p, in)
+		want[p] = w
+		for i, m := range in {
+			if i%4 == 3 {
+				wantDups = append(wantDups, m)
+			}
+		}
+	}
+	cfg := e.config()
+	cfg.DuplicatesTopic = "dups"
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readOut(e.out)
+	for p := range 2 {
+		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+	}
+	dups := e.readOut("dups")[0]
+	// Both input partitions write to the single side partition; order holds per input partition.
+	for p := range 2 {
+		var gotP, wantP []kafka.Message
+		for _, m := range dups {
+			if string(m.Value[:2]) == fmt.Sprintf("p%d", p) {
+				gotP = append(gotP, m)
+			}
+		}
+		for _, m := range wantDups {
+			if string(m.Value[:2]) == fmt.Sprintf("p%d", p) {
+				wantP = append(wantP, m)
+			}
+		}
+		compareSeq(t, fmt.Sprintf("duplicates of partition %d", p), gotP, wantP)
+	}
+}
+
+// TestScope proves the consumer side of DEDUP_SCOPE: the same identity on two partitions is a
+// duplicate only for a global Deduper; a per-partition one lets both through.
+func TestScope(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		global bool
+		want   int
+	}{{"partition", false, 2}, {"global", true, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 2, 2, kafkatest.Options{})
+			for p := range 2 {
+				e.produce(p, []kafka.Message{record("key", p, 0, "shared-id"), record("key", p, 1, fmt.Sprintf("own-%d", p))})
+			}
+			r := e.start(e.config(), newMapDeduper(tc.global, nil), keyFuncFor(t, "key"))
+			e.waitAllCommitted(20 * time.Second)
+			if err := r.stop(t, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			shared := 0
+			for _, msgs := range e.readOut(e.out) {
+				for _, m := range msgs {
+					if string(m.Key) == "shared-id" {
+						shared++
+					}
+				}
+			}
+			if shared != tc.want {
+				t.Errorf("shared identity produced %d times, want %d", shared, tc.want)
+			}
+		})
+	}
+}
+
+// TestGracefulShutdown proves that cancelling Run drains, commits every processed offset (even
+// with a commit interval far longer than the test), calls Revoke for every partition and returns
+// nil quickly; and that a new worker in the same group re-delivers nothing: after restart, only
+// records produced later are consumed.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 3, 3, kafkatest.Options{})
+	rng := rand.New(rand.NewPCG(7, 8))
+	want := map[int][]kafka.Message{}
+	for p := range 3 {
+		in, w := stream("key", p, 300, rng)
+		e.produce(p, in)
+		want[p] = w
+	}
+	st := newStore()
+	d1 := newMapDeduper(false, st)
+	cfg := e.config()
+	cfg.CommitInterval = time.Hour // only the shutdown commits
+	r1 := e.start(cfg, d1, keyFuncFor(t, "key"))
+	eventually(t, 20*time.Second, "all records produced", func() bool {
+		n := 0
+		for _, msgs := range e.readOut(e.out) {
+			n += len(msgs)
+		}
+		return n == 3*225
+	})
+	began := time.Now()
+	if err := r1.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("shutdown took %v", time.Since(began))
+	com, err := e.cl.Committed(context.Background(), e.group, e.in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range 3 {
+		if com[p] != 300 {
+			t.Errorf("partition %d: committed %d after shutdown, want 300", p, com[p])
+		}
+	}
+	d1.check(t)
+	if _, revokes, _ := d1.counts(); len(revokes) != 3 {
+		t.Errorf("revokes after shutdown: %v, want one per partition", revokes)
+	}
+	if r1.w.Ready() {
+		t.Error("worker still ready after Run returned")
+	}
+
+	// A second worker resumes from the commits: the sentinel is the first thing it consumes.
+	d2 := newMapDeduper(false, st)
+	r2 := e.start(e.config(), d2, keyFuncFor(t, "key"))
+	eventually(t, 20*time.Second, "second worker ready", r2.w.Ready)
+	for p := range 3 {
+		s := record("key", p, 1000, "sentinel")
+		e.produce(p, []kafka.Message{s})
+		want[p] = append(want[p], s)
+	}
+	e.waitAllCommitted(20 * time.Second)
+	if err := r2.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := r2.obs.consumed.Load(); n != 3 {
+		t.Errorf("second worker consumed %d records, want only the 3 sentinels", n)
+	}
+	got := e.readOut(e.out)
+	for p := range 3 {
+		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+	}
+}
+
+// TestTwoWorkersSplitPartitions proves scale-out: a second worker joining the group takes some
+// partitions, the state follows them through Revoke/Assign, and the output is exactly the
+// deduplicated input although records were produced before, during and after the rebalance.
+func TestTwoWorkersSplitPartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4, 4, kafkatest.Options{})
+	rng := rand.New(rand.NewPCG(9, 10))
+	ins := map[int][]kafka.Message{}
+	want := map[int][]kafka.Message{}
+	for p := range 4 {
+		ins[p], want[p] = stream("key", p, 900, rng)
+	}
+	feed := func(from, to int) {
+		for p := range 4 {
+			e.produce(p, ins[p][from:to])
+		}
+	}
+	st := newStore()
+	dA, dB := newMapDeduper(false, st), newMapDeduper(false, st)
+	feed(0, 300)
+	a := e.start(e.config(), dA, keyFuncFor(t, "key"))
+	eventually(t, 20*time.Second, "worker A ready", a.w.Ready)
+	feed(300, 500)
+	b := e.start(e.config(), dB, keyFuncFor(t, "key"))
+	feed(500, 700)
+	eventually(t, 30*time.Second, "both workers ready with partitions", func() bool {
+		return a.w.Ready() && b.w.Ready() && a.obs.assigned.Load() > 0 && b.obs.assigned.Load() > 0
+	})
+	if na, nb := a.obs.assigned.Load(), b.obs.assigned.Load(); na+nb != 4 {
+		t.Errorf("assigned %d + %d partitions, want 4 in total", na, nb)
+	}
+	feed(700, 900)
+	e.waitAllCommitted(30 * time.Second)
+	if err := a.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if b.obs.consumed.Load() == 0 {
+		t.Error("second worker consumed nothing")
+	}
+	got := e.readOut(e.out)
+	for p := range 4 {
+		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+	}
+	dA.check(t)
+	dB.check(t)
+}
+
+// TestBrokerRestart proves that a broker going away mid-run loses nothing: the worker is held
+// in the middle of a batch, the broker stops, the batch's produce fails and is retried, the
+// worker stops being ready, and when the broker is back on the same address (state reloaded from
+// disk) it resumes; every record reaches the output in order. Redelivery after the outage may
+// repeat records in the output (at-least-once), so the order check is on first appearances.
+func TestBrokerRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 2, kafkatest.Options{DataDir: t.TempDir()})
+	rng := rand.New(rand.NewPCG(11, 12))
+	ins := map[int][]kafka.Message{}
+	want := map[int][]kafka.Message{}
+	for p := range 2 {
+		ins[p], want[p] = stream("key", p, 4000, rng)
+		e.produce(p, ins[p][:3000])
+	}
+	cfg := e.config()
+	cfg.BatchSize = 50
+	d := &gatedDeduper{mapDeduper: newMapDeduper(false, nil), after: 1000,
+		reached: make(chan struct{}), release: make(chan struct{})}
+	r := e.start(cfg, d, keyFuncFor(t, "key"))
+	select {
+	case <-d.reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker never got to the gate")
+	}
+	e.cl.Stop()
+	close(d.release)
+	eventually(t, 20*time.Second, "worker not ready while the broker is down", func() bool { return !r.w.Ready() })
+	eventually(t, 20*time.Second, "a failed produce", func() bool { return r.obs.produceErrors.Load() > 0 })
+	if err := e.cl.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for p := range 2 {
+		e.produce(p, ins[p][3000:])
+	}
+	e.waitAllCommitted(40 * time.Second)
+	eventually(t, 20*time.Second, "worker ready again", r.w.Ready)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readOut(e.out)
+	for p := range 2 {
+		var firsts []kafka.Message
+		seen := map[string]bool{}
+		for _, m := range got[p] {
+			if !seen[string(m.Value)] {
+				seen[string(m.Value)] = true
+				firsts = append(firsts, m)
+			}
+		}
+		compareSeq(t, fmt.Sprintf("partition %d (first appearances)", p), firsts, want[p])
+		t.Logf("partition %d: %d output records, %d distinct", p, len(got[p]), len(firsts))
+	}
+	t.Logf("produce errors %d, commit errors %d, generations %d",
+		r.obs.produceErrors.Load(), r.obs.commitErrors.Load(), r.obs.rebalances.Load())
+}
+
+// gatedDeduper holds the after+1st call of Seen until release is closed, after closing reached.
+type gatedDeduper struct {
+	*mapDeduper
+	after   int64
+	calls   atomic.Int64
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedDeduper) Seen(p int32, id []byte) bool {
+	if g.calls.Add(1) == g.after+1 {
+		close(g.reached)
+		<-g.release
+	}
+	return g.mapDeduper.Seen(p, id)
+}
+
+// TestMissingTopic proves that a missing output topic keeps the worker waiting (not ready,
+// nothing consumed) and that it proceeds without loss once the topic exists.
+func TestMissingTopic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 0, kafkatest.Options{})
+	rng := rand.New(rand.NewPCG(13, 14))
+	want := map[int][]kafka.Message{}
+	for p := range 2 {
+		in, w := stream("key", p, 100, rng)
+		e.produce(p, in)
+		want[p] = w
+	}
+	logs := &captureHandler{}
+	r := e.startLogged(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"), slog.New(logs))
+	eventually(t, 10*time.Second, "a log line about the missing topic", func() bool {
+		return logs.count("waiting for Kafka topics") > 0
+	})
+	if r.w.Ready() || r.obs.consumed.Load() != 0 {
+		t.Fatalf("worker ready=%v consumed=%d without an output topic", r.w.Ready(), r.obs.consumed.Load())
+	}
+	if err := e.cl.CreateTopic(context.Background(), e.out, 2); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readOut(e.out)
+	for p := range 2 {
+		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+	}
+}
+
+// TestPartitionMismatch proves that partitioning "same" refuses an output topic with another
+// partition count, with ErrPartitionMismatch, before consuming anything.
+func TestPartitionMismatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4, 3, kafkatest.Options{})
+	e.produce(0, []kafka.Message{record("key", 0, 0, "a")})
+	r := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if !errors.Is(err, consumer.ErrPartitionMismatch) {
+			t.Fatalf("Run = %v, want ErrPartitionMismatch", err)
+		}
+		t.Logf("error: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not fail")
+	}
+	if r.obs.consumed.Load() != 0 {
+		t.Error("records consumed despite the mismatch")
+	}
+}
+
+// TestHashPartitioning proves that partitioning "hash" writes each keyed record to the partition
+// Java's default partitioner would pick (the expected partitions come from Kafka's published
+// murmur2 test vectors), null-key records to input partition % n, and keeps per-key order.
+func TestHashPartitioning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 3, kafkatest.Options{})
+	// murmur2 values from Kafka's UtilsTest; partition = (h & 0x7fffffff) % 3.
+	vectors := map[string]int32{
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
+		"a-little-bit-longer-string": -1486304829,
+		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+		"abc": 479470107,
+	}
+	wantPart := map[string]int{}
+	var keys []string
+	for k, h := range vectors {
+		wantPart[k] = int(uint32(h)&0x7fffffff) % 3
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var sent []kafka.Message
+	for p := range 2 {
+		var in []kafka.Message
+		for i := range 3 { // each key several times in a row per partition, distinct values
+			for _, k := range keys {
+				in = append(in, kafka.Message{Key: []byte(k), Value: []byte(fmt.Sprintf("%s/%d/%d", k, p, i))})
+			}
+		}
+		in = append(in, kafka.Message{Key: nil, Value: []byte(fmt.Sprintf("nullkey/%d", p))})
+		e.produce(p, in)
+		sent = append(sent, in...)
+	}
+	cfg := e.config()
+	cfg.Partitioning = consumer.PartitionHash
+	// Identity is the value: nothing is a duplicate, every record must arrive.
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "value"))
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readOut(e.out)
+	total := 0
+	for q, msgs := range got {
+		total += len(msgs)
+		last := map[string]string{}
+		for _, m := range msgs {
+			if m.Key == nil {
+				var p int
+				fmt.Sscanf(string(m.Value), "nullkey/%d", &p)
+				if q != p%3 {
+					t.Errorf("null-key record from partition %d in output partition %d, want %d", p, q, p%3)
+				}
+				continue
+			}
+			if want := wantPart[string(m.Key)]; q != want {
+				t.Errorf("key %q in partition %d, want %d", m.Key, q, want)
+			}
+			// per key and input partition, the sequence number must increase
+			var k string
+			var p, i int
+			fmt.Sscanf(string(m.Value[len(m.Key):]), "/%d/%d", &p, &i)
+			k = fmt.Sprintf("%s/%d", m.Key, p)
+			if prev, ok := last[k]; ok && prev >= string(m.Value) {
+				t.Errorf("key %s out of order: %s after %s", k, m.Value, prev)
+			}
+			last[k] = string(m.Value)
+		}
+	}
+	if total != len(sent) {
+		t.Errorf("got %d records, want %d", total, len(sent))
+	}
+}
+
+// TestShutdownWithBrokerDown proves that a shutdown while the brokers are unreachable still
+// returns within the shutdown timeout, and that a partition whose processed records could not be
+// produced is released with Discard (no snapshot claiming unproduced records), not Revoke.
+func TestShutdownWithBrokerDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, kafkatest.Options{})
+	in, _ := stream("key", 0, 500, rand.New(rand.NewPCG(15, 16)))
+	e.produce(0, in)
+	md := newMapDeduper(false, nil)
+	d := &gatedDeduper{mapDeduper: md, after: 100, reached: make(chan struct{}), release: make(chan struct{})}
+	cfg := e.config()
+	cfg.BatchSize = 50
+	cfg.ShutdownTimeout = 2 * time.Second
+	cfg.RebalanceTimeout = 10 * time.Second // the shutdown timeout is the binding limit
+	r := e.start(cfg, d, keyFuncFor(t, "key"))
+	select {
+	case <-d.reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker never got to the gate")
+	}
+	e.cl.Stop()
+	close(d.release)
+	eventually(t, 10*time.Second, "a failed produce", func() bool { return r.obs.produceErrors.Load() > 0 })
+	began := time.Now()
+	if err := r.stop(t, cfg.ShutdownTimeout+3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("shutdown took %v", time.Since(began))
+	md.check(t)
+	_, revokes, discards := md.counts()
+	if discards[0] != 1 || revokes[0] != 0 {
+		t.Errorf("partition 0: %d discards, %d revokes; want 1 discard and no revoke", discards[0], revokes[0])
+	}
+}
+
+// flakyDeduper fails the first n Assign calls.
+type flakyDeduper struct {
+	*mapDeduper
+	fails atomic.Int64
+}
+
+func (f *flakyDeduper) Assign(ctx context.Context, p int32) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("restore failed")
+	}
+	return f.mapDeduper.Assign(ctx, p)
+}
+
+// TestAssignRetried proves that a failing Assign is retried, that the worker is not ready and
+// consumes nothing from the partition until it succeeds, and that nothing is lost.
+func TestAssignRetried(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, kafkatest.Options{})
+	in, want := stream("key", 0, 100, rand.New(rand.NewPCG(17, 18)))
+	e.produce(0, in)
+	d := &flakyDeduper{mapDeduper: newMapDeduper(false, nil)}
+	d.fails.Store(3)
+	logs := &captureHandler{}
+	r := e.startLogged(e.config(), d, keyFuncFor(t, "key"), slog.New(logs))
+	eventually(t, 10*time.Second, "a logged Assign failure", func() bool {
+		return logs.count("could not be prepared") > 0
+	})
+	ready, consumed := r.w.Ready(), r.obs.consumed.Load()
+	if d.fails.Load() >= 0 && (ready || consumed != 0) { // Assign had not succeeded yet
+		t.Errorf("ready=%v consumed=%d while Assign fails", ready, consumed)
+	}
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	compareSeq(t, "output", e.readOut(e.out)[0], want)
+	if n := logs.count("could not be prepared"); n != 3 {
+		t.Errorf("%d Assign failures logged, want 3", n)
+	}
+}
+
+// TestMoreWorkersThanPartitions proves that a member without partitions is ready, idles without
+// ending its generation (no rebalance storm), and that the member with the partition processes
+// everything.
+func TestMoreWorkersThanPartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, kafkatest.Options{})
+	a := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	eventually(t, 20*time.Second, "worker A ready", a.w.Ready)
+	b := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	eventually(t, 20*time.Second, "both ready, one partition in total", func() bool {
+		return a.w.Ready() && b.w.Ready() && a.obs.assigned.Load()+b.obs.assigned.Load() == 1 &&
+			a.obs.rebalances.Load() >= 2 // A saw the rebalance caused by B
+	})
+	in, want := stream("key", 0, 2000, rand.New(rand.NewPCG(19, 20)))
+	for i := 0; i < len(in); i += 100 {
+		e.produce(0, in[i:i+100])
+	}
+	e.waitAllCommitted(20 * time.Second)
+	ra, rb := a.obs.rebalances.Load(), b.obs.rebalances.Load()
+	if ra > 3 || rb > 2 {
+		t.Errorf("rebalances: A %d, B %d; want at most 3 and 2 (no rebalance storm)", ra, rb)
+	}
+	if err := a.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	compareSeq(t, "output", e.readOut(e.out)[0], want)
+}
+
+// checkpointingDeduper checks, at every Checkpoint, that each identity in the partition's state
+// belongs to a record already in the output topic: the property that makes such a snapshot
+// crash-consistent.
+type checkpointingDeduper struct {
+	*mapDeduper
+	cl          *kafkatest.Cluster
+	out         string
+	batches     atomic.Int64
+	checkpoints atomic.Int64
+	mu          sync.Mutex
+	problems    []string
+}
+
+func (c *checkpointingDeduper) CheckpointDue(int32) bool { return c.batches.Add(1)%3 == 0 }
+
+func (c *checkpointingDeduper) Checkpoint(ctx context.Context, p int32) error {
+	c.checkpoints.Add(1)
+	c.mapDeduper.mu.Lock()
+	ids := make([]string, 0, len(c.mapDeduper.active[p]))
+	for id := range c.mapDeduper.active[p] {
+		ids = append(ids, id)
+	}
+	c.mapDeduper.mu.Unlock()
+	ends, err := c.cl.EndOffsets(ctx, c.out)
+	if err != nil {
+		return err
+	}
+	msgs, err := c.cl.ReadPartition(ctx, c.out, int(p), ends[int(p)])
+	if err != nil {
+		return err
+	}
+	produced := map[string]bool{}
+	for _, m := range msgs {
+		produced[string(m.Key)] = true
+	}
+	for _, id := range ids {
+		if !produced[id] {
+			c.mu.Lock()
+			c.problems = append(c.problems, fmt.Sprintf("partition %d: %q in the state but not in the output", p, id))
+			c.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// TestCheckpointHook proves that the worker calls Checkpointer.Checkpoint only when every
+// identity in the partition's state was produced, and keeps consuming around it.
+func TestCheckpointHook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 2, kafkatest.Options{})
+	rng := rand.New(rand.NewPCG(21, 22))
+	want := map[int][]kafka.Message{}
+	for p := range 2 {
+		in, w := stream("key", p, 1000, rng)
+		e.produce(p, in)
+		want[p] = w
+	}
+	d := &checkpointingDeduper{mapDeduper: newMapDeduper(false, nil), cl: e.cl, out: e.out}
+	cfg := e.config()
+	cfg.BatchSize = 100
+	r := e.start(cfg, d, keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d.checkpoints.Load() == 0 {
+		t.Fatal("Checkpoint never called")
+	}
+	for _, p := range d.problems {
+		t.Error(p)
+	}
+	got := e.readOut(e.out)
+	for p := range 2 {
+		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
+	}
+	t.Logf("%d checkpoints over %d batches", d.checkpoints.Load(), d.batches.Load())
+}
