@@ -1,0 +1,51 @@
+// Package checkpoint persists snapshots of kdedup's sliding-window Bloom
+// filter so a restarted worker resumes with the keys it had seen.
+//
+// The package is a leaf: it knows nothing about Bloom filters beyond a
+// Header of metadata and opaque data made of little-endian 64-bit words. The
+// dedup package maps the filter's snapshot metadata to a Header and streams
+// the words through Encode; on restore it validates the Header and reads the
+// words back through a Decoder.
+//
+// # Format
+//
+// A snapshot is a versioned binary file: magic "KDDPSNAP", a uint16 format
+// version (Encode writes version 2, the decoder also reads version 1, which
+// lacks the output-offset table), a length-prefixed header body with the
+// filter parameters, the generation table, the epoch, the scope, the input
+// and output offsets the snapshot covers and its creation time, a CRC32C of
+// everything so far (so a header can be validated without reading the
+// data), the word count and words, and a final CRC32C of the whole file.
+// The exact byte layout is documented on Decoder. Encode streams: the data
+// is written through a buffer with the checksum computed on the fly, and
+// Decoder.ReadWords reads into the caller's own slice in large chunks, so
+// neither side ever holds a second copy of a multi-GiB filter. Damaged input
+// yields errors wrapping ErrCorrupt, ErrNotSnapshot or ErrUnknownVersion,
+// never a panic, and no length field is trusted before it has been bounded
+// (see the Max* constants).
+//
+// # Storage and the atomic write protocol
+//
+// Snapshots live in a Store under a unit name such as "orders.p3" or
+// "global". DirStore, the default, keeps them as files
+// "<unit>.<seq>.snap" in one directory, possibly shared by several
+// replicas: Save writes to a temporary file whose name is unique per process
+// and call, fsyncs it, renames it into place and fsyncs the directory, so a
+// crash never leaves a partial snapshot visible.
+//
+// # Retention and fallback
+//
+// DirStore keeps the newest Keep snapshots per unit (DefaultKeep = 3) and
+// deletes older ones after every save. Load restores a unit newest first:
+// a snapshot that is corrupt, foreign, of an unknown version, or rejected by
+// the caller as incompatible (ErrIncompatible) is recorded and the previous
+// one tried. The Outcome — warm, fallback or cold — is meant for the
+// kdedup_checkpoint_restores_total{outcome} metric; LoadResult.Failures and
+// LoadResult.Err say what was rejected and why.
+//
+// # Inspection
+//
+// Inspect prints a human-readable report of a snapshot file — header,
+// per-generation fill, estimated keys and false positive rate, covered
+// offsets, checksum status — and is exposed as `kdedup inspect FILE`.
+package checkpoint

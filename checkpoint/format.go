@@ -1,0 +1,497 @@
+package checkpoint
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Magic is the 8-byte signature every snapshot file starts with.
+const Magic = "KDDPSNAP"
+
+// Format versions. Encode always writes CurrentVersion; the decoder reads
+// every version from MinVersion to CurrentVersion.
+const (
+	// VersionV1 is the first layout: it has no output-offset table.
+	VersionV1 uint16 = 1
+	// VersionV2 adds the output-offset table at the end of the header body.
+	VersionV2 uint16 = 2
+	// CurrentVersion is the version Encode writes.
+	CurrentVersion = VersionV2
+	// MinVersion is the oldest version the decoder accepts.
+	MinVersion = VersionV1
+)
+
+// Scope values for Header.Scope.
+const (
+	// ScopePartition marks a filter that serves one input partition; its
+	// Header.Partition is that partition (>= 0).
+	ScopePartition = "partition"
+	// ScopeGlobal marks a filter shared by every partition of the topic; its
+	// Header.Partition is -1.
+	ScopeGlobal = "global"
+)
+
+// Bounds applied to every header, on encode and on decode. They keep a
+// corrupt or hostile length field from turning into an absurd allocation or
+// an endless read.
+const (
+	// MaxHeaderBytes bounds the header body length.
+	MaxHeaderBytes = 16 << 20
+	// MaxDataBytes bounds the bit data (words × 8).
+	MaxDataBytes = 1 << 40
+	// MaxGenerations bounds Header.Generations.
+	MaxGenerations = 1 << 12
+	// MaxSlots bounds Header.Slots.
+	MaxSlots = 1 << 13
+	// MaxK bounds Header.K.
+	MaxK = 255
+	// MaxBlockBits bounds Header.BlockBits.
+	MaxBlockBits = 1 << 16
+	// MaxTopicLen bounds the length of Header.Topic in bytes.
+	MaxTopicLen = 255
+	// MaxOffsets bounds the number of entries in each offset table.
+	MaxOffsets = 1 << 20
+)
+
+// Sentinel errors. Every error returned by the decoder for a damaged,
+// truncated or foreign file wraps exactly one of the first three, so callers
+// can classify failures with errors.Is.
+var (
+	// ErrCorrupt reports a checksum mismatch, a truncated file, trailing
+	// bytes, or a length/parameter that cannot be right.
+	ErrCorrupt = errors.New("checkpoint: snapshot corrupt")
+	// ErrNotSnapshot reports a file that does not start with Magic.
+	ErrNotSnapshot = errors.New("checkpoint: not a snapshot file")
+	// ErrUnknownVersion reports a snapshot whose format version this build
+	// cannot read (typically written by a newer kdedup).
+	ErrUnknownVersion = errors.New("checkpoint: unknown snapshot format version")
+	// ErrInvalidHeader is returned by Encode for a Header that violates the
+	// format's constraints; nothing usable has been written in that case.
+	ErrInvalidHeader = errors.New("checkpoint: invalid header")
+)
+
+// castagnoli is the CRC32C table; on amd64 and arm64 crc32 uses the CPU's
+// CRC32 instructions for it.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// preambleLen is magic + version + header body length.
+const preambleLen = 8 + 2 + 4
+
+// fixedBodyLen is the size of the fixed-width part of the header body.
+const fixedBodyLen = 4 + 8 + 8 + 8 + 8 + 4 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8
+
+// genEntryLen is the size of one generation table entry.
+const genEntryLen = 8 + 8 + 4
+
+// Generation describes one live generation of the sliding window.
+type Generation struct {
+	// Number is the generation's number (its epoch): generation numbers
+	// count intervals since Header.Origin.
+	Number uint64
+	// Start is when the generation began receiving inserts. The zero Time
+	// is stored as 0 and decodes back to the zero Time.
+	Start time.Time
+	// Slot is the slot index (0 <= Slot < Header.Slots) whose blocks hold
+	// this generation's bits.
+	Slot int
+}
+
+// Header is the metadata of a snapshot: everything except the bit data.
+// The zero value is not a valid header; see the package documentation for
+// the constraints Encode enforces.
+type Header struct {
+	// Version is the format version the snapshot was read from. Decode sets
+	// it; Encode ignores it and always writes CurrentVersion.
+	Version uint16
+
+	// Generations is the number of generations N in the window.
+	Generations int
+	// Interval is the length of one generation.
+	Interval time.Duration
+	// Capacity is the expected number of distinct keys per interval.
+	Capacity uint64
+	// FalsePositiveRate is the configured target FPR over the whole window.
+	FalsePositiveRate float64
+	// Seed is the hash seed; a restorer must hash with the same seed.
+	Seed uint64
+	// K is the number of hash probes per key.
+	K int
+	// BlockBits is the size of one block in bits (a multiple of 64).
+	BlockBits int
+	// Groups is the number of block groups.
+	Groups uint64
+	// Slots is the number of slots per group (>= Generations).
+	Slots int
+	// Words is the number of 64-bit data words; it must equal
+	// Groups × Slots × BlockBits/64.
+	Words uint64
+
+	// Origin is the start of generation number 0. The zero Time is stored
+	// as 0.
+	Origin time.Time
+	// Epoch is the number of the current (newest) generation.
+	Epoch uint64
+	// Rotations is the filter's rotation count at snapshot time.
+	Rotations uint64
+	// Gens is the generation table: the live generations, newest first
+	// (strictly decreasing Number, none above Epoch), at most Generations
+	// of them, in distinct slots. Slots not listed are free.
+	Gens []Generation
+
+	// Scope is ScopePartition or ScopeGlobal.
+	Scope string
+	// Topic is the input topic the filter serves (may be empty).
+	Topic string
+	// Partition is the input partition for ScopePartition, -1 for
+	// ScopeGlobal.
+	Partition int32
+
+	// InputOffsets maps each input partition covered by the snapshot to
+	// the next offset to consume.
+	InputOffsets map[int32]int64
+	// OutputOffsets maps each output partition to its high-water offset at
+	// snapshot time; the crash-consistency re-warm reads the output topic
+	// from there. Version 1 snapshots decode with a nil map.
+	OutputOffsets map[int32]int64
+
+	// Created is when the snapshot was taken. The zero Time is stored as 0.
+	Created time.Time
+}
+
+// DataBytes returns the size of the bit data in bytes (Words × 8).
+func (h *Header) DataBytes() uint64 { return h.Words * 8 }
+
+// BitsPerGeneration returns the number of bits one generation owns
+// (Groups × BlockBits).
+func (h *Header) BitsPerGeneration() uint64 { return h.Groups * uint64(h.BlockBits) }
+
+// Unit returns the conventional store unit name for the header's scope:
+// "<topic>.p<partition>" (or "p<partition>" without a topic) for
+// ScopePartition and "global" for ScopeGlobal. The result passes
+// ValidateUnit whenever the topic is a valid Kafka topic name.
+func (h *Header) Unit() string {
+	if h.Scope == ScopeGlobal {
+		return ScopeGlobal
+	}
+	p := "p" + strconv.FormatInt(int64(h.Partition), 10)
+	if h.Topic == "" {
+		return p
+	}
+	return h.Topic + "." + p
+}
+
+// timeNS encodes t as unix nanoseconds, mapping the zero Time to 0.
+func timeNS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// nsTime decodes unix nanoseconds, mapping 0 to the zero Time. Decoded times
+// are in UTC.
+func nsTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// representable reports whether t survives the unix-nanosecond encoding.
+func representable(t time.Time) bool {
+	if t.IsZero() {
+		return true
+	}
+	ns := t.UnixNano()
+	return ns != 0 && time.Unix(0, ns).Equal(t)
+}
+
+// check validates h against the format's constraints. The returned error
+// carries no sentinel; callers wrap it with ErrInvalidHeader or ErrCorrupt.
+func (h *Header) check() error {
+	switch {
+	case h.Generations < 1 || h.Generations > MaxGenerations:
+		return fmt.Errorf("generations %d out of range [1,%d]", h.Generations, MaxGenerations)
+	case h.Interval <= 0:
+		return fmt.Errorf("interval %v must be positive", h.Interval)
+	case h.Capacity == 0:
+		return errors.New("capacity must be positive")
+	case !(h.FalsePositiveRate > 0 && h.FalsePositiveRate < 1):
+		return fmt.Errorf("false positive rate %v out of range (0,1)", h.FalsePositiveRate)
+	case h.K < 1 || h.K > MaxK:
+		return fmt.Errorf("k %d out of range [1,%d]", h.K, MaxK)
+	case h.BlockBits < 64 || h.BlockBits > MaxBlockBits || h.BlockBits%64 != 0:
+		return fmt.Errorf("block bits %d must be a multiple of 64 in [64,%d]", h.BlockBits, MaxBlockBits)
+	case h.Groups == 0:
+		return errors.New("groups must be positive")
+	case h.Slots < h.Generations || h.Slots > MaxSlots:
+		return fmt.Errorf("slots %d out of range [generations=%d,%d]", h.Slots, h.Generations, MaxSlots)
+	}
+	hi, perGroup := bits.Mul64(uint64(h.Slots), uint64(h.BlockBits/64))
+	if hi != 0 {
+		return errors.New("words overflow")
+	}
+	hi, words := bits.Mul64(h.Groups, perGroup)
+	if hi != 0 || words > MaxDataBytes/8 {
+		return fmt.Errorf("groups %d × slots %d × block bits %d exceeds %d data bytes", h.Groups, h.Slots, h.BlockBits, uint64(MaxDataBytes))
+	}
+	if h.Words != words {
+		return fmt.Errorf("words %d, want groups × slots × blockBits/64 = %d", h.Words, words)
+	}
+	if len(h.Gens) > h.Generations {
+		return fmt.Errorf("generation table has %d entries, more than the %d generations", len(h.Gens), h.Generations)
+	}
+	if !representable(h.Origin) {
+		return fmt.Errorf("origin %v not representable as unix nanoseconds", h.Origin)
+	}
+	used := make(map[int]bool, len(h.Gens))
+	for i, g := range h.Gens {
+		if g.Number > h.Epoch {
+			return fmt.Errorf("generation %d: number %d above the epoch %d", i, g.Number, h.Epoch)
+		}
+		if i > 0 && g.Number >= h.Gens[i-1].Number {
+			return fmt.Errorf("generation %d: number %d not below the previous %d (table must be newest first)", i, g.Number, h.Gens[i-1].Number)
+		}
+		if g.Slot < 0 || g.Slot >= h.Slots {
+			return fmt.Errorf("generation %d: slot %d out of range [0,%d)", i, g.Slot, h.Slots)
+		}
+		if used[g.Slot] {
+			return fmt.Errorf("generation %d: slot %d used twice", i, g.Slot)
+		}
+		used[g.Slot] = true
+		if !representable(g.Start) {
+			return fmt.Errorf("generation %d: start %v not representable as unix nanoseconds", i, g.Start)
+		}
+	}
+	switch h.Scope {
+	case ScopePartition:
+		if h.Partition < 0 {
+			return fmt.Errorf("scope %q needs partition >= 0, got %d", h.Scope, h.Partition)
+		}
+	case ScopeGlobal:
+		if h.Partition != -1 {
+			return fmt.Errorf("scope %q needs partition -1, got %d", h.Scope, h.Partition)
+		}
+	default:
+		return fmt.Errorf("unknown scope %q", h.Scope)
+	}
+	if len(h.Topic) > MaxTopicLen {
+		return fmt.Errorf("topic is %d bytes, max %d", len(h.Topic), MaxTopicLen)
+	}
+	if err := checkOffsets("input", h.InputOffsets); err != nil {
+		return err
+	}
+	if err := checkOffsets("output", h.OutputOffsets); err != nil {
+		return err
+	}
+	if !representable(h.Created) {
+		return fmt.Errorf("created %v not representable as unix nanoseconds", h.Created)
+	}
+	return nil
+}
+
+func checkOffsets(what string, m map[int32]int64) error {
+	if len(m) > MaxOffsets {
+		return fmt.Errorf("%d %s offsets, max %d", len(m), what, MaxOffsets)
+	}
+	for p, o := range m {
+		if p < 0 || o < 0 {
+			return fmt.Errorf("%s offset %d:%d must not be negative", what, p, o)
+		}
+	}
+	return nil
+}
+
+// appendBody appends the header body of the given version to b.
+func appendBody(b []byte, h *Header, version uint16) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(h.Generations))
+	b = le.AppendUint64(b, uint64(h.Interval))
+	b = le.AppendUint64(b, h.Capacity)
+	b = le.AppendUint64(b, math.Float64bits(h.FalsePositiveRate))
+	b = le.AppendUint64(b, h.Seed)
+	b = le.AppendUint32(b, uint32(h.K))
+	b = le.AppendUint32(b, uint32(h.BlockBits))
+	b = le.AppendUint64(b, h.Groups)
+	b = le.AppendUint32(b, uint32(h.Slots))
+	b = le.AppendUint64(b, h.Words)
+	b = le.AppendUint64(b, uint64(timeNS(h.Origin)))
+	b = le.AppendUint64(b, h.Epoch)
+	b = le.AppendUint64(b, h.Rotations)
+	b = le.AppendUint64(b, uint64(timeNS(h.Created)))
+	b = le.AppendUint16(b, uint16(len(h.Scope)))
+	b = append(b, h.Scope...)
+	b = le.AppendUint16(b, uint16(len(h.Topic)))
+	b = append(b, h.Topic...)
+	b = le.AppendUint32(b, uint32(h.Partition))
+	b = le.AppendUint32(b, uint32(len(h.Gens)))
+	for _, g := range h.Gens {
+		b = le.AppendUint64(b, g.Number)
+		b = le.AppendUint64(b, uint64(timeNS(g.Start)))
+		b = le.AppendUint32(b, uint32(g.Slot))
+	}
+	b = appendOffsets(b, h.InputOffsets)
+	if version >= VersionV2 {
+		b = appendOffsets(b, h.OutputOffsets)
+	}
+	return b
+}
+
+// appendOffsets appends an offset table sorted by partition, so equal
+// headers always encode to equal bytes.
+func appendOffsets(b []byte, m map[int32]int64) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(len(m)))
+	keys := make([]int32, 0, len(m))
+	for p := range m {
+		keys = append(keys, p)
+	}
+	slices.Sort(keys)
+	for _, p := range keys {
+		b = le.AppendUint32(b, uint32(p))
+		b = le.AppendUint64(b, uint64(m[p]))
+	}
+	return b
+}
+
+// Encode writes a snapshot in the CurrentVersion format to w: the header h,
+// then the bit data produced by data, then the checksum. data must write
+// exactly h.Words×8 bytes (the words in little-endian order, see
+// WriteWords); it is called once, and everything it writes is streamed to w
+// through a buffer while the CRC is computed on the fly, so the data is never
+// held twice. Encode flushes its buffer before returning.
+//
+// Encode is safe for concurrent use on different writers. On failure the
+// returned error wraps ErrInvalidHeader (nothing was written), the error
+// returned by data, or the error from w; in the last two cases w has
+// received a partial, unusable snapshot, which is why DirStore.Save writes
+// through a temporary file.
+func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
+	return encode(w, &h, CurrentVersion, data)
+}
+
+// encode writes h in the given version. Only tests write old versions.
+func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error) error {
+	if err := h.check(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidHeader, err)
+	}
+	if data == nil {
+		return fmt.Errorf("%w: nil data function", ErrInvalidHeader)
+	}
+	head := make([]byte, preambleLen, preambleLen+fixedBodyLen+64+genEntryLen*len(h.Gens)+12*(len(h.InputOffsets)+len(h.OutputOffsets))+4+8)
+	copy(head, Magic)
+	binary.LittleEndian.PutUint16(head[8:], version)
+	head = appendBody(head, h, version)
+	bodyLen := len(head) - preambleLen
+	if bodyLen > MaxHeaderBytes {
+		return fmt.Errorf("%w: header body is %d bytes, max %d", ErrInvalidHeader, bodyLen, MaxHeaderBytes)
+	}
+	binary.LittleEndian.PutUint32(head[10:], uint32(bodyLen))
+	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(head, castagnoli))
+	head = binary.LittleEndian.AppendUint64(head, h.Words)
+
+	bw := bufio.NewWriterSize(w, 64<<10)
+	cw := &crcWriter{w: bw}
+	if _, err := cw.Write(head); err != nil {
+		return fmt.Errorf("checkpoint: writing header: %w", err)
+	}
+	dw := &dataWriter{cw: cw, remaining: h.DataBytes()}
+	if err := data(dw); err != nil {
+		return fmt.Errorf("checkpoint: writing data: %w", err)
+	}
+	if dw.err != nil {
+		return dw.err
+	}
+	if dw.remaining != 0 {
+		return fmt.Errorf("checkpoint: data function wrote %d bytes, header declares %d", h.DataBytes()-dw.remaining, h.DataBytes())
+	}
+	var tail [4]byte
+	binary.LittleEndian.PutUint32(tail[:], cw.crc)
+	if _, err := bw.Write(tail[:]); err != nil {
+		return fmt.Errorf("checkpoint: writing checksum: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("checkpoint: flushing: %w", err)
+	}
+	return nil
+}
+
+// crcWriter forwards writes and folds them into a running CRC32C.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	return n, err
+}
+
+// dataWriter is what Encode hands to the data function: it refuses to write
+// more than the header declares.
+type dataWriter struct {
+	cw        *crcWriter
+	remaining uint64
+	err       error
+}
+
+func (d *dataWriter) Write(p []byte) (int, error) {
+	if d.err != nil {
+		return 0, d.err
+	}
+	if uint64(len(p)) > d.remaining {
+		d.err = fmt.Errorf("checkpoint: data function wrote more than the %d bytes the header declares", d.remaining)
+		return 0, d.err
+	}
+	n, err := d.cw.Write(p)
+	d.remaining -= uint64(n)
+	if err != nil {
+		d.err = fmt.Errorf("checkpoint: writing data: %w", err)
+	}
+	return n, err
+}
+
+// wordChunk is the number of words moved per bulk step (256 KiB: large
+// enough to amortize calls, small enough to stay in cache while the CRC and
+// the copy touch it).
+const wordChunk = 32 << 10
+
+// WriteWords writes words to w as little-endian uint64 values in 256 KiB
+// chunks: on little-endian hosts straight from the slice's memory, elsewhere
+// through a bulk conversion into one scratch buffer. It is the natural body
+// of Encode's data function for a caller holding a []uint64. It returns the
+// first error from w; w must not retain the slices it is given (as io.Writer
+// requires).
+func WriteWords(w io.Writer, words []uint64) error {
+	if raw := wordBytes(words); raw != nil {
+		for len(raw) > 0 {
+			n := min(len(raw), wordChunk*8)
+			if _, err := w.Write(raw[:n]); err != nil {
+				return err
+			}
+			raw = raw[n:]
+		}
+		return nil
+	}
+	buf := make([]byte, min(len(words), wordChunk)*8)
+	for len(words) > 0 {
+		n := min(len(words), wordChunk)
+		b := buf[:n*8]
+		putWords(b, words[:n])
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		words = words[n:]
+	}
+	return nil
+}

@@ -1,0 +1,309 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// restored is what the test consume functions build.
+type restored struct {
+	seed  uint64
+	words []uint64
+}
+
+// consumeWords is a consume function in the style dedup will use: check the
+// configuration, allocate, read.
+func consumeWords(wantSeed uint64) func(h Header, d *Decoder) (restored, error) {
+	return func(h Header, d *Decoder) (restored, error) {
+		if h.Seed != wantSeed {
+			return restored{}, fmt.Errorf("%w: seed %x, configured %x", ErrIncompatible, h.Seed, wantSeed)
+		}
+		words := make([]uint64, h.Words)
+		if err := d.ReadWords(words); err != nil {
+			return restored{}, fmt.Errorf("reading filter: %w", err)
+		}
+		return restored{seed: h.Seed, words: words}, nil
+	}
+}
+
+// consumeViaReader reads the data the way window.Restore would: exactly the
+// declared bytes through io.ReadFull, never seeing the checksum result.
+func consumeViaReader(h Header, d *Decoder) (restored, error) {
+	buf := make([]byte, h.DataBytes())
+	if _, err := io.ReadFull(d, buf); err != nil {
+		return restored{}, fmt.Errorf("restore: %w", err)
+	}
+	words := make([]uint64, h.Words)
+	getWords(words, buf)
+	return restored{seed: h.Seed, words: words}, nil
+}
+
+// saveSnap stores a snapshot of testHeader(2) with the given seed and word
+// seed, returning its words.
+func saveSnap(t *testing.T, s Store, unit string, seed, wordSeed uint64) []uint64 {
+	t.Helper()
+	h := testHeader(2)
+	h.Seed = seed
+	words := testWords(h.Words, wordSeed)
+	_, err := s.Save(context.Background(), unit, func(w io.Writer) error {
+		return Encode(w, h, func(w io.Writer) error { return WriteWords(w, words) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return words
+}
+
+// damage rewrites the file of the unit's n-th newest snapshot.
+func damage(t *testing.T, s *DirStore, unit string, n int, f func([]byte) []byte) {
+	t.Helper()
+	list, err := s.List(context.Background(), unit)
+	if err != nil || len(list) <= n {
+		t.Fatalf("List = %v, %v", list, err)
+	}
+	p := filepath.Join(s.Dir(), list[n].Name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, f(b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flipByte(off int) func([]byte) []byte {
+	return func(b []byte) []byte {
+		if off < 0 {
+			off += len(b)
+		}
+		b[off] ^= 0x40
+		return b
+	}
+}
+
+func TestLoad(t *testing.T) {
+	const seed = 77
+	type setup func(t *testing.T, s *DirStore) (want []uint64)
+	tests := []struct {
+		name         string
+		setup        setup
+		consume      func(h Header, d *Decoder) (restored, error)
+		wantOutcome  Outcome
+		wantFailures []error
+	}{
+		{
+			name:        "no snapshots",
+			setup:       func(*testing.T, *DirStore) []uint64 { return nil },
+			wantOutcome: OutcomeCold,
+		},
+		{
+			name: "newest is good",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				saveSnap(t, s, "u", seed, 1)
+				return saveSnap(t, s, "u", seed, 2)
+			},
+			wantOutcome: OutcomeWarm,
+		},
+		{
+			name: "newest has a bad data byte",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				want := saveSnap(t, s, "u", seed, 1)
+				saveSnap(t, s, "u", seed, 2)
+				damage(t, s, "u", 0, flipByte(-9))
+				return want
+			},
+			wantOutcome:  OutcomeFallback,
+			wantFailures: []error{ErrCorrupt},
+		},
+		{
+			name: "bad checksum, consumer reads via io.ReadFull",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				want := saveSnap(t, s, "u", seed, 1)
+				saveSnap(t, s, "u", seed, 2)
+				damage(t, s, "u", 0, flipByte(-1))
+				return want
+			},
+			consume:      consumeViaReader,
+			wantOutcome:  OutcomeFallback,
+			wantFailures: []error{ErrCorrupt},
+		},
+		{
+			name: "newest truncated, next foreign, third good",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				want := saveSnap(t, s, "u", seed, 1)
+				saveSnap(t, s, "u", seed, 2)
+				saveSnap(t, s, "u", seed, 3)
+				damage(t, s, "u", 0, func(b []byte) []byte { return b[:len(b)/2] })
+				damage(t, s, "u", 1, func([]byte) []byte { return []byte("PK\x03\x04 not a snapshot") })
+				return want
+			},
+			wantOutcome:  OutcomeFallback,
+			wantFailures: []error{ErrCorrupt, ErrNotSnapshot},
+		},
+		{
+			name: "newest from a newer kdedup",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				want := saveSnap(t, s, "u", seed, 1)
+				saveSnap(t, s, "u", seed, 2)
+				damage(t, s, "u", 0, func(b []byte) []byte { b[8] = 9; return b })
+				return want
+			},
+			wantOutcome:  OutcomeFallback,
+			wantFailures: []error{ErrUnknownVersion},
+		},
+		{
+			name: "newest incompatible (other seed)",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				want := saveSnap(t, s, "u", seed, 1)
+				saveSnap(t, s, "u", seed+1, 2)
+				return want
+			},
+			wantOutcome:  OutcomeFallback,
+			wantFailures: []error{ErrIncompatible},
+		},
+		{
+			name: "all unusable",
+			setup: func(t *testing.T, s *DirStore) []uint64 {
+				saveSnap(t, s, "u", seed, 1)
+				saveSnap(t, s, "u", seed+1, 2)
+				damage(t, s, "u", 1, flipByte(30))
+				return nil
+			},
+			wantOutcome:  OutcomeCold,
+			wantFailures: []error{ErrIncompatible, ErrCorrupt},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStore(t, 3)
+			want := tc.setup(t, s)
+			consume := tc.consume
+			if consume == nil {
+				consume = consumeWords(seed)
+			}
+			got, res, err := Load(context.Background(), s, "u", consume)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if res.Outcome != tc.wantOutcome {
+				t.Errorf("Outcome = %s, want %s", res.Outcome, tc.wantOutcome)
+			}
+			if !slices.Equal(got.words, want) {
+				t.Errorf("Load returned the wrong data (got %d words)", len(got.words))
+			}
+			if len(res.Failures) != len(tc.wantFailures) {
+				t.Fatalf("Failures = %+v, want %v", res.Failures, tc.wantFailures)
+			}
+			for i, f := range res.Failures {
+				if !errors.Is(f.Err, tc.wantFailures[i]) {
+					t.Errorf("Failures[%d] = %v, want %v", i, f.Err, tc.wantFailures[i])
+				}
+			}
+			switch {
+			case res.Outcome == OutcomeCold && len(res.Failures) > 0:
+				err := res.Err()
+				if !errors.Is(err, ErrNoUsableSnapshot) {
+					t.Errorf("Err() = %v, want ErrNoUsableSnapshot", err)
+				}
+				for _, w := range tc.wantFailures {
+					if !errors.Is(err, w) {
+						t.Errorf("Err() = %v, does not wrap %v", err, w)
+					}
+				}
+			case res.Err() != nil:
+				t.Errorf("Err() = %v, want nil", res.Err())
+			}
+			if res.Outcome != OutcomeCold && (res.Header.Seed != seed || res.Snapshot.Name == "") {
+				t.Errorf("result header/snapshot not filled: %+v", res)
+			}
+		})
+	}
+}
+
+// flakyStore wraps a Store, failing List or Open with a given error.
+type flakyStore struct {
+	Store
+	listErr, openErr error
+}
+
+func (f flakyStore) List(ctx context.Context, unit string) ([]Info, error) {
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	return f.Store.List(ctx, unit)
+}
+
+func (f flakyStore) Open(ctx context.Context, snap Info) (io.ReadCloser, error) {
+	if f.openErr != nil {
+		return nil, f.openErr
+	}
+	return f.Store.Open(ctx, snap)
+}
+
+// TestLoadAborts covers errors that must not be mistaken for "no usable
+// snapshot": Load returns them instead of starting cold.
+func TestLoadAborts(t *testing.T) {
+	errIO := errors.New("input/output error")
+	errOOM := errors.New("cannot allocate")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		wrap    func(Store) Store
+		consume func(Header, *Decoder) (restored, error)
+		want    error
+	}{
+		{"list fails", context.Background(), func(s Store) Store { return flakyStore{Store: s, listErr: errIO} }, nil, errIO},
+		{"open fails", context.Background(), func(s Store) Store { return flakyStore{Store: s, openErr: errIO} }, nil, errIO},
+		{"consume fails", context.Background(), nil, func(Header, *Decoder) (restored, error) { return restored{}, errOOM }, errOOM},
+		{"context cancelled", cancelled, nil, nil, context.Canceled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := newTestStore(t, 3)
+			saveSnap(t, ds, "u", 1, 1)
+			var s Store = ds
+			if tc.wrap != nil {
+				s = tc.wrap(ds)
+			}
+			consume := tc.consume
+			if consume == nil {
+				consume = consumeWords(1)
+			}
+			got, res, err := Load(tc.ctx, s, "u", consume)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Load = %v, want %v", err, tc.want)
+			}
+			if got.words != nil || res.Outcome == OutcomeWarm {
+				t.Fatalf("Load returned data/outcome %s along with an error", res.Outcome)
+			}
+		})
+	}
+}
+
+// TestLoadCancelledDuringRead cancels the context while the consumer reads:
+// the read fails and Load reports the cancellation, not corruption.
+func TestLoadCancelledDuringRead(t *testing.T) {
+	s := newTestStore(t, 3)
+	saveSnap(t, s, "u", 1, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, res, err := Load(ctx, s, "u", func(h Header, d *Decoder) (restored, error) {
+		cancel()
+		words := make([]uint64, h.Words)
+		if err := d.ReadWords(words); err != nil {
+			return restored{}, fmt.Errorf("read: %w", err)
+		}
+		return restored{words: words}, nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Load = %v (outcome %s), want context.Canceled", err, res.Outcome)
+	}
+}
