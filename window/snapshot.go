@@ -58,9 +58,28 @@ const snapshotChunk = 32 << 10
 //
 // On a write error it returns the error from w and the bytes written so far.
 func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
+	var meta Meta
+	var n int64
+	err := f.Snapshot(func(m Meta, writeData func(io.Writer) (int64, error)) error {
+		meta = m
+		var err error
+		n, err = writeData(w)
+		return err
+	})
+	return meta, n, err
+}
+
+// Snapshot calls fn with the Meta of the filter's current state and a function that writes the
+// bit data that Meta describes, as WriteSnapshot does. Rotation waits until fn returns, so a caller
+// can write its own header from the Meta before the data and still get a consistent pair. fn must
+// not call other methods of f that rotate or snapshot. Snapshot returns fn's error.
+func (f *Filter) Snapshot(fn func(m Meta, writeData func(io.Writer) (int64, error)) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m := f.metaLocked()
+	return fn(f.metaLocked(), f.writeWordsLocked)
+}
+
+func (f *Filter) writeWordsLocked(w io.Writer) (int64, error) {
 	buf := make([]byte, snapshotChunk*8)
 	var written int64
 	for i := 0; i < len(f.words); i += snapshotChunk {
@@ -72,10 +91,10 @@ func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
 		n, err := w.Write(b)
 		written += int64(n)
 		if err != nil {
-			return m, written, err
+			return written, err
 		}
 	}
-	return m, written, nil
+	return written, nil
 }
 
 // Meta returns the metadata a snapshot taken now would carry.
