@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -101,53 +105,46 @@ func TestUnassignedPasses(t *testing.T) {
 	}
 }
 
-// memPersister keeps snapshots in memory through window's snapshot hooks.
-type memPersister struct {
-	mu    sync.Mutex
-	snaps map[string]snap
-	fail  error
-}
-
-type snap struct {
-	meta window.Meta
-	data []byte
-}
-
-func (m *memPersister) Restore(_ context.Context, unit string, cfg window.Config) (*window.Filter, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.snaps[unit]
-	if !ok {
-		return nil, nil
-	}
-	return window.Restore(cfg, s.meta, bytes.NewReader(s.data))
-}
-
-func (m *memPersister) Save(_ context.Context, unit string, f *window.Filter) error {
-	if m.fail != nil {
-		return m.fail
-	}
-	var buf bytes.Buffer
-	meta, _, err := f.WriteSnapshot(&buf)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.snaps[unit] = snap{meta, buf.Bytes()}
-	return nil
-}
-
-// TestStateFollowsPartition revokes a partition from one Set and assigns it to another sharing
-// the persister, as on a rebalance between replicas: the second Set remembers what the first saw.
-func TestStateFollowsPartition(t *testing.T) {
-	ctx := context.Background()
-	p := &memPersister{snaps: map[string]snap{}}
-	a, err := NewSet(ctx, Config{Window: testWindow(), Topic: "orders", Persister: p})
+func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.DirStore) {
+	t.Helper()
+	store, err := checkpoint.NewDirStore(t.TempDir(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewSet(ctx, Config{Window: testWindow(), Topic: "orders", Persister: p})
+	return NewCheckpointPersister(store, slog.New(slog.DiscardHandler)), store
+}
+
+// failingPersister fails every Save and restores nothing.
+type failingPersister struct{ err error }
+
+func (f failingPersister) Restore(context.Context, string, window.Config) (*window.Filter, Restored, error) {
+	return nil, Restored{Outcome: "cold"}, nil
+}
+
+func (f failingPersister) Save(context.Context, string, *window.Filter, SnapshotInfo, func(context.Context) error) (int64, error) {
+	return 0, f.err
+}
+
+// TestStateFollowsPartition revokes a partition from one Set and assigns it to another sharing
+// the checkpoint directory, as on a rebalance between replicas: the second Set remembers what the
+// first saw, and re-warms from the output offsets the snapshot recorded.
+func TestStateFollowsPartition(t *testing.T) {
+	ctx := context.Background()
+	p, store := dirPersister(t)
+	var rewarmFrom map[int32]int64
+	cfg := Config{Window: testWindow(), Topic: "orders", Persister: p,
+		OutputEnd: func(_ context.Context, in int32) (map[int32]int64, error) { return map[int32]int64{in: 42}, nil },
+		Rewarm: func(_ context.Context, from map[int32]int64, add func([]byte)) (int, error) {
+			rewarmFrom = from
+			add([]byte("produced-after-the-snapshot"))
+			return 1, nil
+		},
+	}
+	a, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewSet(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +157,8 @@ func TestStateFollowsPartition(t *testing.T) {
 	if err := a.Revoke(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := p.snaps["orders.p3"]; !ok {
-		t.Fatalf("no snapshot under orders.p3: %v", p.snaps)
+	if infos, err := store.List(ctx, "orders.p3"); err != nil || len(infos) != 2 { // baseline + revoke
+		t.Fatalf("snapshots of orders.p3: %v, %v; want the cold-start baseline and the revoke", infos, err)
 	}
 	if a.Filter(3) != nil || len(a.Partitions()) != 0 {
 		t.Fatal("revoked partition still has state")
@@ -169,10 +166,16 @@ func TestStateFollowsPartition(t *testing.T) {
 	if err := b.Assign(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
+	if rewarmFrom[3] != 42 {
+		t.Fatalf("re-warmed from %v, want the recorded output offset 42", rewarmFrom)
+	}
 	for i := range 1000 {
 		if !b.Seen(3, fmt.Appendf(nil, "id-%d", i)) {
 			t.Fatalf("id-%d forgotten after the partition moved", i)
 		}
+	}
+	if !b.Seen(3, []byte("produced-after-the-snapshot")) {
+		t.Fatal("re-warmed id not seen")
 	}
 	if b.Seen(3, []byte("new")) {
 		t.Fatal("a new id was reported seen")
@@ -185,15 +188,113 @@ func TestStateFollowsPartition(t *testing.T) {
 	}
 }
 
-func TestRevokeReportsSaveError(t *testing.T) {
+// TestSnapshotWaitsForAcks checks the seal rule: a snapshot that may contain identities of records
+// not yet acknowledged by the output topic becomes visible only once they are, and is dropped if
+// they never are.
+func TestSnapshotWaitsForAcks(t *testing.T) {
 	ctx := context.Background()
-	boom := errors.New("disk full")
-	s, err := NewSet(ctx, Config{Window: testWindow(), Persister: &memPersister{snaps: map[string]snap{}, fail: boom}})
+	p, store := dirPersister(t)
+	s, err := NewSet(ctx, Config{Window: testWindow(), Persister: p, SealTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Assign(ctx, 0); err != nil {
 		t.Fatal(err)
+	}
+	count := func() int {
+		infos, err := store.List(ctx, s.Unit(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(infos)
+	}
+	base := count()
+	s.Processing(0, 10)
+	s.Seen(0, []byte("in-flight"))
+	// Never acknowledged: the snapshot must be dropped.
+	if err := s.Checkpoint(ctx); !errors.Is(err, errSealTimeout) {
+		t.Fatalf("Checkpoint = %v, want the seal timeout", err)
+	}
+	if count() != base {
+		t.Fatal("a snapshot with unacknowledged identities became visible")
+	}
+	// Acknowledged while the snapshot waits: it must be saved.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		s.Acked(0, 10)
+	}()
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if count() != base+1 {
+		t.Fatal("acknowledged snapshot not saved")
+	}
+	// Discard never saves.
+	s.Processing(0, 20)
+	if err := s.Discard(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if count() != base+1 || s.Filter(0) != nil {
+		t.Fatal("Discard saved or kept the state")
+	}
+}
+
+// TestRestoreFallsBackAndStartsCold corrupts the newest snapshot (fallback to the older one) and
+// then changes the configuration (cold start).
+func TestRestoreFallsBackAndStartsCold(t *testing.T) {
+	ctx := context.Background()
+	p, store := dirPersister(t)
+	cfg := Config{Window: testWindow(), Persister: p}
+	s, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Seen(0, []byte("old"))
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.Seen(0, []byte("newer"))
+	if err := s.Revoke(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	infos, _ := store.List(ctx, s.Unit(0))
+	newest := filepath.Join(store.Dir(), infos[0].Name)
+	data, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(newest, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, r, err := p.Restore(ctx, s.Unit(0), cfg.Window)
+	if err != nil || f == nil || r.Outcome != "fallback" {
+		t.Fatalf("Restore after corruption: f=%v outcome=%q err=%v, want a fallback", f != nil, r.Outcome, err)
+	}
+	if !f.Test([]byte("old")) || f.Test([]byte("newer")) {
+		t.Fatal("fallback snapshot does not hold exactly the older state")
+	}
+	changed := cfg.Window
+	changed.Generations++
+	f, r, err = p.Restore(ctx, s.Unit(0), changed)
+	if err != nil || f != nil || r.Outcome != "cold" {
+		t.Fatalf("Restore with a changed window: f=%v outcome=%q err=%v, want cold", f != nil, r.Outcome, err)
+	}
+}
+
+func TestRevokeReportsSaveError(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("disk full")
+	s, err := NewSet(ctx, Config{Window: testWindow(), Persister: failingPersister{boom}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A failed baseline snapshot must not hold up the partition.
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatalf("Assign = %v, want success despite the failing store", err)
 	}
 	if err := s.Revoke(ctx, 0); !errors.Is(err, boom) {
 		t.Fatalf("Revoke error = %v, want %v", err, boom)
@@ -240,5 +341,57 @@ func TestSeenDuringRebalance(t *testing.T) {
 	wg.Wait()
 	if got := s.Stats(); len(got) != 1 || got[0].Name != "0" {
 		t.Fatalf("Stats = %+v, want partition 0 only", got)
+	}
+}
+
+// TestGlobalScopePersists restores the single global filter in NewSet, saves it on Close, and
+// stops snapshotting it once a partition was discarded with unacknowledged records.
+func TestGlobalScopePersists(t *testing.T) {
+	ctx := context.Background()
+	p, store := dirPersister(t)
+	cfg := Config{Scope: ScopeGlobal, Window: testWindow(), Persister: p}
+	a, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []int32{0, 1} {
+		if err := a.Assign(ctx, part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Seen(0, []byte("x"))
+	if !a.Seen(1, []byte("x")) {
+		t.Fatal("global scope missed a cross-partition duplicate")
+	}
+	for _, part := range []int32{0, 1} {
+		if err := a.Revoke(ctx, part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Seen(0, []byte("x")) {
+		t.Fatal("global state lost across a restart")
+	}
+	before, _ := store.List(ctx, "global")
+	b.Processing(0, 5)
+	b.Seen(0, []byte("never-produced"))
+	if err := b.Discard(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := store.List(ctx, "global")
+	if len(after) != len(before) || after[0].Name != before[0].Name {
+		t.Fatal("a tainted global filter was snapshotted")
 	}
 }

@@ -1,0 +1,153 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/window"
+)
+
+// CheckpointPersister is the Persister that keeps snapshots in a checkpoint.Store, in the
+// checkpoint package's file format. It is safe for concurrent use.
+//
+// Policy on restore: the newest usable snapshot wins; a corrupt, truncated or foreign file falls
+// back to the previous one. A snapshot taken with a configuration that changes the filter's layout
+// or hashing (window count, interval, capacity, false-positive rate or hash seed) cannot be used:
+// the unit starts cold and a warning says which parameters changed.
+type CheckpointPersister struct {
+	store checkpoint.Store
+	log   *slog.Logger
+}
+
+// NewCheckpointPersister returns a Persister over store. A nil logger means slog.Default().
+func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *CheckpointPersister {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &CheckpointPersister{store: store, log: log}
+}
+
+// Restore loads the newest usable snapshot of unit into cfg. With none usable it returns a nil
+// filter and Outcome "cold", after logging why each snapshot was rejected. It returns an error
+// only when the store itself fails (for example it cannot list or read the directory).
+func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
+	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h checkpoint.Header, d *checkpoint.Decoder) (*window.Filter, error) {
+		f, err := window.Restore(cfg, metaFromHeader(h), d)
+		if errors.Is(err, window.ErrIncompatible) {
+			return nil, fmt.Errorf("%w: %w", checkpoint.ErrIncompatible, err)
+		}
+		return f, err
+	})
+	for _, fl := range res.Failures {
+		p.log.Warn("snapshot rejected", "unit", unit, "file", fl.Snapshot.Name, "error", fl.Err.Error())
+	}
+	if err != nil && !errors.Is(err, checkpoint.ErrNoUsableSnapshot) {
+		return nil, Restored{}, err
+	}
+	if f == nil {
+		if len(res.Failures) > 0 {
+			p.log.Warn("no usable snapshot: starting cold; duplicates of records produced before this start may pass",
+				"unit", unit, "rejected", len(res.Failures))
+		}
+		return nil, Restored{Outcome: string(checkpoint.OutcomeCold)}, nil
+	}
+	out := res.Header.OutputOffsets
+	if out == nil {
+		p.log.Warn("snapshot has no output offsets (format v1): the filter cannot be re-warmed from the output topic",
+			"unit", unit, "file", res.Snapshot.Name)
+	}
+	return f, Restored{Outcome: string(res.Outcome), OutputOffsets: out}, nil
+}
+
+// Save writes f's state for unit through the store: the header from f's metadata and info, then
+// the data, then seal; only if all succeed does the snapshot replace older ones.
+func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error) {
+	snap, err := p.store.Save(ctx, unit, func(w io.Writer) error {
+		return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
+			h := headerFromMeta(m, info)
+			return checkpoint.Encode(w, h, func(dw io.Writer) error {
+				if _, err := writeData(dw); err != nil {
+					return err
+				}
+				return seal(ctx)
+			})
+		})
+	})
+	if errors.Is(err, checkpoint.ErrPrune) {
+		p.log.Warn("old snapshots could not be pruned", "unit", unit, "error", err.Error())
+		err = nil
+	}
+	return snap.Size, err
+}
+
+func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
+	h := checkpoint.Header{
+		Generations:       m.Generations,
+		Interval:          m.Interval,
+		Capacity:          m.Capacity,
+		FalsePositiveRate: m.FalsePositiveRate,
+		Seed:              m.Seed,
+		K:                 m.K,
+		BlockBits:         m.BlockBits,
+		Groups:            m.Groups,
+		Slots:             m.Slots,
+		Words:             m.Words,
+		Origin:            m.Origin,
+		Epoch:             m.Epoch,
+		Rotations:         m.Rotations,
+		Scope:             string(info.Scope),
+		Topic:             info.Topic,
+		Partition:         info.Partition,
+		InputOffsets:      info.InputOffsets,
+		OutputOffsets:     info.OutputOffsets,
+		Created:           time.Now(),
+	}
+	for slot, e := range m.SlotEpochs {
+		if e >= 0 {
+			h.Gens = append(h.Gens, checkpoint.Generation{Number: uint64(e), Start: m.GenerationStart(uint64(e)), Slot: slot})
+		}
+	}
+	// Newest first, as the format wants.
+	for i := 1; i < len(h.Gens); i++ {
+		for j := i; j > 0 && h.Gens[j].Number > h.Gens[j-1].Number; j-- {
+			h.Gens[j], h.Gens[j-1] = h.Gens[j-1], h.Gens[j]
+		}
+	}
+	if h.OutputOffsets == nil {
+		h.OutputOffsets = map[int32]int64{}
+	}
+	return h
+}
+
+func metaFromHeader(h checkpoint.Header) window.Meta {
+	m := window.Meta{
+		Generations:       h.Generations,
+		Interval:          h.Interval,
+		Capacity:          h.Capacity,
+		FalsePositiveRate: h.FalsePositiveRate,
+		Seed:              h.Seed,
+		K:                 h.K,
+		BlockBits:         h.BlockBits,
+		Groups:            h.Groups,
+		Slots:             h.Slots,
+		Origin:            h.Origin,
+		Epoch:             h.Epoch,
+		Rotations:         h.Rotations,
+		Words:             h.Words,
+		SlotEpochs:        make([]int64, max(h.Slots, 0)),
+	}
+	for i := range m.SlotEpochs {
+		m.SlotEpochs[i] = -1
+	}
+	for _, g := range h.Gens {
+		if g.Slot >= 0 && g.Slot < len(m.SlotEpochs) {
+			m.SlotEpochs[g.Slot] = int64(g.Number)
+		}
+	}
+	return m
+}
