@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Deployment checks for kdedup: Prometheus rules and their unit tests, the compose file,
+# the Helm chart, and the Go checks of the tools/ module.
+#
+#   deploy/ci-checks.sh                    install what is missing, then run every check
+#   deploy/ci-checks.sh check_metrics URL  lint a live /metrics endpoint with promtool
+#   source deploy/ci-checks.sh             define the functions only (for .ci/run)
+#
+# Needs root (or the tools already installed) for apt-get, and Go for helm and tools/.
+
+HELM_VERSION=v3.22.0
+KUBE_VERSION=1.31.0
+KDEDUP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# install_tools installs promtool, docker-compose and curl (Debian packages) and helm
+# (built from source with go install, pinned) when they are missing.
+install_tools() {
+	local missing=()
+	command -v promtool >/dev/null || missing+=(prometheus)
+	command -v docker-compose >/dev/null || missing+=(docker-compose)
+	command -v curl >/dev/null || missing+=(curl)
+	if ((${#missing[@]})); then
+		log "apt-get install ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+	PATH="$(go env GOPATH)/bin:$PATH"
+	export PATH
+	# go install leaves helm's version string as "v3.22" (no ldflags).
+	if ! helm version --template '{{.Version}}' 2>/dev/null | grep -qx "${HELM_VERSION}\|${HELM_VERSION%.0}"; then
+		log "go install helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+		GOFLAGS=-buildvcs=false go install "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+	fi
+}
+
+check_rules() {
+	log "promtool check rules / test rules / check config"
+	(
+		cd "$KDEDUP_ROOT/deploy/prometheus" &&
+			promtool check rules alerts.yml &&
+			promtool test rules alerts_test.yml &&
+			promtool check config prometheus.yml
+	)
+}
+
+check_compose() {
+	log "docker-compose config -q"
+	docker-compose -f "$KDEDUP_ROOT/deploy/docker-compose.yml" config -q
+}
+
+check_helm() {
+	local chart="$KDEDUP_ROOT/deploy/helm/kdedup"
+	log "helm lint --strict / helm template"
+	helm lint --strict "$chart" &&
+		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" >/dev/null &&
+		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" \
+			--set replicaCount=1 --set dedup.scope=global \
+			--set serviceMonitor.enabled=false --set podMonitor.enabled=true >/dev/null
+}
+
+check_tools() {
+	log "cd tools && go test ./..."
+	(cd "$KDEDUP_ROOT/tools" && go test ./...)
+}
+
+# check_metrics URL fetches a live /metrics endpoint and lints it with promtool
+# (naming conventions, units, _total suffixes, help texts). Fails when the fetch fails
+# or promtool reports a problem.
+check_metrics() {
+	local url=${1:?usage: check_metrics URL}
+	log "promtool check metrics $url"
+	local body
+	body=$(curl -sSf --max-time 10 "$url") || return 1
+	printf '%s\n' "$body" | promtool check metrics
+}
+
+# run_all stops at the first failing check, whether or not the caller uses set -e.
+run_all() {
+	install_tools || return 1
+	check_rules || return 1
+	check_compose || return 1
+	check_helm || return 1
+	check_tools || return 1
+	log "deploy checks passed"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	set -euo pipefail
+	if (($#)); then
+		install_tools
+		"$@"
+	else
+		run_all
+	fi
+fi

@@ -1,0 +1,73 @@
+{{/* Chart name, truncated to the 63 characters DNS names allow. */}}
+{{- define "kdedup.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; the release name is used as is when it already contains the chart name. */}}
+{{- define "kdedup.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kdedup.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kdedup.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kdedup.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kdedup.labels" -}}
+helm.sh/chart: {{ include "kdedup.chart" . }}
+{{ include "kdedup.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kdedup.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kdedup.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded up.
+
+  filters     = sizing.partitionsPerReplica (dedup.scope partition) or 1 (global)
+  filterBytes = filters x (dedup.window.count + 1) x dedup.window.capacity x sizing.bitsPerKey / 8
+  memory      = ceil(filterBytes x 1.0 / 2^20) + sizing.overheadMiB
+*/}}
+{{- define "kdedup.memory" -}}
+{{- $filters := 1 }}
+{{- if eq .Values.dedup.scope "partition" }}
+{{- $filters = .Values.sizing.partitionsPerReplica }}
+{{- end }}
+{{- $generations := add (int .Values.dedup.window.count) 1 }}
+{{- $bytes := mulf $filters $generations .Values.dedup.window.capacity .Values.sizing.bitsPerKey 0.125 1.0 }}
+{{- $mib := ceil (divf $bytes 1048576) }}
+{{- printf "%dMi" (add (int64 $mib) (int64 .Values.sizing.overheadMiB)) }}
+{{- end }}
+
+{{/* kdedup.validate fails the render on combinations that cannot work. */}}
+{{- define "kdedup.validate" -}}
+{{- if and (eq .Values.dedup.scope "global") (gt (int .Values.replicaCount) 1) }}
+{{- fail "dedup.scope=global keeps one filter for the whole topic: replicaCount must be 1" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
+{{- fail "enable only one of serviceMonitor and podMonitor, or every sample is scraped twice" }}
+{{- end }}
+{{- if le (int .Values.terminationGraceMarginSeconds) 0 }}
+{{- fail "terminationGraceMarginSeconds must be > 0 so the pod outlives SHUTDOWN_TIMEOUT" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,100 @@
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// dynamicCollector exports, at scrape time, the metrics whose set of series
+// changes with partition assignment: consumer lag and the filter statistics.
+// Building constant metrics on each scrape means a revoked partition's series
+// simply stop being exported. It is safe for concurrent use.
+type dynamicCollector struct {
+	m         *Metrics
+	targetFPR float64
+
+	lag          *prometheus.Desc
+	target       *prometheus.Desc
+	estimated    *prometheus.Desc
+	fill         *prometheus.Desc
+	keys         *prometheus.Desc
+	capacity     *prometheus.Desc
+	window       *prometheus.Desc
+	rotations    *prometheus.Desc
+	generationLb []string // "0".."63", to avoid formatting on every scrape
+}
+
+func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
+	name := func(n string) string { return prometheus.BuildFQName(Namespace, "", n) }
+	filter := []string{"filter"}
+	gen := []string{"filter", "generation"}
+	d := &dynamicCollector{
+		m:         m,
+		targetFPR: targetFPR,
+		lag: prometheus.NewDesc(name("consumer_lag_records"),
+			"Records between this worker's position and the end of an assigned input partition.", []string{"partition"}, nil),
+		target: prometheus.NewDesc(name("filter_false_positive_rate_target"),
+			"Configured false-positive rate over the whole window: the acceptable fraction of unique records wrongly dropped.", nil, nil),
+		estimated: prometheus.NewDesc(name("filter_false_positive_rate_estimated"),
+			"False-positive rate estimated from the filter's current fill: the fraction of unique records being wrongly treated as duplicates.", filter, nil),
+		fill: prometheus.NewDesc(name("filter_generation_fill_ratio"),
+			"Fraction of a generation's bits that are set (generation 0 is the newest).", gen, nil),
+		keys: prometheus.NewDesc(name("filter_estimated_keys"),
+			"Estimated distinct keys inserted into a generation (generation 0 is the newest).", gen, nil),
+		capacity: prometheus.NewDesc(name("filter_capacity_bytes"),
+			"Memory occupied by the filter's bit arrays.", filter, nil),
+		window: prometheus.NewDesc(name("filter_window_seconds"),
+			"Span of time the filter currently covers.", filter, nil),
+		rotations: prometheus.NewDesc(name("filter_rotations_total"),
+			"Generation rotations of the filter since it was created or restored.", filter, nil),
+	}
+	d.generationLb = make([]string, 64)
+	for i := range d.generationLb {
+		d.generationLb[i] = strconv.Itoa(i)
+	}
+	return d
+}
+
+// Describe implements prometheus.Collector.
+func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations} {
+		ch <- desc
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
+	d.m.eachPartition(func(pp *partition) {
+		if pp.lagSet.Load() {
+			ch <- prometheus.MustNewConstMetric(d.lag, prometheus.GaugeValue, float64(pp.lag.Load()), pp.label)
+		}
+	})
+
+	stats := d.m.filterStats()
+	target := d.targetFPR
+	if target <= 0 && len(stats) > 0 {
+		target = stats[0].ConfiguredFPR
+	}
+	if target > 0 {
+		ch <- prometheus.MustNewConstMetric(d.target, prometheus.GaugeValue, target)
+	}
+	for _, s := range stats {
+		ch <- prometheus.MustNewConstMetric(d.estimated, prometheus.GaugeValue, s.EstimatedFPR, s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.capacity, prometheus.GaugeValue, float64(s.CapacityBytes), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.window, prometheus.GaugeValue, s.WindowSeconds, s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.rotations, prometheus.CounterValue, float64(s.Rotations), s.Filter)
+		for i, g := range s.Generations {
+			lb := d.generation(i)
+			ch <- prometheus.MustNewConstMetric(d.fill, prometheus.GaugeValue, g.Fill, s.Filter, lb)
+			ch <- prometheus.MustNewConstMetric(d.keys, prometheus.GaugeValue, g.EstimatedKeys, s.Filter, lb)
+		}
+	}
+}
+
+func (d *dynamicCollector) generation(i int) string {
+	if i < len(d.generationLb) {
+		return d.generationLb[i]
+	}
+	return strconv.Itoa(i)
+}

@@ -1,0 +1,491 @@
+// Package metrics exposes kdedup's Prometheus metrics.
+//
+// New builds every metric of the kdedup metric contract on a registry that the
+// caller passes in (never the global default registry). The returned *Metrics
+// implements the method set of consumer.Observer without importing the consumer
+// package, plus hooks for checkpoint events, readiness and the sliding-window
+// filter statistics.
+//
+// The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
+// ProduceError, CommitError) do not allocate once a partition has been seen:
+// the per-partition label children are resolved once, lazily, and cached in a
+// copy-on-write table indexed by partition number.
+//
+// Filter statistics and consumer lag are exported by a custom collector that
+// builds constant metrics at scrape time, so a partition that is revoked from
+// this worker stops being exported instead of leaving a stale series behind.
+package metrics
+
+import (
+	"errors"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Namespace is the prefix of every kdedup metric name.
+const Namespace = "kdedup"
+
+// Restore outcomes accepted by Metrics.Restored. Any other value is counted
+// under RestoreUnknown so that the outcome label stays bounded.
+const (
+	RestoreWarm     = "warm"
+	RestoreCold     = "cold"
+	RestoreFallback = "fallback"
+	RestoreUnknown  = "unknown"
+)
+
+// Duplicate handling modes used as the mode label of kdedup_duplicates_total.
+const (
+	ModeDrop = "drop"
+	ModeMark = "mark"
+)
+
+// maxTablePartition bounds the directly indexed partition table. Partition
+// numbers at or above it (or negative ones) go through a mutex-guarded map,
+// which is slower but keeps a bogus partition number from allocating a huge
+// table.
+const maxTablePartition = 1 << 16
+
+// Options configures New. The zero value is usable: mode "drop", version
+// "unknown", target false-positive rate taken from the filter sources, no
+// checkpointing, Go and process collectors registered, time.Now as the clock.
+type Options struct {
+	// Mode is the duplicate handling mode reported in the mode label of
+	// kdedup_duplicates_total: ModeDrop or ModeMark. Empty means ModeDrop.
+	// The value is used verbatim otherwise; the caller validates it.
+	Mode string
+
+	// Version is the build version reported by kdedup_build_info. Empty means
+	// "unknown".
+	Version string
+
+	// TargetFalsePositiveRate is the configured false-positive rate over the
+	// whole window, exported as kdedup_filter_false_positive_rate_target.
+	// Zero means: take ConfiguredFPR of the first filter statistic reported
+	// by the registered sources, and omit the gauge while there is none.
+	TargetFalsePositiveRate float64
+
+	// Checkpointing tells whether checkpoints are enabled. When true,
+	// kdedup_checkpoint_last_success_timestamp_seconds starts at the time New
+	// is called, so a worker that never manages to save a checkpoint becomes
+	// stale on the same schedule as one whose saves stopped. When false it
+	// stays 0 until the first CheckpointSaved, and alerts ignore 0.
+	Checkpointing bool
+
+	// SkipRuntimeCollectors disables registering the Go runtime and process
+	// collectors (go_*, process_*) on the registry. The dashboard's restart
+	// panel needs process_start_time_seconds, so leave it false in
+	// production.
+	SkipRuntimeCollectors bool
+
+	// Now is the clock used for the checkpoint success timestamp. Nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// GenerationStat describes one generation of a sliding-window filter.
+type GenerationStat struct {
+	// Fill is the fraction of the generation's bits that are set, in [0, 1].
+	Fill float64
+	// EstimatedKeys is the estimated number of distinct keys inserted.
+	EstimatedKeys float64
+}
+
+// FilterStat is a point-in-time description of one sliding-window filter,
+// as returned by a source registered with Metrics.RegisterFilterSource.
+type FilterStat struct {
+	// Filter names the filter: "global", or the partition number in decimal
+	// for per-partition filters. It must be unique across all sources.
+	Filter string
+	// ConfiguredFPR is the target false-positive rate over the whole window.
+	ConfiguredFPR float64
+	// EstimatedFPR is the false-positive rate estimated from the current fill.
+	EstimatedFPR float64
+	// CapacityBytes is the memory the filter's bit arrays occupy.
+	CapacityBytes uint64
+	// Rotations is how many times the filter has rotated generations.
+	Rotations uint64
+	// WindowSeconds is the span of time the filter currently covers.
+	WindowSeconds float64
+	// Generations lists the generations, newest first (index 0).
+	Generations []GenerationStat
+}
+
+// partition holds the label children and lag of one partition. It is created
+// once and never mutated afterwards except through atomics.
+type partition struct {
+	label      string
+	consumed   prometheus.Counter
+	produced   prometheus.Counter
+	duplicates prometheus.Counter
+	unkeyed    prometheus.Counter
+	lag        atomic.Int64
+	lagSet     atomic.Bool
+}
+
+// Metrics records kdedup's metrics. It is safe for concurrent use by multiple
+// goroutines. The zero value is not usable; build one with New.
+type Metrics struct {
+	now  func() time.Time
+	mode string
+
+	consumed   *prometheus.CounterVec
+	produced   *prometheus.CounterVec
+	duplicates *prometheus.CounterVec
+	unkeyed    *prometheus.CounterVec
+
+	produceErrors prometheus.Counter
+	commitErrors  prometheus.Counter
+	rebalances    prometheus.Counter
+	assigned      prometheus.Gauge
+	ready         prometheus.Gauge
+	buildInfo     prometheus.Gauge
+
+	endToEnd   prometheus.Histogram
+	processing prometheus.Histogram
+
+	checkpointDuration    prometheus.Histogram
+	checkpointSize        prometheus.Gauge
+	checkpointLastSuccess prometheus.Gauge
+	checkpointFailures    prometheus.Counter
+	restores              map[string]prometheus.Counter
+	restoreDuration       prometheus.Histogram
+	rewarmed              prometheus.Counter
+
+	dyn *dynamicCollector
+
+	// parts is a copy-on-write table of partitions indexed by partition
+	// number; a nil entry means not seen yet. Writers hold mu.
+	parts atomic.Pointer[[]*partition]
+	mu    sync.Mutex
+	// farParts holds partitions outside [0, maxTablePartition). Guarded by mu.
+	farParts map[int32]*partition
+	// sources are the registered filter statistic sources. Guarded by mu.
+	sources []func() []FilterStat
+}
+
+// New builds every kdedup metric and registers it on reg, which must not be
+// nil. Unless opts.SkipRuntimeCollectors is set it also registers the Go
+// runtime and process collectors, tolerating ones already registered on reg.
+// New panics if a kdedup metric cannot be registered (for example because New
+// was already called with the same registry), as prometheus.MustRegister does.
+func New(reg prometheus.Registerer, opts Options) *Metrics {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Mode == "" {
+		opts.Mode = ModeDrop
+	}
+	if opts.Version == "" {
+		opts.Version = "unknown"
+	}
+	m := &Metrics{now: opts.Now, mode: opts.Mode, farParts: make(map[int32]*partition)}
+
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
+	}
+
+	m.consumed = counterVec("records_consumed_total", "Records read from the input topic.", "partition")
+	m.produced = counterVec("records_produced_total", "Records written to the output topic and acknowledged.", "partition")
+	m.duplicates = counterVec("duplicates_total",
+		"Records recognised as duplicates within the window (dropped or marked, see the mode label). Includes the filter's false positives.",
+		"partition", "mode")
+	m.unkeyed = counterVec("records_unkeyed_total", "Records without a deduplication key; they are passed through unfiltered.", "partition")
+	m.produceErrors = counter("produce_errors_total", "Failed attempts to write a batch to the output topic.")
+	m.commitErrors = counter("commit_errors_total", "Failed attempts to commit consumer offsets.")
+	m.rebalances = counter("rebalances_total", "Consumer group rebalances seen by this worker.")
+	m.assigned = gauge("assigned_partitions", "Input partitions currently assigned to this worker.")
+	m.ready = gauge("ready", "1 when the worker is ready to process records (state restored, partitions assigned), else 0.")
+	m.buildInfo = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace:   Namespace,
+		Name:        "build_info",
+		Help:        "Always 1; the labels carry the kdedup version and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": opts.Version, "goversion": runtime.Version()},
+	})
+	m.buildInfo.Set(1)
+
+	m.endToEnd = histogram("end_to_end_latency_seconds",
+		"Time from a record's Kafka timestamp to the acknowledgement of its produce to the output topic.",
+		[]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600})
+	m.processing = histogram("processing_latency_seconds",
+		"Time from consuming a record to the acknowledgement of its produce to the output topic.",
+		[]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
+
+	durationBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m.checkpointDuration = histogram("checkpoint_duration_seconds", "Time taken to write a checkpoint successfully.", durationBuckets)
+	m.checkpointSize = gauge("checkpoint_size_bytes", "Size of the last successfully written checkpoint.")
+	m.checkpointLastSuccess = gauge("checkpoint_last_success_timestamp_seconds",
+		"Unix time of the last successful checkpoint (the worker's start when checkpointing is enabled and none has succeeded yet; 0 when checkpointing is disabled).")
+	if opts.Checkpointing {
+		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
+	}
+	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
+	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (from a checkpoint), cold (empty filter), fallback (checkpoint unusable, started empty).", "outcome")
+	m.restores = make(map[string]prometheus.Counter, 4)
+	for _, o := range []string{RestoreWarm, RestoreCold, RestoreFallback, RestoreUnknown} {
+		m.restores[o] = restores.WithLabelValues(o)
+	}
+	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
+	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the input topic to re-warm the filter after a restore.")
+
+	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
+
+	for _, c := range []prometheus.Collector{
+		m.consumed, m.produced, m.duplicates, m.unkeyed,
+		m.produceErrors, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
+		m.endToEnd, m.processing,
+		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures,
+		restores, m.restoreDuration, m.rewarmed,
+		m.dyn,
+	} {
+		reg.MustRegister(c)
+	}
+	if !opts.SkipRuntimeCollectors {
+		for _, c := range []prometheus.Collector{
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					panic("metrics: registering runtime collector: " + err.Error())
+				}
+			}
+		}
+	}
+	return m
+}
+
+func unixSeconds(t time.Time) float64 {
+	return float64(t.UnixNano()) / 1e9
+}
+
+// part returns the cached children of partition p, creating them on first use.
+// It does not allocate once p has been seen.
+func (m *Metrics) part(p int32) *partition {
+	if p >= 0 {
+		if t := m.parts.Load(); t != nil && int(p) < len(*t) {
+			if pp := (*t)[p]; pp != nil {
+				return pp
+			}
+		}
+	}
+	return m.slowPart(p)
+}
+
+func (m *Metrics) slowPart(p int32) *partition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p < 0 || p >= maxTablePartition {
+		if pp, ok := m.farParts[p]; ok {
+			return pp
+		}
+		pp := m.newPartition(p)
+		m.farParts[p] = pp
+		return pp
+	}
+	var old []*partition
+	if t := m.parts.Load(); t != nil {
+		old = *t
+		if int(p) < len(old) && old[p] != nil {
+			return old[p]
+		}
+	}
+	n := max(len(old), int(p)+1)
+	table := make([]*partition, n)
+	copy(table, old)
+	table[p] = m.newPartition(p)
+	m.parts.Store(&table)
+	return table[p]
+}
+
+func (m *Metrics) newPartition(p int32) *partition {
+	l := strconv.FormatInt(int64(p), 10)
+	return &partition{
+		label:      l,
+		consumed:   m.consumed.WithLabelValues(l),
+		produced:   m.produced.WithLabelValues(l),
+		duplicates: m.duplicates.WithLabelValues(l, m.mode),
+		unkeyed:    m.unkeyed.WithLabelValues(l),
+	}
+}
+
+// eachPartition calls fn for every partition seen so far.
+func (m *Metrics) eachPartition(fn func(*partition)) {
+	if t := m.parts.Load(); t != nil {
+		for _, pp := range *t {
+			if pp != nil {
+				fn(pp)
+			}
+		}
+	}
+	m.mu.Lock()
+	far := make([]*partition, 0, len(m.farParts))
+	for _, pp := range m.farParts {
+		far = append(far, pp)
+	}
+	m.mu.Unlock()
+	for _, pp := range far {
+		fn(pp)
+	}
+}
+
+// Consumed counts n records read from the input partition. Non-positive n is
+// ignored. It is safe for concurrent use and does not allocate in the steady
+// state.
+func (m *Metrics) Consumed(partition int32, n int) {
+	if n > 0 {
+		m.part(partition).consumed.Add(float64(n))
+	}
+}
+
+// Produced counts n records from the input partition acknowledged by the
+// output topic. Non-positive n is ignored. It is safe for concurrent use and
+// does not allocate in the steady state.
+func (m *Metrics) Produced(partition int32, n int) {
+	if n > 0 {
+		m.part(partition).produced.Add(float64(n))
+	}
+}
+
+// Duplicates counts n records of the input partition recognised as
+// duplicates, under the mode given in Options. Non-positive n is ignored. It
+// is safe for concurrent use and does not allocate in the steady state.
+func (m *Metrics) Duplicates(partition int32, n int) {
+	if n > 0 {
+		m.part(partition).duplicates.Add(float64(n))
+	}
+}
+
+// Unkeyed counts n records of the input partition that had no deduplication
+// key. Non-positive n is ignored. It is safe for concurrent use and does not
+// allocate in the steady state.
+func (m *Metrics) Unkeyed(partition int32, n int) {
+	if n > 0 {
+		m.part(partition).unkeyed.Add(float64(n))
+	}
+}
+
+// ProduceError counts one failed produce attempt. It is safe for concurrent use.
+func (m *Metrics) ProduceError() { m.produceErrors.Inc() }
+
+// CommitError counts one failed offset commit. It is safe for concurrent use.
+func (m *Metrics) CommitError() { m.commitErrors.Inc() }
+
+// Latency observes one record's end-to-end latency (since its Kafka
+// timestamp) and processing latency (since it was consumed). Negative
+// durations, from clock skew between producer and worker, are recorded as 0.
+// It is safe for concurrent use and does not allocate.
+func (m *Metrics) Latency(sinceRecordTimestamp, sinceConsume time.Duration) {
+	m.endToEnd.Observe(max(sinceRecordTimestamp, 0).Seconds())
+	m.processing.Observe(max(sinceConsume, 0).Seconds())
+}
+
+// Lag records the consumer lag, in records, of an assigned partition. A
+// negative lag means unknown and hides the partition's lag series until the
+// next non-negative report. Lag series are dropped by Rebalance and
+// reappear on the next report. It is safe for concurrent use and does not
+// allocate in the steady state.
+func (m *Metrics) Lag(partition int32, lag int64) {
+	pp := m.part(partition)
+	if lag < 0 {
+		pp.lagSet.Store(false)
+		return
+	}
+	pp.lag.Store(lag)
+	pp.lagSet.Store(true)
+}
+
+// Rebalance counts one consumer group rebalance and forgets every partition's
+// lag, so that partitions revoked from this worker stop being exported. It is
+// safe for concurrent use.
+func (m *Metrics) Rebalance() {
+	m.rebalances.Inc()
+	m.eachPartition(func(pp *partition) { pp.lagSet.Store(false) })
+}
+
+// Assigned sets the number of input partitions assigned to this worker. It is
+// safe for concurrent use.
+func (m *Metrics) Assigned(partitions int) { m.assigned.Set(float64(partitions)) }
+
+// SetReady sets kdedup_ready to 1 (true) or 0 (false). It is safe for
+// concurrent use.
+func (m *Metrics) SetReady(ready bool) {
+	if ready {
+		m.ready.Set(1)
+	} else {
+		m.ready.Set(0)
+	}
+}
+
+// CheckpointSaved records a successful checkpoint that took duration and
+// wrote sizeBytes bytes, and sets the last-success timestamp to now. It is
+// safe for concurrent use.
+func (m *Metrics) CheckpointSaved(duration time.Duration, sizeBytes int64) {
+	m.checkpointDuration.Observe(max(duration, 0).Seconds())
+	m.checkpointSize.Set(float64(sizeBytes))
+	m.checkpointLastSuccess.Set(unixSeconds(m.now()))
+}
+
+// CheckpointFailed counts one failed checkpoint. It is safe for concurrent use.
+func (m *Metrics) CheckpointFailed() { m.checkpointFailures.Inc() }
+
+// Restored records a state restore with the given outcome (RestoreWarm,
+// RestoreCold or RestoreFallback; anything else is counted as
+// RestoreUnknown) that took duration. It is safe for concurrent use.
+func (m *Metrics) Restored(outcome string, duration time.Duration) {
+	c, ok := m.restores[outcome]
+	if !ok {
+		c = m.restores[RestoreUnknown]
+	}
+	c.Inc()
+	m.restoreDuration.Observe(max(duration, 0).Seconds())
+}
+
+// Rewarmed counts n records re-read to re-warm the filter after a restore.
+// Non-positive n is ignored. It is safe for concurrent use.
+func (m *Metrics) Rewarmed(n int) {
+	if n > 0 {
+		m.rewarmed.Add(float64(n))
+	}
+}
+
+// RegisterFilterSource adds a source of filter statistics, called on every
+// scrape (so it must be cheap and safe to call from the scraping goroutine).
+// Filter names must be unique across all sources, otherwise the scrape fails
+// with a duplicate-series error. A nil source is ignored. It is safe for
+// concurrent use.
+func (m *Metrics) RegisterFilterSource(source func() []FilterStat) {
+	if source == nil {
+		return
+	}
+	m.mu.Lock()
+	m.sources = append(m.sources, source)
+	m.mu.Unlock()
+}
+
+func (m *Metrics) filterStats() []FilterStat {
+	m.mu.Lock()
+	sources := append([]func() []FilterStat(nil), m.sources...)
+	m.mu.Unlock()
+	var out []FilterStat
+	for _, s := range sources {
+		out = append(out, s()...)
+	}
+	return out
+}

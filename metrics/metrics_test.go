@@ -1,0 +1,533 @@
+package metrics
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+var update = flag.Bool("update", false, "rewrite ../deploy/metric-names.txt from the registry")
+
+// observer mirrors consumer.Observer; metrics must not import consumer, so the
+// method set is checked here at compile time instead.
+type observer interface {
+	Consumed(partition int32, n int)
+	Produced(partition int32, n int)
+	Duplicates(partition int32, n int)
+	Unkeyed(partition int32, n int)
+	ProduceError()
+	CommitError()
+	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
+	Lag(partition int32, lag int64)
+	Rebalance()
+	Assigned(partitions int)
+}
+
+var _ observer = (*Metrics)(nil)
+
+var fixedNow = time.Unix(1_700_000_000, 0)
+
+func newTest(t testing.TB, opts Options) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return fixedNow }
+	}
+	return New(reg, opts), reg
+}
+
+func fakeSource() []FilterStat {
+	return []FilterStat{
+		{
+			Filter: "0", ConfiguredFPR: 1e-6, EstimatedFPR: 2e-7, CapacityBytes: 4096, Rotations: 3, WindowSeconds: 3600,
+			Generations: []GenerationStat{{Fill: 0.25, EstimatedKeys: 100}, {Fill: 0.5, EstimatedKeys: 200}},
+		},
+		{
+			Filter: "7", ConfiguredFPR: 1e-6, EstimatedFPR: 1e-6, CapacityBytes: 8192, Rotations: 0, WindowSeconds: 60,
+			Generations: []GenerationStat{{Fill: 0.1, EstimatedKeys: 10}},
+		},
+	}
+}
+
+// populate calls every recording method once so that every series exists.
+func populate(m *Metrics) {
+	m.Consumed(0, 10)
+	m.Produced(0, 8)
+	m.Duplicates(0, 2)
+	m.Unkeyed(0, 1)
+	m.ProduceError()
+	m.CommitError()
+	m.Latency(time.Second, time.Millisecond)
+	m.Lag(0, 42)
+	m.Rebalance()
+	m.Lag(0, 42)
+	m.Assigned(1)
+	m.SetReady(true)
+	m.CheckpointSaved(time.Second, 1234)
+	m.CheckpointFailed()
+	m.Restored(RestoreWarm, time.Second)
+	m.Rewarmed(5)
+	m.RegisterFilterSource(fakeSource)
+}
+
+func TestGatherAndLint(t *testing.T) {
+	for _, skip := range []bool{true, false} {
+		t.Run(fmt.Sprintf("skipRuntime=%v", skip), func(t *testing.T) {
+			m, reg := newTest(t, Options{Mode: ModeMark, Version: "v1.2.3", SkipRuntimeCollectors: skip, Checkpointing: true})
+			populate(m)
+			problems, err := testutil.GatherAndLint(reg)
+			if err != nil {
+				t.Fatalf("GatherAndLint: %v", err)
+			}
+			for _, p := range problems {
+				t.Errorf("lint: %s: %s", p.Metric, p.Text)
+			}
+		})
+	}
+}
+
+func TestNewToleratesRegisteredRuntimeCollectors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector()) //nolint:staticcheck // deliberately the same collector New adds
+	New(reg, Options{})
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+}
+
+func TestNewTwiceOnSameRegistryPanics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	New(reg, Options{SkipRuntimeCollectors: true})
+	defer func() {
+		if recover() == nil {
+			t.Fatal("second New on the same registry did not panic")
+		}
+	}()
+	New(reg, Options{SkipRuntimeCollectors: true})
+}
+
+func TestMethodsMoveTheRightSeries(t *testing.T) {
+	tests := []struct {
+		name   string
+		call   func(m *Metrics)
+		series func(m *Metrics) prometheus.Collector
+		want   float64
+	}{
+		{"Consumed", func(m *Metrics) { m.Consumed(3, 5); m.Consumed(3, 2) },
+			func(m *Metrics) prometheus.Collector { return m.consumed.WithLabelValues("3") }, 7},
+		{"Consumed ignores non-positive", func(m *Metrics) { m.Consumed(3, 0); m.Consumed(3, -4) },
+			func(m *Metrics) prometheus.Collector { return m.consumed.WithLabelValues("3") }, 0},
+		{"Produced", func(m *Metrics) { m.Produced(1, 9) },
+			func(m *Metrics) prometheus.Collector { return m.produced.WithLabelValues("1") }, 9},
+		{"Duplicates carries mode", func(m *Metrics) { m.Duplicates(2, 4) },
+			func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues("2", ModeMark) }, 4},
+		{"Unkeyed", func(m *Metrics) { m.Unkeyed(0, 3) },
+			func(m *Metrics) prometheus.Collector { return m.unkeyed.WithLabelValues("0") }, 3},
+		{"far partition", func(m *Metrics) { m.Consumed(maxTablePartition+5, 2) },
+			func(m *Metrics) prometheus.Collector {
+				return m.consumed.WithLabelValues(strconv.Itoa(maxTablePartition + 5))
+			}, 2},
+		{"negative partition", func(m *Metrics) { m.Produced(-1, 2) },
+			func(m *Metrics) prometheus.Collector { return m.produced.WithLabelValues("-1") }, 2},
+		{"ProduceError", func(m *Metrics) { m.ProduceError(); m.ProduceError() },
+			func(m *Metrics) prometheus.Collector { return m.produceErrors }, 2},
+		{"CommitError", func(m *Metrics) { m.CommitError() },
+			func(m *Metrics) prometheus.Collector { return m.commitErrors }, 1},
+		{"Rebalance", func(m *Metrics) { m.Rebalance() },
+			func(m *Metrics) prometheus.Collector { return m.rebalances }, 1},
+		{"Assigned", func(m *Metrics) { m.Assigned(6); m.Assigned(4) },
+			func(m *Metrics) prometheus.Collector { return m.assigned }, 4},
+		{"SetReady true", func(m *Metrics) { m.SetReady(true) },
+			func(m *Metrics) prometheus.Collector { return m.ready }, 1},
+		{"SetReady false", func(m *Metrics) { m.SetReady(true); m.SetReady(false) },
+			func(m *Metrics) prometheus.Collector { return m.ready }, 0},
+		{"CheckpointSaved size", func(m *Metrics) { m.CheckpointSaved(time.Second, 4096) },
+			func(m *Metrics) prometheus.Collector { return m.checkpointSize }, 4096},
+		{"CheckpointSaved timestamp", func(m *Metrics) { m.CheckpointSaved(time.Second, 1) },
+			func(m *Metrics) prometheus.Collector { return m.checkpointLastSuccess }, float64(fixedNow.Unix())},
+		{"CheckpointFailed", func(m *Metrics) { m.CheckpointFailed() },
+			func(m *Metrics) prometheus.Collector { return m.checkpointFailures }, 1},
+		{"Restored warm", func(m *Metrics) { m.Restored(RestoreWarm, time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.restores[RestoreWarm] }, 1},
+		{"Restored fallback", func(m *Metrics) { m.Restored(RestoreFallback, time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.restores[RestoreFallback] }, 1},
+		{"Restored bogus outcome is bounded", func(m *Metrics) { m.Restored("lukewarm", time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.restores[RestoreUnknown] }, 1},
+		{"Rewarmed", func(m *Metrics) { m.Rewarmed(100); m.Rewarmed(-1) },
+			func(m *Metrics) prometheus.Collector { return m.rewarmed }, 100},
+		{"build info", func(*Metrics) {},
+			func(m *Metrics) prometheus.Collector { return m.buildInfo }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, _ := newTest(t, Options{Mode: ModeMark, SkipRuntimeCollectors: true})
+			tt.call(m)
+			if got := testutil.ToFloat64(tt.series(m)); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHistograms(t *testing.T) {
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+	m.Latency(2*time.Second, -time.Millisecond) // negative clamps to 0
+	m.CheckpointSaved(3*time.Second, 1)
+	m.Restored(RestoreCold, 500*time.Millisecond)
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		count uint64
+		sum   float64
+	}{
+		"kdedup_end_to_end_latency_seconds":          {1, 2},
+		"kdedup_processing_latency_seconds":          {1, 0},
+		"kdedup_checkpoint_duration_seconds":         {1, 3},
+		"kdedup_checkpoint_restore_duration_seconds": {1, 0.5},
+	}
+	for _, mf := range mfs {
+		w, ok := want[mf.GetName()]
+		if !ok {
+			continue
+		}
+		delete(want, mf.GetName())
+		h := mf.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != w.count || h.GetSampleSum() != w.sum {
+			t.Errorf("%s: count=%d sum=%v, want count=%d sum=%v", mf.GetName(), h.GetSampleCount(), h.GetSampleSum(), w.count, w.sum)
+		}
+	}
+	for name := range want {
+		t.Errorf("%s not gathered", name)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+	m.Duplicates(0, 1)
+	if got := testutil.ToFloat64(m.duplicates.WithLabelValues("0", ModeDrop)); got != 1 {
+		t.Errorf("default mode: got %v on mode=drop, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.checkpointLastSuccess); got != 0 {
+		t.Errorf("last success without checkpointing = %v, want 0", got)
+	}
+	want := fmt.Sprintf(`
+# HELP kdedup_build_info Always 1; the labels carry the kdedup version and the Go version it was built with.
+# TYPE kdedup_build_info gauge
+kdedup_build_info{goversion=%q,version="unknown"} 1
+`, runtime.Version())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kdedup_build_info"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCheckpointingStartsTheClock(t *testing.T) {
+	m, _ := newTest(t, Options{Checkpointing: true, SkipRuntimeCollectors: true})
+	if got := testutil.ToFloat64(m.checkpointLastSuccess); got != float64(fixedNow.Unix()) {
+		t.Errorf("last success at start = %v, want %v", got, fixedNow.Unix())
+	}
+}
+
+const filterHelp = `
+# HELP kdedup_filter_capacity_bytes Memory occupied by the filter's bit arrays.
+# TYPE kdedup_filter_capacity_bytes gauge
+kdedup_filter_capacity_bytes{filter="0"} 4096
+kdedup_filter_capacity_bytes{filter="7"} 8192
+# HELP kdedup_filter_estimated_keys Estimated distinct keys inserted into a generation (generation 0 is the newest).
+# TYPE kdedup_filter_estimated_keys gauge
+kdedup_filter_estimated_keys{filter="0",generation="0"} 100
+kdedup_filter_estimated_keys{filter="0",generation="1"} 200
+kdedup_filter_estimated_keys{filter="7",generation="0"} 10
+# HELP kdedup_filter_false_positive_rate_estimated False-positive rate estimated from the filter's current fill: the fraction of unique records being wrongly treated as duplicates.
+# TYPE kdedup_filter_false_positive_rate_estimated gauge
+kdedup_filter_false_positive_rate_estimated{filter="0"} 2e-07
+kdedup_filter_false_positive_rate_estimated{filter="7"} 1e-06
+# HELP kdedup_filter_false_positive_rate_target Configured false-positive rate over the whole window: the acceptable fraction of unique records wrongly dropped.
+# TYPE kdedup_filter_false_positive_rate_target gauge
+kdedup_filter_false_positive_rate_target %s
+# HELP kdedup_filter_generation_fill_ratio Fraction of a generation's bits that are set (generation 0 is the newest).
+# TYPE kdedup_filter_generation_fill_ratio gauge
+kdedup_filter_generation_fill_ratio{filter="0",generation="0"} 0.25
+kdedup_filter_generation_fill_ratio{filter="0",generation="1"} 0.5
+kdedup_filter_generation_fill_ratio{filter="7",generation="0"} 0.1
+# HELP kdedup_filter_rotations_total Generation rotations of the filter since it was created or restored.
+# TYPE kdedup_filter_rotations_total counter
+kdedup_filter_rotations_total{filter="0"} 3
+kdedup_filter_rotations_total{filter="7"} 0
+# HELP kdedup_filter_window_seconds Span of time the filter currently covers.
+# TYPE kdedup_filter_window_seconds gauge
+kdedup_filter_window_seconds{filter="0"} 3600
+kdedup_filter_window_seconds{filter="7"} 60
+`
+
+func TestFilterCollector(t *testing.T) {
+	tests := []struct {
+		name       string
+		target     float64
+		wantTarget string
+	}{
+		{"target from source", 0, "1e-06"},
+		{"target from options", 1e-3, "0.001"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, reg := newTest(t, Options{SkipRuntimeCollectors: true, TargetFalsePositiveRate: tt.target})
+			m.RegisterFilterSource(fakeSource)
+			m.RegisterFilterSource(nil)
+			want := fmt.Sprintf(filterHelp, tt.wantTarget)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+				"kdedup_filter_capacity_bytes", "kdedup_filter_estimated_keys",
+				"kdedup_filter_false_positive_rate_estimated", "kdedup_filter_false_positive_rate_target",
+				"kdedup_filter_generation_fill_ratio", "kdedup_filter_rotations_total",
+				"kdedup_filter_window_seconds"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestFilterCollectorDropsRevokedFilters(t *testing.T) {
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+	var mu sync.Mutex
+	stats := fakeSource()
+	m.RegisterFilterSource(func() []FilterStat {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(stats)
+	})
+	if n, err := testutil.GatherAndCount(reg, "kdedup_filter_capacity_bytes"); err != nil || n != 2 {
+		t.Fatalf("before revoke: %d series, err %v; want 2", n, err)
+	}
+	mu.Lock()
+	stats = stats[:1] // partition 7 revoked
+	mu.Unlock()
+	if n, err := testutil.GatherAndCount(reg, "kdedup_filter_capacity_bytes", "kdedup_filter_generation_fill_ratio"); err != nil || n != 3 {
+		t.Fatalf("after revoke: %d series, err %v; want 3", n, err)
+	}
+	mu.Lock()
+	stats = nil // nothing assigned: no target known either
+	mu.Unlock()
+	if n, err := testutil.GatherAndCount(reg, "kdedup_filter_false_positive_rate_target", "kdedup_filter_capacity_bytes"); err != nil || n != 0 {
+		t.Fatalf("nothing assigned: %d series, err %v; want 0", n, err)
+	}
+}
+
+func TestLagSeries(t *testing.T) {
+	header := `
+# HELP kdedup_consumer_lag_records Records between this worker's position and the end of an assigned input partition.
+# TYPE kdedup_consumer_lag_records gauge
+`
+	tests := []struct {
+		name string
+		call func(m *Metrics)
+		want string
+	}{
+		{"reported", func(m *Metrics) { m.Lag(1, 10); m.Lag(4, 0); m.Lag(1, 12) },
+			header + "kdedup_consumer_lag_records{partition=\"1\"} 12\nkdedup_consumer_lag_records{partition=\"4\"} 0\n"},
+		{"rebalance forgets", func(m *Metrics) { m.Lag(1, 10); m.Lag(4, 3); m.Rebalance(); m.Lag(4, 5) },
+			header + "kdedup_consumer_lag_records{partition=\"4\"} 5\n"},
+		{"negative hides", func(m *Metrics) { m.Lag(1, 10); m.Lag(1, -1) }, ""},
+		{"far partition", func(m *Metrics) { m.Lag(maxTablePartition, 9) },
+			header + fmt.Sprintf("kdedup_consumer_lag_records{partition=\"%d\"} 9\n", maxTablePartition)},
+		{"far partition forgotten", func(m *Metrics) { m.Lag(maxTablePartition, 9); m.Rebalance() }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+			tt.call(m)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tt.want), "kdedup_consumer_lag_records"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestHotPathDoesNotAllocate(t *testing.T) {
+	m, _ := newTest(t, Options{SkipRuntimeCollectors: true})
+	populate(m) // partition 0 seen
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{"Consumed", func() { m.Consumed(0, 1) }},
+		{"Produced", func() { m.Produced(0, 1) }},
+		{"Duplicates", func() { m.Duplicates(0, 1) }},
+		{"Unkeyed", func() { m.Unkeyed(0, 1) }},
+		{"Lag", func() { m.Lag(0, 7) }},
+		{"Latency", func() { m.Latency(time.Second, time.Millisecond) }},
+		{"ProduceError", m.ProduceError},
+		{"CommitError", m.CommitError},
+		{"Assigned", func() { m.Assigned(3) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if a := testing.AllocsPerRun(1000, tt.fn); a != 0 {
+				t.Errorf("%s: %v allocs per call, want 0", tt.name, a)
+			}
+		})
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+	const workers, iters, parts = 8, 500, 40
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range iters {
+				p := int32((w*iters + i) % parts)
+				m.Consumed(p, 1)
+				m.Produced(p, 1)
+				m.Duplicates(p, 1)
+				m.Unkeyed(p, 1)
+				m.Lag(p, int64(i))
+				m.Latency(time.Millisecond, time.Millisecond)
+				if i%100 == 0 {
+					m.Rebalance()
+					m.RegisterFilterSource(func() []FilterStat { return nil })
+					m.CheckpointSaved(time.Millisecond, 1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // a scraper running alongside
+		defer wg.Done()
+		for range 20 {
+			if _, err := reg.Gather(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	var total float64
+	for p := range parts {
+		total += testutil.ToFloat64(m.consumed.WithLabelValues(strconv.Itoa(p)))
+	}
+	if total != workers*iters {
+		t.Errorf("consumed total = %v, want %d", total, workers*iters)
+	}
+}
+
+// seriesNames returns the metric names as PromQL sees them: histograms and
+// summaries expand to their _bucket/_sum/_count (and plain) series names.
+func seriesNames(mfs []*dto.MetricFamily) []string {
+	var names []string
+	for _, mf := range mfs {
+		n := mf.GetName()
+		switch mf.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			names = append(names, n+"_bucket", n+"_sum", n+"_count")
+		case dto.MetricType_SUMMARY:
+			names = append(names, n, n+"_sum", n+"_count")
+		default:
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+const metricNamesHeader = `# Series names exposed by kdedup's /metrics (kdedup_* and process_*; go_* are omitted
+# because they change with the Go version). Generated by the metrics package tests:
+#   go test ./metrics -run TestMetricNamesFile -update
+# tools/ checks that every metric the dashboard and alert rules reference is listed here.
+`
+
+// TestMetricNamesFile keeps ../deploy/metric-names.txt in step with the
+// registry: it fails on drift, and -update rewrites the file.
+func TestMetricNamesFile(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("process_* metrics differ off Linux; the file is generated on Linux")
+	}
+	m, reg := newTest(t, Options{Checkpointing: true})
+	populate(m)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	buf.WriteString(metricNamesHeader)
+	for _, n := range seriesNames(mfs) {
+		if strings.HasPrefix(n, "kdedup_") || strings.HasPrefix(n, "process_") {
+			buf.WriteString(n + "\n")
+		}
+	}
+	path := filepath.Join("..", "deploy", "metric-names.txt")
+	if *update {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run: go test ./metrics -run TestMetricNamesFile -update)", err)
+	}
+	if !bytes.Equal(got, buf.Bytes()) {
+		t.Errorf("%s is out of date; run: go test ./metrics -run TestMetricNamesFile -update\n--- file\n%s\n--- registry\n%s", path, got, buf.Bytes())
+	}
+}
+
+// The benchmarks compare the cached per-partition children against the
+// baseline of resolving the label child on every call.
+
+func BenchmarkDuplicates(b *testing.B) {
+	m, _ := newTest(b, Options{SkipRuntimeCollectors: true})
+	for p := range int32(32) {
+		m.Duplicates(p, 1)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var p int32
+		for pb.Next() {
+			m.Duplicates(p&31, 1)
+			p++
+		}
+	})
+}
+
+func BenchmarkConsumed(b *testing.B) {
+	m, _ := newTest(b, Options{SkipRuntimeCollectors: true})
+	for p := range int32(32) {
+		m.Consumed(p, 1)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var p int32
+		for pb.Next() {
+			m.Consumed(p&31, 1)
+			p++
+		}
+	})
+}
+
+func BenchmarkBaselineCounterVecWithLabelValues(b *testing.B) {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baseline_total", Help: "h"}, []string{"partition", "mode"})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var p int32
+		for pb.Next() {
+			vec.WithLabelValues(strconv.Itoa(int(p&31)), ModeDrop).Add(1)
+			p++
+		}
+	})
+}

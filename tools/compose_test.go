@@ -1,0 +1,129 @@
+package tools
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+type composeFile struct {
+	Services map[string]composeService `json:"services"`
+}
+
+type composeService struct {
+	Image string `json:"image"`
+	Build *struct {
+		Context    string `json:"context"`
+		Dockerfile string `json:"dockerfile"`
+	} `json:"build"`
+	Environment any      `json:"environment"`
+	Command     []string `json:"command"`
+}
+
+// envNames returns the names in a compose environment, which is either a
+// mapping or a list of NAME=value strings.
+func (s composeService) envNames() ([]string, error) {
+	var names []string
+	switch env := s.Environment.(type) {
+	case nil:
+	case map[string]any:
+		for k := range env {
+			names = append(names, k)
+		}
+	case []any:
+		for _, e := range env {
+			str, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("environment entry %v is not a string", e)
+			}
+			name, _, _ := strings.Cut(str, "=")
+			names = append(names, name)
+		}
+	default:
+		return nil, fmt.Errorf("environment is %T", env)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// runsKdedup tells whether a service runs the kdedup image (built from
+// deploy/Dockerfile); other services (Kafka, Prometheus, Grafana) have their
+// own variables.
+func (s composeService) runsKdedup() bool {
+	return (s.Build != nil && strings.HasSuffix(s.Build.Dockerfile, "deploy/Dockerfile")) ||
+		strings.HasPrefix(s.Image, "kdedup")
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	var c composeFile
+	if err := yaml.Unmarshal(readFile(t, deployPath("docker-compose.yml")), &c); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return c
+}
+
+func TestComposeEnvVarsAreAccepted(t *testing.T) {
+	c := loadCompose(t)
+	var kdedup []string
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for k := range c.Services {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		svc := c.Services[name]
+		if !svc.runsKdedup() {
+			continue
+		}
+		kdedup = append(kdedup, name)
+		names, err := svc.envNames()
+		if err != nil {
+			t.Fatalf("service %s: %v", name, err)
+		}
+		checkEnvNames(t, "docker-compose.yml service "+name, names)
+	}
+	// The YAML merge key (<<: *kdedup-image) must have carried the build over.
+	if !slices.Equal(kdedup, []string{"kdedup", "loadgen"}) {
+		t.Errorf("services running the kdedup image = %v, want [kdedup loadgen]", kdedup)
+	}
+}
+
+func TestComposeEnvNames(t *testing.T) {
+	tests := []struct {
+		name string
+		env  any
+		want []string
+	}{
+		{"mapping", map[string]any{"B": "1", "A": 2}, []string{"A", "B"}},
+		{"list", []any{"A=1", "B"}, []string{"A", "B"}},
+		{"none", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := composeService{Environment: tt.env}.envNames()
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("envNames = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestComposeServices(t *testing.T) {
+	c := loadCompose(t)
+	for _, name := range []string{"kafka", "kafka-init", "kdedup", "loadgen", "prometheus", "grafana"} {
+		if _, ok := c.Services[name]; !ok {
+			t.Errorf("service %s missing", name)
+		}
+	}
+	if got := c.Services["loadgen"].Command; !slices.Equal(got, []string{"loadtest"}) {
+		t.Errorf("loadgen command = %v, want [loadtest]", got)
+	}
+	if img := c.Services["kafka"].Image; !strings.HasPrefix(img, "apache/kafka:") {
+		t.Errorf("kafka image %q, want the official apache/kafka image", img)
+	}
+}

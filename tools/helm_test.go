@@ -1,0 +1,417 @@
+package tools
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+)
+
+var chartDir = deployPath("helm", "kdedup")
+
+// kubeVersion is the cluster version the chart is rendered and linted for
+// (the chart's kubeVersion constraint is >=1.25).
+const kubeVersion = "v1.31.0"
+
+// rendered holds the strictly decoded objects of one chart rendering.
+type rendered struct {
+	kinds          []string
+	configMap      *corev1.ConfigMap
+	services       []*corev1.Service
+	serviceAccount *corev1.ServiceAccount
+	statefulSet    *appsv1.StatefulSet
+	pdb            *policyv1.PodDisruptionBudget
+	serviceMonitor *monitoringv1.ServiceMonitor
+	podMonitor     *monitoringv1.PodMonitor
+	prometheusRule *monitoringv1.PrometheusRule
+}
+
+// renderChart renders the chart with the given value overrides (parsed from
+// YAML) and strictly decodes every object: unknown fields, duplicate keys and
+// unknown kinds are errors.
+func renderChart(valuesYAML string) (*rendered, error) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, fmt.Errorf("load chart: %w", err)
+	}
+	overrides := map[string]any{}
+	if err := yaml.Unmarshal([]byte(valuesYAML), &overrides); err != nil {
+		return nil, fmt.Errorf("values: %w", err)
+	}
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		return nil, err
+	}
+	caps := *chartutil.DefaultCapabilities
+	caps.KubeVersion = *kv
+	vals, err := chartutil.ToRenderValues(ch, overrides,
+		chartutil.ReleaseOptions{Name: "test", Namespace: "dedup", IsInstall: true, Revision: 1}, &caps)
+	if err != nil {
+		return nil, fmt.Errorf("values: %w", err)
+	}
+	files, err := engine.Engine{Strict: true}.Render(ch, vals)
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	r := &rendered{}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		manifests := releaseutil.SplitManifests(files[name])
+		for _, key := range slices.Sorted(maps.Keys(manifests)) {
+			if err := r.add(manifests[key]); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	return r, nil
+}
+
+func (r *rendered) add(doc string) error {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+		return err
+	}
+	if head.Kind == "" {
+		return nil // a template that rendered to comments only
+	}
+	gvk := head.APIVersion + "/" + head.Kind
+	r.kinds = append(r.kinds, head.Kind)
+	var target any
+	switch gvk {
+	case "v1/ConfigMap":
+		r.configMap = &corev1.ConfigMap{}
+		target = r.configMap
+	case "v1/Service":
+		s := &corev1.Service{}
+		r.services = append(r.services, s)
+		target = s
+	case "v1/ServiceAccount":
+		r.serviceAccount = &corev1.ServiceAccount{}
+		target = r.serviceAccount
+	case "apps/v1/StatefulSet":
+		r.statefulSet = &appsv1.StatefulSet{}
+		target = r.statefulSet
+	case "policy/v1/PodDisruptionBudget":
+		r.pdb = &policyv1.PodDisruptionBudget{}
+		target = r.pdb
+	case "monitoring.coreos.com/v1/ServiceMonitor":
+		r.serviceMonitor = &monitoringv1.ServiceMonitor{}
+		target = r.serviceMonitor
+	case "monitoring.coreos.com/v1/PodMonitor":
+		r.podMonitor = &monitoringv1.PodMonitor{}
+		target = r.podMonitor
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		r.prometheusRule = &monitoringv1.PrometheusRule{}
+		target = r.prometheusRule
+	default:
+		return fmt.Errorf("unexpected object %s", gvk)
+	}
+	if err := yaml.UnmarshalStrict([]byte(doc), target); err != nil {
+		return fmt.Errorf("%s does not decode strictly: %w", gvk, err)
+	}
+	return nil
+}
+
+// envNames returns every environment variable the worker container gets:
+// explicit env entries and the keys of ConfigMaps it loads with envFrom.
+func (r *rendered) envNames(t *testing.T) []string {
+	t.Helper()
+	c := r.container(t)
+	var names []string
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef == nil || r.configMap == nil || ef.ConfigMapRef.Name != r.configMap.Name {
+			t.Errorf("envFrom %+v does not refer to the chart's ConfigMap", ef)
+			continue
+		}
+		names = append(names, slices.Sorted(maps.Keys(r.configMap.Data))...)
+	}
+	for _, e := range c.Env {
+		names = append(names, e.Name)
+	}
+	return names
+}
+
+func (r *rendered) container(t *testing.T) corev1.Container {
+	t.Helper()
+	if r.statefulSet == nil {
+		t.Fatal("no StatefulSet rendered")
+	}
+	cs := r.statefulSet.Spec.Template.Spec.Containers
+	if len(cs) != 1 {
+		t.Fatalf("%d containers, want 1", len(cs))
+	}
+	return cs[0]
+}
+
+// expectedMemory is the sizing formula of values.yaml, computed independently
+// of the chart's template helper:
+// ceil(filters x (N+1) x capacity x bitsPerKey / 8 x 1.0 / 2^20) + overheadMiB.
+func expectedMemory(filters, n, capacity int, bitsPerKey float64, overheadMiB int) string {
+	bytes := float64(filters) * float64(n+1) * float64(capacity) * bitsPerKey / 8 * 1.0
+	return fmt.Sprintf("%dMi", int(math.Ceil(bytes/(1<<20)))+overheadMiB)
+}
+
+func TestChartRendersStrictly(t *testing.T) {
+	tests := []struct {
+		name      string
+		values    string
+		wantKinds []string
+		memory    string
+		replicas  int32
+	}{
+		{
+			name:   "defaults",
+			values: "",
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			replicas: 2,
+		},
+		{
+			name: "global scope, PodMonitor, no rules or PDB",
+			values: `
+replicaCount: 1
+dedup: {scope: global}
+serviceMonitor: {enabled: false}
+podMonitor: {enabled: true}
+prometheusRule: {enabled: false}
+podDisruptionBudget: {enabled: false}
+serviceAccount: {create: false}
+`,
+			wantKinds: []string{"ConfigMap", "PodMonitor", "Service", "Service", "StatefulSet"},
+			memory:    expectedMemory(1, 8, 1000000, 48, 64),
+			replicas:  1,
+		},
+		{
+			name: "p=1e-3 sizing with 12 partitions per replica and extra env",
+			values: `
+replicaCount: 3
+dedup: {falsePositiveRate: "1e-3", window: {count: 8, interval: 10m, capacity: 5000000}}
+sizing: {partitionsPerReplica: 12, bitsPerKey: 21, overheadMiB: 96}
+extraEnv: [{name: LOG_LEVEL, value: debug}]
+`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(12, 8, 5000000, 21, 96),
+			replicas: 3,
+		},
+		{
+			name:   "explicit memory",
+			values: `resources: {requests: {cpu: "1", memory: 2Gi}, limits: {memory: 2Gi}}`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   "2Gi",
+			replicas: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := renderChart(tt.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(r.kinds)
+			if !slices.Equal(r.kinds, tt.wantKinds) {
+				t.Errorf("kinds = %v, want %v", r.kinds, tt.wantKinds)
+			}
+			checkStatefulSet(t, r, tt.replicas, tt.memory)
+			checkEnvNames(t, "chart ("+tt.name+")", r.envNames(t))
+			checkSelectors(t, r)
+			if r.prometheusRule != nil && len(r.prometheusRule.Spec.Groups) < 2 {
+				t.Errorf("PrometheusRule has %d groups, want the recording and alerting groups", len(r.prometheusRule.Spec.Groups))
+			}
+		})
+	}
+}
+
+func checkStatefulSet(t *testing.T, r *rendered, replicas int32, memory string) {
+	t.Helper()
+	sts := r.statefulSet
+	c := r.container(t)
+	if got := deref(sts.Spec.Replicas); got != replicas {
+		t.Errorf("replicas = %d, want %d", got, replicas)
+	}
+	want := resource.MustParse(memory)
+	for what, got := range map[string]resource.Quantity{
+		"request": c.Resources.Requests[corev1.ResourceMemory],
+		"limit":   c.Resources.Limits[corev1.ResourceMemory],
+	} {
+		if got.Cmp(want) != 0 {
+			t.Errorf("memory %s = %s, want %s", what, got.String(), want.String())
+		}
+	}
+
+	// The final commit and checkpoint must fit in the grace period.
+	shutdown, err := time.ParseDuration(r.configMap.Data["SHUTDOWN_TIMEOUT"])
+	if err != nil {
+		t.Fatalf("SHUTDOWN_TIMEOUT: %v", err)
+	}
+	grace := time.Duration(deref(sts.Spec.Template.Spec.TerminationGracePeriodSeconds)) * time.Second
+	if grace <= shutdown {
+		t.Errorf("terminationGracePeriodSeconds %v <= SHUTDOWN_TIMEOUT %v", grace, shutdown)
+	}
+
+	// Checkpoints live on a per-pod volume at CHECKPOINT_DIR.
+	if len(sts.Spec.VolumeClaimTemplates) != 1 {
+		t.Fatalf("%d volumeClaimTemplates, want 1", len(sts.Spec.VolumeClaimTemplates))
+	}
+	claim := sts.Spec.VolumeClaimTemplates[0].Name
+	dir := r.configMap.Data["CHECKPOINT_DIR"]
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.Name == claim && m.MountPath == dir {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("volume claim %q is not mounted at CHECKPOINT_DIR %q", claim, dir)
+	}
+
+	// The probes and the HTTP server agree on the port.
+	addr := r.configMap.Data["HTTP_ADDR"]
+	port, err := strconv.Atoi(strings.TrimPrefix(addr, ":"))
+	if err != nil || len(c.Ports) != 1 || c.Ports[0].ContainerPort != int32(port) || c.Ports[0].Name != "http" {
+		t.Errorf("HTTP_ADDR %q does not match container ports %+v", addr, c.Ports)
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.String() != "http" {
+			t.Errorf("%s probe is not an HTTP GET on the http port", name)
+		}
+	}
+	sc := sts.Spec.Template.Spec.SecurityContext
+	if sc == nil || !deref(sc.RunAsNonRoot) {
+		t.Error("pod does not run as non-root")
+	}
+	if sts.Spec.ServiceName == "" {
+		t.Error("StatefulSet has no governing service")
+	}
+}
+
+func checkSelectors(t *testing.T, r *rendered) {
+	t.Helper()
+	podLabels := r.statefulSet.Spec.Template.Labels
+	matches := func(sel map[string]string) bool {
+		if len(sel) == 0 {
+			return false
+		}
+		for k, v := range sel {
+			if podLabels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	if !matches(r.statefulSet.Spec.Selector.MatchLabels) {
+		t.Error("StatefulSet selector does not match its pod labels")
+	}
+	headless := false
+	for _, s := range r.services {
+		if !matches(s.Spec.Selector) {
+			t.Errorf("Service %s does not select the pods", s.Name)
+		}
+		if s.Name == r.statefulSet.Spec.ServiceName && s.Spec.ClusterIP == corev1.ClusterIPNone {
+			headless = true
+		}
+	}
+	if !headless {
+		t.Errorf("governing service %s is missing or not headless", r.statefulSet.Spec.ServiceName)
+	}
+	if r.pdb != nil && !matches(r.pdb.Spec.Selector.MatchLabels) {
+		t.Error("PodDisruptionBudget does not select the pods")
+	}
+	if sm := r.serviceMonitor; sm != nil {
+		var svc *corev1.Service
+		for _, s := range r.services {
+			if s.Spec.ClusterIP != corev1.ClusterIPNone {
+				svc = s
+			}
+		}
+		if svc == nil {
+			t.Fatal("no non-headless Service for the ServiceMonitor")
+		}
+		for k, v := range sm.Spec.Selector.MatchLabels {
+			if svc.Labels[k] != v {
+				t.Errorf("ServiceMonitor selector %s=%s does not match Service %s", k, v, svc.Name)
+			}
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			found := false
+			for _, p := range svc.Spec.Ports {
+				found = found || p.Name == ep.Port
+			}
+			if !found || ep.Path != "/metrics" {
+				t.Errorf("ServiceMonitor endpoint %s%s does not match a Service port serving /metrics", ep.Port, ep.Path)
+			}
+		}
+	}
+	if pm := r.podMonitor; pm != nil && !matches(pm.Spec.Selector.MatchLabels) {
+		t.Error("PodMonitor does not select the pods")
+	}
+}
+
+func TestChartRejectsBadValues(t *testing.T) {
+	tests := []struct {
+		name, values, wantErr string
+	}{
+		{"global scope with replicas", "replicaCount: 2\ndedup: {scope: global}", "replicaCount must be 1"},
+		{"two monitors", "podMonitor: {enabled: true}", "only one of serviceMonitor and podMonitor"},
+		{"unknown mode (schema)", "dedup: {mode: bogus}", "dedup"},
+		{"unknown value key (schema)", "dedup: {windoww: {}}", "windoww"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := renderChart(tt.values)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestStrictDecodeRejectsUnknownFields(t *testing.T) {
+	r := &rendered{}
+	err := r.add("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: x}\nspec: {replica: 2}\n")
+	if err == nil || !strings.Contains(err.Error(), "replica") {
+		t.Errorf("err = %v, want an unknown-field error for spec.replica", err)
+	}
+	if err := r.add("apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n"); err == nil {
+		t.Error("unexpected kind accepted")
+	}
+}
+
+func TestChartLintsStrictly(t *testing.T) {
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	linter := lint.AllWithKubeVersion(chartDir, nil, "dedup", kv)
+	for _, m := range linter.Messages {
+		// helm lint --strict fails on warnings and errors; info (such as "icon is
+		// recommended") is fine.
+		if m.Severity >= support.WarningSev {
+			t.Errorf("helm lint: %s", m)
+		}
+	}
+}
