@@ -152,10 +152,7 @@ func (f *Filter) Test(key []byte) bool {
 func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
 	var p probe
 	f.makeProbe(&p, h)
-	if f.contains(f.view.Load(), &p) {
-		return true
-	}
-	return f.insert(&p)
+	return f.testAndAdd(&p)
 }
 
 // TestHash is Test for a hash returned by Hash.
@@ -217,25 +214,26 @@ func (f *Filter) contains(v *view, p *probe) bool {
 	return false
 }
 
-// insert decides, under the group's claim word, whether the key is new and if so sets its bits.
+// testAndAdd tests the probe and, if it is new, claims its group and sets its bits.
 //
-// A goroutine that finds the claim taken completes that insertion itself (sets the claimed key's
-// bits and releases the claim), so no goroutine ever waits for another. A claim is taken only with
-// a compare-and-swap from the idle word read before the membership test; since every insertion
-// bumps the word's counter on release, a successful swap proves that no bits of the group changed
-// in between, so the "not seen" answer is still true and no other goroutine can give it for the
-// same key.
-func (f *Filter) insert(p *probe) (seen bool) {
+// The claim word is read before the membership test, and a claim is only taken by a
+// compare-and-swap from that idle word. Every insertion sets a tag in the word and bumps its
+// counter on release, so a successful swap proves that no insertion touched the group between the
+// read and the swap: the "not seen" answer of the test is still true, and no other goroutine can
+// give it for the same key. A goroutine that finds the claim taken completes that insertion itself
+// (sets the claimed key's bits and releases the claim) and tries again, so no goroutine ever waits
+// for another.
+func (f *Filter) testAndAdd(p *probe) (seen bool) {
 	c := &f.claims[p.group]
 	for {
 		cw := c.Load()
 		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
+		if f.contains(v, p) {
+			return true
+		}
 		if cw&tagMask != 0 {
 			f.help(v, p.group, cw)
 			continue
-		}
-		if f.contains(v, p) {
-			return true
 		}
 		if !c.CompareAndSwap(cw, cw|p.tag) {
 			continue
