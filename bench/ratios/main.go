@@ -1,0 +1,157 @@
+// Command ratios reads `go test -bench Compare` output (files or standard input) and prints, per
+// op, p, key length and parallelism, the median ns/op (and cpu-ns/op) of each implementation, the
+// ratios window/blobloom and window/bitsbloom, and each implementation's speedup from par=1 to
+// par=P. A ratio below 1 means the window is faster.
+//
+// Usage:
+//
+//	go run ./ratios results/*.txt
+//	go run ./ratios -metric cpu-ns/op results/compare.txt
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+var lineRE = regexp.MustCompile(`^BenchmarkCompare/op=(\w+)/(p=[^/]+)/key=(\w+)/par=(\d+)/impl=(\w+)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+type row struct{ op, p, key string }
+
+func main() {
+	metric := flag.String("metric", "ns/op", "metric to compare: ns/op or cpu-ns/op")
+	flag.Parse()
+	samples := map[row]map[string]map[int][]float64{} // row → impl → par → values
+	var rows []row
+	read := func(r io.Reader) {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			m := lineRE.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			v, ok := value(m[6], *metric)
+			if !ok {
+				continue
+			}
+			par, _ := strconv.Atoi(m[4])
+			k := row{m[1], m[2], m[3]}
+			if samples[k] == nil {
+				samples[k] = map[string]map[int][]float64{}
+				rows = append(rows, k)
+			}
+			if samples[k][m[5]] == nil {
+				samples[k][m[5]] = map[int][]float64{}
+			}
+			samples[k][m[5]][par] = append(samples[k][m[5]][par], v)
+		}
+	}
+	if flag.NArg() == 0 {
+		read(os.Stdin)
+	}
+	for _, name := range flag.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ratios:", err)
+			os.Exit(1)
+		}
+		read(f)
+		f.Close()
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(os.Stderr, "ratios: no BenchmarkCompare results with", *metric)
+		os.Exit(1)
+	}
+	fmt.Printf("median %s (n = samples per cell); ratio < 1: window faster\n\n", *metric)
+	fmt.Printf("| %-14s | %-5s | %-4s | %-3s | %-12s | %-12s | %-12s | %-8s | %-8s |\n",
+		"op", "p", "key", "par", "window", "blobloom", "bitsbloom", "win/blob", "win/bits")
+	fmt.Println("|----------------|-------|------|-----|--------------|--------------|--------------|----------|----------|")
+	speed := map[string][]string{}
+	for _, k := range rows {
+		pars := map[int]bool{}
+		for _, byPar := range samples[k] {
+			for par := range byPar {
+				pars[par] = true
+			}
+		}
+		var ps []int
+		for par := range pars {
+			ps = append(ps, par)
+		}
+		sort.Ints(ps)
+		for _, par := range ps {
+			w, nw := med(samples[k]["window"][par])
+			bl, nb := med(samples[k]["blobloom"][par])
+			bi, ni := med(samples[k]["bitsbloom"][par])
+			fmt.Printf("| %-14s | %-5s | %-4s | %-3d | %-12s | %-12s | %-12s | %-8s | %-8s |\n",
+				k.op, strings.TrimPrefix(k.p, "p="), k.key, par, cell(w, nw), cell(bl, nb), cell(bi, ni), ratio(w, bl), ratio(w, bi))
+		}
+		if len(ps) == 2 {
+			for _, impl := range []string{"window", "blobloom", "bitsbloom"} {
+				s1, _ := med(samples[k][impl][ps[0]])
+				s2, _ := med(samples[k][impl][ps[1]])
+				if s1 > 0 && s2 > 0 {
+					speed[impl] = append(speed[impl], fmt.Sprintf("%s/%s/%s: %.2fx", k.op, strings.TrimPrefix(k.p, "p="), k.key, s1/s2))
+				}
+			}
+		}
+	}
+	if len(speed) > 0 && *metric != "ns/op" {
+		fmt.Printf("\n%s at par=1 / %s at par=P (1.00x: no extra CPU per op when parallel; not a speedup):\n", *metric, *metric)
+	} else if len(speed) > 0 {
+		fmt.Println("\nparallel speedup (par=1 time / par=P time):")
+	}
+	if len(speed) > 0 {
+		for _, impl := range []string{"window", "blobloom", "bitsbloom"} {
+			if len(speed[impl]) > 0 {
+				fmt.Printf("  %-9s %s\n", impl, strings.Join(speed[impl], ", "))
+			}
+		}
+	}
+}
+
+// value finds the number before unit in the fields of a benchmark line.
+func value(rest, unit string) (float64, bool) {
+	f := strings.Fields(rest)
+	for i := 1; i < len(f); i++ {
+		if f[i] == unit {
+			v, err := strconv.ParseFloat(f[i-1], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+func med(v []float64) (float64, int) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2], n
+	}
+	return (s[n/2-1] + s[n/2]) / 2, n
+}
+
+func cell(v float64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f (n=%d)", v, n)
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
