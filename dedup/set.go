@@ -262,20 +262,35 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 // not be prepared; the caller should retry.
 func (s *Set) Assign(ctx context.Context, partition int32) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed := s.closed
+	_, assigned := (*s.parts.Load())[partition]
+	s.mu.Unlock()
+	switch {
+	case closed:
 		return errClosed
-	}
-	cur := *s.parts.Load()
-	if _, ok := cur[partition]; ok {
+	case assigned:
 		return nil
 	}
+	// Restoring and re-warming can take a while; other partitions restore meanwhile.
 	f := s.global
 	if f == nil {
 		var err error
 		if f, err = s.open(ctx, s.Unit(partition), partition); err != nil {
 			return err
 		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.parts.Load()
+	_, assigned = cur[partition]
+	if s.closed || assigned {
+		if f != s.global {
+			f.Close()
+		}
+		if s.closed {
+			return errClosed
+		}
+		return nil
 	}
 	next := maps.Clone(cur)
 	next[partition] = newPart(f)
@@ -408,17 +423,25 @@ func (s *Set) failed() {
 var errSealTimeout = errors.New("dedup: records in the snapshot were not acknowledged by the output topic in time")
 
 // seal waits until every partition acknowledged what it had processed when seal was called.
+// Under ScopeGlobal every partition assigned by then feeds the shared filter, so it waits for those
+// too: a partition assigned while the copy ran may have records in it.
 func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
-	if s.tainted.Load() {
-		return errors.New("dedup: the filter holds identities of records that were not produced")
-	}
 	targets := make(map[*part]int64, len(parts))
-	for _, pt := range parts {
-		targets[pt] = pt.processed.Load()
+	add := func(m map[int32]*part) {
+		for _, pt := range m {
+			targets[pt] = pt.processed.Load()
+		}
+	}
+	add(parts)
+	if s.global != nil {
+		add(*s.parts.Load())
 	}
 	deadline := time.Now().Add(s.cfg.SealTimeout)
 	wait := 100 * time.Microsecond
 	for {
+		if s.tainted.Load() {
+			return errors.New("dedup: the filter holds identities of records that were not produced")
+		}
 		pending := false
 		for pt, target := range targets {
 			if pt.acked.Load() < target {

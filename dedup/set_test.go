@@ -395,3 +395,57 @@ func TestGlobalScopePersists(t *testing.T) {
 		t.Fatal("a tainted global filter was snapshotted")
 	}
 }
+
+// blockingPersister's Save waits on gate before calling seal, and remembers whether seal let the
+// snapshot through.
+type blockingPersister struct {
+	entered chan struct{}
+	gate    chan struct{}
+	sealed  chan error
+}
+
+func (b *blockingPersister) Restore(context.Context, string, window.Config) (*window.Filter, Restored, error) {
+	return nil, Restored{Outcome: "cold"}, nil
+}
+
+func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error) {
+	if b.gate == nil { // baseline
+		return 0, nil
+	}
+	close(b.entered)
+	<-b.gate // the copy is taken here (f holds whatever was Seen so far)
+	inSnapshot := f.Test([]byte("x"))
+	err := seal(ctx)
+	if err == nil && inSnapshot {
+		b.sealed <- nil
+	} else {
+		b.sealed <- err
+	}
+	return 0, err
+}
+
+// TestGlobalSealWaitsForLateAssignments: under global scope a partition assigned while a snapshot
+// is being copied feeds the shared filter too, so the seal must wait for its acknowledgements.
+func TestGlobalSealWaitsForLateAssignments(t *testing.T) {
+	ctx := context.Background()
+	p := &blockingPersister{}
+	s, err := NewSet(ctx, Config{Scope: ScopeGlobal, Window: testWindow(), Persister: p, SealTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.entered, p.gate, p.sealed = make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	done := make(chan error, 1)
+	go func() { done <- s.Checkpoint(ctx) }() // loads the assigned partitions: none
+	<-p.entered
+	// Meanwhile the worker gets partition 0 and processes a batch whose produce is still in flight.
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Processing(0, 10)
+	s.Seen(0, []byte("x")) // no Acked(0, 10): the record is not in the output topic
+	close(p.gate)
+	if err := <-p.sealed; err == nil {
+		t.Error("snapshot sealed although it holds identity x whose record was processed but never acknowledged")
+	}
+	<-done
+}
