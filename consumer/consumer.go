@@ -7,6 +7,10 @@
 // output partition and acknowledged by all in-sync replicas before the batch's input offsets are
 // handed to the single committer goroutine of the consumer group generation.
 //
+// An OutputReader reads the output topic back for the deduplication state's crash-consistent
+// snapshots: where it ends before a snapshot, and what was produced after one (see
+// ProgressTracker for the Worker's side of that protocol).
+//
 // The package never reads environment variables; cmd/kdedup builds a Config from them.
 package consumer
 
@@ -15,7 +19,8 @@ import (
 	"time"
 )
 
-// Deduper decides duplicates. dedup.Set implements it.
+// Deduper decides duplicates. dedup.Set implements it, together with the optional Discarder and
+// ProgressTracker interfaces.
 //
 // The Worker calls Assign for a partition before it consumes the partition and Revoke after it
 // stopped consuming it, committed its offsets and produced every record it passed to Seen. Seen is
@@ -28,7 +33,8 @@ type Deduper interface {
 	Assign(ctx context.Context, partition int32) error
 	// Revoke is called when the partition was taken away (it may snapshot). The state of the
 	// partition is dropped after. Every record passed to Seen for this partition has been
-	// produced and acknowledged when Revoke is called, unless the Deduper implements Discarder.
+	// produced and acknowledged when Revoke is called (and, for a ProgressTracker, Acked was
+	// called for its last batch), unless the Deduper implements Discarder.
 	Revoke(ctx context.Context, partition int32) error
 	// Seen tests and adds id: true means id was already seen (a duplicate). It must be safe for
 	// concurrent use.
@@ -45,19 +51,26 @@ type Discarder interface {
 	Discard(ctx context.Context, partition int32) error
 }
 
-// Checkpointer is an optional interface of a Deduper, for crash-consistent periodic snapshots of a
-// partition's state. After each batch of a partition is acknowledged by the output topic, the
-// partition's goroutine calls CheckpointDue; when it returns true, the goroutine calls Checkpoint
-// before it passes any further record of the partition to Seen. At that moment every identity in
-// the partition's state belongs to a record that was produced (or is a duplicate of one), so a
-// snapshot taken then never makes a restarted worker drop a record that never reached the output.
-// A snapshot taken at any other moment can: a record that was seen but not yet produced when the
-// snapshot was taken is dropped as a duplicate when it is consumed again after a crash.
-// Checkpoint only holds up its own partition; an error is logged and consumption goes on.
-// CheckpointDue is called once per batch and must be cheap.
-type Checkpointer interface {
-	CheckpointDue(partition int32) bool
-	Checkpoint(ctx context.Context, partition int32) error
+// ProgressTracker is an optional interface of a Deduper (dedup.Set implements it), for
+// crash-consistent snapshots taken concurrently with processing. For every batch of a partition,
+// the partition's goroutine calls Processing(p, next) right before it passes the batch's records
+// (input offsets below next) to Seen, and Acked(p, next) once every record of that batch was
+// acknowledged by the output topic (and by the duplicates topic, if one is configured) or was
+// dropped. Both calls happen on the partition's goroutine, between Assign and Revoke (or Discard)
+// of the partition, with next strictly increasing within one assignment; Acked(p, next) always
+// follows Processing(p, next) and comes before the next Processing of p.
+//
+// A batch whose output writes fail when the partition must be given up gets Processing but no
+// Acked; the Worker then calls Discard (see Discarder) instead of Revoke. Between Processing and
+// Acked the partition's state holds identities whose records may not have reached the output
+// topic yet, so a snapshot must wait for Acked to catch up with Processing before it is made
+// durable. Both methods are called once per batch and must be cheap.
+type ProgressTracker interface {
+	// Processing says that the records of partition below nextOffset are about to be passed to Seen.
+	Processing(partition int32, nextOffset int64)
+	// Acked says that every record of partition below nextOffset was acknowledged by the output
+	// topic, or was dropped.
+	Acked(partition int32, nextOffset int64)
 }
 
 // KeyFunc extracts the deduplication identity of a record from its key, value and headers;

@@ -191,7 +191,9 @@ func (w *Worker) fetchBatch(gctx context.Context, r *kafka.Reader, batch []kafka
 }
 
 // handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.
-// It returns an error only when pctx ended before every output write was acknowledged.
+// A ProgressTracker hears Processing before the first Seen of the batch and Acked after its last
+// acknowledged write. It returns an error only when pctx ended before every output write was
+// acknowledged.
 func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, consumeStart time.Time) error {
 	p := st.p
 	w.obs.Consumed(p, len(st.in))
@@ -199,6 +201,10 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	nDup, nUnkeyed := 0, 0
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
+	last := &st.in[len(st.in)-1]
+	if w.progress != nil {
+		w.progress.Processing(p, last.Offset+1)
+	}
 	for i := range st.in {
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
@@ -257,15 +263,12 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 			}
 		}
 	}
-	last := &st.in[len(st.in)-1]
 	st.next = last.Offset + 1
 	w.obs.Lag(p, max(0, last.HighWaterMark-st.next))
-	c.mark(int(p), st.next)
-	if w.checkpointer != nil && w.checkpointer.CheckpointDue(p) {
-		if err := w.checkpointer.Checkpoint(pctx, p); err != nil {
-			w.sample.Log(slog.LevelError, "checkpoint", "checkpoint failed", "partition", p, "error", err.Error())
-		}
+	if w.progress != nil {
+		w.progress.Acked(p, st.next)
 	}
+	c.mark(int(p), st.next)
 	clear(st.in) // drop references to record bytes until the slices are reused
 	clear(st.out)
 	clear(st.dups)

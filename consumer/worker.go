@@ -21,13 +21,13 @@ var ErrPartitionMismatch = errors.New("consumer: output topic partition count di
 // Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
 // Ready and the Observer it was given are safe to use concurrently with Run.
 type Worker struct {
-	cfg          Config
-	dedup        Deduper
-	checkpointer Checkpointer // nil unless dedup implements it
-	key          KeyFunc
-	obs          Observer
-	log          *slog.Logger
-	sample       *sampler
+	cfg      Config
+	dedup    Deduper
+	progress ProgressTracker // nil unless dedup implements it
+	key      KeyFunc
+	obs      Observer
+	log      *slog.Logger
+	sample   *sampler
 
 	dialer    *kafka.Dialer
 	transport *kafka.Transport
@@ -58,24 +58,9 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		log = slog.Default()
 	}
 	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: newSampler(log, 10*time.Second)}
-	w.checkpointer, _ = d.(Checkpointer)
-	w.dialer = &kafka.Dialer{
-		ClientID:      cfg.ClientID,
-		Timeout:       10 * time.Second,
-		DualStack:     true,
-		TLS:           cfg.TLS,
-		SASLMechanism: cfg.SASL,
-	}
-	w.transport = &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		DialTimeout: 5 * time.Second,
-		// Topic lookups and produce routing read the transport's cached metadata; a short TTL
-		// notices created topics and moved leaders quickly.
-		MetadataTTL: 2 * time.Second,
-		ClientID:    cfg.ClientID,
-		TLS:         cfg.TLS,
-		SASL:        cfg.SASL,
-	}
+	w.progress, _ = d.(ProgressTracker)
+	w.dialer = newDialer(cfg)
+	w.transport = newTransport(cfg)
 	w.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: w.transport, Timeout: cfg.ProduceTimeout}
 	w.prod = &producer{
 		client:      w.client,
@@ -87,6 +72,33 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		notify:      w.updateReady,
 	}
 	return w, nil
+}
+
+// newDialer returns the dialer of the Reader and consumer group connections, with cfg's client
+// ID, TLS and SASL settings.
+func newDialer(cfg Config) *kafka.Dialer {
+	return &kafka.Dialer{
+		ClientID:      cfg.ClientID,
+		Timeout:       10 * time.Second,
+		DualStack:     true,
+		TLS:           cfg.TLS,
+		SASLMechanism: cfg.SASL,
+	}
+}
+
+// newTransport returns the transport of kafka.Client requests (metadata, produce, list offsets,
+// fetch), with cfg's client ID, TLS and SASL settings.
+func newTransport(cfg Config) *kafka.Transport {
+	return &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialTimeout: 5 * time.Second,
+		// Topic lookups and produce routing read the transport's cached metadata; a short TTL
+		// notices created topics and moved leaders quickly.
+		MetadataTTL: 2 * time.Second,
+		ClientID:    cfg.ClientID,
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+	}
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -710,82 +709,4 @@ func TestMoreWorkersThanPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], want)
-}
-
-// checkpointingDeduper checks, at every Checkpoint, that each identity in the partition's state
-// belongs to a record already in the output topic: the property that makes such a snapshot
-// crash-consistent.
-type checkpointingDeduper struct {
-	*mapDeduper
-	cl          *kafkatest.Cluster
-	out         string
-	batches     atomic.Int64
-	checkpoints atomic.Int64
-	mu          sync.Mutex
-	problems    []string
-}
-
-func (c *checkpointingDeduper) CheckpointDue(int32) bool { return c.batches.Add(1)%3 == 0 }
-
-func (c *checkpointingDeduper) Checkpoint(ctx context.Context, p int32) error {
-	c.checkpoints.Add(1)
-	c.mapDeduper.mu.Lock()
-	ids := make([]string, 0, len(c.mapDeduper.active[p]))
-	for id := range c.mapDeduper.active[p] {
-		ids = append(ids, id)
-	}
-	c.mapDeduper.mu.Unlock()
-	ends, err := c.cl.EndOffsets(ctx, c.out)
-	if err != nil {
-		return err
-	}
-	msgs, err := c.cl.ReadPartition(ctx, c.out, int(p), ends[int(p)])
-	if err != nil {
-		return err
-	}
-	produced := map[string]bool{}
-	for _, m := range msgs {
-		produced[string(m.Key)] = true
-	}
-	for _, id := range ids {
-		if !produced[id] {
-			c.mu.Lock()
-			c.problems = append(c.problems, fmt.Sprintf("partition %d: %q in the state but not in the output", p, id))
-			c.mu.Unlock()
-		}
-	}
-	return nil
-}
-
-// TestCheckpointHook proves that the worker calls Checkpointer.Checkpoint only when every
-// identity in the partition's state was produced, and keeps consuming around it.
-func TestCheckpointHook(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, 2, 2, kafkatest.Options{})
-	rng := rand.New(rand.NewPCG(21, 22))
-	want := map[int][]kafka.Message{}
-	for p := range 2 {
-		in, w := stream("key", p, 1000, rng)
-		e.produce(p, in)
-		want[p] = w
-	}
-	d := &checkpointingDeduper{mapDeduper: newMapDeduper(false, nil), cl: e.cl, out: e.out}
-	cfg := e.config()
-	cfg.BatchSize = 100
-	r := e.start(cfg, d, keyFuncFor(t, "key"))
-	e.waitAllCommitted(20 * time.Second)
-	if err := r.stop(t, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d.checkpoints.Load() == 0 {
-		t.Fatal("Checkpoint never called")
-	}
-	for _, p := range d.problems {
-		t.Error(p)
-	}
-	got := e.readOut(e.out)
-	for p := range 2 {
-		compareSeq(t, fmt.Sprintf("partition %d", p), got[p], want[p])
-	}
-	t.Logf("%d checkpoints over %d batches", d.checkpoints.Load(), d.batches.Load())
 }

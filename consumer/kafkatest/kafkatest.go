@@ -150,6 +150,17 @@ func (cl *Cluster) Restart() error {
 	return cl.Resume()
 }
 
+// ApplyRetention makes the running cluster enforce every topic's retention.ms and retention.bytes
+// now: batches past them are deleted and the partitions' earliest offsets move forward.
+func (cl *Cluster) ApplyRetention() {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c != nil {
+		c.ApplyRetention()
+	}
+}
+
 // Close stops the cluster for good.
 func (cl *Cluster) Close() { cl.Stop() }
 

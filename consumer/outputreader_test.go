@@ -1,0 +1,304 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/segmentio/kafka-go"
+)
+
+// outputCounts is the number of records in each partition of the output topic of the
+// OutputReader tests; partition 2 stays empty.
+var outputCounts = []int{10, 5, 0, 30}
+
+const markHeader = "kdedup-duplicate"
+
+// outputRecord returns record i of output partition q: every third one carries the mark header
+// (after a header of its own, as the Worker writes it) and every seventh has no key.
+func outputRecord(q, i int) (m kafka.Message, id string, marked, keyed bool) {
+	id = fmt.Sprintf("o-%d-%d", q, i)
+	m = kafka.Message{Value: []byte(fmt.Sprint(i)), Headers: []kafka.Header{{Key: "trace", Value: []byte("x")}}}
+	keyed = i%7 != 6
+	if keyed {
+		m.Key = []byte(id)
+	}
+	marked = i%3 == 2
+	if marked {
+		m.Headers = append(m.Headers, kafka.Header{Key: markHeader, Value: []byte(consumer.MarkValue)})
+	}
+	return m, id, marked, keyed
+}
+
+// newOutputEnv starts a cluster whose output topic holds outputCounts records.
+func newOutputEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t, len(outputCounts), len(outputCounts), kafkatest.Options{})
+	for q, n := range outputCounts {
+		var msgs []kafka.Message
+		for i := range n {
+			m, _, _, _ := outputRecord(q, i)
+			msgs = append(msgs, m)
+		}
+		if err := e.cl.Produce(context.Background(), e.out, q, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// TestOutputReaderEnd proves that End returns the high watermarks of exactly the output
+// partitions that can hold a partition's records: its own under partitioning same, all of them
+// under hash and for the global scope (input partition -1).
+func TestOutputReaderEnd(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	all := map[int32]int64{0: 10, 1: 5, 2: 0, 3: 30}
+	for _, tc := range []struct {
+		name         string
+		partitioning consumer.Partitioning
+		input        int32
+		want         map[int32]int64
+	}{
+		{"same", consumer.PartitionSame, 3, map[int32]int64{3: 30}},
+		{"same empty partition", consumer.PartitionSame, 2, map[int32]int64{2: 0}},
+		{"hash", consumer.PartitionHash, 1, all},
+		{"global same", consumer.PartitionSame, -1, all},
+		{"global hash", consumer.PartitionHash, -1, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.config()
+			cfg.Partitioning = tc.partitioning
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			got, err := r.End(context.Background(), tc.input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("End(%d) = %v, want %v", tc.input, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOutputReaderEndErrors proves that End reports a missing topic, a missing partition and
+// unreachable brokers as "consumer: ..." errors instead of hanging or returning offsets.
+func TestOutputReaderEndErrors(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	down, err := kafkatest.Start(kafkatest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	downAddrs := down.Addrs()
+	down.Close()
+	for _, tc := range []struct {
+		name  string
+		edit  func(*consumer.Config)
+		input int32
+	}{
+		{"missing topic", func(c *consumer.Config) { c.OutputTopic = "nope" }, -1},
+		{"missing partition", func(c *consumer.Config) {}, 9},
+		{"brokers down", func(c *consumer.Config) { c.Brokers = downAddrs; c.ProduceTimeout = time.Second }, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.config()
+			tc.edit(&cfg)
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got, err := r.End(ctx, tc.input)
+			if err == nil || !strings.HasPrefix(err.Error(), "consumer: ") {
+				t.Fatalf("End = %v, %v; want a consumer: error", got, err)
+			}
+			if ctx.Err() != nil {
+				t.Errorf("End took until the context's deadline: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestOutputReaderRewarm proves that Rewarm passes exactly the identities of the records between
+// the given offsets and the end, partition by partition in offset order, skipping records without
+// identity and, in mark mode only, marked records; and that nothing to read (offset at the end, an
+// empty partition, a partition the topic does not have, an offset past the end) adds nothing and
+// is no error.
+func TestOutputReaderRewarm(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	for _, tc := range []struct {
+		name string
+		mode consumer.Mode
+		from map[int32]int64
+	}{
+		{"range", consumer.ModeDrop, map[int32]int64{0: 3, 1: 0, 3: 12}},
+		{"mark mode skips marked records", consumer.ModeMark, map[int32]int64{0: 3, 1: 0, 3: 12}},
+		{"whole partition", consumer.ModeDrop, map[int32]int64{3: 0}},
+		{"last record only", consumer.ModeDrop, map[int32]int64{3: 29}},
+		{"nothing new", consumer.ModeDrop, map[int32]int64{0: 10, 1: 5, 3: 30}},
+		{"empty partition", consumer.ModeDrop, map[int32]int64{2: 0}},
+		{"missing partition", consumer.ModeDrop, map[int32]int64{9: 0, 1: 2}},
+		{"offset past the end", consumer.ModeDrop, map[int32]int64{0: 50, 1: 4}},
+		{"no partitions", consumer.ModeDrop, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.config()
+			cfg.Mode = tc.mode
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			var want []string
+			for _, q := range slices.Sorted(maps.Keys(tc.from)) {
+				if int(q) >= len(outputCounts) {
+					continue
+				}
+				for i := int(tc.from[q]); i < outputCounts[q]; i++ {
+					_, id, marked, keyed := outputRecord(int(q), i)
+					if keyed && !(marked && tc.mode == consumer.ModeMark) {
+						want = append(want, id)
+					}
+				}
+			}
+			var got []string
+			began := time.Now()
+			n, err := r.Rewarm(context.Background(), tc.from, func(id []byte) { got = append(got, string(id)) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != len(got) {
+				t.Errorf("Rewarm returned %d, add was called %d times", n, len(got))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("identities:\n got %v\nwant %v", got, want)
+			}
+			t.Logf("%d identities in %v", n, time.Since(began).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestOutputReaderRewarmStopsAtEnd proves that records produced while Rewarm runs are not read:
+// it stops at the end offset it found when it was called instead of waiting for more.
+func TestOutputReaderRewarmStopsAtEnd(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), testLog)
+	defer r.Close()
+	var got []string
+	n, err := r.Rewarm(context.Background(), map[int32]int64{1: 0}, func(id []byte) {
+		if len(got) == 0 {
+			// The end offset (5) is known by now; these land behind it.
+			for i := range 5 {
+				if err := e.cl.Produce(context.Background(), e.out, 1, kafka.Message{Key: []byte(fmt.Sprintf("late-%d", i))}); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		got = append(got, string(id))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"o-1-0", "o-1-1", "o-1-2", "o-1-3", "o-1-4"}
+	if n != len(want) || !slices.Equal(got, want) {
+		t.Errorf("Rewarm = %d, %v; want %d, %v", n, got, len(want), want)
+	}
+}
+
+// TestOutputReaderRewarmManyFetches proves that a range larger than one fetch response is read
+// completely and exactly, fetch after fetch.
+func TestOutputReaderRewarmManyFetches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, kafkatest.Options{})
+	const n = 3000
+	var msgs []kafka.Message
+	for i := range n {
+		msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("id-%05d", i)), Value: make([]byte, 100)})
+	}
+	if err := e.cl.Produce(context.Background(), e.out, 0, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	cfg.FetchMaxBytes = 16 << 10 // a produce request of 500 records is about 60 KiB
+	r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+	defer r.Close()
+	next := 250
+	n2, err := r.Rewarm(context.Background(), map[int32]int64{0: int64(next)}, func(id []byte) {
+		if want := fmt.Sprintf("id-%05d", next); string(id) != want {
+			t.Fatalf("got %s, want %s", id, want)
+		}
+		next++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n2 != n-250 || next != n {
+		t.Errorf("Rewarm = %d, stopped before id %d; want %d and %d", n2, next, n-250, n)
+	}
+}
+
+// TestOutputReaderRewarmRetention proves that when the records after the checkpoint's offset were
+// deleted by retention, Rewarm warns and reads what is left from the earliest available offset.
+func TestOutputReaderRewarmRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 0, kafkatest.Options{})
+	ctx := context.Background()
+	res, err := e.cl.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: e.out, NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "retention.ms", ConfigValue: "3600000"}},
+	}}})
+	if err == nil {
+		err = res.Errors[e.out]
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, recent := time.Now().Add(-2*time.Hour), time.Now()
+	produce := func(from, to int, at time.Time) {
+		var msgs []kafka.Message
+		for i := from; i < to; i++ {
+			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("id-%d", i)), Time: at})
+		}
+		if err := e.cl.Produce(ctx, e.out, 0, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(0, 100, old)
+	produce(100, 150, recent)
+	e.cl.ApplyRetention()
+	logs := &captureHandler{}
+	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), slog.New(logs))
+	defer r.Close()
+	var got []string
+	n, err := r.Rewarm(ctx, map[int32]int64{0: 20}, func(id []byte) { got = append(got, string(id)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 50 || len(got) != 50 || got[0] != "id-100" || got[49] != "id-149" {
+		t.Errorf("Rewarm = %d, %d identities (%v...); want 50 from id-100 to id-149", n, len(got), got[:min(3, len(got))])
+	}
+	if logs.count("deleted by retention") != 1 {
+		t.Errorf("%d retention warnings, want 1", logs.count("deleted by retention"))
+	}
+}
+
+// TestOutputReaderRewarmCancelled proves that Rewarm gives up with an error when its context ends.
+func TestOutputReaderRewarmCancelled(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), testLog)
+	defer r.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := r.Rewarm(ctx, map[int32]int64{3: 0}, func([]byte) {}); err == nil || n != 0 {
+		t.Errorf("Rewarm with a cancelled context = %d, %v; want 0 and an error", n, err)
+	}
+}
