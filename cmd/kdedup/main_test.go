@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/segmentio/kafka-go"
+)
+
+// TestMain lets the tests run the real main function in a child process: the test binary
+// re-executes itself with KDEDUP_RUN_MAIN=1.
+func TestMain(m *testing.M) {
+	if os.Getenv("KDEDUP_RUN_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// child starts the test binary as kdedup with exactly the given environment and arguments.
+func child(t *testing.T, environ map[string]string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = []string{"KDEDUP_RUN_MAIN=1"}
+	for k, v := range environ {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, &stdout, &stderr
+}
+
+func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("process did not exit within %v", within)
+		return -1
+	}
+}
+
+// TestBinaryConfigError proves that the binary reports every configuration problem, naming each
+// variable, and exits with status 2 at once.
+func TestBinaryConfigError(t *testing.T) {
+	t.Parallel()
+	cmd, _, stderr := child(t, map[string]string{"KAFKA_BATCH_TIMEOUT": "fast", "DEDUP_MODE": "shred"})
+	if code := waitExit(t, cmd, 5*time.Second); code != 2 {
+		t.Errorf("exit status %d, want 2", code)
+	}
+	for _, v := range []string{"KAFKA_BROKERS", "KAFKA_INPUT_TOPIC", "KAFKA_OUTPUT_TOPIC", "KAFKA_BATCH_TIMEOUT", "DEDUP_MODE"} {
+		if !strings.Contains(stderr.String(), v+":") {
+			t.Errorf("stderr does not name %s:\n%s", v, stderr)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestBinarySIGTERM runs the real binary (real dedup.Set, key extraction and metrics) against an
+// embedded broker: it becomes ready, deduplicates, serves /metrics, and on SIGTERM drains,
+// commits everything, leaves the group and exits 0 well within SHUTDOWN_TIMEOUT.
+func TestBinarySIGTERM(t *testing.T) {
+	t.Parallel()
+	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": 2, "out": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	for p := range 2 {
+		var msgs []kafka.Message
+		for i := range 200 {
+			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("id-%d-%d", p, i%150)), Value: []byte(fmt.Sprint(i))})
+		}
+		if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := freeAddr(t)
+	cmd, _, stderr := child(t, map[string]string{
+		"KAFKA_BROKERS": strings.Join(cl.Addrs(), ","), "KAFKA_INPUT_TOPIC": "in", "KAFKA_OUTPUT_TOPIC": "out",
+		"KAFKA_SESSION_TIMEOUT": "2s", "KAFKA_HEARTBEAT_INTERVAL": "200ms", "KAFKA_COMMIT_INTERVAL": "1h",
+		"HTTP_ADDR": addr, "SHUTDOWN_TIMEOUT": "10s", "DEDUP_WINDOW_CAPACITY": "10000",
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if code, _ := httpGet(base + "/readyz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ready; stderr:\n%s", stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, _ := httpGet(base + "/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	// Wait for the output (commits only happen at shutdown with a 1h interval).
+	for {
+		ends, err := cl.EndOffsets(ctx, "out")
+		if err == nil && ends[0]+ends[1] == 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("output incomplete (%v, %v); stderr:\n%s", ends, err, stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, metricsBody := httpGet(base + "/metrics")
+	for _, want := range []string{`kdedup_records_consumed_total{partition="0"} 200`, `kdedup_duplicates_total{mode="drop",partition="1"} 50`, "kdedup_ready 1"} {
+		if !strings.Contains(metricsBody, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	began := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, 12*time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0; stderr:\n%s", code, stderr)
+	}
+	t.Logf("stopped %v after SIGTERM", time.Since(began).Round(time.Millisecond))
+	com, err := cl.Committed(ctx, "kdedup", "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if com[0] != 200 || com[1] != 200 {
+		t.Errorf("committed %v after SIGTERM, want 200 on both partitions", com)
+	}
+	for _, want := range []string{"shutdown requested", "left consumer group", "kdedup stopped"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+}
+
+// TestDemo runs the demo subcommand on a small stream and checks its report.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	began := time.Now()
+	code := run(context.Background(), []string{"demo", "-records", "4000"}, nil, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("demo exit status %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	t.Logf("demo took %v:\n%s", time.Since(began).Round(time.Millisecond), &stdout)
+	for _, want := range []string{"records in:      4000", "records out:", "dropped:", "duplicate rate:", "/metrics", "kdedup_records_consumed_total 4000"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"frobnicate"}, nil, &stdout, &stderr); code != 2 {
+		t.Errorf("exit status %d, want 2", code)
+	}
+	if code := run(context.Background(), []string{"help"}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "KAFKA_BROKERS") {
+		t.Errorf("help: status %d, output %q", code, stdout.String())
+	}
+}
