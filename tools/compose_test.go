@@ -120,8 +120,8 @@ func TestComposeServices(t *testing.T) {
 			t.Errorf("service %s missing", name)
 		}
 	}
-	if got := c.Services["loadgen"].Command; !slices.Equal(got, []string{"loadtest"}) {
-		t.Errorf("loadgen command = %v, want [loadtest]", got)
+	if got := c.Services["loadgen"].Command; len(got) == 0 || got[0] != "loadtest" {
+		t.Errorf("loadgen command = %v, want the loadtest subcommand", got)
 	}
 	if img := c.Services["kafka"].Image; !strings.HasPrefix(img, "apache/kafka:") {
 		t.Errorf("kafka image %q, want the official apache/kafka image", img)
