@@ -49,7 +49,7 @@ type Filter struct {
 
 	rotations atomic.Uint64
 
-	mu        sync.Mutex // serialises rotation, clearing, snapshots and Stats
+	mu        sync.Mutex // serialises rotation, clearing and snapshots
 	origin    time.Time  // start of generation 0
 	slotEpoch []int64    // generation held by each slot, -1 when free
 	dirty     []bool     // a free slot that still holds expired bits
@@ -62,9 +62,10 @@ type Filter struct {
 
 // view is an immutable description of which slots are live. Readers load it once per operation.
 type view struct {
-	epoch  uint64 // the current generation number, counted from origin
-	cur    int    // slot of the current generation
-	active []int  // slots of the live generations, newest first; active[0] == cur
+	epoch  uint64   // the current generation number, counted from origin
+	cur    int      // slot of the current generation
+	active []int    // slots of the live generations, newest first; active[0] == cur
+	epochs []uint64 // generation numbers of the active slots
 }
 
 // probe is where a key lives: its group and the bit pattern inside a block.
@@ -89,7 +90,7 @@ func New(cfg Config) (*Filter, error) {
 	f := newFilter(cfg, s)
 	f.origin = cfg.Clock()
 	f.slotEpoch[0] = 0
-	f.view.Store(&view{epoch: 0, cur: 0, active: []int{0}})
+	f.view.Store(&view{epoch: 0, cur: 0, active: []int{0}, epochs: []uint64{0}})
 	return f, nil
 }
 

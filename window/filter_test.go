@@ -528,3 +528,27 @@ func TestSnapshotUnderWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsDuringSnapshot checks that Stats (a metrics scrape) does not wait for a snapshot, which
+// holds rotation for as long as its copy and seal take.
+func TestStatsDuringSnapshot(t *testing.T) {
+	f := mustNew(t, Config{Generations: 2, Interval: time.Hour, Capacity: 1000, FalsePositiveRate: 1e-6})
+	inside, release := make(chan struct{}), make(chan struct{})
+	go f.Snapshot(func(Meta, func(io.Writer) (int64, error)) error {
+		close(inside)
+		<-release
+		return nil
+	})
+	<-inside
+	done := make(chan Stats)
+	go func() { done <- f.Stats() }()
+	select {
+	case st := <-done:
+		if len(st.Generations) != 1 {
+			t.Errorf("live generations = %d, want 1", len(st.Generations))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stats blocked behind a snapshot")
+	}
+	close(release)
+}

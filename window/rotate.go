@@ -1,7 +1,6 @@
 package window
 
 import (
-	"sort"
 	"time"
 )
 
@@ -73,7 +72,11 @@ func (f *Filter) advanceLocked(target uint64, now time.Time) {
 	}
 	f.slotEpoch[cur] = int64(target)
 	active := append([]int{cur}, kept...)
-	f.view.Store(&view{epoch: target, cur: cur, active: active})
+	epochs := make([]uint64, len(active))
+	for i, s := range active {
+		epochs[i] = uint64(f.slotEpoch[s])
+	}
+	f.view.Store(&view{epoch: target, cur: cur, active: active, epochs: epochs})
 	f.rotations.Add(target - v.epoch)
 	delay := f.cfg.Interval / 2
 	if delay > maxClearDelay {
@@ -150,20 +153,4 @@ func (f *Filter) run(stop <-chan struct{}, done chan<- struct{}) {
 		f.mu.Unlock()
 		timer.Reset(next.Sub(now))
 	}
-}
-
-// liveEpochs returns the live generations' numbers and slots, newest first. The caller holds f.mu.
-func (f *Filter) liveLocked() []liveGen {
-	v := f.view.Load()
-	out := make([]liveGen, 0, len(v.active))
-	for _, s := range v.active {
-		out = append(out, liveGen{epoch: uint64(f.slotEpoch[s]), slot: s})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].epoch > out[j].epoch })
-	return out
-}
-
-type liveGen struct {
-	epoch uint64
-	slot  int
 }

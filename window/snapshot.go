@@ -162,7 +162,11 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 		}
 	}
 	sort.Slice(live, func(a, b int) bool { return f.slotEpoch[live[a]] > f.slotEpoch[live[b]] })
-	f.view.Store(&view{epoch: m.Epoch, cur: cur, active: live})
+	epochs := make([]uint64, len(live))
+	for i, s := range live {
+		epochs[i] = uint64(f.slotEpoch[s])
+	}
+	f.view.Store(&view{epoch: m.Epoch, cur: cur, active: live, epochs: epochs})
 	f.rotations.Store(m.Rotations)
 	f.AdvanceTo(cfg.Clock())
 	return f, nil

@@ -50,35 +50,32 @@ type GenerationStats struct {
 }
 
 // Stats returns the filter's state. It reads at most statsSampleGroups blocks per generation, so it
-// is cheap enough to call every few seconds, and it is safe to call while writers run: the numbers
-// are then a consistent-enough view for monitoring, not an exact count.
+// is cheap enough to call every few seconds, and it takes no lock: it never waits for a rotation
+// or a snapshot, and writers continue meanwhile, so the numbers are a consistent-enough view for
+// monitoring, not an exact count.
 func (f *Filter) Stats() Stats {
-	f.mu.Lock()
-	live := f.liveLocked()
+	v := f.view.Load()
 	now := f.cfg.Clock()
 	st := Stats{
 		ConfiguredFPR: f.cfg.FalsePositiveRate,
 		CapacityBits:  uint64(f.cfg.Generations) * f.sizing.BitsPerGeneration,
 		TotalBytes:    f.sizing.TotalBytes,
 		Rotations:     f.rotations.Load(),
-		Generations:   make([]GenerationStats, 0, len(live)),
+		Generations:   make([]GenerationStats, 0, len(v.active)),
 	}
-	if len(live) > 0 {
-		st.Window = now.Sub(f.startOf(live[len(live)-1].epoch))
-	}
+	st.Window = now.Sub(f.startOf(v.epochs[len(v.epochs)-1]))
 	stride := f.groups / statsSampleGroups
 	if stride == 0 {
 		stride = 1
 	}
 	miss := 1.0
-	for _, g := range live {
-		gs := f.generationStats(g.slot, stride)
-		gs.Epoch = g.epoch
-		gs.Start = f.startOf(g.epoch)
+	for i, slot := range v.active {
+		gs := f.generationStats(slot, stride)
+		gs.Epoch = v.epochs[i]
+		gs.Start = f.startOf(gs.Epoch)
 		miss *= 1 - gs.EstimatedFPR
 		st.Generations = append(st.Generations, gs)
 	}
-	f.mu.Unlock()
 	st.EstimatedFPR = 1 - miss
 	return st
 }
