@@ -6,7 +6,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -70,7 +69,7 @@ func restartCluster(t *testing.T) *kafkatest.Cluster {
 // worker is one run of the binary.
 type worker struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	exited chan struct{}
 	code   int
 }
@@ -254,10 +253,12 @@ func caughtUp(cl *kafkatest.Cluster) bool {
 }
 
 // waitFor polls cond every 20ms until it holds; it fails the test with w's log after timeout.
+// waitFor waits until cond holds and the worker has started (its SIGTERM handler is installed, so
+// a signal sent next is a graceful stop and not the default kill).
 func waitFor(t *testing.T, w *worker, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !cond() {
+	for !cond() || !strings.Contains(w.stderr.String(), "kdedup started") {
 		select {
 		case <-w.exited:
 			t.Fatalf("worker exited (status %d) while waiting for %s; log:\n%s", w.code, what, tail(w.stderr.String(), 40))
