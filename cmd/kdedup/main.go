@@ -47,6 +47,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	switch args[0] {
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "loadtest":
+		return runLoadtest(ctx, args[1:], environ, stdout, stderr)
 	case "inspect":
 		return runInspect(args[1:], stdout, stderr)
 	case "healthcheck":
@@ -54,7 +56,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	case "envdoc":
 		return runEnvDoc(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintln(stdout, "usage: kdedup [demo [flags] | inspect FILE | healthcheck | envdoc [-update FILE]]\n\nWithout arguments kdedup runs the worker, configured by environment variables:")
+		fmt.Fprintln(stdout, "usage: kdedup [demo [flags] | loadtest [flags] | inspect FILE | healthcheck | envdoc [-update FILE]]\n\nWithout arguments kdedup runs the worker, configured by environment variables:")
 		fmt.Fprint(stdout, envTable())
 		return 0
 	}

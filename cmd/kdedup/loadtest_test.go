@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/loadtest"
+)
+
+// TestLoadtestEmbedded runs `kdedup loadtest` end to end: embedded broker, the real worker, the
+// generator and the verifier, and checks the exit status and the JSON report.
+func TestLoadtestEmbedded(t *testing.T) {
+	checkpointDir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		mode string
+		// beyond is true when the mix has beyond-window duplicates that must pass again.
+		beyond, crossDropped bool
+		// note must be part of a report note.
+		note string
+	}{
+		{
+			name: "header field, partition scope, every duplicate kind",
+			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "500ms",
+				"-field", "header:event-id", "-dups", "0.3", "-mix", "immediate=1,within=2,beyond=1,cross=1"},
+			mode: "embedded", beyond: true,
+		},
+		{
+			name: "key field, global scope, as fast as possible",
+			args: []string{"-count", "3000", "-window-count", "3", "-window-interval", "1s", "-field", "key",
+				"-scope", "global", "-dups", "0.3", "-mix", "immediate=1,within=2,cross=1"},
+			mode: "embedded", crossDropped: true,
+		},
+		{
+			name: "restart with checkpoints keeps the window",
+			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "1s",
+				"-mix", "immediate=1,within=3", "-restart-at", "0.5", "-worker-env", "CHECKPOINT_DIR=" + checkpointDir},
+			mode: "embedded", note: "restored 4 filters from checkpoints",
+		},
+		{
+			name: "json field, pass-through baseline",
+			args: []string{"-count", "2000", "-field", "json:meta.id", "-passthrough", "-mix", "immediate=1,within=1"},
+			mode: "embedded-passthrough",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			jsonPath, htmlPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "report.html")
+			args := append([]string{"loadtest", "-quiet", "-timeout", "60s", "-json", jsonPath, "-html", htmlPath}, tt.args...)
+			var stdout, stderr bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			code := run(ctx, args, map[string]string{}, &stdout, &stderr)
+			t.Logf("stdout:\n%s", stdout.String())
+			if code != 0 {
+				t.Fatalf("exit status %d\nstderr:\n%s", code, stderr.String())
+			}
+			var r loadtest.Report
+			data, err := os.ReadFile(jsonPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(data, &r); err != nil {
+				t.Fatal(err)
+			}
+			v := r.Verdict
+			if !r.Pass || r.Mode != tt.mode || v.Leaked != 0 || v.Lost > v.LossBound || v.OrderViolations != 0 || v.Markers != v.MarkersSent {
+				t.Fatalf("report: pass %v mode %s verdict %+v failures %q", r.Pass, r.Mode, v, r.Failures)
+			}
+			if tt.mode == "embedded" {
+				if v.MustDrop < v.Records/10 || v.Delivered >= v.Records {
+					t.Errorf("the worker dropped too little: must drop %d, delivered %d of %d", v.MustDrop, v.Delivered, v.Records)
+				}
+				if r.Filter == nil || r.Filter.BitsPerKey <= r.Filter.TheoryBitsPerKey || r.WorkerMetrics["kdedup_duplicates_total"] == 0 {
+					t.Errorf("filter info %+v, worker metrics %v", r.Filter, r.WorkerMetrics)
+				}
+				// The metrics are the last worker's: after a restart it consumed only the second part.
+				if got := int(r.WorkerMetrics["kdedup_records_consumed_total"]); got != v.Records+v.MarkersSent && r.WorkerMetrics["loadtest_restart_stop_seconds"] == 0 {
+					t.Errorf("the worker consumed %d records, want %d", got, v.Records+v.MarkersSent)
+				}
+			}
+			if tt.beyond && v.ByKind["beyond"] == 0 {
+				t.Error("no beyond-window duplicates were sent")
+			}
+			if tt.crossDropped && v.Delivered+v.MustDrop+v.Ambiguous != v.Records {
+				t.Errorf("global scope: delivered %d + must drop %d + ambiguous %d != %d records", v.Delivered, v.MustDrop, v.Ambiguous, v.Records)
+			}
+			if tt.note != "" && !strings.Contains(strings.Join(r.Notes, "\n"), tt.note) {
+				t.Errorf("no note mentions %q: %q", tt.note, r.Notes)
+			}
+			html, err := os.ReadFile(htmlPath)
+			if err != nil || !strings.Contains(string(html), "<svg") || !strings.Contains(string(html), "PASS") {
+				t.Errorf("HTML report: %v, %d bytes", err, len(html))
+			}
+		})
+	}
+}
+
+// TestLoadtestExternalFailure runs the external mode against a broker without a worker: nothing
+// reaches the output, so every event is lost and the exit status is 1.
+func TestLoadtestExternalFailure(t *testing.T) {
+	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": 2, "out": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{
+		"KAFKA_BROKERS": strings.Join(cl.Addrs(), ","), "KAFKA_INPUT_TOPIC": "in", "KAFKA_OUTPUT_TOPIC": "out",
+		"DEDUP_KEY": "header:id", "DEDUP_WINDOW_COUNT": "2", "DEDUP_WINDOW_INTERVAL": "1s",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := run(ctx, []string{"loadtest", "-quiet", "-count", "200", "-settle", "500ms", "-mix", "within=1"}, env, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stdout.String(), "160 must appear: 160 lost") || !strings.Contains(stdout.String(), "field header:id") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+}
+
+func TestLoadtestFlagErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"-mix", "later=1"}, nil, "unknown duplicate kind"},
+		{[]string{"-field", "body"}, nil, "want key, value"},
+		{[]string{"-scope", "cluster"}, nil, "not partition or global"},
+		{[]string{"-brokers", "127.0.0.1:1", "-passthrough"}, nil, "embedded"},
+		{[]string{"-brokers", "127.0.0.1:1"}, nil, "needs -input and -output"},
+		{[]string{"-count", "0"}, nil, "count"},
+		{[]string{"-worker-env", "NOVALUE"}, nil, "NAME=VALUE"},
+		{nil, map[string]string{"KAFKA_BROKERS": "127.0.0.1:1", "KAFKA_INPUT_TOPIC": "a", "KAFKA_OUTPUT_TOPIC": "b", "DEDUP_WINDOW_COUNT": "x"}, "DEDUP_WINDOW_COUNT"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"loadtest"}, tt.args...), tt.env, &stdout, &stderr)
+		if code == 0 || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want an error mentioning %q", tt.args, code, stderr.String(), tt.want)
+		}
+	}
+}

@@ -1,0 +1,380 @@
+package loadtest
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Header names of the loadtest's own headers.
+const (
+	HeaderRun  = "lt-run"  // the run id
+	HeaderSeq  = "lt-seq"  // the send sequence number, decimal
+	HeaderSent = "lt-sent" // creation time, Unix nanoseconds, decimal
+	HeaderEnd  = "lt-end"  // "1" on the end marker of a partition
+)
+
+// sentRec is the send log entry of one record.
+type sentRec struct {
+	at     int64 // creation time, nanoseconds since the run's start
+	ord    uint32
+	entity uint32
+	part   int32
+	kind   Kind
+}
+
+// rawRec is one record waiting to be produced. It is kept raw so that a failed produce request
+// can be retried (kafka.Record readers are consumed by an attempt).
+type rawRec struct {
+	key, value []byte
+	headers    []kafka.Header
+	time       time.Time
+}
+
+// pendingDup is a planned duplicate waiting for its due time.
+type pendingDup struct {
+	due int64 // nanoseconds since start
+	tie uint64
+	ord uint32
+	dup plannedDup
+}
+
+type dupHeap []pendingDup
+
+func (h dupHeap) Len() int { return len(h) }
+func (h dupHeap) Less(i, j int) bool {
+	if h[i].due != h[j].due {
+		return h[i].due < h[j].due
+	}
+	return h[i].tie < h[j].tie
+}
+func (h dupHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dupHeap) Push(x any)   { *h = append(*h, x.(pendingDup)) }
+func (h *dupHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// generator creates the records of the plan at the configured rate and produces them, in
+// creation order per partition, with one request in flight per partition.
+type generator struct {
+	cfg        Config
+	client     *kafka.Client
+	partitions int
+	start      time.Time
+	plan       *planner
+	ids        idMaker
+	runID      []byte
+
+	log     []sentRec // indexed by seq; written only by the generator goroutine
+	created atomic.Int64
+	acked   atomic.Int64
+	errors  atomic.Int64
+	done    atomic.Bool
+	hookErr chan error // receives Config.Do's result; nil without a hook
+	hooked  bool
+	lastAt  int64 // creation time of the last planned record (not a marker)
+
+	filler     []byte
+	jsonPrefix []byte // {"a":{"b":"
+	jsonSuffix []byte // "}}
+	bufs       [][]rawRec
+	bufBytes   []int
+	oldest     time.Time // creation time of the oldest buffered record
+	chans      []chan []rawRec
+}
+
+func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.Time) *generator {
+	g := &generator{
+		cfg:        cfg,
+		client:     client,
+		partitions: partitions,
+		start:      start,
+		plan:       newPlanner(cfg, partitions),
+		ids:        newIDMaker(cfg.RunID),
+		runID:      []byte(cfg.RunID),
+		log:        make([]sentRec, 0, cfg.Count+partitions),
+		bufs:       make([][]rawRec, partitions),
+		bufBytes:   make([]int, partitions),
+		chans:      make([]chan []rawRec, partitions),
+	}
+	g.filler = []byte(strings.Repeat("x", cfg.ValueSize))
+	if cfg.Field.Kind == FieldJSON {
+		var b strings.Builder
+		for _, name := range cfg.Field.Path {
+			q, _ := json.Marshal(name)
+			b.WriteString("{")
+			b.Write(q)
+			b.WriteString(":")
+		}
+		b.WriteString(`"`)
+		g.jsonPrefix = []byte(b.String())
+		g.jsonSuffix = []byte(`"` + strings.Repeat("}", len(cfg.Field.Path)))
+	}
+	return g
+}
+
+// buildRecord builds the record of send log entry s with sequence number seq.
+func (g *generator) buildRecord(seq int, s sentRec) rawRec {
+	t := g.start.Add(time.Duration(s.at))
+	r := rawRec{time: t}
+	r.headers = make([]kafka.Header, 3, 4)
+	r.headers[0] = kafka.Header{Key: HeaderRun, Value: g.runID}
+	r.headers[1] = kafka.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
+	r.headers[2] = kafka.Header{Key: HeaderSent, Value: strconv.AppendInt(nil, t.UnixNano(), 10)}
+	if s.kind == KindMarker {
+		// No key, no value, no id header: the worker cannot extract an identity and passes it.
+		r.headers = append(r.headers, kafka.Header{Key: HeaderEnd, Value: []byte("1")})
+		return r
+	}
+	f := g.cfg.Field
+	if f.Kind == FieldKey {
+		r.key = g.ids.key(make([]byte, 0, max(16, g.cfg.KeySize)), s.ord, g.cfg.KeySize)
+	} else {
+		r.key = entityKey(make([]byte, 0, max(12, g.cfg.KeySize)), s.entity, g.cfg.KeySize)
+	}
+	switch f.Kind {
+	case FieldKey:
+		r.value = g.filler
+	case FieldHeader:
+		r.value = g.filler
+		r.headers = append(r.headers, kafka.Header{Key: f.Name, Value: g.ids.id(make([]byte, 0, 16), s.ord)})
+	case FieldValue:
+		v := g.ids.id(make([]byte, 0, max(16, g.cfg.ValueSize)), s.ord)
+		for len(v) < g.cfg.ValueSize {
+			v = append(v, '.')
+		}
+		r.value = v
+	case FieldJSON:
+		const padOpen, padClose = `,"lt_pad":"`, `"}`
+		base := len(g.jsonPrefix) + 16 + len(g.jsonSuffix) - 1 + len(padOpen) + len(padClose)
+		v := make([]byte, 0, max(base, g.cfg.ValueSize))
+		v = append(v, g.jsonPrefix...)
+		v = g.ids.id(v, s.ord)
+		v = append(v, g.jsonSuffix[:len(g.jsonSuffix)-1]...) // leave the outermost object open
+		v = append(v, padOpen...)
+		for i := base; i < g.cfg.ValueSize; i++ {
+			v = append(v, 'x')
+		}
+		v = append(v, padClose...)
+		r.value = v
+	}
+	return r
+}
+
+// run creates and produces every record of the plan, then one end marker per partition, and
+// waits until all were acknowledged. It returns the first produce error or ctx's error.
+func (g *generator) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for p := range g.partitions {
+		ch := make(chan []rawRec, 8)
+		g.chans[p] = ch
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.produce(ctx, p, ch); err != nil {
+				cancel(err)
+				for range ch { // never let the generator block on a full channel
+				}
+			}
+		}()
+	}
+	err := g.generate(ctx)
+	for _, ch := range g.chans {
+		close(ch)
+	}
+	wg.Wait()
+	g.done.Store(true)
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	return err
+}
+
+// generate is the scheduling loop: due duplicates first, then the next original, paced at the
+// configured rate.
+func (g *generator) generate(ctx context.Context) error {
+	var pending dupHeap
+	var tie uint64
+	rate := g.cfg.Rate
+	for n := 0; ; n++ {
+		if n&255 == 0 && ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if !g.oldest.IsZero() && time.Since(g.oldest) >= g.cfg.Linger {
+			if err := g.flushAll(ctx); err != nil {
+				return err
+			}
+		}
+		now := time.Since(g.start)
+		seq := len(g.log)
+		if rate > 0 {
+			if allowed := time.Duration(float64(seq) / rate * 1e9); now < allowed {
+				if err := g.wait(ctx, min(allowed-now, g.cfg.Linger)); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		var s sentRec
+		switch {
+		case len(pending) > 0 && pending[0].due <= int64(now):
+			d := heap.Pop(&pending).(pendingDup)
+			s = sentRec{ord: d.ord, entity: d.dup.entity, part: d.dup.part, kind: d.dup.kind}
+		default:
+			o, ok := g.plan.nextOriginal()
+			if !ok {
+				if len(pending) == 0 {
+					return g.finish(ctx)
+				}
+				if err := g.flushAll(ctx); err != nil {
+					return err
+				}
+				if err := g.wait(ctx, min(time.Duration(pending[0].due)-now, 50*time.Millisecond)); err != nil {
+					return err
+				}
+				continue
+			}
+			s = sentRec{ord: o.ord, entity: o.entity, part: o.part, kind: KindOriginal}
+			for _, d := range o.dups {
+				heap.Push(&pending, pendingDup{due: int64(now + d.delay), tie: tie, ord: o.ord, dup: d})
+				tie++
+			}
+		}
+		s.at = int64(now)
+		g.lastAt = s.at
+		if err := g.emit(ctx, s); err != nil {
+			return err
+		}
+	}
+}
+
+// finish emits the end markers and flushes everything.
+func (g *generator) finish(ctx context.Context) error {
+	for p := range g.partitions {
+		if err := g.emit(ctx, sentRec{at: int64(time.Since(g.start)), part: int32(p), kind: KindMarker}); err != nil {
+			return err
+		}
+	}
+	return g.flushAll(ctx)
+}
+
+// emit appends s to the send log and its record to its partition's buffer.
+func (g *generator) emit(ctx context.Context, s sentRec) error {
+	seq := len(g.log)
+	g.log = append(g.log, s)
+	g.created.Add(1)
+	if g.cfg.Do != nil && !g.hooked && len(g.log) >= g.cfg.At {
+		g.hooked = true
+		g.hookErr = make(chan error, 1)
+		go func() { g.hookErr <- g.cfg.Do(context.WithoutCancel(ctx)) }()
+	}
+	p := s.part
+	if len(g.bufs[p]) == 0 && g.oldest.IsZero() {
+		g.oldest = time.Now()
+	}
+	r := g.buildRecord(seq, s)
+	g.bufs[p] = append(g.bufs[p], r)
+	g.bufBytes[p] += len(r.key) + len(r.value) + 96
+	// Brokers cap the size of a request (1MiB by default): stay well below.
+	if len(g.bufs[p]) >= g.cfg.ProduceBatch || g.bufBytes[p] >= 512<<10 {
+		return g.flush(ctx, int(p))
+	}
+	return nil
+}
+
+func (g *generator) flush(ctx context.Context, p int) error {
+	if len(g.bufs[p]) == 0 {
+		return nil
+	}
+	select {
+	case g.chans[p] <- g.bufs[p]:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	g.bufs[p] = make([]rawRec, 0, g.cfg.ProduceBatch)
+	g.bufBytes[p] = 0
+	return nil
+}
+
+func (g *generator) flushAll(ctx context.Context) error {
+	for p := range g.bufs {
+		if err := g.flush(ctx, p); err != nil {
+			return err
+		}
+	}
+	g.oldest = time.Time{}
+	return nil
+}
+
+func (g *generator) wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// produce sends the batches of partition p in order, one request at a time, with acks=all,
+// retrying a failed request up to 10 times.
+func (g *generator) produce(ctx context.Context, p int, ch <-chan []rawRec) error {
+	var recs []kafka.Record
+	for batch := range ch {
+		for attempt := 0; ; attempt++ {
+			recs = recs[:0]
+			for _, r := range batch {
+				kr := kafka.Record{Time: r.time, Headers: r.headers}
+				if r.key != nil {
+					kr.Key = kafka.NewBytes(r.key)
+				}
+				if r.value != nil {
+					kr.Value = kafka.NewBytes(r.value)
+				}
+				recs = append(recs, kr)
+			}
+			res, err := g.client.Produce(ctx, &kafka.ProduceRequest{
+				Topic: g.cfg.InputTopic, Partition: p, RequiredAcks: kafka.RequireAll,
+				Records: kafka.NewRecordReader(recs...),
+			})
+			if err == nil && res.Error != nil {
+				err = res.Error
+			}
+			if err == nil {
+				g.acked.Add(int64(len(batch)))
+				break
+			}
+			g.errors.Add(1)
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if attempt >= 9 {
+				return fmt.Errorf("loadtest: produce to %s/%d: %w", g.cfg.InputTopic, p, err)
+			}
+			t := time.NewTimer(min(time.Duration(50<<attempt)*time.Millisecond, 2*time.Second))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+	return nil
+}

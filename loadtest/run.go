@@ -1,0 +1,297 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// newClient returns a kafka-go client for cfg's brokers, TLS and SASL settings.
+func newClient(cfg Config) *kafka.Client {
+	tr := &kafka.Transport{
+		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialTimeout: 5 * time.Second,
+		MetadataTTL: 2 * time.Second,
+		ClientID:    "kdedup-loadtest",
+		TLS:         cfg.TLS,
+		SASL:        cfg.SASL,
+	}
+	return &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: 30 * time.Second}
+}
+
+// partitionCount returns the number of partitions of topic.
+func partitionCount(ctx context.Context, client *kafka.Client, topic string) (int, error) {
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, fmt.Errorf("loadtest: metadata: %w", err)
+	}
+	for _, t := range md.Topics {
+		if t.Name == topic {
+			if t.Error != nil {
+				return 0, fmt.Errorf("loadtest: topic %q: %w", topic, t.Error)
+			}
+			if len(t.Partitions) == 0 {
+				return 0, fmt.Errorf("loadtest: topic %q has no partitions", topic)
+			}
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, fmt.Errorf("loadtest: topic %q does not exist", topic)
+}
+
+// endOffsets returns the high watermark of partitions 0..n-1 of topic.
+func endOffsets(ctx context.Context, client *kafka.Client, topic string, n int) ([]int64, error) {
+	return listOffsets(ctx, client, topic, n, false)
+}
+
+// listOffsets returns the first (log start) or last (high watermark) offset of partitions
+// 0..n-1 of topic.
+func listOffsets(ctx context.Context, client *kafka.Client, topic string, n int, first bool) ([]int64, error) {
+	reqs := make([]kafka.OffsetRequest, n)
+	for p := range n {
+		reqs[p] = kafka.LastOffsetOf(p)
+		if first {
+			reqs[p] = kafka.FirstOffsetOf(p)
+		}
+	}
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: list offsets of %q: %w", topic, err)
+	}
+	out := make([]int64, n)
+	got := 0
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("loadtest: list offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		if po.Partition >= 0 && po.Partition < n {
+			out[po.Partition] = po.LastOffset
+			if first {
+				out[po.Partition] = po.FirstOffset
+			}
+			got++
+		}
+	}
+	if got != n {
+		return nil, fmt.Errorf("loadtest: list offsets of %q: %d of %d partitions answered", topic, got, n)
+	}
+	return out, nil
+}
+
+// Run generates cfg.Count records (plus one end marker per input partition) into the input
+// topic, reads the output topic from its end offsets at the start, waits until every end marker
+// arrived and the output was read up to its end (or nothing arrived for cfg.Settle after the
+// last record was sent, or cfg.Timeout passed), and returns the verified report. Records of other
+// runs in the output topic are ignored.
+//
+// Run returns an error, and no report, when cfg is invalid, the brokers or topics cannot be
+// reached, producing fails after retries, or ctx is cancelled. Leaks, losses and order
+// violations are not errors: they are in the report (Report.Pass is false).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.RunID == "" {
+		cfg.RunID = strconv.FormatUint(cfg.Seed, 36) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	client := newClient(cfg)
+	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
+
+	runCtx := ctx
+	var cancelRun context.CancelFunc = func() {}
+	if cfg.Timeout > 0 {
+		runCtx, cancelRun = context.WithTimeout(ctx, cfg.Timeout)
+	}
+	defer cancelRun()
+
+	setupCtx, cancelSetup := context.WithTimeout(runCtx, 30*time.Second)
+	inParts, err := partitionCount(setupCtx, client, cfg.InputTopic)
+	if err == nil {
+		var outParts int
+		if outParts, err = partitionCount(setupCtx, client, cfg.OutputTopic); err == nil {
+			var starts []int64
+			if starts, err = endOffsets(setupCtx, client, cfg.OutputTopic, outParts); err == nil {
+				cancelSetup()
+				return run(ctx, runCtx, cfg, client, inParts, starts)
+			}
+		}
+	}
+	cancelSetup()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, err
+}
+
+func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts []int64) (*Report, error) {
+	start := time.Now()
+	st := &outputState{markers: make([]atomic.Bool, inParts)}
+	fetchCtx, stopFetch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFetch()
+	fetchers := make([]*fetcher, len(starts))
+	var fwg sync.WaitGroup
+	for p, off := range starts {
+		f := &fetcher{
+			client: client, topic: cfg.OutputTopic, part: p, offset: off, start: start,
+			runID: []byte(cfg.RunID), markHeader: cfg.MarkHeader, count: int64(cfg.Count), st: st,
+		}
+		f.pos.Store(off)
+		fetchers[p] = f
+		fwg.Add(1)
+		go func() {
+			defer fwg.Done()
+			f.run(fetchCtx)
+		}()
+	}
+
+	gen := newGenerator(cfg, client, inParts, start)
+	prog := startProgress(cfg, start, gen, st, inParts)
+
+	genErr := gen.run(runCtx)
+	genEnd := time.Since(start)
+	incomplete := ""
+	if genErr != nil {
+		if ctx.Err() != nil {
+			stopFetch()
+			fwg.Wait()
+			prog.stop("")
+			return nil, ctx.Err()
+		}
+		if !errors.Is(genErr, context.DeadlineExceeded) {
+			stopFetch()
+			fwg.Wait()
+			prog.stop("")
+			return nil, genErr
+		}
+		incomplete = fmt.Sprintf("timed out after %v while sending (%d of %d records created)", cfg.Timeout, gen.created.Load(), cfg.Count)
+	}
+
+	var hookErr error
+	if gen.hookErr != nil {
+		hookErr = <-gen.hookErr
+	}
+	drainStart := int64(-1)
+	if incomplete == "" && cfg.AfterSend != nil {
+		if err := cfg.AfterSend(runCtx); err != nil {
+			stopFetch()
+			fwg.Wait()
+			prog.stop("")
+			return nil, err
+		}
+		drainStart = int64(time.Since(start))
+		genEnd = time.Duration(drainStart)
+	}
+
+	// Wait for the output: every end marker, then everything up to the output's end offsets.
+	note := ""
+	if incomplete == "" {
+		var complete bool
+		note, complete = waitOutput(ctx, runCtx, cfg, client, st, fetchers, inParts, genEnd, start)
+		if !complete {
+			incomplete, note = note, ""
+		}
+	}
+	if ctx.Err() != nil {
+		stopFetch()
+		fwg.Wait()
+		prog.stop("")
+		return nil, ctx.Err()
+	}
+	end := int64(time.Since(start))
+	stopFetch()
+	fwg.Wait()
+	prog.stop("done")
+
+	obs := make([][]Obs, len(fetchers))
+	for i, f := range fetchers {
+		obs[i] = f.out
+	}
+	width := cfg.BucketWidth
+	if width == 0 {
+		width = niceWidth(time.Duration(end))
+	}
+	vo := verify(verifyInput{
+		sent: gen.log, obs: obs, end: end, width: width,
+		expect: Expect{
+			WindowCount: cfg.WindowCount, WindowInterval: cfg.WindowInterval, Global: cfg.Global,
+			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate,
+		},
+	})
+	r := newReport(cfg, inParts, len(starts), start, time.Duration(end), vo, width)
+	if drainStart >= 0 && vo.lastSeen > drainStart {
+		d := time.Duration(vo.lastSeen - drainStart)
+		r.Throughput.DrainSeconds = d.Seconds()
+		r.Throughput.DrainRate = float64(vo.verdict.Records) / d.Seconds()
+	}
+	r.ProduceErrors = int(gen.errors.Load())
+	r.FetchErrors = int(st.errors.Load())
+	r.Foreign = int(st.foreign.Load())
+	r.Incomplete = incomplete
+	if note != "" {
+		r.Notes = append(r.Notes, note)
+	}
+	r.Judge()
+	if hookErr != nil {
+		r.AddFailure(fmt.Sprintf("the hook at record %d failed: %v", cfg.At, hookErr))
+	}
+	return r, nil
+}
+
+// waitOutput waits until the output is complete. It returns complete=false with the reason when
+// the run timed out or was interrupted, and complete=true with a note when it stopped waiting
+// because nothing arrived for cfg.Settle.
+func waitOutput(ctx, runCtx context.Context, cfg Config, client *kafka.Client, st *outputState, fetchers []*fetcher,
+	inParts int, genEnd time.Duration, start time.Time) (reason string, complete bool) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var target []int64 // output end offsets once every marker arrived
+	for {
+		select {
+		case <-runCtx.Done():
+			if ctx.Err() != nil {
+				return "interrupted", false
+			}
+			return fmt.Sprintf("timed out after %v waiting for the output (%d of %d end markers seen)", cfg.Timeout, st.nMarkers.Load(), inParts), false
+		case <-tick.C:
+		}
+		if target == nil && st.nMarkers.Load() == int64(inParts) {
+			octx, cancel := context.WithTimeout(runCtx, 10*time.Second)
+			ends, err := endOffsets(octx, client, cfg.OutputTopic, len(fetchers))
+			cancel()
+			if err == nil {
+				target = ends
+			}
+		}
+		if target != nil {
+			caughtUp := true
+			for p, f := range fetchers {
+				if f.pos.Load() < target[p] {
+					caughtUp = false
+				}
+			}
+			if caughtUp {
+				return "", true
+			}
+		}
+		last := max(time.Duration(st.lastAt.Load()), genEnd)
+		if idle := time.Since(start) - last; idle > cfg.Settle {
+			if target != nil {
+				return fmt.Sprintf("the output was not read up to its end offsets within %v", cfg.Settle), false
+			}
+			if st.observed.Load() == 0 && st.nMarkers.Load() == 0 {
+				return fmt.Sprintf("nothing of this run arrived in the output topic within %v after the last record was sent: is the worker running and consuming %q?",
+					cfg.Settle, cfg.InputTopic), true
+			}
+			return fmt.Sprintf("only %d of %d end markers arrived (nothing new for %v; DEDUP_UNKEYED_POLICY=drop drops them): records near the end are judged with looser bounds",
+				st.nMarkers.Load(), inParts, cfg.Settle), true
+		}
+	}
+}
