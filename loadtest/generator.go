@@ -338,43 +338,54 @@ func (g *generator) wait(ctx context.Context, d time.Duration) error {
 func (g *generator) produce(ctx context.Context, p int, ch <-chan []rawRec) error {
 	var recs []kafka.Record
 	for batch := range ch {
-		for attempt := 0; ; attempt++ {
-			recs = recs[:0]
-			for _, r := range batch {
-				kr := kafka.Record{Time: r.time, Headers: r.headers}
-				if r.key != nil {
-					kr.Key = kafka.NewBytes(r.key)
-				}
-				if r.value != nil {
-					kr.Value = kafka.NewBytes(r.value)
-				}
-				recs = append(recs, kr)
-			}
-			res, err := g.client.Produce(ctx, &kafka.ProduceRequest{
-				Topic: g.cfg.InputTopic, Partition: p, RequiredAcks: kafka.RequireAll,
-				Records: kafka.NewRecordReader(recs...),
-			})
-			if err == nil && res.Error != nil {
-				err = res.Error
-			}
-			if err == nil {
-				g.acked.Add(int64(len(batch)))
-				break
-			}
-			g.errors.Add(1)
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			if attempt >= 9 {
-				return fmt.Errorf("loadtest: produce to %s/%d: %w", g.cfg.InputTopic, p, err)
-			}
-			t := time.NewTimer(min(time.Duration(50<<attempt)*time.Millisecond, 2*time.Second))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
+		if err := produceBatch(ctx, g.client, g.cfg.InputTopic, p, batch, &recs, func() { g.errors.Add(1) }); err != nil {
+			return err
 		}
+		g.acked.Add(int64(len(batch)))
 	}
 	return nil
+}
+
+// produceBatch produces batch to topic/partition in one request with acks=all, retrying a failed
+// request up to 10 times with backoff; failed (if not nil) is called after each failed attempt.
+// recs is reused scratch space. It returns the cause of ctx when ctx ends first.
+func produceBatch(ctx context.Context, client *kafka.Client, topic string, p int, batch []rawRec, recs *[]kafka.Record, failed func()) error {
+	for attempt := 0; ; attempt++ {
+		*recs = (*recs)[:0]
+		for _, r := range batch {
+			kr := kafka.Record{Time: r.time, Headers: r.headers}
+			if r.key != nil {
+				kr.Key = kafka.NewBytes(r.key)
+			}
+			if r.value != nil {
+				kr.Value = kafka.NewBytes(r.value)
+			}
+			*recs = append(*recs, kr)
+		}
+		res, err := client.Produce(ctx, &kafka.ProduceRequest{
+			Topic: topic, Partition: p, RequiredAcks: kafka.RequireAll,
+			Records: kafka.NewRecordReader(*recs...),
+		})
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		if err == nil {
+			return nil
+		}
+		if failed != nil {
+			failed()
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if attempt >= 9 {
+			return fmt.Errorf("loadtest: produce to %s/%d: %w", topic, p, err)
+		}
+		t := time.NewTimer(min(time.Duration(50<<attempt)*time.Millisecond, 2*time.Second))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
 }

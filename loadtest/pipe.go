@@ -127,38 +127,11 @@ func pipePartition(ctx context.Context, client *kafka.Client, cfg PipeConfig, p 
 // pipeProduce produces batch to topic/partition, retrying up to 10 times. It returns nil when
 // ctx ends.
 func pipeProduce(ctx context.Context, client *kafka.Client, topic string, p int, batch []rawRec, recs *[]kafka.Record) error {
-	for attempt := 0; ; attempt++ {
-		*recs = (*recs)[:0]
-		for _, r := range batch {
-			kr := kafka.Record{Time: r.time, Headers: r.headers}
-			if r.key != nil {
-				kr.Key = kafka.NewBytes(r.key)
-			}
-			if r.value != nil {
-				kr.Value = kafka.NewBytes(r.value)
-			}
-			*recs = append(*recs, kr)
-		}
-		res, err := client.Produce(ctx, &kafka.ProduceRequest{
-			Topic: topic, Partition: p, RequiredAcks: kafka.RequireAll,
-			Records: kafka.NewRecordReader(*recs...),
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err == nil || ctx.Err() != nil {
-			return nil
-		}
-		if attempt >= 9 {
-			return fmt.Errorf("loadtest: pipe produce to %s/%d: %w", topic, p, err)
-		}
-		t := time.NewTimer(min(time.Duration(50<<attempt)*time.Millisecond, 2*time.Second))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+	err := produceBatch(ctx, client, topic, p, batch, recs, nil)
+	if ctx.Err() != nil {
+		return nil
 	}
+	return err
 }
 
 func readAll(b kafka.Bytes) ([]byte, error) {
