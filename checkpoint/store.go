@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -358,15 +359,7 @@ func (s *DirStore) list(unit string) ([]Info, error) {
 		}
 		infos = append(infos, Info{Unit: unit, Name: e.Name(), Seq: seq, Size: fi.Size(), ModTime: fi.ModTime()})
 	}
-	slices.SortFunc(infos, func(a, b Info) int {
-		switch {
-		case a.Seq > b.Seq:
-			return -1
-		case a.Seq < b.Seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(infos, func(a, b Info) int { return cmp.Compare(b.Seq, a.Seq) }) // newest first
 	return infos, nil
 }
 
@@ -440,15 +433,7 @@ func (s *DirStore) pruneLocked(unit string) error {
 		}
 	}
 	if len(snaps) > s.keep {
-		slices.SortFunc(snaps, func(a, b snap) int {
-			switch {
-			case a.seq > b.seq:
-				return -1
-			case a.seq < b.seq:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(snaps, func(a, b snap) int { return cmp.Compare(b.seq, a.seq) }) // newest first
 		for _, sn := range snaps[s.keep:] {
 			remove(sn.name)
 		}
