@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 )
@@ -118,6 +119,12 @@ type Config struct {
 	// RetryBackoffMax caps the backoff between retries of produce requests, metadata lookups and
 	// Assign calls. Default 5s.
 	RetryBackoffMax time.Duration
+}
+
+// retry returns the retry policy of c's Kafka requests and Deduper calls: kafkaio.Backoff capped at
+// RetryBackoffMax.
+func (c Config) retry() kafkaio.Backoff {
+	return kafkaio.Backoff{Max: c.RetryBackoffMax}
 }
 
 // withDefaults returns c with every zero field that has a default set to it.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -77,9 +77,9 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 			parts[i] = i
 		}
 	}
-	offs, err := r.listOffsets(ctx, parts, false)
+	offs, err := kafkaio.ListOffsets(ctx, r.client, r.cfg.OutputTopic, parts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("consumer: end offsets of the output topic: %w", err)
 	}
 	end := make(map[int32]int64, len(parts))
 	for _, p := range parts {
@@ -113,11 +113,11 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 	for i, q := range parts {
 		ids[i] = int(q)
 	}
-	offs, err := r.listOffsets(ctx, ids, true)
+	offs, err := kafkaio.ListOffsets(ctx, r.client, r.cfg.OutputTopic, ids)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("consumer: offsets of the output topic: %w", err)
 	}
-	rs := rewarmState{r: r, add: add, key: make([]byte, 0, 256), value: make([]byte, 0, 1024)}
+	rs := rewarmState{r: r, add: add}
 	rs.hdrSeq = rs.hdr.all
 	for _, q := range parts {
 		o := offs[int(q)]
@@ -149,50 +149,11 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 
 // partitionCount returns the number of partitions of the output topic.
 func (r *OutputReader) partitionCount(ctx context.Context) (int, error) {
-	md, err := r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{r.cfg.OutputTopic}})
+	n, err := kafkaio.PartitionCount(ctx, r.client, r.cfg.OutputTopic)
 	if err != nil {
-		return 0, fmt.Errorf("consumer: metadata of output topic %q: %w", r.cfg.OutputTopic, err)
+		return 0, fmt.Errorf("consumer: output topic: %w", err)
 	}
-	for _, t := range md.Topics {
-		if t.Name != r.cfg.OutputTopic {
-			continue
-		}
-		if t.Error != nil {
-			return 0, fmt.Errorf("consumer: output topic %q: %w", r.cfg.OutputTopic, t.Error)
-		}
-		if len(t.Partitions) == 0 {
-			return 0, fmt.Errorf("consumer: output topic %q has no partitions", r.cfg.OutputTopic)
-		}
-		return len(t.Partitions), nil
-	}
-	return 0, fmt.Errorf("consumer: output topic %q not in metadata", r.cfg.OutputTopic)
-}
-
-// listOffsets returns the end offset (and the earliest offset, when first is set) of each of the
-// output partitions parts, with partition-level errors left in the results. A partition the topic
-// does not have gets kafka.UnknownTopicOrPartition.
-func (r *OutputReader) listOffsets(ctx context.Context, parts []int, first bool) (map[int]kafka.PartitionOffsets, error) {
-	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
-	for _, p := range parts {
-		reqs = append(reqs, kafka.LastOffsetOf(p))
-		if first {
-			reqs = append(reqs, kafka.FirstOffsetOf(p))
-		}
-	}
-	res, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{r.cfg.OutputTopic: reqs}})
-	if err != nil {
-		return nil, fmt.Errorf("consumer: listing offsets of output topic %q: %w", r.cfg.OutputTopic, err)
-	}
-	out := make(map[int]kafka.PartitionOffsets, len(parts))
-	for _, po := range res.Topics[r.cfg.OutputTopic] {
-		out[po.Partition] = po
-	}
-	for _, p := range parts {
-		if _, ok := out[p]; !ok {
-			out[p] = kafka.PartitionOffsets{Partition: p, Error: kafka.UnknownTopicOrPartition}
-		}
-	}
-	return out, nil
+	return n, nil
 }
 
 // rewarmState is the working memory of one Rewarm call.
@@ -201,111 +162,54 @@ type rewarmState struct {
 	add   func([]byte)
 	added int
 
-	key, value []byte
-	hdr        headerSource
-	hdrSeq     func(yield func(string, []byte) bool)
+	hdr    headerSource
+	hdrSeq func(yield func(string, []byte) bool)
 }
 
 // partition reads output partition q from start up to (not including) end.
 func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) error {
 	r := s.r
 	began, added := time.Now(), s.added
-	mark := r.cfg.Mode == ModeMark
-	offset := start
-	empty, failed := 0, 0
-	for offset < end {
-		res, err := r.client.Fetch(ctx, &kafka.FetchRequest{
-			Topic: r.cfg.OutputTopic, Partition: q, Offset: offset,
-			MinBytes: 1, MaxBytes: int64(r.cfg.FetchMaxBytes), MaxWait: r.fetchWait,
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("consumer: re-warming from output partition %s/%d at offset %d: %w", r.cfg.OutputTopic, q, offset, ctx.Err())
-			}
-			if errors.Is(err, kafka.OffsetOutOfRange) {
-				// Retention deleted records while they were read: go on from the earliest one.
-				if first, ferr := r.firstOffset(ctx, q); ferr == nil && first > offset {
-					r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
-						"topic", r.cfg.OutputTopic, "partition", q, "from", offset, "earliest", first, "skipped", first-offset)
-					offset = first
-					continue
-				}
-			}
-			if failed++; failed >= 3 {
-				return fmt.Errorf("consumer: re-warming from output partition %s/%d at offset %d: %w", r.cfg.OutputTopic, q, offset, err)
-			}
-			if !sleepCtx(ctx, backoff(failed-1, r.cfg.RetryBackoffMax)) {
-				return fmt.Errorf("consumer: re-warming from output partition %s/%d at offset %d: %w", r.cfg.OutputTopic, q, offset, ctx.Err())
-			}
-			continue
-		}
-		failed = 0
-		next, err := s.records(res.Records, offset, end, mark)
-		if err != nil {
-			return fmt.Errorf("consumer: re-warming from output partition %s/%d at offset %d: %w", r.cfg.OutputTopic, q, offset, err)
-		}
-		if next > offset {
-			offset, empty = next, 0
-			continue
-		}
-		// Nothing at or after offset: the records below end are gone (compacted away), since
-		// they existed when end was read.
-		if empty++; empty >= r.emptyFetches {
-			r.log.Warn("output records could not be read; their identities are not re-warmed",
-				"topic", r.cfg.OutputTopic, "partition", q, "from", offset, "end", end)
-			break
-		}
+	err := kafkaio.Read(ctx, r.client, kafkaio.Range{
+		Topic: r.cfg.OutputTopic, Partition: q, Start: start, End: end,
+		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait,
+		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
+		OnSkip: func(from, to int64) {
+			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
+				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
+		},
+	}, s.records)
+	if errors.Is(err, kafkaio.ErrStalled) {
+		// The records below end existed when end was read: they were compacted away since.
+		r.log.Warn("output records could not be read; their identities are not re-warmed",
+			"topic", r.cfg.OutputTopic, "partition", q, "end", end, "error", err.Error())
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("consumer: re-warming from output partition %s/%d: %w", r.cfg.OutputTopic, q, err)
 	}
 	r.log.Debug("re-warmed from output partition", "topic", r.cfg.OutputTopic, "partition", q,
 		"from", start, "end", end, "identities", s.added-added, "took", time.Since(began).String())
 	return nil
 }
 
-// records passes the identities of the fetched records in [offset, end) to add and returns the
-// offset after the last record it looked at (offset when there was none), or end once a record at
-// or past end shows up.
-func (s *rewarmState) records(rr kafka.RecordReader, offset, end int64, mark bool) (int64, error) {
-	next := offset
-	for {
-		rec, err := rr.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return next, nil
-		}
-		if err != nil {
-			return next, err
-		}
-		if rec.Offset < next { // the broker answers with whole batches
-			closeBytes(rec)
-			continue
-		}
-		if rec.Offset >= end {
-			closeBytes(rec)
-			return end, nil
-		}
-		next = rec.Offset + 1
+// records passes the identities of recs to add, skipping marked records in ModeMark.
+func (s *rewarmState) records(recs []kafkaio.Record) error {
+	mark := s.r.cfg.Mode == ModeMark
+	for i := range recs {
+		rec := &recs[i]
 		if mark && isMarked(rec.Headers, s.r.cfg.MarkHeader) {
-			closeBytes(rec)
 			continue
-		}
-		var key, value []byte
-		if key, s.key, err = readInto(rec.Key, s.key); err == nil {
-			value, s.value, err = readInto(rec.Value, s.value)
-		}
-		closeBytes(rec)
-		if err != nil {
-			return next, err
 		}
 		s.hdr.cur = rec.Headers
-		id, ok := s.r.key(key, value, s.hdrSeq)
+		id, ok := s.r.key(rec.Key, rec.Value, s.hdrSeq)
 		s.hdr.cur = nil
 		if ok {
 			s.add(id)
 			s.added++
 		}
 	}
+	return nil
 }
 
 // isMarked reports whether headers end with the mark header the Worker appends to duplicates.
@@ -315,46 +219,4 @@ func isMarked(headers []kafka.Header, name string) bool {
 	}
 	h := headers[len(headers)-1]
 	return h.Key == name && string(h.Value) == MarkValue
-}
-
-// readInto reads b into buf (grown as needed) and returns the bytes read (nil for a null b) and
-// the buffer to reuse.
-func readInto(b kafka.Bytes, buf []byte) (data, reuse []byte, err error) {
-	if b == nil {
-		return nil, buf, nil
-	}
-	n := b.Len()
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(b, buf); err != nil {
-		return nil, buf, err
-	}
-	return buf, buf, nil
-}
-
-func closeBytes(rec *kafka.Record) {
-	if rec.Key != nil {
-		rec.Key.Close()
-	}
-	if rec.Value != nil {
-		rec.Value.Close()
-	}
-}
-
-// firstOffset returns the earliest available offset of output partition q.
-func (r *OutputReader) firstOffset(ctx context.Context, q int) (int64, error) {
-	res, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
-		Topics: map[string][]kafka.OffsetRequest{r.cfg.OutputTopic: {kafka.FirstOffsetOf(q)}},
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, po := range res.Topics[r.cfg.OutputTopic] {
-		if po.Partition == q {
-			return po.FirstOffset, po.Error
-		}
-	}
-	return 0, kafka.UnknownTopicOrPartition
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -86,7 +87,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 
-	drained := true
+	drained, fetchFailures := true, 0
 	for gctx.Err() == nil {
 		batch, consumeStart, err := w.fetchBatch(gctx, r, st.in[:0])
 		st.in = batch
@@ -96,22 +97,21 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 				break
 			}
 		}
-		if err != nil && gctx.Err() == nil {
-			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
-				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
-			sleepCtx(gctx, 200*time.Millisecond)
+		if err == nil || gctx.Err() != nil {
+			fetchFailures = 0
+			continue
 		}
+		w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
+			"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
+		sleepCtx(gctx, backoff(fetchFailures, time.Second))
+		fetchFailures++
 	}
 	closeReader() // stop fetching; prefetched records are simply not committed
 
 	if drained && st.next >= 0 {
-		var err error
-		for attempt := 0; attempt < 3; attempt++ {
-			if err = c.flush(pctx, int(p), st.next); err == nil || pctx.Err() != nil {
-				break
-			}
-			sleepCtx(pctx, backoff(attempt, time.Second))
-		}
+		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {
+			return c.flush(pctx, int(p), st.next)
+		})
 		if err != nil {
 			// Everything was produced, so the state is consistent with the output topic; the
 			// next owner re-consumes from the last committed offset and treats what it finds
@@ -124,22 +124,18 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.release(pctx, hard, p, drained)
 }
 
-// assign calls Deduper.Assign for p until it succeeds (true) or gctx ends (false).
+// assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
+// gctx ends (false).
 func (w *Worker) assign(gctx context.Context, p int32) bool {
-	for attempt := 0; ; attempt++ {
+	err := w.cfg.retry().Retry(gctx, 0, func(attempt int) error {
 		err := w.dedup.Assign(gctx, p)
-		if err == nil {
-			return true
+		if err != nil && gctx.Err() == nil {
+			w.log.Error("deduplication state for partition could not be prepared; retrying",
+				"partition", p, "attempt", attempt+1, "error", err.Error())
 		}
-		if gctx.Err() != nil {
-			return false
-		}
-		w.log.Error("deduplication state for partition could not be prepared; retrying",
-			"partition", p, "attempt", attempt+1, "error", err.Error())
-		if !sleepCtx(gctx, backoff(attempt, w.cfg.RetryBackoffMax)) {
-			return false
-		}
-	}
+		return err
+	})
+	return err == nil
 }
 
 // release hands the partition's deduplication state back: Revoke when every record passed to

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -39,8 +40,8 @@ func (p *producer) setFailing(delta int64) {
 
 // produce writes msgs, in order, to topic/partition. It splits them into requests of at most
 // batchBytes (a single larger record goes alone) and sends one request at a time, so order is
-// kept. A failed request is retried with capped exponential backoff until it succeeds or ctx is
-// done; on failure the error says so and some leading requests may have been written already
+// kept. A failed request is retried under kafkaio.Backoff (capped at backoffMax) until it succeeds
+// or ctx is done; on failure the error says so and some leading requests may have been written already
 // (the caller must not commit). Retried requests may duplicate records in the output topic, which
 // is what at-least-once delivery allows.
 func (p *producer) produce(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
@@ -69,30 +70,17 @@ func (p *producer) produceRequest(ctx context.Context, topic string, partition i
 			p.setFailing(-1)
 		}
 	}()
-	for attempt := 0; ; attempt++ {
-		recs := &messageRecords{msgs: msgs}
-		res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
-			Topic:        topic,
-			Partition:    partition,
-			RequiredAcks: kafka.RequireAll,
-			Compression:  p.compression,
-			Records:      recs,
-		})
-		if err == nil && res != nil && res.Error != nil {
-			err = res.Error
-		}
-		if err == nil && res == nil {
-			err = errors.New("no produce response")
-		}
-		if err == nil {
+	err := kafkaio.Backoff{Max: p.backoffMax}.Retry(ctx, 0, func(attempt int) error {
+		err := p.send(ctx, topic, partition, msgs)
+		switch {
+		case err == nil:
 			if failing {
 				p.log.Log(slog.LevelInfo, "produce-recovered:"+topic, "produce recovered",
 					"topic", topic, "partition", partition, "attempts", attempt+1)
 			}
 			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("consumer: produce to %s/%d: %w (gave up: %w)", topic, partition, err, ctx.Err())
+		case ctx.Err() != nil:
+			return err
 		}
 		if !failing {
 			failing = true
@@ -101,10 +89,30 @@ func (p *producer) produceRequest(ctx context.Context, topic string, partition i
 		p.obs.ProduceError()
 		p.log.Log(slog.LevelWarn, "produce-failed:"+topic, "produce failed, retrying; input offsets are not committed until it succeeds",
 			"topic", topic, "partition", partition, "records", len(msgs), "attempt", attempt+1, "error", err.Error())
-		if !sleepCtx(ctx, backoff(attempt, p.backoffMax)) {
-			return fmt.Errorf("consumer: produce to %s/%d: %w (gave up: %w)", topic, partition, err, ctx.Err())
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("consumer: produce to %s/%d: %w", topic, partition, err)
 	}
+	return nil
+}
+
+// send makes one produce request and returns its error or the broker's.
+func (p *producer) send(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
+	res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
+		Topic:        topic,
+		Partition:    partition,
+		RequiredAcks: kafka.RequireAll,
+		Compression:  p.compression,
+		Records:      &messageRecords{msgs: msgs},
+	})
+	switch {
+	case err != nil:
+		return err
+	case res == nil:
+		return errors.New("no produce response")
+	}
+	return res.Error
 }
 
 // messageSize estimates the encoded size of m in a record batch.
@@ -116,25 +124,15 @@ func messageSize(m *kafka.Message) int {
 	return n
 }
 
-// backoff returns the delay before retry attempt+1: 100ms doubling up to max.
+// backoff returns the delay before retry attempt+1 under the one retry policy, kafkaio.Backoff
+// with its default minimum and max as its cap.
 func backoff(attempt int, max time.Duration) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
+	return kafkaio.Backoff{Max: max}.Delay(attempt)
 }
 
-// sleepCtx sleeps d and reports whether ctx is still live afterwards.
+// sleepCtx sleeps d and reports whether ctx is still live afterwards (kafkaio.Sleep).
 func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return kafkaio.Sleep(ctx, d)
 }
 
 // messageRecords is a kafka.RecordReader over messages that reuses one Record and its key and

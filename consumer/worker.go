@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -215,34 +215,36 @@ type topicCounts struct {
 	input, output, duplicates int
 }
 
-// topicInfo looks the topics up, retrying with backoff until they all exist or ctx ends. In
-// PartitionSame mode a partition count mismatch is an ErrPartitionMismatch.
+// topicInfo looks the topics up, retrying under the retry policy until they all exist or ctx
+// ends (then it returns ctx's error). In PartitionSame mode a partition count mismatch is an
+// ErrPartitionMismatch.
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
-	for attempt := 0; ; attempt++ {
-		tc, err := w.lookupTopics(ctx)
-		if err == nil {
-			if w.cfg.Partitioning == PartitionSame && tc.input != tc.output {
-				return tc, fmt.Errorf("%w: output topic %q has %d partitions, input topic %q has %d; "+
-					"partitioning \"same\" writes every record to the output partition with the number of its input partition, "+
-					"so the counts must be equal (or use partitioning \"hash\")",
-					ErrPartitionMismatch, w.cfg.OutputTopic, tc.output, w.cfg.InputTopic, tc.input)
-			}
-			if attempt > 0 {
-				w.log.Info("topics available", "input", w.cfg.InputTopic, "output", w.cfg.OutputTopic)
-			}
-			return tc, nil
+	var tc topicCounts
+	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
+		var err error
+		tc, err = w.lookupTopics(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.sample.Log(slog.LevelWarn, "topics", "waiting for Kafka topics; retrying", "error", err.Error(),
+				"brokers", w.cfg.Brokers)
+		case err == nil && attempt > 0:
+			w.log.Info("topics available", "input", w.cfg.InputTopic, "output", w.cfg.OutputTopic)
 		}
-		if ctx.Err() != nil {
-			return tc, ctx.Err()
-		}
-		w.sample.Log(slog.LevelWarn, "topics", "waiting for Kafka topics; retrying", "error", err.Error(),
-			"brokers", w.cfg.Brokers)
-		if !sleepCtx(ctx, backoff(attempt, w.cfg.RetryBackoffMax)) {
-			return tc, ctx.Err()
-		}
+		return err
+	})
+	if err != nil {
+		return tc, ctx.Err()
 	}
+	if w.cfg.Partitioning == PartitionSame && tc.input != tc.output {
+		return tc, fmt.Errorf("%w: output topic %q has %d partitions, input topic %q has %d; "+
+			"partitioning \"same\" writes every record to the output partition with the number of its input partition, "+
+			"so the counts must be equal (or use partitioning \"hash\")",
+			ErrPartitionMismatch, w.cfg.OutputTopic, tc.output, w.cfg.InputTopic, tc.input)
+	}
+	return tc, nil
 }
 
+// lookupTopics reads the partition counts of the worker's topics with one metadata request.
 func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
 	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic}
 	if w.cfg.DuplicatesTopic != "" {
@@ -250,22 +252,9 @@ func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
 	}
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	md, err := w.client.Metadata(mctx, &kafka.MetadataRequest{Topics: names})
+	counts, err := kafkaio.PartitionCounts(mctx, w.client, names...)
 	if err != nil {
-		return topicCounts{}, fmt.Errorf("consumer: brokers unreachable: %w", err)
-	}
-	counts := make([]int, len(names))
-	for i, name := range names {
-		idx := slices.IndexFunc(md.Topics, func(t kafka.Topic) bool { return t.Name == name })
-		switch {
-		case idx < 0:
-			return topicCounts{}, fmt.Errorf("consumer: topic %q not in metadata", name)
-		case md.Topics[idx].Error != nil:
-			return topicCounts{}, fmt.Errorf("consumer: topic %q: %w", name, md.Topics[idx].Error)
-		case len(md.Topics[idx].Partitions) == 0:
-			return topicCounts{}, fmt.Errorf("consumer: topic %q has no partitions", name)
-		}
-		counts[i] = len(md.Topics[idx].Partitions)
+		return topicCounts{}, err
 	}
 	tc := topicCounts{input: counts[0], output: counts[1]}
 	if len(counts) > 2 {

@@ -3,11 +3,10 @@ package loadtest
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -49,53 +48,23 @@ type fetcher struct {
 	out []Obs        // owned by run until it returns
 }
 
-// run reads until ctx ends. It retries failed fetches with a short backoff.
+// run reads until ctx ends, retrying failed fetches under kafkaio.Backoff (at most 1s apart) and
+// counting them.
 func (f *fetcher) run(ctx context.Context) {
 	f.pos.Store(f.offset)
-	for ctx.Err() == nil {
-		res, err := f.client.Fetch(ctx, &kafka.FetchRequest{
-			Topic: f.topic, Partition: f.part, Offset: f.offset,
-			MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 200 * time.Millisecond,
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			f.st.errors.Add(1)
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-			continue
-		}
+	_ = kafkaio.Read(ctx, f.client, kafkaio.Range{
+		Topic: f.topic, Partition: f.part, Start: f.offset, End: -1, MaxWait: 200 * time.Millisecond,
+		Backoff: kafkaio.Backoff{Max: time.Second},
+		OnRetry: func(int, error) { f.st.errors.Add(1) },
+	}, func(recs []kafkaio.Record) error {
 		at := int64(time.Since(f.start))
-		for {
-			r, err := res.Records.ReadRecord()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					f.st.errors.Add(1)
-				}
-				break
-			}
-			if r.Key != nil {
-				r.Key.Close()
-			}
-			if r.Value != nil {
-				r.Value.Close()
-			}
-			if r.Offset < f.offset {
-				continue
-			}
-			f.offset = r.Offset + 1
-			f.observe(r.Headers, at)
+		for i := range recs {
+			f.observe(recs[i].Headers, at)
 		}
+		f.offset = recs[len(recs)-1].Offset + 1
 		f.pos.Store(f.offset)
-	}
+		return nil
+	}) // it ends only when ctx does
 }
 
 // observe records one output record read at at.

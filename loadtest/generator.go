@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -347,10 +348,11 @@ func (g *generator) produce(ctx context.Context, p int, ch <-chan []rawRec) erro
 }
 
 // produceBatch produces batch to topic/partition in one request with acks=all, retrying a failed
-// request up to 10 times with backoff; failed (if not nil) is called after each failed attempt.
-// recs is reused scratch space. It returns the cause of ctx when ctx ends first.
+// request up to 10 times under kafkaio.Backoff (50ms to 2s apart); failed (if not nil) is called
+// after each failed attempt. recs is reused scratch space. It returns the cause of ctx when ctx
+// ends first.
 func produceBatch(ctx context.Context, client *kafka.Client, topic string, p int, batch []rawRec, recs *[]kafka.Record, failed func()) error {
-	for attempt := 0; ; attempt++ {
+	err := kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}.Retry(ctx, 10, func(int) error {
 		*recs = (*recs)[:0]
 		for _, r := range batch {
 			kr := kafka.Record{Time: r.time, Headers: r.headers}
@@ -369,23 +371,16 @@ func produceBatch(ctx context.Context, client *kafka.Client, topic string, p int
 		if err == nil && res.Error != nil {
 			err = res.Error
 		}
-		if err == nil {
-			return nil
-		}
-		if failed != nil {
+		if err != nil && failed != nil {
 			failed()
 		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if attempt >= 9 {
-			return fmt.Errorf("loadtest: produce to %s/%d: %w", topic, p, err)
-		}
-		t := time.NewTimer(min(time.Duration(50<<attempt)*time.Millisecond, 2*time.Second))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
 	}
+	return fmt.Errorf("loadtest: produce to %s/%d: %w", topic, p, err)
 }

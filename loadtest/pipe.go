@@ -1,14 +1,15 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 )
@@ -36,20 +37,21 @@ type PipeConfig struct {
 func Pipe(ctx context.Context, cfg PipeConfig) error {
 	client := newClient(Config{Brokers: cfg.Brokers, TLS: cfg.TLS, SASL: cfg.SASL})
 	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
-	in, err := partitionCount(ctx, client, cfg.InputTopic)
+	counts, err := kafkaio.PartitionCounts(ctx, client, cfg.InputTopic, cfg.OutputTopic)
 	if err != nil {
 		return err
 	}
-	out, err := partitionCount(ctx, client, cfg.OutputTopic)
-	if err != nil {
-		return err
-	}
+	in, out := counts[0], counts[1]
 	if in != out {
 		return fmt.Errorf("loadtest: pipe needs as many output partitions (%d) as input partitions (%d)", out, in)
 	}
-	starts, err := listOffsets(ctx, client, cfg.InputTopic, in, cfg.FromEarliest)
+	first, end, err := kafkaio.TopicOffsets(ctx, client, cfg.InputTopic, in)
 	if err != nil {
 		return err
+	}
+	starts := end
+	if cfg.FromEarliest {
+		starts = first
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -70,40 +72,20 @@ func Pipe(ctx context.Context, cfg PipeConfig) error {
 	return nil
 }
 
+// pipePartition copies partition p from offset on until ctx ends (then it returns nil), producing
+// what each fetch returned before the next fetch.
 func pipePartition(ctx context.Context, client *kafka.Client, cfg PipeConfig, p int, offset int64) error {
 	var recs []kafka.Record
 	var batch []rawRec
-	for ctx.Err() == nil {
-		res, err := client.Fetch(ctx, &kafka.FetchRequest{
-			Topic: cfg.InputTopic, Partition: p, Offset: offset,
-			MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond,
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
+	err := kafkaio.Read(ctx, client, kafkaio.Range{
+		Topic: cfg.InputTopic, Partition: p, Start: offset, End: -1, Backoff: kafkaio.Backoff{Max: time.Second},
+	}, func(fetched []kafkaio.Record) error {
 		batch = batch[:0]
-		for {
-			r, err := res.Records.ReadRecord()
-			if err != nil {
-				break
-			}
-			k, kerr := readAll(r.Key)
-			v, verr := readAll(r.Value)
-			if r.Offset < offset || kerr != nil || verr != nil {
+		for _, r := range fetched {
+			if cfg.Keep != nil && !cfg.Keep(p, r.Key, r.Value, r.Headers) {
 				continue
 			}
-			offset = r.Offset + 1
-			if cfg.Keep != nil && !cfg.Keep(p, k, v, r.Headers) {
-				continue
-			}
-			batch = append(batch, rawRec{key: k, value: v, headers: r.Headers, time: r.Time})
+			batch = append(batch, rawRec{key: bytes.Clone(r.Key), value: bytes.Clone(r.Value), headers: r.Headers, time: r.Time})
 		}
 		// Produce in requests of at most 1000 records and about 512KiB (brokers cap requests).
 		for len(batch) > 0 {
@@ -115,31 +97,15 @@ func pipePartition(ctx context.Context, client *kafka.Client, cfg PipeConfig, p 
 				}
 				n++
 			}
-			if err := pipeProduce(ctx, client, cfg.OutputTopic, p, batch[:n], &recs); err != nil {
+			if err := produceBatch(ctx, client, cfg.OutputTopic, p, batch[:n], &recs, nil); err != nil {
 				return err
 			}
 			batch = batch[n:]
 		}
-	}
-	return nil
-}
-
-// pipeProduce produces batch to topic/partition, retrying up to 10 times. It returns nil when
-// ctx ends.
-func pipeProduce(ctx context.Context, client *kafka.Client, topic string, p int, batch []rawRec, recs *[]kafka.Record) error {
-	err := produceBatch(ctx, client, topic, p, batch, recs, nil)
+		return nil
+	})
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
-}
-
-func readAll(b kafka.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
-	}
-	defer b.Close()
-	out := make([]byte, b.Len())
-	_, err := io.ReadFull(b, out)
-	return out, err
 }

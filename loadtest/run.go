@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -26,63 +27,10 @@ func newClient(cfg Config) *kafka.Client {
 	return &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: 30 * time.Second}
 }
 
-// partitionCount returns the number of partitions of topic.
-func partitionCount(ctx context.Context, client *kafka.Client, topic string) (int, error) {
-	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return 0, fmt.Errorf("loadtest: metadata: %w", err)
-	}
-	for _, t := range md.Topics {
-		if t.Name == topic {
-			if t.Error != nil {
-				return 0, fmt.Errorf("loadtest: topic %q: %w", topic, t.Error)
-			}
-			if len(t.Partitions) == 0 {
-				return 0, fmt.Errorf("loadtest: topic %q has no partitions", topic)
-			}
-			return len(t.Partitions), nil
-		}
-	}
-	return 0, fmt.Errorf("loadtest: topic %q does not exist", topic)
-}
-
 // endOffsets returns the high watermark of partitions 0..n-1 of topic.
 func endOffsets(ctx context.Context, client *kafka.Client, topic string, n int) ([]int64, error) {
-	return listOffsets(ctx, client, topic, n, false)
-}
-
-// listOffsets returns the first (log start) or last (high watermark) offset of partitions
-// 0..n-1 of topic.
-func listOffsets(ctx context.Context, client *kafka.Client, topic string, n int, first bool) ([]int64, error) {
-	reqs := make([]kafka.OffsetRequest, n)
-	for p := range n {
-		reqs[p] = kafka.LastOffsetOf(p)
-		if first {
-			reqs[p] = kafka.FirstOffsetOf(p)
-		}
-	}
-	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, fmt.Errorf("loadtest: list offsets of %q: %w", topic, err)
-	}
-	out := make([]int64, n)
-	got := 0
-	for _, po := range res.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("loadtest: list offsets of %s/%d: %w", topic, po.Partition, po.Error)
-		}
-		if po.Partition >= 0 && po.Partition < n {
-			out[po.Partition] = po.LastOffset
-			if first {
-				out[po.Partition] = po.FirstOffset
-			}
-			got++
-		}
-	}
-	if got != n {
-		return nil, fmt.Errorf("loadtest: list offsets of %q: %d of %d partitions answered", topic, got, n)
-	}
-	return out, nil
+	_, end, err := kafkaio.TopicOffsets(ctx, client, topic, n)
+	return end, err
 }
 
 // Run generates cfg.Count records (plus one end marker per input partition) into the input
@@ -113,15 +61,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancelRun()
 
 	setupCtx, cancelSetup := context.WithTimeout(runCtx, 30*time.Second)
-	inParts, err := partitionCount(setupCtx, client, cfg.InputTopic)
+	counts, err := kafkaio.PartitionCounts(setupCtx, client, cfg.InputTopic, cfg.OutputTopic)
 	if err == nil {
-		var outParts int
-		if outParts, err = partitionCount(setupCtx, client, cfg.OutputTopic); err == nil {
-			var starts []int64
-			if starts, err = endOffsets(setupCtx, client, cfg.OutputTopic, outParts); err == nil {
-				cancelSetup()
-				return run(ctx, runCtx, cfg, client, inParts, starts)
-			}
+		var starts []int64
+		if starts, err = endOffsets(setupCtx, client, cfg.OutputTopic, counts[1]); err == nil {
+			cancelSetup()
+			return run(ctx, runCtx, cfg, client, counts[0], starts)
 		}
 	}
 	cancelSetup()

@@ -4,15 +4,16 @@
 package kafkatest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -188,19 +189,7 @@ func (cl *Cluster) CreateTopic(ctx context.Context, name string, partitions int)
 
 // Partitions returns the number of partitions of topic.
 func (cl *Cluster) Partitions(ctx context.Context, topic string) (int, error) {
-	md, err := cl.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return 0, fmt.Errorf("kafkatest: metadata: %w", err)
-	}
-	for _, t := range md.Topics {
-		if t.Name == topic {
-			if t.Error != nil {
-				return 0, fmt.Errorf("kafkatest: topic %q: %w", topic, t.Error)
-			}
-			return len(t.Partitions), nil
-		}
-	}
-	return 0, fmt.Errorf("kafkatest: topic %q not found", topic)
+	return kafkaio.PartitionCount(ctx, cl.Client(), topic)
 }
 
 // Produce writes msgs, in order, to topic/partition in requests of at most 500 records, with
@@ -240,20 +229,13 @@ func (cl *Cluster) EndOffsets(ctx context.Context, topic string) (map[int]int64,
 	if err != nil {
 		return nil, err
 	}
-	reqs := make([]kafka.OffsetRequest, n)
-	for p := range n {
-		reqs[p] = kafka.LastOffsetOf(p)
-	}
-	res, err := cl.Client().ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	_, end, err := kafkaio.TopicOffsets(ctx, cl.Client(), topic, n)
 	if err != nil {
-		return nil, fmt.Errorf("kafkatest: list offsets: %w", err)
+		return nil, err
 	}
 	out := make(map[int]int64, n)
-	for _, po := range res.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("kafkatest: list offsets %s/%d: %w", topic, po.Partition, po.Error)
-		}
-		out[po.Partition] = po.LastOffset
+	for p, o := range end {
+		out[p] = o
 	}
 	return out, nil
 }
@@ -311,54 +293,21 @@ func (cl *Cluster) ReadAll(ctx context.Context, topic string) (map[int][]kafka.M
 }
 
 // ReadPartition returns the records of topic/partition from the start of the log up to end.
+// Records deleted by retention are skipped.
 func (cl *Cluster) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error) {
-	client := cl.Client()
 	var msgs []kafka.Message
-	offset := int64(0)
-	for stalled := 0; offset < end; {
-		if stalled++; stalled > 100 {
-			return nil, fmt.Errorf("kafkatest: fetch %s/%d stuck at offset %d below %d", topic, partition, offset, end)
-		}
-		res, err := client.Fetch(ctx, &kafka.FetchRequest{
-			Topic: topic, Partition: partition, Offset: offset,
-			MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 100 * time.Millisecond,
+	err := kafkaio.Read(ctx, cl.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
+		func(recs []kafkaio.Record) error {
+			for _, r := range recs {
+				msgs = append(msgs, kafka.Message{
+					Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time, Headers: r.Headers,
+					Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value),
+				})
+			}
+			return nil
 		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err != nil {
-			return nil, fmt.Errorf("kafkatest: fetch %s/%d@%d: %w", topic, partition, offset, err)
-		}
-		for {
-			r, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("kafkatest: read %s/%d: %w", topic, partition, err)
-			}
-			m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time, Headers: r.Headers}
-			if m.Key, err = readBytes(r.Key); err == nil {
-				m.Value, err = readBytes(r.Value)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("kafkatest: read %s/%d: %w", topic, partition, err)
-			}
-			if r.Offset >= offset && r.Offset < end {
-				msgs = append(msgs, m)
-				offset, stalled = r.Offset+1, 0
-			}
-		}
+	if err != nil {
+		return nil, err
 	}
 	return msgs, nil
-}
-
-func readBytes(b kafka.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
-	}
-	defer b.Close()
-	out := make([]byte, b.Len())
-	_, err := io.ReadFull(b, out)
-	return out, err
 }

@@ -1,0 +1,86 @@
+// Package kafkaio is kdedup's shared Kafka I/O: the one retry policy (Backoff), topic metadata
+// (PartitionCounts, ListOffsets, TopicOffsets) and the one way to read a range of a partition
+// (Read). The consumer, the loadtest and the embedded broker use it over kafka-go's Client.
+//
+// Errors carry the "kafkaio: " prefix and wrap kafka-go's errors, so errors.Is works with
+// kafka.Error values such as kafka.UnknownTopicOrPartition.
+package kafkaio
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff is the retry policy of kdedup's Kafka I/O: exponential backoff with jitter, like
+// franz-go's default RetryBackoffFn. The delay before retry attempt a (0 for the first retry) is
+// Min·2^a times a random factor in [0.8, 1.2), capped at Max. Jitter keeps replicas that failed
+// together from retrying in lockstep. The zero value uses the defaults. A Backoff is a plain value
+// and safe for concurrent use if Rand is.
+type Backoff struct {
+	// Min is the nominal delay before the first retry. Default: 100ms.
+	Min time.Duration
+	// Max caps every delay. Default: 5s.
+	Max time.Duration
+	// Rand returns a number in [0, 1) that picks the jitter. Tests set it to make delays
+	// deterministic. Default: math/rand/v2.Float64, which is safe for concurrent use.
+	Rand func() float64
+}
+
+// Delay returns how long to wait before retry attempt (0 for the first retry). A negative attempt
+// counts as 0.
+func (b Backoff) Delay(attempt int) time.Duration {
+	lo, hi := b.Min, b.Max
+	if lo <= 0 {
+		lo = 100 * time.Millisecond
+	}
+	if hi <= 0 {
+		hi = 5 * time.Second
+	}
+	d := lo
+	for i := 0; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	r := rand.Float64
+	if b.Rand != nil {
+		r = b.Rand
+	}
+	return min(time.Duration(float64(d)*(0.8+0.4*r())), hi)
+}
+
+// Retry calls op with attempt 0, 1, 2, … until it returns nil, attempts calls failed (attempts <= 0
+// means no limit) or ctx ends, and sleeps Delay(attempt) after each failure. It returns nil once op
+// succeeds; op's last error when the attempts ran out; and, when ctx ended first, an error
+// wrapping op's last error and ctx.Err(). op runs on the calling goroutine; it may log its failure,
+// but should check ctx.Err() first if a cancelled call must stay quiet.
+func (b Backoff) Retry(ctx context.Context, attempts int, op func(attempt int) error) error {
+	for attempt := 0; ; attempt++ {
+		err := op(attempt)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		}
+		if attempts > 0 && attempt+1 >= attempts {
+			return err
+		}
+		if !Sleep(ctx, b.Delay(attempt)) {
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		}
+	}
+}
+
+// Sleep waits d and reports whether ctx is still live afterwards; it returns false as soon as ctx
+// ends.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ctx.Err() == nil
+	}
+}

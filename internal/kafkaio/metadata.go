@@ -1,0 +1,96 @@
+package kafkaio
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// PartitionCounts returns the number of partitions of each of topics, in the order given, from one
+// metadata request. It fails if the request fails or any topic is missing, carries an error or has
+// no partitions; the error names the topic and wraps the broker's (kafka.UnknownTopicOrPartition
+// for a topic the metadata does not list). It is safe for concurrent use, as c is.
+func PartitionCounts(ctx context.Context, c *kafka.Client, topics ...string) ([]int, error) {
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: metadata of %q: brokers unreachable: %w", topics, err)
+	}
+	counts := make([]int, len(topics))
+	for i, name := range topics {
+		found := false
+		for _, t := range md.Topics {
+			if t.Name != name {
+				continue
+			}
+			switch {
+			case t.Error != nil:
+				return nil, fmt.Errorf("kafkaio: topic %q: %w", name, t.Error)
+			case len(t.Partitions) == 0:
+				return nil, fmt.Errorf("kafkaio: topic %q has no partitions", name)
+			}
+			counts[i], found = len(t.Partitions), true
+			break
+		}
+		if !found {
+			return nil, fmt.Errorf("kafkaio: topic %q not in metadata: %w", name, kafka.UnknownTopicOrPartition)
+		}
+	}
+	return counts, nil
+}
+
+// PartitionCount returns the number of partitions of topic; see PartitionCounts.
+func PartitionCount(ctx context.Context, c *kafka.Client, topic string) (int, error) {
+	n, err := PartitionCounts(ctx, c, topic)
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+// ListOffsets returns the log start offset (FirstOffset) and the end offset (LastOffset, the high
+// watermark) of each of partitions of topic, from one request. Partition-level errors are left in
+// the results' Error, for the caller to judge one partition at a time; a partition the topic does
+// not have gets kafka.UnknownTopicOrPartition. The error is for a request that failed as a whole.
+func ListOffsets(ctx context.Context, c *kafka.Client, topic string, partitions []int) (map[int]kafka.PartitionOffsets, error) {
+	reqs := make([]kafka.OffsetRequest, 0, 2*len(partitions))
+	for _, p := range partitions {
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: listing offsets of topic %q: %w", topic, err)
+	}
+	out := make(map[int]kafka.PartitionOffsets, len(partitions))
+	for _, po := range res.Topics[topic] {
+		out[po.Partition] = po
+	}
+	for _, p := range partitions {
+		if _, ok := out[p]; !ok {
+			out[p] = kafka.PartitionOffsets{Partition: p, Error: kafka.UnknownTopicOrPartition}
+		}
+	}
+	return out, nil
+}
+
+// TopicOffsets returns the log start and end offsets of partitions 0..n-1 of topic, indexed by
+// partition. Unlike ListOffsets it fails if any partition carries an error; the error names it.
+func TopicOffsets(ctx context.Context, c *kafka.Client, topic string, n int) (first, end []int64, err error) {
+	parts := make([]int, n)
+	for p := range parts {
+		parts[p] = p
+	}
+	offs, err := ListOffsets(ctx, c, topic, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	first, end = make([]int64, n), make([]int64, n)
+	for _, p := range parts {
+		o := offs[p]
+		if o.Error != nil {
+			return nil, nil, fmt.Errorf("kafkaio: offsets of %s/%d: %w", topic, p, o.Error)
+		}
+		first[p], end[p] = o.FirstOffset, o.LastOffset
+	}
+	return first, end, nil
+}
