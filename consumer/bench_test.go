@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -49,11 +49,11 @@ func (nopDeduper) Assign(context.Context, int32) error { return nil }
 func (nopDeduper) Revoke(context.Context, int32) error { return nil }
 func (nopDeduper) Seen(int32, []byte) bool             { return false }
 
-type pipeline func(ctx context.Context, cl *kafkatest.Cluster) error
+type pipeline func(ctx context.Context, cl *embedkafka.Cluster) error
 
 func benchPipeline(b *testing.B, run pipeline) {
 	b.ReportAllocs()
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func workerRunner(mode consumer.Mode) pipeline {
 }
 
 func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
-	return func(ctx context.Context, cl *kafkatest.Cluster) error {
+	return func(ctx context.Context, cl *embedkafka.Cluster) error {
 		if d == nil {
 			d = newMapDeduper(false, nil)
 		}
@@ -139,7 +139,7 @@ func (samePartition) Balance(m kafka.Message, _ ...int) int { return m.Partition
 
 // runPassthrough is the baseline: consume → produce → commit with plain kafka-go and the same
 // batching, no deduplication.
-func runPassthrough(ctx context.Context, cl *kafkatest.Cluster) error {
+func runPassthrough(ctx context.Context, cl *embedkafka.Cluster) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: cl.Addrs(), GroupID: "g", Topic: "in",
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond, QueueCapacity: 2 * benchBatch,

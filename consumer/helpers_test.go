@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -205,7 +205,7 @@ func (o *countingObserver) SetReady(r bool)            { o.ready.Store(r) }
 
 type env struct {
 	t        *testing.T
-	cl       *kafkatest.Cluster
+	cl       *embedkafka.Cluster
 	in, out  string
 	group    string
 	inParts  int
@@ -219,7 +219,7 @@ var testLog = func() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(io.Discard, nil))
 }()
 
-func newEnv(t *testing.T, inParts, outParts int, opts kafkatest.Options) *env {
+func newEnv(t *testing.T, inParts, outParts int, opts embedkafka.Options) *env {
 	t.Helper()
 	if opts.Topics == nil {
 		opts.Topics = map[string]int32{}
@@ -228,7 +228,7 @@ func newEnv(t *testing.T, inParts, outParts int, opts kafkatest.Options) *env {
 	if outParts > 0 {
 		opts.Topics["out"] = int32(outParts)
 	}
-	cl, err := kafkatest.Start(opts)
+	cl, err := embedkafka.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -40,7 +40,7 @@ func outputRecord(q, i int) (m kafka.Message, id string, marked, keyed bool) {
 // newOutputEnv starts a cluster whose output topic holds outputCounts records.
 func newOutputEnv(t *testing.T) *env {
 	t.Helper()
-	e := newEnv(t, len(outputCounts), len(outputCounts), kafkatest.Options{})
+	e := newEnv(t, len(outputCounts), len(outputCounts), embedkafka.Options{})
 	for q, n := range outputCounts {
 		var msgs []kafka.Message
 		for i := range n {
@@ -94,7 +94,7 @@ func TestOutputReaderEnd(t *testing.T) {
 func TestOutputReaderEndErrors(t *testing.T) {
 	t.Parallel()
 	e := newOutputEnv(t)
-	down, err := kafkatest.Start(kafkatest.Options{})
+	down, err := embedkafka.Start(embedkafka.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestOutputReaderRewarmStopsAtEnd(t *testing.T) {
 // completely and exactly, fetch after fetch.
 func TestOutputReaderRewarmManyFetches(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, kafkatest.Options{})
+	e := newEnv(t, 1, 1, embedkafka.Options{})
 	const n = 3000
 	var msgs []kafka.Message
 	for i := range n {
@@ -249,7 +249,7 @@ func TestOutputReaderRewarmManyFetches(t *testing.T) {
 // deleted by retention, Rewarm warns and reads what is left from the earliest available offset.
 func TestOutputReaderRewarmRetention(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 0, kafkatest.Options{})
+	e := newEnv(t, 1, 0, embedkafka.Options{})
 	ctx := context.Background()
 	res, err := e.cl.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: e.out, NumPartitions: 1, ReplicationFactor: 1,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -43,7 +43,7 @@ func parseProgressKey(key []byte) (id string, p int32, offset int64, err error) 
 // duplicates topic.
 type progressDeduper struct {
 	*mapDeduper
-	cl        *kafkatest.Cluster
+	cl        *embedkafka.Cluster
 	out, dups string
 
 	mu         sync.Mutex
@@ -56,7 +56,7 @@ type progressDeduper struct {
 	problems   []string
 }
 
-func newProgressDeduper(cl *kafkatest.Cluster, out, dups string) *progressDeduper {
+func newProgressDeduper(cl *embedkafka.Cluster, out, dups string) *progressDeduper {
 	return &progressDeduper{
 		mapDeduper: newMapDeduper(false, nil), cl: cl, out: out, dups: dups,
 		lower:      map[int32]int64{},
@@ -174,7 +174,7 @@ func TestProgressTrackerOrdering(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			const n = 600
-			e := newEnv(t, 2, 2, kafkatest.Options{Topics: map[string]int32{"dups": 1}})
+			e := newEnv(t, 2, 2, embedkafka.Options{Topics: map[string]int32{"dups": 1}})
 			rng := rand.New(rand.NewPCG(31, 32))
 			for p := range 2 {
 				var in []kafka.Message
@@ -247,7 +247,7 @@ func (u *unackedTracker) Acked(_ int32, next int64) {
 // a batch durable.
 func TestProgressTrackerNoAckWithoutOutput(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, kafkatest.Options{})
+	e := newEnv(t, 1, 1, embedkafka.Options{})
 	in, _ := stream("key", 0, 500, rand.New(rand.NewPCG(33, 34)))
 	e.produce(0, in)
 	md := newMapDeduper(false, nil)

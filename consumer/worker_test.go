@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -70,7 +70,7 @@ func TestKeyModes(t *testing.T) {
 	for _, spec := range []string{"key", "value", "header:dedup-id", "json:order.id"} {
 		t.Run(spec, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 4, 4, kafkatest.Options{})
+			e := newEnv(t, 4, 4, embedkafka.Options{})
 			rng := rand.New(rand.NewPCG(1, 2))
 			want := map[int][]kafka.Message{}
 			for p := range 4 {
@@ -124,7 +124,7 @@ func TestUnkeyedPolicy(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/%s", tc.spec, tc.policy), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 1, 1, kafkatest.Options{})
+			e := newEnv(t, 1, 1, embedkafka.Options{})
 			var in, want []kafka.Message
 			bad := []kafka.Message{
 				{Key: nil, Value: []byte(`not json at all {`)},
@@ -168,7 +168,7 @@ func TestUnkeyedPolicy(t *testing.T) {
 // duplicates carry the mark header (after their own headers).
 func TestMarkMode(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 2, kafkatest.Options{})
+	e := newEnv(t, 2, 2, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
 	want := map[int][]kafka.Message{}
 	for p := range 2 {
@@ -202,7 +202,7 @@ func TestMarkMode(t *testing.T) {
 // output and written, in order, to the side topic (partition input % its partition count).
 func TestDuplicatesTopic(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 2, kafkatest.Options{Topics: map[string]int32{"dups": 1}})
+	e := newEnv(t, 2, 2, embedkafka.Options{Topics: map[string]int32{"dups": 1}})
 	rng := rand.New(rand.NewPCG(5, 6))
 	want := map[int][]kafka.Message{}
 	var wantDups []kafka.Message
@@ -256,7 +256,7 @@ func TestScope(t *testing.T) {
 	}{{"partition", false, 2}, {"global", true, 1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 2, 2, kafkatest.Options{})
+			e := newEnv(t, 2, 2, embedkafka.Options{})
 			for p := range 2 {
 				e.produce(p, []kafka.Message{record("key", p, 0, "shared-id"), record("key", p, 1, fmt.Sprintf("own-%d", p))})
 			}
@@ -286,7 +286,7 @@ func TestScope(t *testing.T) {
 // records produced later are consumed.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 3, 3, kafkatest.Options{})
+	e := newEnv(t, 3, 3, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(7, 8))
 	want := map[int][]kafka.Message{}
 	for p := range 3 {
@@ -355,7 +355,7 @@ func TestGracefulShutdown(t *testing.T) {
 // deduplicated input although records were produced before, during and after the rebalance.
 func TestTwoWorkersSplitPartitions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 4, 4, kafkatest.Options{})
+	e := newEnv(t, 4, 4, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(9, 10))
 	ins := map[int][]kafka.Message{}
 	want := map[int][]kafka.Message{}
@@ -407,7 +407,7 @@ func TestTwoWorkersSplitPartitions(t *testing.T) {
 // repeat records in the output (at-least-once), so the order check is on first appearances.
 func TestBrokerRestart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 2, kafkatest.Options{DataDir: t.TempDir()})
+	e := newEnv(t, 2, 2, embedkafka.Options{DataDir: t.TempDir()})
 	rng := rand.New(rand.NewPCG(11, 12))
 	ins := map[int][]kafka.Message{}
 	want := map[int][]kafka.Message{}
@@ -478,7 +478,7 @@ func (g *gatedDeduper) Seen(p int32, id []byte) bool {
 // nothing consumed) and that it proceeds without loss once the topic exists.
 func TestMissingTopic(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 0, kafkatest.Options{})
+	e := newEnv(t, 2, 0, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(13, 14))
 	want := map[int][]kafka.Message{}
 	for p := range 2 {
@@ -511,7 +511,7 @@ func TestMissingTopic(t *testing.T) {
 // partition count, with ErrPartitionMismatch, before consuming anything.
 func TestPartitionMismatch(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 4, 3, kafkatest.Options{})
+	e := newEnv(t, 4, 3, embedkafka.Options{})
 	e.produce(0, []kafka.Message{record("key", 0, 0, "a")})
 	r := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	select {
@@ -534,7 +534,7 @@ func TestPartitionMismatch(t *testing.T) {
 // murmur2 test vectors), null-key records to input partition % n, and keeps per-key order.
 func TestHashPartitioning(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 3, kafkatest.Options{})
+	e := newEnv(t, 2, 3, embedkafka.Options{})
 	// murmur2 values from Kafka's UtilsTest; partition = (h & 0x7fffffff) % 3.
 	vectors := map[string]int32{
 		"21":                         -973932308,
@@ -609,7 +609,7 @@ func TestHashPartitioning(t *testing.T) {
 // produced is released with Discard (no snapshot claiming unproduced records), not Revoke.
 func TestShutdownWithBrokerDown(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, kafkatest.Options{})
+	e := newEnv(t, 1, 1, embedkafka.Options{})
 	in, _ := stream("key", 0, 500, rand.New(rand.NewPCG(15, 16)))
 	e.produce(0, in)
 	md := newMapDeduper(false, nil)
@@ -656,7 +656,7 @@ func (f *flakyDeduper) Assign(ctx context.Context, p int32) error {
 // consumes nothing from the partition until it succeeds, and that nothing is lost.
 func TestAssignRetried(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, kafkatest.Options{})
+	e := newEnv(t, 1, 1, embedkafka.Options{})
 	in, want := stream("key", 0, 100, rand.New(rand.NewPCG(17, 18)))
 	e.produce(0, in)
 	d := &flakyDeduper{mapDeduper: newMapDeduper(false, nil)}
@@ -685,7 +685,7 @@ func TestAssignRetried(t *testing.T) {
 // everything.
 func TestMoreWorkersThanPartitions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, kafkatest.Options{})
+	e := newEnv(t, 1, 1, embedkafka.Options{})
 	a := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	eventually(t, 20*time.Second, "worker A ready", a.w.Ready)
 	b := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -76,7 +76,7 @@ func (d *exactDeduper) keep(partition int, _, _ []byte, headers []kafka.Header) 
 // runPipeline starts a broker with 4-partition topics, a Pipe with keep, and a loadtest.
 func runPipeline(t *testing.T, cfg Config, keep func(int, []byte, []byte, []kafka.Header) bool) *Report {
 	t.Helper()
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"lt-in": 4, "lt-out": 4}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"lt-in": 4, "lt-out": 4}})
 	if err != nil {
 		t.Fatal(err)
 	}

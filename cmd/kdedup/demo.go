@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -44,7 +44,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	const in, out, group = "orders", "orders-dedup", "kdedup-demo"
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{in: int32(*partitions), out: int32(*partitions)}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{in: int32(*partitions), out: int32(*partitions)}})
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/kdedup/kdedup/window"
 )
@@ -298,7 +298,7 @@ type embeddedOptions struct {
 	restartAt   float64
 }
 
-// loadtestEmbedded starts a kafkatest broker and the real worker (or the pass-through pipe),
+// loadtestEmbedded starts an embedded broker (embedkafka) and the real worker (or the pass-through pipe),
 // runs the loadtest against them and adds the filter's sizing and the worker's metrics to the
 // report. It returns a nil report with the exit status when the run could not happen.
 func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions, stdout, stderr io.Writer) (*loadtest.Report, int) {
@@ -320,7 +320,7 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 		}
 		capacity = uint64(max(1000, math.Ceil(1.2*perUnit)))
 	}
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{lt.InputTopic: int32(o.partitions), lt.OutputTopic: int32(o.partitions)}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{lt.InputTopic: int32(o.partitions), lt.OutputTopic: int32(o.partitions)}})
 	if err != nil {
 		return fail("%v", err)
 	}

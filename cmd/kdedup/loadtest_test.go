@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/loadtest"
 )
 
@@ -108,7 +108,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 // TestLoadtestExternalFailure runs the external mode against a broker without a worker: nothing
 // reaches the output, so every event is lost and the exit status is 1.
 func TestLoadtestExternalFailure(t *testing.T) {
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": 2, "out": 2}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": 2, "out": 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -125,7 +125,7 @@ func httpGet(url string) (int, string) {
 // commits everything, leaves the group and exits 0 well within SHUTDOWN_TIMEOUT.
 func TestBinarySIGTERM(t *testing.T) {
 	t.Parallel()
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": 2, "out": 2}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": 2, "out": 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer/kafkatest"
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -28,7 +28,7 @@ const restartPartitions = 4
 // restartEnviron is the worker environment of the restart tests: short group timeouts so that a
 // killed member's partitions move on quickly, a window far longer than the test, checkpoints every
 // 200ms into dir ("" disables them).
-func restartEnviron(cl *kafkatest.Cluster, dir, scope string) map[string]string {
+func restartEnviron(cl *embedkafka.Cluster, dir, scope string) map[string]string {
 	e := map[string]string{
 		"KAFKA_BROKERS":             strings.Join(cl.Addrs(), ","),
 		"KAFKA_INPUT_TOPIC":         "in",
@@ -56,9 +56,9 @@ func restartEnviron(cl *kafkatest.Cluster, dir, scope string) map[string]string 
 }
 
 // restartCluster starts a broker with 4-partition input and output topics.
-func restartCluster(t *testing.T) *kafkatest.Cluster {
+func restartCluster(t *testing.T) *embedkafka.Cluster {
 	t.Helper()
-	cl, err := kafkatest.Start(kafkatest.Options{Topics: map[string]int32{"in": restartPartitions, "out": restartPartitions}})
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": restartPartitions, "out": restartPartitions}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func genStream(rng *rand.Rand, n int, dupRate float64, global bool) ([]streamRec
 // produceStream writes recs to the input topic in rounds of about per records with pause between
 // rounds, keeping the order within each partition, until it is done or ctx ends. It sends its
 // result to done.
-func produceStream(ctx context.Context, cl *kafkatest.Cluster, recs []streamRecord, per int, pause time.Duration, done chan<- error) {
+func produceStream(ctx context.Context, cl *embedkafka.Cluster, recs []streamRecord, per int, pause time.Duration, done chan<- error) {
 	for len(recs) > 0 {
 		n := min(per, len(recs))
 		byPart := make([][]kafka.Message, restartPartitions)
@@ -224,7 +224,7 @@ func produceStream(ctx context.Context, cl *kafkatest.Cluster, recs []streamReco
 }
 
 // outputTotal returns the number of records in the output topic.
-func outputTotal(cl *kafkatest.Cluster) int64 {
+func outputTotal(cl *embedkafka.Cluster) int64 {
 	ends, err := cl.EndOffsets(context.Background(), "out")
 	if err != nil {
 		return -1
@@ -237,7 +237,7 @@ func outputTotal(cl *kafkatest.Cluster) int64 {
 }
 
 // caughtUp reports whether the group committed every input record.
-func caughtUp(cl *kafkatest.Cluster) bool {
+func caughtUp(cl *embedkafka.Cluster) bool {
 	ctx := context.Background()
 	ends, err1 := cl.EndOffsets(ctx, "in")
 	com, err2 := cl.Committed(ctx, "kdedup", "in")
@@ -279,7 +279,7 @@ type outputCheck struct {
 	leakedIDs, lostIDs            []string
 }
 
-func checkOutput(t *testing.T, cl *kafkatest.Cluster, unique map[string]bool) outputCheck {
+func checkOutput(t *testing.T, cl *embedkafka.Cluster, unique map[string]bool) outputCheck {
 	t.Helper()
 	got, err := cl.ReadAll(context.Background(), "out")
 	if err != nil {

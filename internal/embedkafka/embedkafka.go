@@ -1,7 +1,12 @@
-// Package kafkatest starts an in-process Kafka-protocol broker (kfake from franz-go) that listens
-// on 127.0.0.1 over real TCP, for tests and the demo, and has small helpers to create, produce to
-// and read topics and committed offsets with kafka-go.
-package kafkatest
+// Package embedkafka runs an embedded Kafka-protocol broker in the process: kfake from franz-go,
+// listening on 127.0.0.1 over real TCP, with one or more brokers, optional persistence across
+// Stop and Resume, and small helpers to create, produce to and read topics and committed offsets
+// with kafka-go.
+//
+// It is linked into the production binary on purpose: `kdedup demo` and `kdedup loadtest
+// -embedded` run the real worker against it, so that the README demo needs nothing installed.
+// Tests of every package use it too. It is not a Kafka to run production traffic on.
+package embedkafka
 
 import (
 	"bytes"
@@ -88,7 +93,7 @@ func (cl *Cluster) start(seed bool) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("kafkatest: start cluster: %w", err)
+		return fmt.Errorf("embedkafka: start cluster: %w", err)
 	}
 	addrs := c.ListenAddrs()
 	ports := make([]int, len(addrs))
@@ -96,7 +101,7 @@ func (cl *Cluster) start(seed bool) error {
 		_, p, err := net.SplitHostPort(a)
 		if err != nil {
 			c.Close()
-			return fmt.Errorf("kafkatest: listen address %q: %w", a, err)
+			return fmt.Errorf("embedkafka: listen address %q: %w", a, err)
 		}
 		ports[i], _ = strconv.Atoi(p)
 	}
@@ -134,13 +139,13 @@ func (cl *Cluster) Stop() {
 // Resume starts a stopped cluster again on the same ports, reloading its state from DataDir.
 func (cl *Cluster) Resume() error {
 	if cl.opts.DataDir == "" {
-		return errors.New("kafkatest: Resume needs Options.DataDir")
+		return errors.New("embedkafka: Resume needs Options.DataDir")
 	}
 	cl.mu.Lock()
 	running := cl.c != nil
 	cl.mu.Unlock()
 	if running {
-		return errors.New("kafkatest: cluster is running")
+		return errors.New("embedkafka: cluster is running")
 	}
 	return cl.start(false)
 }
@@ -179,10 +184,10 @@ func (cl *Cluster) CreateTopic(ctx context.Context, name string, partitions int)
 		Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}},
 	})
 	if err != nil {
-		return fmt.Errorf("kafkatest: create topic %q: %w", name, err)
+		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
 	}
 	if err := res.Errors[name]; err != nil {
-		return fmt.Errorf("kafkatest: create topic %q: %w", name, err)
+		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
 	}
 	return nil
 }
@@ -216,7 +221,7 @@ func (cl *Cluster) Produce(ctx context.Context, topic string, partition int, msg
 			err = res.Error
 		}
 		if err != nil {
-			return fmt.Errorf("kafkatest: produce to %s/%d: %w", topic, partition, err)
+			return fmt.Errorf("embedkafka: produce to %s/%d: %w", topic, partition, err)
 		}
 		msgs = msgs[n:]
 	}
@@ -253,7 +258,7 @@ func (cl *Cluster) Committed(ctx context.Context, group, topic string) (map[int]
 	}
 	res, err := cl.Client().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
 	if err != nil {
-		return nil, fmt.Errorf("kafkatest: offset fetch: %w", err)
+		return nil, fmt.Errorf("embedkafka: offset fetch: %w", err)
 	}
 	out := make(map[int]int64, n)
 	for p := range n {
@@ -263,11 +268,11 @@ func (cl *Cluster) Committed(ctx context.Context, group, topic string) (map[int]
 		return out, nil // nothing committed yet
 	}
 	if res.Error != nil {
-		return nil, fmt.Errorf("kafkatest: offset fetch: %w", res.Error)
+		return nil, fmt.Errorf("embedkafka: offset fetch: %w", res.Error)
 	}
 	for _, op := range res.Topics[topic] {
 		if op.Error != nil {
-			return nil, fmt.Errorf("kafkatest: offset fetch %s/%d: %w", topic, op.Partition, op.Error)
+			return nil, fmt.Errorf("embedkafka: offset fetch %s/%d: %w", topic, op.Partition, op.Error)
 		}
 		out[op.Partition] = op.CommittedOffset
 	}
