@@ -13,9 +13,10 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// OutputReader reads the output topic for dedup's snapshot protocol: End tells where the output
-// partitions end before a snapshot is copied, and Rewarm feeds the identities of the records
-// produced after a snapshot back into the restored filter. It connects with the same brokers,
+// OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
+// (cmd/kdedup wires it in: consumer does not import dedup). End tells where the output partitions
+// end before a snapshot is copied, and Rewarm feeds the identities of the records produced after
+// a snapshot back into the restored filter. It connects with the same brokers,
 // client ID, TLS and SASL settings as the Worker of the same Config. It is safe for concurrent use;
 // create it with NewOutputReader.
 type OutputReader struct {
@@ -94,9 +95,9 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 
 // Rewarm reads each output partition q of from, from offset from[q] up to the partition's end
 // offset at the time of the call (records produced during the call are not read), and calls add
-// with the identity of every record that has one (the KeyFunc's ok). In ModeMark, records carrying
-// the mark header are skipped: they are duplicates, so their identities are already known. It
-// returns the number of records passed to add.
+// with the identity and the timestamp of every record that has an identity (the KeyFunc's ok). In
+// ModeMark, records carrying the mark header are skipped: they are duplicates, so their identities
+// are already known. It returns the number of records passed to add.
 //
 // add is called from the calling goroutine only, one record at a time, partition by partition;
 // its id is only valid during the call. A partition with nothing to read (from[q] at or past its
@@ -104,7 +105,7 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 // the earliest available offset), as are partitions the topic does not have and ranges that
 // cannot be read. On a broker error that retries do not cure, or when ctx ends, it returns a
 // "consumer: ..." error together with the number of records added so far.
-func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte)) (int, error) {
+func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
 	if len(from) == 0 {
 		return 0, nil
 	}
@@ -159,7 +160,7 @@ func (r *OutputReader) partitionCount(ctx context.Context) (int, error) {
 // rewarmState is the working memory of one Rewarm call.
 type rewarmState struct {
 	r     *OutputReader
-	add   func([]byte)
+	add   func([]byte, time.Time)
 	added int
 
 	hdr    headerSource
@@ -205,7 +206,7 @@ func (s *rewarmState) records(recs []kafkaio.Record) error {
 		id, ok := s.r.key(rec.Key, rec.Value, s.hdrSeq)
 		s.hdr.cur = nil
 		if ok {
-			s.add(id)
+			s.add(id, rec.Time)
 			s.added++
 		}
 	}

@@ -170,7 +170,7 @@ func TestOutputReaderRewarm(t *testing.T) {
 			}
 			var got []string
 			began := time.Now()
-			n, err := r.Rewarm(context.Background(), tc.from, func(id []byte) { got = append(got, string(id)) })
+			n, err := r.Rewarm(context.Background(), tc.from, func(id []byte, _ time.Time) { got = append(got, string(id)) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +193,7 @@ func TestOutputReaderRewarmStopsAtEnd(t *testing.T) {
 	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), testLog)
 	defer r.Close()
 	var got []string
-	n, err := r.Rewarm(context.Background(), map[int32]int64{1: 0}, func(id []byte) {
+	n, err := r.Rewarm(context.Background(), map[int32]int64{1: 0}, func(id []byte, _ time.Time) {
 		if len(got) == 0 {
 			// The end offset (5) is known by now; these land behind it.
 			for i := range 5 {
@@ -231,7 +231,7 @@ func TestOutputReaderRewarmManyFetches(t *testing.T) {
 	r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
 	defer r.Close()
 	next := 250
-	n2, err := r.Rewarm(context.Background(), map[int32]int64{0: int64(next)}, func(id []byte) {
+	n2, err := r.Rewarm(context.Background(), map[int32]int64{0: int64(next)}, func(id []byte, _ time.Time) {
 		if want := fmt.Sprintf("id-%05d", next); string(id) != want {
 			t.Fatalf("got %s, want %s", id, want)
 		}
@@ -278,7 +278,12 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), slog.New(logs))
 	defer r.Close()
 	var got []string
-	n, err := r.Rewarm(ctx, map[int32]int64{0: 20}, func(id []byte) { got = append(got, string(id)) })
+	n, err := r.Rewarm(ctx, map[int32]int64{0: 20}, func(id []byte, ts time.Time) {
+		if !ts.Equal(recent.Truncate(time.Millisecond)) {
+			t.Errorf("%s: timestamp %v, want the record's %v", id, ts, recent)
+		}
+		got = append(got, string(id))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +303,7 @@ func TestOutputReaderRewarmCancelled(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if n, err := r.Rewarm(ctx, map[int32]int64{3: 0}, func([]byte) {}); err == nil || n != 0 {
+	if n, err := r.Rewarm(ctx, map[int32]int64{3: 0}, func([]byte, time.Time) {}); err == nil || n != 0 {
 		t.Errorf("Rewarm with a cancelled context = %d, %v; want 0 and an error", n, err)
 	}
 }

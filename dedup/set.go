@@ -79,6 +79,30 @@ type CheckpointObserver interface {
 	Rewarmed(n int)
 }
 
+// OutputLog is the output topic as the snapshot protocol sees it: where it ends when a snapshot is
+// taken, and what was produced after that. consumer.OutputReader implements it; cmd/kdedup joins
+// the two, so that dedup imports no Kafka client. Implementations must be safe for concurrent use:
+// a Set calls them from Assign, Revoke, Close and its checkpoint loop at once.
+//
+// The interface grows with the snapshot protocol (a rebuild of a filter from a timestamp of the
+// output topic is planned); consumer.OutputReader is where new methods are implemented.
+type OutputLog interface {
+	// End returns the end offsets (high watermarks) of the output partitions that can hold
+	// records of inputPartition, by output partition; inputPartition -1 (ScopeGlobal) means every
+	// input partition, so every output partition. A snapshot records them before its copy
+	// starts: every output record below them is then covered by the snapshot. On failure it
+	// returns an error and no offsets, and the snapshot is not taken.
+	End(ctx context.Context, inputPartition int32) (map[int32]int64, error)
+	// Rewarm reads each output partition q of from, from offset from[q] up to the partition's
+	// end at the time of the call, and calls add with the identity and the timestamp of every
+	// record that has an identity. add is called on the calling goroutine, one record at a time,
+	// in offset order within a partition; id is only valid during the call. Records that are
+	// duplicates themselves (marked in ModeMark) may be skipped. Rewarm returns the number of
+	// records passed to add; on failure also an error, and the Set does not use the filter (the
+	// caller of Assign retries). Records already deleted by retention are skipped, not an error.
+	Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
+}
+
 // Config configures a Set.
 type Config struct {
 	// Scope selects per-partition or global filters. Default: ScopePartition.
@@ -95,12 +119,10 @@ type Config struct {
 	// SealTimeout bounds how long a snapshot waits for the records it may contain to be
 	// acknowledged by the output topic. Default: 30s.
 	SealTimeout time.Duration
-	// OutputEnd returns the end offsets of the output partitions that can hold records of an input
-	// partition (-1: all). Snapshots record them; nil disables re-warming.
-	OutputEnd func(ctx context.Context, inputPartition int32) (map[int32]int64, error)
-	// Rewarm reads the output topic from the given offsets to its end and calls add with each
-	// record's identity, returning how many it read. Nil disables re-warming.
-	Rewarm func(ctx context.Context, from map[int32]int64, add func(id []byte)) (int, error)
+	// Output is the output topic: snapshots record its end offsets, and a restored filter is
+	// re-warmed from the records after them. Default: nil, snapshots record no output offsets and
+	// restored filters are not re-warmed.
+	Output OutputLog
 	// Observer receives checkpoint measurements. Default: none.
 	Observer CheckpointObserver
 	// Logger receives lifecycle messages (never one per record). Default: slog.Default().
@@ -158,7 +180,7 @@ type Set struct {
 // filter now, re-warming it from the output topic; under ScopePartition filters are built as
 // partitions are assigned. It returns an error wrapping window.ErrConfig or window.ErrMemory for a
 // bad window configuration, a "dedup: ..." error for an unknown scope, and the Persister's or
-// Rewarm's error if restoring the global filter fails.
+// Output's error if restoring the global filter fails.
 func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.Scope == "" {
 		cfg.Scope = ScopePartition
@@ -221,8 +243,9 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 	if err != nil {
 		return nil, fmt.Errorf("dedup: restoring %s: %w", unit, err)
 	}
-	if f != nil && s.cfg.Rewarm != nil && r.OutputOffsets != nil {
-		n, err := s.cfg.Rewarm(ctx, r.OutputOffsets, func(id []byte) { f.TestAndAdd(id) })
+	if f != nil && s.cfg.Output != nil && r.OutputOffsets != nil {
+		// The record time is not used yet: the window is kept in processing time.
+		n, err := s.cfg.Output.Rewarm(ctx, r.OutputOffsets, func(id []byte, _ time.Time) { f.TestAndAdd(id) })
 		if err != nil {
 			return nil, fmt.Errorf("dedup: re-warming %s from the output topic: %w", unit, err)
 		}
@@ -258,7 +281,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 // through the Persister and re-warms it from the output topic, or starts a cold filter and
 // snapshots it at once. Assigning
 // a partition that is already assigned does nothing. Under ScopeGlobal it only starts tracking the
-// partition's progress. It returns the Persister's or Rewarm's error, wrapped, if the state could
+// partition's progress. It returns the Persister's or Output's error, wrapped, if the state could
 // not be prepared; the caller should retry.
 func (s *Set) Assign(ctx context.Context, partition int32) error {
 	s.mu.Lock()
@@ -387,8 +410,8 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 	}
 	start := time.Now()
 	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
-	if s.cfg.OutputEnd != nil {
-		out, err := s.cfg.OutputEnd(ctx, partition)
+	if s.cfg.Output != nil {
+		out, err := s.cfg.Output.End(ctx, partition)
 		if err != nil {
 			s.failed()
 			return fmt.Errorf("dedup: saving %s: reading output end offsets: %w", unit, err)

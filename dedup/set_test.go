@@ -125,6 +125,22 @@ func (f failingPersister) Save(context.Context, string, *window.Filter, Snapshot
 	return 0, f.err
 }
 
+// fakeOutput is an OutputLog whose partitions all end at end and whose Rewarm calls rewarm once
+// and reports one record.
+type fakeOutput struct {
+	end    int64
+	rewarm func(from map[int32]int64, add func([]byte, time.Time))
+}
+
+func (o *fakeOutput) End(_ context.Context, in int32) (map[int32]int64, error) {
+	return map[int32]int64{in: o.end}, nil
+}
+
+func (o *fakeOutput) Rewarm(_ context.Context, from map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	o.rewarm(from, add)
+	return 1, nil
+}
+
 // TestStateFollowsPartition revokes a partition from one Set and assigns it to another sharing
 // the checkpoint directory, as on a rebalance between replicas: the second Set remembers what the
 // first saw, and re-warms from the output offsets the snapshot recorded.
@@ -132,14 +148,11 @@ func TestStateFollowsPartition(t *testing.T) {
 	ctx := context.Background()
 	p, store := dirPersister(t)
 	var rewarmFrom map[int32]int64
-	cfg := Config{Window: testWindow(), Topic: "orders", Persister: p,
-		OutputEnd: func(_ context.Context, in int32) (map[int32]int64, error) { return map[int32]int64{in: 42}, nil },
-		Rewarm: func(_ context.Context, from map[int32]int64, add func([]byte)) (int, error) {
-			rewarmFrom = from
-			add([]byte("produced-after-the-snapshot"))
-			return 1, nil
-		},
-	}
+	out := &fakeOutput{end: 42, rewarm: func(from map[int32]int64, add func([]byte, time.Time)) {
+		rewarmFrom = from
+		add([]byte("produced-after-the-snapshot"), time.Now())
+	}}
+	cfg := Config{Window: testWindow(), Topic: "orders", Persister: p, Output: out}
 	a, err := NewSet(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// consumer.OutputReader is the dedup.OutputLog of the worker; the two packages do not import each
+// other.
+var _ dedup.OutputLog = (*consumer.OutputReader)(nil)
+
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
@@ -96,8 +100,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		closeOutput = out.Close
 		dcfg.Persister = dedup.NewCheckpointPersister(store, log)
 		dcfg.CheckpointInterval = cfg.Checkpoint.Interval
-		dcfg.OutputEnd = out.End
-		dcfg.Rewarm = out.Rewarm
+		dcfg.Output = out
 	}
 	set, err := dedup.NewSet(ctx, dcfg)
 	if err != nil {
