@@ -24,6 +24,12 @@ const (
 	OutcomeCold Outcome = "cold"
 )
 
+// Outcomes returns every Outcome, in the order above: for callers that prepare one metric series
+// per outcome.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeWarm, OutcomeFallback, OutcomeCold}
+}
+
 // ErrIncompatible is for consume functions passed to Load to wrap when a
 // snapshot is intact but cannot be used (e.g. its filter parameters or seed
 // differ from the current configuration); Load then falls back to the

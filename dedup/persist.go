@@ -33,7 +33,7 @@ func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *Checkpoin
 }
 
 // Restore loads the newest usable snapshot of unit into cfg. With none usable it returns a nil
-// filter and Outcome "cold", after logging why each snapshot was rejected. It returns an error
+// filter and checkpoint.OutcomeCold, after logging why each snapshot was rejected. It returns an error
 // only when the store itself fails (for example it cannot list or read the directory).
 func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
 	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h checkpoint.Header, d *checkpoint.Decoder) (*window.Filter, error) {
@@ -54,14 +54,14 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 			p.log.Warn("no usable snapshot: starting cold; duplicates of records produced before this start may pass",
 				"unit", unit, "rejected", len(res.Failures))
 		}
-		return nil, Restored{Outcome: string(checkpoint.OutcomeCold)}, nil
+		return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 	}
 	out := res.Header.OutputOffsets
 	if out == nil {
 		p.log.Warn("snapshot has no output offsets (format v1): the filter cannot be re-warmed from the output topic",
 			"unit", unit, "file", res.Snapshot.Name)
 	}
-	return f, Restored{Outcome: string(res.Outcome), OutputOffsets: out}, nil
+	return f, Restored{Outcome: res.Outcome, OutputOffsets: out}, nil
 }
 
 // Save writes f's state for unit through the store: the header from f's metadata and info, then

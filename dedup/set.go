@@ -12,36 +12,41 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/window"
 )
 
 // Scope says which records share a filter.
 type Scope string
 
-// The scopes a Set offers.
+// The scopes a Set offers. Their names are those snapshots record (checkpoint.Header.Scope).
 const (
 	// ScopePartition keeps one filter per input partition. A partition's state can move to another
 	// replica on rebalance, and duplicates are only caught within a partition. It is the default.
-	ScopePartition Scope = "partition"
+	ScopePartition Scope = checkpoint.ScopePartition
 	// ScopeGlobal keeps one filter for all partitions, so that duplicates that arrive on different
 	// partitions are caught too. It suits single-replica deployments: replicas do not share it.
-	ScopeGlobal Scope = "global"
+	ScopeGlobal Scope = checkpoint.ScopeGlobal
 )
 
-// ParseScope returns the Scope named s ("partition" or "global").
+// globalUnit names the global filter: its snapshot unit (as checkpoint.Header.Unit names it) and
+// its metrics label.
+const globalUnit = string(ScopeGlobal)
+
+// ParseScope returns the Scope named s (ScopePartition or ScopeGlobal).
 func ParseScope(s string) (Scope, error) {
 	switch Scope(s) {
 	case ScopePartition, ScopeGlobal:
 		return Scope(s), nil
 	}
-	return "", fmt.Errorf("dedup: unknown scope %q (want partition or global)", s)
+	return "", fmt.Errorf("dedup: unknown scope %q (want %s or %s)", s, ScopePartition, ScopeGlobal)
 }
 
 // Restored describes where a restored filter came from.
 type Restored struct {
-	// Outcome is "warm" (newest snapshot), "fallback" (an older one, the newer were unusable) or
-	// "cold" (none usable: the filter starts empty).
-	Outcome string
+	// Outcome says which snapshot was restored: the newest (checkpoint.OutcomeWarm), an older
+	// one (OutcomeFallback), or none, so that the filter starts empty (OutcomeCold).
+	Outcome checkpoint.Outcome
 	// OutputOffsets are the output partitions' end offsets when the snapshot was taken: every
 	// output record before them is in the snapshot, the ones after must be re-warmed.
 	OutputOffsets map[int32]int64
@@ -62,7 +67,7 @@ type SnapshotInfo struct {
 // checkpoint-backed one. Implementations must be safe for concurrent use.
 type Persister interface {
 	// Restore returns the filter saved for unit, restored into cfg and aged to now, or a nil
-	// filter with Outcome "cold" when no snapshot is usable. An error means the state could not be
+	// filter with Outcome checkpoint.OutcomeCold when no snapshot is usable. An error means the state could not be
 	// read at all (for example an I/O error) and the caller should retry.
 	Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error)
 	// Save writes f's state for unit. It calls seal after the data is written and before the
@@ -70,12 +75,22 @@ type Persister interface {
 	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error)
 }
 
-// CheckpointObserver receives checkpoint measurements; metrics.Metrics implements it. Methods must
-// be safe for concurrent use.
+// CheckpointObserver receives checkpoint measurements; metrics.Metrics implements it. A Set calls
+// it from Assign, Revoke, Close and its checkpoint loop at once, so methods must be safe for
+// concurrent use; they should return quickly, as they run on those paths.
 type CheckpointObserver interface {
+	// CheckpointSaved reports a snapshot that became visible: how long saving it took, from
+	// reading the output end offsets to the store's commit (including the wait for the seal), and
+	// its size in bytes.
 	CheckpointSaved(duration time.Duration, sizeBytes int64)
+	// CheckpointFailed reports a snapshot that was not saved: the output end offsets could not be
+	// read, the seal timed out or the Persister failed. The previous snapshots stay usable.
 	CheckpointFailed()
-	Restored(outcome string, duration time.Duration)
+	// Restored reports how the state of a unit was prepared (the snapshot restored, or a cold
+	// start) and how long restoring and re-warming took. Only a Set with a Persister calls it:
+	// once per Assign under ScopePartition, once in NewSet under ScopeGlobal.
+	Restored(outcome checkpoint.Outcome, duration time.Duration)
+	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
 }
 
@@ -204,7 +219,7 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
 	if cfg.Scope == ScopeGlobal {
-		f, err := s.open(ctx, "global", -1)
+		f, err := s.open(ctx, globalUnit, -1)
 		if err != nil {
 			return nil, err
 		}
@@ -221,7 +236,7 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 // under ScopeGlobal.
 func (s *Set) Unit(partition int32) string {
 	if s.cfg.Scope == ScopeGlobal {
-		return "global"
+		return globalUnit
 	}
 	return s.cfg.Topic + ".p" + strconv.Itoa(int(partition))
 }
@@ -260,7 +275,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 		if f, err = window.New(s.cfg.Window); err != nil {
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
-		r.Outcome = "cold"
+		r.Outcome = checkpoint.OutcomeCold
 	}
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
@@ -517,9 +532,9 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
 	if s.global != nil {
-		err := s.save(ctx, "global", s.global, -1, cur)
+		err := s.save(ctx, globalUnit, s.global, -1, cur)
 		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Error("checkpoint failed", "unit", "global", "error", err.Error())
+			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
 		return err
 	}
@@ -563,7 +578,7 @@ func (s *Set) Partitions() []int32 {
 // Stats returns the state of every filter, for metrics.
 func (s *Set) Stats() []FilterStats {
 	if s.global != nil {
-		return []FilterStats{{Name: "global", Stats: s.global.Stats()}}
+		return []FilterStats{{Name: globalUnit, Stats: s.global.Stats()}}
 	}
 	cur := *s.parts.Load()
 	out := make([]FilterStats, 0, len(cur))
@@ -594,7 +609,7 @@ func (s *Set) Close(ctx context.Context) error {
 		// snapshot waits for their acknowledgements and is dropped when they never come.
 		cur := *s.parts.Load()
 		s.global.Close()
-		errs = append(errs, s.save(ctx, "global", s.global, -1, cur))
+		errs = append(errs, s.save(ctx, globalUnit, s.global, -1, cur))
 		for _, p := range s.Partitions() {
 			s.remove(p)
 		}

@@ -118,7 +118,7 @@ func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.DirStore) {
 type failingPersister struct{ err error }
 
 func (f failingPersister) Restore(context.Context, string, window.Config) (*window.Filter, Restored, error) {
-	return nil, Restored{Outcome: "cold"}, nil
+	return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 }
 
 func (f failingPersister) Save(context.Context, string, *window.Filter, SnapshotInfo, func(context.Context) error) (int64, error) {
@@ -284,7 +284,7 @@ func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, r, err := p.Restore(ctx, s.Unit(0), cfg.Window)
-	if err != nil || f == nil || r.Outcome != "fallback" {
+	if err != nil || f == nil || r.Outcome != checkpoint.OutcomeFallback {
 		t.Fatalf("Restore after corruption: f=%v outcome=%q err=%v, want a fallback", f != nil, r.Outcome, err)
 	}
 	if !f.Test([]byte("old")) || f.Test([]byte("newer")) {
@@ -293,7 +293,7 @@ func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 	changed := cfg.Window
 	changed.Generations++
 	f, r, err = p.Restore(ctx, s.Unit(0), changed)
-	if err != nil || f != nil || r.Outcome != "cold" {
+	if err != nil || f != nil || r.Outcome != checkpoint.OutcomeCold {
 		t.Fatalf("Restore with a changed window: f=%v outcome=%q err=%v, want cold", f != nil, r.Outcome, err)
 	}
 }
@@ -418,7 +418,7 @@ type blockingPersister struct {
 }
 
 func (b *blockingPersister) Restore(context.Context, string, window.Config) (*window.Filter, Restored, error) {
-	return nil, Restored{Outcome: "cold"}, nil
+	return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 }
 
 func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error) {

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -31,20 +32,9 @@ import (
 // Namespace is the prefix of every kdedup metric name.
 const Namespace = "kdedup"
 
-// Restore outcomes accepted by Metrics.Restored. Any other value is counted
-// under RestoreUnknown so that the outcome label stays bounded.
-const (
-	RestoreWarm     = "warm"
-	RestoreCold     = "cold"
-	RestoreFallback = "fallback"
-	RestoreUnknown  = "unknown"
-)
-
-// Duplicate handling modes used as the mode label of kdedup_duplicates_total.
-const (
-	ModeDrop = "drop"
-	ModeMark = "mark"
-)
+// unknown is the label value of a restore outcome that is not a checkpoint.Outcome, and of an
+// empty Options.Mode or Options.Version: labels stay bounded and never empty.
+const unknown = "unknown"
 
 // maxTablePartition bounds the directly indexed partition table. Partition
 // numbers at or above it (or negative ones) go through a mutex-guarded map,
@@ -52,13 +42,14 @@ const (
 // table.
 const maxTablePartition = 1 << 16
 
-// Options configures New. The zero value is usable: mode "drop", version
+// Options configures New. The zero value is usable: mode and version
 // "unknown", target false-positive rate taken from the filter sources, no
 // checkpointing, Go and process collectors registered, time.Now as the clock.
 type Options struct {
 	// Mode is the duplicate handling mode reported in the mode label of
-	// kdedup_duplicates_total: ModeDrop or ModeMark. Empty means ModeDrop.
-	// The value is used verbatim otherwise; the caller validates it.
+	// kdedup_duplicates_total: the worker's consumer.Mode ("drop" or
+	// "mark"), which this package does not import. Empty means "unknown";
+	// any other value is used verbatim: the caller validates it.
 	Mode string
 
 	// Version is the build version reported by kdedup_build_info. Empty means
@@ -154,7 +145,8 @@ type Metrics struct {
 	checkpointSize        prometheus.Gauge
 	checkpointLastSuccess prometheus.Gauge
 	checkpointFailures    prometheus.Counter
-	restores              map[string]prometheus.Counter
+	restores              map[checkpoint.Outcome]prometheus.Counter
+	restoreUnknown        prometheus.Counter
 	restoreDuration       prometheus.Histogram
 	rewarmed              prometheus.Counter
 
@@ -180,10 +172,10 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		opts.Now = time.Now
 	}
 	if opts.Mode == "" {
-		opts.Mode = ModeDrop
+		opts.Mode = unknown
 	}
 	if opts.Version == "" {
-		opts.Version = "unknown"
+		opts.Version = unknown
 	}
 	m := &Metrics{now: opts.Now, mode: opts.Mode, farParts: make(map[int32]*partition)}
 
@@ -235,11 +227,12 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
 	}
 	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
-	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (from a checkpoint), cold (empty filter), fallback (checkpoint unusable, started empty).", "outcome")
-	m.restores = make(map[string]prometheus.Counter, 4)
-	for _, o := range []string{RestoreWarm, RestoreCold, RestoreFallback, RestoreUnknown} {
-		m.restores[o] = restores.WithLabelValues(o)
+	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (the newest checkpoint), fallback (an older checkpoint, the newer were unusable), cold (none usable: empty filter).", "outcome")
+	m.restores = make(map[checkpoint.Outcome]prometheus.Counter)
+	for _, o := range checkpoint.Outcomes() {
+		m.restores[o] = restores.WithLabelValues(string(o))
 	}
+	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the input topic to re-warm the filter after a restore.")
 
@@ -445,13 +438,13 @@ func (m *Metrics) CheckpointSaved(duration time.Duration, sizeBytes int64) {
 // CheckpointFailed counts one failed checkpoint. It is safe for concurrent use.
 func (m *Metrics) CheckpointFailed() { m.checkpointFailures.Inc() }
 
-// Restored records a state restore with the given outcome (RestoreWarm,
-// RestoreCold or RestoreFallback; anything else is counted as
-// RestoreUnknown) that took duration. It is safe for concurrent use.
-func (m *Metrics) Restored(outcome string, duration time.Duration) {
+// Restored records a state restore with the given outcome that took
+// duration. An outcome that is not one of checkpoint.Outcomes is counted
+// under the label value "unknown". It is safe for concurrent use.
+func (m *Metrics) Restored(outcome checkpoint.Outcome, duration time.Duration) {
 	c, ok := m.restores[outcome]
 	if !ok {
-		c = m.restores[RestoreUnknown]
+		c = m.restoreUnknown
 	}
 	c.Inc()
 	m.restoreDuration.Observe(max(duration, 0).Seconds())

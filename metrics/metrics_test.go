@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -78,7 +79,7 @@ func populate(m *Metrics) {
 	m.SetReady(true)
 	m.CheckpointSaved(time.Second, 1234)
 	m.CheckpointFailed()
-	m.Restored(RestoreWarm, time.Second)
+	m.Restored(checkpoint.OutcomeWarm, time.Second)
 	m.Rewarmed(5)
 	m.RegisterFilterSource(fakeSource)
 }
@@ -86,7 +87,7 @@ func populate(m *Metrics) {
 func TestGatherAndLint(t *testing.T) {
 	for _, skip := range []bool{true, false} {
 		t.Run(fmt.Sprintf("skipRuntime=%v", skip), func(t *testing.T) {
-			m, reg := newTest(t, Options{Mode: ModeMark, Version: "v1.2.3", SkipRuntimeCollectors: skip, Checkpointing: true})
+			m, reg := newTest(t, Options{Mode: "mark", Version: "v1.2.3", SkipRuntimeCollectors: skip, Checkpointing: true})
 			populate(m)
 			problems, err := testutil.GatherAndLint(reg)
 			if err != nil {
@@ -133,7 +134,7 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 		{"Produced", func(m *Metrics) { m.Produced(1, 9) },
 			func(m *Metrics) prometheus.Collector { return m.produced.WithLabelValues("1") }, 9},
 		{"Duplicates carries mode", func(m *Metrics) { m.Duplicates(2, 4) },
-			func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues("2", ModeMark) }, 4},
+			func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues("2", "mark") }, 4},
 		{"Unkeyed", func(m *Metrics) { m.Unkeyed(0, 3) },
 			func(m *Metrics) prometheus.Collector { return m.unkeyed.WithLabelValues("0") }, 3},
 		{"far partition", func(m *Metrics) { m.Consumed(maxTablePartition+5, 2) },
@@ -160,12 +161,12 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.checkpointLastSuccess }, float64(fixedNow.Unix())},
 		{"CheckpointFailed", func(m *Metrics) { m.CheckpointFailed() },
 			func(m *Metrics) prometheus.Collector { return m.checkpointFailures }, 1},
-		{"Restored warm", func(m *Metrics) { m.Restored(RestoreWarm, time.Second) },
-			func(m *Metrics) prometheus.Collector { return m.restores[RestoreWarm] }, 1},
-		{"Restored fallback", func(m *Metrics) { m.Restored(RestoreFallback, time.Second) },
-			func(m *Metrics) prometheus.Collector { return m.restores[RestoreFallback] }, 1},
+		{"Restored warm", func(m *Metrics) { m.Restored(checkpoint.OutcomeWarm, time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeWarm] }, 1},
+		{"Restored fallback", func(m *Metrics) { m.Restored(checkpoint.OutcomeFallback, time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeFallback] }, 1},
 		{"Restored bogus outcome is bounded", func(m *Metrics) { m.Restored("lukewarm", time.Second) },
-			func(m *Metrics) prometheus.Collector { return m.restores[RestoreUnknown] }, 1},
+			func(m *Metrics) prometheus.Collector { return m.restoreUnknown }, 1},
 		{"Rewarmed", func(m *Metrics) { m.Rewarmed(100); m.Rewarmed(-1) },
 			func(m *Metrics) prometheus.Collector { return m.rewarmed }, 100},
 		{"build info", func(*Metrics) {},
@@ -173,7 +174,7 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, _ := newTest(t, Options{Mode: ModeMark, SkipRuntimeCollectors: true})
+			m, _ := newTest(t, Options{Mode: "mark", SkipRuntimeCollectors: true})
 			tt.call(m)
 			if got := testutil.ToFloat64(tt.series(m)); got != tt.want {
 				t.Errorf("got %v, want %v", got, tt.want)
@@ -186,7 +187,7 @@ func TestHistograms(t *testing.T) {
 	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
 	m.Latency(2*time.Second, -time.Millisecond) // negative clamps to 0
 	m.CheckpointSaved(3*time.Second, 1)
-	m.Restored(RestoreCold, 500*time.Millisecond)
+	m.Restored(checkpoint.OutcomeCold, 500*time.Millisecond)
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -220,8 +221,8 @@ func TestHistograms(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
 	m.Duplicates(0, 1)
-	if got := testutil.ToFloat64(m.duplicates.WithLabelValues("0", ModeDrop)); got != 1 {
-		t.Errorf("default mode: got %v on mode=drop, want 1", got)
+	if got := testutil.ToFloat64(m.duplicates.WithLabelValues("0", "unknown")); got != 1 {
+		t.Errorf("default mode: got %v on mode=unknown, want 1", got)
 	}
 	if got := testutil.ToFloat64(m.checkpointLastSuccess); got != 0 {
 		t.Errorf("last success without checkpointing = %v, want 0", got)
@@ -526,7 +527,7 @@ func BenchmarkBaselineCounterVecWithLabelValues(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		var p int32
 		for pb.Next() {
-			vec.WithLabelValues(strconv.Itoa(int(p&31)), ModeDrop).Add(1)
+			vec.WithLabelValues(strconv.Itoa(int(p&31)), "drop").Add(1)
 			p++
 		}
 	})

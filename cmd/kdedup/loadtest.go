@@ -18,6 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/kdedup/kdedup/window"
@@ -58,7 +60,7 @@ func runLoadtest(ctx context.Context, args []string, environ map[string]string, 
 	beyondMin := fs.Duration("beyond-min", 0, "smallest delay of beyond duplicates (default N*interval + interval/4)")
 	beyondMax := fs.Duration("beyond-max", 0, "largest delay of beyond duplicates (default N*interval + 3*interval/4)")
 	field := fs.String("field", "header:event-id", "where the event id goes, the worker's DEDUP_KEY: key, value, header:NAME or json:PATH (external default $DEDUP_KEY)")
-	scope := fs.String("scope", "partition", "the worker's DEDUP_SCOPE: partition or global (external default $DEDUP_SCOPE)")
+	scope := fs.String("scope", string(dedup.ScopePartition), "the worker's DEDUP_SCOPE: partition or global (external default $DEDUP_SCOPE)")
 	windowCount := fs.Int("window-count", 3, "the worker's DEDUP_WINDOW_COUNT (external default $DEDUP_WINDOW_COUNT)")
 	windowInterval := fs.Duration("window-interval", time.Second, "the worker's DEDUP_WINDOW_INTERVAL (external default $DEDUP_WINDOW_INTERVAL)")
 	fpr := fs.Float64("fpr", 1e-6, "the worker's DEDUP_FALSE_POSITIVE_RATE (external default $DEDUP_FALSE_POSITIVE_RATE)")
@@ -147,7 +149,7 @@ func runLoadtest(ctx context.Context, args []string, environ map[string]string, 
 			fromEnv("window-interval", "DEDUP_WINDOW_INTERVAL", func(v string) (err error) { *windowInterval, err = time.ParseDuration(v); return }),
 			fromEnv("fpr", "DEDUP_FALSE_POSITIVE_RATE", func(v string) (err error) { *fpr, err = strconv.ParseFloat(v, 64); return }),
 		}
-		if environ["DEDUP_MODE"] == "mark" && !set["mark-header"] {
+		if consumer.Mode(environ["DEDUP_MODE"]) == consumer.ModeMark && !set["mark-header"] {
 			*markHeader = environ["DEDUP_MARK_HEADER"]
 			if *markHeader == "" {
 				*markHeader = "kdedup-duplicate"
@@ -178,8 +180,8 @@ func runLoadtest(ctx context.Context, args []string, environ map[string]string, 
 	if err != nil {
 		return usage("%v", err)
 	}
-	if *scope != "partition" && *scope != "global" {
-		return usage("-scope %q is not partition or global", *scope)
+	if _, err := dedup.ParseScope(*scope); err != nil {
+		return usage("-scope: %v", err)
 	}
 	tty := false
 	if f, ok := stdout.(*os.File); ok {
@@ -191,7 +193,7 @@ func runLoadtest(ctx context.Context, args []string, environ map[string]string, 
 		InputTopic: *input, OutputTopic: *output,
 		Count: *count, Rate: *rate, Entities: *entities, KeySize: *keySize, ValueSize: *valueSize,
 		DupRatio: *dups, Mix: mix, WithinMax: *withinMax, BeyondMin: *beyondMin, BeyondMax: *beyondMax,
-		Field: fld, Global: *scope == "global", WindowCount: *windowCount, WindowInterval: *windowInterval,
+		Field: fld, Global: dedup.Scope(*scope) == dedup.ScopeGlobal, WindowCount: *windowCount, WindowInterval: *windowInterval,
 		FalsePositiveRate: *fpr, MarkHeader: *markHeader, Seed: *seed, RunID: *runID,
 		Settle: *settle, Timeout: *timeout, TTY: tty,
 	}
@@ -308,9 +310,9 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 	}
 	// The worker's configuration, through the same parsing as production.
 	units := o.partitions
-	scope := "partition"
+	scope := dedup.ScopePartition
 	if lt.Global {
-		units, scope = 1, "global"
+		units, scope = 1, dedup.ScopeGlobal
 	}
 	capacity := o.capacity
 	if capacity == 0 {
@@ -335,7 +337,7 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 		"KAFKA_SESSION_TIMEOUT":     "6s",
 		"KAFKA_HEARTBEAT_INTERVAL":  "500ms",
 		"DEDUP_KEY":                 lt.Field.String(),
-		"DEDUP_SCOPE":               scope,
+		"DEDUP_SCOPE":               string(scope),
 		"DEDUP_WINDOW_COUNT":        strconv.Itoa(lt.WindowCount),
 		"DEDUP_WINDOW_INTERVAL":     lt.WindowInterval.String(),
 		"DEDUP_WINDOW_CAPACITY":     strconv.FormatUint(capacity, 10),
@@ -361,9 +363,9 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 		if lt.Field, err = loadtest.ParseField(d.Key); err != nil {
 			return fail("%v", err)
 		}
-		lt.Global = d.Scope == "global"
+		lt.Global = dedup.Scope(d.Scope) == dedup.ScopeGlobal
 		lt.WindowCount, lt.WindowInterval, lt.FalsePositiveRate = d.WindowCount, d.WindowInterval, d.FalsePositiveRate
-		if d.Mode == "mark" {
+		if consumer.Mode(d.Mode) == consumer.ModeMark {
 			lt.MarkHeader = d.MarkHeader
 		}
 		units = o.partitions
