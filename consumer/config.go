@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
@@ -155,7 +157,7 @@ func (c Config) withDefaults() Config {
 		c.FetchMaxBytes = 16 << 20
 	}
 	if c.QueueCapacity == 0 {
-		c.QueueCapacity = 2 * c.BatchSize
+		c.QueueCapacity = 2 * max(c.BatchSize, 1) // an invalid BatchSize is reported once
 	}
 	if c.Partitioning == "" {
 		c.Partitioning = PartitionSame
@@ -175,63 +177,127 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every problem of c (after defaults) joined into one error, or nil.
+// FieldError is one problem Validate found, naming the Config field at fault, so that a caller
+// that fills Config from its own settings (cmd/kdedup from environment variables) can report the
+// problem against the setting.
+type FieldError struct {
+	// Field is the name of the Config field at fault, such as "BatchSize".
+	Field string
+	// Problem says what is wrong without naming the field, such as "must be at least 1024, got 10".
+	Problem string
+}
+
+// Error returns "consumer: <Field>: <Problem>".
+func (e *FieldError) Error() string { return "consumer: " + e.Field + ": " + e.Problem }
+
+// FieldErrors returns the FieldErrors that err (as returned by Validate) holds, in order.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		var fe *FieldError
+		switch x := err.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				walk(e)
+			}
+		default:
+			if errors.As(err, &fe) {
+				out = append(out, fe)
+			}
+		}
+	}
+	walk(err)
+	return out
+}
+
+// Validate reports every problem of c (after defaults) as a *FieldError, joined into one error
+// (see FieldErrors), or returns nil. It is the one definition of the rules of the Kafka side;
+// cmd/kdedup reports its problems against the environment variables.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("consumer: "+format, args...)) }
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
 	if len(c.Brokers) == 0 {
-		bad("no brokers")
+		bad("Brokers", "no brokers")
 	}
 	for _, b := range c.Brokers {
-		if b == "" {
-			bad("empty broker address")
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			bad("Brokers", "%q is not host:port", b)
 		}
 	}
+	c.validateTopics(bad)
+	positive := func(field string, d time.Duration) {
+		if d < 0 {
+			bad(field, "must be positive, got %v", d)
+		}
+	}
+	positive("SessionTimeout", c.SessionTimeout)
+	positive("HeartbeatInterval", c.HeartbeatInterval)
+	positive("RebalanceTimeout", c.RebalanceTimeout)
+	if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
+		bad("HeartbeatInterval", "%v must be shorter than the session timeout (%v)", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 1_000_000 {
+		bad("BatchSize", "must be between 1 and 1000000, got %d", c.BatchSize)
+	}
+	atLeast := func(field string, v, lo int) {
+		if v < lo {
+			bad(field, "must be at least %d, got %d", lo, v)
+		}
+	}
+	atLeast("BatchBytes", c.BatchBytes, 1024)
+	atLeast("FetchMaxBytes", c.FetchMaxBytes, 1024)
+	atLeast("QueueCapacity", c.QueueCapacity, 1)
+	positive("BatchTimeout", c.BatchTimeout)
+	positive("FetchMaxWait", c.FetchMaxWait)
+	positive("ShutdownTimeout", c.ShutdownTimeout)
+	positive("ProduceTimeout", c.ProduceTimeout)
+	positive("RetryBackoffMax", c.RetryBackoffMax)
+	if c.CommitInterval < 0 {
+		bad("CommitInterval", "must not be negative, got %v", c.CommitInterval)
+	}
+	c.validateEnums(bad)
+	return errors.Join(errs...)
+}
+
+// validateTopics checks that the topics are set and distinct.
+func (c Config) validateTopics(bad func(field, format string, args ...any)) {
 	if c.InputTopic == "" {
-		bad("no input topic")
+		bad("InputTopic", "no input topic")
 	}
 	if c.OutputTopic == "" {
-		bad("no output topic")
+		bad("OutputTopic", "no output topic")
 	}
 	if c.InputTopic != "" && c.OutputTopic == c.InputTopic {
-		bad("output topic %q is the input topic", c.OutputTopic)
+		bad("OutputTopic", "must differ from the input topic (%q): the worker would consume its own output", c.InputTopic)
 	}
 	if c.DuplicatesTopic != "" && (c.DuplicatesTopic == c.InputTopic || c.DuplicatesTopic == c.OutputTopic) {
-		bad("duplicates topic %q must differ from the input and output topics", c.DuplicatesTopic)
+		bad("DuplicatesTopic", "%q must differ from the input and output topics", c.DuplicatesTopic)
 	}
-	if c.HeartbeatInterval <= 0 || c.SessionTimeout <= 0 || c.RebalanceTimeout <= 0 {
-		bad("session timeout, heartbeat interval and rebalance timeout must be positive")
-	} else if c.HeartbeatInterval >= c.SessionTimeout {
-		bad("heartbeat interval %v must be shorter than the session timeout %v", c.HeartbeatInterval, c.SessionTimeout)
-	}
-	if c.BatchSize < 1 {
-		bad("batch size %d must be at least 1", c.BatchSize)
-	}
-	if c.BatchBytes < 1 {
-		bad("batch bytes %d must be at least 1", c.BatchBytes)
-	}
-	if c.BatchTimeout < 0 || c.CommitInterval < 0 || c.FetchMaxWait < 0 || c.ShutdownTimeout < 0 ||
-		c.ProduceTimeout < 0 || c.RetryBackoffMax < 0 {
-		bad("durations must not be negative")
-	}
-	if c.FetchMaxBytes < 1 || c.QueueCapacity < 1 {
-		bad("fetch max bytes and queue capacity must be positive")
-	}
+}
+
+// validateEnums checks the enumerations and the mark header.
+func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	switch c.Partitioning {
 	case PartitionSame, PartitionHash:
 	default:
-		bad("unknown partitioning %q (want same or hash)", c.Partitioning)
+		bad("Partitioning", "%q is not one of %s, %s", c.Partitioning, PartitionSame, PartitionHash)
 	}
 	switch c.Mode {
 	case ModeDrop, ModeMark:
 	default:
-		bad("unknown mode %q (want drop or mark)", c.Mode)
+		bad("Mode", "%q is not one of %s, %s", c.Mode, ModeDrop, ModeMark)
 	}
 	switch c.Unkeyed {
 	case UnkeyedPass, UnkeyedDrop:
 	default:
-		bad("unknown unkeyed policy %q (want pass or drop)", c.Unkeyed)
+		bad("Unkeyed", "%q is not one of %s, %s", c.Unkeyed, UnkeyedPass, UnkeyedDrop)
 	}
-	return errors.Join(errs...)
+	if strings.TrimSpace(c.MarkHeader) == "" {
+		bad("MarkHeader", "must not be blank")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,39 +261,45 @@ func TestHashPartitionerNullKeys(t *testing.T) {
 	}
 }
 
+// TestConfigValidate checks that Validate reports every problem as a FieldError naming the field
+// at fault, and accepts what the defaults fill in.
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
-		want []string // substrings of the error; none means valid
+		want []string // fields at fault, in order; none means valid
 	}{
 		{"defaults", func(*Config) {}, nil},
-		{"empty", func(c *Config) { *c = Config{} }, []string{"no brokers", "no input topic", "no output topic"}},
-		{"loop", func(c *Config) { c.OutputTopic = "in" }, []string{"is the input topic"}},
-		{"dups topic", func(c *Config) { c.DuplicatesTopic = "out" }, []string{"duplicates topic"}},
-		{"heartbeat", func(c *Config) { c.HeartbeatInterval = time.Minute }, []string{"heartbeat interval"}},
-		{"enums", func(c *Config) { c.Mode = "x"; c.Partitioning = "y"; c.Unkeyed = "z" },
-			[]string{"unknown mode", "unknown partitioning", "unknown unkeyed policy"}},
-		{"negative", func(c *Config) { c.BatchSize = -1; c.BatchTimeout = -1 }, []string{"batch size", "negative"}},
+		{"zero means default", func(c *Config) { c.BatchSize, c.BatchTimeout, c.MarkHeader = 0, 0, "" }, nil},
+		{"empty", func(c *Config) { *c = Config{} }, []string{"Brokers", "InputTopic", "OutputTopic"}},
+		{"brokers", func(c *Config) { c.Brokers = []string{"b:9092", "nohostport", ""} }, []string{"Brokers", "Brokers"}},
+		{"loop", func(c *Config) { c.OutputTopic = "in" }, []string{"OutputTopic"}},
+		{"dups topic", func(c *Config) { c.DuplicatesTopic = "out" }, []string{"DuplicatesTopic"}},
+		{"heartbeat", func(c *Config) { c.HeartbeatInterval = time.Minute }, []string{"HeartbeatInterval"}},
+		{"enums", func(c *Config) { c.Mode = "x"; c.Partitioning = "y"; c.Unkeyed = "z"; c.MarkHeader = " " },
+			[]string{"Partitioning", "Mode", "Unkeyed", "MarkHeader"}},
+		{"ranges", func(c *Config) { c.BatchSize = 1_000_001; c.BatchBytes = 1000; c.FetchMaxBytes = 10 },
+			[]string{"BatchSize", "BatchBytes", "FetchMaxBytes"}},
+		{"negative", func(c *Config) { c.BatchSize = -1; c.BatchTimeout = -1; c.CommitInterval = -1; c.SessionTimeout = -1 },
+			[]string{"SessionTimeout", "BatchSize", "BatchTimeout", "CommitInterval"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
 			tc.mod(&c)
 			err := c.Validate()
-			if len(tc.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate = %v, want nil", err)
+			var got []string
+			for _, fe := range FieldErrors(err) {
+				got = append(got, fe.Field)
+				if !strings.HasPrefix(fe.Error(), "consumer: "+fe.Field+": ") || strings.Contains(fe.Problem, fe.Field) {
+					t.Errorf("problem %q: want \"consumer: Field: problem\" with a problem that does not name the field", fe)
 				}
-				return
 			}
-			if err == nil {
-				t.Fatal("Validate = nil, want an error")
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Validate = %v; fields %v, want %v", err, got, tc.want)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
+			if (err == nil) != (len(tc.want) == 0) {
+				t.Errorf("Validate = %v, want an error only for problems", err)
 			}
 		})
 	}

@@ -69,7 +69,7 @@ type DedupConfig struct {
 	Mode              string        `env:"MODE" envDefault:"drop" desc:"drop: duplicates are not produced. mark: every record is produced and duplicates carry the DEDUP_MARK_HEADER header with value 1."`
 	MarkHeader        string        `env:"MARK_HEADER" envDefault:"kdedup-duplicate" desc:"Header added (value \"1\") to duplicates in mark mode, after the record's own headers."`
 	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional topic that also receives every duplicate, unchanged (partition: input partition modulo its partition count)."`
-	UnkeyedPolicy     string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records whose identity cannot be extracted (no key, header missing, value not JSON or path missing): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total either way."`
+	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records whose identity cannot be extracted (no key, header missing, value not JSON or path missing): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total either way."`
 	WindowCount       int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
 	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the wall clock of the worker (processing time), not on record timestamps."`
 	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval; per partition with DEDUP_SCOPE=partition. Above it the false-positive rate rises."`
@@ -221,54 +221,86 @@ func envVars() []EnvVar {
 
 type problem struct{ name, msg string }
 
-// validate checks what parsing cannot: ranges, enumerations, files, cross-field rules.
+// validate checks what parsing cannot: ranges, enumerations, files, cross-field rules. The rules of
+// the worker's settings are consumer.Config.Validate's and those of the key, scope and window
+// sizing are dedup's and window's (validateDedup); validate reports them against the variables.
 func (c Config) validate() []problem {
 	var ps []problem
 	add := func(name, format string, args ...any) { ps = append(ps, problem{name, fmt.Sprintf(format, args...)}) }
-	oneOf := func(name, v string, allowed ...string) {
-		for _, a := range allowed {
-			if v == a {
-				return
-			}
-		}
-		add(name, "%q is not one of %s", v, strings.Join(allowed, ", "))
-	}
 	positive := func(name string, d time.Duration) {
 		if d <= 0 {
 			add(name, "must be positive, got %v", d)
 		}
 	}
-	k := c.Kafka
-	for _, b := range k.Brokers {
-		if _, port, err := net.SplitHostPort(strings.TrimSpace(b)); err != nil || port == "" {
-			add("KAFKA_BROKERS", "%q is not host:port", b)
+	vars := fieldVars()
+	for _, fe := range consumer.FieldErrors(c.consumerFields().Validate()) {
+		name := vars[fe.Field]
+		if name == "" {
+			name = "worker setting " + fe.Field
+		}
+		add(name, "%s", fe.Problem)
+	}
+	c.validateZeros(add)
+	c.Kafka.validateClient(add)
+
+	d := c.Dedup
+	if d.WindowCount < 1 {
+		add("DEDUP_WINDOW_COUNT", "must be at least 1, got %d", d.WindowCount)
+	}
+	positive("DEDUP_WINDOW_INTERVAL", d.WindowInterval)
+	if d.WindowCapacity < 1 {
+		add("DEDUP_WINDOW_CAPACITY", "must be at least 1")
+	}
+	if !(d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1) {
+		add("DEDUP_FALSE_POSITIVE_RATE", "must be between 0 and 1 (exclusive), got %v", d.FalsePositiveRate)
+	}
+	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
+
+	if c.Checkpoint.Dir != "" {
+		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)
+		if c.Checkpoint.Keep < 1 {
+			add("CHECKPOINT_KEEP", "must be >= 1, got %d", c.Checkpoint.Keep)
 		}
 	}
-	if k.InputTopic != "" && k.OutputTopic == k.InputTopic {
-		add("KAFKA_OUTPUT_TOPIC", "must differ from KAFKA_INPUT_TOPIC (%q): kdedup would consume its own output", k.InputTopic)
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		add("HTTP_ADDR", "%q is not a listen address like :8080", c.HTTPAddr)
 	}
-	oneOf("KAFKA_START_OFFSET", k.StartOffset, "earliest", "latest")
-	positive("KAFKA_SESSION_TIMEOUT", k.SessionTimeout)
-	positive("KAFKA_HEARTBEAT_INTERVAL", k.HeartbeatInterval)
-	positive("KAFKA_REBALANCE_TIMEOUT", k.RebalanceTimeout)
-	if k.HeartbeatInterval > 0 && k.SessionTimeout > 0 && k.HeartbeatInterval >= k.SessionTimeout {
-		add("KAFKA_HEARTBEAT_INTERVAL", "%v must be shorter than KAFKA_SESSION_TIMEOUT (%v)", k.HeartbeatInterval, k.SessionTimeout)
+	if _, err := c.logLevel(); err != nil {
+		add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
-	if k.BatchSize < 1 || k.BatchSize > 1_000_000 {
-		add("KAFKA_BATCH_SIZE", "must be between 1 and 1000000, got %d", k.BatchSize)
+	return ps
+}
+
+// validateZeros refuses 0 for the variables whose 0 consumer.Config replaces by a built-in
+// default ("Default X when zero"): set explicitly, 0 would silently become something else.
+func (c Config) validateZeros(add func(name, format string, args ...any)) {
+	k := c.Kafka
+	for _, v := range []struct {
+		name string
+		zero bool
+	}{
+		{"KAFKA_SESSION_TIMEOUT", k.SessionTimeout == 0},
+		{"KAFKA_HEARTBEAT_INTERVAL", k.HeartbeatInterval == 0},
+		{"KAFKA_REBALANCE_TIMEOUT", k.RebalanceTimeout == 0},
+		{"KAFKA_BATCH_SIZE", k.BatchSize == 0},
+		{"KAFKA_BATCH_BYTES", k.BatchBytes == 0},
+		{"KAFKA_BATCH_TIMEOUT", k.BatchTimeout == 0},
+		{"KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait == 0},
+		{"KAFKA_FETCH_MAX_BYTES", k.FetchMaxBytes == 0},
+		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout == 0},
+	} {
+		if v.zero {
+			add(v.name, "must not be 0 (unset it for the default)")
+		}
 	}
-	if k.BatchBytes < 1024 {
-		add("KAFKA_BATCH_BYTES", "must be at least 1024, got %d", k.BatchBytes)
+}
+
+// validateClient checks the settings that only cmd/kdedup turns into the worker's: the start
+// offset, compression, TLS files and SASL.
+func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) {
+	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
+		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
 	}
-	positive("KAFKA_BATCH_TIMEOUT", k.BatchTimeout)
-	if k.CommitInterval < 0 {
-		add("KAFKA_COMMIT_INTERVAL", "must not be negative")
-	}
-	positive("KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait)
-	if k.FetchMaxBytes < 1024 {
-		add("KAFKA_FETCH_MAX_BYTES", "must be at least 1024, got %d", k.FetchMaxBytes)
-	}
-	oneOf("KAFKA_PARTITIONING", k.Partitioning, "same", "hash")
 	if _, ok := compressions[k.Compression]; !ok {
 		add("KAFKA_COMPRESSION", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
 	}
@@ -296,43 +328,6 @@ func (c Config) validate() []problem {
 	default:
 		add("KAFKA_SASL_MECHANISM", "%q is not supported (empty or plain)", k.SASLMechanism)
 	}
-
-	d := c.Dedup
-	oneOf("DEDUP_SCOPE", d.Scope, "partition", "global")
-	oneOf("DEDUP_MODE", d.Mode, "drop", "mark")
-	oneOf("DEDUP_UNKEYED_POLICY", d.UnkeyedPolicy, "pass", "drop")
-	if strings.TrimSpace(d.MarkHeader) == "" {
-		add("DEDUP_MARK_HEADER", "must not be empty")
-	}
-	if d.DuplicatesTopic != "" && (d.DuplicatesTopic == k.InputTopic || d.DuplicatesTopic == k.OutputTopic) {
-		add("DEDUP_DUPLICATES_TOPIC", "must differ from KAFKA_INPUT_TOPIC and KAFKA_OUTPUT_TOPIC")
-	}
-	if d.WindowCount < 1 {
-		add("DEDUP_WINDOW_COUNT", "must be at least 1, got %d", d.WindowCount)
-	}
-	positive("DEDUP_WINDOW_INTERVAL", d.WindowInterval)
-	if d.WindowCapacity < 1 {
-		add("DEDUP_WINDOW_CAPACITY", "must be at least 1")
-	}
-	if !(d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1) {
-		add("DEDUP_FALSE_POSITIVE_RATE", "must be between 0 and 1 (exclusive), got %v", d.FalsePositiveRate)
-	}
-	ps = append(ps, validateDedup(d)...) // key spec and window sizing, by the packages that own them
-
-	if c.Checkpoint.Dir != "" {
-		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)
-		if c.Checkpoint.Keep < 1 {
-			ps = append(ps, problem{"CHECKPOINT_KEEP", fmt.Sprintf("must be >= 1, got %d", c.Checkpoint.Keep)})
-		}
-	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		add("HTTP_ADDR", "%q is not a listen address like :8080", c.HTTPAddr)
-	}
-	if _, err := c.logLevel(); err != nil {
-		add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
-	}
-	positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-	return ps
 }
 
 var compressions = map[string]kafka.Compression{
@@ -383,13 +378,11 @@ func (k KafkaConfig) saslMechanism() sasl.Mechanism {
 	return nil
 }
 
-// consumerConfig converts the validated configuration into the worker's.
-func (c Config) consumerConfig() (consumer.Config, error) {
+// consumerFields converts the configuration into the worker's, except for TLS and SASL (see
+// consumerConfig). Its field names are those of Config's leaves, so that fieldVars names the
+// variable of every field consumer.Config.Validate may report.
+func (c Config) consumerFields() consumer.Config {
 	k, d := c.Kafka, c.Dedup
-	tc, name, err := k.tlsConfig()
-	if err != nil {
-		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
-	}
 	brokers := make([]string, len(k.Brokers))
 	for i, b := range k.Brokers {
 		brokers[i] = strings.TrimSpace(b)
@@ -414,10 +407,19 @@ func (c Config) consumerConfig() (consumer.Config, error) {
 		Partitioning:      consumer.Partitioning(k.Partitioning),
 		Mode:              consumer.Mode(d.Mode),
 		MarkHeader:        d.MarkHeader,
-		Unkeyed:           consumer.UnkeyedPolicy(d.UnkeyedPolicy),
+		Unkeyed:           consumer.UnkeyedPolicy(d.Unkeyed),
 		Compression:       compressions[k.Compression],
-		TLS:               tc,
-		SASL:              k.saslMechanism(),
 		ShutdownTimeout:   c.ShutdownTimeout,
-	}, nil
+	}
+}
+
+// consumerConfig converts the validated configuration into the worker's, loading the TLS files.
+func (c Config) consumerConfig() (consumer.Config, error) {
+	tc, name, err := c.Kafka.tlsConfig()
+	if err != nil {
+		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
+	}
+	cc := c.consumerFields()
+	cc.TLS, cc.SASL = tc, c.Kafka.saslMechanism()
+	return cc, nil
 }

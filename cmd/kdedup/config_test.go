@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -254,5 +255,45 @@ func TestTLSConfig(t *testing.T) {
 	_, err = loadConfig(withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CERT_FILE": certFile}))
 	if err == nil || !strings.Contains(err.Error(), "KAFKA_TLS_CERT_FILE") {
 		t.Errorf("cert without key: %v, want an error naming KAFKA_TLS_CERT_FILE", err)
+	}
+}
+
+// TestWorkerProblemsNameVariables proves that every problem consumer.Config.Validate can report
+// about a field that loadConfig fills is reported against that field's environment variable.
+func TestWorkerProblemsNameVariables(t *testing.T) {
+	cfg, err := loadConfig(withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "dups"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	filled := reflect.ValueOf(cfg.consumerFields())
+	bad := consumer.Config{
+		Brokers: []string{"nohostport"}, OutputTopic: "in", InputTopic: "in", DuplicatesTopic: "in",
+		SessionTimeout: -1, HeartbeatInterval: -1, RebalanceTimeout: -1, BatchSize: -1, BatchBytes: -1,
+		BatchTimeout: -1, CommitInterval: -1, FetchMaxWait: -1, FetchMaxBytes: -1, QueueCapacity: -1,
+		Partitioning: "x", Mode: "x", MarkHeader: " ", Unkeyed: "x",
+		ShutdownTimeout: -1, ProduceTimeout: -1, RetryBackoffMax: -1,
+	}
+	vars, named := fieldVars(), 0
+	for _, fe := range consumer.FieldErrors(bad.Validate()) {
+		if filled.FieldByName(fe.Field).IsZero() {
+			continue // loadConfig never sets it: the worker's default applies
+		}
+		if vars[fe.Field] == "" {
+			t.Errorf("problem with %s has no variable: %v", fe.Field, fe)
+		}
+		named++
+	}
+	if named < 17 {
+		t.Errorf("%d problems named a variable, want one for each of the 17 fields loadConfig fills and Validate checks", named)
+	}
+	_, err = loadConfig(withEnv(map[string]string{"KAFKA_BATCH_SIZE": "2000000", "DEDUP_MODE": "keep", "KAFKA_BATCH_TIMEOUT": "-1s"}))
+	var ce *ConfigError
+	want := []string{
+		"KAFKA_BATCH_SIZE: must be between 1 and 1000000, got 2000000",
+		"KAFKA_BATCH_TIMEOUT: must be positive, got -1s",
+		`DEDUP_MODE: "keep" is not one of drop, mark`,
+	}
+	if !errors.As(err, &ce) || !slices.Equal(ce.Problems, want) {
+		t.Errorf("loadConfig = %v, want the problems %q", err, want)
 	}
 }
