@@ -24,11 +24,14 @@ import (
 // safe for concurrent use.
 type Store interface {
 	// Save atomically stores a new snapshot of unit whose bytes are
-	// produced by write. Either the complete snapshot becomes visible as
-	// the unit's newest, or (on any error, including one returned by write
-	// or a cancelled ctx) nothing becomes visible. It then prunes the
-	// unit's old snapshots; see DirStore.Save for how a pruning failure is
-	// reported.
+	// produced by write; a partial snapshot never becomes visible. On
+	// success the complete snapshot is durable and the unit's newest, and
+	// old snapshots are pruned. On an error (including one returned by
+	// write or a cancelled ctx) nothing new is visible, with two
+	// exceptions, both with a valid Info: an error wrapping ErrNotDurable
+	// means the complete snapshot became visible but may not survive a
+	// crash, and nothing was pruned; an error wrapping ErrPrune means it
+	// is durable but older snapshots could not all be removed.
 	Save(ctx context.Context, unit string, write func(w io.Writer) error) (Info, error)
 	// List returns the unit's snapshots, newest first. A unit without
 	// snapshots yields an empty list and no error.
@@ -69,6 +72,13 @@ const StaleTempAge = time.Hour
 // ErrPrune is wrapped by the error Save returns when the snapshot was saved
 // durably but removing older snapshots failed; the returned Info is valid.
 var ErrPrune = errors.New("checkpoint: pruning old snapshots failed")
+
+// ErrNotDurable is wrapped by the error Save returns when the snapshot was
+// committed (it is visible, complete, and the returned Info describes it)
+// but making the commit durable failed, so a crash may lose it. Older
+// snapshots are then left unpruned, so that one of them survives a crash
+// either way.
+var ErrNotDurable = errors.New("checkpoint: snapshot visible but not durable")
 
 // ErrBadUnit is wrapped by errors about invalid unit or snapshot names.
 var ErrBadUnit = errors.New("checkpoint: invalid unit name")
@@ -174,10 +184,12 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 
 // Save implements Store.Save with the atomic write protocol described on
 // DirStore. write receives a buffered writer (1 MiB) and must not retain
-// it. On failure nothing new is visible, the temporary file has been
-// removed, and the error says what failed. If the snapshot was committed but
-// pruning older ones failed, Save returns the valid Info together with an
-// error wrapping ErrPrune.
+// it. On failure before the rename nothing new is visible, the temporary
+// file has been removed, and the error says what failed. If the directory
+// fsync after the rename fails, Save returns the valid Info with an error
+// wrapping ErrNotDurable and prunes nothing. If the snapshot was committed
+// but pruning older ones failed, Save returns the valid Info together with
+// an error wrapping ErrPrune.
 func (s *DirStore) Save(ctx context.Context, unit string, write func(w io.Writer) error) (Info, error) {
 	if err := ValidateUnit(unit); err != nil {
 		return Info{}, err
@@ -245,10 +257,10 @@ func (s *DirStore) Save(ctx context.Context, unit string, write func(w io.Writer
 		return fail("rename", err)
 	}
 	committed = true
-	if err := syncDir(s.dir); err != nil {
-		return fail("fsync directory", err)
-	}
 	info := Info{Unit: unit, Name: name, Seq: seq, Size: fi.Size(), ModTime: fi.ModTime()}
+	if err := syncDir(s.dir); err != nil {
+		return info, fmt.Errorf("%w: %s: fsync directory: %w", ErrNotDurable, unit, err)
+	}
 	if err := s.pruneLocked(unit); err != nil {
 		return info, fmt.Errorf("%w: %s: %w", ErrPrune, unit, err)
 	}
@@ -256,8 +268,9 @@ func (s *DirStore) Save(ctx context.Context, unit string, write func(w io.Writer
 }
 
 // syncDir fsyncs a directory so a rename in it is durable. File systems
-// that cannot fsync directories (EINVAL, ENOTSUP) are tolerated.
-func syncDir(dir string) error {
+// that cannot fsync directories (EINVAL, ENOTSUP) are tolerated. It is a
+// variable so that tests can make it fail.
+var syncDir = func(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

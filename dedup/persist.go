@@ -65,7 +65,9 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 }
 
 // Save writes f's state for unit through the store: the header from f's metadata and info, then
-// the data, then seal; only if all succeed does the snapshot replace older ones.
+// the data, then seal; only if all succeed does the snapshot replace older ones. A store error
+// wrapping checkpoint.ErrNotDurable is returned as a failure although the snapshot is visible: it
+// is complete and sealed, but may not survive a crash. A pruning failure is only logged.
 func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error) {
 	snap, err := p.store.Save(ctx, unit, func(w io.Writer) error {
 		return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {

@@ -4,11 +4,14 @@
 //
 // Usage:
 //
-//	kdedup                 run the worker, configured by environment variables (see README)
-//	kdedup demo [flags]    run an embedded broker and the worker on a generated stream
-//	kdedup envdoc [-update FILE]
-//	                       print the configuration table (or rewrite it in FILE between the
-//	                       <!-- env-table:start --> and <!-- env-table:end --> markers)
+//	kdedup                       run the worker, configured by environment variables (see README)
+//	kdedup demo [flags]          run an embedded broker and the worker on a generated stream
+//	kdedup loadtest [flags]      generate a stream with known duplicates and verify the output
+//	kdedup inspect FILE          print a checkpoint snapshot's header, generations and checksums
+//	kdedup healthcheck           ask the local worker's /healthz (for container health checks)
+//	kdedup envdoc [-update FILE] print the configuration table (or rewrite it in FILE between
+//	                             the <!-- env-table:start --> and <!-- env-table:end --> markers)
+//	kdedup help                  print the usage and the configuration table
 //
 // Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on a configuration error.
 package main
@@ -56,13 +59,16 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	case "envdoc":
 		return runEnvDoc(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintln(stdout, "usage: kdedup [demo [flags] | loadtest [flags] | inspect FILE | healthcheck | envdoc [-update FILE]]\n\nWithout arguments kdedup runs the worker, configured by environment variables:")
+		fmt.Fprintln(stdout, usage+"\n\nWithout arguments kdedup runs the worker, configured by environment variables:")
 		fmt.Fprint(stdout, envTable())
 		return 0
 	}
-	fmt.Fprintf(stderr, "kdedup: unknown command %q (want no command, demo or envdoc)\n", args[0])
+	fmt.Fprintf(stderr, "kdedup: unknown command %q\n%s\n", args[0], usage)
 	return 2
 }
+
+// usage lists every subcommand that run dispatches.
+const usage = "usage: kdedup [demo [flags] | loadtest [flags] | inspect FILE | healthcheck | envdoc [-update FILE] | help]"
 
 // runWorker runs the worker until ctx is cancelled (SIGTERM/SIGINT).
 func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer) int {
