@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -21,6 +22,9 @@ type fakeGen struct {
 	inflight atomic.Int32
 	overlaps atomic.Int32
 	fail     atomic.Int32 // fail this many upcoming commits
+	// quiesce, for a fakeGen used in a synctest bubble, holds every commit until all other
+	// goroutines of the bubble are blocked, so that a commit that could overlap it has started.
+	quiesce bool
 
 	mu      sync.Mutex
 	commits []map[int]int64
@@ -30,9 +34,10 @@ type fakeGen struct {
 func (g *fakeGen) CommitOffsets(offsets map[string]map[int]int64) error {
 	if g.inflight.Add(1) > 1 {
 		g.overlaps.Add(1)
+	} else if g.quiesce {
+		synctest.Wait()
 	}
 	defer g.inflight.Add(-1)
-	time.Sleep(time.Millisecond) // widen the window in which an overlap would show
 	if g.fail.Add(-1) >= 0 {
 		return errors.New("commit refused")
 	}
@@ -123,37 +128,43 @@ func TestCommitterFlushAlreadyCommitted(t *testing.T) {
 }
 
 // TestCommitterSingleCaller hammers the committer from many goroutines (run with -race): commits
-// never overlap, never go backwards, and end at the highest offset of every partition.
+// never overlap, never go backwards, and end at the highest offset of every partition. In the
+// synctest bubble, each commit waits until every other goroutine is blocked, so any commit that
+// the committer would let overlap it starts while it is in flight.
 func TestCommitterSingleCaller(t *testing.T) {
 	for _, interval := range []time.Duration{0, time.Millisecond} {
-		g := &fakeGen{}
-		c := newCommitter(g, "in", interval, NopObserver{}, discardSampler())
-		go c.run()
-		var wg sync.WaitGroup
-		for p := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for o := int64(1); o <= 200; o++ {
-					c.mark(p, o)
-					if o%50 == 0 {
-						if err := c.flush(context.Background(), p, o); err != nil {
-							t.Error(err)
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background()) // its Done channel is the bubble's
+			defer cancel()
+			g := &fakeGen{quiesce: true}
+			c := newCommitter(g, "in", interval, NopObserver{}, discardSampler())
+			go c.run()
+			var wg sync.WaitGroup
+			for p := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for o := int64(1); o <= 200; o++ {
+						c.mark(p, o)
+						if o%50 == 0 {
+							if err := c.flush(ctx, p, o); err != nil {
+								t.Error(err)
+							}
 						}
 					}
-				}
-			}()
-		}
-		wg.Wait()
-		c.close()
-		if n := g.overlaps.Load(); n != 0 {
-			t.Errorf("interval %v: %d overlapping commits", interval, n)
-		}
-		for p := range 8 {
-			if g.best[p] != 200 {
-				t.Errorf("interval %v: partition %d committed at %d, want 200", interval, p, g.best[p])
+				}()
 			}
-		}
+			wg.Wait()
+			c.close()
+			if n := g.overlaps.Load(); n != 0 {
+				t.Errorf("interval %v: %d overlapping commits", interval, n)
+			}
+			for p := range 8 {
+				if g.best[p] != 200 {
+					t.Errorf("interval %v: partition %d committed at %d, want 200", interval, p, g.best[p])
+				}
+			}
+		})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -203,53 +204,70 @@ func TestStateFollowsPartition(t *testing.T) {
 
 // TestSnapshotWaitsForAcks checks the seal rule: a snapshot that may contain identities of records
 // not yet acknowledged by the output topic becomes visible only once they are, and is dropped if
-// they never are.
+// they never are. It runs in a synctest bubble: the seal timeout passes on the fake clock, and
+// synctest.Wait proves the snapshot is waiting for the acknowledgement when it arrives.
 func TestSnapshotWaitsForAcks(t *testing.T) {
-	ctx := context.Background()
-	p, store := dirPersister(t)
-	s, err := NewSet(ctx, Config{Window: testWindow(), Persister: p, SealTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Assign(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	count := func() int {
-		infos, err := store.List(ctx, s.Unit(0))
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background()) // its Done channel is the bubble's
+		defer cancel()
+		p, store := dirPersister(t)
+		s, err := NewSet(ctx, Config{Window: testWindow(), Persister: p, SealTimeout: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(infos)
-	}
-	base := count()
-	s.Processing(0, 10)
-	s.Seen(0, []byte("in-flight"))
-	// Never acknowledged: the snapshot must be dropped.
-	if err := s.Checkpoint(ctx); !errors.Is(err, errSealTimeout) {
-		t.Fatalf("Checkpoint = %v, want the seal timeout", err)
-	}
-	if count() != base {
-		t.Fatal("a snapshot with unacknowledged identities became visible")
-	}
-	// Acknowledged while the snapshot waits: it must be saved.
-	go func() {
-		time.Sleep(50 * time.Millisecond)
+		defer s.Close(ctx)
+		if err := s.Assign(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Let the filter's rotation goroutine run its first tick: a snapshot holds the filter's
+		// lock while it waits for the seal, and a rotation blocked on that lock (not a durable
+		// block) would keep the fake clock from reaching the seal timeout.
+		synctest.Wait()
+		count := func() int {
+			infos, err := store.List(ctx, s.Unit(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(infos)
+		}
+		base := count()
+		s.Processing(0, 10)
+		s.Seen(0, []byte("in-flight"))
+		// Never acknowledged: the snapshot must be dropped.
+		if err := s.Checkpoint(ctx); !errors.Is(err, errSealTimeout) {
+			t.Fatalf("Checkpoint = %v, want the seal timeout", err)
+		}
+		if count() != base {
+			t.Fatal("a snapshot with unacknowledged identities became visible")
+		}
+		// Acknowledged while the snapshot waits: it must be saved then, and not before.
+		done := make(chan error, 1)
+		go func() { done <- s.Checkpoint(ctx) }()
+		synctest.Wait() // the checkpoint has written its copy and blocks in the seal
+		select {
+		case err := <-done:
+			t.Fatalf("Checkpoint = %v before the records were acknowledged", err)
+		default:
+		}
+		if count() != base {
+			t.Fatal("the snapshot became visible before its records were acknowledged")
+		}
 		s.Acked(0, 10)
-	}()
-	if err := s.Checkpoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if count() != base+1 {
-		t.Fatal("acknowledged snapshot not saved")
-	}
-	// Discard never saves.
-	s.Processing(0, 20)
-	if err := s.Discard(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if count() != base+1 || s.Filter(0) != nil {
-		t.Fatal("Discard saved or kept the state")
-	}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if count() != base+1 {
+			t.Fatal("acknowledged snapshot not saved")
+		}
+		// Discard never saves.
+		s.Processing(0, 20)
+		if err := s.Discard(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if count() != base+1 || s.Filter(0) != nil {
+			t.Fatal("Discard saved or kept the state")
+		}
+	})
 }
 
 // TestRestoreFallsBackAndStartsCold corrupts the newest snapshot (fallback to the older one) and
