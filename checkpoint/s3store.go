@@ -205,9 +205,12 @@ func (o S3Options) loadOptions() []func(*config.LoadOptions) error {
 	return append(lo, config.WithLogger(logger))
 }
 
-// ValidateS3Endpoint checks an S3 endpoint URL: empty, or http(s)://host[:port][/path]
-// without credentials, query or fragment. Errors wrap ErrBadURL and never
-// repeat credentials.
+// ErrBadEndpoint is wrapped by the errors of ValidateS3Endpoint.
+var ErrBadEndpoint = errors.New("checkpoint: invalid S3 endpoint")
+
+// ValidateS3Endpoint checks an S3 endpoint URL: empty, or
+// http(s)://host[:port][/path] without credentials, query or fragment.
+// Errors wrap ErrBadEndpoint and never repeat credentials.
 func ValidateS3Endpoint(endpoint string) error {
 	if endpoint == "" {
 		return nil
@@ -215,15 +218,15 @@ func ValidateS3Endpoint(endpoint string) error {
 	u, err := url.Parse(endpoint)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: endpoint does not parse: %v", ErrBadURL, errors.Unwrap(err))
+		return fmt.Errorf("%w: it does not parse: %v", ErrBadEndpoint, errors.Unwrap(err))
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%w: endpoint must start with http:// or https://", ErrBadURL)
+		return fmt.Errorf("%w: it must start with http:// or https://", ErrBadEndpoint)
 	case u.User != nil:
-		return fmt.Errorf("%w: endpoint must not contain credentials", ErrBadURL)
+		return fmt.Errorf("%w: it must not contain credentials", ErrBadEndpoint)
 	case u.Host == "":
-		return fmt.Errorf("%w: endpoint %s has no host", ErrBadURL, redacted(u))
+		return fmt.Errorf("%w: %s has no host", ErrBadEndpoint, redacted(u))
 	case u.RawQuery != "" || u.Fragment != "":
-		return fmt.Errorf("%w: endpoint %s must not have a query or fragment", ErrBadURL, redacted(u))
+		return fmt.Errorf("%w: %s must not have a query or fragment", ErrBadEndpoint, redacted(u))
 	}
 	return nil
 }
