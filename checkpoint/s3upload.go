@@ -107,7 +107,11 @@ func (u *upload) sendPart() error {
 	u.wg.Go(func() {
 		defer func() { <-u.sem }()
 		err := u.putPart(num, *buf)
-		u.s.bufs.Put(buf)
+		if err == nil {
+			// Only now is the HTTP transport surely done with the bytes: after a failure it may
+			// still be writing the body of an abandoned attempt.
+			u.s.bufs.Put(buf)
+		}
 		if err != nil {
 			u.mu.Lock()
 			if u.err == nil {
@@ -145,14 +149,16 @@ func (u *upload) finish() (int64, error) {
 		u.buf = u.s.getBuf() // an empty snapshot is still an object
 	}
 	if u.id == "" {
-		defer u.s.bufs.Put(u.buf)
 		_, err := u.s.client.PutObject(u.ctx, &s3.PutObjectInput{
 			Bucket: aws.String(u.s.loc.Bucket), Key: aws.String(u.key),
 			Body: bytes.NewReader(*u.buf), ContentLength: aws.Int64(int64(len(*u.buf))),
 		})
 		if err != nil {
+			u.buf = nil // not reused: see sendPart
 			return 0, fmt.Errorf("putting the object: %w", err)
 		}
+		u.s.bufs.Put(u.buf)
+		u.buf = nil
 		return u.n, nil
 	}
 	if err := u.sendPart(); err != nil {
