@@ -27,16 +27,32 @@
 // # Storage and the atomic write protocol
 //
 // Snapshots live in a Store under a unit name such as "orders.p3" or
-// "global". DirStore, the default, keeps them as files
-// "<unit>.<seq>.snap" in one directory, possibly shared by several
-// replicas: Save writes to a temporary file whose name is unique per process
-// and call, fsyncs it, renames it into place and fsyncs the directory, so a
-// crash never leaves a partial snapshot visible.
+// "global". Open turns a store URL into a Store: "file:///dir" is a
+// DirStore, "s3://bucket/prefix" an S3Store.
+//
+// DirStore keeps snapshots as files "<unit>.<seq>.snap" in one directory,
+// possibly shared by several replicas: Save writes to a temporary file whose
+// name is unique per process and call, fsyncs it, renames it into place and
+// fsyncs the directory, so a crash never leaves a partial snapshot visible.
+//
+// S3Store keeps them as objects "<prefix><unit>.<seq>.snap" in an S3 bucket
+// or an S3-compatible service (MinIO, R2, Ceph). An object appears only
+// complete, on PutObject or CompleteMultipartUpload; Save streams the
+// snapshot in bounded part buffers and aborts the multipart upload on any
+// failure. Both stores list a unit before saving and number the new
+// snapshot above the newest one, so replicas with skewed clocks still order
+// their snapshots correctly.
+//
+// S3Store uses the AWS SDK for Go v2, whose default configuration chain
+// reads the standard AWS_* variables and ~/.aws files itself (credentials,
+// web identity, container and instance-profile credentials). That chain is
+// the one place outside cmd/kdedup where the process environment is read;
+// everything kdedup configures itself arrives in S3Options.
 //
 // # Retention and fallback
 //
-// DirStore keeps the newest Keep snapshots per unit (DefaultKeep = 3) and
-// deletes older ones after every save. Load restores a unit newest first:
+// Stores keep the newest Keep snapshots per unit (DefaultKeep = 3) and
+// delete older ones after every save. Load restores a unit newest first:
 // a snapshot that is corrupt, foreign, of an unknown version, or rejected by
 // the caller as incompatible (ErrIncompatible) is recorded and the previous
 // one tried. The Outcome — warm, fallback or cold — is meant for the

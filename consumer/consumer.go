@@ -7,6 +7,11 @@
 // output partition and acknowledged by all in-sync replicas before the batch's input offsets are
 // handed to the single committer goroutine of the consumer group generation.
 //
+// The group assigns partitions with StickyBalancer, which keeps partitions with the members that
+// consumed them in the previous generation (so a member joining or leaving moves about 1/K of the
+// partitions), and falls back to range in a group with members that do not offer it. Rebalances
+// stay eager: every partition is revoked at the end of a generation.
+//
 // An OutputReader reads the output topic back for the deduplication state's crash-consistent
 // snapshots: where it ends before a snapshot, and what was produced after one (see
 // ProgressTracker for the Worker's side of that protocol).

@@ -33,6 +33,7 @@ type Worker struct {
 	transport *kafka.Transport
 	client    *kafka.Client
 	prod      *producer
+	balancer  *StickyBalancer
 
 	inGeneration  atomic.Bool
 	pendingAssign atomic.Int64
@@ -59,6 +60,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	}
 	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: newSampler(log, 10*time.Second)}
 	w.progress, _ = d.(ProgressTracker)
+	w.balancer = &StickyBalancer{}
 	w.dialer = newDialer(cfg)
 	w.transport = newTransport(cfg)
 	w.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: w.transport, Timeout: cfg.ProduceTimeout}
@@ -172,9 +174,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		RebalanceTimeout:      w.cfg.RebalanceTimeout,
 		JoinGroupBackoff:      time.Second,
 		WatchPartitionChanges: true,
-		StartOffset:           start,
-		Logger:                info,
-		ErrorLogger:           errs,
+		// Sticky first; range is what every kdedup version supports, so a group that mixes
+		// versions during a rolling upgrade agrees on it.
+		GroupBalancers: []kafka.GroupBalancer{w.balancer, kafka.RangeGroupBalancer{}},
+		StartOffset:    start,
+		Logger:         info,
+		ErrorLogger:    errs,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
@@ -272,6 +277,9 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	for i, a := range assigned {
 		ids[i] = a.ID
 	}
+	// Claimed in the UserData of the next JoinGroup, which kafka-go sends after this generation
+	// (and every partition of it) ended: the partitions stay here if the group allows.
+	w.balancer.SetOwned(gen.ID, map[string][]int{w.cfg.InputTopic: ids})
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))
 	w.pendingAssign.Store(int64(len(assigned)))

@@ -28,6 +28,7 @@ type Config struct {
 	Kafka      KafkaConfig      `envPrefix:"KAFKA_"`
 	Dedup      DedupConfig      `envPrefix:"DEDUP_"`
 	Checkpoint CheckpointConfig `envPrefix:"CHECKPOINT_"`
+	AWS        AWSConfig        `envPrefix:"AWS_"`
 
 	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":8080" desc:"Listen address of the HTTP server: /healthz, /readyz and /metrics."`
 	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" desc:"Minimum log level: debug, info, warn or error. Logs are JSON lines on stderr; nothing is logged per record at info."`
@@ -80,9 +81,24 @@ type DedupConfig struct {
 
 // CheckpointConfig is the CHECKPOINT_* section.
 type CheckpointConfig struct {
-	Dir      string        `env:"DIR" desc:"Directory for filter snapshots, so a restarted or rebalanced worker keeps its window. Empty disables checkpoints (state starts empty)."`
-	Interval time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted into CHECKPOINT_DIR, besides on partition revoke and shutdown."`
+	URL      string        `env:"URL" desc:"Where filter snapshots are kept, so a restarted or rebalanced worker keeps its window: file:///path (a directory, possibly a shared volume) or s3://bucket/prefix (S3 or an S3-compatible store; see the AWS_* variables). Empty, with CHECKPOINT_DIR empty too, disables checkpoints (state starts empty)."`
+	Dir      string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
+	Interval time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
 	Keep     int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+}
+
+// AWSConfig is the AWS_* section: the standard AWS variables kdedup itself reads for an s3://
+// CHECKPOINT_URL. The AWS SDK's default chain also reads the others (AWS_PROFILE,
+// AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN, AWS_CONTAINER_CREDENTIALS_*, AWS_MAX_ATTEMPTS,
+// AWS_CA_BUNDLE, ...) and ~/.aws itself: the one exception to cmd/kdedup being the only reader of
+// the environment.
+type AWSConfig struct {
+	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
+	AccessKeyID     string `env:"ACCESS_KEY_ID" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
+	SecretAccessKey string `env:"SECRET_ACCESS_KEY" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
+	SessionToken    string `env:"SESSION_TOKEN" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
+	EndpointURLS3   string `env:"ENDPOINT_URL_S3" desc:"Endpoint of an S3-compatible store (MinIO, R2, Ceph, moto), such as http://minio:9000; objects are then addressed path-style (endpoint/bucket/key). Empty: AWS S3."`
+	EndpointURL     string `env:"ENDPOINT_URL" desc:"Endpoint for all AWS services; used for S3 (path-style) when AWS_ENDPOINT_URL_S3 is empty."`
 }
 
 // ByteSize is a number of bytes that parses "1048576", "512MiB", "2GiB", "500MB".
@@ -256,7 +272,8 @@ func (c Config) validate() []problem {
 	}
 	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
 
-	if c.Checkpoint.Dir != "" {
+	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
+	if c.Checkpoint.URL != "" || c.Checkpoint.Dir != "" {
 		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)
 		if c.Checkpoint.Keep < 1 {
 			add("CHECKPOINT_KEEP", "must be >= 1, got %d", c.Checkpoint.Keep)

@@ -129,6 +129,15 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"scram", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-512", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "secret"}),
 			[]string{"KAFKA_SASL_MECHANISM"}},
 		{"dups topic", withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "events-dedup"}), []string{"DEDUP_DUPLICATES_TOPIC"}},
+		{"checkpoint url with credentials", withEnv(map[string]string{"CHECKPOINT_URL": "s3://AKID:secret@bucket/p", "CHECKPOINT_KEEP": "0"}),
+			[]string{"CHECKPOINT_URL", "CHECKPOINT_KEEP"}},
+		{"checkpoint url and dir disagree", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "CHECKPOINT_DIR": "/var/lib/kdedup"}),
+			[]string{"CHECKPOINT_URL"}},
+		{"s3 variables", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "AWS_ENDPOINT_URL_S3": "minio:9000",
+			"AWS_ENDPOINT_URL": "http://u:secret@x", "AWS_ACCESS_KEY_ID": "AKID"}),
+			[]string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_SECRET_ACCESS_KEY"}},
+		{"s3 secret without key", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "AWS_SECRET_ACCESS_KEY": "secret"}),
+			[]string{"AWS_ACCESS_KEY_ID"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadConfig(tc.env)
@@ -295,5 +304,60 @@ func TestWorkerProblemsNameVariables(t *testing.T) {
 	}
 	if !errors.As(err, &ce) || !slices.Equal(ce.Problems, want) {
 		t.Errorf("loadConfig = %v, want the problems %q", err, want)
+	}
+}
+
+// TestCheckpointLocation proves how CHECKPOINT_URL and CHECKPOINT_DIR combine, and that the AWS_*
+// variables reach the S3 store's options (AWS_ENDPOINT_URL_S3 before AWS_ENDPOINT_URL).
+func TestCheckpointLocation(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		url, dir string
+		want     string // the location's URL; "" means disabled
+		problem  string // the variable at fault
+	}{
+		{"disabled", "", "", "", ""},
+		{"dir", "", "/var/lib/kdedup", "file:///var/lib/kdedup", ""},
+		{"relative dir", "", "snaps", "file://" + filepath.Join(cwd, "snaps"), ""},
+		{"file url", "file:///var/lib/kdedup", "", "file:///var/lib/kdedup", ""},
+		{"s3 url", "s3://bucket/kdedup/prod", "", "s3://bucket/kdedup/prod/", ""},
+		{"both agree", "file:///var/lib/kdedup", "/var/lib/kdedup/", "file:///var/lib/kdedup", ""},
+		{"both disagree", "file:///var/lib/a", "/var/lib/b", "", "CHECKPOINT_URL"},
+		{"s3 and dir", "s3://bucket/p", "/var/lib/kdedup", "", "CHECKPOINT_URL"},
+		{"bad url", "minio://bucket", "", "", "CHECKPOINT_URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			loc, ok, p := checkpointLocation(CheckpointConfig{URL: tc.url, Dir: tc.dir})
+			switch {
+			case tc.problem != "":
+				if p == nil || p.name != tc.problem {
+					t.Fatalf("problem %+v, want one naming %s", p, tc.problem)
+				}
+			case p != nil:
+				t.Fatalf("unexpected problem %+v", p)
+			case ok != (tc.want != "") || (ok && loc.String() != tc.want):
+				t.Fatalf("location %s (ok=%v), want %q", loc, ok, tc.want)
+			}
+		})
+	}
+	cfg, err := loadConfig(withEnv(map[string]string{
+		"CHECKPOINT_URL": "s3://bucket/p", "AWS_REGION": "eu-central-1", "AWS_ENDPOINT_URL": "http://all:1",
+		"AWS_ENDPOINT_URL_S3": "http://s3only:9000", "AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "sk",
+		"AWS_SESSION_TOKEN": "tok",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := s3Options(cfg.AWS, nil)
+	if o.Region != "eu-central-1" || o.Endpoint != "http://s3only:9000" || o.AccessKeyID != "AKID" ||
+		o.SecretAccessKey != "sk" || o.SessionToken != "tok" {
+		t.Errorf("s3Options = %+v", o)
+	}
+	if o := s3Options(AWSConfig{EndpointURL: "http://all:1"}, nil); o.Endpoint != "http://all:1" {
+		t.Errorf("AWS_ENDPOINT_URL alone gives endpoint %q", o.Endpoint)
 	}
 }

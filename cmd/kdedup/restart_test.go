@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
@@ -448,14 +449,35 @@ func TestCrashRestart(t *testing.T) {
 // TestGracefulRestart stops the worker with SIGTERM (the partitions' final snapshots are taken on
 // revoke, the global one on close), restarts it, and proves that duplicates of every record
 // produced before the restart are all dropped while new records pass, and that the snapshots
-// taken at shutdown alone (no periodic ones) covered the whole output: nothing is re-warmed.
+// taken at shutdown alone (no periodic ones) covered the whole output: nothing is re-warmed. It
+// runs with a checkpoint directory and with an s3:// store on a moto_server process (configured
+// through CHECKPOINT_URL and the AWS_* variables, as an operator would).
 func TestGracefulRestart(t *testing.T) {
 	t.Parallel()
-	for _, scope := range []string{"partition", "global"} {
-		t.Run(scope, func(t *testing.T) {
+	var moto *s3test.Moto
+	if !testing.Short() {
+		moto = s3test.StartMoto(t)
+	}
+	for _, tc := range []struct{ scope, store string }{
+		{"partition", "dir"}, {"global", "dir"}, {"partition", "s3"}, {"global", "s3"},
+	} {
+		t.Run(tc.scope+"/"+tc.store, func(t *testing.T) {
 			t.Parallel()
+			scope := tc.scope
 			cl := restartCluster(t)
 			environ := restartEnviron(cl, t.TempDir(), scope)
+			if tc.store == "s3" {
+				if moto == nil {
+					t.Skip("no moto_server in -short mode")
+				}
+				bucket := "restart-" + scope
+				moto.CreateBucket(t, bucket)
+				delete(environ, "CHECKPOINT_DIR")
+				maps.Copy(environ, map[string]string{
+					"CHECKPOINT_URL": "s3://" + bucket + "/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
+					"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+				})
+			}
 			// No periodic snapshots: only the cold start's baseline and the ones taken when
 			// the worker stops.
 			environ["CHECKPOINT_INTERVAL"] = "1h"

@@ -7,7 +7,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
@@ -47,6 +49,97 @@ func validateDedup(d DedupConfig) []problem {
 	return ps
 }
 
+// checkpointLocation resolves CHECKPOINT_URL and CHECKPOINT_DIR (shorthand for file://DIR) into
+// the store location; ok is false when checkpoints are disabled (both empty). With both set they
+// must name the same directory. A problem names the variable at fault.
+func checkpointLocation(c CheckpointConfig) (loc checkpoint.Location, ok bool, p *problem) {
+	var dirLoc checkpoint.Location
+	if c.Dir != "" {
+		var err error
+		if dirLoc, err = checkpoint.DirLocation(c.Dir); err != nil {
+			return loc, false, &problem{"CHECKPOINT_DIR", err.Error()}
+		}
+	}
+	if c.URL == "" {
+		return dirLoc, c.Dir != "", nil
+	}
+	loc, err := checkpoint.ParseURL(c.URL)
+	if err != nil {
+		return loc, false, &problem{"CHECKPOINT_URL", err.Error()}
+	}
+	if c.Dir != "" && loc != dirLoc {
+		return loc, false, &problem{"CHECKPOINT_URL", fmt.Sprintf("%s conflicts with CHECKPOINT_DIR=%q (%s): set only one of them", loc, c.Dir, dirLoc)}
+	}
+	return loc, true, nil
+}
+
+// s3Endpoint returns AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, and the variable it came from.
+func s3Endpoint(a AWSConfig) (endpoint, name string) {
+	if a.EndpointURLS3 != "" {
+		return a.EndpointURLS3, "AWS_ENDPOINT_URL_S3"
+	}
+	return a.EndpointURL, "AWS_ENDPOINT_URL"
+}
+
+// validateCheckpoint reports the CHECKPOINT_URL/CHECKPOINT_DIR problems and, for an s3:// URL,
+// those of the AWS_* variables kdedup reads.
+func validateCheckpoint(c CheckpointConfig, a AWSConfig) []problem {
+	loc, _, p := checkpointLocation(c)
+	var ps []problem
+	if p != nil {
+		ps = append(ps, *p)
+	}
+	if loc.Scheme != checkpoint.SchemeS3 { // also checked when the URL conflicts with CHECKPOINT_DIR
+		return ps
+	}
+	for _, e := range []struct{ name, v string }{{"AWS_ENDPOINT_URL_S3", a.EndpointURLS3}, {"AWS_ENDPOINT_URL", a.EndpointURL}} {
+		if err := checkpoint.ValidateS3Endpoint(e.v); err != nil {
+			ps = append(ps, problem{e.name, err.Error()})
+		}
+	}
+	if a.AccessKeyID != "" && a.SecretAccessKey == "" {
+		ps = append(ps, problem{"AWS_SECRET_ACCESS_KEY", "required with AWS_ACCESS_KEY_ID"})
+	}
+	if a.AccessKeyID == "" && (a.SecretAccessKey != "" || a.SessionToken != "") {
+		ps = append(ps, problem{"AWS_ACCESS_KEY_ID", "required with AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN"})
+	}
+	return ps
+}
+
+// s3Options converts the AWS_* variables into the S3 store's options; the SDK logs through log.
+func s3Options(a AWSConfig, log *slog.Logger) checkpoint.S3Options {
+	endpoint, _ := s3Endpoint(a)
+	return checkpoint.S3Options{
+		Region:          a.Region,
+		Endpoint:        endpoint,
+		AccessKeyID:     a.AccessKeyID,
+		SecretAccessKey: a.SecretAccessKey,
+		SessionToken:    a.SessionToken,
+		Logger:          log,
+	}
+}
+
+// storeCheckTimeout bounds the start-up check that an s3:// checkpoint store is reachable.
+const storeCheckTimeout = 30 * time.Second
+
+// openCheckpointStore opens the store at loc; an S3 store must answer a listing within
+// storeCheckTimeout, so a wrong bucket, endpoint or credential stops the start with a clear error.
+func openCheckpointStore(ctx context.Context, cfg Config, loc checkpoint.Location, log *slog.Logger) (checkpoint.Store, error) {
+	store, err := checkpoint.OpenLocation(ctx, loc, checkpoint.Options{Keep: cfg.Checkpoint.Keep, S3: s3Options(cfg.AWS, log)})
+	if err != nil {
+		return nil, err
+	}
+	if s3s, ok := store.(*checkpoint.S3Store); ok {
+		cctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
+		defer cancel()
+		if err := s3s.Check(cctx); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("checkpoint store", "url", loc.String(), "keep", cfg.Checkpoint.Keep)
+	return store, nil
+}
+
 // windowConfig converts DEDUP_* into the configuration of one filter.
 func windowConfig(d DedupConfig) window.Config {
 	return window.Config{
@@ -74,13 +167,13 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		Mode:                    cfg.Dedup.Mode,
 		Version:                 version,
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
-		Checkpointing:           cfg.Checkpoint.Dir != "",
+		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
 	})
 }
 
-// newDeduper builds the filter manager and registers its statistics with m. With CHECKPOINT_DIR
-// set, filters are restored from (and saved to) snapshots in that directory and re-warmed from the
-// output topic through an OutputReader. The returned close function saves what is left (the
+// newDeduper builds the filter manager and registers its statistics with m. With CHECKPOINT_URL (or
+// CHECKPOINT_DIR) set, filters are restored from (and saved to) snapshots in that store and
+// re-warmed from the output topic through an OutputReader. The returned close function saves what is left (the
 // global filter under DEDUP_SCOPE=global) and must be called after the worker returned.
 func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consumer.KeyFunc, log *slog.Logger, m *metrics.Metrics) (consumer.Deduper, func(context.Context) error, error) {
 	dcfg := dedup.Config{
@@ -91,8 +184,10 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		Observer: m,
 	}
 	closeOutput := func() error { return nil }
-	if cfg.Checkpoint.Dir != "" {
-		store, err := checkpoint.NewDirStore(cfg.Checkpoint.Dir, cfg.Checkpoint.Keep)
+	if loc, ok, p := checkpointLocation(cfg.Checkpoint); p != nil {
+		return nil, nil, fmt.Errorf("%s: %s", p.name, p.msg)
+	} else if ok {
+		store, err := openCheckpointStore(ctx, cfg, loc, log)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,0 +1,106 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/kdedup/kdedup/checkpoint/s3test"
+)
+
+// BenchmarkS3Snapshot saves and loads one 55 MB snapshot (the size of a
+// filter with the default window settings) through an S3Store, beside a
+// plain PUT and GET of the same number of bytes over the same client and
+// server, on the in-process fake and on moto_server:
+//
+//	go test ./checkpoint -run '^$' -bench S3Snapshot -benchtime 5x
+//
+// The ratio sub-benchmarks run both contenders in every iteration and
+// compare best times (save+load-x-vs-put+get; 1.0 = as fast as the plain
+// copy). B/op of save+load shows the streaming: it stays near the part
+// buffers, far below the snapshot's size.
+func BenchmarkS3Snapshot(b *testing.B) {
+	servers := []struct {
+		name  string
+		start func(b *testing.B) (endpoint, bucket string)
+	}{
+		{"fake", func(b *testing.B) (string, string) {
+			f := s3test.NewFake()
+			b.Cleanup(f.Close)
+			f.CreateBucket("bench")
+			return f.Endpoint(), "bench"
+		}},
+		{"moto", func(b *testing.B) (string, string) {
+			m := s3test.StartMoto(b)
+			m.CreateBucket(b, "bench")
+			return m.Endpoint(), "bench"
+		}},
+	}
+	for _, srv := range servers {
+		b.Run("server="+srv.name, func(b *testing.B) {
+			endpoint, bucket := srv.start(b)
+			benchS3Snapshot(b, newTestS3Store(b, endpoint, "s3://"+bucket+"/bench", 1, 0))
+		})
+	}
+}
+
+func benchS3Snapshot(b *testing.B, s *S3Store) {
+	ctx := context.Background()
+	h := testHeader(55_000_000 / 256) // 32 words per group
+	words := testWords(h.Words, 5)
+	dst := make([]uint64, h.Words)
+	raw := make([]byte, h.DataBytes())
+	_ = WriteWords(bytes.NewBuffer(raw[:0]), words)
+	size := int64(len(raw))
+
+	snapshot := func() {
+		_, err := s.Save(ctx, "bench.p0", func(w io.Writer) error {
+			return Encode(w, h, func(w io.Writer) error { return WriteWords(w, words) })
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, res, err := Load(ctx, s, "bench.p0", func(h Header, d *Decoder) (struct{}, error) {
+			return struct{}{}, d.ReadWords(dst)
+		})
+		if err != nil || res.Outcome != OutcomeWarm {
+			b.Fatalf("Load = %s, %v", res.Outcome, err)
+		}
+	}
+	plain := func() {
+		key := aws.String(s.key("plain.bin"))
+		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.loc.Bucket), Key: key,
+			Body: bytes.NewReader(raw), ContentLength: aws.Int64(size)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.loc.Bucket), Key: key})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Body.Close()
+		if _, err := io.ReadFull(out.Body, raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("save+load", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(size)
+		for b.Loop() {
+			snapshot()
+		}
+	})
+	b.Run("baseline-put+get", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(size)
+		for b.Loop() {
+			plain()
+		}
+	})
+	b.Run("ratio", func(b *testing.B) {
+		ratio(b, size, map[string]func(){"save+load": snapshot, "put+get": plain}, "save+load", "put+get")
+	})
+}
