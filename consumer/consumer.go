@@ -7,6 +7,11 @@
 // output partition and acknowledged by all in-sync replicas before the batch's input offsets are
 // handed to the single committer goroutine of the consumer group generation.
 //
+// Production is idempotent unless Config.DisableIdempotence is set: the worker takes a producer
+// id from the brokers, and each output partition's batches carry consecutive sequence numbers,
+// one batch in flight at a time, so a retried batch that the broker already appended is not
+// appended again (see idempotent.go and sequencer.go for the protocol and its one residual case).
+//
 // An OutputReader reads the output topic back for the deduplication state's crash-consistent
 // snapshots: where it ends before a snapshot, and what was produced after one (see
 // ProgressTracker for the Worker's side of that protocol).
