@@ -38,6 +38,14 @@ type observer interface {
 
 var _ observer = (*Metrics)(nil)
 
+// producerObserver mirrors consumer.ProducerObserver.
+type producerObserver interface {
+	ProducerReset(reason string)
+	UncertainRetry()
+}
+
+var _ producerObserver = (*Metrics)(nil)
+
 var fixedNow = time.Unix(1_700_000_000, 0)
 
 func newTest(t testing.TB, opts Options) (*Metrics, *prometheus.Registry) {
@@ -69,6 +77,8 @@ func populate(m *Metrics) {
 	m.Duplicates(0, 2)
 	m.Unkeyed(0, 1)
 	m.ProduceError()
+	m.UncertainRetry()
+	m.ProducerReset(ResetOutOfOrderSequence)
 	m.CommitError()
 	m.Latency(time.Second, time.Millisecond)
 	m.Lag(0, 42)
@@ -144,6 +154,12 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.produced.WithLabelValues("-1") }, 2},
 		{"ProduceError", func(m *Metrics) { m.ProduceError(); m.ProduceError() },
 			func(m *Metrics) prometheus.Collector { return m.produceErrors }, 2},
+		{"UncertainRetry", func(m *Metrics) { m.UncertainRetry(); m.UncertainRetry() },
+			func(m *Metrics) prometheus.Collector { return m.uncertainRetries }, 2},
+		{"ProducerReset", func(m *Metrics) { m.ProducerReset(ResetUnknownProducerID) },
+			func(m *Metrics) prometheus.Collector { return m.producerResets[ResetUnknownProducerID] }, 1},
+		{"ProducerReset bogus reason is bounded", func(m *Metrics) { m.ProducerReset("cosmic ray") },
+			func(m *Metrics) prometheus.Collector { return m.producerResets[ResetOther] }, 1},
 		{"CommitError", func(m *Metrics) { m.CommitError() },
 			func(m *Metrics) prometheus.Collector { return m.commitErrors }, 1},
 		{"Rebalance", func(m *Metrics) { m.Rebalance() },
