@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -161,7 +162,9 @@ func (p *idempotent) init(ctx context.Context) error {
 }
 
 // initProducerID asks the brokers for a new producer identity. Refusals no retry can fix are
-// wrapped in ErrIdempotenceUnsupported.
+// wrapped in ErrIdempotenceUnsupported. (kafka-go first looks up the transaction coordinator of
+// the empty transactional id; if that lookup is refused, the request goes to any broker, which
+// is all a producer without transactional id needs.)
 func (p *idempotent) initProducerID(ctx context.Context) (*producerID, error) {
 	res, err := p.base.client.InitProducerID(ctx, &kafka.InitProducerIDRequest{
 		TransactionTimeoutMs: 60000, // ignored without a transactional id
@@ -240,7 +243,7 @@ func (p *idempotent) produce(ctx context.Context, topic string, partition int, m
 		return nil
 	}
 	s := p.sequencer(topic, partition)
-	return s.wait(s.submit(ctx, msgs))
+	return s.wait(s.submit(ctx, msgs, true))
 }
 
 // produceParts writes parts[q] to topic partition q for every q, all partitions at once, and
@@ -250,13 +253,22 @@ func (p *idempotent) produceParts(ctx context.Context, topic string, parts [][]k
 		s   *sequencer
 		sub *submission
 	}
+	last := -1
+	for q, msgs := range parts {
+		if len(msgs) > 0 {
+			last = q
+		}
+	}
 	var subs []pending
 	for q, msgs := range parts {
 		if len(msgs) > 0 {
+			// The caller's goroutine may send the last partition's records itself (see
+			// sequencer.submit) after the others were handed to send loops.
 			s := p.sequencer(topic, q)
-			subs = append(subs, pending{s, s.submit(ctx, msgs)})
+			subs = append(subs, pending{s, s.submit(ctx, msgs, q == last)})
 		}
 	}
+	slices.Reverse(subs) // the inline one first: the others proceed meanwhile
 	var first error
 	for _, x := range subs {
 		if err := x.s.wait(x.sub); err != nil && first == nil {

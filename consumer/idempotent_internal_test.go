@@ -200,7 +200,7 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 		return res, err
 	}
 	a, b, c := testMsgs("a", 3), testMsgs("b", 4), testMsgs("c", 2)
-	rawA, err := enc.encode([][]kafka.Message{a})
+	rawA, err := enc.encode(nil, [][]kafka.Message{a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 			t.Fatalf("send %d of the same batch: base offset %v, error %v; want 0 and nil", i+1, res, err)
 		}
 	}
-	rawB, _ := enc.encode([][]kafka.Message{b})
+	rawB, _ := enc.encode(nil, [][]kafka.Message{b})
 	sealBatch(rawB, id, 5) // expected 3
 	if _, err := send(rawB); !errors.Is(err, kafka.OutOfOrderSequenceNumber) {
 		t.Fatalf("sequence gap: error %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", err)
@@ -220,7 +220,7 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 	if res, err := send(rawB); err != nil || res.BaseOffset != 3 {
 		t.Fatalf("next sequence: %v, %v; want base offset 3", res, err)
 	}
-	rawC, _ := enc.encode([][]kafka.Message{c})
+	rawC, _ := enc.encode(nil, [][]kafka.Message{c})
 	sealBatch(rawC, id, 7)
 	if _, err := send(rawC); err != nil {
 		t.Fatal(err)
@@ -258,9 +258,14 @@ func TestBatchEncoding(t *testing.T) {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			t.Parallel()
 			enc := batchEncoder{compression: c, now: func() time.Time { return ts.Add(time.Minute) }}
-			raw, err := enc.encode([][]kafka.Message{msgs[:1], msgs[1:]})
+			raw, err := enc.encode(nil, [][]kafka.Message{msgs[:1], msgs[1:]})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Reused memory, dirty and large enough, gives the same bytes.
+			dirty := bytes.Repeat([]byte{0xa5}, 2*len(raw))
+			if again, err := enc.encode(dirty, [][]kafka.Message{msgs}); err != nil || !bytes.Equal(again, raw) || &again[0] != &dirty[0] {
+				t.Fatalf("encoding into reused memory: equal=%v, reused=%v, error %v", bytes.Equal(again, raw), &again[0] == &dirty[0], err)
 			}
 			sealBatch(raw, producerID{id: 42, epoch: 3}, 17)
 			var rs protocol.RecordSet
@@ -529,6 +534,39 @@ func TestSequencerGiveUp(t *testing.T) {
 	if got := obs.resetCounts(); got[ResetOutOfOrderSequence] != 1 {
 		t.Errorf("resets %v, want one %s", got, ResetOutOfOrderSequence)
 	}
+}
+
+// TestSequencerLeaderHandsOff proves that callers queued behind a leader (a caller sending its
+// own records on its goroutine) are served when the leader gives up: the partition passes to a
+// send loop, and the queued records are written once the broker recovers.
+func TestSequencerLeaderHandsOff(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	p := newTestIdempotent(t, cl, &resetObs{}, 0)
+	a, b, c := testMsgs("a", 5), testMsgs("b", 5), testMsgs("c", 5)
+	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+		t.Fatal(err)
+	}
+	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, -1))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	leader, queued := make(chan error, 1), make(chan error, 1)
+	go func() { leader <- p.produce(ctx, "out", 0, b) }()
+	eventually(t, func() bool { return h.Hits() > 0 }) // the leader is retrying
+	go func() { queued <- p.produce(context.Background(), "out", 0, c) }()
+	if err := <-leader; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("leader: %v, want the deadline", err)
+	}
+	h.Remove()
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queued caller was never served")
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, c))
 }
 
 func eventually(t *testing.T, cond func() bool) {

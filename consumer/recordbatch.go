@@ -72,8 +72,9 @@ func (w *appendWriter) Write(p []byte) (int, error) {
 // encode returns the records of parts, in order, as one new record batch in the encoded form
 // described above, without producer id, epoch and sequence: sealBatch sets them. Only Key,
 // Value, Headers and Time of the messages are used; a zero Time means now, as in kafka-go. The
-// returned slice is newly allocated and never touched by e again.
-func (e *batchEncoder) encode(parts [][]kafka.Message) ([]byte, error) {
+// batch is built in dst's memory when it is large enough (dst must not be in use any more), else
+// in a new slice; e keeps no reference to it.
+func (e *batchEncoder) encode(dst []byte, parts [][]kafka.Message) ([]byte, error) {
 	now := time.Now
 	if e.now != nil {
 		now = e.now
@@ -94,9 +95,14 @@ func (e *batchEncoder) encode(parts [][]kafka.Message) ([]byte, error) {
 	if n == 0 {
 		return nil, errEmptyBatch
 	}
-	b := make([]byte, batchSizePrefix+batchHeaderLen, size)
 	codec := e.compression.Codec()
-	if e.compression == 0 || codec == nil {
+	compressed := e.compression != 0 && codec != nil
+	b := dst[:0]
+	if cap(b) < size && (!compressed || dst == nil) { // compressed output is smaller, or grows by append
+		b = make([]byte, 0, size)
+	}
+	b = append(b, make([]byte, batchSizePrefix+batchHeaderLen)...)
+	if !compressed {
 		var maxTs int64
 		b, maxTs = appendRecords(b, parts, first, nowMs)
 		writeBatchHeader(b, n, first, maxTs, 0)
@@ -143,6 +149,7 @@ func writeBatchHeader(b []byte, n int, first, maxTs int64, attrs int16) {
 	be.PutUint32(h[8:], uint32(len(h)-12))
 	be.PutUint32(h[12:], 0xffffffff)
 	h[16] = 2
+	be.PutUint32(h[batchOffCRC:], 0) // sealBatch computes it
 	be.PutUint16(h[21:], uint16(attrs))
 	be.PutUint32(h[batchOffLastDelta:], uint32(n-1))
 	be.PutUint64(h[27:], uint64(first))

@@ -9,6 +9,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -18,8 +19,10 @@ import (
 // the partition's sequence numbers and keeps exactly one batch in flight: the next batch is
 // encoded and sealed only after the previous one was acknowledged (or given up on), so sequences
 // reach the broker in order and a retry is always the newest batch the broker may have. Callers
-// submit records and wait; a send loop goroutine, started when there is work and ending when the
-// queue is empty, merges everything queued into one batch of at most BatchBytes.
+// submit records and wait. One sender at a time sends: a caller that found the partition idle
+// sends its own records on its goroutine (see submit), and a send loop goroutine, started when
+// others queued up and ending when the queue is empty, merges everything queued into one batch of
+// at most BatchBytes.
 //
 // Why one batch in flight and not five as in Kafka's Java producer: sequence numbers must reach
 // the broker in order, and kafka-go's Transport runs one request at a time per connection and
@@ -38,14 +41,15 @@ type sequencer struct {
 
 	mu      sync.Mutex
 	queue   []chunk           // submitted, not encoded yet, in submission order
-	running bool              // a send loop goroutine is active
+	running bool              // a sender (a leading caller or the send loop) is active
 	enc     batchEncoder      // used under mu, so a caller that gave up knows it is done with its records
 	parts   [][]kafka.Message // scratch for enc
 	lastErr error             // the last failed attempt's error, nil after a success
 
-	// Owned by the send loop.
+	// Owned by the active sender.
 	id      *producerID // identity of the last sealed batch; nil before the first
 	nextSeq int32       // base sequence of the next batch under id
+	spare   []byte      // memory of the last acknowledged batch, for the next one
 }
 
 // chunk is a run of one submission's records small enough for one request.
@@ -61,6 +65,7 @@ type submission struct {
 	done     chan error // capacity 1; receives the result once
 	pending  int        // chunks not acknowledged yet; guarded by the sequencer's mu
 	finished bool       // done has received (or the caller gave up); guarded by mu
+	leader   bool       // the caller sends its own records (see submit); set before submit returns
 }
 
 // batch is one encoded request. Its bytes are never changed once sealed and sent: a retry
@@ -73,9 +78,12 @@ type batch struct {
 	err     error         // encoding failed
 }
 
-// submit queues msgs and makes sure a send loop runs. The records must stay unchanged until wait
-// returned.
-func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message) *submission {
+// submit queues msgs and makes sure they will be sent. With inline set, a caller that finds the
+// partition idle becomes its leader: wait then sends the caller's own records on the caller's
+// goroutine, saving two goroutine switches per batch when nobody else produces to the partition
+// (PartitionSame). Otherwise, and for callers that queue up behind a busy partition, a send loop
+// goroutine sends them. The records must stay unchanged until wait returned.
+func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message, inline bool) *submission {
 	sub := &submission{ctx: ctx, done: make(chan error, 1)}
 	s.mu.Lock()
 	for len(msgs) > 0 {
@@ -86,8 +94,9 @@ func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message) *submissio
 	}
 	start := !s.running
 	s.running = true
+	sub.leader = start && inline
 	s.mu.Unlock()
-	if start {
+	if start && !inline {
 		go s.loop()
 	}
 	return sub
@@ -96,6 +105,9 @@ func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message) *submissio
 // wait returns nil once every record of sub was acknowledged, or an error once sub's context
 // ended. Either way the sequencer holds no reference to sub's records afterwards.
 func (s *sequencer) wait(sub *submission) error {
+	if sub.leader {
+		return s.lead(sub)
+	}
 	select {
 	case err := <-sub.done:
 		return err
@@ -120,6 +132,30 @@ func (s *sequencer) wait(sub *submission) error {
 	return s.gaveUp(sub.ctx.Err())
 }
 
+// lead sends the leader's own records (the head of the queue; nobody else's, so that its
+// context alone decides when to give up), then hands the partition to a send loop goroutine if
+// others queued up meanwhile.
+func (s *sequencer) lead(sub *submission) error {
+	for {
+		s.mu.Lock()
+		if sub.finished {
+			err := <-sub.done // finished submissions always have their result here
+			if len(s.queue) > 0 {
+				go s.loop()
+			} else {
+				s.running = false
+			}
+			s.mu.Unlock()
+			return err
+		}
+		b := s.next(sub)
+		s.mu.Unlock()
+		if b != nil {
+			s.finish(b, s.deliver(b))
+		}
+	}
+}
+
 // gaveUp returns the error of a caller that stopped waiting because of cause. s.mu is held.
 func (s *sequencer) gaveUp(cause error) error {
 	if s.lastErr != nil {
@@ -132,7 +168,7 @@ func (s *sequencer) gaveUp(cause error) error {
 func (s *sequencer) loop() {
 	for {
 		s.mu.Lock()
-		b := s.next()
+		b := s.next(nil)
 		if b == nil {
 			s.running = false
 			s.mu.Unlock()
@@ -144,8 +180,9 @@ func (s *sequencer) loop() {
 }
 
 // next takes the queued chunks that fit into one request off the queue and encodes them, or
-// returns nil when nothing is queued. Chunks of callers that gave up are dropped. s.mu is held.
-func (s *sequencer) next() *batch {
+// returns nil when nothing is queued. With only set, it takes only leading chunks of that
+// submission. Chunks of callers that gave up are dropped. s.mu is held.
+func (s *sequencer) next(only *submission) *batch {
 	kept := s.queue[:0]
 	for _, c := range s.queue {
 		switch {
@@ -159,11 +196,11 @@ func (s *sequencer) next() *batch {
 	}
 	clear(s.queue[len(kept):])
 	s.queue = kept
-	if len(s.queue) == 0 {
+	if len(s.queue) == 0 || only != nil && s.queue[0].sub != only {
 		return nil
 	}
 	n, size := 1, s.queue[0].size
-	for n < len(s.queue) && size+s.queue[n].size <= s.p.base.batchBytes {
+	for n < len(s.queue) && size+s.queue[n].size <= s.p.base.batchBytes && (only == nil || s.queue[n].sub == only) {
 		size += s.queue[n].size
 		n++
 	}
@@ -174,7 +211,8 @@ func (s *sequencer) next() *batch {
 		b.subs[i] = c.sub
 		b.records += int32(len(c.msgs))
 	}
-	b.raw, b.err = s.enc.encode(s.parts)
+	b.raw, b.err = s.enc.encode(s.spare, s.parts)
+	s.spare = nil
 	clear(s.parts)
 	rest := copy(s.queue, s.queue[n:])
 	clear(s.queue[rest:])
@@ -229,7 +267,7 @@ func (s *sequencer) deliver(b *batch) error {
 			s.p.pobs.UncertainRetry()
 		}
 		err := s.send(ctx, b)
-		if err == nil || ctx.Err() == nil { // not an attempt cut short by giving up
+		if err == nil || !ended(ctx) { // not an attempt cut short by giving up
 			s.mu.Lock()
 			s.lastErr = err
 			s.mu.Unlock()
@@ -239,6 +277,9 @@ func (s *sequencer) deliver(b *batch) error {
 				base.log.Log(slog.LevelInfo, "produce-recovered:"+s.tp.topic, "produce recovered",
 					"topic", s.tp.topic, "partition", s.tp.partition, "attempts", attempt+1)
 			}
+			// The answer arrived, so the transport is done reading b.raw (after a failed
+			// attempt it may not be, and that memory is left alone).
+			s.spare = b.raw
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -367,6 +408,15 @@ func (b *batch) context() (context.Context, context.CancelFunc) {
 		}
 		cancel()
 	}
+}
+
+// ended reports whether ctx is done or past its deadline (its Err may lag behind the deadline).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // nextSequence returns the sequence after n records from seq; sequences wrap from MaxInt32 to 0,
