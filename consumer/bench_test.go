@@ -28,7 +28,8 @@ const (
 //     group Reader, FetchMessage up to 1000 records or 5ms, Writer.WriteMessages to the same
 //     partition number (BatchSize 1000, BatchTimeout 5ms, acks=all), CommitMessages.
 //   - worker-drop / worker-mark: consumer.Worker with a mutex+map Deduper (drop mode produces
-//     75% of the records, mark mode all of them).
+//     75% of the records, mark mode all of them), producing idempotently (the default; see
+//     BenchmarkProducePath for the comparison with the non-idempotent produce path).
 //   - worker-nodedup: consumer.Worker with a Deduper that finds nothing (all records produced):
 //     the worker's plumbing alone, a pass-through built on the same code.
 //

@@ -49,8 +49,11 @@ type sequencer struct {
 	// Owned by the active sender.
 	id      *producerID // identity of the last sealed batch; nil before the first
 	nextSeq int32       // base sequence of the next batch under id
-	spare   []byte      // memory of the last acknowledged batch, for the next one
 }
+
+// batchMemory holds the memory of acknowledged batches for new ones (*[]byte). A pool rather
+// than a buffer per partition: idle partitions then hold nothing once the GC cleared it.
+var batchMemory sync.Pool
 
 // chunk is a run of one submission's records small enough for one request.
 type chunk struct {
@@ -211,8 +214,11 @@ func (s *sequencer) next(only *submission) *batch {
 		b.subs[i] = c.sub
 		b.records += int32(len(c.msgs))
 	}
-	b.raw, b.err = s.enc.encode(s.spare, s.parts)
-	s.spare = nil
+	var mem []byte
+	if m, ok := batchMemory.Get().(*[]byte); ok {
+		mem = *m
+	}
+	b.raw, b.err = s.enc.encode(mem, s.parts)
 	clear(s.parts)
 	rest := copy(s.queue, s.queue[n:])
 	clear(s.queue[rest:])
@@ -279,7 +285,8 @@ func (s *sequencer) deliver(b *batch) error {
 			}
 			// The answer arrived, so the transport is done reading b.raw (after a failed
 			// attempt it may not be, and that memory is left alone).
-			s.spare = b.raw
+			raw := b.raw[:0]
+			batchMemory.Put(&raw)
 			return nil
 		}
 		if ctx.Err() != nil {
