@@ -151,7 +151,7 @@ func (s *sequencer) lead(sub *submission) error {
 			s.mu.Unlock()
 			return err
 		}
-		b := s.next(sub)
+		b := s.next(sub) // nil only if sub finished meanwhile: its chunks lead the queue until then
 		s.mu.Unlock()
 		if b != nil {
 			s.finish(b, s.deliver(b))
