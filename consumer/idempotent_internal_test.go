@@ -425,6 +425,28 @@ func TestSequencerTimeoutAfterAppend(t *testing.T) {
 	}
 }
 
+// TestSequencerDuplicateSequenceIsSuccess proves that DUPLICATE_SEQUENCE_NUMBER, the answer some
+// brokers give to a re-sent batch they already have, is taken as success: the batch appended by
+// a timed-out attempt is not sent again, the next batch follows, and the log holds each once.
+func TestSequencerDuplicateSequenceIsSuccess(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	obs := &resetObs{}
+	p := newTestIdempotent(t, cl, obs, 0)
+	a, b := testMsgs("a", 6), testMsgs("b", 6)
+	h := cl.Fault(produceFault("out", kerr.RequestTimedOut, 1), produceFault("out", kerr.DuplicateSequenceNumber, 1))
+	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	if h.Hits() != 2 || obs.errors.Load() != 1 {
+		t.Fatalf("faults hit %d times, %d produce errors; want 2 and 1 (the duplicate answer is no error)", h.Hits(), obs.errors.Load())
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, b))
+}
+
 // TestSequencerResidualDuplicate pins down the one case idempotence cannot cover: a batch is
 // appended but its answer lost (REQUEST_TIMED_OUT), then the retry is rejected for its producer
 // state (the broker lost it). The batch is re-sent under a new producer id, which cannot be
