@@ -28,9 +28,13 @@ const (
 //     group Reader, FetchMessage up to 1000 records or 5ms, Writer.WriteMessages to the same
 //     partition number (BatchSize 1000, BatchTimeout 5ms, acks=all), CommitMessages.
 //   - worker-drop / worker-mark: consumer.Worker with a mutex+map Deduper (drop mode produces
-//     75% of the records, mark mode all of them).
+//     75% of the records, mark mode all of them), producing idempotently (the default; see
+//     BenchmarkProducePath for the comparison with the non-idempotent produce path).
 //   - worker-nodedup: consumer.Worker with a Deduper that finds nothing (all records produced):
 //     the worker's plumbing alone, a pass-through built on the same code.
+//
+// Besides events/s it reports cpu-ns/event, the process's CPU time per record (worker and
+// broker, both in this process), which a busy machine disturbs less than wall time.
 //
 // Run it with a fixed count, e.g. go test -run '^$' -bench EndToEnd -benchtime 200000x ./consumer/
 // It is an end-to-end measurement of a pipeline, so it does not use b.RunParallel; the baseline
@@ -80,6 +84,7 @@ func benchPipeline(b *testing.B, run pipeline) {
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	b.ResetTimer()
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	go func() { errc <- run(runCtx, cl) }()
 	for {
@@ -101,12 +106,16 @@ func benchPipeline(b *testing.B, run pipeline) {
 		}
 	}
 	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
 	b.StopTimer()
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
+	if cpuOK { // the whole process: worker, broker and this loop; less sensitive to a busy machine than events/s
+		b.ReportMetric(float64(cpu1-cpu0)/float64(total), "cpu-ns/event")
+	}
 }
 
 func workerRunner(mode consumer.Mode) pipeline {

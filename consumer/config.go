@@ -108,6 +108,12 @@ type Config struct {
 	Unkeyed UnkeyedPolicy
 	// Compression of produced batches. Default none.
 	Compression kafka.Compression
+	// DisableIdempotence turns idempotent production off. Default false: output batches carry a
+	// producer id and sequence numbers (KIP-98), so a produce retry whose first attempt was
+	// written is not written again, and Run fails with ErrIdempotenceUnsupported when the
+	// brokers cannot do that. With true, batches are produced as kafka-go's Writer does and a
+	// retried batch can be duplicated in the output topic.
+	DisableIdempotence bool
 
 	// TLS, when not nil, is used for every broker connection.
 	TLS *tls.Config

@@ -12,6 +12,11 @@
 // partitions), and falls back to range in a group with members that do not offer it. Rebalances
 // stay eager: every partition is revoked at the end of a generation.
 //
+// Production is idempotent unless Config.DisableIdempotence is set: the worker takes a producer
+// id from the brokers, and each output partition's batches carry consecutive sequence numbers,
+// one batch in flight at a time, so a retried batch that the broker already appended is not
+// appended again (see idempotent.go and sequencer.go for the protocol and its one residual case).
+//
 // An OutputReader reads the output topic back for the deduplication state's crash-consistent
 // snapshots: where it ends before a snapshot, and what was produced after one (see
 // ProgressTracker for the Worker's side of that protocol).

@@ -286,6 +286,13 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		q := st.hash.partition(out[i].Key, int(st.p))
 		st.byPart[q] = append(st.byPart[q], out[i])
 	}
+	if w.prod.idem != nil { // all output partitions at once; each one keeps its order
+		err := w.prod.idem.produceParts(pctx, w.cfg.OutputTopic, st.byPart)
+		for _, msgs := range st.byPart {
+			clear(msgs)
+		}
+		return err
+	}
 	for q, msgs := range st.byPart {
 		if len(msgs) == 0 {
 			continue

@@ -29,6 +29,18 @@ type producer struct {
 	// it is positive. notify, when set, is called after every change of failing.
 	failing atomic.Int64
 	notify  func()
+
+	// idem, when set, takes over produce: idempotent production (see idempotent).
+	idem *idempotent
+}
+
+// start prepares the producer before the first produce: with idempotent production it checks
+// the brokers and takes a producer id (see idempotent.start).
+func (p *producer) start(ctx context.Context) error {
+	if p.idem == nil {
+		return nil
+	}
+	return p.idem.start(ctx)
 }
 
 func (p *producer) setFailing(delta int64) {
@@ -43,24 +55,35 @@ func (p *producer) setFailing(delta int64) {
 // kept. A failed request is retried under kafkaio.Backoff (capped at backoffMax) until it succeeds
 // or ctx is done; on failure the error says so and some leading requests may have been written already
 // (the caller must not commit). Retried requests may duplicate records in the output topic, which
-// is what at-least-once delivery allows.
+// is what at-least-once delivery allows without idempotence; with it (p.idem set) the
+// idempotent producer writes msgs instead, and a retried request is not written twice (see
+// idempotent for the one exception).
 func (p *producer) produce(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
+	if p.idem != nil {
+		return p.idem.produce(ctx, topic, partition, msgs)
+	}
 	for len(msgs) > 0 {
-		n, size := 0, 0
-		for n < len(msgs) {
-			s := messageSize(&msgs[n])
-			if n > 0 && size+s > p.batchBytes {
-				break
-			}
-			size += s
-			n++
-		}
+		n, _ := nextRequest(msgs, p.batchBytes)
 		if err := p.produceRequest(ctx, topic, partition, msgs[:n]); err != nil {
 			return err
 		}
 		msgs = msgs[n:]
 	}
 	return nil
+}
+
+// nextRequest returns how many leading records of msgs (at least one) go into one request of at
+// most batchBytes, and their estimated size.
+func nextRequest(msgs []kafka.Message, batchBytes int) (n, size int) {
+	for n < len(msgs) {
+		s := messageSize(&msgs[n])
+		if n > 0 && size+s > batchBytes {
+			break
+		}
+		size += s
+		n++
+	}
+	return n, size
 }
 
 func (p *producer) produceRequest(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
@@ -70,7 +93,12 @@ func (p *producer) produceRequest(ctx context.Context, topic string, partition i
 			p.setFailing(-1)
 		}
 	}()
+	pobs, _ := p.obs.(ProducerObserver)
+	retryUncertain := false
 	err := kafkaio.Backoff{Max: p.backoffMax}.Retry(ctx, 0, func(attempt int) error {
+		if retryUncertain && pobs != nil {
+			pobs.UncertainRetry()
+		}
 		err := p.send(ctx, topic, partition, msgs)
 		switch {
 		case err == nil:
@@ -87,6 +115,7 @@ func (p *producer) produceRequest(ctx context.Context, topic string, partition i
 			p.setFailing(1)
 		}
 		p.obs.ProduceError()
+		retryUncertain = uncertain(err)
 		p.log.Log(slog.LevelWarn, "produce-failed:"+topic, "produce failed, retrying; input offsets are not committed until it succeeds",
 			"topic", topic, "partition", partition, "records", len(msgs), "attempt", attempt+1, "error", err.Error())
 		return err

@@ -73,6 +73,9 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		log:         w.sample,
 		notify:      w.updateReady,
 	}
+	if !cfg.DisableIdempotence {
+		w.prod.idem = newIdempotent(w.prod)
+	}
 	return w, nil
 }
 
@@ -128,7 +131,7 @@ func (w *Worker) updateReady() {
 // commits, calls Revoke for every partition and leaves the group, all within
 // Config.ShutdownTimeout, and returns nil. Broker outages and missing topics are logged and
 // retried with backoff. Run returns an error only for problems retrying cannot fix: an
-// ErrPartitionMismatch, or a consumer group that cannot be created.
+// ErrPartitionMismatch, an ErrIdempotenceUnsupported, or a consumer group that cannot be created.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -153,6 +156,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.updateReady()
 
 	if _, err := w.topicInfo(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if err := w.prod.start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

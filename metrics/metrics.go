@@ -3,8 +3,8 @@
 // New builds every metric of the kdedup metric contract on a registry that the
 // caller passes in (never the global default registry). The returned *Metrics
 // implements the method set of consumer.Observer without importing the consumer
-// package, plus hooks for checkpoint events, readiness and the sliding-window
-// filter statistics.
+// package, plus consumer.ReadyObserver and consumer.ProducerObserver, hooks for
+// checkpoint events and the sliding-window filter statistics.
 //
 // The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
 // ProduceError, CommitError) do not allocate once a partition has been seen:
@@ -19,6 +19,7 @@ package metrics
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,10 @@ const Namespace = "kdedup"
 // unknown is the label value of a restore outcome that is not a checkpoint.Outcome, and of an
 // empty Options.Mode or Options.Version: labels stay bounded and never empty.
 const unknown = "unknown"
+
+// resetOther is the reason label of a producer reset whose reason is not one of
+// Options.ProducerResetReasons, so that the label stays bounded.
+const resetOther = "other"
 
 // maxTablePartition bounds the directly indexed partition table. Partition
 // numbers at or above it (or negative ones) go through a mutex-guarded map,
@@ -74,6 +79,12 @@ type Options struct {
 	// panel needs process_start_time_seconds, so leave it false in
 	// production.
 	SkipRuntimeCollectors bool
+
+	// ProducerResetReasons are the values of the reason label of
+	// kdedup_producer_resets_total (cmd/kdedup passes consumer.ResetReasons()).
+	// Any other reason is counted as "other". Default: none, so every reset
+	// is counted as "other".
+	ProducerResetReasons []string
 
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
@@ -131,12 +142,14 @@ type Metrics struct {
 	duplicates *prometheus.CounterVec
 	unkeyed    *prometheus.CounterVec
 
-	produceErrors prometheus.Counter
-	commitErrors  prometheus.Counter
-	rebalances    prometheus.Counter
-	assigned      prometheus.Gauge
-	ready         prometheus.Gauge
-	buildInfo     prometheus.Gauge
+	produceErrors    prometheus.Counter
+	uncertainRetries prometheus.Counter
+	producerResets   map[string]prometheus.Counter
+	commitErrors     prometheus.Counter
+	rebalances       prometheus.Counter
+	assigned         prometheus.Gauge
+	ready            prometheus.Gauge
+	buildInfo        prometheus.Gauge
 
 	endToEnd   prometheus.Histogram
 	processing prometheus.Histogram
@@ -199,6 +212,15 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		"partition", "mode")
 	m.unkeyed = counterVec("records_unkeyed_total", "Records without a deduplication key; they are passed through unfiltered.", "partition")
 	m.produceErrors = counter("produce_errors_total", "Failed attempts to write a batch to the output topic.")
+	m.uncertainRetries = counter("produce_uncertain_retries_total",
+		"Produce retries of a batch whose previous attempt may have been written (timed out, connection lost, REQUEST_TIMED_OUT). With idempotent production the broker drops the second copy; without it each one may be a duplicate in the output topic.")
+	resets := counterVec("producer_resets_total",
+		"Batches the brokers rejected for their idempotent producer state (reason: the broker error, such as out_of_order_sequence) and that were re-sent under a new producer id. Such a batch is written twice if an earlier attempt of it had been written.",
+		"reason")
+	m.producerResets = make(map[string]prometheus.Counter, len(opts.ProducerResetReasons)+1)
+	for _, r := range append(slices.Clone(opts.ProducerResetReasons), resetOther) {
+		m.producerResets[r] = resets.WithLabelValues(r)
+	}
 	m.commitErrors = counter("commit_errors_total", "Failed attempts to commit consumer offsets.")
 	m.rebalances = counter("rebalances_total", "Consumer group rebalances seen by this worker.")
 	m.assigned = gauge("assigned_partitions", "Input partitions currently assigned to this worker.")
@@ -240,7 +262,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 
 	for _, c := range []prometheus.Collector{
 		m.consumed, m.produced, m.duplicates, m.unkeyed,
-		m.produceErrors, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
+		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
 		m.endToEnd, m.processing,
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures,
 		restores, m.restoreDuration, m.rewarmed,
@@ -376,6 +398,22 @@ func (m *Metrics) Unkeyed(partition int32, n int) {
 
 // ProduceError counts one failed produce attempt. It is safe for concurrent use.
 func (m *Metrics) ProduceError() { m.produceErrors.Inc() }
+
+// UncertainRetry counts one produce retry of a batch whose previous attempt may
+// have been written. It is safe for concurrent use.
+func (m *Metrics) UncertainRetry() { m.uncertainRetries.Inc() }
+
+// ProducerReset counts one batch re-sent under a new producer id because the
+// brokers rejected its producer state, by reason (one of
+// Options.ProducerResetReasons; anything else is counted as "other"). It is
+// safe for concurrent use.
+func (m *Metrics) ProducerReset(reason string) {
+	c, ok := m.producerResets[reason]
+	if !ok {
+		c = m.producerResets[resetOther]
+	}
+	c.Inc()
+}
 
 // CommitError counts one failed offset commit. It is safe for concurrent use.
 func (m *Metrics) CommitError() { m.commitErrors.Inc() }

@@ -39,13 +39,27 @@ type observer interface {
 
 var _ observer = (*Metrics)(nil)
 
+// producerObserver mirrors consumer.ProducerObserver.
+type producerObserver interface {
+	ProducerReset(reason string)
+	UncertainRetry()
+}
+
+var _ producerObserver = (*Metrics)(nil)
+
 var fixedNow = time.Unix(1_700_000_000, 0)
+
+// testResetReasons stand in for consumer.ResetReasons(), which cmd/kdedup passes.
+var testResetReasons = []string{"out_of_order_sequence", "unknown_producer_id"}
 
 func newTest(t testing.TB, opts Options) (*Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return fixedNow }
+	}
+	if opts.ProducerResetReasons == nil {
+		opts.ProducerResetReasons = testResetReasons
 	}
 	return New(reg, opts), reg
 }
@@ -70,6 +84,8 @@ func populate(m *Metrics) {
 	m.Duplicates(0, 2)
 	m.Unkeyed(0, 1)
 	m.ProduceError()
+	m.UncertainRetry()
+	m.ProducerReset("out_of_order_sequence")
 	m.CommitError()
 	m.Latency(time.Second, time.Millisecond)
 	m.Lag(0, 42)
@@ -145,6 +161,12 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.produced.WithLabelValues("-1") }, 2},
 		{"ProduceError", func(m *Metrics) { m.ProduceError(); m.ProduceError() },
 			func(m *Metrics) prometheus.Collector { return m.produceErrors }, 2},
+		{"UncertainRetry", func(m *Metrics) { m.UncertainRetry(); m.UncertainRetry() },
+			func(m *Metrics) prometheus.Collector { return m.uncertainRetries }, 2},
+		{"ProducerReset", func(m *Metrics) { m.ProducerReset("unknown_producer_id") },
+			func(m *Metrics) prometheus.Collector { return m.producerResets["unknown_producer_id"] }, 1},
+		{"ProducerReset bogus reason is bounded", func(m *Metrics) { m.ProducerReset("cosmic ray") },
+			func(m *Metrics) prometheus.Collector { return m.producerResets[resetOther] }, 1},
 		{"CommitError", func(m *Metrics) { m.CommitError() },
 			func(m *Metrics) prometheus.Collector { return m.commitErrors }, 1},
 		{"Rebalance", func(m *Metrics) { m.Rebalance() },

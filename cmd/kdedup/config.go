@@ -54,6 +54,7 @@ type KafkaConfig struct {
 	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"16777216" desc:"Maximum bytes of one fetch response per partition."`
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
 	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
+	Idempotent        bool          `env:"IDEMPOTENT" envDefault:"true" desc:"Idempotent production (producer id and sequence numbers, as Kafka's Java producer does): a produce retry whose first attempt was written is not written twice. Needs Kafka 0.11+ and, with ACLs, IDEMPOTENT_WRITE on the cluster; kdedup exits at startup if the brokers refuse it. false: retries can duplicate records in the output."`
 	TLSEnabled        bool          `env:"TLS_ENABLED" envDefault:"false" desc:"Connect to the brokers with TLS."`
 	TLSCAFile         string        `env:"TLS_CA_FILE" desc:"PEM file of the CA certificates that verify the brokers (default: the system pool). Needs KAFKA_TLS_ENABLED=true."`
 	TLSCertFile       string        `env:"TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS, with KAFKA_TLS_KEY_FILE. Needs KAFKA_TLS_ENABLED=true."`
@@ -405,28 +406,29 @@ func (c Config) consumerFields() consumer.Config {
 		brokers[i] = strings.TrimSpace(b)
 	}
 	return consumer.Config{
-		Brokers:           brokers,
-		InputTopic:        k.InputTopic,
-		OutputTopic:       k.OutputTopic,
-		DuplicatesTopic:   d.DuplicatesTopic,
-		GroupID:           k.GroupID,
-		ClientID:          k.ClientID,
-		StartFromLatest:   k.StartOffset == "latest",
-		SessionTimeout:    k.SessionTimeout,
-		HeartbeatInterval: k.HeartbeatInterval,
-		RebalanceTimeout:  k.RebalanceTimeout,
-		BatchSize:         k.BatchSize,
-		BatchBytes:        k.BatchBytes,
-		BatchTimeout:      k.BatchTimeout,
-		CommitInterval:    k.CommitInterval,
-		FetchMaxWait:      k.FetchMaxWait,
-		FetchMaxBytes:     k.FetchMaxBytes,
-		Partitioning:      consumer.Partitioning(k.Partitioning),
-		Mode:              consumer.Mode(d.Mode),
-		MarkHeader:        d.MarkHeader,
-		Unkeyed:           consumer.UnkeyedPolicy(d.Unkeyed),
-		Compression:       compressions[k.Compression],
-		ShutdownTimeout:   c.ShutdownTimeout,
+		Brokers:            brokers,
+		InputTopic:         k.InputTopic,
+		OutputTopic:        k.OutputTopic,
+		DuplicatesTopic:    d.DuplicatesTopic,
+		GroupID:            k.GroupID,
+		ClientID:           k.ClientID,
+		StartFromLatest:    k.StartOffset == "latest",
+		SessionTimeout:     k.SessionTimeout,
+		HeartbeatInterval:  k.HeartbeatInterval,
+		RebalanceTimeout:   k.RebalanceTimeout,
+		BatchSize:          k.BatchSize,
+		BatchBytes:         k.BatchBytes,
+		BatchTimeout:       k.BatchTimeout,
+		CommitInterval:     k.CommitInterval,
+		FetchMaxWait:       k.FetchMaxWait,
+		FetchMaxBytes:      k.FetchMaxBytes,
+		Partitioning:       consumer.Partitioning(k.Partitioning),
+		Mode:               consumer.Mode(d.Mode),
+		MarkHeader:         d.MarkHeader,
+		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
+		Compression:        compressions[k.Compression],
+		ShutdownTimeout:    c.ShutdownTimeout,
+		DisableIdempotence: !k.Idempotent,
 	}
 }
 

@@ -67,6 +67,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"mark header", cc.MarkHeader, "kdedup-duplicate"},
 		{"unkeyed", cc.Unkeyed, consumer.UnkeyedPass},
 		{"shutdown", cc.ShutdownTimeout, 30 * time.Second},
+		{"idempotent", cc.DisableIdempotence, false},
 		{"tls", cc.TLS == nil, true},
 		{"sasl", cc.SASL == nil, true},
 		{"key", cfg.Dedup.Key, "key"},
@@ -208,6 +209,7 @@ func TestConfigConversion(t *testing.T) {
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
 		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
+		"KAFKA_IDEMPOTENT": "false",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +220,7 @@ func TestConfigConversion(t *testing.T) {
 	}
 	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafka.Zstd ||
 		cc.Mode != consumer.ModeMark || cc.MarkHeader != "x-dup" || cc.Unkeyed != consumer.UnkeyedDrop ||
-		cc.DuplicatesTopic != "dups" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" {
+		cc.DuplicatesTopic != "dups" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}
 	wc := windowConfig(cfg.Dedup)

@@ -176,6 +176,10 @@ func serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		if errors.Is(werr, consumer.ErrPartitionMismatch) {
 			log.Error("cannot run: "+werr.Error(),
 				"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash")
+		} else if errors.Is(werr, consumer.ErrIdempotenceUnsupported) {
+			log.Error("cannot run: "+werr.Error(),
+				"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+
+					"to produce without idempotence (a produce retry may then duplicate records in the output)")
 		} else {
 			log.Error("worker failed", "error", werr.Error())
 		}

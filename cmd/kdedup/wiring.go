@@ -161,6 +161,9 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 	return ks.Extract, nil
 }
 
+// metrics.Metrics reports the idempotent producer's resets and uncertain retries.
+var _ consumer.ProducerObserver = (*metrics.Metrics)(nil)
+
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 	return metrics.New(reg, metrics.Options{
@@ -168,6 +171,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		Version:                 version,
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
 		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
+		ProducerResetReasons:    consumer.ResetReasons(),
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Options configures Start. The zero value starts one broker without topics.
@@ -37,6 +38,9 @@ type Options struct {
 	MinSessionTimeout time.Duration
 	// AutoCreateTopics lets metadata requests create missing topics.
 	AutoCreateTopics bool
+	// MaxVersions, when set, caps the API versions the brokers accept, to simulate an older
+	// Kafka; an API it lacks is not offered at all.
+	MaxVersions *kversion.Versions
 }
 
 // Cluster is a running (or stopped) fake cluster. Its methods are safe for concurrent use.
@@ -77,6 +81,9 @@ func (cl *Cluster) start(seed bool) error {
 	}
 	if cl.opts.DataDir != "" {
 		kopts = append(kopts, kfake.DataDir(cl.opts.DataDir))
+	}
+	if cl.opts.MaxVersions != nil {
+		kopts = append(kopts, kfake.MaxVersions(cl.opts.MaxVersions))
 	}
 	if seed {
 		for name, n := range cl.opts.Topics {
@@ -165,6 +172,19 @@ func (cl *Cluster) ApplyRetention() {
 	if c != nil {
 		c.ApplyRetention()
 	}
+}
+
+// Fault installs broker faults (see kfake.Cluster.Fault: errors answered in place of the real
+// answer, REQUEST_TIMED_OUT on produce after the records were appended) on the running cluster
+// and returns their handle, or nil when the cluster is stopped. Faults do not survive Stop.
+func (cl *Cluster) Fault(faults ...kfake.Fault) *kfake.FaultHandle {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return c.Fault(faults...)
 }
 
 // Close stops the cluster for good.

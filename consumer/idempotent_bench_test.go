@@ -1,0 +1,55 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/embedkafka"
+)
+
+// BenchmarkProducePath compares the idempotent produce path (the default) with the one it
+// replaced (Config.DisableIdempotence: kafka-go Client.Produce without producer id), on
+// BenchmarkEndToEnd's pipeline with a Deduper that finds nothing, so every record is produced:
+// consume, produce with acks=all, commit after every batch, 4 input partitions on an in-process
+// kfake broker over TCP. Sub-benchmarks cover batch sizes 100 and 1000 and both partitionings
+// (hash: 4 input partitions feed 4 output partitions, every output partition from all of them).
+// Both paths run in the same process, one after the other for each setting; compare them with
+// interleaved runs, e.g.
+//
+//	go test -run '^$' -bench ProducePath -benchtime 200000x -count 6 ./consumer/ | benchstat -col /path -
+func BenchmarkProducePath(b *testing.B) {
+	for _, batch := range []int{100, 1000} {
+		for _, part := range []consumer.Partitioning{consumer.PartitionSame, consumer.PartitionHash} {
+			for _, path := range []struct {
+				name    string
+				disable bool
+			}{{"produce", true}, {"idempotent", false}} {
+				b.Run(fmt.Sprintf("batch=%d/part=%s/path=%s", batch, part, path.name), func(b *testing.B) {
+					benchPipeline(b, producePathRunner(batch, part, path.disable))
+				})
+			}
+		}
+	}
+}
+
+// producePathRunner runs a worker that produces every record, with the given batch size,
+// partitioning and produce path.
+func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence bool) pipeline {
+	return func(ctx context.Context, cl *embedkafka.Cluster) error {
+		w, err := consumer.New(consumer.Config{
+			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
+			DisableIdempotence: disableIdempotence,
+		}, nopDeduper{}, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
+			return k, k != nil
+		}, nil, testLog)
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	}
+}
