@@ -152,7 +152,7 @@ func runLoadtest(ctx context.Context, args []string, environ map[string]string, 
 		if consumer.Mode(environ["DEDUP_MODE"]) == consumer.ModeMark && !set["mark-header"] {
 			*markHeader = environ["DEDUP_MARK_HEADER"]
 			if *markHeader == "" {
-				*markHeader = "kdedup-duplicate"
+				*markHeader = consumer.DefaultMarkHeader
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
