@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,9 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
+
+// demoCounters are the worker's counters the demo prints, summed over their partitions.
+var demoCounters = []string{"kdedup_records_consumed_total", "kdedup_records_produced_total", "kdedup_duplicates_total"}
 
 // runDemo starts an embedded Kafka-protocol broker, produces a stream with duplicates, runs the
 // real worker (configured through the same environment parsing as production) against it, and
@@ -159,7 +160,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	elapsed := time.Since(began)
-	scraped := scrapeCounters(base+"/metrics", "kdedup_records_consumed_total", "kdedup_records_produced_total", "kdedup_duplicates_total")
+	scraped := scrapeMetrics(base+"/metrics", demoCounters...)
 
 	ends, err := cl.EndOffsets(context.WithoutCancel(ctx), out)
 	if err != nil {
@@ -175,8 +176,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "dropped:         %d duplicates\n", dropped)
 	fmt.Fprintf(stdout, "duplicate rate:  %.2f%%\n", 100*float64(dropped)/float64(*records))
 	fmt.Fprintf(stdout, "elapsed:         %v (%.0f records/s, produce to commit)\n", elapsed.Round(time.Millisecond), float64(*records)/elapsed.Seconds())
-	if scraped != "" {
-		fmt.Fprintf(stdout, "from /metrics:   %s\n", scraped)
+	if scraped != nil {
+		parts := make([]string, len(demoCounters))
+		for i, n := range demoCounters {
+			parts[i] = fmt.Sprintf("%s %.0f", n, scraped[n])
+		}
+		fmt.Fprintf(stdout, "from /metrics:   %s\n", strings.Join(parts, ", "))
 	}
 	switch {
 	case dropped < dups:
@@ -197,33 +202,4 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail("worker exited with status %d", code)
 	}
 	return 0
-}
-
-// scrapeCounters fetches a Prometheus text exposition and returns "name total, ..." for the
-// given metric names, summed over their labels; "" if the scrape fails.
-func scrapeCounters(url string, names ...string) string {
-	resp, err := http.Get(url)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	sums := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, n := range names {
-			if strings.HasPrefix(line, n+"{") || strings.HasPrefix(line, n+" ") {
-				f := strings.Fields(line)
-				if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-					sums[n] += v
-				}
-			}
-		}
-	}
-	var parts []string
-	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f", n, sums[n]))
-	}
-	return strings.Join(parts, ", ")
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -549,39 +548,6 @@ func waitReady(ctx context.Context, url string, exit chan int, within time.Durat
 		}
 	}
 	return -1, false
-}
-
-// scrapeMetrics fetches a Prometheus text exposition and returns, for each of the given metric
-// names present, "name" → the sum over its label sets and "name:max" → the largest value. It
-// returns nil if the scrape fails.
-func scrapeMetrics(url string, names ...string) map[string]float64 {
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(url)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, n := range names {
-			if !strings.HasPrefix(line, n+"{") && !strings.HasPrefix(line, n+" ") {
-				continue
-			}
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				continue
-			}
-			out[n] += v
-			if m, ok := out[n+":max"]; !ok || v > m {
-				out[n+":max"] = v
-			}
-		}
-	}
-	return out
 }
 
 // printSizing prints, for a range of false-positive rates, the filter layout window.Size derives
