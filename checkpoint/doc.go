@@ -34,6 +34,9 @@
 // possibly shared by several replicas: Save writes to a temporary file whose
 // name is unique per process and call, fsyncs it, renames it into place and
 // fsyncs the directory, so a crash never leaves a partial snapshot visible.
+// It does all of that through an FS (OSFS by default); checkpoint/errorfs
+// wraps one to fail writes, fsyncs, renames, directory fsyncs and reads in
+// tests, which prove that no such failure loses the previous snapshot.
 //
 // S3Store keeps them as objects "<prefix><unit>.<seq>.snap" in an S3 bucket
 // or an S3-compatible service (MinIO, R2, Ceph). An object appears only

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -127,7 +126,11 @@ func ValidateUnit(unit string) error {
 // Retention: after each successful save the newest Keep snapshots of the
 // unit are kept and older ones deleted, so a restorer can fall back to the
 // previous snapshot when the newest is corrupt (see Load).
+//
+// Every file operation goes through an FS: OSFS unless the store was made
+// with NewDirStoreFS.
 type DirStore struct {
+	fs   FS
 	dir  string
 	keep int
 
@@ -142,13 +145,19 @@ var _ Store = (*DirStore)(nil)
 // keep <= 0 means DefaultKeep. It fails if dir cannot be created or is not
 // a directory.
 func NewDirStore(dir string, keep int) (*DirStore, error) {
+	return NewDirStoreFS(OSFS{}, dir, keep)
+}
+
+// NewDirStoreFS is NewDirStore over the file system fsys instead of OSFS:
+// for tests that inject file system failures (see checkpoint/errorfs).
+func NewDirStoreFS(fsys FS, dir string, keep int) (*DirStore, error) {
 	if keep <= 0 {
 		keep = DefaultKeep
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint: creating snapshot directory: %w", err)
 	}
-	return &DirStore{dir: dir, keep: keep, locks: make(map[string]*sync.Mutex)}, nil
+	return &DirStore{fs: fsys, dir: dir, keep: keep, locks: make(map[string]*sync.Mutex)}, nil
 }
 
 // Dir returns the directory the store writes to.
@@ -201,7 +210,7 @@ func (s *DirStore) Save(ctx context.Context, unit string, write func(w io.Writer
 	l.Lock()
 	defer l.Unlock()
 
-	f, err := os.CreateTemp(s.dir, "."+unit+"."+strconv.Itoa(os.Getpid())+".*.tmp")
+	f, err := s.fs.CreateTemp(s.dir, "."+unit+"."+strconv.Itoa(os.Getpid())+".*.tmp")
 	if err != nil {
 		return Info{}, fmt.Errorf("checkpoint: save %s: %w", unit, err)
 	}
@@ -212,7 +221,7 @@ func (s *DirStore) Save(ctx context.Context, unit string, write func(w io.Writer
 			_ = f.Close()
 		}
 		if !committed {
-			_ = os.Remove(tmp)
+			_ = s.fs.Remove(tmp)
 		}
 	}()
 	fail := func(what string, err error) (Info, error) {
@@ -253,36 +262,18 @@ func (s *DirStore) Save(ctx context.Context, unit string, write func(w io.Writer
 		seq = existing[0].Seq + 1
 	}
 	name := snapName(unit, seq)
-	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
+	if err := s.fs.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
 		return fail("rename", err)
 	}
 	committed = true
 	info := Info{Unit: unit, Name: name, Seq: seq, Size: fi.Size(), ModTime: fi.ModTime()}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		return info, fmt.Errorf("%w: %s: fsync directory: %w", ErrNotDurable, unit, err)
 	}
 	if err := s.pruneLocked(unit); err != nil {
 		return info, fmt.Errorf("%w: %s: %w", ErrPrune, unit, err)
 	}
 	return info, nil
-}
-
-// syncDir fsyncs a directory so a rename in it is durable. File systems
-// that cannot fsync directories (EINVAL, ENOTSUP) are tolerated. It is a
-// variable so that tests can make it fail.
-var syncDir = func(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) {
-		err = nil
-	}
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func snapName(unit string, seq uint64) string {
@@ -353,7 +344,7 @@ func (s *DirStore) List(ctx context.Context, unit string) ([]Info, error) {
 }
 
 func (s *DirStore) list(unit string) ([]Info, error) {
-	entries, err := os.ReadDir(s.dir)
+	entries, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -376,9 +367,9 @@ func (s *DirStore) list(unit string) ([]Info, error) {
 	return infos, nil
 }
 
-// Open implements Store.Open. The returned reader is an *os.File, so the
-// decoder can check the file size against the header before the caller
-// allocates. It fails with an error wrapping ErrBadUnit if snap does not
+// Open implements Store.Open. The returned reader is the FS's File (an
+// *os.File with OSFS), whose Stat and Seek let the decoder check the file
+// size against the header before the caller allocates. It fails with an error wrapping ErrBadUnit if snap does not
 // name a snapshot of snap.Unit.
 func (s *DirStore) Open(ctx context.Context, snap Info) (io.ReadCloser, error) {
 	if err := ValidateUnit(snap.Unit); err != nil {
@@ -390,7 +381,7 @@ func (s *DirStore) Open(ctx context.Context, snap Info) (io.ReadCloser, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("checkpoint: open %s: %w", snap.Name, err)
 	}
-	f, err := os.Open(filepath.Join(s.dir, snap.Name))
+	f, err := s.fs.Open(filepath.Join(s.dir, snap.Name))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open: %w", err)
 	}
@@ -418,13 +409,13 @@ func (s *DirStore) Prune(ctx context.Context, unit string) error {
 }
 
 func (s *DirStore) pruneLocked(unit string) error {
-	entries, err := os.ReadDir(s.dir)
+	entries, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	remove := func(name string) {
-		if err := os.Remove(filepath.Join(s.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.fs.Remove(filepath.Join(s.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

@@ -228,44 +228,6 @@ func TestDirStoreFailedSaveLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestDirStoreNotDurable proves Save's contract when the directory fsync after the rename fails:
-// the error wraps ErrNotDurable, the returned Info is the snapshot, which is visible and complete,
-// and no older snapshot is pruned, so one survives a crash either way.
-func TestDirStoreNotDurable(t *testing.T) {
-	s := newTestStore(t, 1)
-	ctx := context.Background()
-	prev, err := s.Save(ctx, "u", writeString("previous"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	errSync := errors.New("directory fsync failed")
-	defer func(orig func(string) error) { syncDir = orig }(syncDir)
-	syncDir = func(string) error { return errSync }
-	info, err := s.Save(ctx, "u", writeString("new"))
-	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, errSync) {
-		t.Fatalf("Save = %v, want ErrNotDurable wrapping the fsync error", err)
-	}
-	list, err := s.List(ctx, "u")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 2 || list[0] != info || list[1] != prev {
-		t.Fatalf("List = %+v, want the new snapshot %+v then the unpruned previous one", list, info)
-	}
-	if got := readAll(t, s, info); got != "new" {
-		t.Fatalf("the visible snapshot holds %q, want it complete", got)
-	}
-
-	syncDir = func(string) error { return nil }
-	last, err := s.Save(ctx, "u", writeString("durable"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if list, _ := s.List(ctx, "u"); len(list) != 1 || list[0] != last {
-		t.Fatalf("after a durable save List = %+v, want only %+v (keep 1)", list, last)
-	}
-}
-
 func TestDirStoreSeqStaysMonotonic(t *testing.T) {
 	// A snapshot from a replica whose clock ran ahead: the next save must
 	// still sort as newest.

@@ -49,6 +49,9 @@ const (
 // MarkValue is the value of the mark header that ModeMark puts on duplicates.
 const MarkValue = "1"
 
+// DefaultMarkHeader is the header ModeMark puts on duplicates when Config.MarkHeader is empty.
+const DefaultMarkHeader = "kdedup-duplicate"
+
 // Config configures a Worker. It is a plain value; cmd/kdedup fills it from environment variables
 // (the documented operator-facing defaults live in its struct tags). Fields documented as
 // "default X" take X when zero.
@@ -102,7 +105,7 @@ type Config struct {
 	Partitioning Partitioning
 	// Mode says what happens to duplicates. Default ModeDrop.
 	Mode Mode
-	// MarkHeader is the header ModeMark adds to duplicates. Default "kdedup-duplicate".
+	// MarkHeader is the header ModeMark adds to duplicates. Default DefaultMarkHeader.
 	MarkHeader string
 	// Unkeyed says what happens to records without an extractable key. Default UnkeyedPass.
 	Unkeyed UnkeyedPolicy
@@ -172,7 +175,7 @@ func (c Config) withDefaults() Config {
 		c.Mode = ModeDrop
 	}
 	if c.MarkHeader == "" {
-		c.MarkHeader = "kdedup-duplicate"
+		c.MarkHeader = DefaultMarkHeader
 	}
 	if c.Unkeyed == "" {
 		c.Unkeyed = UnkeyedPass

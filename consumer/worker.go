@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/grace"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -134,24 +135,12 @@ func (w *Worker) updateReady() {
 // ErrPartitionMismatch, an ErrIdempotenceUnsupported, or a consumer group that cannot be created.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
 	defer cancelHard()
-	var hardTimer *time.Timer
-	var hardMu sync.Mutex
-	stopHard := context.AfterFunc(ctx, func() {
+	stopLog := context.AfterFunc(ctx, func() {
 		w.log.Info("shutdown requested: draining", "timeout", w.cfg.ShutdownTimeout.String())
-		hardMu.Lock()
-		hardTimer = time.AfterFunc(w.cfg.ShutdownTimeout, cancelHard)
-		hardMu.Unlock()
 	})
-	defer func() {
-		stopHard()
-		hardMu.Lock()
-		if hardTimer != nil {
-			hardTimer.Stop()
-		}
-		hardMu.Unlock()
-	}()
+	defer stopLog()
 	defer w.transport.CloseIdleConnections()
 	defer w.updateReady()
 
@@ -329,23 +318,7 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	return nil
 }
 
-// graceContext returns a context that is cancelled when parent is, or grace after trigger is.
-func graceContext(parent, trigger context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(parent)
-	var mu sync.Mutex
-	var t *time.Timer
-	stop := context.AfterFunc(trigger, func() {
-		mu.Lock()
-		t = time.AfterFunc(grace, cancel)
-		mu.Unlock()
-	})
-	return ctx, func() {
-		stop()
-		mu.Lock()
-		if t != nil {
-			t.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
+// graceContext returns a context that is cancelled when parent is, or d after trigger is.
+func graceContext(parent, trigger context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return grace.Context(parent, trigger, d)
 }

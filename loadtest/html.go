@@ -2,9 +2,10 @@ package loadtest
 
 import (
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -44,9 +45,39 @@ func fmtTick(v float64) string {
 	}
 }
 
-// svgChart renders a step-line chart of series over [0, xMax] seconds as an inline SVG element.
-// Every series with at least one point becomes one <path class="series">.
-func svgChart(title, yUnit string, width, xMax, yFixed float64, ss []chartSeries) string {
+// chart is one SVG chart, laid out: the coordinates the template writes, from which it derives
+// the rest (a label's offset from its tick, the middle of an axis).
+type chart struct {
+	Title, YUnit string
+	// W and H are the size; Left, Right, Top and Bottom the plot area's edges.
+	W, H, Left, Right, Top, Bottom float64
+	// YTicks are at y = Pos, XTicks at x = Pos.
+	YTicks, XTicks []chartTick
+	Legend         []chartLegend
+	// Paths are the series in drawing order: the first series last, on top.
+	Paths []chartPath
+}
+
+// chartTick is a tick of an axis: where, and its label.
+type chartTick struct {
+	Pos   float64
+	Label string
+}
+
+// chartLegend is a series' entry in the legend, starting at X.
+type chartLegend struct {
+	X           float64
+	Color, Name string
+}
+
+// chartPath is a series' step line: class, colour and SVG path data.
+type chartPath struct {
+	Class, Color, D string
+}
+
+// svgChart lays out a step-line chart of series over [0, xMax] seconds. Every series with at
+// least one point becomes one path of class "series".
+func svgChart(title, yUnit string, width, xMax, yFixed float64, ss []chartSeries) chart {
 	const W, H = 760.0, 260.0
 	const left, right, top, bottom = 64.0, 16.0, 46.0, 40.0
 	pw, ph := W-left-right, H-top-bottom
@@ -67,65 +98,56 @@ func svgChart(title, yUnit string, width, xMax, yFixed float64, ss []chartSeries
 	}
 	px := func(x float64) float64 { return left + pw*min(max(x/xMax, 0), 1) }
 	py := func(y float64) float64 { return top + ph*(1-min(max(y/yMax, 0), 1)) }
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`,
-		W, H, W, H, html.EscapeString(title))
-	fmt.Fprintf(&b, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`, W, H)
-	fmt.Fprintf(&b, `<text x="%.0f" y="18" class="title">%s</text>`, left, html.EscapeString(title))
-	// Grid and y ticks.
+	c := chart{Title: title, YUnit: yUnit, W: W, H: H, Left: left, Right: left + pw, Top: top, Bottom: top + ph}
 	for i := 0; i <= 5; i++ {
 		y := yMax * float64(i) / 5
-		fmt.Fprintf(&b, `<path class="grid" d="M%.1f,%.1f H%.1f"/>`, left, py(y), left+pw)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" class="ytick">%s</text>`, left-6, py(y)+4, fmtTick(y))
+		c.YTicks = append(c.YTicks, chartTick{py(y), fmtTick(y)})
 	}
-	// X ticks.
 	step := niceCeil(xMax / 8)
 	for x := 0.0; x <= xMax*(1+1e-9); x += step {
-		fmt.Fprintf(&b, `<path class="axis" d="M%.1f,%.1f V%.1f"/>`, px(x), top+ph, top+ph+4)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" class="xtick">%ss</text>`, px(x), top+ph+16, fmtTick(x))
+		c.XTicks = append(c.XTicks, chartTick{px(x), fmtTick(x)})
 	}
-	fmt.Fprintf(&b, `<path class="axis" d="M%.1f,%.1f V%.1f H%.1f"/>`, left, top, top+ph, left+pw)
-	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" class="xlabel">time since start</text>`, left+pw/2, H-4)
-	fmt.Fprintf(&b, `<text x="12" y="%.1f" class="ylabel" transform="rotate(-90 12 %.1f)">%s</text>`, top+ph/2, top+ph/2, html.EscapeString(yUnit))
-	// Series, the first on top; the legend on a line below the title.
 	lx := left
 	for _, s := range ss {
-		fmt.Fprintf(&b, `<path class="legend" stroke="%s" d="M%.1f,34 H%.1f"/><text x="%.1f" y="38" class="legendtext">%s</text>`,
-			s.color, lx, lx+16, lx+20, html.EscapeString(s.name))
+		c.Legend = append(c.Legend, chartLegend{lx, s.color, s.name})
 		lx += float64(len(s.name))*6.8 + 36
 	}
 	for i := len(ss) - 1; i >= 0; i-- {
-		s := ss[i]
-		var d strings.Builder
-		pen := false
-		for j, x := range s.xs {
-			y := s.ys[j]
-			if math.IsNaN(y) {
-				pen = false
-				continue
-			}
-			if !pen {
-				fmt.Fprintf(&d, "M%.1f,%.1f", px(x), py(y))
-			} else {
-				fmt.Fprintf(&d, "L%.1f,%.1f", px(x), py(y))
-			}
-			fmt.Fprintf(&d, "L%.1f,%.1f", px(x+width), py(y))
-			pen = true
-		}
-		if d.Len() > 0 {
+		if d := stepPath(ss[i], width, px, py); d != "" {
 			class := "series"
-			if s.dash {
+			if ss[i].dash {
 				class = "series dash"
 			}
-			fmt.Fprintf(&b, `<path class="%s" stroke="%s" d="%s"/>`, class, s.color, d.String())
+			c.Paths = append(c.Paths, chartPath{class, ss[i].color, d})
 		}
 	}
-	b.WriteString(`</svg>`)
-	return b.String()
+	return c
+}
+
+// stepPath returns the SVG path data of a series' step line, "" if it has no point: each bucket
+// [x, x+width) is a horizontal step, and a NaN lifts the pen.
+func stepPath(s chartSeries, width float64, px, py func(float64) float64) string {
+	var d strings.Builder
+	pen := false
+	for j, x := range s.xs {
+		y := s.ys[j]
+		if math.IsNaN(y) {
+			pen = false
+			continue
+		}
+		if !pen {
+			fmt.Fprintf(&d, "M%.1f,%.1f", px(x), py(y))
+		} else {
+			fmt.Fprintf(&d, "L%.1f,%.1f", px(x), py(y))
+		}
+		fmt.Fprintf(&d, "L%.1f,%.1f", px(x+width), py(y))
+		pen = true
+	}
+	return d.String()
 }
 
 // charts returns the report's three charts.
-func (r *Report) charts() []string {
+func (r *Report) charts() []chart {
 	w := r.BucketSeconds
 	if w <= 0 || len(r.Series) == 0 {
 		return nil
@@ -151,7 +173,7 @@ func (r *Report) charts() []string {
 		}
 	}
 	xMax := r.Series[n-1].T + w
-	return []string{
+	return []chart{
 		svgChart("Throughput (records/s)", "records/s", w, xMax, 0, []chartSeries{
 			{"sent", "#1f77b4", xs, sent, false}, {"delivered", "#2ca02c", xs, out, false},
 		}),
@@ -191,104 +213,157 @@ ul { margin: 4px 0; }
 code { font-size: 13px; }
 `
 
+// htmlTemplate is the report page. Its line breaks and the tabs that follow them are removed
+// before parsing (see compactTemplate): the page is written as one line, and every other space
+// in it is meant.
+const htmlTemplate = `
+<!DOCTYPE html>{{"\n"}}
+<html lang="en"><head><meta charset="utf-8"/><title>kdedup loadtest {{.RunID}}</title><style>{{.Style}}</style></head><body>
+	<h1>kdedup loadtest <span class="verdict {{.BadgeClass}}">{{.Badge}}</span></h1>
+	<p>Run <code>{{.RunID}}</code> ({{.Mode}} mode), started {{.Started}}, {{f1 .ElapsedSeconds}}s.
+		{{" "}}{{.InputTopic}} ({{.InputPartitions}} partitions) to {{.OutputTopic}} ({{.OutputPartitions}} partitions).</p>
+	{{with .Failures}}<h2>Failures</h2><ul>{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
+	{{range .Notes}}<p>Note: {{.}}</p>{{end}}
+	<h2>Results</h2>{{template "table" .Results}}
+	<h2>Over time</h2><div class="charts">{{range .Charts}}{{template "chart" .}}{{end}}</div>
+	{{with .FilterRows}}<h2>Filter memory</h2>{{template "table" .}}{{end}}
+	<h2>Settings</h2>{{template "table" .SettingsRows}}
+	{{with .Verdict.Examples}}<h2>Examples</h2><ul>{{range .}}<li><code>{{.}}</code></li>{{end}}</ul>{{end}}
+</body></html>{{"\n"}}
+
+{{define "table"}}
+	<table>{{range .}}<tr><th>{{.Name}}</th><td class="num">{{.Value}}</td></tr>{{end}}</table>
+{{end}}
+
+{{define "chart"}}
+	<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{{f0 .W}}" height="{{f0 .H}}" viewBox="0 0 {{f0 .W}} {{f0 .H}}" role="img" aria-label="{{.Title}}">
+	<rect x="0" y="0" width="{{f0 .W}}" height="{{f0 .H}}" fill="#ffffff"/>
+	<text x="{{f0 .Left}}" y="18" class="title">{{.Title}}</text>
+	{{range .YTicks}}
+		<path class="grid" d="M{{f1 $.Left}},{{f1 .Pos}} H{{f1 $.Right}}"/>
+		<text x="{{f1 (add $.Left -6)}}" y="{{f1 (add .Pos 4)}}" class="ytick">{{.Label}}</text>
+	{{end}}
+	{{range .XTicks}}
+		<path class="axis" d="M{{f1 .Pos}},{{f1 $.Bottom}} V{{f1 (add $.Bottom 4)}}"/>
+		<text x="{{f1 .Pos}}" y="{{f1 (add $.Bottom 16)}}" class="xtick">{{.Label}}s</text>
+	{{end}}
+	<path class="axis" d="M{{f1 .Left}},{{f1 .Top}} V{{f1 .Bottom}} H{{f1 .Right}}"/>
+	<text x="{{f1 (mid .Left .Right)}}" y="{{f1 (add .H -4)}}" class="xlabel">time since start</text>
+	<text x="12" y="{{f1 (mid .Top .Bottom)}}" class="ylabel" transform="rotate(-90 12 {{f1 (mid .Top .Bottom)}})">{{.YUnit}}</text>
+	{{range .Legend}}
+		<path class="legend" stroke="{{.Color}}" d="M{{f1 .X}},34 H{{f1 (add .X 16)}}"/>
+		<text x="{{f1 (add .X 20)}}" y="38" class="legendtext">{{.Name}}</text>
+	{{end}}
+	{{range .Paths}}<path class="{{.Class}}" stroke="{{.Color}}" d="{{.D}}"/>{{end}}
+	</svg>
+{{end}}
+`
+
+// compactTemplate removes every line break of src with the tabs that follow it.
+func compactTemplate(src string) string {
+	return regexp.MustCompile(`\n\t*`).ReplaceAllString(src, "")
+}
+
+// reportPage is parsed once; html/template escapes every value for where it stands.
+var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
+	"f0":  func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) },
+	"f1":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"add": func(a, b float64) float64 { return a + b },
+	"mid": func(a, b float64) float64 { return a + (b-a)/2 },
+}).Parse(compactTemplate(htmlTemplate)))
+
+// htmlRow is one row of a table of the report: a name and a formatted value.
+type htmlRow struct{ Name, Value string }
+
+// htmlPage is what reportPage renders.
+type htmlPage struct {
+	*Report
+	Style                             template.CSS
+	Badge, BadgeClass, Started        string
+	Results, FilterRows, SettingsRows []htmlRow
+	Charts                            []chart
+}
+
 // WriteHTML writes a self-contained HTML report: verdict, figures, settings and inline SVG charts
 // of throughput, latency and the duplicate rate over time. It uses no scripts and loads nothing.
 // The markup is well-formed XML.
 func (r *Report) WriteHTML(w io.Writer) error {
-	var b strings.Builder
-	esc := html.EscapeString
-	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>")
-	fmt.Fprintf(&b, "<title>kdedup loadtest %s</title><style>%s</style></head><body>", esc(r.RunID), htmlStyle)
-	verdict, class := "PASS", "pass"
+	p := htmlPage{
+		Report: r, Style: template.CSS(htmlStyle), Badge: "PASS", BadgeClass: "pass",
+		Started: r.Started.Format(time.RFC3339), Charts: r.charts(),
+		Results: r.resultRows(), FilterRows: r.filterRows(), SettingsRows: r.settingsRows(),
+	}
 	if !r.Pass {
-		verdict, class = "FAIL", "fail"
+		p.Badge, p.BadgeClass = "FAIL", "fail"
 	}
-	fmt.Fprintf(&b, `<h1>kdedup loadtest <span class="verdict %s">%s</span></h1>`, class, verdict)
-	fmt.Fprintf(&b, "<p>Run <code>%s</code> (%s mode), started %s, %.1fs. %s (%d partitions) to %s (%d partitions).</p>",
-		esc(r.RunID), esc(r.Mode), esc(r.Started.Format(time.RFC3339)), r.ElapsedSeconds,
-		esc(r.InputTopic), r.InputPartitions, esc(r.OutputTopic), r.OutputPartitions)
-	if len(r.Failures) > 0 {
-		b.WriteString("<h2>Failures</h2><ul>")
-		for _, f := range r.Failures {
-			fmt.Fprintf(&b, "<li>%s</li>", esc(f))
-		}
-		b.WriteString("</ul>")
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "<p>Note: %s</p>", esc(n))
-	}
+	return reportPage.Execute(w, p)
+}
 
+// resultRows returns the rows of the Results table.
+func (r *Report) resultRows() []htmlRow {
 	v, l, t := r.Verdict, r.Latency, r.Throughput
-	b.WriteString("<h2>Results</h2><table>")
-	row := func(name, value string) {
-		fmt.Fprintf(&b, `<tr><th>%s</th><td class="num">%s</td></tr>`, esc(name), esc(value))
+	rows := []htmlRow{
+		{"records sent", strconv.Itoa(v.Records)},
+		{"originals / duplicates", fmt.Sprintf("%d / %d", v.ByKind[KindOriginal.String()], v.Records-v.ByKind[KindOriginal.String()])},
+		{"duplicates by kind", orNone(kindList(v.ByKind, dupKinds...))},
+		{"records delivered", strconv.Itoa(v.Delivered)},
+		{"unique events that must appear", strconv.Itoa(v.Uniques)},
+		{"unique events lost", fmt.Sprintf("%d (bound %d, expected %.3g)", v.Lost, v.LossBound, v.ExpectedLoss)},
+		{"measured loss rate", fmt.Sprintf("%.3g (configured false-positive rate %g)", v.MeasuredLossRate, r.Settings.FalsePositiveRate)},
 	}
-	row("records sent", strconv.Itoa(v.Records))
-	row("originals / duplicates", fmt.Sprintf("%d / %d", v.ByKind[KindOriginal.String()], v.Records-v.ByKind[KindOriginal.String()]))
-	row("duplicates by kind", orNone(kindList(v.ByKind, dupKinds...)))
-	row("records delivered", strconv.Itoa(v.Delivered))
-	row("unique events that must appear", strconv.Itoa(v.Uniques))
-	row("unique events lost", fmt.Sprintf("%d (bound %d, expected %.3g)", v.Lost, v.LossBound, v.ExpectedLoss))
-	row("measured loss rate", fmt.Sprintf("%.3g (configured false-positive rate %g)", v.MeasuredLossRate, r.Settings.FalsePositiveRate))
 	if v.SteadyUniques > 0 && !r.Settings.ExpectAll {
-		row("loss rate once the window had filled", fmt.Sprintf("%.3g (%d of %d)", v.SteadyLossRate, v.SteadyLost, v.SteadyUniques))
+		rows = append(rows, htmlRow{"loss rate once the window had filled", fmt.Sprintf("%.3g (%d of %d)", v.SteadyLossRate, v.SteadyLost, v.SteadyUniques)})
 	}
-	row("duplicates that must be dropped", strconv.Itoa(v.MustDrop))
-	row("duplicates leaked", fmt.Sprintf("%d (%d repeated deliveries)", v.Leaked, v.DoubleDelivered))
-	row("copies not judged (timing)", strconv.Itoa(v.Ambiguous))
-	row("per-key order violations", strconv.Itoa(v.OrderViolations))
-	row("latency p50 / p90 / p99", fmt.Sprintf("%s / %s / %s", fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99)))
-	row("latency p99.9 / max", fmt.Sprintf("%s / %s", fmtMs(l.P999), fmtMs(l.Max)))
-	row("end-to-end throughput", fmt.Sprintf("%s (%.2fs)", fmtRate(t.EndToEnd), t.EndToEndSeconds))
-	row("send rate / delivery rate", fmt.Sprintf("%s / %s", fmtRate(t.SendRate), fmtRate(t.OutputRate)))
+	rows = append(rows,
+		htmlRow{"duplicates that must be dropped", strconv.Itoa(v.MustDrop)},
+		htmlRow{"duplicates leaked", fmt.Sprintf("%d (%d repeated deliveries)", v.Leaked, v.DoubleDelivered)},
+		htmlRow{"copies not judged (timing)", strconv.Itoa(v.Ambiguous)},
+		htmlRow{"per-key order violations", strconv.Itoa(v.OrderViolations)},
+		htmlRow{"latency p50 / p90 / p99", fmt.Sprintf("%s / %s / %s", fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99))},
+		htmlRow{"latency p99.9 / max", fmt.Sprintf("%s / %s", fmtMs(l.P999), fmtMs(l.Max))},
+		htmlRow{"end-to-end throughput", fmt.Sprintf("%s (%.2fs)", fmtRate(t.EndToEnd), t.EndToEndSeconds)},
+		htmlRow{"send rate / delivery rate", fmt.Sprintf("%s / %s", fmtRate(t.SendRate), fmtRate(t.OutputRate))},
+	)
 	if t.DrainRate > 0 {
-		row("drain of the preloaded input", fmt.Sprintf("%s (%.2fs)", fmtRate(t.DrainRate), t.DrainSeconds))
+		rows = append(rows, htmlRow{"drain of the preloaded input", fmt.Sprintf("%s (%.2fs)", fmtRate(t.DrainRate), t.DrainSeconds)})
 	}
-	b.WriteString("</table>")
+	return rows
+}
 
-	b.WriteString(`<h2>Over time</h2><div class="charts">`)
-	for _, c := range r.charts() {
-		b.WriteString(c)
+// filterRows returns the rows of the Filter memory table, nil without FilterInfo.
+func (r *Report) filterRows() []htmlRow {
+	f := r.Filter
+	if f == nil {
+		return nil
 	}
-	b.WriteString("</div>")
-
-	if f := r.Filter; f != nil {
-		b.WriteString("<h2>Filter memory</h2><table>")
-		row("filters x generations", fmt.Sprintf("%d x %d of %gs", f.Filters, f.Generations, f.IntervalSeconds))
-		row("capacity per generation", strconv.FormatUint(f.Capacity, 10))
-		row("bits per key per generation", fmt.Sprintf("%.2f (theory 1.44*log2(1/p) = %.2f for the per-generation target, %.2f for the window target)",
-			f.BitsPerKey, f.TheoryBitsPerKey, f.TheoryBitsPerKeyWindow))
-		row("memory per filter", fmt.Sprintf("%s (%.2f bytes per key of the window)", fmtBytes(f.TotalBytes), f.BytesPerKey))
-		est := "unknown"
-		if f.EstimatedFPR >= 0 {
-			est = fmt.Sprintf("%.3g", f.EstimatedFPR)
-		}
-		row("false-positive rate: target / predicted full / estimated", fmt.Sprintf("%g / %.3g / %s", f.FalsePositiveRate, f.PredictedFPR, est))
-		b.WriteString("</table>")
+	est := "unknown"
+	if f.EstimatedFPR >= 0 {
+		est = fmt.Sprintf("%.3g", f.EstimatedFPR)
 	}
+	return []htmlRow{
+		{"filters x generations", fmt.Sprintf("%d x %d of %gs", f.Filters, f.Generations, f.IntervalSeconds)},
+		{"capacity per generation", strconv.FormatUint(f.Capacity, 10)},
+		{"bits per key per generation", fmt.Sprintf("%.2f (theory 1.44*log2(1/p) = %.2f for the per-generation target, %.2f for the window target)",
+			f.BitsPerKey, f.TheoryBitsPerKey, f.TheoryBitsPerKeyWindow)},
+		{"memory per filter", fmt.Sprintf("%s (%.2f bytes per key of the window)", fmtBytes(f.TotalBytes), f.BytesPerKey)},
+		{"false-positive rate: target / predicted full / estimated", fmt.Sprintf("%g / %.3g / %s", f.FalsePositiveRate, f.PredictedFPR, est)},
+	}
+}
 
+// settingsRows returns the rows of the Settings table.
+func (r *Report) settingsRows() []htmlRow {
 	s := r.Settings
-	b.WriteString("<h2>Settings</h2><table>")
 	rate := "as fast as possible"
 	if s.Rate > 0 {
 		rate = fmtRate(s.Rate)
 	}
-	row("count / rate", fmt.Sprintf("%d / %s", s.Count, rate))
-	row("entities, key size, value size", fmt.Sprintf("%d, %dB, %dB", s.Entities, s.KeySize, s.ValueSize))
-	row("duplicate ratio and mix", fmt.Sprintf("%.0f%%: %s", 100*s.DupRatio, s.Mix))
-	row("delays", fmt.Sprintf("within/cross <= %gs, beyond %gs..%gs", s.WithinMaxSeconds, s.BeyondMinSeconds, s.BeyondMaxSeconds))
-	row("field / scope", s.Field+" / "+s.Scope)
-	row("window", fmt.Sprintf("%d x %gs", s.WindowCount, s.WindowSeconds))
-	row("seed", strconv.FormatUint(s.Seed, 10))
-	b.WriteString("</table>")
-	if len(v.Examples) > 0 {
-		b.WriteString("<h2>Examples</h2><ul>")
-		for _, e := range v.Examples {
-			fmt.Fprintf(&b, "<li><code>%s</code></li>", esc(e))
-		}
-		b.WriteString("</ul>")
+	return []htmlRow{
+		{"count / rate", fmt.Sprintf("%d / %s", s.Count, rate)},
+		{"entities, key size, value size", fmt.Sprintf("%d, %dB, %dB", s.Entities, s.KeySize, s.ValueSize)},
+		{"duplicate ratio and mix", fmt.Sprintf("%.0f%%: %s", 100*s.DupRatio, s.Mix)},
+		{"delays", fmt.Sprintf("within/cross <= %gs, beyond %gs..%gs", s.WithinMaxSeconds, s.BeyondMinSeconds, s.BeyondMaxSeconds)},
+		{"field / scope", s.Field + " / " + s.Scope},
+		{"window", fmt.Sprintf("%d x %gs", s.WindowCount, s.WindowSeconds)},
+		{"seed", strconv.FormatUint(s.Seed, 10)},
 	}
-	b.WriteString("</body></html>\n")
-	_, err := io.WriteString(w, b.String())
-	return err
 }

@@ -121,6 +121,18 @@ func TestHTMLReport(t *testing.T) {
 			t.Errorf("the report does not mention %q", want)
 		}
 	}
+	// Text from the run (ids, topics, notes, examples) is escaped wherever it stands.
+	hostile := `"><script>alert(1)</script><img src=x> & 'quoted'`
+	r.RunID, r.InputTopic, r.Notes = hostile, hostile, []string{hostile}
+	r.Verdict.Examples = append(r.Verdict.Examples, hostile)
+	buf.Reset()
+	if err := r.WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, buf.Bytes())
+	if n := strings.Count(buf.String(), "&lt;script&gt;alert(1)&lt;/script&gt;"); n != 5 {
+		t.Errorf("the hostile text appears escaped %d times, want 5 (title, run, topic, note, example)", n)
+	}
 	// A run with a single bucket still draws lines.
 	r.Series = r.Series[:1]
 	buf.Reset()

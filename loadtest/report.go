@@ -111,10 +111,18 @@ type Report struct {
 	extra []string // failures added with AddFailure
 }
 
+// The values of the worker's DEDUP_SCOPE, as reported in Settings.Scope. They are
+// dedup.ScopePartition and dedup.ScopeGlobal, which loadtest may not import (it depends on no
+// kdedup package but internal/kafkaio); a test asserts that they are equal.
+const (
+	scopePartition = "partition"
+	scopeGlobal    = "global"
+)
+
 func newReport(cfg Config, inParts, outParts int, start time.Time, elapsed time.Duration, vo verifyOutput, width time.Duration) *Report {
-	scope := "partition"
+	scope := scopePartition
 	if cfg.Global {
-		scope = "global"
+		scope = scopeGlobal
 	}
 	r := &Report{
 		Version: 1, RunID: cfg.RunID, Mode: "external", Started: start, ElapsedSeconds: elapsed.Seconds(),

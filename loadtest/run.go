@@ -76,49 +76,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return nil, err
 }
 
+// run is Run once the topics are known: it starts reading the output (startFetchers) and
+// sending (send), runs the AfterSend hook, waits for the output (waitOutput), stops reading and
+// verifies what arrived (buildReport).
 func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts []int64) (*Report, error) {
 	start := time.Now()
 	st := &outputState{markers: make([]atomic.Bool, inParts)}
-	fetchCtx, stopFetch := context.WithCancel(context.WithoutCancel(ctx))
+	fetchers, stopFetch := startFetchers(ctx, cfg, client, st, starts, start)
 	defer stopFetch()
-	fetchers := make([]*fetcher, len(starts))
-	var fwg sync.WaitGroup
-	for p, off := range starts {
-		f := &fetcher{
-			client: client, topic: cfg.OutputTopic, part: p, offset: off, start: start,
-			runID: []byte(cfg.RunID), markHeader: cfg.MarkHeader, count: int64(cfg.Count), st: st,
-		}
-		f.pos.Store(off)
-		fetchers[p] = f
-		fwg.Add(1)
-		go func() {
-			defer fwg.Done()
-			f.run(fetchCtx)
-		}()
-	}
-
 	gen := newGenerator(cfg, client, inParts, start)
 	prog := startProgress(cfg, start, gen, st, inParts)
-
-	genErr := gen.run(runCtx)
-	genEnd := time.Since(start)
-	incomplete := ""
-	if genErr != nil {
-		if ctx.Err() != nil {
-			stopFetch()
-			fwg.Wait()
-			prog.stop("")
-			return nil, ctx.Err()
-		}
-		if !errors.Is(genErr, context.DeadlineExceeded) {
-			stopFetch()
-			fwg.Wait()
-			prog.stop("")
-			return nil, genErr
-		}
-		incomplete = fmt.Sprintf("timed out after %v while sending (%d of %d records created)", cfg.Timeout, gen.created.Load(), cfg.Count)
+	abort := func(err error) (*Report, error) {
+		stopFetch()
+		prog.stop("")
+		return nil, err
 	}
 
+	incomplete, genEnd, err := send(ctx, runCtx, cfg, gen, start)
+	if err != nil {
+		return abort(err)
+	}
 	var hookErr error
 	if gen.hookErr != nil {
 		hookErr = <-gen.hookErr
@@ -126,10 +103,7 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 	drainStart := int64(-1)
 	if incomplete == "" && cfg.AfterSend != nil {
 		if err := cfg.AfterSend(runCtx); err != nil {
-			stopFetch()
-			fwg.Wait()
-			prog.stop("")
-			return nil, err
+			return abort(err)
 		}
 		drainStart = int64(time.Since(start))
 		genEnd = time.Duration(drainStart)
@@ -145,16 +119,68 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 		}
 	}
 	if ctx.Err() != nil {
-		stopFetch()
-		fwg.Wait()
-		prog.stop("")
-		return nil, ctx.Err()
+		return abort(ctx.Err())
 	}
 	end := int64(time.Since(start))
 	stopFetch()
-	fwg.Wait()
 	prog.stop("done")
 
+	r := buildReport(cfg, gen, st, fetchers, inParts, start, end, drainStart)
+	r.Incomplete = incomplete
+	if note != "" {
+		r.Notes = append(r.Notes, note)
+	}
+	r.Judge()
+	if hookErr != nil {
+		r.AddFailure(fmt.Sprintf("the hook at record %d failed: %v", cfg.At, hookErr))
+	}
+	return r, nil
+}
+
+// startFetchers starts reading every output partition p from starts[p], until stop is called;
+// stop waits for the readers to end.
+func startFetchers(ctx context.Context, cfg Config, client *kafka.Client, st *outputState, starts []int64, start time.Time) (fetchers []*fetcher, stop func()) {
+	fetchCtx, stopFetch := context.WithCancel(context.WithoutCancel(ctx))
+	fetchers = make([]*fetcher, len(starts))
+	var wg sync.WaitGroup
+	for p, off := range starts {
+		f := &fetcher{
+			client: client, topic: cfg.OutputTopic, part: p, offset: off, start: start,
+			runID: []byte(cfg.RunID), markHeader: cfg.MarkHeader, count: int64(cfg.Count), st: st,
+		}
+		f.pos.Store(off)
+		fetchers[p] = f
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.run(fetchCtx)
+		}()
+	}
+	return fetchers, func() {
+		stopFetch()
+		wg.Wait()
+	}
+}
+
+// send runs the generator. A run that timed out while sending is not an error: it is incomplete,
+// with the reason. It returns when sending ended, since start.
+func send(ctx, runCtx context.Context, cfg Config, gen *generator, start time.Time) (incomplete string, genEnd time.Duration, err error) {
+	genErr := gen.run(runCtx)
+	genEnd = time.Since(start)
+	switch {
+	case genErr == nil:
+		return "", genEnd, nil
+	case ctx.Err() != nil:
+		return "", genEnd, ctx.Err()
+	case !errors.Is(genErr, context.DeadlineExceeded):
+		return "", genEnd, genErr
+	}
+	return fmt.Sprintf("timed out after %v while sending (%d of %d records created)", cfg.Timeout, gen.created.Load(), cfg.Count), genEnd, nil
+}
+
+// buildReport verifies what the fetchers read until end against what gen sent and returns the
+// report, not yet judged. drainStart (-1: none) is when the AfterSend hook returned.
+func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetcher, inParts int, start time.Time, end, drainStart int64) *Report {
 	obs := make([][]Obs, len(fetchers))
 	for i, f := range fetchers {
 		obs[i] = f.out
@@ -170,7 +196,7 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate,
 		},
 	})
-	r := newReport(cfg, inParts, len(starts), start, time.Duration(end), vo, width)
+	r := newReport(cfg, inParts, len(fetchers), start, time.Duration(end), vo, width)
 	if drainStart >= 0 && vo.lastSeen > drainStart {
 		d := time.Duration(vo.lastSeen - drainStart)
 		r.Throughput.DrainSeconds = d.Seconds()
@@ -179,15 +205,7 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 	r.ProduceErrors = int(gen.errors.Load())
 	r.FetchErrors = int(st.errors.Load())
 	r.Foreign = int(st.foreign.Load())
-	r.Incomplete = incomplete
-	if note != "" {
-		r.Notes = append(r.Notes, note)
-	}
-	r.Judge()
-	if hookErr != nil {
-		r.AddFailure(fmt.Sprintf("the hook at record %d failed: %v", cfg.At, hookErr))
-	}
-	return r, nil
+	return r
 }
 
 // waitOutput waits until the output is complete. It returns complete=false with the reason when

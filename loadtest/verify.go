@@ -118,79 +118,140 @@ type verifyOutput struct {
 	lastOut   int64
 }
 
-// verify judges a run. It is a pure function of its input.
+// verify judges a run. It is a pure function of its input. The stages, in order: read the
+// deliveries, bound when the worker processed each record, count what was sent, judge every
+// event (or, for a pipeline that does not deduplicate, every record), check the per-key order,
+// then derive the loss bound, the send times and the time series.
 func verify(in verifyInput) verifyOutput {
-	n := len(in.sent)
-	v := Verdict{ByKind: map[string]int{}, LeakedByKind: map[string]int{}, LostByKind: map[string]int{}}
-	example := func(format string, a ...any) {
-		if len(v.Examples) < maxExamples {
-			v.Examples = append(v.Examples, fmt.Sprintf(format, a...))
-		}
+	vr := newVerifier(in)
+	vr.readDeliveries()
+	vr.boundProcessing()
+	maxOrd := vr.countSent()
+	switch {
+	case in.expect.ExpectAll:
+		vr.judgeAllOnce()
+	case vr.v.Records > 0:
+		vr.judgeEvents(maxOrd)
 	}
+	vr.checkOrder()
+	vr.lossBounds()
+	vr.sendTimes()
+	if in.width > 0 {
+		vr.out.series = series(in, vr.delivered, vr.firstAt, vr.mustDrop, in.width)
+	}
+	vr.out.verdict = vr.v
+	return vr.out
+}
 
-	// Deliveries: first delivery time (unmarked), first evidence of processing (any appearance).
-	delivered := make([]uint8, n)
-	firstAt := make([]int64, n)
-	anyAt := make([]int64, n)
-	for i := range firstAt {
-		firstAt[i], anyAt[i] = -1, -1
+// verifier is the state of one verify call, which its stages fill in one after the other.
+type verifier struct {
+	in  verifyInput
+	v   Verdict
+	out verifyOutput
+	// guaranteed is how long an identity is surely remembered, forgotten when it surely is not.
+	guaranteed, forgotten time.Duration
+
+	// By lt-seq: unmarked deliveries (saturating), the first unmarked delivery and the first
+	// appearance of any kind (-1: none), when the worker processed the record at the latest
+	// (hi), and whether the record is a copy that had to be dropped (for the time series).
+	delivered []uint8
+	firstAt   []int64
+	anyAt     []int64
+	hi        []int64
+	mustDrop  []bool
+}
+
+func newVerifier(in verifyInput) *verifier {
+	n := len(in.sent)
+	vr := &verifier{
+		in:         in,
+		v:          Verdict{ByKind: map[string]int{}, LeakedByKind: map[string]int{}, LostByKind: map[string]int{}},
+		out:        verifyOutput{firstOut: -1, lastOut: -1},
+		guaranteed: time.Duration(in.expect.WindowCount-1) * in.expect.WindowInterval,
+		forgotten:  time.Duration(in.expect.WindowCount) * in.expect.WindowInterval,
+		delivered:  make([]uint8, n),
+		firstAt:    make([]int64, n),
+		anyAt:      make([]int64, n),
+		hi:         make([]int64, n),
+		mustDrop:   make([]bool, n),
 	}
-	out := verifyOutput{firstOut: -1, lastOut: -1}
-	for _, part := range in.obs {
+	for i := range vr.firstAt {
+		vr.firstAt[i], vr.anyAt[i] = -1, -1
+	}
+	return vr
+}
+
+// example keeps a description of a failure, up to maxExamples.
+func (vr *verifier) example(format string, a ...any) {
+	if len(vr.v.Examples) < maxExamples {
+		vr.v.Examples = append(vr.v.Examples, fmt.Sprintf(format, a...))
+	}
+}
+
+// readDeliveries records every output record: its first delivery time (unmarked) and its first
+// evidence of processing (any appearance); it counts unknown, marked and repeated records.
+func (vr *verifier) readDeliveries() {
+	n := int64(len(vr.in.sent))
+	for _, part := range vr.in.obs {
 		for _, o := range part {
-			if o.Seq < 0 || o.Seq >= int64(n) {
-				v.Unknown++
+			if o.Seq < 0 || o.Seq >= n {
+				vr.v.Unknown++
 				continue
 			}
 			s := o.Seq
-			if anyAt[s] < 0 || o.At < anyAt[s] {
-				anyAt[s] = o.At
+			if vr.anyAt[s] < 0 || o.At < vr.anyAt[s] {
+				vr.anyAt[s] = o.At
 			}
-			out.lastSeen = max(out.lastSeen, o.At)
-			if in.sent[s].kind == KindMarker {
+			vr.out.lastSeen = max(vr.out.lastSeen, o.At)
+			if vr.in.sent[s].kind == KindMarker {
 				continue
 			}
 			if o.Marked {
-				v.Marked++
+				vr.v.Marked++
 				continue
 			}
-			v.Appearances++
-			if delivered[s] < 255 {
-				delivered[s]++
+			vr.v.Appearances++
+			if vr.delivered[s] < 255 {
+				vr.delivered[s]++
 			}
-			if firstAt[s] < 0 || o.At < firstAt[s] {
-				firstAt[s] = o.At
+			if vr.firstAt[s] < 0 || o.At < vr.firstAt[s] {
+				vr.firstAt[s] = o.At
 			}
 		}
 	}
+}
 
-	// hi[s] bounds when the worker processed record s: its own delivery, else the first evidence
-	// of a later record of the same input partition (processed after it), else the end.
-	mustDrop := make([]bool, n) // copies judged must-drop, for the time series
-	hi := make([]int64, n)
+// boundProcessing sets hi[s], the latest the worker processed record s: its own appearance, else
+// the first appearance of a later record of the same input partition (processed after it), else
+// the end of reading.
+func (vr *verifier) boundProcessing() {
 	nextAt := map[int32]int64{}
-	for s := n - 1; s >= 0; s-- {
-		p := in.sent[s].part
-		if anyAt[s] >= 0 {
-			hi[s] = anyAt[s]
-			if na, ok := nextAt[p]; !ok || anyAt[s] < na {
-				nextAt[p] = anyAt[s]
+	for s := len(vr.in.sent) - 1; s >= 0; s-- {
+		p := vr.in.sent[s].part
+		if at := vr.anyAt[s]; at >= 0 {
+			vr.hi[s] = at
+			if na, ok := nextAt[p]; !ok || at < na {
+				nextAt[p] = at
 			}
 			continue
 		}
 		if na, ok := nextAt[p]; ok {
-			hi[s] = na
+			vr.hi[s] = na
 		} else {
-			hi[s] = in.end
+			vr.hi[s] = vr.in.end
 		}
 	}
+}
 
-	// Group records by event, in sequence order.
-	var maxOrd uint32
-	for s, r := range in.sent {
+// countSent counts the records sent by kind and the end markers seen, the records delivered
+// (with their latencies) and the repeated deliveries, which are leaks. It returns the largest
+// event ordinal.
+func (vr *verifier) countSent() (maxOrd uint32) {
+	v, out := &vr.v, &vr.out
+	for s, r := range vr.in.sent {
 		if r.kind == KindMarker {
 			v.MarkersSent++
-			if anyAt[s] >= 0 {
+			if vr.anyAt[s] >= 0 {
 				v.Markers++
 			}
 			continue
@@ -198,197 +259,237 @@ func verify(in verifyInput) verifyOutput {
 		v.Records++
 		v.ByKind[r.kind.String()]++
 		maxOrd = max(maxOrd, r.ord)
-		if d := delivered[s]; d > 1 {
+		if d := vr.delivered[s]; d > 1 {
 			v.DoubleDelivered += int(d) - 1
 			v.Leaked += int(d) - 1
 			v.LeakedByKind[r.kind.String()] += int(d) - 1
-			example("seq %d (%s of event %d) delivered %d times", s, r.kind, r.ord, d)
+			vr.example("seq %d (%s of event %d) delivered %d times", s, r.kind, r.ord, d)
 		}
-		if delivered[s] > 0 {
+		if vr.delivered[s] > 0 {
 			v.Delivered++
-			out.latencies = append(out.latencies, firstAt[s]-r.at)
-			if out.firstOut < 0 || firstAt[s] < out.firstOut {
-				out.firstOut = firstAt[s]
+			at := vr.firstAt[s]
+			out.latencies = append(out.latencies, at-r.at)
+			if out.firstOut < 0 || at < out.firstOut {
+				out.firstOut = at
 			}
-			out.lastOut = max(out.lastOut, firstAt[s])
+			out.lastOut = max(out.lastOut, at)
 		}
 	}
+	return maxOrd
+}
 
-	guaranteed := time.Duration(in.expect.WindowCount-1) * in.expect.WindowInterval
-	forgotten := time.Duration(in.expect.WindowCount) * in.expect.WindowInterval
-
-	if in.expect.ExpectAll {
-		for s, r := range in.sent {
-			if r.kind == KindMarker {
-				continue
-			}
-			v.Uniques++
-			if delivered[s] == 0 {
-				v.Lost++
-				v.LostByKind[r.kind.String()]++
-				example("seq %d (%s of event %d) never delivered", s, r.kind, r.ord)
-			}
+// judgeAllOnce judges a pipeline that does not deduplicate: every record is unique.
+func (vr *verifier) judgeAllOnce() {
+	for s, r := range vr.in.sent {
+		if r.kind == KindMarker {
+			continue
 		}
-	} else if v.Records > 0 {
-		// Event index: the sequence numbers of every event, in order (counting sort by ordinal).
-		start := make([]int, int(maxOrd)+2)
-		for _, r := range in.sent {
-			if r.kind != KindMarker {
-				start[r.ord+1]++
-			}
-		}
-		for i := 1; i < len(start); i++ {
-			start[i] += start[i-1]
-		}
-		fill := append([]int(nil), start...)
-		seqs := make([]int, v.Records)
-		for s, r := range in.sent {
-			if r.kind != KindMarker {
-				seqs[fill[r.ord]] = s
-				fill[r.ord]++
-			}
-		}
-		unit := func(s int) int32 {
-			if in.expect.Global {
-				return -1
-			}
-			return in.sent[s].part
-		}
-		type epoch struct {
-			unit      int32
-			members   []int
-			minSent   int64
-			lastIns   int64 // newest delivery of a member, -1 if none
-			delivered bool
-		}
-		var epochs []epoch
-		var beyonds []int
-		for ord := 0; ord+1 < len(start); ord++ {
-			members := seqs[start[ord]:start[ord+1]]
-			if len(members) == 0 {
-				continue
-			}
-			epochs, beyonds = epochs[:0], beyonds[:0]
-			for _, s := range members {
-				if in.sent[s].kind == KindBeyond {
-					beyonds = append(beyonds, s)
-					continue
-				}
-				u := unit(s)
-				i := 0
-				for i < len(epochs) && epochs[i].unit != u {
-					i++
-				}
-				if i == len(epochs) {
-					epochs = append(epochs, epoch{unit: u, minSent: in.sent[s].at, lastIns: -1})
-				}
-				epochs[i].members = append(epochs[i].members, s)
-				epochs[i].minSent = min(epochs[i].minSent, in.sent[s].at)
-			}
-			for i := range epochs {
-				e := &epochs[i]
-				v.Uniques++
-				steady := e.minSent >= int64(forgotten)
-				if steady {
-					v.SteadyUniques++
-				}
-				ins := -1 // the delivered member delivered first: it inserted the identity
-				for _, s := range e.members {
-					if delivered[s] > 0 {
-						if ins < 0 || firstAt[s] < firstAt[ins] {
-							ins = s
-						}
-						e.lastIns = max(e.lastIns, firstAt[s])
-					}
-				}
-				if ins < 0 {
-					first := e.members[0]
-					v.Lost++
-					if steady {
-						v.SteadyLost++
-					}
-					v.LostByKind[in.sent[first].kind.String()]++
-					example("event %d (%s seq %d, partition %d) lost: none of its %d copies in its unit was delivered",
-						ord, in.sent[first].kind, first, in.sent[first].part, len(e.members))
-					continue
-				}
-				e.delivered = true
-				for _, s := range e.members {
-					if s == ins {
-						continue
-					}
-					// Upper bound of the gap between the two processing times.
-					gap := time.Duration(max(hi[s], hi[ins]) - min(in.sent[s].at, in.sent[ins].at))
-					switch {
-					case gap < guaranteed:
-						v.MustDrop++
-						mustDrop[s] = true
-						if delivered[s] > 0 {
-							v.Leaked++
-							v.LeakedByKind[in.sent[s].kind.String()]++
-							example("duplicate leaked: seq %d (%s of event %d, partition %d) delivered although seq %d was delivered at most %v apart",
-								s, in.sent[s].kind, ord, in.sent[s].part, ins, gap.Round(time.Millisecond))
-						}
-					default:
-						v.Ambiguous++
-					}
-				}
-			}
-			for _, b := range beyonds {
-				u := unit(b)
-				var e *epoch
-				for i := range epochs {
-					if epochs[i].unit == u {
-						e = &epochs[i]
-					}
-				}
-				if e == nil || !e.delivered {
-					// Nothing was inserted (or its copies were lost): the beyond copy's fate is
-					// tied to the same false positive. Not judged.
-					if e == nil {
-						v.Uniques++
-						if delivered[b] == 0 {
-							v.Lost++
-							v.LostByKind[KindBeyond.String()]++
-							example("event %d (beyond seq %d) lost", ord, b)
-						}
-					} else {
-						v.Ambiguous++
-					}
-					continue
-				}
-				lo := time.Duration(in.sent[b].at - e.lastIns) // lower bound of the gap
-				hiGap := time.Duration(hi[b] - e.minSent)      // upper bound of the gap
-				switch {
-				case lo > forgotten:
-					v.Uniques++
-					v.SteadyUniques++ // sent more than a window after its original
-					if delivered[b] == 0 {
-						v.Lost++
-						v.SteadyLost++
-						v.LostByKind[KindBeyond.String()]++
-						example("event %d: beyond-window copy seq %d (partition %d) lost although sent %v after the last delivery",
-							ord, b, in.sent[b].part, lo.Round(time.Millisecond))
-					}
-				case hiGap < guaranteed:
-					v.MustDrop++
-					mustDrop[b] = true
-					if delivered[b] > 0 {
-						v.Leaked++
-						v.LeakedByKind[KindBeyond.String()]++
-						example("duplicate leaked: seq %d of event %d delivered within %v", b, ord, hiGap.Round(time.Millisecond))
-					}
-				default:
-					v.Ambiguous++
-				}
-			}
+		vr.v.Uniques++
+		if vr.delivered[s] == 0 {
+			vr.v.Lost++
+			vr.v.LostByKind[r.kind.String()]++
+			vr.example("seq %d (%s of event %d) never delivered", s, r.kind, r.ord)
 		}
 	}
+}
 
-	// Per-key order: within one output partition, the records of one entity from one input
-	// partition must keep increasing lt-seq.
+// epoch is the copies of one event that one filter judges (all of them under scope global, those
+// of one input partition under scope partition), beyond-window copies excepted.
+type epoch struct {
+	unit      int32 // input partition, -1 under scope global
+	members   []int
+	minSent   int64
+	lastIns   int64 // newest delivery of a member, -1 if none
+	delivered bool
+}
+
+// judgeEvents judges every event: its copies within the window (judgeEpoch), then its copies
+// beyond the window (judgeBeyond).
+func (vr *verifier) judgeEvents(maxOrd uint32) {
+	start, seqs := vr.eventIndex(maxOrd)
+	var epochs []epoch
+	var beyonds []int
+	for ord := 0; ord+1 < len(start); ord++ {
+		members := seqs[start[ord]:start[ord+1]]
+		if len(members) == 0 {
+			continue
+		}
+		epochs, beyonds = vr.splitEvent(members, epochs[:0], beyonds[:0])
+		for i := range epochs {
+			vr.judgeEpoch(ord, &epochs[i])
+		}
+		for _, b := range beyonds {
+			vr.judgeBeyond(ord, b, epochs)
+		}
+	}
+}
+
+// eventIndex returns the sequence numbers of every event, in order: those of event ord are
+// seqs[start[ord]:start[ord+1]] (a counting sort by ordinal).
+func (vr *verifier) eventIndex(maxOrd uint32) (start, seqs []int) {
+	start = make([]int, int(maxOrd)+2)
+	for _, r := range vr.in.sent {
+		if r.kind != KindMarker {
+			start[r.ord+1]++
+		}
+	}
+	for i := 1; i < len(start); i++ {
+		start[i] += start[i-1]
+	}
+	fill := append([]int(nil), start...)
+	seqs = make([]int, vr.v.Records)
+	for s, r := range vr.in.sent {
+		if r.kind != KindMarker {
+			seqs[fill[r.ord]] = s
+			fill[r.ord]++
+		}
+	}
+	return start, seqs
+}
+
+// unit returns the filter that judges record s: its input partition, or -1 under scope global.
+func (vr *verifier) unit(s int) int32 {
+	if vr.in.expect.Global {
+		return -1
+	}
+	return vr.in.sent[s].part
+}
+
+// splitEvent appends the members of one event to epochs, by unit, and its beyond-window copies
+// to beyonds.
+func (vr *verifier) splitEvent(members []int, epochs []epoch, beyonds []int) ([]epoch, []int) {
+	for _, s := range members {
+		r := vr.in.sent[s]
+		if r.kind == KindBeyond {
+			beyonds = append(beyonds, s)
+			continue
+		}
+		u := vr.unit(s)
+		i := 0
+		for i < len(epochs) && epochs[i].unit != u {
+			i++
+		}
+		if i == len(epochs) {
+			epochs = append(epochs, epoch{unit: u, minSent: r.at, lastIns: -1})
+		}
+		epochs[i].members = append(epochs[i].members, s)
+		epochs[i].minSent = min(epochs[i].minSent, r.at)
+	}
+	return epochs, beyonds
+}
+
+// judgeEpoch judges the copies of event ord in one unit: one must appear (else the event was
+// lost); every other copy processed within the guaranteed window of it must not (else it
+// leaked), and one that may have been processed later is not judged.
+func (vr *verifier) judgeEpoch(ord int, e *epoch) {
+	v, sent := &vr.v, vr.in.sent
+	v.Uniques++
+	steady := e.minSent >= int64(vr.forgotten)
+	if steady {
+		v.SteadyUniques++
+	}
+	ins := -1 // the delivered member delivered first: it inserted the identity
+	for _, s := range e.members {
+		if vr.delivered[s] > 0 {
+			if ins < 0 || vr.firstAt[s] < vr.firstAt[ins] {
+				ins = s
+			}
+			e.lastIns = max(e.lastIns, vr.firstAt[s])
+		}
+	}
+	if ins < 0 {
+		first := e.members[0]
+		v.Lost++
+		if steady {
+			v.SteadyLost++
+		}
+		v.LostByKind[sent[first].kind.String()]++
+		vr.example("event %d (%s seq %d, partition %d) lost: none of its %d copies in its unit was delivered",
+			ord, sent[first].kind, first, sent[first].part, len(e.members))
+		return
+	}
+	e.delivered = true
+	for _, s := range e.members {
+		if s == ins {
+			continue
+		}
+		// Upper bound of the gap between the two processing times.
+		gap := time.Duration(max(vr.hi[s], vr.hi[ins]) - min(sent[s].at, sent[ins].at))
+		if gap >= vr.guaranteed {
+			v.Ambiguous++
+			continue
+		}
+		v.MustDrop++
+		vr.mustDrop[s] = true
+		if vr.delivered[s] > 0 {
+			v.Leaked++
+			v.LeakedByKind[sent[s].kind.String()]++
+			vr.example("duplicate leaked: seq %d (%s of event %d, partition %d) delivered although seq %d was delivered at most %v apart",
+				s, sent[s].kind, ord, sent[s].part, ins, gap.Round(time.Millisecond))
+		}
+	}
+}
+
+// judgeBeyond judges beyond-window copy b of event ord against the event's epoch in its unit: sent
+// surely after the window forgot the event, it must appear; processed surely within the
+// guaranteed window, it must not; otherwise it is not judged.
+func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
+	v, sent := &vr.v, vr.in.sent
+	u := vr.unit(b)
+	var e *epoch
+	for i := range epochs {
+		if epochs[i].unit == u {
+			e = &epochs[i]
+		}
+	}
+	switch {
+	case e == nil:
+		// Nothing of the event in its unit: the copy is unique.
+		v.Uniques++
+		if vr.delivered[b] == 0 {
+			v.Lost++
+			v.LostByKind[KindBeyond.String()]++
+			vr.example("event %d (beyond seq %d) lost", ord, b)
+		}
+		return
+	case !e.delivered:
+		// Its copies were lost: the beyond copy's fate is tied to the same false positive.
+		v.Ambiguous++
+		return
+	}
+	lo := time.Duration(sent[b].at - e.lastIns)  // lower bound of the gap
+	hiGap := time.Duration(vr.hi[b] - e.minSent) // upper bound of the gap
+	switch {
+	case lo > vr.forgotten:
+		v.Uniques++
+		v.SteadyUniques++ // sent more than a window after its original
+		if vr.delivered[b] == 0 {
+			v.Lost++
+			v.SteadyLost++
+			v.LostByKind[KindBeyond.String()]++
+			vr.example("event %d: beyond-window copy seq %d (partition %d) lost although sent %v after the last delivery",
+				ord, b, sent[b].part, lo.Round(time.Millisecond))
+		}
+	case hiGap < vr.guaranteed:
+		v.MustDrop++
+		vr.mustDrop[b] = true
+		if vr.delivered[b] > 0 {
+			v.Leaked++
+			v.LeakedByKind[KindBeyond.String()]++
+			vr.example("duplicate leaked: seq %d of event %d delivered within %v", b, ord, hiGap.Round(time.Millisecond))
+		}
+	default:
+		v.Ambiguous++
+	}
+}
+
+// checkOrder counts per-key order violations: within one output partition, the records of one
+// entity from one input partition must keep increasing lt-seq. An entity's first input partition
+// is its home, tracked in a slice; the rare others in a map.
+func (vr *verifier) checkOrder() {
+	sent := vr.in.sent
 	var maxEntity uint32
-	for _, r := range in.sent {
+	for _, r := range sent {
 		if r.kind != KindMarker {
 			maxEntity = max(maxEntity, r.entity)
 		}
@@ -403,14 +504,14 @@ func verify(in verifyInput) verifyOutput {
 		part   int32
 	}
 	lastX := map[ekey]int64{}
-	seen := make([]bool, n)
-	for _, part := range in.obs {
+	seen := make([]bool, len(sent))
+	for _, part := range vr.in.obs {
 		for _, o := range part {
-			if o.Seq < 0 || o.Seq >= int64(n) || seen[o.Seq] || in.sent[o.Seq].kind == KindMarker {
+			if o.Seq < 0 || o.Seq >= int64(len(sent)) || seen[o.Seq] || sent[o.Seq].kind == KindMarker {
 				continue
 			}
 			seen[o.Seq] = true
-			r := in.sent[o.Seq]
+			r := sent[o.Seq]
 			prev := int64(-1)
 			if home[r.entity] < 0 {
 				home[r.entity] = r.part
@@ -426,14 +527,18 @@ func verify(in verifyInput) verifyOutput {
 				lastX[k] = max(prev, o.Seq)
 			}
 			if prev > o.Seq {
-				v.OrderViolations++
-				example("order violation: seq %d (entity %d, input partition %d) delivered after seq %d", o.Seq, r.entity, r.part, prev)
+				vr.v.OrderViolations++
+				vr.example("order violation: seq %d (entity %d, input partition %d) delivered after seq %d", o.Seq, r.entity, r.part, prev)
 			}
 		}
 	}
+}
 
-	v.ExpectedLoss = float64(v.Uniques) * in.expect.FalsePositiveRate
-	if !in.expect.ExpectAll {
+// lossBounds sets the expected loss, its bound and the measured loss rates.
+func (vr *verifier) lossBounds() {
+	v := &vr.v
+	v.ExpectedLoss = float64(v.Uniques) * vr.in.expect.FalsePositiveRate
+	if !vr.in.expect.ExpectAll {
 		v.LossBound = PoissonUpper(v.ExpectedLoss, LossQuantile)
 	}
 	if v.Uniques > 0 {
@@ -442,23 +547,20 @@ func verify(in verifyInput) verifyOutput {
 	if v.SteadyUniques > 0 {
 		v.SteadyLossRate = float64(v.SteadyLost) / float64(v.SteadyUniques)
 	}
+}
 
-	// Send times and the time series.
-	out.firstSent = -1
-	for _, r := range in.sent {
+// sendTimes sets the creation times of the first and the last planned record.
+func (vr *verifier) sendTimes() {
+	vr.out.firstSent = -1
+	for _, r := range vr.in.sent {
 		if r.kind == KindMarker {
 			continue
 		}
-		if out.firstSent < 0 {
-			out.firstSent = r.at
+		if vr.out.firstSent < 0 {
+			vr.out.firstSent = r.at
 		}
-		out.lastSent = max(out.lastSent, r.at)
+		vr.out.lastSent = max(vr.out.lastSent, r.at)
 	}
-	if in.width > 0 {
-		out.series = series(in, delivered, firstAt, mustDrop, in.width)
-	}
-	out.verdict = v
-	return out
 }
 
 // series buckets sends (by creation time) and first deliveries (by read time).

@@ -209,30 +209,46 @@ type EnvVar struct {
 	Required, HasDefault       bool
 }
 
-// envVars lists Config's environment variables in declaration order, from the struct tags.
+// envVars lists Config's environment variables in declaration order. The names (with their
+// section prefixes), defaults and required flags are what caarlos0/env itself parses
+// (env.GetFieldParams); the Go field name and the desc tag, which env does not report, come from
+// the leaf field at the same position. It panics if the two disagree: the tags are static, and
+// every test that renders the table would catch it.
 func envVars() []EnvVar {
-	var out []EnvVar
-	var walk func(t reflect.Type, prefix string)
-	walk = func(t reflect.Type, prefix string) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) && f.Tag.Get("env") == "" {
-				walk(f.Type, prefix+f.Tag.Get("envPrefix"))
-				continue
-			}
-			tag := f.Tag.Get("env")
-			if tag == "" {
-				continue
-			}
-			name, opts, _ := strings.Cut(tag, ",")
-			def, hasDef := f.Tag.Lookup("envDefault")
-			out = append(out, EnvVar{
-				Name: prefix + name, Field: f.Name, Default: def, HasDefault: hasDef,
-				Desc: f.Tag.Get("desc"), Required: strings.Contains(","+opts+",", ",required,"),
-			})
+	params, err := env.GetFieldParams(&Config{})
+	if err != nil {
+		panic("kdedup: Config's env tags: " + err.Error())
+	}
+	fields := envFields(reflect.TypeFor[Config]())
+	if len(fields) != len(params) {
+		panic(fmt.Sprintf("kdedup: Config has %d env fields, caarlos0/env reports %d", len(fields), len(params)))
+	}
+	out := make([]EnvVar, len(params))
+	for i, p := range params {
+		f := fields[i]
+		if own, _, _ := strings.Cut(f.Tag.Get("env"), ","); own != p.OwnKey {
+			panic(fmt.Sprintf("kdedup: field %s is %s, caarlos0/env reports %s", f.Name, own, p.OwnKey))
+		}
+		out[i] = EnvVar{
+			Name: p.Key, Field: f.Name, Default: p.DefaultValue, HasDefault: p.HasDefaultValue,
+			Desc: f.Tag.Get("desc"), Required: p.Required,
 		}
 	}
-	walk(reflect.TypeOf(Config{}), "")
+	return out
+}
+
+// envFields returns the fields of t that have an env tag, in declaration order, descending into
+// the sections (the struct fields without one): the order of env.GetFieldParams.
+func envFields(t reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for f := range t.Fields() {
+		switch {
+		case f.Tag.Get("env") != "":
+			out = append(out, f)
+		case f.Type.Kind() == reflect.Struct:
+			out = append(out, envFields(f.Type)...)
+		}
+	}
 	return out
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/dedup"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -361,5 +362,23 @@ func TestCheckpointLocation(t *testing.T) {
 	}
 	if o := s3Options(AWSConfig{EndpointURL: "http://all:1"}, nil); o.Endpoint != "http://all:1" {
 		t.Errorf("AWS_ENDPOINT_URL alone gives endpoint %q", o.Endpoint)
+	}
+}
+
+// TestEnvDefaultsAreTheConstants proves that the envDefault tags, which must be literals, name
+// the values the packages define: the worker's defaults and the scope names.
+func TestEnvDefaultsAreTheConstants(t *testing.T) {
+	defaults := map[string]string{}
+	for _, v := range envVars() {
+		defaults[v.Name] = v.Default
+	}
+	for _, c := range []struct{ name, want string }{
+		{"DEDUP_MARK_HEADER", consumer.DefaultMarkHeader},
+		{"DEDUP_MODE", string(consumer.ModeDrop)},
+		{"DEDUP_SCOPE", string(dedup.ScopePartition)},
+	} {
+		if got := defaults[c.name]; got != c.want {
+			t.Errorf("%s has envDefault %q, want the constant %q", c.name, got, c.want)
+		}
 	}
 }

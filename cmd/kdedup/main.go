@@ -26,12 +26,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/grace"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -82,24 +82,11 @@ func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer)
 
 	// A drain that overruns SHUTDOWN_TIMEOUT (plus a margin for leaving the group) ends the
 	// process anyway: the orchestrator would kill it soon after.
-	var wdMu sync.Mutex
-	var watchdog *time.Timer
-	stopWatchdog := context.AfterFunc(ctx, func() {
-		wdMu.Lock()
-		defer wdMu.Unlock()
-		watchdog = time.AfterFunc(cfg.ShutdownTimeout+5*time.Second, func() {
-			log.Error("shutdown timed out; exiting", "timeout", cfg.ShutdownTimeout.String())
-			os.Exit(1)
-		})
+	stopWatchdog := grace.AfterCancel(ctx, cfg.ShutdownTimeout+5*time.Second, func() {
+		log.Error("shutdown timed out; exiting", "timeout", cfg.ShutdownTimeout.String())
+		os.Exit(1)
 	})
-	defer func() {
-		stopWatchdog()
-		wdMu.Lock()
-		if watchdog != nil {
-			watchdog.Stop()
-		}
-		wdMu.Unlock()
-	}()
+	defer stopWatchdog()
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

@@ -22,7 +22,7 @@ type importRule struct {
 func TestREADMEStructure(t *testing.T) {
 	const mod = "github.com/kdedup/kdedup/"
 	rules := []importRule{
-		{"`consumer` imports `internal/kafkaio` and nothing else of kdedup: not `dedup`.", "consumer", []string{"internal/kafkaio"}, true},
+		{"`consumer` imports `internal/kafkaio` and `internal/grace` and nothing else of kdedup: not `dedup`.", "consumer", []string{"internal/kafkaio", "internal/grace"}, true},
 		{"`dedup` imports `window` and `checkpoint`, and no Kafka client: not `consumer`.", "dedup", []string{"window", "checkpoint"}, false},
 		{"`window` imports nothing of kdedup and no Kafka client.", "window", nil, false},
 		{"`checkpoint` imports nothing of kdedup (no `window`) and no Kafka client.", "checkpoint", nil, false},
