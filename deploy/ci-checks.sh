@@ -2,8 +2,10 @@
 # Deployment checks for kdedup: Prometheus rules and their unit tests, the compose file,
 # the Helm chart, and the Go checks of the tools/ module.
 #
-#   deploy/ci-checks.sh                    install what is missing, then run every check
+#   deploy/ci-checks.sh                    install what is missing, then run every static check
 #   deploy/ci-checks.sh check_metrics URL  lint a live /metrics endpoint with promtool
+#   deploy/ci-checks.sh live_check [FLAGS] the dashboard and alerts evaluated by a real Prometheus
+#                                          on a live worker (about a minute; tools/README.md)
 #   source deploy/ci-checks.sh             define the functions only (for .ci/run)
 #
 # Needs root (or the tools already installed) for apt-get, and Go for helm and tools/.
@@ -14,11 +16,11 @@ KDEDUP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-# install_tools installs promtool, docker-compose and curl (Debian packages) and helm
-# (built from source with go install, pinned) when they are missing.
+# install_tools installs prometheus and promtool, docker-compose and curl (Debian packages) and
+# helm (built from source with go install, pinned) when they are missing.
 install_tools() {
 	local missing=()
-	command -v promtool >/dev/null || missing+=(prometheus)
+	command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 	command -v docker-compose >/dev/null || missing+=(docker-compose)
 	command -v curl >/dev/null || missing+=(curl)
 	if ((${#missing[@]})); then
@@ -74,6 +76,16 @@ check_metrics() {
 	local body
 	body=$(curl -sSf --max-time 10 "$url") || return 1
 	printf '%s\n' "$body" | promtool check metrics
+}
+
+# live_check [FLAGS] runs tools/cmd/livecheck: Debian's prometheus scrapes a worker under two
+# embedded loadtests (healthy with a restart; overfilled filter and unwritable checkpoint store),
+# then every dashboard target, the duplicate ratio and throughput against the loadtest's
+# verifier, and the alerts (for: shortened) are checked. FLAGS go to livecheck (-keep, -rate, ...).
+# It stops every process it starts and fails naming the panel, alert or check at fault.
+live_check() {
+	log "cd tools && go run ./cmd/livecheck $*"
+	(cd "$KDEDUP_ROOT/tools" && go run ./cmd/livecheck -repo "$KDEDUP_ROOT" "$@")
 }
 
 # run_all stops at the first failing check, whether or not the caller uses set -e.

@@ -3,36 +3,14 @@ package tools
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
-	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 )
-
-func init() {
-	// Panel options and data queries decode strictly only for registered plugins.
-	plugins.RegisterDefaultPlugins()
-}
-
-// cogError normalises an error from the foundation SDK. Its strict decoders and
-// Validate return a cog.BuildErrors slice, and on success that slice is empty
-// but still wrapped in a non-nil error interface. cogError returns nil for nil
-// and for an empty BuildErrors, and the error otherwise.
-func cogError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var be cog.BuildErrors
-	if errors.As(err, &be) && len(be) == 0 {
-		return nil
-	}
-	return err
-}
 
 func TestCogError(t *testing.T) {
 	tests := []struct {
@@ -55,66 +33,13 @@ func TestCogError(t *testing.T) {
 	}
 }
 
-// decodeDashboard strictly decodes a dashboard JSON document: unknown or
-// mistyped fields anywhere (dashboard, panels, panel options, Prometheus
-// targets, variables) are errors.
-//
-// The strict decoder is used for checking only. In SDK v0.0.18
-// PanelOrRowPanel.UnmarshalJSONStrict tests the (empty but non-nil) success
-// error of the nested panel decoder with err != nil and returns early, so on
-// success every panel comes back empty. The content is therefore decoded a
-// second time with the regular decoder, and the panel count is compared with
-// the raw document so that a silently dropped panel cannot go unnoticed.
-func decodeDashboard(raw []byte) (dashboard.Dashboard, error) {
-	var strict dashboard.Dashboard
-	if err := cogError(strict.UnmarshalJSONStrict(raw)); err != nil {
-		return strict, fmt.Errorf("strict decode: %w", err)
-	}
-	var d dashboard.Dashboard
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return d, fmt.Errorf("decode: %w", err)
-	}
-	if err := cogError(d.Validate()); err != nil {
-		return d, fmt.Errorf("validate: %w", err)
-	}
-	var shape struct {
-		Panels []json.RawMessage `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &shape); err != nil {
-		return d, err
-	}
-	if len(d.Panels) != len(shape.Panels) {
-		return d, fmt.Errorf("decoded %d panels, document has %d", len(d.Panels), len(shape.Panels))
-	}
-	for i, p := range d.Panels {
-		if p.Panel == nil && p.RowPanel == nil {
-			return d, fmt.Errorf("panels[%d] decoded empty", i)
-		}
-	}
-	return d, nil
-}
-
 func loadDashboard(t *testing.T) dashboard.Dashboard {
 	t.Helper()
-	d, err := decodeDashboard(readFile(t, deployPath("grafana", "kdedup.json")))
+	d, err := DecodeDashboard(readFile(t, deployPath("grafana", "kdedup.json")))
 	if err != nil {
 		t.Fatalf("deploy/grafana/kdedup.json: %v", err)
 	}
 	return d
-}
-
-// dashboardPanels returns every non-row panel, including panels nested in rows.
-func dashboardPanels(d dashboard.Dashboard) []dashboard.Panel {
-	var out []dashboard.Panel
-	for _, p := range d.Panels {
-		if p.Panel != nil {
-			out = append(out, *p.Panel)
-		}
-		if p.RowPanel != nil {
-			out = append(out, p.RowPanel.Panels...)
-		}
-	}
-	return out
 }
 
 // dashboardQuery is one PromQL expression of the dashboard and where it is.
@@ -127,59 +52,21 @@ type dashboardQuery struct {
 func dashboardQueries(t *testing.T, d dashboard.Dashboard) []dashboardQuery {
 	t.Helper()
 	var out []dashboardQuery
-	for _, p := range dashboardPanels(d) {
-		for i, tg := range p.Targets {
-			q, ok := tg.(*prometheus.Dataquery)
-			if !ok {
-				t.Errorf("panel %q target %d is %T, want a Prometheus query", deref(p.Title), i, tg)
-				continue
-			}
-			out = append(out, dashboardQuery{fmt.Sprintf("panel %q target %s", deref(p.Title), deref(q.RefId)), q.Expr})
-		}
+	targets, err := Targets(d)
+	if err != nil {
+		t.Error(err)
 	}
-	for _, v := range d.Templating.List {
-		if v.Type != "query" || v.Query == nil {
-			continue
-		}
-		var q string
-		switch {
-		case v.Query.String != nil:
-			q = *v.Query.String
-		case v.Query.Map != nil:
-			s, _ := v.Query.Map["query"].(string)
-			q = s
-		}
-		sel, ok := labelValuesSelector(q)
-		if !ok {
-			t.Errorf("variable %s: query %q is not label_values(selector, label)", v.Name, q)
-			continue
-		}
-		out = append(out, dashboardQuery{"variable " + v.Name, sel})
+	for _, tg := range targets {
+		out = append(out, dashboardQuery{tg.String(), tg.Expr})
+	}
+	vars, err := Variables(d)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, v := range vars {
+		out = append(out, dashboardQuery{"variable " + v.Name, v.Selector})
 	}
 	return out
-}
-
-// labelValuesSelector extracts the selector of a Grafana label_values(selector,
-// label) variable query.
-func labelValuesSelector(q string) (string, bool) {
-	q = strings.TrimSpace(q)
-	if !strings.HasPrefix(q, "label_values(") || !strings.HasSuffix(q, ")") {
-		return "", false
-	}
-	inner := strings.TrimSuffix(strings.TrimPrefix(q, "label_values("), ")")
-	i := strings.LastIndex(inner, ",")
-	if i < 0 {
-		return "", false
-	}
-	return strings.TrimSpace(inner[:i]), true
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 func TestDashboardDecodesStrictly(t *testing.T) {
@@ -187,8 +74,8 @@ func TestDashboardDecodesStrictly(t *testing.T) {
 	if deref(d.Uid) != "kdedup" {
 		t.Errorf("uid = %q, want kdedup (links and provisioning rely on it)", deref(d.Uid))
 	}
-	if len(dashboardPanels(d)) < 10 {
-		t.Errorf("only %d panels decoded", len(dashboardPanels(d)))
+	if len(Panels(d)) < 10 {
+		t.Errorf("only %d panels decoded", len(Panels(d)))
 	}
 }
 
@@ -231,7 +118,7 @@ func TestDashboardStrictDecodeRejectsUnknownFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := decodeDashboard(b); err == nil {
+			if _, err := DecodeDashboard(b); err == nil {
 				t.Error("mutated dashboard decoded without error")
 			}
 		})
@@ -247,7 +134,7 @@ func TestDashboardTemplateVariables(t *testing.T) {
 	if want := []string{"datasource", "job", "instance"}; !slices.Equal(names, want) {
 		t.Errorf("template variables = %v, want %v", names, want)
 	}
-	for _, p := range dashboardPanels(d) {
+	for _, p := range Panels(d) {
 		if p.Datasource == nil || deref(p.Datasource.Uid) != "${datasource}" || deref(p.Datasource.Type) != "prometheus" {
 			t.Errorf("panel %q does not use the ${datasource} variable", deref(p.Title))
 		}
@@ -308,10 +195,29 @@ func TestDashboardHasRequiredPanels(t *testing.T) {
 			t.Errorf("no dashboard query contains %q", want)
 		}
 	}
-	for _, p := range dashboardPanels(d) {
+	for _, p := range Panels(d) {
 		if strings.Contains(strings.ToLower(deref(p.Title)), "false-positive") &&
 			!strings.Contains(deref(p.Description), "real events being wrongly dropped") {
 			t.Errorf("panel %q must explain that the FPR is the rate of real events being wrongly dropped", deref(p.Title))
+		}
+	}
+}
+
+func TestParseLabelValues(t *testing.T) {
+	tests := []struct {
+		q, sel, label string
+		ok            bool
+	}{
+		{`label_values(kdedup_build_info, job)`, "kdedup_build_info", "job", true},
+		{` label_values(kdedup_build_info{job=~"$job"}, instance) `, `kdedup_build_info{job=~"$job"}`, "instance", true},
+		{`label_values(job)`, "", "", false},
+		{`query_result(up)`, "", "", false},
+		{`label_values(up, )`, "", "", false},
+	}
+	for _, tt := range tests {
+		sel, label, ok := parseLabelValues(tt.q)
+		if sel != tt.sel || label != tt.label || ok != tt.ok {
+			t.Errorf("parseLabelValues(%q) = %q, %q, %v; want %q, %q, %v", tt.q, sel, label, ok, tt.sel, tt.label, tt.ok)
 		}
 	}
 }

@@ -9,4 +9,8 @@
 // into objects that decode strictly into Kubernetes types, the Dockerfile passes
 // the BuildKit linter, and every environment variable set by the chart, the
 // compose file and the Dockerfile is one the binary accepts (deploy/env-vars.txt).
+//
+// The package itself holds what the checks share with cmd/livecheck, which evaluates the
+// dashboard and the alerts with a real Prometheus on a running worker (see README.md): the strict
+// dashboard decoder and the lists of its targets and variables.
 package tools

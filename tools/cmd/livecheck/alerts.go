@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// trigger says what a required alert reacts to in the degraded phase.
+type trigger int
+
+const (
+	overfill    trigger = iota // the filter pushed past capacity, from the phase's start
+	brokenStore                // the checkpoint directory replaced by a file
+)
+
+// requiredAlert is an alert the degraded phase must fire, and what it reacts to.
+type requiredAlert struct {
+	alert string
+	on    trigger
+}
+
+// mustFire are the alerts the degraded phase must fire. Every other alert of alerts.yml must stay
+// silent in it too, except those in mayFire.
+var mustFire = []requiredAlert{
+	{"KdedupFalsePositiveRateHigh", overfill},
+	{"KdedupGenerationOverfilled", overfill},
+	{"KdedupCheckpointStale", brokenStore},
+	{"KdedupCheckpointFailing", brokenStore},
+}
+
+// mayFire are alerts the degraded phase may fire without failing the check, with the reason.
+var mayFire = map[string]string{}
+
+// firstFiring returns, for every alert with a firing ALERTS series in [from, to], the first
+// evaluation at which it was firing.
+func firstFiring(ctx context.Context, api promAPI, state string, from, to time.Time) (map[string]time.Time, error) {
+	res, err := api.queryRange(ctx, fmt.Sprintf(`ALERTS{alertstate=%q}`, state), from, to, scrapeInterval)
+	if err != nil {
+		return nil, err
+	}
+	first := map[string]time.Time{}
+	for _, s := range res {
+		name := s.Labels["alertname"]
+		for _, p := range s.Samples {
+			if t, ok := first[name]; !ok || p.T.Before(t) {
+				first[name] = p.T
+			}
+		}
+	}
+	return first, nil
+}
+
+// checkAlerts checks the ALERTS series: nothing fires while the healthy phase runs, every
+// mustFire alert fires while the degraded phase runs, and nothing else does. alerts are the
+// alert names of the rule file.
+func checkAlerts(ctx context.Context, api promAPI, alerts []string, healthy, degraded *phaseRun) []check {
+	var checks []check
+	for _, a := range mustFire {
+		if !slices.Contains(alerts, a.alert) {
+			checks = append(checks, check{name: "alert " + a.alert, phase: degraded.name, got: "not in alerts.yml", want: "firing"})
+		}
+	}
+	c := check{name: fmt.Sprintf("alerts silent (all %d of alerts.yml)", len(alerts)), phase: healthy.name, want: "none firing"}
+	from, err := silentFrom(ctx, api, healthy)
+	var fired, pending map[string]time.Time
+	if err == nil {
+		fired, err = firstFiring(ctx, api, "firing", from, healthy.ended)
+	}
+	if err == nil {
+		pending, err = firstFiring(ctx, api, "pending", from, healthy.ended)
+	}
+	switch {
+	case err != nil:
+		c.got = err.Error()
+	case len(fired) > 0:
+		c.got = "firing: " + strings.Join(sortedKeys(fired), ", ")
+	default:
+		c.got, c.ok = "none firing", true
+		c.detail = fmt.Sprintf("%s..%s", healthy.at(from), healthy.at(healthy.ended))
+		if len(pending) > 0 {
+			c.detail += "; pending for a while: " + strings.Join(sortedKeys(pending), ", ")
+		}
+	}
+	checks = append(checks, c)
+	return append(checks, checkDegradedAlerts(ctx, api, degraded)...)
+}
+
+// silentFrom returns where the healthy phase's silence is checked from: two rule evaluations
+// after the worker's first successful scrape. Before it, up is 0 (or absent, as Prometheus applies
+// new targets only every 5s) because the loadtest's worker does not exist yet: KdedupWorkerDown
+// and KdedupAbsent may be pending or even firing, about the check's own start-up. An alert that
+// fired then has resolved (and its ALERTS series ended) by this time.
+func silentFrom(ctx context.Context, api promAPI, run *phaseRun) (time.Time, error) {
+	res, err := api.queryRange(ctx, `up{job="kdedup"} == 1`, run.began, run.ended, scrapeInterval)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("up: %w", err)
+	}
+	if len(res) == 0 || len(res[0].Samples) == 0 {
+		return time.Time{}, fmt.Errorf("the worker was never scraped successfully between %s and %s", run.at(run.began), run.at(run.ended))
+	}
+	return res[0].Samples[0].T.Add(2 * scrapeInterval), nil
+}
+
+// checkDegradedAlerts checks that the mustFire alerts fired during the degraded phase, and
+// reports how long after their trigger, and that no other alert fired.
+func checkDegradedAlerts(ctx context.Context, api promAPI, run *phaseRun) []check {
+	fired, err := firstFiring(ctx, api, "firing", run.began, run.ended.Add(2*scrapeInterval))
+	if err != nil {
+		return []check{{name: "alerts", phase: run.name, got: "ALERTS: " + err.Error()}}
+	}
+	var checks []check
+	for _, a := range mustFire {
+		c := check{name: "alert " + a.alert, phase: run.name, want: "firing"}
+		since, what := run.start, "after the start (overfilled filter)"
+		if a.on == brokenStore {
+			since, what = run.storeBroken, "after the store was made unwritable"
+		}
+		if t, ok := fired[a.alert]; ok {
+			c.got, c.ok = "firing", true
+			c.detail = fmt.Sprintf("%.1fs %s", t.Sub(since).Seconds(), what)
+		} else {
+			c.got = "never fired"
+			c.detail = fmt.Sprintf("phase ended %.1fs %s", run.ended.Sub(since).Seconds(), what)
+		}
+		checks = append(checks, c)
+	}
+	c := check{name: "no other alert fires", phase: run.name, want: "only the alerts above", got: "none", ok: true}
+	var other []string
+	for name := range fired {
+		if slices.ContainsFunc(mustFire, func(m requiredAlert) bool { return m.alert == name }) {
+			continue
+		}
+		if reason, ok := mayFire[name]; ok {
+			c.detail += name + " (allowed: " + reason + ") "
+			continue
+		}
+		other = append(other, name)
+	}
+	if len(other) > 0 {
+		slices.Sort(other)
+		c.got, c.ok = "firing: "+strings.Join(other, ", "), false
+	}
+	return append(checks, c)
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
