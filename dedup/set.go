@@ -101,9 +101,9 @@ type CheckpointObserver interface {
 	// read, the seal timed out or the Persister failed. The previous snapshots stay usable.
 	CheckpointFailed()
 	// Restored reports how the state of a unit was prepared (the snapshot restored, the filter
-	// kept in memory, or none: a cold start) and how long restoring and re-warming took. Only a
-	// Set with a Persister calls it: once per Assign under ScopePartition, once in NewSet under
-	// ScopeGlobal.
+	// kept in memory, or none: a cold start, rebuilt or empty) and how long restoring, rebuilding
+	// and re-warming took. Only a Set with a Persister or a rebuild calls it: once per Assign under
+	// ScopePartition, once in NewSet under ScopeGlobal.
 	Restored(outcome checkpoint.Outcome, duration time.Duration)
 	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
@@ -157,6 +157,12 @@ type Config struct {
 	Observer CheckpointObserver
 	// Logger receives lifecycle messages (never one per record). Default: slog.Default().
 	Logger *slog.Logger
+	// RebuildMaxRecords, when positive, makes a unit that has no usable snapshot (or no Persister)
+	// rebuild its filter from the output records of the window instead of starting empty, reading
+	// at most this many records: the newest; the older ones are skipped, logged and counted, and
+	// their duplicates can pass (see Set.rebuild). Output must implement OutputHistory. Default: 0,
+	// no rebuild.
+	RebuildMaxRecords int64
 }
 
 // FilterStats is a filter's state with the name metrics label it with: the partition number, or
@@ -211,7 +217,8 @@ type Set struct {
 	tainted atomic.Bool // ScopeGlobal: the filter holds identities that never reached the output
 	// parked holds the filters of revoked partitions that may come back (see Revoke); guarded by
 	// mu.
-	parked map[int32]*part
+	parked  map[int32]*part
+	history OutputHistory // Output, when RebuildMaxRecords > 0
 
 	stop chan struct{}
 	done chan struct{}
@@ -244,6 +251,13 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
 	s := &Set{cfg: cfg, parked: map[int32]*part{}}
+	if cfg.RebuildMaxRecords > 0 {
+		h, ok := cfg.Output.(OutputHistory)
+		if !ok {
+			return nil, errors.New("dedup: RebuildMaxRecords needs an Output that implements OutputHistory")
+		}
+		s.history = h
+	}
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
 	if cfg.Scope == ScopeGlobal {
@@ -270,7 +284,8 @@ func (s *Set) Unit(partition int32) string {
 }
 
 // open prepares the unit's filter from the store: it restores the newest usable snapshot and
-// re-warms it from the output topic; without one it starts it empty and snapshots it at once, so that a crash before
+// re-warms it from the output topic; without one it rebuilds the filter from the output topic
+// (Config.RebuildMaxRecords) or starts it empty, and snapshots it at once, so that a crash before
 // the first periodic checkpoint can still re-warm from the output offsets of this moment. It
 // starts the filter's rotation and returns what the filter covers.
 func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, error) {
@@ -287,7 +302,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 			return nil, lineage{}, err
 		}
 	}
-	if s.cfg.Observer != nil && s.cfg.Persister != nil {
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.history != nil) {
 		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
 	}
 	if cold && s.cfg.Persister != nil {
@@ -330,8 +345,12 @@ func (s *Set) restore(ctx context.Context, unit string) (*window.Filter, Restore
 	return f, r, nil
 }
 
-// coldFilter returns the filter of a unit without a usable snapshot: an empty one.
+// coldFilter returns the filter of a unit without a usable snapshot: rebuilt from the output
+// topic when Config.RebuildMaxRecords is set (with the output offsets it covers), else empty.
 func (s *Set) coldFilter(ctx context.Context, unit string, partition int32) (*window.Filter, map[int32]int64, error) {
+	if s.history != nil {
+		return s.rebuild(ctx, unit, partition)
+	}
 	f, err := window.New(s.cfg.Window)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dedup: %w", err)
@@ -341,8 +360,9 @@ func (s *Set) coldFilter(ctx context.Context, unit string, partition int32) (*wi
 
 // Assign prepares the state of a newly assigned partition: it reuses the filter kept since the
 // partition's Revoke when the store holds nothing newer (see Revoke), or restores the partition's
-// snapshot through the Persister, or starts a cold filter; and re-warms it from the output topic.
-// A cold filter is snapshotted at once. Assigning a partition that is already assigned does nothing. Under ScopeGlobal it only
+// snapshot through the Persister, or rebuilds it from the output topic, or starts a cold filter;
+// and re-warms it from the output topic. A restored, rebuilt or cold filter is snapshotted at
+// once. Assigning a partition that is already assigned does nothing. Under ScopeGlobal it only
 // starts tracking the partition's progress. It returns the Persister's or Output's error, wrapped,
 // if the state could not be prepared; the caller should retry.
 func (s *Set) Assign(ctx context.Context, partition int32) error {
