@@ -3,8 +3,9 @@
 // New builds every metric of the kdedup metric contract on a registry that the
 // caller passes in (never the global default registry). The returned *Metrics
 // implements the method set of consumer.Observer without importing the consumer
-// package, plus hooks for checkpoint events, readiness and the sliding-window
-// filter statistics.
+// package, plus hooks for checkpoint events, rebuilds from the output topic
+// (dedup.RebuildObserver), partition releases (consumer.ReleaseObserver),
+// readiness and the sliding-window filter statistics.
 //
 // The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
 // ProduceError, CommitError) do not allocate once a partition has been seen:
@@ -150,6 +151,13 @@ type Metrics struct {
 	restoreDuration       prometheus.Histogram
 	rewarmed              prometheus.Counter
 
+	rebuilding      prometheus.Gauge
+	rebuildRecords  prometheus.Counter
+	rebuildSkipped  prometheus.Counter
+	rebuildDuration prometheus.Histogram
+	rebuildFailures prometheus.Counter
+	releaseDuration prometheus.Histogram
+
 	dyn *dynamicCollector
 
 	// parts is a copy-on-write table of partitions indexed by partition
@@ -227,14 +235,23 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
 	}
 	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
-	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (the newest checkpoint), fallback (an older checkpoint, the newer were unusable), cold (none usable: empty filter).", "outcome")
+	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (the newest checkpoint), fallback (an older checkpoint, the newer were unusable), cold (none usable: the filter is rebuilt from the output topic, or starts empty), retained (a partition that came back kept its in-memory filter: nothing downloaded).", "outcome")
 	m.restores = make(map[checkpoint.Outcome]prometheus.Counter)
 	for _, o := range checkpoint.Outcomes() {
 		m.restores[o] = restores.WithLabelValues(string(o))
 	}
 	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
-	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the input topic to re-warm the filter after a restore.")
+	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the output topic to re-warm the filter after a restore.")
+
+	m.rebuilding = gauge("rebuilding_partitions", "Units (partitions, or the global filter) being rebuilt from the output topic now, because they had no usable checkpoint; the worker is not ready meanwhile.")
+	m.rebuildRecords = counter("rebuild_records_total", "Output records whose identities were added to filters being rebuilt from the output topic.")
+	m.rebuildSkipped = counter("rebuild_skipped_records_total", "Output records within the window that rebuilds did not read because of CHECKPOINT_REBUILD_MAX_RECORDS (the oldest); their duplicates can pass.")
+	m.rebuildDuration = histogram("rebuild_duration_seconds", "Time taken to rebuild one filter from the output topic, successful rebuilds only.", durationBuckets)
+	m.rebuildFailures = counter("rebuild_failures_total", "Rebuilds from the output topic that failed (they are retried).")
+	m.releaseDuration = histogram("partition_release_duration_seconds",
+		"Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
+		durationBuckets)
 
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
 
@@ -244,6 +261,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m.endToEnd, m.processing,
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures,
 		restores, m.restoreDuration, m.rewarmed,
+		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
 		m.dyn,
 	} {
 		reg.MustRegister(c)
@@ -457,6 +475,37 @@ func (m *Metrics) Rewarmed(n int) {
 		m.rewarmed.Add(float64(n))
 	}
 }
+
+// RebuildStarted counts one unit that started rebuilding from the output topic (the
+// kdedup_rebuilding_partitions gauge goes up until RebuildDone). It is safe for concurrent use.
+func (m *Metrics) RebuildStarted() { m.rebuilding.Inc() }
+
+// RebuildRecords counts n output records added to a filter being rebuilt. Non-positive n is
+// ignored. It is safe for concurrent use.
+func (m *Metrics) RebuildRecords(n int) {
+	if n > 0 {
+		m.rebuildRecords.Add(float64(n))
+	}
+}
+
+// RebuildDone ends a rebuild that RebuildStarted counted: it observes the duration of a successful
+// one or counts a failure, and counts the window's records the rebuild skipped. It is safe for
+// concurrent use.
+func (m *Metrics) RebuildDone(d time.Duration, skipped int64, failed bool) {
+	m.rebuilding.Dec()
+	if skipped > 0 {
+		m.rebuildSkipped.Add(float64(skipped))
+	}
+	if failed {
+		m.rebuildFailures.Inc()
+		return
+	}
+	m.rebuildDuration.Observe(max(d, 0).Seconds())
+}
+
+// Released observes how long the release of one revoked partition took (consumer.ReleaseObserver).
+// It is safe for concurrent use.
+func (m *Metrics) Released(d time.Duration) { m.releaseDuration.Observe(max(d, 0).Seconds()) }
 
 // RegisterFilterSource adds a source of filter statistics, called on every
 // scrape (so it must be cheap and safe to call from the scraping goroutine).
