@@ -81,10 +81,11 @@ type DedupConfig struct {
 
 // CheckpointConfig is the CHECKPOINT_* section.
 type CheckpointConfig struct {
-	URL      string        `env:"URL" desc:"Where filter snapshots are kept, so a restarted or rebalanced worker keeps its window: file:///path (a directory, possibly a shared volume) or s3://bucket/prefix (S3 or an S3-compatible store; see the AWS_* variables). Empty, with CHECKPOINT_DIR empty too, disables checkpoints (state starts empty)."`
-	Dir      string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
-	Interval time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
-	Keep     int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	URL               string        `env:"URL" desc:"Where filter snapshots are kept, so a restarted or rebalanced worker keeps its window: file:///path (a directory, possibly a shared volume) or s3://bucket/prefix (S3 or an S3-compatible store; see the AWS_* variables). Empty, with CHECKPOINT_DIR empty too, disables checkpoints (state starts empty)."`
+	Dir               string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
+	Interval          time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
+	Keep              int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	RebuildMaxRecords int64         `env:"REBUILD_MAX_RECORDS" envDefault:"10000000" desc:"A partition with no usable snapshot (no store, per-pod disks, lost bucket, first start, snapshot of an incompatible configuration) is rebuilt from the output records of the last (DEDUP_WINDOW_COUNT-1) x DEDUP_WINDOW_INTERVAL, found by record timestamp, reading at most this many records; the worker is not ready meanwhile. Past the bound the oldest records of the window are skipped: their duplicates can pass until they would have left the window; the rebuild logs a warning and counts them in kdedup_rebuild_skipped_records_total. 0 disables the rebuild (such a partition starts empty). Not done under KAFKA_PARTITIONING=hash with DEDUP_SCOPE=partition, where every output partition mixes all input partitions."`
 }
 
 // AWSConfig is the AWS_* section: the standard AWS variables kdedup itself reads for an s3://
@@ -273,6 +274,9 @@ func (c Config) validate() []problem {
 	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
 
 	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
+	if c.Checkpoint.RebuildMaxRecords < 0 {
+		add("CHECKPOINT_REBUILD_MAX_RECORDS", "must be >= 0 (0 disables the rebuild), got %d", c.Checkpoint.RebuildMaxRecords)
+	}
 	if c.Checkpoint.URL != "" || c.Checkpoint.Dir != "" {
 		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)
 		if c.Checkpoint.Keep < 1 {
