@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -247,5 +248,47 @@ func TestRebuildNeedsHistory(t *testing.T) {
 	_, err := NewSet(context.Background(), Config{Window: testWindow(), Output: &fakeOutput{}, RebuildMaxRecords: 10})
 	if err == nil || err.Error() != "dedup: RebuildMaxRecords needs an Output that implements OutputHistory" {
 		t.Errorf("NewSet = %v, want the OutputHistory error", err)
+	}
+}
+
+// cancellingPersister cancels the assignment's context when the baseline snapshot is saved, as
+// the end of a generation does while Assign runs.
+type cancellingPersister struct {
+	Persister
+	cancel context.CancelFunc
+}
+
+func (p cancellingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
+	p.cancel()
+	return SnapshotRef{}, ctx.Err()
+}
+
+// TestCalledOffAssignmentParksTheFilter: when the generation ends after a filter was rebuilt,
+// Assign fails but keeps the rebuilt filter for the next generation, which reuses it instead of
+// rebuilding again.
+func TestCalledOffAssignmentParksTheFilter(t *testing.T) {
+	now := time.Now()
+	topic := &fakeTopic{parts: map[int32][]fakeRecord{1: minuteRecords("r", now.Add(-time.Hour), 60)}}
+	dir, _ := dirPersister(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	obs := &recordingObserver{}
+	s, err := NewSet(context.Background(), Config{Window: rebuildWindow(newFakeClock(now)), Persister: cancellingPersister{dir, cancel},
+		Output: topic, RebuildMaxRecords: 1000, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if err := s.Assign(ctx, 1); !errors.Is(err, context.Canceled) || s.Parked() != 1 {
+		t.Fatalf("Assign = %v with %d filters parked; want the cancellation and the rebuilt filter parked", err, s.Parked())
+	}
+	s.Generation([]int32{1})
+	if err := s.Assign(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !span(held(s.Filter(1), topic.parts[1]), 0, 60, true) {
+		t.Error("the reused filter lost the rebuilt records")
+	}
+	if obs.started != 1 || obs.outcomes()[checkpoint.OutcomeRetained] != 1 {
+		t.Errorf("%d rebuilds and outcomes %v; want one rebuild, then the filter retained", obs.started, obs.outcomes())
 	}
 }

@@ -37,6 +37,9 @@ package dedup
 //     answer or a complete re-warm makes it current.
 //   - The store cannot be listed: the filter is reused with a warning when its lineage has output
 //     offsets (the re-warm makes it complete); without them Assign fails and is retried.
+//   - The generation ends while Assign prepares the filter (the context is cancelled): a filter
+//     that was restored and re-warmed, or rebuilt, before that is parked as a revoked one would
+//     be, with the lineage it got; one whose preparation was cut short is dropped.
 //   - Records that were processed but not acknowledged: the worker calls Discard, which never
 //     parks; the next owner, this replica included, loads from the store.
 //   - The process dies: parked filters die with it; the next owner loads from the store.

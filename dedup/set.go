@@ -309,11 +309,17 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 		// The baseline: a filter that covers the output up to now. Failing to write it only
 		// weakens crash recovery (counted and logged), so consumption is not held up.
 		res, err := s.save(ctx, unit, f, partition, map[int32]*part{})
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
 				"unit", unit, "error", err.Error())
 		}
 		lin = lin.after(res, err)
+	}
+	if err := ctx.Err(); err != nil && partition >= 0 {
+		// The assignment was called off (the generation ended) after the filter was prepared:
+		// it is as current as a revoked one, so it is parked for the next generation.
+		s.park(partition, newPart(f, lin))
+		return nil, lineage{}, fmt.Errorf("dedup: preparing %s: %w", unit, err)
 	}
 	f.Start()
 	return f, lin, nil
