@@ -78,8 +78,9 @@ type Config struct {
 	// bounds how long a partition may take to drain, commit and Revoke at the end of a
 	// generation: the release budget is RebalanceTimeout less HeartbeatInterval (the coordinator
 	// starts its clock when the rebalance begins, a member notices it at its next heartbeat) and
-	// less a margin for rejoining (a tenth of RebalanceTimeout, at most one second). It must be
-	// longer than HeartbeatInterval. Default 30s.
+	// less a margin for rejoining (a tenth of RebalanceTimeout, at most one second). The Worker
+	// keeps heartbeating while it releases partitions, so SessionTimeout does not cut the release
+	// short. It must be longer than HeartbeatInterval. Default 30s.
 	RebalanceTimeout time.Duration
 
 	// BatchSize is the maximum number of input records processed and produced together. Default 1000.

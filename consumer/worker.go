@@ -326,8 +326,10 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Returning ends the generation (kafka-go's Generation.Start), so wait for its end even when
 	// no partition was assigned: an early return would make the group rebalance endlessly.
 	<-gctx.Done()
+	stopHeartbeats := w.keepAlive(gen)
 	wg.Wait()
 	c.close()
+	stopHeartbeats()
 	return nil
 }
 

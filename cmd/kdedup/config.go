@@ -45,7 +45,7 @@ type KafkaConfig struct {
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
 	SessionTimeout    time.Duration `env:"SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout: a replica that stops heartbeating for this long loses its partitions."`
 	HeartbeatInterval time.Duration `env:"HEARTBEAT_INTERVAL" envDefault:"3s" desc:"Consumer group heartbeat interval; must be shorter than KAFKA_SESSION_TIMEOUT."`
-	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance; also bounds how long a revoked partition may take to drain, commit and save its state."`
+	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance. It also bounds the release of a revoked partition (drain, commit, save its final snapshot): KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin of a tenth (at most 1s); the worker keeps heartbeating meanwhile. Raise it when large filters go to a slow checkpoint store."`
 	BatchSize         int           `env:"BATCH_SIZE" envDefault:"1000" desc:"Maximum records per partition processed and produced together (one produce request per output partition)."`
 	BatchBytes        int           `env:"BATCH_BYTES" envDefault:"983040" desc:"Maximum bytes of one produce request; keep it below the brokers' message.max.bytes."`
 	BatchTimeout      time.Duration `env:"BATCH_TIMEOUT" envDefault:"5ms" desc:"How long a partition waits to fill a batch once it has a record: the latency added for throughput."`
