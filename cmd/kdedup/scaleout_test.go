@@ -269,12 +269,29 @@ func (r *scaleRun) start(name string) *worker {
 	return w
 }
 
-// progress waits until the output grew by at least n records since it was called, with w (a
-// running worker) alive.
+// progress waits until the output grew by at least n records since it was called, in every
+// partition by at least n/(2·partitions) (so every partition resumed after the last event), with w
+// (a running worker) alive.
 func (r *scaleRun) progress(w *worker, n int64, what string) {
 	r.t.Helper()
-	from := outputTotal(r.cl)
-	waitFor(r.t, w, 60*time.Second, what, func() bool { return outputTotal(r.cl) >= from+n })
+	ends := func() map[int]int64 {
+		e, err := r.cl.EndOffsets(context.Background(), "out")
+		if err != nil {
+			return nil
+		}
+		return e
+	}
+	from, total := ends(), outputTotal(r.cl)
+	each := max(1, n/(2*scalePartitions))
+	waitFor(r.t, w, 60*time.Second, what, func() bool {
+		now := ends()
+		for p, e := range from {
+			if now[p] < e+each {
+				return false
+			}
+		}
+		return now != nil && outputTotal(r.cl) >= total+n
+	})
 	r.t.Logf("%v: %s (%d output records)", time.Since(r.began).Round(time.Millisecond), what, outputTotal(r.cl))
 }
 
@@ -305,6 +322,25 @@ func (r *scaleRun) inGeneration(alive *worker, what string, names ...string) int
 		return covered == scalePartitions
 	})
 	return gen
+}
+
+// prepared waits until the workers of names logged how the state of each of their partitions in
+// generation g was prepared (a restore or a rebuild).
+func (r *scaleRun) prepared(alive *worker, g int, names ...string) {
+	r.t.Helper()
+	waitFor(r.t, alive, 60*time.Second, "the partitions' state prepared", func() bool {
+		for _, n := range names {
+			l, _ := parseWorkerLog(r.workers[n].stderr.String()).generation(g)
+			done := l.rebuilt
+			for _, c := range l.restores {
+				done += c
+			}
+			if done < len(l.parts) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // owners returns partition → replica in generation g.
@@ -356,6 +392,7 @@ func (r *scaleRun) run(records, per int, seed uint64) scaleResult {
 	w3 := r.start("w3")
 	g1 := r.inGeneration(w3, "w3 joined", "w1", "w2", "w3")
 	r.progress(w3, step, "three replicas consume")
+	r.prepared(w3, g1, "w1", "w2")
 	res.moved = r.countMoves(g0, g1, &res)
 
 	r.mon.setPhase("SIGTERM")
@@ -483,7 +520,11 @@ func describeStalls(stalls map[string][]time.Duration) string {
 // release budget. It logs the output pause each event caused. Under -short it runs only the
 // shared-directory variant, with fewer records. KDEDUP_SCALEOUT_BASELINE=1 adds the per-replica
 // variant without the rebuild and asserts that it leaks duplicates, which shows that the scenario
-// exercises what the rebuild protects against.
+// exercises what the rebuild protects against. KDEDUP_SCALEOUT_WORKER_ENV="NAME=value,..." adds
+// to the workers' environment, for measurements with other windows, such as the default one:
+//
+//	KDEDUP_SCALEOUT_WORKER_ENV=DEDUP_WINDOW_COUNT=8,DEDUP_WINDOW_INTERVAL=15m,DEDUP_WINDOW_CAPACITY=1000000,DEDUP_FALSE_POSITIVE_RATE=1e-6 \
+//	  go test ./cmd/kdedup -run TestScaleOut -v
 func TestScaleOut(t *testing.T) {
 	t.Parallel()
 	variants := []scaleVariant{perReplica, sharedDir, objectS3}
@@ -504,6 +545,11 @@ func TestScaleOut(t *testing.T) {
 			t.Cleanup(cl.Close)
 			base := restartEnviron(cl, "", "partition")
 			base["CHECKPOINT_INTERVAL"] = "500ms"
+			for _, kv := range strings.Split(os.Getenv("KDEDUP_SCALEOUT_WORKER_ENV"), ",") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					base[k] = v
+				}
+			}
 			switch v {
 			case sharedDir:
 				base["CHECKPOINT_DIR"] = t.TempDir()
@@ -549,7 +595,9 @@ func TestScaleOut(t *testing.T) {
 			if v == perReplica && res.rebuilt == 0 {
 				t.Error("no filter was rebuilt from the output topic with a directory per replica")
 			}
-			budget := 3*time.Second - 100*time.Millisecond - 300*time.Millisecond // restartEnviron's release budget
+			rebalance, _ := time.ParseDuration(base["KAFKA_REBALANCE_TIMEOUT"])
+			heartbeat, _ := time.ParseDuration(base["KAFKA_HEARTBEAT_INTERVAL"])
+			budget := rebalance - heartbeat - min(rebalance/10, time.Second) // the worker's release budget
 			if res.longestRelease > budget {
 				t.Errorf("a partition release took %v, over the release budget %v", res.longestRelease, budget)
 			}
