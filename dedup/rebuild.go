@@ -88,22 +88,56 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *win
 			"skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
 	}
 	prog := rebuildProgress{log: log, obs: ro, total: plan.total - plan.skipped, last: start}
+	if len(plan.end) == 1 {
+		err = s.readInOnePass(ctx, f, plan, origin, &prog)
+	} else {
+		err = s.readByGeneration(ctx, f, plan, origin, &prog)
+	}
+	prog.flush()
+	if err != nil {
+		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
+	}
+	f.AdvanceTo(s.now())
+	log.Info("filter rebuilt from the output topic", "records", prog.done, "skipped", plan.skipped,
+		"duration", time.Since(start).String())
+	return f, plan.end, nil
+}
+
+// readByGeneration adds the records of each generation's interval after rotating f to it, one
+// Read per generation across every output partition.
+func (s *Set) readByGeneration(ctx context.Context, f *window.Filter, plan rebuildPlan, origin time.Time, prog *rebuildProgress) error {
 	add := func(id []byte, _ time.Time) {
 		f.TestAndAdd(id)
 		prog.add()
 	}
-	for k := 1; k < gens; k++ {
-		f.AdvanceTo(origin.Add(time.Duration(k) * iv))
+	for k := 1; k < len(plan.bounds); k++ {
+		f.AdvanceTo(origin.Add(time.Duration(k) * s.cfg.Window.Interval))
 		if _, err := s.history.Read(ctx, plan.bounds[k-1], plan.bounds[k], add); err != nil {
-			prog.flush()
-			return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
+			return err
 		}
 	}
-	f.AdvanceTo(s.now())
-	prog.flush()
-	log.Info("filter rebuilt from the output topic", "records", prog.done, "skipped", plan.skipped,
-		"duration", time.Since(start).String())
-	return f, plan.end, nil
+	return nil
+}
+
+// readInOnePass reads a single output partition in one Read, which saves the fetches that
+// readByGeneration's Reads would repeat at each generation's bound: records come in log order,
+// and f is rotated to a record's generation when its timestamp enters a later one than the last.
+// A record whose timestamp is out of order lands in the generation reached so far, as with
+// readByGeneration.
+func (s *Set) readInOnePass(ctx context.Context, f *window.Filter, plan rebuildPlan, origin time.Time, prog *rebuildProgress) error {
+	iv, last := s.cfg.Window.Interval, int64(len(plan.bounds)-1)
+	cur := int64(1)
+	f.AdvanceTo(origin.Add(iv))
+	add := func(id []byte, ts time.Time) {
+		if k := min(int64(ts.Sub(origin)/iv), last); k > cur {
+			cur = k
+			f.AdvanceTo(origin.Add(time.Duration(k) * iv))
+		}
+		f.TestAndAdd(id)
+		prog.add()
+	}
+	_, err := s.history.Read(ctx, plan.bounds[0], plan.end, add)
+	return err
 }
 
 // rebuildPlan is what a rebuild reads: bounds[k-1] are the output offsets where the records of
