@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -34,9 +35,10 @@ type RebuildObserver interface {
 	// RebuildRecords reports n more output records added to a filter being rebuilt.
 	RebuildRecords(n int)
 	// RebuildDone ends what RebuildStarted began: how long the rebuild took, how many output
-	// records of the window it skipped because of Config.RebuildMaxRecords, and whether it failed
-	// (the caller of Assign retries).
-	RebuildDone(d time.Duration, skipped int64, failed bool)
+	// records of the window it skipped because of Config.RebuildMaxRecords, and how it ended: err
+	// is nil for a complete rebuild, wraps the context's error when the assignment was called off
+	// (the generation ended), and is another error when it failed (the caller of Assign retries).
+	RebuildDone(d time.Duration, skipped int64, err error)
 }
 
 // rebuildProgressEvery is how often a long rebuild logs its progress.
@@ -70,7 +72,7 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *win
 	var plan rebuildPlan
 	if ro != nil {
 		ro.RebuildStarted()
-		defer func() { ro.RebuildDone(time.Since(start), plan.skipped, err != nil) }()
+		defer func() { ro.RebuildDone(time.Since(start), plan.skipped, err) }()
 	}
 	gens, iv := s.cfg.Window.Generations, s.cfg.Window.Interval
 	origin := s.now().Add(-time.Duration(gens) * iv)
@@ -163,7 +165,7 @@ func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time
 			return rebuildPlan{}, err
 		}
 	}
-	p.bounds[gens-1] = end
+	p.bounds[gens-1] = maps.Clone(end)
 	// From one interval to the next the offsets only grow, and they never pass the end.
 	for q, e := range end {
 		lo := int64(0)

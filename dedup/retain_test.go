@@ -122,10 +122,10 @@ func (o *recordingObserver) RebuildStarted() {
 	o.mu.Unlock()
 }
 func (o *recordingObserver) RebuildRecords(n int) { o.mu.Lock(); o.records += n; o.mu.Unlock() }
-func (o *recordingObserver) RebuildDone(_ time.Duration, skipped int64, failed bool) {
+func (o *recordingObserver) RebuildDone(_ time.Duration, skipped int64, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.rebuilds = append(o.rebuilds, rebuildReport{skipped, failed})
+	o.rebuilds = append(o.rebuilds, rebuildReport{skipped, err != nil})
 }
 
 func (o *recordingObserver) outcomes() map[checkpoint.Outcome]int {

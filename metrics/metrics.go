@@ -18,6 +18,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"strconv"
@@ -248,7 +249,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.rebuildRecords = counter("rebuild_records_total", "Output records whose identities were added to filters being rebuilt from the output topic.")
 	m.rebuildSkipped = counter("rebuild_skipped_records_total", "Output records within the window that rebuilds did not read because of CHECKPOINT_REBUILD_MAX_RECORDS (the oldest); their duplicates can pass.")
 	m.rebuildDuration = histogram("rebuild_duration_seconds", "Time taken to rebuild one filter from the output topic, successful rebuilds only.", durationBuckets)
-	m.rebuildFailures = counter("rebuild_failures_total", "Rebuilds from the output topic that failed (they are retried).")
+	m.rebuildFailures = counter("rebuild_failures_total", "Rebuilds from the output topic that failed (they are retried); those called off because the consumer group generation ended are not counted.")
 	m.releaseDuration = histogram("partition_release_duration_seconds",
 		"Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
 		durationBuckets)
@@ -488,19 +489,22 @@ func (m *Metrics) RebuildRecords(n int) {
 	}
 }
 
-// RebuildDone ends a rebuild that RebuildStarted counted: it observes the duration of a successful
-// one or counts a failure, and counts the window's records the rebuild skipped. It is safe for
-// concurrent use.
-func (m *Metrics) RebuildDone(d time.Duration, skipped int64, failed bool) {
+// RebuildDone ends a rebuild that RebuildStarted counted, and counts the window's records it
+// skipped. It observes the duration of a complete rebuild (err nil) and counts a failed one; a
+// rebuild called off by its context (context.Canceled, context.DeadlineExceeded: the consumer
+// group generation ended) is neither. It is safe for concurrent use.
+func (m *Metrics) RebuildDone(d time.Duration, skipped int64, err error) {
 	m.rebuilding.Dec()
 	if skipped > 0 {
 		m.rebuildSkipped.Add(float64(skipped))
 	}
-	if failed {
+	switch {
+	case err == nil:
+		m.rebuildDuration.Observe(max(d, 0).Seconds())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	default:
 		m.rebuildFailures.Inc()
-		return
 	}
-	m.rebuildDuration.Observe(max(d, 0).Seconds())
 }
 
 // Released observes how long the release of one revoked partition took (consumer.ReleaseObserver).

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -83,7 +85,7 @@ func populate(m *Metrics) {
 	m.Rewarmed(5)
 	m.RebuildStarted()
 	m.RebuildRecords(100)
-	m.RebuildDone(time.Second, 3, false)
+	m.RebuildDone(time.Second, 3, nil)
 	m.Released(time.Second)
 	m.RegisterFilterSource(fakeSource)
 }
@@ -175,14 +177,22 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.rewarmed }, 100},
 		{"Restored retained", func(m *Metrics) { m.Restored(checkpoint.OutcomeRetained, time.Second) },
 			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeRetained] }, 1},
-		{"rebuilding while started", func(m *Metrics) { m.RebuildStarted(); m.RebuildStarted(); m.RebuildDone(time.Second, 0, true) },
+		{"rebuilding while started", func(m *Metrics) {
+			m.RebuildStarted()
+			m.RebuildStarted()
+			m.RebuildDone(time.Second, 0, errors.New("x"))
+		},
 			func(m *Metrics) prometheus.Collector { return m.rebuilding }, 1},
 		{"RebuildRecords", func(m *Metrics) { m.RebuildRecords(4096); m.RebuildRecords(0); m.RebuildRecords(4) },
 			func(m *Metrics) prometheus.Collector { return m.rebuildRecords }, 4100},
-		{"RebuildDone skipped", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 7, false) },
+		{"RebuildDone skipped", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 7, nil) },
 			func(m *Metrics) prometheus.Collector { return m.rebuildSkipped }, 7},
-		{"RebuildDone failed", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 0, true) },
+		{"RebuildDone failed", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 0, errors.New("broker down")) },
 			func(m *Metrics) prometheus.Collector { return m.rebuildFailures }, 1},
+		{"RebuildDone called off is no failure", func(m *Metrics) {
+			m.RebuildStarted()
+			m.RebuildDone(time.Second, 0, fmt.Errorf("dedup: rebuilding: %w", context.Canceled))
+		}, func(m *Metrics) prometheus.Collector { return m.rebuildFailures }, 0},
 		{"build info", func(*Metrics) {},
 			func(m *Metrics) prometheus.Collector { return m.buildInfo }, 1},
 	}
@@ -203,9 +213,9 @@ func TestHistograms(t *testing.T) {
 	m.CheckpointSaved(3*time.Second, 1)
 	m.Restored(checkpoint.OutcomeCold, 500*time.Millisecond)
 	m.RebuildStarted()
-	m.RebuildDone(2*time.Second, 0, false)
+	m.RebuildDone(2*time.Second, 0, nil)
 	m.RebuildStarted()
-	m.RebuildDone(time.Hour, 0, true) // failures are not observed
+	m.RebuildDone(time.Hour, 0, errors.New("failed")) // failures are not observed
 	m.Released(250 * time.Millisecond)
 
 	mfs, err := reg.Gather()
