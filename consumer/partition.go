@@ -46,15 +46,8 @@ func (h *headerSource) all(yield func(string, []byte) bool) {
 func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, offset int64) {
 	pctx, cancel := graceContext(hard, gctx, w.cfg.releaseBudget())
 	defer cancel()
-	var ended atomic.Int64 // when gctx ended, in unix nanoseconds
-	stopClock := context.AfterFunc(gctx, func() { ended.Store(time.Now().UnixNano()) })
+	since, stopClock := sinceDone(gctx)
 	defer stopClock()
-	since := func() time.Duration {
-		if e := ended.Load(); e != 0 {
-			return time.Since(time.Unix(0, e))
-		}
-		return 0
-	}
 
 	if !w.assign(gctx, p) {
 		w.pendingAssign.Add(-1)
@@ -133,6 +126,19 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	}
 	<-readerClosed
 	w.release(pctx, hard, p, drained, since)
+}
+
+// sinceDone returns a function that tells how long ago ctx ended (0 while it has not), and one
+// that releases the watch on ctx.
+func sinceDone(ctx context.Context) (since func() time.Duration, stop func() bool) {
+	var ended atomic.Int64 // unix nanoseconds
+	stop = context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
+	return func() time.Duration {
+		if e := ended.Load(); e != 0 {
+			return time.Since(time.Unix(0, e))
+		}
+		return 0
+	}, stop
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or

@@ -245,14 +245,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the output topic to re-warm the filter after a restore.")
 
-	m.rebuilding = gauge("rebuilding_partitions", "Units (partitions, or the global filter) being rebuilt from the output topic now, because they had no usable checkpoint; the worker is not ready meanwhile.")
-	m.rebuildRecords = counter("rebuild_records_total", "Output records whose identities were added to filters being rebuilt from the output topic.")
-	m.rebuildSkipped = counter("rebuild_skipped_records_total", "Output records within the window that rebuilds did not read because of CHECKPOINT_REBUILD_MAX_RECORDS (the oldest); their duplicates can pass.")
-	m.rebuildDuration = histogram("rebuild_duration_seconds", "Time taken to rebuild one filter from the output topic, successful rebuilds only.", durationBuckets)
-	m.rebuildFailures = counter("rebuild_failures_total", "Rebuilds from the output topic that failed (they are retried); those called off because the consumer group generation ended are not counted.")
-	m.releaseDuration = histogram("partition_release_duration_seconds",
-		"Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
-		durationBuckets)
+	m.newRebalanceMetrics(durationBuckets)
 
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
 
@@ -475,6 +468,23 @@ func (m *Metrics) Rewarmed(n int) {
 	if n > 0 {
 		m.rewarmed.Add(float64(n))
 	}
+}
+
+// newRebalanceMetrics builds the metrics of partition releases and rebuilds from the output topic.
+func (m *Metrics) newRebalanceMetrics(buckets []float64) {
+	m.rebuilding = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "rebuilding_partitions",
+		Help: "Units (partitions, or the global filter) being rebuilt from the output topic now, because they had no usable checkpoint; the worker is not ready meanwhile."})
+	m.rebuildRecords = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_records_total",
+		Help: "Output records whose identities were added to filters being rebuilt from the output topic."})
+	m.rebuildSkipped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_skipped_records_total",
+		Help: "Output records within the window that rebuilds did not read because of CHECKPOINT_REBUILD_MAX_RECORDS (the oldest); their duplicates can pass."})
+	m.rebuildDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "rebuild_duration_seconds",
+		Help: "Time taken to rebuild one filter from the output topic, successful rebuilds only.", Buckets: buckets})
+	m.rebuildFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_failures_total",
+		Help: "Rebuilds from the output topic that failed (they are retried); those called off because the consumer group generation ended are not counted."})
+	m.releaseDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "partition_release_duration_seconds",
+		Help:    "Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
+		Buckets: buckets})
 }
 
 // RebuildStarted counts one unit that started rebuilding from the output topic (the
