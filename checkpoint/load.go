@@ -20,14 +20,20 @@ const (
 	// one was restored.
 	OutcomeFallback Outcome = "fallback"
 	// OutcomeCold means no snapshot was restored: there was none, or none
-	// was usable. The caller starts with an empty filter.
+	// was usable. The caller starts without one: with an empty filter, or
+	// one rebuilt from elsewhere (kdedup rebuilds it from the output topic).
 	OutcomeCold Outcome = "cold"
+	// OutcomeRetained means no snapshot was read because the caller still
+	// held the unit's state in memory and the store held nothing newer (a
+	// partition revoked and assigned again to the same replica). Load never
+	// returns it; callers that keep state report it.
+	OutcomeRetained Outcome = "retained"
 )
 
 // Outcomes returns every Outcome, in the order above: for callers that prepare one metric series
 // per outcome.
 func Outcomes() []Outcome {
-	return []Outcome{OutcomeWarm, OutcomeFallback, OutcomeCold}
+	return []Outcome{OutcomeWarm, OutcomeFallback, OutcomeCold, OutcomeRetained}
 }
 
 // ErrIncompatible is for consume functions passed to Load to wrap when a

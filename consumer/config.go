@@ -77,9 +77,13 @@ type Config struct {
 	SessionTimeout time.Duration
 	// HeartbeatInterval is the group heartbeat interval. Default 3s.
 	HeartbeatInterval time.Duration
-	// RebalanceTimeout is how long the group coordinator waits for members to rejoin, and also
+	// RebalanceTimeout is how long the group coordinator waits for members to rejoin. It also
 	// bounds how long a partition may take to drain, commit and Revoke at the end of a
-	// generation. Default 30s.
+	// generation: the release budget is RebalanceTimeout less HeartbeatInterval (the coordinator
+	// starts its clock when the rebalance begins, a member notices it at its next heartbeat) and
+	// less a margin for rejoining (a tenth of RebalanceTimeout, at most one second). The Worker
+	// keeps heartbeating while it releases partitions, so SessionTimeout does not cut the release
+	// short. It must be longer than HeartbeatInterval. Default 30s.
 	RebalanceTimeout time.Duration
 
 	// BatchSize is the maximum number of input records processed and produced together. Default 1000.
@@ -130,6 +134,16 @@ type Config struct {
 	// RetryBackoffMax caps the backoff between retries of produce requests, metadata lookups and
 	// Assign calls. Default 5s.
 	RetryBackoffMax time.Duration
+}
+
+// releaseBudget returns how long a partition may take, from the end of its generation, to drain,
+// commit and hand its state back, so that its member rejoins before the group coordinator's
+// rebalance timeout, which started when the rebalance began: RebalanceTimeout less the
+// HeartbeatInterval that may pass before the member notices the rebalance, less a margin for the
+// rejoin itself (RebalanceTimeout/10, at most one second).
+func (c Config) releaseBudget() time.Duration {
+	margin := min(c.RebalanceTimeout/10, time.Second)
+	return c.RebalanceTimeout - c.HeartbeatInterval - margin
 }
 
 // retry returns the retry policy of c's Kafka requests and Deduper calls: kafkaio.Backoff capped at
@@ -249,6 +263,10 @@ func (c Config) Validate() error {
 	positive("RebalanceTimeout", c.RebalanceTimeout)
 	if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
 		bad("HeartbeatInterval", "%v must be shorter than the session timeout (%v)", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	if c.HeartbeatInterval > 0 && c.RebalanceTimeout > 0 && c.releaseBudget() <= 0 {
+		bad("RebalanceTimeout", "%v leaves no time to release partitions after the heartbeat interval (%v) that may pass before a rebalance is noticed",
+			c.RebalanceTimeout, c.HeartbeatInterval)
 	}
 	if c.BatchSize < 1 || c.BatchSize > 1_000_000 {
 		bad("BatchSize", "must be between 1 and 1000000, got %d", c.BatchSize)

@@ -61,6 +61,17 @@ type Discarder interface {
 	Discard(ctx context.Context, partition int32) error
 }
 
+// GenerationTracker is an optional interface of a Deduper (dedup.Set implements it). At the start
+// of every consumer group generation, before any Assign of that generation, the Worker calls
+// Generation with the input partitions the generation gives this worker, in ascending order (none
+// for a member without partitions). Every partition of the previous generation was revoked or
+// discarded before. Rebalances are eager, so a partition that stays with the worker is revoked and
+// assigned again: a Deduper that keeps a revoked partition's state in memory in case it comes back
+// drops the state of the partitions that did not. Generation must return quickly.
+type GenerationTracker interface {
+	Generation(partitions []int32)
+}
+
 // ProgressTracker is an optional interface of a Deduper (dedup.Set implements it), for
 // crash-consistent snapshots taken concurrently with processing. For every batch of a partition,
 // the partition's goroutine calls Processing(p, next) right before it passes the batch's records
@@ -122,6 +133,16 @@ type Observer interface {
 // Worker calls SetReady whenever its readiness changes.
 type ReadyObserver interface {
 	SetReady(ready bool)
+}
+
+// ReleaseObserver is an optional interface of an Observer (metrics.Metrics implements it). The
+// Worker calls Released once for every partition it gives up, at the end of a generation or at
+// shutdown, with the time from the end of the generation until the partition's output was
+// produced, its offsets committed and its state revoked (snapshot saved) or discarded. The Worker
+// allows a release Config.RebalanceTimeout less the heartbeat interval and a margin (see
+// Config.RebalanceTimeout); a release that takes longer is cut short.
+type ReleaseObserver interface {
+	Released(d time.Duration)
 }
 
 // NopObserver is an Observer that discards everything. Its zero value is ready to use and it is

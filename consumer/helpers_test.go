@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,8 @@ type mapDeduper struct {
 	assigns    map[int32]int
 	revokes    map[int32]int
 	discards   map[int32]int
+	generation map[int32]bool // the partitions of the last Generation call; nil before the first
+	gens       int
 	violations []string
 }
 
@@ -60,11 +63,32 @@ func newMapDeduper(global bool, st *store) *mapDeduper {
 	}
 }
 
+// Generation implements consumer.GenerationTracker: every partition of the previous generation
+// must be released by now, and the generation's Assigns must be for the partitions listed.
+func (d *mapDeduper) Generation(parts []int32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.active) > 0 {
+		d.violations = append(d.violations, fmt.Sprintf("Generation(%v) while %d partitions are assigned", parts, len(d.active)))
+	}
+	if !slices.IsSorted(parts) {
+		d.violations = append(d.violations, fmt.Sprintf("Generation(%v): not in ascending order", parts))
+	}
+	d.generation = map[int32]bool{}
+	for _, p := range parts {
+		d.generation[p] = true
+	}
+	d.gens++
+}
+
 func (d *mapDeduper) Assign(_ context.Context, p int32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.active[p]; ok {
 		d.violations = append(d.violations, fmt.Sprintf("Assign(%d) while assigned", p))
+	}
+	if !d.generation[p] {
+		d.violations = append(d.violations, fmt.Sprintf("Assign(%d) not announced by Generation (%d calls)", p, d.gens))
 	}
 	m := make(map[string]struct{})
 	d.st.mu.Lock()
@@ -186,6 +210,8 @@ type countingObserver struct {
 	produceErrors, commitErrors             atomic.Int64
 	rebalances, latencies                   atomic.Int64
 	assigned                                atomic.Int64
+	released                                atomic.Int64
+	releaseMax                              atomic.Int64 // nanoseconds
 	ready                                   atomic.Bool
 }
 
@@ -200,6 +226,15 @@ func (o *countingObserver) Lag(int32, int64)           {}
 func (o *countingObserver) Rebalance()                 { o.rebalances.Add(1) }
 func (o *countingObserver) Assigned(n int)             { o.assigned.Store(int64(n)) }
 func (o *countingObserver) SetReady(r bool)            { o.ready.Store(r) }
+func (o *countingObserver) Released(d time.Duration) {
+	o.released.Add(1)
+	for {
+		cur := o.releaseMax.Load()
+		if int64(d) <= cur || o.releaseMax.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
 
 // ---- cluster and worker harness ---------------------------------------------------------------
 

@@ -287,7 +287,9 @@ func TestConfigValidate(t *testing.T) {
 		{"brokers", func(c *Config) { c.Brokers = []string{"b:9092", "nohostport", ""} }, []string{"Brokers", "Brokers"}},
 		{"loop", func(c *Config) { c.OutputTopic = "in" }, []string{"OutputTopic"}},
 		{"dups topic", func(c *Config) { c.DuplicatesTopic = "out" }, []string{"DuplicatesTopic"}},
-		{"heartbeat", func(c *Config) { c.HeartbeatInterval = time.Minute }, []string{"HeartbeatInterval"}},
+		{"heartbeat", func(c *Config) { c.HeartbeatInterval = time.Minute }, []string{"HeartbeatInterval", "RebalanceTimeout"}},
+		{"no release budget", func(c *Config) { c.RebalanceTimeout = 3 * time.Second }, []string{"RebalanceTimeout"}},
+		{"smallest release budget", func(c *Config) { c.RebalanceTimeout, c.HeartbeatInterval = 200*time.Millisecond, 100*time.Millisecond }, nil},
 		{"enums", func(c *Config) { c.Mode = "x"; c.Partitioning = "y"; c.Unkeyed = "z"; c.MarkHeader = " " },
 			[]string{"Partitioning", "Mode", "Unkeyed", "MarkHeader"}},
 		{"ranges", func(c *Config) { c.BatchSize = 1_000_001; c.BatchBytes = 1000; c.FetchMaxBytes = 10 },
@@ -313,6 +315,23 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate = %v, want an error only for problems", err)
 			}
 		})
+	}
+}
+
+// TestReleaseBudget checks that a release ends before the coordinator's rebalance timeout, which
+// started up to a heartbeat interval before the worker noticed the rebalance, with room to rejoin.
+func TestReleaseBudget(t *testing.T) {
+	for _, tc := range []struct {
+		rebalance, heartbeat, want time.Duration
+	}{
+		{30 * time.Second, 3 * time.Second, 26 * time.Second}, // the defaults: 1s margin
+		{3 * time.Second, 100 * time.Millisecond, 2600 * time.Millisecond},
+		{time.Second, 500 * time.Millisecond, 400 * time.Millisecond},
+	} {
+		c := Config{RebalanceTimeout: tc.rebalance, HeartbeatInterval: tc.heartbeat}
+		if got := c.releaseBudget(); got != tc.want {
+			t.Errorf("releaseBudget(rebalance %v, heartbeat %v) = %v, want %v", tc.rebalance, tc.heartbeat, got, tc.want)
+		}
 	}
 }
 

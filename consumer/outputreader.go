@@ -14,9 +14,11 @@ import (
 )
 
 // OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
-// (cmd/kdedup wires it in: consumer does not import dedup). End tells where the output partitions
-// end before a snapshot is copied, and Rewarm feeds the identities of the records produced after
-// a snapshot back into the restored filter. It connects with the same brokers,
+// and dedup.OutputHistory (cmd/kdedup wires it in: consumer does not import dedup). End tells
+// where the output partitions end before a snapshot is copied, and Rewarm feeds the identities of
+// the records produced after a snapshot back into the restored filter. OffsetsAt and Read serve a
+// rebuild of a filter that has no usable snapshot: where the window starts in the output topic by
+// record timestamp, and the records of each stretch of it. It connects with the same brokers,
 // client ID, TLS and SASL settings as the Worker of the same Config. It is safe for concurrent use;
 // create it with NewOutputReader.
 type OutputReader struct {
@@ -65,18 +67,9 @@ func (r *OutputReader) Close() error {
 // PartitionHash or when inputPartition < 0 (global scope). On failure it returns a "consumer: ..."
 // error wrapping the broker's and no offsets.
 func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32]int64, error) {
-	var parts []int
-	if r.cfg.Partitioning == PartitionSame && inputPartition >= 0 {
-		parts = []int{int(inputPartition)}
-	} else {
-		n, err := r.partitionCount(ctx)
-		if err != nil {
-			return nil, err
-		}
-		parts = make([]int, n)
-		for i := range parts {
-			parts[i] = i
-		}
+	parts, err := r.outputPartitions(ctx, inputPartition)
+	if err != nil {
+		return nil, err
 	}
 	offs, err := kafkaio.ListOffsets(ctx, r.client, r.cfg.OutputTopic, parts)
 	if err != nil {
@@ -106,6 +99,49 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 // cannot be read. On a broker error that retries do not cure, or when ctx ends, it returns a
 // "consumer: ..." error together with the number of records added so far.
 func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
+	return r.read(ctx, from, nil, add)
+}
+
+// Read is Rewarm with an upper bound: it reads each output partition q of from from offset from[q]
+// up to to[q] (not included), or up to the partition's end at the time of the call if that comes
+// first or to has no entry for q. It implements dedup.OutputHistory, with OffsetsAt.
+func (r *OutputReader) Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
+	return r.read(ctx, from, to, add)
+}
+
+// OffsetsAt returns, for the output partitions that can hold records of inputPartition (those End
+// returns offsets of), the offset of the first record whose timestamp is at or after t, or the
+// partition's end offset when no record is. On failure it returns a "consumer: ..." error and no
+// offsets. It implements dedup.OutputHistory: a filter is rebuilt from the records after
+// OffsetsAt(now - window).
+func (r *OutputReader) OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error) {
+	parts, err := r.outputPartitions(ctx, inputPartition)
+	if err != nil {
+		return nil, err
+	}
+	at, err := kafkaio.OffsetsAfter(ctx, r.client, r.cfg.OutputTopic, parts, t)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: output offsets by time: %w", err)
+	}
+	var end map[int32]int64
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		if at[p] >= 0 {
+			out[int32(p)] = at[p]
+			continue
+		}
+		if end == nil { // nothing at or after t: start at the end
+			if end, err = r.End(ctx, inputPartition); err != nil {
+				return nil, err
+			}
+		}
+		out[int32(p)] = end[int32(p)]
+	}
+	return out, nil
+}
+
+// read reads the ranges [from[q], to[q]) (to nil or without q: up to the end) for Rewarm and Read.
+func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
 	if len(from) == 0 {
 		return 0, nil
 	}
@@ -123,6 +159,9 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 	for _, q := range parts {
 		o := offs[int(q)]
 		start, end := from[q], o.LastOffset
+		if stop, ok := to[q]; ok && stop < end {
+			end = stop
+		}
 		switch {
 		case errors.Is(o.Error, kafka.UnknownTopicOrPartition):
 			r.log.Warn("output partition in the checkpoint does not exist; nothing to re-warm from it",
@@ -130,11 +169,11 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 			continue
 		case o.Error != nil:
 			return rs.added, fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, q, o.Error)
-		case end < start:
+		case o.LastOffset < start:
 			r.log.Warn("output partition ends before the offset the checkpoint recorded (topic recreated or truncated?); nothing to re-warm from it",
-				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "end", end)
+				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "end", o.LastOffset)
 			continue
-		case end == start:
+		case end <= start:
 			continue
 		case start < o.FirstOffset:
 			r.log.Warn("output records were deleted by retention before they could be re-read; their identities are not re-warmed and their duplicates may pass",
@@ -146,6 +185,24 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 		}
 	}
 	return rs.added, nil
+}
+
+// outputPartitions returns the output partitions that can hold records of inputPartition:
+// {inputPartition} under PartitionSame, every output partition under PartitionHash or when
+// inputPartition < 0 (global scope).
+func (r *OutputReader) outputPartitions(ctx context.Context, inputPartition int32) ([]int, error) {
+	if r.cfg.Partitioning == PartitionSame && inputPartition >= 0 {
+		return []int{int(inputPartition)}, nil
+	}
+	n, err := r.partitionCount(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = i
+	}
+	return parts, nil
 }
 
 // partitionCount returns the number of partitions of the output topic.

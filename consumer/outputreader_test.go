@@ -307,3 +307,77 @@ func TestOutputReaderRewarmCancelled(t *testing.T) {
 		t.Errorf("Rewarm with a cancelled context = %d, %v; want 0 and an error", n, err)
 	}
 }
+
+// TestOutputReaderRead proves that Read stops at the upper bounds it is given (or at the end of a
+// partition, whichever comes first) and otherwise reads as Rewarm does.
+func TestOutputReaderRead(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), testLog)
+	defer r.Close()
+	from := map[int32]int64{0: 3, 1: 0, 3: 12}
+	to := map[int32]int64{0: 6, 1: 50, 3: 12} // 1: past the end; 3: empty range
+	var want []string
+	for q, end := range map[int]int{0: 6, 1: 5} {
+		for i := int(from[int32(q)]); i < end; i++ {
+			if _, id, _, keyed := outputRecord(q, i); keyed {
+				want = append(want, id)
+			}
+		}
+	}
+	var got []string
+	n, err := r.Read(context.Background(), from, to, func(id []byte, _ time.Time) { got = append(got, string(id)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if n != len(got) || !slices.Equal(got, want) {
+		t.Errorf("Read = %d, %v; want %v", n, got, want)
+	}
+}
+
+// TestOutputReaderOffsetsAt proves that OffsetsAt finds the first output record at or after a
+// time in each output partition that can hold a partition's records, and the end offset where
+// none is.
+func TestOutputReaderOffsetsAt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 2, embedkafka.Options{})
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	for q := range 2 {
+		var msgs []kafka.Message
+		for i := range 20 { // one record a minute; partition 1 starts 10 minutes later
+			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprint(i)), Time: base.Add(time.Duration(10*q+i) * time.Minute)})
+		}
+		if err := e.cl.Produce(context.Background(), e.out, q, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		partitioning consumer.Partitioning
+		input        int32
+		at           time.Duration
+		want         map[int32]int64
+	}{
+		{"same", consumer.PartitionSame, 0, 5 * time.Minute, map[int32]int64{0: 5}},
+		{"before the first record", consumer.PartitionSame, 1, 90 * time.Second, map[int32]int64{1: 0}},
+		{"hash", consumer.PartitionHash, 0, 15 * time.Minute, map[int32]int64{0: 15, 1: 5}},
+		{"global", consumer.PartitionSame, -1, 25 * time.Minute, map[int32]int64{0: 20, 1: 15}},
+		{"after the newest", consumer.PartitionSame, 1, time.Hour, map[int32]int64{1: 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.config()
+			cfg.Partitioning = tc.partitioning
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			got, err := r.OffsetsAt(context.Background(), tc.input, base.Add(tc.at))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("OffsetsAt(%d, base+%v) = %v, want %v", tc.input, tc.at, got, tc.want)
+			}
+		})
+	}
+}

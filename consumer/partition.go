@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
@@ -40,10 +41,13 @@ func (h *headerSource) all(yield func(string, []byte) bool) {
 
 // partition consumes one assigned partition from offset until gctx ends, then drains: the batch
 // in hand is produced, its offsets are committed and the Deduper's Revoke is called. Produce,
-// commit and Revoke may take RebalanceTimeout after gctx ended, and never longer than hard allows.
+// commit and Revoke may take the release budget (Config.releaseBudget) after gctx ended, and never
+// longer than hard allows.
 func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, offset int64) {
-	pctx, cancel := graceContext(hard, gctx, w.cfg.RebalanceTimeout)
+	pctx, cancel := graceContext(hard, gctx, w.cfg.releaseBudget())
 	defer cancel()
+	since, stopClock := sinceDone(gctx)
+	defer stopClock()
 
 	if !w.assign(gctx, p) {
 		w.pendingAssign.Add(-1)
@@ -76,7 +80,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	if err := r.SetOffset(offset); err != nil {
 		closeReader()
 		<-readerClosed
-		w.release(pctx, hard, p, true)
+		w.release(pctx, hard, p, true, since)
 		return
 	}
 
@@ -121,7 +125,20 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		}
 	}
 	<-readerClosed
-	w.release(pctx, hard, p, drained)
+	w.release(pctx, hard, p, drained, since)
+}
+
+// sinceDone returns a function that tells how long ago ctx ended (0 while it has not), and one
+// that releases the watch on ctx.
+func sinceDone(ctx context.Context) (since func() time.Duration, stop func() bool) {
+	var ended atomic.Int64 // unix nanoseconds
+	stop = context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
+	return func() time.Duration {
+		if e := ended.Load(); e != 0 {
+			return time.Since(time.Unix(0, e))
+		}
+		return 0
+	}, stop
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
@@ -141,13 +158,34 @@ func (w *Worker) assign(gctx context.Context, p int32) bool {
 // release hands the partition's deduplication state back: Revoke when every record passed to
 // Seen was acknowledged by the output topic, otherwise Discard (if the Deduper has it) so that no
 // snapshot claims records the output never got. The fallback Revoke gets an already-cancelled
-// context for the same reason.
-func (w *Worker) release(pctx, hard context.Context, p int32, drained bool) {
+// context for the same reason. since returns the time since the generation ended; the release is
+// logged and reported to a ReleaseObserver with it.
+func (w *Worker) release(pctx, hard context.Context, p int32, drained bool, since func() time.Duration) {
+	outcome := w.handBack(pctx, hard, p, drained)
+	took := since()
+	if w.released != nil {
+		w.released.Released(took)
+	}
+	w.log.Info("partition released", "partition", p, "state", outcome, "took", took.String(),
+		"budget", w.cfg.releaseBudget().String())
+}
+
+// handBack calls Revoke or Discard for p and returns what became of the state: "revoked",
+// "revoke failed" or "discarded".
+func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) string {
 	if drained {
-		if err := w.dedup.Revoke(pctx, p); err != nil {
+		err := w.dedup.Revoke(pctx, p)
+		switch {
+		case err == nil:
+			return "revoked"
+		case pctx.Err() != nil:
+			w.log.Error("revoke did not finish within the release budget: the partition's final snapshot may be missing, "+
+				"so its next owner restores an older one and re-warms from the output topic",
+				"partition", p, "budget", w.cfg.releaseBudget().String(), "error", err.Error())
+		default:
 			w.log.Error("revoke failed", "partition", p, "error", err.Error())
 		}
-		return
+		return "revoke failed"
 	}
 	w.log.Warn("partition released with records that were processed but not acknowledged by the output topic; "+
 		"they will be re-consumed by the next owner and their deduplication state is discarded",
@@ -156,11 +194,12 @@ func (w *Worker) release(pctx, hard context.Context, p int32, drained bool) {
 		if err := d.Discard(hard, p); err != nil {
 			w.log.Error("discard failed", "partition", p, "error", err.Error())
 		}
-		return
+		return "discarded"
 	}
 	if err := w.dedup.Revoke(pctx, p); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		w.log.Error("revoke failed", "partition", p, "error", err.Error())
 	}
+	return "discarded"
 }
 
 // fetchBatch appends up to BatchSize records to batch: it waits for the first one as long as

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ type Worker struct {
 	cfg      Config
 	dedup    Deduper
 	progress ProgressTracker // nil unless dedup implements it
+	released ReleaseObserver // nil unless obs implements it
 	key      KeyFunc
 	obs      Observer
 	log      *slog.Logger
@@ -61,6 +63,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	}
 	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: newSampler(log, 10*time.Second)}
 	w.progress, _ = d.(ProgressTracker)
+	w.released, _ = obs.(ReleaseObserver)
 	w.balancer = &StickyBalancer{}
 	w.dialer = newDialer(cfg)
 	w.transport = newTransport(cfg)
@@ -278,6 +281,14 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Claimed in the UserData of the next JoinGroup, which kafka-go sends after this generation
 	// (and every partition of it) ended: the partitions stay here if the group allows.
 	w.balancer.SetOwned(gen.ID, map[string][]int{w.cfg.InputTopic: ids})
+	if gt, ok := w.dedup.(GenerationTracker); ok {
+		parts := make([]int32, len(ids))
+		for i, id := range ids {
+			parts[i] = int32(id)
+		}
+		slices.Sort(parts)
+		gt.Generation(parts)
+	}
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))
 	w.pendingAssign.Store(int64(len(assigned)))
@@ -313,8 +324,10 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Returning ends the generation (kafka-go's Generation.Start), so wait for its end even when
 	// no partition was assigned: an early return would make the group rebalance endlessly.
 	<-gctx.Done()
+	stopHeartbeats := w.keepAlive(gen)
 	wg.Wait()
 	c.close()
+	stopHeartbeats()
 	return nil
 }
 

@@ -324,6 +324,10 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, revokes, _ := d1.counts(); len(revokes) != 3 {
 		t.Errorf("revokes after shutdown: %v, want one per partition", revokes)
 	}
+	budget := cfg.RebalanceTimeout - cfg.HeartbeatInterval
+	if n, longest := r1.obs.released.Load(), time.Duration(r1.obs.releaseMax.Load()); n != 3 || longest <= 0 || longest > budget {
+		t.Errorf("%d releases reported, the longest %v; want 3 within the release budget (< %v)", n, longest, budget)
+	}
 	if r1.w.Ready() {
 		t.Error("worker still ready after Run returned")
 	}

@@ -32,9 +32,10 @@ func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *Checkpoin
 	return &CheckpointPersister{store: store, log: log}
 }
 
-// Restore loads the newest usable snapshot of unit into cfg. With none usable it returns a nil
-// filter and checkpoint.OutcomeCold, after logging why each snapshot was rejected. It returns an error
-// only when the store itself fails (for example it cannot list or read the directory).
+// Restore loads the newest usable snapshot of unit into cfg; Restored.Snapshot names it. With none
+// usable it returns a nil filter and checkpoint.OutcomeCold, after logging why each snapshot was
+// rejected. It returns an error only when the store itself fails (for example it cannot list or
+// read the directory).
 func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
 	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h checkpoint.Header, d *checkpoint.Decoder) (*window.Filter, error) {
 		f, err := window.Restore(cfg, metaFromHeader(h), d)
@@ -61,14 +62,28 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 		p.log.Warn("snapshot has no output offsets (format v1): the filter cannot be re-warmed from the output topic",
 			"unit", unit, "file", res.Snapshot.Name)
 	}
-	return f, Restored{Outcome: res.Outcome, OutputOffsets: out}, nil
+	return f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot)}, nil
+}
+
+// Newest returns the newest snapshot of unit the store lists, without reading it, or the zero
+// SnapshotRef when there is none. It returns the store's error when listing fails.
+func (p *CheckpointPersister) Newest(ctx context.Context, unit string) (SnapshotRef, error) {
+	infos, err := p.store.List(ctx, unit)
+	if err != nil || len(infos) == 0 {
+		return SnapshotRef{}, err
+	}
+	return refOf(infos[0]), nil
+}
+
+func refOf(info checkpoint.Info) SnapshotRef {
+	return SnapshotRef{Name: info.Name, Size: info.Size}
 }
 
 // Save writes f's state for unit through the store: the header from f's metadata and info, then
 // the data, then seal; only if all succeed does the snapshot replace older ones. A store error
 // wrapping checkpoint.ErrNotDurable is returned as a failure although the snapshot is visible: it
 // is complete and sealed, but may not survive a crash. A pruning failure is only logged.
-func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error) {
+func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
 	snap, err := p.store.Save(ctx, unit, func(w io.Writer) error {
 		return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
 			h := headerFromMeta(m, info)
@@ -84,7 +99,10 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 		p.log.Warn("old snapshots could not be pruned", "unit", unit, "error", err.Error())
 		err = nil
 	}
-	return snap.Size, err
+	if err != nil {
+		return SnapshotRef{}, err
+	}
+	return refOf(snap), nil
 }
 
 func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {

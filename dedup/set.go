@@ -50,6 +50,15 @@ type Restored struct {
 	// OutputOffsets are the output partitions' end offsets when the snapshot was taken: every
 	// output record before them is in the snapshot, the ones after must be re-warmed.
 	OutputOffsets map[int32]int64
+	// Snapshot names the snapshot restored (zero for OutcomeCold).
+	Snapshot SnapshotRef
+}
+
+// SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
+// the store, checkpoint.Info.Name) and its size. The zero SnapshotRef stands for no snapshot.
+type SnapshotRef struct {
+	Name string
+	Size int64
 }
 
 // SnapshotInfo is what a Set knows about a snapshot besides the filter.
@@ -71,8 +80,13 @@ type Persister interface {
 	// read at all (for example an I/O error) and the caller should retry.
 	Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error)
 	// Save writes f's state for unit. It calls seal after the data is written and before the
-	// snapshot becomes visible; if seal fails, nothing is saved. It returns the snapshot's size.
-	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error)
+	// snapshot becomes visible; if seal fails, nothing is saved. It returns the saved snapshot, or
+	// an error when it could not be saved durably.
+	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error)
+	// Newest returns the newest snapshot of unit, without reading it, or the zero SnapshotRef when
+	// there is none. A Set calls it when a partition it kept in memory comes back, to learn whether
+	// anyone saved a newer state of it meanwhile; it should be cheap (one listing).
+	Newest(ctx context.Context, unit string) (SnapshotRef, error)
 }
 
 // CheckpointObserver receives checkpoint measurements; metrics.Metrics implements it. A Set calls
@@ -86,9 +100,10 @@ type CheckpointObserver interface {
 	// CheckpointFailed reports a snapshot that was not saved: the output end offsets could not be
 	// read, the seal timed out or the Persister failed. The previous snapshots stay usable.
 	CheckpointFailed()
-	// Restored reports how the state of a unit was prepared (the snapshot restored, or a cold
-	// start) and how long restoring and re-warming took. Only a Set with a Persister calls it:
-	// once per Assign under ScopePartition, once in NewSet under ScopeGlobal.
+	// Restored reports how the state of a unit was prepared (the snapshot restored, the filter
+	// kept in memory, or none: a cold start, rebuilt or empty) and how long restoring, rebuilding
+	// and re-warming took. Only a Set with a Persister or a rebuild calls it: once per Assign under
+	// ScopePartition, once in NewSet under ScopeGlobal.
 	Restored(outcome checkpoint.Outcome, duration time.Duration)
 	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
@@ -142,6 +157,12 @@ type Config struct {
 	Observer CheckpointObserver
 	// Logger receives lifecycle messages (never one per record). Default: slog.Default().
 	Logger *slog.Logger
+	// RebuildMaxRecords, when positive, makes a unit that has no usable snapshot (or no Persister)
+	// rebuild its filter from the output records of the window instead of starting empty, reading
+	// at most this many records: the newest; the older ones are skipped, logged and counted, and
+	// their duplicates can pass (see Set.rebuild). Output must implement OutputHistory. Default: 0,
+	// no rebuild.
+	RebuildMaxRecords int64
 }
 
 // FilterStats is a filter's state with the name metrics label it with: the partition number, or
@@ -159,14 +180,24 @@ type part struct {
 	// batch whose output was acknowledged; -1 until the first batch.
 	processed, acked atomic.Int64
 	gone             atomic.Bool // revoked or discarded
+	lin              atomic.Pointer[lineage]
 }
 
-func newPart(f *window.Filter) *part {
+func newPart(f *window.Filter, lin lineage) *part {
 	p := &part{f: f}
 	p.processed.Store(-1)
 	p.acked.Store(-1)
+	p.lin.Store(&lin)
 	return p
 }
+
+// lineage returns what is known of the coverage of the part's filter.
+func (p *part) lineage() lineage { return *p.lin.Load() }
+
+// saved records a save attempt of the part's filter in its lineage.
+func (p *part) saved(r saveResult, err error) { p.lin.Store(ptr(p.lineage().after(r, err))) }
+
+func ptr[T any](v T) *T { return &v }
 
 // Set routes records to the filter of their scope and answers whether each record's identity was
 // seen. It implements the worker's Deduper: Assign before a partition's records, Seen for each
@@ -184,6 +215,10 @@ type Set struct {
 	mu      sync.Mutex // serialises Assign, Revoke, Discard and Close
 	closed  bool
 	tainted atomic.Bool // ScopeGlobal: the filter holds identities that never reached the output
+	// parked holds the filters of revoked partitions that may come back (see Revoke); guarded by
+	// mu.
+	parked  map[int32]*part
+	history OutputHistory // Output, when RebuildMaxRecords > 0
 
 	stop chan struct{}
 	done chan struct{}
@@ -215,11 +250,18 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	if _, err := window.Size(cfg.Window); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
-	s := &Set{cfg: cfg}
+	s := &Set{cfg: cfg, parked: map[int32]*part{}}
+	if cfg.RebuildMaxRecords > 0 {
+		h, ok := cfg.Output.(OutputHistory)
+		if !ok {
+			return nil, errors.New("dedup: RebuildMaxRecords needs an Output that implements OutputHistory")
+		}
+		s.history = h
+	}
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
 	if cfg.Scope == ScopeGlobal {
-		f, err := s.open(ctx, globalUnit, -1)
+		f, _, err := s.open(ctx, globalUnit, -1)
 		if err != nil {
 			return nil, err
 		}
@@ -241,63 +283,94 @@ func (s *Set) Unit(partition int32) string {
 	return s.cfg.Topic + ".p" + strconv.Itoa(int(partition))
 }
 
-// open restores the unit's filter (or builds a cold one), re-warms it from the output topic, and
-// starts its rotation. A cold filter is snapshotted at once, so that a crash before the first
-// periodic checkpoint can still re-warm from the output offsets of this moment.
-func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.Filter, error) {
-	if s.cfg.Persister == nil {
-		f, err := window.New(s.cfg.Window)
-		if err != nil {
-			return nil, fmt.Errorf("dedup: %w", err)
+// open prepares the unit's filter from the store: it restores the newest usable snapshot and
+// re-warms it from the output topic; without one it rebuilds the filter from the output topic
+// (Config.RebuildMaxRecords) or starts it empty, and snapshots it at once, so that a crash before
+// the first periodic checkpoint can still re-warm from the output offsets of this moment. It
+// starts the filter's rotation and returns what the filter covers.
+func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, error) {
+	start := time.Now()
+	f, r, err := s.restore(ctx, unit)
+	if err != nil {
+		return nil, lineage{}, err
+	}
+	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets}
+	cold := f == nil
+	if cold {
+		r.Outcome = checkpoint.OutcomeCold
+		if f, lin.out, err = s.coldFilter(ctx, unit, partition); err != nil {
+			return nil, lineage{}, err
 		}
-		f.Start()
-		return f, nil
+	}
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.history != nil) {
+		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
+	}
+	if cold && s.cfg.Persister != nil {
+		// The baseline: a filter that covers the output up to now. Failing to write it only
+		// weakens crash recovery (counted and logged), so consumption is not held up.
+		res, err := s.save(ctx, unit, f, partition, map[int32]*part{})
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
+				"unit", unit, "error", err.Error())
+		}
+		lin = lin.after(res, err)
+	}
+	if err := ctx.Err(); err != nil && partition >= 0 {
+		// The assignment was called off (the generation ended) after the filter was prepared:
+		// it is as current as a revoked one, so it is parked for the next generation.
+		s.park(partition, newPart(f, lin))
+		return nil, lineage{}, fmt.Errorf("dedup: preparing %s: %w", unit, err)
+	}
+	f.Start()
+	return f, lin, nil
+}
+
+// restore returns the unit's newest usable snapshot, restored and re-warmed from the output
+// topic, or a nil filter when there is none (or no Persister).
+func (s *Set) restore(ctx context.Context, unit string) (*window.Filter, Restored, error) {
+	if s.cfg.Persister == nil {
+		return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 	}
 	start := time.Now()
 	f, r, err := s.cfg.Persister.Restore(ctx, unit, s.cfg.Window)
 	if err != nil {
-		return nil, fmt.Errorf("dedup: restoring %s: %w", unit, err)
+		return nil, r, fmt.Errorf("dedup: restoring %s: %w", unit, err)
 	}
 	if f != nil && s.cfg.Output != nil && r.OutputOffsets != nil {
 		// The record time is not used yet: the window is kept in processing time.
 		n, err := s.cfg.Output.Rewarm(ctx, r.OutputOffsets, func(id []byte, _ time.Time) { f.TestAndAdd(id) })
 		if err != nil {
-			return nil, fmt.Errorf("dedup: re-warming %s from the output topic: %w", unit, err)
+			return nil, r, fmt.Errorf("dedup: re-warming %s from the output topic: %w", unit, err)
 		}
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.Rewarmed(n)
 		}
-		s.cfg.Logger.Info("state restored", "unit", unit, "outcome", r.Outcome, "rewarmed_records", n,
-			"duration", time.Since(start).String())
+		s.cfg.Logger.Info("state restored", "unit", unit, "outcome", r.Outcome, "snapshot", r.Snapshot.Name,
+			"rewarmed_records", n, "duration", time.Since(start).String())
 	}
-	cold := f == nil
-	if cold {
-		if f, err = window.New(s.cfg.Window); err != nil {
-			return nil, fmt.Errorf("dedup: %w", err)
-		}
-		r.Outcome = checkpoint.OutcomeCold
-	}
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
-	}
-	if cold {
-		// The baseline: an empty filter that covers the output up to now. Failing to write it
-		// only weakens crash recovery (counted and logged), so consumption is not held up.
-		if err := s.save(ctx, unit, f, partition, map[int32]*part{}); err != nil {
-			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
-				"unit", unit, "error", err.Error())
-		}
-	}
-	f.Start()
-	return f, nil
+	return f, r, nil
 }
 
-// Assign prepares the state of a newly assigned partition: it restores the partition's snapshot
-// through the Persister and re-warms it from the output topic, or starts a cold filter and
-// snapshots it at once. Assigning
-// a partition that is already assigned does nothing. Under ScopeGlobal it only starts tracking the
-// partition's progress. It returns the Persister's or Output's error, wrapped, if the state could
-// not be prepared; the caller should retry.
+// coldFilter returns the filter of a unit without a usable snapshot: rebuilt from the output
+// topic when Config.RebuildMaxRecords is set (with the output offsets it covers), else empty.
+func (s *Set) coldFilter(ctx context.Context, unit string, partition int32) (*window.Filter, map[int32]int64, error) {
+	if s.history != nil {
+		return s.rebuild(ctx, unit, partition)
+	}
+	f, err := window.New(s.cfg.Window)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dedup: %w", err)
+	}
+	return f, nil, nil
+}
+
+// Assign prepares the state of a newly assigned partition: it reuses the filter kept since the
+// partition's Revoke when the store holds nothing newer (see Revoke), or restores the partition's
+// snapshot through the Persister, or rebuilds it from the output topic, or starts a cold filter;
+// and re-warms it from the output topic. A restored, rebuilt or cold filter is snapshotted at
+// once. Assigning a partition that is already assigned does nothing. Under ScopeGlobal it only
+// starts tracking the partition's progress. It returns the Persister's or Output's error, wrapped,
+// if the state could not be prepared; the caller should retry.
 func (s *Set) Assign(ctx context.Context, partition int32) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -310,10 +383,10 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 		return nil
 	}
 	// Restoring and re-warming can take a while; other partitions restore meanwhile.
-	f := s.global
+	f, lin := s.global, lineage{}
 	if f == nil {
 		var err error
-		if f, err = s.open(ctx, s.Unit(partition), partition); err != nil {
+		if f, lin, err = s.prepare(ctx, s.Unit(partition), partition); err != nil {
 			return err
 		}
 	}
@@ -331,23 +404,45 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 		return nil
 	}
 	next := maps.Clone(cur)
-	next[partition] = newPart(f)
+	next[partition] = newPart(f, lin)
 	s.parts.Store(&next)
 	return nil
 }
 
-// Revoke saves the partition's state through the Persister and drops it. The caller must have
-// produced every record it passed to Seen for the partition. Revoking a partition that is not
-// assigned does nothing. Under ScopeGlobal it only stops tracking the partition: the global
-// filter is saved periodically and on Close. The state is dropped even if saving fails; the
-// error is returned.
+// prepare returns the filter of a newly assigned partition: the parked one if it may serve (see
+// unpark), else the one open prepares from the store.
+func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, error) {
+	if f, lin, ok, err := s.unpark(ctx, unit, partition); ok || err != nil {
+		return f, lin, err
+	}
+	return s.open(ctx, unit, partition)
+}
+
+// Revoke saves the partition's state through the Persister, stops its filter and parks it, in
+// case the partition comes back to this Set (see "Retained partitions" in retain.go). The caller
+// must have produced every record it passed to Seen for the partition. Revoking a partition that
+// is not assigned does nothing. Under ScopeGlobal it only stops tracking the partition: the global
+// filter is saved periodically and on Close. The state is parked even if saving fails; the error
+// is returned.
 func (s *Set) Revoke(ctx context.Context, partition int32) error {
 	pt := s.remove(partition)
 	if pt == nil || s.global != nil {
 		return nil
 	}
 	pt.f.Close()
-	return s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt})
+	var res saveResult
+	var err error
+	if s.cfg.Persister != nil {
+		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt})
+	} else if s.cfg.Output != nil {
+		res.out, err = s.cfg.Output.End(ctx, partition)
+		if err != nil {
+			err = fmt.Errorf("dedup: revoking %s: reading output end offsets: %w", s.Unit(partition), err)
+		}
+	}
+	pt.saved(res, err)
+	s.park(partition, pt)
+	return err
 }
 
 // Discard drops the partition's state without saving it. The worker calls it instead of Revoke
@@ -414,14 +509,23 @@ func (s *Set) Acked(partition int32, nextOffset int64) {
 	}
 }
 
+// saveResult is what a save attempt learned: the snapshot saved (zero unless it succeeded) and the
+// output end offsets read before the copy (nil unless they could be read), below which every
+// identity of the output is in the filter.
+type saveResult struct {
+	snap SnapshotRef
+	out  map[int32]int64
+}
+
 // save snapshots f as unit. parts are the partitions whose records f holds; the snapshot is only
 // sealed once each has acknowledged everything it had processed when the copy ended.
-func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part) error {
+func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part) (saveResult, error) {
+	var res saveResult
 	if s.cfg.Persister == nil {
-		return nil
+		return res, nil
 	}
 	if s.tainted.Load() {
-		return nil
+		return res, nil
 	}
 	start := time.Now()
 	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
@@ -429,9 +533,9 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 		out, err := s.cfg.Output.End(ctx, partition)
 		if err != nil {
 			s.failed()
-			return fmt.Errorf("dedup: saving %s: reading output end offsets: %w", unit, err)
+			return res, fmt.Errorf("dedup: saving %s: reading output end offsets: %w", unit, err)
 		}
-		info.OutputOffsets = out
+		info.OutputOffsets, res.out = out, out
 	}
 	for p, pt := range parts {
 		if a := pt.acked.Load(); a >= 0 {
@@ -439,15 +543,16 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 		}
 	}
 	seal := func(ctx context.Context) error { return s.seal(ctx, parts) }
-	n, err := s.cfg.Persister.Save(ctx, unit, f, info, seal)
+	snap, err := s.cfg.Persister.Save(ctx, unit, f, info, seal)
 	if err != nil {
 		s.failed()
-		return fmt.Errorf("dedup: saving %s: %w", unit, err)
+		return res, fmt.Errorf("dedup: saving %s: %w", unit, err)
 	}
+	res.snap = snap
 	if s.cfg.Observer != nil {
-		s.cfg.Observer.CheckpointSaved(time.Since(start), n)
+		s.cfg.Observer.CheckpointSaved(time.Since(start), snap.Size)
 	}
-	return nil
+	return res, nil
 }
 
 func (s *Set) failed() {
@@ -532,7 +637,7 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
 	if s.global != nil {
-		err := s.save(ctx, globalUnit, s.global, -1, cur)
+		_, err := s.save(ctx, globalUnit, s.global, -1, cur)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
@@ -545,7 +650,9 @@ func (s *Set) checkpointAll(ctx context.Context) error {
 			continue
 		}
 		unit := s.Unit(p)
-		if err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}); err != nil {
+		res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt})
+		pt.saved(res, err)
+		if err != nil {
 			if ctx.Err() == nil {
 				s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())
 			}
@@ -589,8 +696,8 @@ func (s *Set) Stats() []FilterStats {
 }
 
 // Close stops the background checkpoints, then saves and drops every filter that is left (the
-// worker should have revoked its partitions first). Later Assign calls fail; Seen passes records
-// of dropped partitions. It returns the saving errors joined.
+// worker should have revoked its partitions first) and drops the parked ones. Later Assign calls
+// fail; Seen passes records of dropped partitions. It returns the saving errors joined.
 func (s *Set) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -599,6 +706,7 @@ func (s *Set) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	defer s.dropParked()
 	if s.stop != nil {
 		close(s.stop)
 		<-s.done
@@ -609,7 +717,8 @@ func (s *Set) Close(ctx context.Context) error {
 		// snapshot waits for their acknowledgements and is dropped when they never come.
 		cur := *s.parts.Load()
 		s.global.Close()
-		errs = append(errs, s.save(ctx, globalUnit, s.global, -1, cur))
+		_, err := s.save(ctx, globalUnit, s.global, -1, cur)
+		errs = append(errs, err)
 		for _, p := range s.Partitions() {
 			s.remove(p)
 		}

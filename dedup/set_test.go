@@ -122,8 +122,12 @@ func (f failingPersister) Restore(context.Context, string, window.Config) (*wind
 	return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 }
 
-func (f failingPersister) Save(context.Context, string, *window.Filter, SnapshotInfo, func(context.Context) error) (int64, error) {
-	return 0, f.err
+func (f failingPersister) Save(context.Context, string, *window.Filter, SnapshotInfo, func(context.Context) error) (SnapshotRef, error) {
+	return SnapshotRef{}, f.err
+}
+
+func (f failingPersister) Newest(context.Context, string) (SnapshotRef, error) {
+	return SnapshotRef{}, nil
 }
 
 // fakeOutput is an OutputLog whose partitions all end at end and whose Rewarm calls rewarm once
@@ -439,9 +443,9 @@ func (b *blockingPersister) Restore(context.Context, string, window.Config) (*wi
 	return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 }
 
-func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (int64, error) {
+func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
 	if b.gate == nil { // baseline
-		return 0, nil
+		return SnapshotRef{}, nil
 	}
 	close(b.entered)
 	<-b.gate // the copy is taken here (f holds whatever was Seen so far)
@@ -452,7 +456,11 @@ func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Fil
 	} else {
 		b.sealed <- err
 	}
-	return 0, err
+	return SnapshotRef{}, err
+}
+
+func (b *blockingPersister) Newest(context.Context, string) (SnapshotRef, error) {
+	return SnapshotRef{}, nil
 }
 
 // TestGlobalSealWaitsForLateAssignments: under global scope a partition assigned while a snapshot

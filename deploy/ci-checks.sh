@@ -59,7 +59,8 @@ check_helm() {
 		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" >/dev/null &&
 		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" \
 			--set replicaCount=1 --set dedup.scope=global \
-			--set serviceMonitor.enabled=false --set podMonitor.enabled=true >/dev/null
+			--set serviceMonitor.enabled=false --set podMonitor.enabled=true >/dev/null &&
+		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" --set checkpoint.store=dir >/dev/null
 }
 
 check_tools() {

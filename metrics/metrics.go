@@ -3,8 +3,9 @@
 // New builds every metric of the kdedup metric contract on a registry that the
 // caller passes in (never the global default registry). The returned *Metrics
 // implements the method set of consumer.Observer without importing the consumer
-// package, plus consumer.ReadyObserver and consumer.ProducerObserver, hooks for
-// checkpoint events and the sliding-window filter statistics.
+// package, plus consumer.ReadyObserver, consumer.ProducerObserver and
+// consumer.ReleaseObserver, hooks for checkpoint events, rebuilds from the
+// output topic (dedup.RebuildObserver) and the sliding-window filter statistics.
 //
 // The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
 // ProduceError, CommitError) do not allocate once a partition has been seen:
@@ -17,6 +18,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"slices"
@@ -163,6 +165,13 @@ type Metrics struct {
 	restoreDuration       prometheus.Histogram
 	rewarmed              prometheus.Counter
 
+	rebuilding      prometheus.Gauge
+	rebuildRecords  prometheus.Counter
+	rebuildSkipped  prometheus.Counter
+	rebuildDuration prometheus.Histogram
+	rebuildFailures prometheus.Counter
+	releaseDuration prometheus.Histogram
+
 	dyn *dynamicCollector
 
 	// parts is a copy-on-write table of partitions indexed by partition
@@ -249,14 +258,16 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
 	}
 	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
-	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (the newest checkpoint), fallback (an older checkpoint, the newer were unusable), cold (none usable: empty filter).", "outcome")
+	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (the newest checkpoint), fallback (an older checkpoint, the newer were unusable), cold (none usable: the filter is rebuilt from the output topic, or starts empty), retained (a partition that came back kept its in-memory filter: nothing downloaded).", "outcome")
 	m.restores = make(map[checkpoint.Outcome]prometheus.Counter)
 	for _, o := range checkpoint.Outcomes() {
 		m.restores[o] = restores.WithLabelValues(string(o))
 	}
 	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
-	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the input topic to re-warm the filter after a restore.")
+	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the output topic to re-warm the filter after a restore.")
+
+	m.newRebalanceMetrics(durationBuckets)
 
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
 
@@ -266,6 +277,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m.endToEnd, m.processing,
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures,
 		restores, m.restoreDuration, m.rewarmed,
+		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
 		m.dyn,
 	} {
 		reg.MustRegister(c)
@@ -495,6 +507,57 @@ func (m *Metrics) Rewarmed(n int) {
 		m.rewarmed.Add(float64(n))
 	}
 }
+
+// newRebalanceMetrics builds the metrics of partition releases and rebuilds from the output topic.
+func (m *Metrics) newRebalanceMetrics(buckets []float64) {
+	m.rebuilding = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "rebuilding_partitions",
+		Help: "Units (partitions, or the global filter) being rebuilt from the output topic now, because they had no usable checkpoint; the worker is not ready meanwhile."})
+	m.rebuildRecords = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_records_total",
+		Help: "Output records whose identities were added to filters being rebuilt from the output topic."})
+	m.rebuildSkipped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_skipped_records_total",
+		Help: "Output records within the window that rebuilds did not read because of CHECKPOINT_REBUILD_MAX_RECORDS (the oldest); their duplicates can pass."})
+	m.rebuildDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "rebuild_duration_seconds",
+		Help: "Time taken to rebuild one filter from the output topic, successful rebuilds only.", Buckets: buckets})
+	m.rebuildFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_failures_total",
+		Help: "Rebuilds from the output topic that failed (they are retried); those called off because the consumer group generation ended are not counted."})
+	m.releaseDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "partition_release_duration_seconds",
+		Help:    "Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
+		Buckets: buckets})
+}
+
+// RebuildStarted counts one unit that started rebuilding from the output topic (the
+// kdedup_rebuilding_partitions gauge goes up until RebuildDone). It is safe for concurrent use.
+func (m *Metrics) RebuildStarted() { m.rebuilding.Inc() }
+
+// RebuildRecords counts n output records added to a filter being rebuilt. Non-positive n is
+// ignored. It is safe for concurrent use.
+func (m *Metrics) RebuildRecords(n int) {
+	if n > 0 {
+		m.rebuildRecords.Add(float64(n))
+	}
+}
+
+// RebuildDone ends a rebuild that RebuildStarted counted, and counts the window's records it
+// skipped. It observes the duration of a complete rebuild (err nil) and counts a failed one; a
+// rebuild called off by its context (context.Canceled, context.DeadlineExceeded: the consumer
+// group generation ended) is neither. It is safe for concurrent use.
+func (m *Metrics) RebuildDone(d time.Duration, skipped int64, err error) {
+	m.rebuilding.Dec()
+	if skipped > 0 {
+		m.rebuildSkipped.Add(float64(skipped))
+	}
+	switch {
+	case err == nil:
+		m.rebuildDuration.Observe(max(d, 0).Seconds())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	default:
+		m.rebuildFailures.Inc()
+	}
+}
+
+// Released observes how long the release of one revoked partition took (consumer.ReleaseObserver).
+// It is safe for concurrent use.
+func (m *Metrics) Released(d time.Duration) { m.releaseDuration.Observe(max(d, 0).Seconds()) }
 
 // RegisterFilterSource adds a source of filter statistics, called on every
 // scrape (so it must be cheap and safe to call from the scraping goroutine).

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -97,6 +99,10 @@ func populate(m *Metrics) {
 	m.CheckpointFailed()
 	m.Restored(checkpoint.OutcomeWarm, time.Second)
 	m.Rewarmed(5)
+	m.RebuildStarted()
+	m.RebuildRecords(100)
+	m.RebuildDone(time.Second, 3, nil)
+	m.Released(time.Second)
 	m.RegisterFilterSource(fakeSource)
 }
 
@@ -191,6 +197,24 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.restoreUnknown }, 1},
 		{"Rewarmed", func(m *Metrics) { m.Rewarmed(100); m.Rewarmed(-1) },
 			func(m *Metrics) prometheus.Collector { return m.rewarmed }, 100},
+		{"Restored retained", func(m *Metrics) { m.Restored(checkpoint.OutcomeRetained, time.Second) },
+			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeRetained] }, 1},
+		{"rebuilding while started", func(m *Metrics) {
+			m.RebuildStarted()
+			m.RebuildStarted()
+			m.RebuildDone(time.Second, 0, errors.New("x"))
+		},
+			func(m *Metrics) prometheus.Collector { return m.rebuilding }, 1},
+		{"RebuildRecords", func(m *Metrics) { m.RebuildRecords(4096); m.RebuildRecords(0); m.RebuildRecords(4) },
+			func(m *Metrics) prometheus.Collector { return m.rebuildRecords }, 4100},
+		{"RebuildDone skipped", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 7, nil) },
+			func(m *Metrics) prometheus.Collector { return m.rebuildSkipped }, 7},
+		{"RebuildDone failed", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 0, errors.New("broker down")) },
+			func(m *Metrics) prometheus.Collector { return m.rebuildFailures }, 1},
+		{"RebuildDone called off is no failure", func(m *Metrics) {
+			m.RebuildStarted()
+			m.RebuildDone(time.Second, 0, fmt.Errorf("dedup: rebuilding: %w", context.Canceled))
+		}, func(m *Metrics) prometheus.Collector { return m.rebuildFailures }, 0},
 		{"build info", func(*Metrics) {},
 			func(m *Metrics) prometheus.Collector { return m.buildInfo }, 1},
 	}
@@ -210,6 +234,11 @@ func TestHistograms(t *testing.T) {
 	m.Latency(2*time.Second, -time.Millisecond) // negative clamps to 0
 	m.CheckpointSaved(3*time.Second, 1)
 	m.Restored(checkpoint.OutcomeCold, 500*time.Millisecond)
+	m.RebuildStarted()
+	m.RebuildDone(2*time.Second, 0, nil)
+	m.RebuildStarted()
+	m.RebuildDone(time.Hour, 0, errors.New("failed")) // failures are not observed
+	m.Released(250 * time.Millisecond)
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -223,6 +252,8 @@ func TestHistograms(t *testing.T) {
 		"kdedup_processing_latency_seconds":          {1, 0},
 		"kdedup_checkpoint_duration_seconds":         {1, 3},
 		"kdedup_checkpoint_restore_duration_seconds": {1, 0.5},
+		"kdedup_rebuild_duration_seconds":            {1, 2},
+		"kdedup_partition_release_duration_seconds":  {1, 0.25},
 	}
 	for _, mf := range mfs {
 		w, ok := want[mf.GetName()]

@@ -115,7 +115,7 @@ func TestComposeEnvNames(t *testing.T) {
 
 func TestComposeServices(t *testing.T) {
 	c := loadCompose(t)
-	for _, name := range []string{"kafka", "kafka-init", "kdedup", "loadgen", "prometheus", "grafana"} {
+	for _, name := range []string{"kafka", "kafka-init", "minio", "minio-init", "kdedup", "loadgen", "prometheus", "grafana"} {
 		if _, ok := c.Services[name]; !ok {
 			t.Errorf("service %s missing", name)
 		}
@@ -125,5 +125,36 @@ func TestComposeServices(t *testing.T) {
 	}
 	if img := c.Services["kafka"].Image; !strings.HasPrefix(img, "apache/kafka:") {
 		t.Errorf("kafka image %q, want the official apache/kafka image", img)
+	}
+	for _, name := range []string{"minio", "minio-init"} {
+		if img := c.Services[name].Image; !strings.Contains(img, ":RELEASE.") {
+			t.Errorf("%s image %q is not pinned to a release", name, img)
+		}
+	}
+}
+
+// TestComposeCheckpointsToMinIO checks that the worker checkpoints to the stack's MinIO, into the
+// bucket minio-init creates, with the credentials MinIO is started with.
+func TestComposeCheckpointsToMinIO(t *testing.T) {
+	c := loadCompose(t)
+	env, ok := c.Services["kdedup"].Environment.(map[string]any)
+	if !ok {
+		t.Fatal("kdedup environment is not a mapping")
+	}
+	minio, _ := c.Services["minio"].Environment.(map[string]any)
+	init := strings.Join(c.Services["minio-init"].Command, "\n")
+	url, _ := env["CHECKPOINT_URL"].(string)
+	bucket, _, _ := strings.Cut(strings.TrimPrefix(url, "s3://"), "/")
+	switch {
+	case !strings.HasPrefix(url, "s3://"):
+		t.Errorf("CHECKPOINT_URL %q is not an s3:// URL", url)
+	case env["CHECKPOINT_DIR"] != nil:
+		t.Error("CHECKPOINT_DIR is set too")
+	case env["AWS_ENDPOINT_URL_S3"] != "http://minio:9000":
+		t.Errorf("AWS_ENDPOINT_URL_S3 = %v, want the minio service", env["AWS_ENDPOINT_URL_S3"])
+	case env["AWS_ACCESS_KEY_ID"] != minio["MINIO_ROOT_USER"] || env["AWS_SECRET_ACCESS_KEY"] != minio["MINIO_ROOT_PASSWORD"]:
+		t.Error("the worker's AWS keys are not MinIO's root credentials")
+	case !strings.Contains(init, "mc mb --ignore-existing local/"+bucket+"\n"):
+		t.Errorf("minio-init does not create bucket %q:\n%s", bucket, init)
 	}
 }

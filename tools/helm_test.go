@@ -32,6 +32,7 @@ const kubeVersion = "v1.31.0"
 
 // rendered holds the strictly decoded objects of one chart rendering.
 type rendered struct {
+	notes          string
 	kinds          []string
 	configMap      *corev1.ConfigMap
 	services       []*corev1.Service
@@ -72,6 +73,9 @@ func renderChart(valuesYAML string) (*rendered, error) {
 	}
 	r := &rendered{}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if strings.HasSuffix(name, "/NOTES.txt") {
+			r.notes = files[name]
+		}
 		if !strings.HasSuffix(name, ".yaml") {
 			continue
 		}
@@ -218,6 +222,49 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 			replicas: 3,
 		},
 		{
+			name:   "directory per pod",
+			values: `checkpoint: {store: dir}`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			replicas: 2,
+		},
+		{
+			name:   "shared directory",
+			values: `{checkpoint: {store: dir, dir: /ckpt}, persistence: {existingClaim: kdedup-rwx}}`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			replicas: 2,
+		},
+		{
+			name:   "rebuild only",
+			values: `checkpoint: {store: none, rebuildMaxRecords: 2000000}`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			replicas: 2,
+		},
+		{
+			name: "MinIO with static keys",
+			values: `
+checkpoint: {s3: {bucket: ckpt, prefix: team/kdedup/, endpoint: "http://minio.minio:9000", region: eu-west-1, credentialsSecret: minio-keys}}
+extraEnv: [{name: LOG_LEVEL, value: debug}]
+`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			replicas: 2,
+		},
+		{
+			name:   "S3 with IRSA",
+			values: `{checkpoint: {s3: {bucket: my-bucket}}, serviceAccount: {roleArn: "arn:aws:iam::123456789012:role/kdedup", annotations: {team: data}}}`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
+				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			replicas: 2,
+		},
+		{
 			name:   "explicit memory",
 			values: `resources: {requests: {cpu: "1", memory: 2Gi}, limits: {memory: 2Gi}}`,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
@@ -273,21 +320,7 @@ func checkStatefulSet(t *testing.T, r *rendered, replicas int32, memory string) 
 		t.Errorf("terminationGracePeriodSeconds %v <= SHUTDOWN_TIMEOUT %v", grace, shutdown)
 	}
 
-	// Checkpoints live on a per-pod volume at CHECKPOINT_DIR.
-	if len(sts.Spec.VolumeClaimTemplates) != 1 {
-		t.Fatalf("%d volumeClaimTemplates, want 1", len(sts.Spec.VolumeClaimTemplates))
-	}
-	claim := sts.Spec.VolumeClaimTemplates[0].Name
-	dir := r.configMap.Data["CHECKPOINT_DIR"]
-	mounted := false
-	for _, m := range c.VolumeMounts {
-		if m.Name == claim && m.MountPath == dir {
-			mounted = true
-		}
-	}
-	if !mounted {
-		t.Errorf("volume claim %q is not mounted at CHECKPOINT_DIR %q", claim, dir)
-	}
+	checkCheckpointStore(t, r, c)
 
 	// The probes and the HTTP server agree on the port.
 	addr := r.configMap.Data["HTTP_ADDR"]
@@ -306,6 +339,43 @@ func checkStatefulSet(t *testing.T, r *rendered, replicas int32, memory string) 
 	}
 	if sts.Spec.ServiceName == "" {
 		t.Error("StatefulSet has no governing service")
+	}
+}
+
+// checkCheckpointStore checks that the pod gets the store the ConfigMap names: a volume at
+// CHECKPOINT_DIR (a claim template per pod, or a shared claim), or no volume for CHECKPOINT_URL
+// (s3, with the keys from a Secret if any) and for no store at all.
+func checkCheckpointStore(t *testing.T, r *rendered, c corev1.Container) {
+	t.Helper()
+	sts, data := r.statefulSet, r.configMap.Data
+	dir, url := data["CHECKPOINT_DIR"], data["CHECKPOINT_URL"]
+	if dir != "" && url != "" {
+		t.Errorf("both CHECKPOINT_DIR %q and CHECKPOINT_URL %q set", dir, url)
+	}
+	if _, ok := data["CHECKPOINT_REBUILD_MAX_RECORDS"]; !ok {
+		t.Error("CHECKPOINT_REBUILD_MAX_RECORDS not set")
+	}
+	if dir == "" {
+		if len(sts.Spec.VolumeClaimTemplates) != 0 || len(sts.Spec.Template.Spec.Volumes) != 0 || len(c.VolumeMounts) != 0 {
+			t.Errorf("a volume without CHECKPOINT_DIR: claims %d, volumes %d, mounts %d",
+				len(sts.Spec.VolumeClaimTemplates), len(sts.Spec.Template.Spec.Volumes), len(c.VolumeMounts))
+		}
+		if url != "" && !strings.HasPrefix(url, "s3://") {
+			t.Errorf("CHECKPOINT_URL %q is not an s3:// URL", url)
+		}
+		return
+	}
+	var claims []string
+	for _, ct := range sts.Spec.VolumeClaimTemplates {
+		claims = append(claims, ct.Name)
+	}
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, v.Name)
+		}
+	}
+	if len(claims) != 1 || len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != claims[0] || c.VolumeMounts[0].MountPath != dir {
+		t.Errorf("volumes %v with mounts %+v: want one claim mounted at CHECKPOINT_DIR %q", claims, c.VolumeMounts, dir)
 	}
 }
 
@@ -379,12 +449,69 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"two monitors", "podMonitor: {enabled: true}", "only one of serviceMonitor and podMonitor"},
 		{"unknown mode (schema)", "dedup: {mode: bogus}", "dedup"},
 		{"unknown value key (schema)", "dedup: {windoww: {}}", "windoww"},
+		{"s3 without a bucket", "checkpoint: {s3: {bucket: \"\"}}", "needs checkpoint.s3.bucket"},
+		{"unknown store (schema)", "checkpoint: {store: nfs}", "store"},
+		{"endpoint with credentials (schema)", "checkpoint: {s3: {endpoint: \"http://u:p@minio:9000\"}}", "endpoint"},
+		{"role that is no ARN (schema)", "serviceAccount: {roleArn: kdedup}", "roleArn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := renderChart(tt.values)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("err = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestChartStoreValues checks what each checkpoint store puts into the worker's environment, the
+// ServiceAccount and the install notes.
+func TestChartStoreValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, values string
+		env          map[string]string // "" means: must not be set
+		secretEnv    bool
+		annotation   string
+		notes        string
+	}{
+		{"defaults: s3", "", map[string]string{"CHECKPOINT_URL": "s3://kdedup-checkpoints/kdedup", "CHECKPOINT_DIR": "",
+			"AWS_ENDPOINT_URL_S3": "", "CHECKPOINT_REBUILD_MAX_RECORDS": "10000000"}, false, "", "Checkpoints: s3://kdedup-checkpoints/kdedup (credentials from the AWS SDK's default chain).\nRebuild from the output topic: at most 10000000 records per partition."},
+		{"MinIO", `checkpoint: {s3: {bucket: ckpt, prefix: "", endpoint: "http://minio:9000", region: eu-west-1, credentialsSecret: keys}}`,
+			map[string]string{"CHECKPOINT_URL": "s3://ckpt/", "AWS_ENDPOINT_URL_S3": "http://minio:9000", "AWS_REGION": "eu-west-1"},
+			true, "", "keys from Secret keys"},
+		{"IRSA", `serviceAccount: {roleArn: "arn:aws:iam::123456789012:role/kdedup"}`, map[string]string{"AWS_ACCESS_KEY_ID": ""},
+			false, "arn:aws:iam::123456789012:role/kdedup", "IRSA role"},
+		{"shared directory", `{checkpoint: {store: dir}, persistence: {existingClaim: rwx}}`,
+			map[string]string{"CHECKPOINT_DIR": "/var/lib/kdedup", "CHECKPOINT_URL": ""}, false, "", "shared claim rwx"},
+		{"rebuild only", `checkpoint: {store: none}`, map[string]string{"CHECKPOINT_DIR": "", "CHECKPOINT_URL": "", "CHECKPOINT_INTERVAL": ""},
+			false, "", "none (a partition is rebuilt from the output topic when assigned)"},
+		{"nothing kept", `checkpoint: {store: none, rebuildMaxRecords: 0}`, map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "0"},
+			false, "", "Rebuild from the output topic: disabled: a partition without a usable checkpoint starts empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := renderChart(tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, want := range tc.env {
+				if got := r.configMap.Data[k]; got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+			secret := 0
+			for _, e := range r.container(t).Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == e.Name {
+					secret++
+				}
+			}
+			if (secret == 2) != tc.secretEnv {
+				t.Errorf("%d AWS keys from a Secret, want them: %v", secret, tc.secretEnv)
+			}
+			if got := r.serviceAccount.Annotations["eks.amazonaws.com/role-arn"]; got != tc.annotation {
+				t.Errorf("role annotation %q, want %q", got, tc.annotation)
+			}
+			if !strings.Contains(r.notes, tc.notes) {
+				t.Errorf("notes do not say %q:\n%s", tc.notes, r.notes)
 			}
 		})
 	}

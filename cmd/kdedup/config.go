@@ -45,7 +45,7 @@ type KafkaConfig struct {
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
 	SessionTimeout    time.Duration `env:"SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout: a replica that stops heartbeating for this long loses its partitions."`
 	HeartbeatInterval time.Duration `env:"HEARTBEAT_INTERVAL" envDefault:"3s" desc:"Consumer group heartbeat interval; must be shorter than KAFKA_SESSION_TIMEOUT."`
-	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance; also bounds how long a revoked partition may take to drain, commit and save its state."`
+	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance. It also bounds the release of a revoked partition (drain, commit, save its final snapshot): KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin of a tenth (at most 1s); the worker keeps heartbeating meanwhile. Raise it when large filters go to a slow checkpoint store."`
 	BatchSize         int           `env:"BATCH_SIZE" envDefault:"1000" desc:"Maximum records per partition processed and produced together (one produce request per output partition)."`
 	BatchBytes        int           `env:"BATCH_BYTES" envDefault:"983040" desc:"Maximum bytes of one produce request; keep it below the brokers' message.max.bytes."`
 	BatchTimeout      time.Duration `env:"BATCH_TIMEOUT" envDefault:"5ms" desc:"How long a partition waits to fill a batch once it has a record: the latency added for throughput."`
@@ -82,10 +82,11 @@ type DedupConfig struct {
 
 // CheckpointConfig is the CHECKPOINT_* section.
 type CheckpointConfig struct {
-	URL      string        `env:"URL" desc:"Where filter snapshots are kept, so a restarted or rebalanced worker keeps its window: file:///path (a directory, possibly a shared volume) or s3://bucket/prefix (S3 or an S3-compatible store; see the AWS_* variables). Empty, with CHECKPOINT_DIR empty too, disables checkpoints (state starts empty)."`
-	Dir      string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
-	Interval time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
-	Keep     int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	URL               string        `env:"URL" desc:"Where filter snapshots are kept, so a restarted or rebalanced worker keeps its window: file:///path (a directory, possibly a shared volume) or s3://bucket/prefix (S3 or an S3-compatible store; see the AWS_* variables). Empty, with CHECKPOINT_DIR empty too, disables checkpoints (state starts empty)."`
+	Dir               string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
+	Interval          time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
+	Keep              int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	RebuildMaxRecords int64         `env:"REBUILD_MAX_RECORDS" envDefault:"10000000" desc:"A partition with no usable snapshot (no store, per-pod disks, lost bucket, first start, snapshot of an incompatible configuration) is rebuilt from the output records of the last (DEDUP_WINDOW_COUNT-1) x DEDUP_WINDOW_INTERVAL, found by record timestamp, reading at most this many records; the worker is not ready meanwhile. Past the bound the oldest records of the window are skipped: their duplicates can pass until they would have left the window; the rebuild logs a warning and counts them in kdedup_rebuild_skipped_records_total. 0 disables the rebuild (such a partition starts empty). Not done under KAFKA_PARTITIONING=hash with DEDUP_SCOPE=partition, where every output partition mixes all input partitions."`
 }
 
 // AWSConfig is the AWS_* section: the standard AWS variables kdedup itself reads for an s3://
@@ -290,6 +291,9 @@ func (c Config) validate() []problem {
 	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
 
 	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
+	if c.Checkpoint.RebuildMaxRecords < 0 {
+		add("CHECKPOINT_REBUILD_MAX_RECORDS", "must be >= 0 (0 disables the rebuild), got %d", c.Checkpoint.RebuildMaxRecords)
+	}
 	if c.Checkpoint.URL != "" || c.Checkpoint.Dir != "" {
 		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)
 		if c.Checkpoint.Keep < 1 {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -140,6 +141,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 			[]string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_SECRET_ACCESS_KEY"}},
 		{"s3 secret without key", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "AWS_SECRET_ACCESS_KEY": "secret"}),
 			[]string{"AWS_ACCESS_KEY_ID"}},
+		{"rebuild bound", withEnv(map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "-1"}), []string{"CHECKPOINT_REBUILD_MAX_RECORDS"}},
+		{"rebalance within a heartbeat", withEnv(map[string]string{"KAFKA_REBALANCE_TIMEOUT": "2s"}), []string{"KAFKA_REBALANCE_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadConfig(tc.env)
@@ -167,6 +170,29 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRebuildSetting checks when CHECKPOINT_REBUILD_MAX_RECORDS reaches dedup: not under hash
+// partitioning with the partition scope, where output partitions mix every input partition.
+func TestRebuildSetting(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want int64
+	}{
+		{map[string]string{}, 10_000_000},
+		{map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "0"}, 0},
+		{map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "5000"}, 5000},
+		{map[string]string{"KAFKA_PARTITIONING": "hash"}, 0},
+		{map[string]string{"KAFKA_PARTITIONING": "hash", "DEDUP_SCOPE": "global"}, 10_000_000},
+	} {
+		cfg, err := loadConfig(withEnv(tc.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rebuildMaxRecords(cfg, slog.New(slog.DiscardHandler)); got != tc.want {
+			t.Errorf("%v: rebuild bound %d, want %d", tc.env, got, tc.want)
+		}
 	}
 }
 

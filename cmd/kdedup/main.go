@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -96,38 +97,46 @@ func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer)
 	return serve(ctx, cfg, ln, log)
 }
 
-// serve runs the worker and the HTTP server on ln until ctx is cancelled or the worker fails.
+// serve runs the worker and the HTTP server on ln until ctx is cancelled or the worker fails. The
+// HTTP server starts first, not ready, so that /healthz answers while the state is prepared (under
+// DEDUP_SCOPE=global the filter is restored or rebuilt before the worker starts).
 func serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) int {
 	reg := prometheus.NewRegistry()
 	obs := newObserver(reg, cfg)
+	var worker atomic.Pointer[consumer.Worker]
+	ready := func() bool {
+		w := worker.Load()
+		return w != nil && w.Ready()
+	}
+	srv := &http.Server{Handler: newHTTPHandler(reg, ready), ReadHeaderTimeout: 5 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+	defer func() {
+		shutCtx, shutCancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(shutCtx)
+		shutCancel()
+	}()
 	kf, err := newKeyFunc(cfg.Dedup.Key)
 	if err != nil {
 		log.Error("invalid DEDUP_KEY", "error", err.Error())
-		ln.Close()
 		return 2
 	}
 	ccfg, err := cfg.consumerConfig()
 	if err != nil {
 		log.Error("invalid Kafka configuration", "error", err.Error())
-		ln.Close()
 		return 2
 	}
 	dd, closeDedup, err := newDeduper(ctx, cfg, ccfg, kf, log, obs)
 	if err != nil {
 		log.Error("cannot create the deduplication state", "error", err.Error())
-		ln.Close()
 		return 1
 	}
 	w, err := consumer.New(ccfg, dd, kf, obs, log)
 	if err != nil {
 		log.Error("invalid worker configuration", "error", err.Error())
-		ln.Close()
 		return 2
 	}
-
-	srv := &http.Server{Handler: newHTTPHandler(reg, w.Ready), ReadHeaderTimeout: 5 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
+	worker.Store(w)
 	log.Info("kdedup started", "version", version, "http", ln.Addr().String(),
 		"input", cfg.Kafka.InputTopic, "output", cfg.Kafka.OutputTopic, "group", cfg.Kafka.GroupID,
 		"key", cfg.Dedup.Key, "scope", cfg.Dedup.Scope, "mode", cfg.Dedup.Mode,
@@ -155,9 +164,6 @@ func serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("saving deduplication state failed", "error", err.Error())
 	}
 	closeCancel()
-	shutCtx, shutCancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = srv.Shutdown(shutCtx)
-	shutCancel()
 
 	if werr != nil {
 		if errors.Is(werr, consumer.ErrPartitionMismatch) {

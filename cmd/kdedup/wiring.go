@@ -19,9 +19,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// consumer.OutputReader is the dedup.OutputLog of the worker; the two packages do not import each
-// other.
-var _ dedup.OutputLog = (*consumer.OutputReader)(nil)
+// The interfaces each package defines for the other side, checked here because consumer and dedup
+// do not import each other: consumer.OutputReader is the dedup.OutputLog and dedup.OutputHistory
+// of the worker, dedup.Set its consumer.Deduper with the optional interfaces, and metrics.Metrics
+// observes both.
+var (
+	_ dedup.OutputLog            = (*consumer.OutputReader)(nil)
+	_ dedup.OutputHistory        = (*consumer.OutputReader)(nil)
+	_ consumer.Deduper           = (*dedup.Set)(nil)
+	_ consumer.Discarder         = (*dedup.Set)(nil)
+	_ consumer.ProgressTracker   = (*dedup.Set)(nil)
+	_ consumer.GenerationTracker = (*dedup.Set)(nil)
+	_ consumer.Observer          = (*metrics.Metrics)(nil)
+	_ consumer.ReleaseObserver   = (*metrics.Metrics)(nil)
+	_ dedup.CheckpointObserver   = (*metrics.Metrics)(nil)
+	_ dedup.RebuildObserver      = (*metrics.Metrics)(nil)
+)
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -140,6 +153,18 @@ func openCheckpointStore(ctx context.Context, cfg Config, loc checkpoint.Locatio
 	return store, nil
 }
 
+// rebuildMaxRecords returns CHECKPOINT_REBUILD_MAX_RECORDS, or 0 (no rebuild) under hash
+// partitioning with the partition scope, where a rebuild cannot tell one input partition's output
+// records from another's and would fill each filter with every partition's identities.
+func rebuildMaxRecords(cfg Config, log *slog.Logger) int64 {
+	n := cfg.Checkpoint.RebuildMaxRecords
+	if n > 0 && cfg.Kafka.Partitioning == string(consumer.PartitionHash) && cfg.Dedup.Scope == string(dedup.ScopePartition) {
+		log.Warn("no rebuild from the output topic under KAFKA_PARTITIONING=hash with DEDUP_SCOPE=partition: every output partition mixes the records of all input partitions; a partition without a usable snapshot starts empty")
+		return 0
+	}
+	return n
+}
+
 // windowConfig converts DEDUP_* into the configuration of one filter.
 func windowConfig(d DedupConfig) window.Config {
 	return window.Config{
@@ -177,8 +202,10 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 
 // newDeduper builds the filter manager and registers its statistics with m. With CHECKPOINT_URL (or
 // CHECKPOINT_DIR) set, filters are restored from (and saved to) snapshots in that store and
-// re-warmed from the output topic through an OutputReader. The returned close function saves what is left (the
-// global filter under DEDUP_SCOPE=global) and must be called after the worker returned.
+// re-warmed from the output topic through an OutputReader; with CHECKPOINT_REBUILD_MAX_RECORDS
+// above 0, a filter without a usable snapshot is rebuilt from the output topic. The returned close
+// function saves what is left (the global filter under DEDUP_SCOPE=global) and must be called after
+// the worker returned.
 func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consumer.KeyFunc, log *slog.Logger, m *metrics.Metrics) (consumer.Deduper, func(context.Context) error, error) {
 	dcfg := dedup.Config{
 		Scope:    dedup.Scope(cfg.Dedup.Scope),
@@ -188,6 +215,15 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		Observer: m,
 	}
 	closeOutput := func() error { return nil }
+	var out *consumer.OutputReader
+	output := func() *consumer.OutputReader {
+		if out == nil {
+			out = consumer.NewOutputReader(ccfg, kf, log)
+			closeOutput = out.Close
+			dcfg.Output = out
+		}
+		return out
+	}
 	if loc, ok, p := checkpointLocation(cfg.Checkpoint); p != nil {
 		return nil, nil, fmt.Errorf("%s: %s", p.name, p.msg)
 	} else if ok {
@@ -195,11 +231,13 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		if err != nil {
 			return nil, nil, err
 		}
-		out := consumer.NewOutputReader(ccfg, kf, log)
-		closeOutput = out.Close
+		output()
 		dcfg.Persister = dedup.NewCheckpointPersister(store, log)
 		dcfg.CheckpointInterval = cfg.Checkpoint.Interval
-		dcfg.Output = out
+	}
+	if n := rebuildMaxRecords(cfg, log); n > 0 {
+		output()
+		dcfg.RebuildMaxRecords = n
 	}
 	set, err := dedup.NewSet(ctx, dcfg)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package kafkaio is kdedup's shared Kafka I/O: the one retry policy (Backoff), topic metadata
-// (PartitionCounts, ListOffsets, TopicOffsets) and the one way to read a range of a partition
-// (Read). The consumer, the loadtest and the embedded broker use it over kafka-go's Client.
+// (PartitionCounts, ListOffsets, TopicOffsets, OffsetsAfter) and the one way to read a range of a
+// partition (Read). The consumer, the loadtest and the embedded broker use it over kafka-go's Client.
 //
 // Errors carry the "kafkaio: " prefix and wrap kafka-go's errors, so errors.Is works with
 // kafka.Error values such as kafka.UnknownTopicOrPartition.

@@ -363,3 +363,38 @@ func TestMetadata(t *testing.T) {
 		t.Errorf("TopicOffsets of a partition too many = %v, want UnknownTopicOrPartition", err)
 	}
 }
+
+// TestOffsetsAfter finds offsets by record timestamp: the first record at or after a time, -1
+// past the newest record, and an error for a partition the topic does not have.
+func TestOffsetsAfter(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	for i := range 5 { // offsets 10i..10i+9 at base + i minutes
+		produce(t, c, "t", 2, 10*i, 10, base.Add(time.Duration(i)*time.Minute))
+	}
+	for _, tc := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{base.Add(-time.Hour), 0},
+		{base, 0},
+		{base.Add(time.Millisecond), 10},
+		{base.Add(2 * time.Minute), 20},
+		{base.Add(150 * time.Second), 30},
+		{base.Add(4 * time.Minute), 40},
+		{base.Add(5 * time.Minute), -1},
+	} {
+		got, err := kafkaio.OffsetsAfter(ctx, c, "t", []int{0, 2}, tc.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[2] != tc.want || got[0] != -1 {
+			t.Errorf("OffsetsAfter(%v) = %v, want partition 2 at %d and the empty partition 0 at -1", tc.at.Sub(base), got, tc.want)
+		}
+	}
+	if _, err := kafkaio.OffsetsAfter(ctx, c, "t", []int{7}, base); !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		t.Errorf("OffsetsAfter of a missing partition = %v, want UnknownTopicOrPartition", err)
+	}
+}

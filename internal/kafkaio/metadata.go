@@ -3,6 +3,7 @@ package kafkaio
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -93,4 +94,37 @@ func TopicOffsets(ctx context.Context, c *kafka.Client, topic string, n int) (fi
 		first[p], end[p] = o.FirstOffset, o.LastOffset
 	}
 	return first, end, nil
+}
+
+// OffsetsAfter returns, for each of partitions of topic, the offset of the first record whose
+// timestamp is at or after t, or -1 when the partition has no such record, from one request (as
+// the broker's time index answers it: with records out of timestamp order, the first record at
+// or after t in the log order of the batches). A partition error (kafka.UnknownTopicOrPartition
+// for one the topic does not have) fails the call; the error names the partition.
+func OffsetsAfter(ctx context.Context, c *kafka.Client, topic string, partitions []int, t time.Time) (map[int]int64, error) {
+	reqs := make([]kafka.OffsetRequest, len(partitions))
+	for i, p := range partitions {
+		reqs[i] = kafka.TimeOffsetOf(p, t)
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: offsets of topic %q at %s: %w", topic, t.Format(time.RFC3339), err)
+	}
+	out := make(map[int]int64, len(partitions))
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("kafkaio: offset of %s/%d at %s: %w", topic, po.Partition, t.Format(time.RFC3339), po.Error)
+		}
+		// kafka-go files a timestamp answer under the requested time; "none" is offset -1.
+		out[po.Partition] = -1
+		for off := range po.Offsets {
+			out[po.Partition] = off
+		}
+	}
+	for _, p := range partitions {
+		if _, ok := out[p]; !ok {
+			return nil, fmt.Errorf("kafkaio: offset of %s/%d at %s: %w", topic, p, t.Format(time.RFC3339), kafka.UnknownTopicOrPartition)
+		}
+	}
+	return out, nil
 }

@@ -67,6 +67,9 @@ kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded
 {{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
 {{- fail "enable only one of serviceMonitor and podMonitor, or every sample is scraped twice" }}
 {{- end }}
+{{- if and (eq .Values.checkpoint.store "s3") (not .Values.checkpoint.s3.bucket) }}
+{{- fail "checkpoint.store=s3 needs checkpoint.s3.bucket (or use checkpoint.store=dir or none)" }}
+{{- end }}
 {{- if le (int .Values.terminationGraceMarginSeconds) 0 }}
 {{- fail "terminationGraceMarginSeconds must be > 0 so the pod outlives SHUTDOWN_TIMEOUT" }}
 {{- end }}

@@ -1,0 +1,247 @@
+package dedup
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	"github.com/kdedup/kdedup/window"
+)
+
+// OutputHistory is the output topic read by time: what a Set needs, besides OutputLog, to rebuild
+// the filter of a unit that has no usable snapshot from the output records of the window.
+// consumer.OutputReader implements it; Config.Output must implement it when
+// Config.RebuildMaxRecords is positive. Implementations must be safe for concurrent use.
+type OutputHistory interface {
+	// OffsetsAt returns, for each output partition that can hold records of inputPartition (those
+	// OutputLog.End returns offsets of), the offset of its first record whose timestamp is at or
+	// after t, or its end offset when it has none. On failure it returns an error and no offsets.
+	OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error)
+	// Read is OutputLog.Rewarm bounded above: it reads each output partition q of from, from
+	// offset from[q] up to (not including) to[q] or the partition's end, whichever comes first,
+	// and calls add as Rewarm does, with the record's identity and timestamp. It returns the
+	// number of records passed to add, and an error as Rewarm does.
+	Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
+}
+
+// RebuildObserver is an optional interface of a CheckpointObserver (metrics.Metrics implements it)
+// that hears about rebuilds from the output topic. Its methods are called from the goroutines of
+// Assign and NewSet, several at once, so they must be safe for concurrent use and quick.
+type RebuildObserver interface {
+	// RebuildStarted reports that a unit started rebuilding.
+	RebuildStarted()
+	// RebuildRecords reports n more output records added to a filter being rebuilt.
+	RebuildRecords(n int)
+	// RebuildDone ends what RebuildStarted began: how long the rebuild took, how many output
+	// records of the window it skipped because of Config.RebuildMaxRecords, and how it ended: err
+	// is nil for a complete rebuild, wraps the context's error when the assignment was called off
+	// (the generation ended), and is another error when it failed (the caller of Assign retries).
+	RebuildDone(d time.Duration, skipped int64, err error)
+}
+
+// rebuildProgressEvery is how often a long rebuild logs its progress.
+const rebuildProgressEvery = 10 * time.Second
+
+// rebuild builds the filter of a unit that has no usable snapshot from the output topic, with the
+// identities of the output records of the last (N-1) intervals: the span a window of N
+// generations of Interval remembers for sure (a key is remembered at least (N-1)·Interval).
+//
+// Each generation gets the records of its own interval. The filter's generation 0 starts at
+// now - N·Interval; for k = 1 … N-1 the records between the output offsets where the interval of
+// generation k starts and where it ends (by record timestamp, OutputHistory.OffsetsAt) are added
+// after the filter was rotated to generation k, and the filter is then rotated to now. So the
+// rebuilt filter forgets each record when a filter that saw it live would have, and no generation
+// holds more than its interval's records: adding the whole window to the current generation would
+// load it N-1 times over its capacity and multiply its false-positive rate. A record whose
+// timestamp is out of order lands in the generation of its place in the log. Records whose
+// timestamps lie before the window (producers' clocks, replays of old data) are not read; an
+// output topic with message.timestamp.type=LogAppendTime avoids that.
+//
+// Bound: when the window holds more than Config.RebuildMaxRecords output records, only the newest
+// RebuildMaxRecords are read, each output partition giving up its oldest records in proportion.
+// The others are skipped, logged and reported to a RebuildObserver: duplicates of them can pass
+// until they would have left the window.
+//
+// It returns the filter, not started, and the output end offsets it read up to. It runs on the
+// caller's goroutine; a long rebuild logs its progress every rebuildProgressEvery.
+func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *window.Filter, end map[int32]int64, err error) {
+	start := time.Now()
+	ro, _ := s.cfg.Observer.(RebuildObserver)
+	var plan rebuildPlan
+	if ro != nil {
+		ro.RebuildStarted()
+		defer func() { ro.RebuildDone(time.Since(start), plan.skipped, err) }()
+	}
+	gens, iv := s.cfg.Window.Generations, s.cfg.Window.Interval
+	origin := s.now().Add(-time.Duration(gens) * iv)
+	if f, err = newFilterAt(s.cfg.Window, origin); err != nil {
+		return nil, nil, err
+	}
+	if plan, err = s.planRebuild(ctx, partition, origin); err != nil {
+		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
+	}
+	log := s.cfg.Logger.With("unit", unit)
+	log.Info("no usable snapshot: rebuilding the filter from the output topic", "since", origin.Add(iv).Format(time.RFC3339),
+		"records", plan.total-plan.skipped, "skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
+	if plan.skipped > 0 {
+		log.Warn("the window holds more output records than the rebuild may read: the oldest are skipped, and their duplicates can pass until they leave the window",
+			"skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
+	}
+	prog := rebuildProgress{log: log, obs: ro, total: plan.total - plan.skipped, last: start}
+	if len(plan.end) == 1 {
+		err = s.readInOnePass(ctx, f, plan, origin, &prog)
+	} else {
+		err = s.readByGeneration(ctx, f, plan, origin, &prog)
+	}
+	prog.flush()
+	if err != nil {
+		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
+	}
+	f.AdvanceTo(s.now())
+	log.Info("filter rebuilt from the output topic", "records", prog.done, "skipped", plan.skipped,
+		"duration", time.Since(start).String())
+	return f, plan.end, nil
+}
+
+// readByGeneration adds the records of each generation's interval after rotating f to it, one
+// Read per generation across every output partition.
+func (s *Set) readByGeneration(ctx context.Context, f *window.Filter, plan rebuildPlan, origin time.Time, prog *rebuildProgress) error {
+	add := func(id []byte, _ time.Time) {
+		f.TestAndAdd(id)
+		prog.add()
+	}
+	for k := 1; k < len(plan.bounds); k++ {
+		f.AdvanceTo(origin.Add(time.Duration(k) * s.cfg.Window.Interval))
+		if _, err := s.history.Read(ctx, plan.bounds[k-1], plan.bounds[k], add); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readInOnePass reads a single output partition in one Read, which saves the fetches that
+// readByGeneration's Reads would repeat at each generation's bound: records come in log order,
+// and f is rotated to a record's generation when its timestamp enters a later one than the last.
+// A record whose timestamp is out of order lands in the generation reached so far, as with
+// readByGeneration.
+func (s *Set) readInOnePass(ctx context.Context, f *window.Filter, plan rebuildPlan, origin time.Time, prog *rebuildProgress) error {
+	iv, last := s.cfg.Window.Interval, int64(len(plan.bounds)-1)
+	cur := int64(1)
+	f.AdvanceTo(origin.Add(iv))
+	add := func(id []byte, ts time.Time) {
+		if k := min(int64(ts.Sub(origin)/iv), last); k > cur {
+			cur = k
+			f.AdvanceTo(origin.Add(time.Duration(k) * iv))
+		}
+		f.TestAndAdd(id)
+		prog.add()
+	}
+	_, err := s.history.Read(ctx, plan.bounds[0], plan.end, add)
+	return err
+}
+
+// rebuildPlan is what a rebuild reads: bounds[k-1] are the output offsets where the records of
+// generation k start (k = 1 … N-1), and bounds[N-1] = end; total counts the records from bounds[0]
+// to end before the bound, skipped those the bound leaves out.
+type rebuildPlan struct {
+	bounds         []map[int32]int64
+	end            map[int32]int64
+	total, skipped int64
+}
+
+// planRebuild finds the offsets where each generation's interval starts, given generation 0
+// starting at origin, and applies Config.RebuildMaxRecords.
+func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time) (rebuildPlan, error) {
+	gens, iv := s.cfg.Window.Generations, s.cfg.Window.Interval
+	end, err := s.cfg.Output.End(ctx, partition)
+	if err != nil {
+		return rebuildPlan{}, err
+	}
+	p := rebuildPlan{bounds: make([]map[int32]int64, gens), end: end}
+	for k := 1; k < gens; k++ {
+		if p.bounds[k-1], err = s.history.OffsetsAt(ctx, partition, origin.Add(time.Duration(k)*iv)); err != nil {
+			return rebuildPlan{}, err
+		}
+	}
+	p.bounds[gens-1] = maps.Clone(end)
+	// From one interval to the next the offsets only grow, and they never pass the end.
+	for q, e := range end {
+		lo := int64(0)
+		for k := range p.bounds {
+			v, ok := p.bounds[k][q]
+			if !ok {
+				v = e
+			}
+			v = min(max(v, lo), e)
+			p.bounds[k][q], lo = v, v
+		}
+		p.total += e - p.bounds[0][q]
+	}
+	limit := s.cfg.RebuildMaxRecords
+	if p.total <= limit {
+		return p, nil
+	}
+	for q, e := range end {
+		n := e - p.bounds[0][q]
+		keep := int64(float64(n) * float64(limit) / float64(p.total))
+		p.skipped += n - keep
+		for k := range p.bounds {
+			p.bounds[k][q] = max(p.bounds[k][q], e-keep)
+		}
+	}
+	return p, nil
+}
+
+// newFilterAt returns an empty filter for cfg whose generation 0 starts at origin rather than at
+// cfg.Clock() (window.New's choice); after New the filter reads cfg.Clock again.
+func newFilterAt(cfg window.Config, origin time.Time) (*window.Filter, error) {
+	clock := cfg.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	var pinned atomic.Bool
+	pinned.Store(true)
+	cfg.Clock = func() time.Time {
+		if pinned.Load() {
+			return origin
+		}
+		return clock()
+	}
+	f, err := window.New(cfg)
+	pinned.Store(false)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	return f, nil
+}
+
+// rebuildProgress counts the records of a rebuild, reports them to the observer in batches and
+// logs progress every rebuildProgressEvery. It is used from one goroutine.
+type rebuildProgress struct {
+	log         interface{ Info(string, ...any) }
+	obs         RebuildObserver
+	total, done int64
+	unreported  int
+	last        time.Time
+}
+
+func (p *rebuildProgress) add() {
+	p.done++
+	if p.unreported++; p.unreported < 4096 {
+		return
+	}
+	p.flush()
+	if time.Since(p.last) >= rebuildProgressEvery {
+		p.last = time.Now()
+		p.log.Info("rebuilding the filter from the output topic", "records", p.done, "of", p.total)
+	}
+}
+
+func (p *rebuildProgress) flush() {
+	if p.obs != nil && p.unreported > 0 {
+		p.obs.RebuildRecords(p.unreported)
+	}
+	p.unreported = 0
+}

@@ -1,0 +1,294 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/window"
+)
+
+// fakeTopic is an output topic in memory: an OutputLog and OutputHistory whose offsets are indexes
+// into each partition's records. Under the global scope (input partition -1) every output
+// partition serves; otherwise the partition with the input partition's number.
+type fakeTopic struct {
+	mu    sync.Mutex
+	parts map[int32][]fakeRecord
+	reads int
+}
+
+type fakeRecord struct {
+	id string
+	ts time.Time
+}
+
+func (f *fakeTopic) serving(in int32) []int32 {
+	if in >= 0 {
+		return []int32{in}
+	}
+	return slices.Sorted(maps.Keys(f.parts))
+}
+
+func (f *fakeTopic) End(_ context.Context, in int32) (map[int32]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[int32]int64{}
+	for _, q := range f.serving(in) {
+		out[q] = int64(len(f.parts[q]))
+	}
+	return out, nil
+}
+
+func (f *fakeTopic) OffsetsAt(_ context.Context, in int32, t time.Time) (map[int32]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[int32]int64{}
+	for _, q := range f.serving(in) {
+		recs := f.parts[q]
+		out[q] = int64(len(recs))
+		for i, r := range recs {
+			if !r.ts.Before(t) {
+				out[q] = int64(i)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeTopic) Read(_ context.Context, from, to map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	n := 0
+	for _, q := range slices.Sorted(maps.Keys(from)) {
+		recs := f.parts[q]
+		end := int64(len(recs))
+		if t, ok := to[q]; ok && t < end {
+			end = t
+		}
+		for i := from[q]; i < end; i++ {
+			add([]byte(recs[i].id), recs[i].ts)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakeTopic) Rewarm(ctx context.Context, from map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	return f.Read(ctx, from, nil, add)
+}
+
+// minuteRecords returns n records "<prefix>-<i>", one a minute from first.
+func minuteRecords(prefix string, first time.Time, n int) []fakeRecord {
+	recs := make([]fakeRecord, n)
+	for i := range recs {
+		recs[i] = fakeRecord{id: fmt.Sprintf("%s-%d", prefix, i), ts: first.Add(time.Duration(i) * time.Minute)}
+	}
+	return recs
+}
+
+// fakeClock is a settable clock for window.Config.Clock.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() time.Time       { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) set(t time.Time)      { c.ns.Store(t.UnixNano()) }
+func newFakeClock(t time.Time) *fakeClock { c := &fakeClock{}; c.set(t); return c }
+
+// rebuildWindow is a window of 4 generations of an hour on clock: a rebuild reads the last 3 hours.
+func rebuildWindow(c *fakeClock) window.Config {
+	w := testWindow()
+	w.Clock = c.now
+	return w
+}
+
+// held returns, for each of recs, whether the filter holds its identity.
+func held(f *window.Filter, recs []fakeRecord) []bool {
+	out := make([]bool, len(recs))
+	for i, r := range recs {
+		out[i] = f.Test([]byte(r.id))
+	}
+	return out
+}
+
+// span reports whether got[from:to] are all want.
+func span(got []bool, from, to int, want bool) bool {
+	for _, g := range got[from:to] {
+		if g != want {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRebuild rebuilds a partition's filter from 3.5 hours of output records, one a minute, in a
+// window of 4 one-hour generations: the last 3 hours are read, each hour into its own generation,
+// so that an hour later the oldest hour is forgotten as a filter that saw the records live would
+// forget it. Under the global scope the records of every output partition are placed likewise.
+// The bound keeps only the newest records and reports the others as skipped.
+func TestRebuild(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	first := now.Add(-210 * time.Minute) // records 0..209; record 30 is at now-3h
+	for _, tc := range []struct {
+		name      string
+		scope     Scope
+		max       int64
+		wantRead  [2]int // records [from, to) of each partition that are held
+		wantSkips int64
+	}{
+		{"partition", ScopePartition, 1_000_000, [2]int{30, 210}, 0},
+		{"global, two output partitions", ScopeGlobal, 1_000_000, [2]int{30, 210}, 0},
+		{"bounded", ScopePartition, 60, [2]int{150, 210}, 120},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clock := newFakeClock(now)
+			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: minuteRecords("a", first, 210)}}
+			if tc.scope == ScopeGlobal {
+				topic.parts[1] = minuteRecords("b", first, 210)
+			}
+			obs := &recordingObserver{}
+			s, err := NewSet(ctx, Config{Scope: tc.scope, Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: tc.max,
+				Observer: obs, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(ctx)
+			if err := s.Assign(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			f := s.Filter(0)
+			for q, recs := range topic.parts {
+				got := held(f, recs)
+				if !span(got, 0, tc.wantRead[0], false) || !span(got, tc.wantRead[0], 210, true) {
+					t.Errorf("partition %d: the filter holds records %v, want exactly %d..209", q, ranges(got), tc.wantRead[0])
+				}
+			}
+			// An hour on, generation 1 (records 30..89, now-3h..now-2h) has expired.
+			f.AdvanceTo(now.Add(time.Hour))
+			for q, recs := range topic.parts {
+				got := held(f, recs)
+				if lo := max(tc.wantRead[0], 90); !span(got, 0, lo, false) || !span(got, lo, 210, true) {
+					t.Errorf("partition %d an hour later: the filter holds records %v, want exactly %d..209", q, ranges(got), lo)
+				}
+			}
+			read := (tc.wantRead[1] - tc.wantRead[0]) * len(topic.parts)
+			if len(obs.rebuilds) != 1 || obs.rebuilds[0] != (rebuildReport{skipped: tc.wantSkips}) || obs.records != read || obs.started != 1 {
+				t.Errorf("observer heard %d started, %v done, %d records; want 1, [{%d false}], %d", obs.started, obs.rebuilds, obs.records, tc.wantSkips, read)
+			}
+			if got := obs.outcomes(); !maps.Equal(got, map[checkpoint.Outcome]int{checkpoint.OutcomeCold: 1}) {
+				t.Errorf("restore outcomes %v, want one cold", got)
+			}
+		})
+	}
+}
+
+// ranges describes which records are held, as index ranges.
+func ranges(held []bool) []string {
+	var out []string
+	for i := 0; i < len(held); {
+		j := i
+		for j < len(held) && held[j] == held[i] {
+			j++
+		}
+		if held[i] {
+			out = append(out, fmt.Sprintf("%d..%d", i, j-1))
+		}
+		i = j
+	}
+	return out
+}
+
+// TestRebuildThenSnapshot: a rebuilt filter is snapshotted at once, with the output offsets it was
+// rebuilt up to, so the next owner restores it warm instead of rebuilding again.
+func TestRebuildThenSnapshot(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	clock := newFakeClock(now)
+	topic := &fakeTopic{parts: map[int32][]fakeRecord{2: minuteRecords("r", now.Add(-time.Hour), 60)}}
+	p, store := dirPersister(t)
+	cfg := Config{Window: rebuildWindow(clock), Topic: "orders", Persister: p, Output: topic, RebuildMaxRecords: 100}
+	a, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Assign(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := store.List(ctx, "orders.p2")
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("snapshots after the rebuild: %v, %v; want the baseline", infos, err)
+	}
+	b, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := topic.reads
+	if err := b.Assign(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !span(held(b.Filter(2), topic.parts[2]), 0, 60, true) {
+		t.Error("the next owner does not hold the rebuilt records")
+	}
+	if topic.reads != reads+1 {
+		t.Errorf("the next owner read the output %d times, want once (the re-warm after the baseline's offsets)", topic.reads-reads)
+	}
+}
+
+// TestRebuildNeedsHistory: a rebuild needs an Output that can be read by time.
+func TestRebuildNeedsHistory(t *testing.T) {
+	_, err := NewSet(context.Background(), Config{Window: testWindow(), Output: &fakeOutput{}, RebuildMaxRecords: 10})
+	if err == nil || err.Error() != "dedup: RebuildMaxRecords needs an Output that implements OutputHistory" {
+		t.Errorf("NewSet = %v, want the OutputHistory error", err)
+	}
+}
+
+// cancellingPersister cancels the assignment's context when the baseline snapshot is saved, as
+// the end of a generation does while Assign runs.
+type cancellingPersister struct {
+	Persister
+	cancel context.CancelFunc
+}
+
+func (p cancellingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
+	p.cancel()
+	return SnapshotRef{}, ctx.Err()
+}
+
+// TestCalledOffAssignmentParksTheFilter: when the generation ends after a filter was rebuilt,
+// Assign fails but keeps the rebuilt filter for the next generation, which reuses it instead of
+// rebuilding again.
+func TestCalledOffAssignmentParksTheFilter(t *testing.T) {
+	now := time.Now()
+	topic := &fakeTopic{parts: map[int32][]fakeRecord{1: minuteRecords("r", now.Add(-time.Hour), 60)}}
+	dir, _ := dirPersister(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	obs := &recordingObserver{}
+	s, err := NewSet(context.Background(), Config{Window: rebuildWindow(newFakeClock(now)), Persister: cancellingPersister{dir, cancel},
+		Output: topic, RebuildMaxRecords: 1000, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if err := s.Assign(ctx, 1); !errors.Is(err, context.Canceled) || s.Parked() != 1 {
+		t.Fatalf("Assign = %v with %d filters parked; want the cancellation and the rebuilt filter parked", err, s.Parked())
+	}
+	s.Generation([]int32{1})
+	if err := s.Assign(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !span(held(s.Filter(1), topic.parts[1]), 0, 60, true) {
+		t.Error("the reused filter lost the rebuilt records")
+	}
+	if obs.started != 1 || obs.outcomes()[checkpoint.OutcomeRetained] != 1 {
+		t.Errorf("%d rebuilds and outcomes %v; want one rebuild, then the filter retained", obs.started, obs.outcomes())
+	}
+}

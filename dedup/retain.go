@@ -1,0 +1,192 @@
+package dedup
+
+// Retained partitions.
+//
+// kafka-go's consumer group is eager: at the end of every generation each partition is revoked,
+// and with sticky assignment most of them come straight back to the same replica. Revoke saves the
+// partition's final snapshot and then parks the stopped filter with its lineage. When the
+// partition is assigned again, Assign lists the unit's snapshots (Persister.Newest, no download):
+// if the newest is the one the lineage names, nobody saved a newer state, and the parked filter is
+// reused, aged to now and re-warmed from the lineage's output offsets; otherwise it is dropped and
+// the unit is loaded from the store as for any assignment. Generation drops the parked filters of
+// partitions the new generation did not bring back, so parked memory never outlives one
+// rebalance.
+//
+// Why reuse is safe. A drained partition's filter holds the identity of every output record below
+// the lineage's output offsets (those read at the last save attempt: everything below them was
+// acknowledged before, so it passed through the filter or was restored into it), and the re-warm
+// adds every output record after them, whoever produced it. So the reused filter is complete
+// whatever happened meanwhile; the check against the store only picks the cheaper of two correct
+// states, because a newer snapshot places its records in their generations whereas a re-warm puts
+// all of them in the current one. The cases:
+//
+//   - The final snapshot was saved and the partition comes back: the newest snapshot is it; the
+//     filter is reused and the re-warm reads nothing new.
+//   - The replica missed a generation (a long pause, a network partition), another replica took
+//     the partition, restored our final snapshot and crashed before saving one of its own: the
+//     newest is still ours; the filter is reused and the re-warm reads what the other replica
+//     produced.
+//   - Another replica saved a newer snapshot: the newest is not ours; the filter is dropped and the
+//     newer snapshot loaded.
+//   - The final save failed (the store was down, or the release budget ran out): the lineage still
+//     names the last snapshot that succeeded, and its output offsets are those read at the failed
+//     attempt. If that snapshot is still the newest, nobody saved since and the filter is reused;
+//     the re-warm covers anything produced after the partition was drained. If the failed save
+//     became visible after all (an upload that completed after its deadline) or anyone else saved,
+//     the newest differs and is loaded. A filter is never reused on a guess: only the store's
+//     answer or a complete re-warm makes it current.
+//   - The store cannot be listed: the filter is reused with a warning when its lineage has output
+//     offsets (the re-warm makes it complete); without them Assign fails and is retried.
+//   - The generation ends while Assign prepares the filter (the context is cancelled): a filter
+//     that was restored and re-warmed, or rebuilt, before that is parked as a revoked one would
+//     be, with the lineage it got; one whose preparation was cut short is dropped.
+//   - Records that were processed but not acknowledged: the worker calls Discard, which never
+//     parks; the next owner, this replica included, loads from the store.
+//   - The process dies: parked filters die with it; the next owner loads from the store.
+//
+// Without a Persister the lineage's output offsets are read at Revoke, and the parked filter is
+// reused, re-warmed from them.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/window"
+)
+
+// lineage is what a Set knows of the coverage of a partition's filter: snap is the newest snapshot
+// taken of it or restored into it (zero: none), and out are output end offsets below which the
+// identity of every output record of the unit is in the filter (nil: unknown). Re-warming the
+// filter from out makes it current.
+type lineage struct {
+	snap SnapshotRef
+	out  map[int32]int64
+}
+
+// after returns l updated by a save attempt: output offsets read before the copy hold even if the
+// save then failed; the snapshot only if it succeeded.
+func (l lineage) after(r saveResult, err error) lineage {
+	if r.out != nil {
+		l.out = r.out
+	}
+	if err == nil && r.snap != (SnapshotRef{}) {
+		l.snap = r.snap
+	}
+	return l
+}
+
+// park keeps the stopped filter of a revoked partition until the next Generation.
+func (s *Set) park(partition int32, pt *part) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.parked[partition] = pt
+	}
+}
+
+// Generation drops the parked filters of the partitions that are not in partitions, the ones the
+// new consumer group generation assigns to this worker. It implements consumer.GenerationTracker:
+// the worker calls it before the generation's Assign calls. It is safe for concurrent use.
+func (s *Set) Generation(partitions []int32) {
+	keep := make(map[int32]bool, len(partitions))
+	for _, p := range partitions {
+		keep[p] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.parked {
+		if !keep[p] {
+			delete(s.parked, p)
+		}
+	}
+}
+
+// Parked returns how many revoked partitions' filters the Set keeps in case they come back.
+func (s *Set) Parked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.parked)
+}
+
+func (s *Set) dropParked() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.parked)
+}
+
+// unpark takes the parked filter of partition and, if it may serve the new assignment, ages it to
+// now, re-warms it from the output topic and starts it (ok). With no parked filter, or when the
+// store holds a newer snapshot, ok is false and the caller loads the unit from the store. On an
+// error the parked filter stays parked, so that the retried Assign can use it.
+func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, bool, error) {
+	s.mu.Lock()
+	pt := s.parked[partition]
+	delete(s.parked, partition)
+	s.mu.Unlock()
+	if pt == nil {
+		return nil, lineage{}, false, nil
+	}
+	start := time.Now()
+	lin := pt.lineage()
+	if ok, err := s.stillNewest(ctx, unit, lin); !ok || err != nil {
+		if err != nil {
+			s.park(partition, pt)
+		}
+		return nil, lineage{}, false, err
+	}
+	f := pt.f
+	f.AdvanceTo(s.now())
+	n := 0
+	if s.cfg.Output != nil && lin.out != nil {
+		var err error
+		n, err = s.cfg.Output.Rewarm(ctx, lin.out, func(id []byte, _ time.Time) { f.TestAndAdd(id) })
+		if err != nil {
+			s.park(partition, pt) // what the re-warm added is in the output topic: harmless
+			return nil, lineage{}, false, fmt.Errorf("dedup: re-warming the kept filter of %s from the output topic: %w", unit, err)
+		}
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.Rewarmed(n)
+		}
+	}
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.history != nil) {
+		s.cfg.Observer.Restored(checkpoint.OutcomeRetained, time.Since(start))
+	}
+	s.cfg.Logger.Info("state restored", "unit", unit, "outcome", checkpoint.OutcomeRetained, "snapshot", lin.snap.Name,
+		"rewarmed_records", n, "duration", time.Since(start).String())
+	f.Start()
+	return f, lin, true, nil
+}
+
+// stillNewest reports whether the parked filter with lineage lin may be reused: the store's newest
+// snapshot of unit is the one lin names, or there is no store. When the store cannot be listed it
+// says yes (with a warning) if the re-warm from lin's output offsets makes the filter current, and
+// returns the error otherwise.
+func (s *Set) stillNewest(ctx context.Context, unit string, lin lineage) (bool, error) {
+	if s.cfg.Persister == nil {
+		return true, nil
+	}
+	newest, err := s.cfg.Persister.Newest(ctx, unit)
+	switch {
+	case err != nil && (s.cfg.Output == nil || lin.out == nil):
+		return false, fmt.Errorf("dedup: listing the snapshots of %s to check the filter kept in memory: %w", unit, err)
+	case err != nil:
+		s.cfg.Logger.Warn("cannot list the unit's snapshots: reusing the filter kept in memory, re-warmed from the output topic",
+			"unit", unit, "error", err.Error())
+		return true, nil
+	case newest != lin.snap:
+		s.cfg.Logger.Info("the store holds a newer snapshot than the filter kept in memory: loading it",
+			"unit", unit, "newest", newest.Name, "kept", lin.snap.Name)
+		return false, nil
+	}
+	return true, nil
+}
+
+// now returns the time of the filters' clock.
+func (s *Set) now() time.Time {
+	if s.cfg.Window.Clock != nil {
+		return s.cfg.Window.Clock()
+	}
+	return time.Now()
+}

@@ -1,0 +1,396 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/window"
+)
+
+// countingStore counts the calls of a checkpoint.Store.
+type countingStore struct {
+	checkpoint.Store
+	mu                  sync.Mutex
+	opens, lists, saves int
+}
+
+func (c *countingStore) count(n *int) {
+	c.mu.Lock()
+	*n++
+	c.mu.Unlock()
+}
+
+func (c *countingStore) Open(ctx context.Context, snap checkpoint.Info) (io.ReadCloser, error) {
+	c.count(&c.opens)
+	return c.Store.Open(ctx, snap)
+}
+
+func (c *countingStore) List(ctx context.Context, unit string) ([]checkpoint.Info, error) {
+	c.count(&c.lists)
+	return c.Store.List(ctx, unit)
+}
+
+func (c *countingStore) Save(ctx context.Context, unit string, write func(io.Writer) error) (checkpoint.Info, error) {
+	c.count(&c.saves)
+	return c.Store.Save(ctx, unit, write)
+}
+
+func (c *countingStore) counts() (opens, lists, saves int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opens, c.lists, c.saves
+}
+
+// faultyPersister wraps a Persister: its Save can fail before or after the snapshot became visible,
+// and its Newest can fail.
+type faultyPersister struct {
+	Persister
+	mu                      sync.Mutex
+	failSave, failAfterSave bool
+	failNewest              bool
+}
+
+var errStore = errors.New("store unavailable")
+
+func (p *faultyPersister) set(fn func(p *faultyPersister)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn(p)
+}
+
+func (p *faultyPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
+	p.mu.Lock()
+	before, after := p.failSave, p.failAfterSave
+	p.mu.Unlock()
+	if before {
+		return SnapshotRef{}, errStore
+	}
+	ref, err := p.Persister.Save(ctx, unit, f, info, seal)
+	if err == nil && after { // e.g. an upload that completed after the client gave up on it
+		return SnapshotRef{}, fmt.Errorf("upload timed out: %w", errStore)
+	}
+	return ref, err
+}
+
+func (p *faultyPersister) Newest(ctx context.Context, unit string) (SnapshotRef, error) {
+	p.mu.Lock()
+	fail := p.failNewest
+	p.mu.Unlock()
+	if fail {
+		return SnapshotRef{}, errStore
+	}
+	return p.Persister.Newest(ctx, unit)
+}
+
+// recordingObserver keeps the restore outcomes and rebuild reports it hears.
+type recordingObserver struct {
+	mu       sync.Mutex
+	restores map[checkpoint.Outcome]int
+	rewarmed int
+	rebuilds []rebuildReport
+	started  int
+	records  int
+}
+
+type rebuildReport struct {
+	skipped int64
+	failed  bool
+}
+
+func (o *recordingObserver) CheckpointSaved(time.Duration, int64) {}
+func (o *recordingObserver) CheckpointFailed()                    {}
+func (o *recordingObserver) Restored(outcome checkpoint.Outcome, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.restores == nil {
+		o.restores = map[checkpoint.Outcome]int{}
+	}
+	o.restores[outcome]++
+}
+func (o *recordingObserver) Rewarmed(n int) { o.mu.Lock(); o.rewarmed += n; o.mu.Unlock() }
+func (o *recordingObserver) RebuildStarted() {
+	o.mu.Lock()
+	o.started++
+	o.mu.Unlock()
+}
+func (o *recordingObserver) RebuildRecords(n int) { o.mu.Lock(); o.records += n; o.mu.Unlock() }
+func (o *recordingObserver) RebuildDone(_ time.Duration, skipped int64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rebuilds = append(o.rebuilds, rebuildReport{skipped, err != nil})
+}
+
+func (o *recordingObserver) outcomes() map[checkpoint.Outcome]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.restores)
+}
+
+// retainEnv is a Set over a counted directory store and a fake output topic whose partitions all
+// end at end; rewarms records where each Rewarm started.
+type retainEnv struct {
+	store   *countingStore
+	persist *faultyPersister
+	out     *fakeOutput
+	obs     *recordingObserver
+	rewarms []map[int32]int64
+}
+
+func newRetainEnv(t *testing.T) *retainEnv {
+	t.Helper()
+	dir, err := checkpoint.NewDirStore(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &retainEnv{store: &countingStore{Store: dir}, obs: &recordingObserver{}}
+	e.persist = &faultyPersister{Persister: NewCheckpointPersister(e.store, slog.New(slog.DiscardHandler))}
+	e.out = &fakeOutput{end: 100, rewarm: func(from map[int32]int64, _ func([]byte, time.Time)) {
+		e.rewarms = append(e.rewarms, maps.Clone(from))
+	}}
+	return e
+}
+
+func (e *retainEnv) set(t *testing.T) *Set {
+	t.Helper()
+	s, err := NewSet(context.Background(), Config{Window: testWindow(), Topic: "orders", Persister: e.persist, Output: e.out,
+		Observer: e.obs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+func seeAll(t *testing.T, s *Set, p int32, prefix string, n int, want bool) {
+	t.Helper()
+	for i := range n {
+		if got := s.Seen(p, fmt.Appendf(nil, "%s-%d", prefix, i)); got != want {
+			t.Fatalf("Seen(%d, %s-%d) = %v, want %v", p, prefix, i, got, want)
+		}
+	}
+}
+
+// TestRetainedPartitionIsNotDownloaded revokes a partition and assigns it again to the same Set, as
+// every eager rebalance does with a partition that stays: the kept filter serves it, nothing is
+// downloaded, and it is re-warmed from the output offsets read at revoke.
+func TestRetainedPartitionIsNotDownloaded(t *testing.T) {
+	ctx := context.Background()
+	e := newRetainEnv(t)
+	s := e.set(t)
+	if err := s.Assign(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	seeAll(t, s, 3, "id", 500, false)
+	e.out.end = 142 // what the partition produced
+	if err := s.Revoke(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if s.Parked() != 1 {
+		t.Fatalf("%d filters parked after Revoke, want 1", s.Parked())
+	}
+	s.Generation([]int32{3})
+	opens, lists, _ := e.store.counts()
+	if err := s.Assign(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	opens2, lists2, _ := e.store.counts()
+	if opens2 != opens || lists2 != lists+1 {
+		t.Errorf("assigning the retained partition opened %d snapshots and listed %d times; want 0 and 1", opens2-opens, lists2-lists)
+	}
+	seeAll(t, s, 3, "id", 500, true)
+	if last := e.rewarms[len(e.rewarms)-1]; !maps.Equal(last, map[int32]int64{3: 142}) {
+		t.Errorf("re-warmed from %v, want the output offsets read at revoke {3: 142}", last)
+	}
+	if got := e.obs.outcomes(); got[checkpoint.OutcomeRetained] != 1 || got[checkpoint.OutcomeWarm] != 0 {
+		t.Errorf("restore outcomes %v, want one retained and no warm", got)
+	}
+	if s.Parked() != 0 {
+		t.Errorf("%d filters still parked", s.Parked())
+	}
+}
+
+// TestParkedFilterDroppedWhenNotReassigned: a generation that does not bring the partition back
+// drops its kept filter, so memory stays bounded, and a later assignment loads from the store.
+func TestParkedFilterDroppedWhenNotReassigned(t *testing.T) {
+	ctx := context.Background()
+	e := newRetainEnv(t)
+	s := e.set(t)
+	for _, p := range []int32{1, 2} {
+		if err := s.Assign(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		seeAll(t, s, p, "id", 10, false)
+		if err := s.Revoke(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Generation([]int32{2, 5})
+	if s.Parked() != 1 {
+		t.Fatalf("%d filters parked, want only partition 2's", s.Parked())
+	}
+	opens, _, _ := e.store.counts()
+	if err := s.Assign(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if o, _, _ := e.store.counts(); o != opens+1 {
+		t.Errorf("partition 1 opened %d snapshots, want 1 (loaded from the store)", o-opens)
+	}
+	seeAll(t, s, 1, "id", 10, true)
+	if err := s.Discard(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Parked() != 1 {
+		t.Errorf("Discard parked a filter: %d parked", s.Parked())
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Parked() != 0 {
+		t.Errorf("%d filters parked after Close", s.Parked())
+	}
+}
+
+// TestPartitionMovedAwayAndBack: replica A revokes a partition, B restores it, processes and saves
+// a newer snapshot; the partition returns to A before A heard of a generation without it (A
+// missed one). The store's newest is not A's, so A loads it rather than reusing its own filter.
+func TestPartitionMovedAwayAndBack(t *testing.T) {
+	ctx := context.Background()
+	e := newRetainEnv(t)
+	a, b := e.set(t), e.set(t)
+	if err := a.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	seeAll(t, a, 0, "a", 100, false)
+	if err := a.Revoke(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	seeAll(t, b, 0, "a", 100, true)
+	seeAll(t, b, 0, "b", 100, false)
+	if err := b.Revoke(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	opens, _, _ := e.store.counts()
+	if err := a.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if o, _, _ := e.store.counts(); o != opens+1 {
+		t.Errorf("A opened %d snapshots, want 1: B's newer snapshot", o-opens)
+	}
+	seeAll(t, a, 0, "b", 100, true)
+	seeAll(t, a, 0, "a", 100, true)
+	if got := e.obs.outcomes(); got[checkpoint.OutcomeRetained] != 0 || got[checkpoint.OutcomeWarm] != 2 {
+		t.Errorf("restore outcomes %v, want two warm (B, then A) and none retained", got)
+	}
+}
+
+// TestParkedFilterAfterFailedSave covers the kept filters whose final snapshot failed: reused only
+// when the store proves nobody saved since, or cannot be asked but the re-warm makes the filter
+// current; loaded from the store when the failed save became visible after all.
+func TestParkedFilterAfterFailedSave(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		fault      func(p *faultyPersister)
+		noOutput   bool
+		wantReuse  bool
+		wantErr    bool
+		wantRewarm map[int32]int64
+	}{
+		{"save failed, nothing newer", func(p *faultyPersister) { p.failSave = true }, false, true, false, map[int32]int64{0: 77}},
+		{"save failed but became visible", func(p *faultyPersister) { p.failAfterSave = true }, false, false, false, map[int32]int64{0: 77}},
+		{"store cannot be listed", func(p *faultyPersister) { p.failSave, p.failNewest = true, true }, false, true, false, map[int32]int64{0: 77}},
+		{"store cannot be listed, no output to re-warm from", func(p *faultyPersister) { p.failSave, p.failNewest = true, true }, true, false, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newRetainEnv(t)
+			if tc.noOutput {
+				e.out = nil
+			}
+			cfg := Config{Window: testWindow(), Topic: "orders", Persister: e.persist, Observer: e.obs, Logger: slog.New(slog.DiscardHandler)}
+			if e.out != nil {
+				cfg.Output = e.out
+			}
+			s, err := NewSet(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(ctx)
+			if err := s.Assign(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			seeAll(t, s, 0, "id", 50, false)
+			if e.out != nil {
+				e.out.end = 77
+			}
+			e.persist.set(tc.fault)
+			if err := s.Revoke(ctx, 0); !errors.Is(err, errStore) {
+				t.Fatalf("Revoke = %v, want the store's error", err)
+			}
+			e.rewarms = nil
+			s.Generation([]int32{0})
+			opens, _, _ := e.store.counts()
+			err = s.Assign(ctx, 0)
+			if tc.wantErr {
+				if err == nil || s.Parked() != 1 {
+					t.Fatalf("Assign = %v with %d parked; want an error and the filter still parked for the retry", err, s.Parked())
+				}
+				e.persist.set(func(p *faultyPersister) { p.failNewest = false })
+				if err := s.Assign(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				seeAll(t, s, 0, "id", 50, true) // the baseline holds nothing, the store's newest is it: kept filter
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, _, _ := e.store.counts()
+			if reused := o == opens; reused != tc.wantReuse {
+				t.Errorf("kept filter reused: %v (%d snapshots opened), want %v", reused, o-opens, tc.wantReuse)
+			}
+			seeAll(t, s, 0, "id", 50, true)
+			if len(e.rewarms) != 1 || !maps.Equal(e.rewarms[0], tc.wantRewarm) {
+				t.Errorf("re-warmed from %v, want %v", e.rewarms, tc.wantRewarm)
+			}
+		})
+	}
+}
+
+// TestRetainedWithoutStore: with no Persister the kept filter is reused, re-warmed from the output
+// end offsets read at revoke.
+func TestRetainedWithoutStore(t *testing.T) {
+	ctx := context.Background()
+	var rewarms []map[int32]int64
+	out := &fakeOutput{end: 9, rewarm: func(from map[int32]int64, _ func([]byte, time.Time)) { rewarms = append(rewarms, from) }}
+	s, err := NewSet(ctx, Config{Window: testWindow(), Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := s.Assign(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	seeAll(t, s, 4, "id", 20, false)
+	if err := s.Revoke(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	s.Generation([]int32{4})
+	if err := s.Assign(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	seeAll(t, s, 4, "id", 20, true)
+	if len(rewarms) != 1 || !maps.Equal(rewarms[0], map[int32]int64{4: 9}) {
+		t.Errorf("re-warmed from %v, want once from {4: 9}", rewarms)
+	}
+}
