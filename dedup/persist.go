@@ -76,7 +76,7 @@ func (p *CheckpointPersister) Newest(ctx context.Context, unit string) (Snapshot
 }
 
 func refOf(info checkpoint.Info) SnapshotRef {
-	return SnapshotRef{Name: info.Name, Size: info.Size}
+	return SnapshotRef{Name: info.Name, Seq: info.Seq, Size: info.Size}
 }
 
 // Save writes f's state for unit through the store: the header from f's metadata and info, then

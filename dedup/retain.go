@@ -50,6 +50,7 @@ package dedup
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -66,12 +67,23 @@ type lineage struct {
 }
 
 // after returns l updated by a save attempt: output offsets read before the copy hold even if the
-// save then failed; the snapshot only if it succeeded.
+// save then failed (the filter only grows, so each partition keeps the larger offset, whatever
+// order overlapping attempts end in); the snapshot only if it succeeded and is newer than the one
+// l names.
 func (l lineage) after(r saveResult, err error) lineage {
 	if r.out != nil {
-		l.out = r.out
+		out := maps.Clone(l.out)
+		if out == nil {
+			out = make(map[int32]int64, len(r.out))
+		}
+		for q, o := range r.out {
+			if cur, ok := out[q]; !ok || o > cur {
+				out[q] = o
+			}
+		}
+		l.out = out
 	}
-	if err == nil && r.snap != (SnapshotRef{}) {
+	if err == nil && r.snap != (SnapshotRef{}) && r.snap.Seq >= l.snap.Seq {
 		l.snap = r.snap
 	}
 	return l

@@ -306,9 +306,9 @@ func TestParkedFilterAfterFailedSave(t *testing.T) {
 		wantErr    bool
 		wantRewarm map[int32]int64
 	}{
-		{"save failed, nothing newer", func(p *faultyPersister) { p.failSave = true }, false, true, false, map[int32]int64{0: 77}},
-		{"save failed but became visible", func(p *faultyPersister) { p.failAfterSave = true }, false, false, false, map[int32]int64{0: 77}},
-		{"store cannot be listed", func(p *faultyPersister) { p.failSave, p.failNewest = true, true }, false, true, false, map[int32]int64{0: 77}},
+		{"save failed, nothing newer", func(p *faultyPersister) { p.failSave = true }, false, true, false, map[int32]int64{0: 177}},
+		{"save failed but became visible", func(p *faultyPersister) { p.failAfterSave = true }, false, false, false, map[int32]int64{0: 177}},
+		{"store cannot be listed", func(p *faultyPersister) { p.failSave, p.failNewest = true, true }, false, true, false, map[int32]int64{0: 177}},
 		{"store cannot be listed, no output to re-warm from", func(p *faultyPersister) { p.failSave, p.failNewest = true, true }, true, false, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,7 +331,7 @@ func TestParkedFilterAfterFailedSave(t *testing.T) {
 			}
 			seeAll(t, s, 0, "id", 50, false)
 			if e.out != nil {
-				e.out.end = 77
+				e.out.end = 177 // what the partition produced before the failed save
 			}
 			e.persist.set(tc.fault)
 			if err := s.Revoke(ctx, 0); !errors.Is(err, errStore) {
@@ -392,5 +392,39 @@ func TestRetainedWithoutStore(t *testing.T) {
 	seeAll(t, s, 4, "id", 20, true)
 	if len(rewarms) != 1 || !maps.Equal(rewarms[0], map[int32]int64{4: 9}) {
 		t.Errorf("re-warmed from %v, want once from {4: 9}", rewarms)
+	}
+}
+
+// TestLineageAfterOverlappingSaves proves that a partition's lineage names the newest snapshot
+// and the largest output offsets whatever order overlapping save attempts (a periodic checkpoint
+// still running when the partition is revoked) end in, and that a failed attempt keeps its output
+// offsets but not a snapshot.
+func TestLineageAfterOverlappingSaves(t *testing.T) {
+	older := saveResult{snap: SnapshotRef{Name: "u.1.snap", Seq: 1}, out: map[int32]int64{0: 10, 1: 7}}
+	newer := saveResult{snap: SnapshotRef{Name: "u.2.snap", Seq: 2}, out: map[int32]int64{0: 12}}
+	failed := saveResult{out: map[int32]int64{0: 15}}
+	for _, tc := range []struct {
+		name     string
+		attempts []saveResult
+		errs     []error
+		snap     string
+		out      map[int32]int64
+	}{
+		{"in order", []saveResult{older, newer}, []error{nil, nil}, "u.2.snap", map[int32]int64{0: 12, 1: 7}},
+		{"newer ends first", []saveResult{newer, older}, []error{nil, nil}, "u.2.snap", map[int32]int64{0: 12, 1: 7}},
+		{"failed save keeps offsets only", []saveResult{older, failed}, []error{nil, errors.New("store down")}, "u.1.snap", map[int32]int64{0: 15, 1: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l lineage
+			for i, r := range tc.attempts {
+				l = l.after(r, tc.errs[i])
+			}
+			if l.snap.Name != tc.snap || !maps.Equal(l.out, tc.out) {
+				t.Errorf("lineage %+v, want snapshot %s and offsets %v", l, tc.snap, tc.out)
+			}
+		})
+	}
+	if older.out[0] != 10 || newer.out[0] != 12 {
+		t.Error("after changed the offsets of a save result")
 	}
 }

@@ -55,9 +55,11 @@ type Restored struct {
 }
 
 // SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
-// the store, checkpoint.Info.Name) and its size. The zero SnapshotRef stands for no snapshot.
+// the store, checkpoint.Info.Name), its place in the unit's order (checkpoint.Info.Seq: a later
+// save has a larger Seq) and its size. The zero SnapshotRef stands for no snapshot.
 type SnapshotRef struct {
 	Name string
+	Seq  uint64
 	Size int64
 }
 
@@ -194,8 +196,17 @@ func newPart(f *window.Filter, lin lineage) *part {
 // lineage returns what is known of the coverage of the part's filter.
 func (p *part) lineage() lineage { return *p.lin.Load() }
 
-// saved records a save attempt of the part's filter in its lineage.
-func (p *part) saved(r saveResult, err error) { p.lin.Store(ptr(p.lineage().after(r, err))) }
+// saved records a save attempt of the part's filter in its lineage. Saves of one filter may
+// overlap (a periodic checkpoint still running when the partition is revoked), so the update is a
+// compare-and-swap and after keeps the newest snapshot whatever order the attempts end in.
+func (p *part) saved(r saveResult, err error) {
+	for {
+		old := p.lin.Load()
+		if p.lin.CompareAndSwap(old, ptr(old.after(r, err))) {
+			return
+		}
+	}
+}
 
 func ptr[T any](v T) *T { return &v }
 
