@@ -14,6 +14,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var baseTime = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -637,6 +638,27 @@ func TestShutdownWithBrokerDown(t *testing.T) {
 	if discards[0] != 1 || revokes[0] != 0 {
 		t.Errorf("partition 0: %d discards, %d revokes; want 1 discard and no revoke", discards[0], revokes[0])
 	}
+}
+
+// TestSlowBroker proves that a broker slower to answer a fetch than FetchMaxWait does not stall
+// the worker. kafka-go's Reader gives up on a fetch that got no answer within its MaxWait (an
+// i/o timeout, then a new connection and the same fetch again), so a Reader given MaxWait =
+// FetchMaxWait never got past a broker that slow.
+func TestSlowBroker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	in, want := stream("key", 0, 300, rand.New(rand.NewPCG(21, 22)))
+	e.produce(0, in)
+	stop := e.cl.Delay(kmsg.Fetch, 300*time.Millisecond)
+	cfg := e.config()
+	cfg.FetchMaxWait = 100 * time.Millisecond
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	stop()
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	compareSeq(t, "output", e.readOut(e.out)[0], want)
 }
 
 // flakyDeduper fails the first n Assign calls.
