@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
+	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -291,7 +293,7 @@ func checkOutput(t *testing.T, cl *embedkafka.Cluster, unique map[string]bool) o
 	for _, msgs := range got {
 		for _, m := range msgs {
 			c.records++
-			if h := m.Headers; len(h) > 0 && h[len(h)-1].Key == "kdedup-duplicate" && string(h[len(h)-1].Value) == "1" {
+			if marked(m.Headers) {
 				c.marked++
 				continue
 			}
@@ -333,11 +335,82 @@ type crashResult struct {
 	stats  logStats
 }
 
-// run produces a stream while killing the worker with SIGKILL at random moments (each time after
-// the restarted worker produced something) and restarting it, then lets a last worker catch up,
-// stops it with SIGTERM and checks the output.
+// killPoints returns where each of kills runs is killed, as numbers of distinct identities in
+// the output topic, drawn from rng: run k is killed in the middle half of the k-th of kills equal
+// slices of [5%, 90%] of the distinct identities, so that every run has thousands of records to
+// process and every point is reached (the output ends up holding all of them).
+func killPoints(rng *rand.Rand, distinct, kills int) []int {
+	lo, hi := 0.05*float64(distinct), 0.9*float64(distinct)
+	width := (hi - lo) / float64(kills)
+	points := make([]int, kills)
+	for k := range points {
+		points[k] = int(lo + width*(float64(k)+0.25+0.5*rng.Float64()))
+	}
+	return points
+}
+
+// outputProgress counts the distinct identities that reached the output topic, leaving out
+// records marked as duplicates, and reads every output record once. It is how far the workers got
+// through a stream, whatever the timing: unlike the number of output records it does not grow
+// when a restarted worker produces records again (DEDUP_MODE=mark), and it ends at the number of
+// distinct identities of the stream.
+type outputProgress struct {
+	cl   *embedkafka.Cluster
+	next map[int]int64 // partition → first offset not read yet
+	ids  map[string]bool
+}
+
+func newOutputProgress(cl *embedkafka.Cluster) *outputProgress {
+	return &outputProgress{cl: cl, next: map[int]int64{}, ids: map[string]bool{}}
+}
+
+// distinct reads what was added to the output since the last call and returns the number of
+// distinct identities in it, or -1 if the broker could not be read.
+func (o *outputProgress) distinct() int {
+	ctx := context.Background()
+	ends, err := o.cl.EndOffsets(ctx, "out")
+	if err != nil {
+		return -1
+	}
+	for p, end := range ends {
+		if end <= o.next[p] {
+			continue
+		}
+		err := kafkaio.Read(ctx, o.cl.Client(), kafkaio.Range{Topic: "out", Partition: p, Start: o.next[p], End: end, Failures: 1},
+			func(recs []kafkaio.Record) error {
+				for _, r := range recs {
+					if !marked(r.Headers) {
+						o.ids[string(r.Key)] = true
+					}
+					o.next[p] = r.Offset + 1
+				}
+				return nil
+			})
+		if err != nil {
+			return -1
+		}
+	}
+	return len(o.ids)
+}
+
+// marked reports whether a record carries the duplicate mark of DEDUP_MODE=mark as its last header.
+func marked(h []kafka.Header) bool {
+	return len(h) > 0 && h[len(h)-1].Key == consumer.DefaultMarkHeader && string(h[len(h)-1].Value) == consumer.MarkValue
+}
+
+// run produces a stream while killing the worker with SIGKILL and restarting it, kills times:
+// run k is killed once the output holds killPoints' k-th number of distinct identities (or, if
+// the previous run already got that far, one more). The kill points and the stream both come
+// from the seed, so a seed reproduces where the crashes happen, up to the records produced
+// between noticing the point and the kill. Then a last worker catches up and is stopped with
+// SIGTERM, and the output is checked.
 func (sc crashScenario) run(t *testing.T) crashResult {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("to run this scenario again: KDEDUP_RESTART_SEED=%d go test -run '^%s$' ./cmd/kdedup", sc.seed, t.Name())
+		}
+	})
 	began := time.Now()
 	cl := restartCluster(t)
 	dir := ""
@@ -348,26 +421,32 @@ func (sc crashScenario) run(t *testing.T) crashResult {
 	maps.Copy(environ, sc.environ)
 	rng := rand.New(rand.NewPCG(sc.seed, 0x6b646564))
 	recs, unique := genStream(rng, sc.records, 0.3, sc.scope == "global")
+	points := killPoints(rng, len(unique), sc.kills)
 	res := crashResult{unique: len(unique)}
+	t.Logf("seed %d (KDEDUP_RESTART_SEED): %d records, %d distinct identities, kill points %v", sc.seed, len(recs), len(unique), points)
 
 	produced := make(chan error, 1)
 	go produceStream(t.Context(), cl, recs, 100, 25*time.Millisecond, produced)
 
-	for k := range sc.kills {
+	progress := newOutputProgress(cl)
+	for k, at := range points {
 		w := startWorker(t, environ)
-		before := outputTotal(cl)
-		waitFor(t, w, 30*time.Second, fmt.Sprintf("output from run %d", k+1), func() bool { return outputTotal(cl) > before })
-		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		// A point the previous run overshot is replaced by one more identity, or by none when
+		// the output is complete, so that every wait can end.
+		target := min(max(at, progress.distinct()+1), len(unique))
+		waitFor(t, w, 60*time.Second, fmt.Sprintf("run %d to bring %d distinct identities to the output", k+1, target),
+			func() bool { return progress.distinct() >= target })
 		w.signal(t, syscall.SIGKILL)
 		w.wait(t, 5*time.Second)
 		res.stats.add(w.stderr.String())
-		t.Logf("run %d killed at %v: %d output records", k+1, time.Since(began).Round(time.Millisecond), outputTotal(cl))
+		t.Logf("run %d killed at %v: %d distinct identities in %d output records (kill point %d)",
+			k+1, time.Since(began).Round(time.Millisecond), progress.distinct(), outputTotal(cl), at)
 	}
 	if err := <-produced; err != nil {
 		t.Fatalf("producing the stream: %v", err)
 	}
 	w := startWorker(t, environ)
-	waitFor(t, w, 40*time.Second, "the last worker to catch up", func() bool { return caughtUp(cl) })
+	waitFor(t, w, 60*time.Second, "the last worker to catch up", func() bool { return caughtUp(cl) })
 	w.signal(t, syscall.SIGTERM)
 	if code := w.wait(t, 15*time.Second); code != 0 {
 		t.Errorf("last worker: exit status %d after SIGTERM, want 0; log:\n%s", code, tail(w.stderr.String(), 40))
@@ -396,13 +475,14 @@ func restartSeed(t *testing.T) uint64 {
 	return 20260101
 }
 
-// TestCrashRestart kills the worker with SIGKILL four times at random moments while a stream
-// with 30% duplicates flows, restarting it each time, and proves that with checkpoints (every
+// TestCrashRestart kills the worker with SIGKILL four times while a stream with 30% duplicates
+// flows, at points of its progress drawn from the seed (see crashScenario.run), restarting it
+// each time, and proves that with checkpoints (every
 // 200ms, re-warmed from the output topic on restore) the output holds every distinct identity
 // exactly once: no duplicate leaks through a restart and no record is lost (with a false-positive
 // rate of 1e-9 over ~28k identities, any loss is a bug).
 //
-// KDEDUP_RESTART_SEED changes the stream and the kill moments. KDEDUP_RESTART_BASELINE=1 also runs
+// KDEDUP_RESTART_SEED changes the stream and the kill points; a failure names its seed. KDEDUP_RESTART_BASELINE=1 also runs
 // the same scenario without checkpoints and asserts that it does leak duplicates, which shows
 // that the scenario exercises what the checkpoints protect against.
 func TestCrashRestart(t *testing.T) {
