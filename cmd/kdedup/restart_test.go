@@ -5,14 +5,12 @@ package main
 // duplicate through nor drop a record.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,64 +67,10 @@ func restartCluster(t *testing.T) *embedkafka.Cluster {
 	return cl
 }
 
-// worker is one run of the binary.
-type worker struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan struct{}
-	code   int
-}
-
-func startWorker(t *testing.T, environ map[string]string) *worker {
-	t.Helper()
-	cmd, _, stderr := child(t, environ)
-	w := &worker{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		w.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			w.code = ee.ExitCode()
-		} else if err != nil {
-			w.code = -2
-		}
-		close(w.exited)
-	}()
-	// Runs before child's cleanup, so that only this goroutine waits for the process.
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-w.exited
-	})
-	return w
-}
-
-// log kills the process if it still runs and returns everything it logged.
-func (w *worker) log() string {
-	_ = w.cmd.Process.Kill()
-	<-w.exited
-	return w.stderr.String()
-}
-
-// wait waits for the process to exit and returns its exit status (-1 when killed by a signal).
-func (w *worker) wait(t *testing.T, within time.Duration) int {
-	t.Helper()
-	select {
-	case <-w.exited:
-		return w.code
-	case <-time.After(within):
-		t.Fatalf("worker did not exit within %v; log:\n%s", within, tail(w.log(), 40))
-		return 0
-	}
-}
-
-func (w *worker) signal(t *testing.T, sig os.Signal) {
-	t.Helper()
-	if err := w.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v: %v", sig, err)
-	}
-}
-
-// logStats sums what the worker's log says about restores and checkpoint problems. Only call it
-// after the process exited.
+// logStats sums what the workers' logs say, as structured events: the restores by outcome and the
+// records re-warmed (the "state restored" events), and the problems (events at level ERROR, and
+// warnings about a unit's state: every such warning carries the unit). Only call add after the
+// process exited.
 type logStats struct {
 	restores map[string]int // outcome → count
 	rewarmed int
@@ -137,31 +81,16 @@ func (s *logStats) add(log string) {
 	if s.restores == nil {
 		s.restores = map[string]int{}
 	}
-	sc := bufio.NewScanner(strings.NewReader(log))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Level    string `json:"level"`
-			Msg      string `json:"msg"`
-			Outcome  string `json:"outcome"`
-			Rewarmed int    `json:"rewarmed_records"`
+	for _, e := range parseEvents(log) {
+		if e.str("msg") == eventRestored {
+			s.restores[e.str("outcome")]++
+			s.rewarmed += int(e.num("rewarmed_records"))
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
-			continue
-		}
-		if line.Msg == "state restored" {
-			s.restores[line.Outcome]++
-			s.rewarmed += line.Rewarmed
-		}
-		if line.Level == "ERROR" || (line.Level == "WARN" && strings.Contains(line.Msg, "checkpoint")) {
-			s.errors = append(s.errors, sc.Text())
+		if lvl := e.str("level"); lvl == "ERROR" || (lvl == "WARN" && e.str("unit") != "") {
+			b, _ := json.Marshal(e)
+			s.errors = append(s.errors, string(b))
 		}
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
 // streamRecord is one input record of a generated stream.
@@ -253,25 +182,6 @@ func caughtUp(cl *embedkafka.Cluster) bool {
 		}
 	}
 	return true
-}
-
-// waitFor polls cond every 20ms until it holds; it fails the test with w's log after timeout.
-// waitFor waits until cond holds and the worker has started (its SIGTERM handler is installed, so
-// a signal sent next is a graceful stop and not the default kill).
-func waitFor(t *testing.T, w *worker, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() || !strings.Contains(w.stderr.String(), "kdedup started") {
-		select {
-		case <-w.exited:
-			t.Fatalf("worker exited (status %d) while waiting for %s; log:\n%s", w.code, what, tail(w.stderr.String(), 40))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; log:\n%s", timeout, what, tail(w.log(), 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // outputCheck counts, in the output topic, the identities that appear more than once (leaked
@@ -449,7 +359,7 @@ func (sc crashScenario) run(t *testing.T) crashResult {
 	waitFor(t, w, 60*time.Second, "the last worker to catch up", func() bool { return caughtUp(cl) })
 	w.signal(t, syscall.SIGTERM)
 	if code := w.wait(t, 15*time.Second); code != 0 {
-		t.Errorf("last worker: exit status %d after SIGTERM, want 0; log:\n%s", code, tail(w.stderr.String(), 40))
+		t.Errorf("last worker: exit status %d after SIGTERM, want 0; log:\n%s", code, tail(w.stderr.String(), logTail))
 	}
 	res.stats.add(w.stderr.String())
 	res.outputCheck = checkOutput(t, cl, unique)
@@ -583,7 +493,7 @@ func TestGracefulRestart(t *testing.T) {
 				waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
 				w.signal(t, syscall.SIGTERM)
 				if code := w.wait(t, 15*time.Second); code != 0 {
-					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run+1, code, tail(w.stderr.String(), 40))
+					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run+1, code, tail(w.stderr.String(), logTail))
 				}
 				stats.add(w.stderr.String())
 			}
@@ -597,7 +507,7 @@ func TestGracefulRestart(t *testing.T) {
 			waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
 			w.signal(t, syscall.SIGTERM)
 			if code := w.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("exit status %d after SIGTERM; log:\n%s", code, tail(w.stderr.String(), 40))
+				t.Fatalf("exit status %d after SIGTERM; log:\n%s", code, tail(w.stderr.String(), logTail))
 			}
 			stats.add(w.stderr.String())
 			got, err := cl.ReadAll(ctx, "out")
