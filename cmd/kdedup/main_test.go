@@ -88,10 +88,18 @@ func TestBinarySIGTERM(t *testing.T) {
 	}
 	// Wait for the output (commits only happen at shutdown with a 1h interval).
 	waitFor(t, w, 30*time.Second, "300 output records", func() bool { return outputTotal(cl) == 300 })
-	_, metricsBody := httpGet(w.url("/metrics"))
-	for _, want := range []string{`kdedup_records_consumed_total{partition="0"} 200`, `kdedup_duplicates_total{mode="drop",partition="1"} 50`, "kdedup_ready 1"} {
-		if !strings.Contains(metricsBody, want) {
-			t.Errorf("/metrics lacks %q", want)
+	m := w.metrics(t)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"kdedup_records_consumed_total", []string{"partition", "0"}, 200},
+		{"kdedup_duplicates_total", []string{"mode", "drop", "partition", "1"}, 50},
+		{"kdedup_ready", nil, 1},
+	} {
+		if got := m.value(c.name, c.labels...); got != c.want {
+			t.Errorf("/metrics: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 	began := time.Now()

@@ -3,7 +3,7 @@ package main
 // The harness of the tests that run the binary: the test binary re-executed as kdedup (see
 // TestMain), its JSON log read as structured events, its HTTP server found through its startup
 // event (HTTP_ADDR=127.0.0.1:0 lets the kernel pick a free port: no port is chosen, closed and
-// reused later), and the one polling helper of the package's tests.
+// reused later), its /metrics scraped, and the one polling helper of the package's tests.
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/model"
 )
 
 // syncBuffer is a bytes.Buffer that the test can read while the child process writes to it.
@@ -195,6 +197,43 @@ func (w *worker) url(path string) string {
 		return ""
 	}
 	return "http://" + e.str("http") + path
+}
+
+// metrics scrapes the worker's /metrics; it fails the test if the worker has not started or the
+// scrape fails.
+func (w *worker) metrics(t *testing.T) samples {
+	t.Helper()
+	u := w.url("/metrics")
+	if u == "" {
+		t.Fatalf("scraping a worker that has not started; log:\n%s", tail(w.stderr.String(), logTail))
+	}
+	v, err := scrapeSamples(u)
+	if err != nil {
+		t.Fatalf("scraping the worker: %v", err)
+	}
+	return samples(v)
+}
+
+// samples are the samples of one scrape.
+type samples model.Vector
+
+// value returns the sum of the samples named name whose labels include every given label, value
+// pair (a missing sample counts 0).
+func (s samples) value(name string, labelValues ...string) float64 {
+	var sum float64
+next:
+	for _, x := range s {
+		if string(x.Metric[model.MetricNameLabel]) != name {
+			continue
+		}
+		for i := 0; i+1 < len(labelValues); i += 2 {
+			if string(x.Metric[model.LabelName(labelValues[i])]) != labelValues[i+1] {
+				continue next
+			}
+		}
+		sum += float64(x.Value)
+	}
+	return sum
 }
 
 // logTail is how many lines of a worker's log a failure shows.

@@ -485,31 +485,36 @@ func TestGracefulRestart(t *testing.T) {
 				}
 			}
 			var stats logStats
-			// Two generations of the worker before the duplicates arrive, so that the second
-			// also proves a restored snapshot is saved again correctly.
-			for run, r := range [][2]int{{0, 2000}, {2000, 3000}} {
-				produce(r[0], r[1], "first")
+			restores := map[string]float64{} // outcome → count, from the workers' /metrics
+			var rewarmed, failures float64
+			// runOnce runs a worker until it caught up, scrapes its /metrics and stops it.
+			runOnce := func(run int) {
 				w := startWorker(t, environ)
 				waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
+				m := w.metrics(t)
+				for _, o := range []string{"warm", "fallback", "cold"} {
+					restores[o] += m.value("kdedup_checkpoint_restores_total", "outcome", o)
+				}
+				rewarmed += m.value("kdedup_checkpoint_rewarmed_records_total")
+				failures += m.value("kdedup_checkpoint_failures_total")
 				w.signal(t, syscall.SIGTERM)
 				if code := w.wait(t, 15*time.Second); code != 0 {
-					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run+1, code, tail(w.stderr.String(), logTail))
+					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run, code, tail(w.stderr.String(), logTail))
 				}
 				stats.add(w.stderr.String())
 			}
-			before := outputTotal(cl)
-			if before != 3000 {
+			// Two generations of the worker before the duplicates arrive, so that the second
+			// also proves a restored snapshot is saved again correctly.
+			produce(0, 2000, "first")
+			runOnce(1)
+			produce(2000, 3000, "first")
+			runOnce(2)
+			if before := outputTotal(cl); before != 3000 {
 				t.Fatalf("%d output records before the duplicates, want 3000", before)
 			}
 			produce(0, 3000, "again") // every record once more, in the same partitions
 			produce(3000, 3500, "new")
-			w := startWorker(t, environ)
-			waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
-			w.signal(t, syscall.SIGTERM)
-			if code := w.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("exit status %d after SIGTERM; log:\n%s", code, tail(w.stderr.String(), logTail))
-			}
-			stats.add(w.stderr.String())
+			runOnce(3)
 			got, err := cl.ReadAll(ctx, "out")
 			if err != nil {
 				t.Fatal(err)
@@ -528,22 +533,25 @@ func TestGracefulRestart(t *testing.T) {
 			if total != 3500 || len(seen) != 3500 {
 				t.Errorf("%d output records, %d distinct identities; want 3500 and 3500", total, len(seen))
 			}
-			t.Logf("restores %v, %d records re-warmed", stats.restores, stats.rewarmed)
+			t.Logf("restores %v, %v records re-warmed, %v checkpoint failures", restores, rewarmed, failures)
 			// Had the snapshot at shutdown failed, the restart would have fallen back to the
 			// baseline and re-warmed everything from the output topic.
-			if stats.rewarmed != 0 {
-				t.Errorf("%d records re-warmed after graceful stops, want 0: the snapshot taken at shutdown did not cover the output", stats.rewarmed)
+			if rewarmed != 0 {
+				t.Errorf("%v records re-warmed after graceful stops, want 0: the snapshot taken at shutdown did not cover the output", rewarmed)
+			}
+			if failures != 0 {
+				t.Errorf("%v checkpoint failures", failures)
 			}
 			for _, e := range stats.errors {
 				t.Errorf("worker log: %s", e)
 			}
-			// Cold starts are not logged as restores; the two restarts restore every unit warm.
+			// The first run starts every unit cold; the two restarts restore every unit warm.
 			units := restartPartitions
 			if scope == "global" {
 				units = 1
 			}
-			if want := map[string]int{"warm": 2 * units}; fmt.Sprint(stats.restores) != fmt.Sprint(want) {
-				t.Errorf("restores %v, want %v", stats.restores, want)
+			if want := map[string]float64{"warm": float64(2 * units), "fallback": 0, "cold": float64(units)}; !maps.Equal(restores, want) {
+				t.Errorf("restores %v, want %v", restores, want)
 			}
 		})
 	}
