@@ -97,8 +97,11 @@ type Config struct {
 	// batch (commits are coalesced either way). Offsets are also committed when a partition is
 	// revoked.
 	CommitInterval time.Duration
-	// FetchMaxWait is how long a fetch waits on the broker for new records. Default 500ms. It also
-	// bounds how long closing an idle partition reader takes.
+	// FetchMaxWait is how long a fetch waits on the broker for new records. Default 500ms. The
+	// worker waits one second more for the broker's answer before it gives up on the fetch and
+	// its connection, so a broker must answer a fetch within FetchMaxWait plus one second.
+	// Closing an idle partition reader takes up to FetchMaxWait (plus that second when the broker
+	// is slow).
 	FetchMaxWait time.Duration
 	// FetchMaxBytes is the maximum size of one fetch response. Default 16 MiB.
 	FetchMaxBytes int

@@ -66,7 +66,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		QueueCapacity:  w.cfg.QueueCapacity,
 		MinBytes:       1,
 		MaxBytes:       w.cfg.FetchMaxBytes,
-		MaxWait:        w.cfg.FetchMaxWait,
+		MaxWait:        readerMaxWait(w.cfg.FetchMaxWait),
 		ReadBackoffMin: 100 * time.Millisecond,
 		ReadBackoffMax: w.cfg.RetryBackoffMax,
 		MaxAttempts:    3,
@@ -139,6 +139,22 @@ func sinceDone(ctx context.Context) (since func() time.Duration, stop func() boo
 		}
 		return 0
 	}, stop
+}
+
+// readerSlack is how much longer than FetchMaxWait the partition's Reader waits for the answer to
+// a fetch.
+const readerSlack = time.Second
+
+// readerMaxWait returns the MaxWait of a partition's kafka-go Reader: fetchMaxWait+readerSlack,
+// so that the broker holds an idle fetch for fetchMaxWait and the answer may come readerSlack
+// later. The Reader sets the read deadline of a fetch to MaxWait after sending it and asks the
+// broker to hold the fetch for MaxWait less an allowance for the round trip (a quarter of MaxWait
+// below one second, else one second). Given MaxWait = fetchMaxWait, an answer slower than
+// fetchMaxWait (or, for an idle fetch, a quarter of it after the broker stopped waiting) ended in
+// an i/o timeout, a new connection and the same fetch again, and a broker that always answered
+// that slowly stalled the partition for good.
+func readerMaxWait(fetchMaxWait time.Duration) time.Duration {
+	return fetchMaxWait + readerSlack
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or

@@ -14,6 +14,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var baseTime = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -643,15 +644,49 @@ func TestShutdownWithBrokerDown(t *testing.T) {
 	}
 }
 
-// flakyDeduper fails the first n Assign calls.
+// TestSlowBroker proves that a broker slower to answer a fetch than FetchMaxWait does not stall
+// the worker. kafka-go's Reader gives up on a fetch that got no answer within its MaxWait (an
+// i/o timeout, then a new connection and the same fetch again), so a Reader given MaxWait =
+// FetchMaxWait never got past a broker that slow.
+func TestSlowBroker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	in, want := stream("key", 0, 300, rand.New(rand.NewPCG(21, 22)))
+	e.produce(0, in)
+	stop := e.cl.Delay(kmsg.Fetch, 300*time.Millisecond)
+	cfg := e.config()
+	cfg.FetchMaxWait = 100 * time.Millisecond
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	stop()
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	compareSeq(t, "output", e.readOut(e.out)[0], want)
+}
+
+// flakyDeduper fails the first fails Assign calls, then holds the next one until release is
+// closed, after closing held.
 type flakyDeduper struct {
 	*mapDeduper
-	fails atomic.Int64
+	fails         atomic.Int64
+	calls         atomic.Int64
+	held, release chan struct{}
 }
 
 func (f *flakyDeduper) Assign(ctx context.Context, p int32) error {
-	if f.fails.Add(-1) >= 0 {
+	f.calls.Add(1)
+	n := f.fails.Add(-1)
+	if n >= 0 {
 		return errors.New("restore failed")
+	}
+	if n == -1 { // the first call after the failures
+		close(f.held)
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return f.mapDeduper.Assign(ctx, p)
 }
@@ -663,24 +698,30 @@ func TestAssignRetried(t *testing.T) {
 	e := newEnv(t, 1, 1, embedkafka.Options{})
 	in, want := stream("key", 0, 100, rand.New(rand.NewPCG(17, 18)))
 	e.produce(0, in)
-	d := &flakyDeduper{mapDeduper: newMapDeduper(false, nil)}
+	d := &flakyDeduper{mapDeduper: newMapDeduper(false, nil), held: make(chan struct{}), release: make(chan struct{})}
 	d.fails.Store(3)
 	logs := &captureHandler{}
 	r := e.startLogged(e.config(), d, keyFuncFor(t, "key"), slog.New(logs))
-	eventually(t, 10*time.Second, "a logged Assign failure", func() bool {
-		return logs.count("could not be prepared") > 0
-	})
-	ready, consumed := r.w.Ready(), r.obs.consumed.Load()
-	if d.fails.Load() >= 0 && (ready || consumed != 0) { // Assign had not succeeded yet
-		t.Errorf("ready=%v consumed=%d while Assign fails", ready, consumed)
+	select {
+	case <-d.held:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Assign was not called again after failing: %d calls", d.calls.Load())
 	}
+	// Assign failed three times and the fourth call is held: nothing may be consumed yet.
+	if ready, consumed := r.w.Ready(), r.obs.consumed.Load(); ready || consumed != 0 {
+		t.Errorf("ready=%v consumed=%d while Assign has not succeeded", ready, consumed)
+	}
+	if n := logs.count("could not be prepared"); n != 3 {
+		t.Errorf("%d Assign failures logged, want 3", n)
+	}
+	close(d.release)
 	e.waitAllCommitted(20 * time.Second)
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], want)
-	if n := logs.count("could not be prepared"); n != 3 {
-		t.Errorf("%d Assign failures logged, want 3", n)
+	if n := d.calls.Load(); n != 4 {
+		t.Errorf("Assign called %d times, want 4 (3 failures and the success)", n)
 	}
 }
 
@@ -702,10 +743,12 @@ func TestMoreWorkersThanPartitions(t *testing.T) {
 		e.produce(0, in[i:i+100])
 	}
 	e.waitAllCommitted(20 * time.Second)
-	ra, rb := a.obs.rebalances.Load(), b.obs.rebalances.Load()
-	if ra > 3 || rb > 2 {
-		t.Errorf("rebalances: A %d, B %d; want at most 3 and 2 (no rebalance storm)", ra, rb)
-	}
+	// How many rebalances a loaded machine adds (a heartbeat too late, a member rejoining) is
+	// not fixed, but the group settles. A member that ended its generation because it had no
+	// partition would rejoin at once and make the group rebalance every few hundred
+	// milliseconds, for good.
+	settled(t, 20*time.Second, 2*time.Second, a, b)
+	t.Logf("rebalances: A %d, B %d", a.obs.rebalances.Load(), b.obs.rebalances.Load())
 	if err := a.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -713,4 +756,23 @@ func TestMoreWorkersThanPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], want)
+}
+
+// settled waits until the workers are all ready and none of them saw a rebalance for quiet; it
+// fails the test if that takes longer than timeout.
+func settled(t *testing.T, timeout, quiet time.Duration, rs ...*running) {
+	t.Helper()
+	last, since := int64(-1), time.Now()
+	eventually(t, timeout, fmt.Sprintf("no rebalance for %v", quiet), func() bool {
+		n, ready := int64(0), true
+		for _, r := range rs {
+			n += r.obs.rebalances.Load()
+			ready = ready && r.w.Ready()
+		}
+		if n != last || !ready {
+			last, since = n, time.Now()
+			return false
+		}
+		return time.Since(since) >= quiet
+	})
 }

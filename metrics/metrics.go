@@ -265,7 +265,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	}
 	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
-	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Records re-read from the output topic to re-warm the filter after a restore.")
+	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Output records read back to re-warm the filter after a restore.")
 
 	m.newRebalanceMetrics(durationBuckets)
 
@@ -500,7 +500,7 @@ func (m *Metrics) Restored(outcome checkpoint.Outcome, duration time.Duration) {
 	m.restoreDuration.Observe(max(duration, 0).Seconds())
 }
 
-// Rewarmed counts n records re-read to re-warm the filter after a restore.
+// Rewarmed counts n output records read back to re-warm the filter after a restore.
 // Non-positive n is ignored. It is safe for concurrent use.
 func (m *Metrics) Rewarmed(n int) {
 	if n > 0 {

@@ -3,18 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,84 +29,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// child starts the test binary as kdedup with exactly the given environment and arguments.
-// syncBuffer is a bytes.Buffer that the test can read while the child process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func child(t *testing.T, environ map[string]string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = []string{"KDEDUP_RUN_MAIN=1"}
-	for k, v := range environ {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd, &stdout, &stderr
-}
-
-func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration) int {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(within):
-		t.Fatalf("process did not exit within %v", within)
-		return -1
-	}
-}
-
 // TestBinaryConfigError proves that the binary reports every configuration problem, naming each
 // variable, and exits with status 2 at once.
 func TestBinaryConfigError(t *testing.T) {
 	t.Parallel()
-	cmd, _, stderr := child(t, map[string]string{"KAFKA_BATCH_TIMEOUT": "fast", "DEDUP_MODE": "shred"})
-	if code := waitExit(t, cmd, 5*time.Second); code != 2 {
+	w := startWorker(t, map[string]string{"KAFKA_BATCH_TIMEOUT": "fast", "DEDUP_MODE": "shred"})
+	if code := w.wait(t, 5*time.Second); code != 2 {
 		t.Errorf("exit status %d, want 2", code)
 	}
 	for _, v := range []string{"KAFKA_BROKERS", "KAFKA_INPUT_TOPIC", "KAFKA_OUTPUT_TOPIC", "KAFKA_BATCH_TIMEOUT", "DEDUP_MODE"} {
-		if !strings.Contains(stderr.String(), v+":") {
-			t.Errorf("stderr does not name %s:\n%s", v, stderr)
+		if !strings.Contains(w.stderr.String(), v+":") {
+			t.Errorf("stderr does not name %s:\n%s", v, w.stderr)
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func httpGet(url string) (int, string) {
@@ -143,49 +74,38 @@ func TestBinarySIGTERM(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := freeAddr(t)
-	cmd, _, stderr := child(t, map[string]string{
+	w := startWorker(t, map[string]string{
 		"KAFKA_BROKERS": strings.Join(cl.Addrs(), ","), "KAFKA_INPUT_TOPIC": "in", "KAFKA_OUTPUT_TOPIC": "out",
 		"KAFKA_SESSION_TIMEOUT": "2s", "KAFKA_HEARTBEAT_INTERVAL": "200ms", "KAFKA_COMMIT_INTERVAL": "1h",
-		"HTTP_ADDR": addr, "SHUTDOWN_TIMEOUT": "10s", "DEDUP_WINDOW_CAPACITY": "10000",
+		"HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "10s", "DEDUP_WINDOW_CAPACITY": "10000",
 	})
-	base := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if code, _ := httpGet(base + "/readyz"); code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ready; stderr:\n%s", stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if code, _ := httpGet(base + "/healthz"); code != 200 {
+	waitFor(t, w, 30*time.Second, "/readyz to answer 200", func() bool {
+		code, _ := httpGet(w.url("/readyz"))
+		return code == 200
+	})
+	if code, _ := httpGet(w.url("/healthz")); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
 	// Wait for the output (commits only happen at shutdown with a 1h interval).
-	for {
-		ends, err := cl.EndOffsets(ctx, "out")
-		if err == nil && ends[0]+ends[1] == 300 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("output incomplete (%v, %v); stderr:\n%s", ends, err, stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	_, metricsBody := httpGet(base + "/metrics")
-	for _, want := range []string{`kdedup_records_consumed_total{partition="0"} 200`, `kdedup_duplicates_total{mode="drop",partition="1"} 50`, "kdedup_ready 1"} {
-		if !strings.Contains(metricsBody, want) {
-			t.Errorf("/metrics lacks %q", want)
+	waitFor(t, w, 30*time.Second, "300 output records", func() bool { return outputTotal(cl) == 300 })
+	m := w.metrics(t)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"kdedup_records_consumed_total", []string{"partition", "0"}, 200},
+		{"kdedup_duplicates_total", []string{"mode", "drop", "partition", "1"}, 50},
+		{"kdedup_ready", nil, 1},
+	} {
+		if got := m.value(c.name, c.labels...); got != c.want {
+			t.Errorf("/metrics: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 	began := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := waitExit(t, cmd, 12*time.Second); code != 0 {
-		t.Errorf("exit status %d after SIGTERM, want 0; stderr:\n%s", code, stderr)
+	w.signal(t, syscall.SIGTERM)
+	if code := w.wait(t, 12*time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0; log:\n%s", code, tail(w.stderr.String(), logTail))
 	}
 	t.Logf("stopped %v after SIGTERM", time.Since(began).Round(time.Millisecond))
 	com, err := cl.Committed(ctx, "kdedup", "in")
@@ -195,9 +115,9 @@ func TestBinarySIGTERM(t *testing.T) {
 	if com[0] != 200 || com[1] != 200 {
 		t.Errorf("committed %v after SIGTERM, want 200 on both partitions", com)
 	}
-	for _, want := range []string{"shutdown requested", "left consumer group", "kdedup stopped"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("log lacks %q", want)
+	for _, msg := range []string{eventDraining, eventLeft, eventStopped} {
+		if _, ok := w.event(msg); !ok {
+			t.Errorf("the log has no %q event", msg)
 		}
 	}
 }

@@ -5,14 +5,12 @@ package main
 // duplicate through nor drop a record.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +18,9 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
+	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -67,64 +67,10 @@ func restartCluster(t *testing.T) *embedkafka.Cluster {
 	return cl
 }
 
-// worker is one run of the binary.
-type worker struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan struct{}
-	code   int
-}
-
-func startWorker(t *testing.T, environ map[string]string) *worker {
-	t.Helper()
-	cmd, _, stderr := child(t, environ)
-	w := &worker{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		w.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			w.code = ee.ExitCode()
-		} else if err != nil {
-			w.code = -2
-		}
-		close(w.exited)
-	}()
-	// Runs before child's cleanup, so that only this goroutine waits for the process.
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-w.exited
-	})
-	return w
-}
-
-// log kills the process if it still runs and returns everything it logged.
-func (w *worker) log() string {
-	_ = w.cmd.Process.Kill()
-	<-w.exited
-	return w.stderr.String()
-}
-
-// wait waits for the process to exit and returns its exit status (-1 when killed by a signal).
-func (w *worker) wait(t *testing.T, within time.Duration) int {
-	t.Helper()
-	select {
-	case <-w.exited:
-		return w.code
-	case <-time.After(within):
-		t.Fatalf("worker did not exit within %v; log:\n%s", within, tail(w.log(), 40))
-		return 0
-	}
-}
-
-func (w *worker) signal(t *testing.T, sig os.Signal) {
-	t.Helper()
-	if err := w.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v: %v", sig, err)
-	}
-}
-
-// logStats sums what the worker's log says about restores and checkpoint problems. Only call it
-// after the process exited.
+// logStats sums what the workers' logs say, as structured events: the restores by outcome and the
+// records re-warmed (the "state restored" events), and the problems (events at level ERROR, and
+// warnings about a unit's state: every such warning carries the unit). Only call add after the
+// process exited.
 type logStats struct {
 	restores map[string]int // outcome → count
 	rewarmed int
@@ -135,31 +81,16 @@ func (s *logStats) add(log string) {
 	if s.restores == nil {
 		s.restores = map[string]int{}
 	}
-	sc := bufio.NewScanner(strings.NewReader(log))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Level    string `json:"level"`
-			Msg      string `json:"msg"`
-			Outcome  string `json:"outcome"`
-			Rewarmed int    `json:"rewarmed_records"`
+	for _, e := range parseEvents(log) {
+		if e.str("msg") == eventRestored {
+			s.restores[e.str("outcome")]++
+			s.rewarmed += int(e.num("rewarmed_records"))
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
-			continue
-		}
-		if line.Msg == "state restored" {
-			s.restores[line.Outcome]++
-			s.rewarmed += line.Rewarmed
-		}
-		if line.Level == "ERROR" || (line.Level == "WARN" && strings.Contains(line.Msg, "checkpoint")) {
-			s.errors = append(s.errors, sc.Text())
+		if lvl := e.str("level"); lvl == "ERROR" || (lvl == "WARN" && e.str("unit") != "") {
+			b, _ := json.Marshal(e)
+			s.errors = append(s.errors, string(b))
 		}
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
 // streamRecord is one input record of a generated stream.
@@ -253,25 +184,6 @@ func caughtUp(cl *embedkafka.Cluster) bool {
 	return true
 }
 
-// waitFor polls cond every 20ms until it holds; it fails the test with w's log after timeout.
-// waitFor waits until cond holds and the worker has started (its SIGTERM handler is installed, so
-// a signal sent next is a graceful stop and not the default kill).
-func waitFor(t *testing.T, w *worker, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() || !strings.Contains(w.stderr.String(), "kdedup started") {
-		select {
-		case <-w.exited:
-			t.Fatalf("worker exited (status %d) while waiting for %s; log:\n%s", w.code, what, tail(w.stderr.String(), 40))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; log:\n%s", timeout, what, tail(w.log(), 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // outputCheck counts, in the output topic, the identities that appear more than once (leaked
 // duplicates: every extra copy counts) and the distinct identities of the input that are missing
 // (lost records). Records marked as duplicates (DEDUP_MODE=mark) are not counted.
@@ -291,7 +203,7 @@ func checkOutput(t *testing.T, cl *embedkafka.Cluster, unique map[string]bool) o
 	for _, msgs := range got {
 		for _, m := range msgs {
 			c.records++
-			if h := m.Headers; len(h) > 0 && h[len(h)-1].Key == "kdedup-duplicate" && string(h[len(h)-1].Value) == "1" {
+			if marked(m.Headers) {
 				c.marked++
 				continue
 			}
@@ -333,11 +245,82 @@ type crashResult struct {
 	stats  logStats
 }
 
-// run produces a stream while killing the worker with SIGKILL at random moments (each time after
-// the restarted worker produced something) and restarting it, then lets a last worker catch up,
-// stops it with SIGTERM and checks the output.
+// killPoints returns where each of kills runs is killed, as numbers of distinct identities in
+// the output topic, drawn from rng: run k is killed in the middle half of the k-th of kills equal
+// slices of [5%, 90%] of the distinct identities, so that every run has thousands of records to
+// process and every point is reached (the output ends up holding all of them).
+func killPoints(rng *rand.Rand, distinct, kills int) []int {
+	lo, hi := 0.05*float64(distinct), 0.9*float64(distinct)
+	width := (hi - lo) / float64(kills)
+	points := make([]int, kills)
+	for k := range points {
+		points[k] = int(lo + width*(float64(k)+0.25+0.5*rng.Float64()))
+	}
+	return points
+}
+
+// outputProgress counts the distinct identities that reached the output topic, leaving out
+// records marked as duplicates, and reads every output record once. It is how far the workers got
+// through a stream, whatever the timing: unlike the number of output records it does not grow
+// when a restarted worker produces records again (DEDUP_MODE=mark), and it ends at the number of
+// distinct identities of the stream.
+type outputProgress struct {
+	cl   *embedkafka.Cluster
+	next map[int]int64 // partition → first offset not read yet
+	ids  map[string]bool
+}
+
+func newOutputProgress(cl *embedkafka.Cluster) *outputProgress {
+	return &outputProgress{cl: cl, next: map[int]int64{}, ids: map[string]bool{}}
+}
+
+// distinct reads what was added to the output since the last call and returns the number of
+// distinct identities in it, or -1 if the broker could not be read.
+func (o *outputProgress) distinct() int {
+	ctx := context.Background()
+	ends, err := o.cl.EndOffsets(ctx, "out")
+	if err != nil {
+		return -1
+	}
+	for p, end := range ends {
+		if end <= o.next[p] {
+			continue
+		}
+		err := kafkaio.Read(ctx, o.cl.Client(), kafkaio.Range{Topic: "out", Partition: p, Start: o.next[p], End: end, Failures: 1},
+			func(recs []kafkaio.Record) error {
+				for _, r := range recs {
+					if !marked(r.Headers) {
+						o.ids[string(r.Key)] = true
+					}
+					o.next[p] = r.Offset + 1
+				}
+				return nil
+			})
+		if err != nil {
+			return -1
+		}
+	}
+	return len(o.ids)
+}
+
+// marked reports whether a record carries the duplicate mark of DEDUP_MODE=mark as its last header.
+func marked(h []kafka.Header) bool {
+	return len(h) > 0 && h[len(h)-1].Key == consumer.DefaultMarkHeader && string(h[len(h)-1].Value) == consumer.MarkValue
+}
+
+// run produces a stream while killing the worker with SIGKILL and restarting it, kills times:
+// run k is killed once the output holds killPoints' k-th number of distinct identities (or, if
+// the previous run already got that far, one more). The kill points and the stream both come
+// from the seed, so a seed reproduces where the crashes happen, up to the records produced
+// between noticing the point and the kill. Then a last worker catches up and is stopped with
+// SIGTERM, and the output is checked.
 func (sc crashScenario) run(t *testing.T) crashResult {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("to run this scenario again: KDEDUP_RESTART_SEED=%d go test -run '^%s$' ./cmd/kdedup", sc.seed, t.Name())
+		}
+	})
 	began := time.Now()
 	cl := restartCluster(t)
 	dir := ""
@@ -348,29 +331,35 @@ func (sc crashScenario) run(t *testing.T) crashResult {
 	maps.Copy(environ, sc.environ)
 	rng := rand.New(rand.NewPCG(sc.seed, 0x6b646564))
 	recs, unique := genStream(rng, sc.records, 0.3, sc.scope == "global")
+	points := killPoints(rng, len(unique), sc.kills)
 	res := crashResult{unique: len(unique)}
+	t.Logf("seed %d (KDEDUP_RESTART_SEED): %d records, %d distinct identities, kill points %v", sc.seed, len(recs), len(unique), points)
 
 	produced := make(chan error, 1)
 	go produceStream(t.Context(), cl, recs, 100, 25*time.Millisecond, produced)
 
-	for k := range sc.kills {
+	progress := newOutputProgress(cl)
+	for k, at := range points {
 		w := startWorker(t, environ)
-		before := outputTotal(cl)
-		waitFor(t, w, 30*time.Second, fmt.Sprintf("output from run %d", k+1), func() bool { return outputTotal(cl) > before })
-		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		// A point the previous run overshot is replaced by one more identity, or by none when
+		// the output is complete, so that every wait can end.
+		target := min(max(at, progress.distinct()+1), len(unique))
+		waitFor(t, w, 60*time.Second, fmt.Sprintf("run %d to bring %d distinct identities to the output", k+1, target),
+			func() bool { return progress.distinct() >= target })
 		w.signal(t, syscall.SIGKILL)
 		w.wait(t, 5*time.Second)
 		res.stats.add(w.stderr.String())
-		t.Logf("run %d killed at %v: %d output records", k+1, time.Since(began).Round(time.Millisecond), outputTotal(cl))
+		t.Logf("run %d killed at %v: %d distinct identities in %d output records (kill point %d)",
+			k+1, time.Since(began).Round(time.Millisecond), progress.distinct(), outputTotal(cl), at)
 	}
 	if err := <-produced; err != nil {
 		t.Fatalf("producing the stream: %v", err)
 	}
 	w := startWorker(t, environ)
-	waitFor(t, w, 40*time.Second, "the last worker to catch up", func() bool { return caughtUp(cl) })
+	waitFor(t, w, 60*time.Second, "the last worker to catch up", func() bool { return caughtUp(cl) })
 	w.signal(t, syscall.SIGTERM)
 	if code := w.wait(t, 15*time.Second); code != 0 {
-		t.Errorf("last worker: exit status %d after SIGTERM, want 0; log:\n%s", code, tail(w.stderr.String(), 40))
+		t.Errorf("last worker: exit status %d after SIGTERM, want 0; log:\n%s", code, tail(w.stderr.String(), logTail))
 	}
 	res.stats.add(w.stderr.String())
 	res.outputCheck = checkOutput(t, cl, unique)
@@ -396,13 +385,14 @@ func restartSeed(t *testing.T) uint64 {
 	return 20260101
 }
 
-// TestCrashRestart kills the worker with SIGKILL four times at random moments while a stream
-// with 30% duplicates flows, restarting it each time, and proves that with checkpoints (every
+// TestCrashRestart kills the worker with SIGKILL four times while a stream with 30% duplicates
+// flows, at points of its progress drawn from the seed (see crashScenario.run), restarting it
+// each time, and proves that with checkpoints (every
 // 200ms, re-warmed from the output topic on restore) the output holds every distinct identity
 // exactly once: no duplicate leaks through a restart and no record is lost (with a false-positive
 // rate of 1e-9 over ~28k identities, any loss is a bug).
 //
-// KDEDUP_RESTART_SEED changes the stream and the kill moments. KDEDUP_RESTART_BASELINE=1 also runs
+// KDEDUP_RESTART_SEED changes the stream and the kill points; a failure names its seed. KDEDUP_RESTART_BASELINE=1 also runs
 // the same scenario without checkpoints and asserts that it does leak duplicates, which shows
 // that the scenario exercises what the checkpoints protect against.
 func TestCrashRestart(t *testing.T) {
@@ -495,31 +485,36 @@ func TestGracefulRestart(t *testing.T) {
 				}
 			}
 			var stats logStats
-			// Two generations of the worker before the duplicates arrive, so that the second
-			// also proves a restored snapshot is saved again correctly.
-			for run, r := range [][2]int{{0, 2000}, {2000, 3000}} {
-				produce(r[0], r[1], "first")
+			restores := map[string]float64{} // outcome → count, from the workers' /metrics
+			var rewarmed, failures float64
+			// runOnce runs a worker until it caught up, scrapes its /metrics and stops it.
+			runOnce := func(run int) {
 				w := startWorker(t, environ)
 				waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
+				m := w.metrics(t)
+				for _, o := range []string{"warm", "fallback", "cold"} {
+					restores[o] += m.value("kdedup_checkpoint_restores_total", "outcome", o)
+				}
+				rewarmed += m.value("kdedup_checkpoint_rewarmed_records_total")
+				failures += m.value("kdedup_checkpoint_failures_total")
 				w.signal(t, syscall.SIGTERM)
 				if code := w.wait(t, 15*time.Second); code != 0 {
-					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run+1, code, tail(w.stderr.String(), 40))
+					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run, code, tail(w.stderr.String(), logTail))
 				}
 				stats.add(w.stderr.String())
 			}
-			before := outputTotal(cl)
-			if before != 3000 {
+			// Two generations of the worker before the duplicates arrive, so that the second
+			// also proves a restored snapshot is saved again correctly.
+			produce(0, 2000, "first")
+			runOnce(1)
+			produce(2000, 3000, "first")
+			runOnce(2)
+			if before := outputTotal(cl); before != 3000 {
 				t.Fatalf("%d output records before the duplicates, want 3000", before)
 			}
 			produce(0, 3000, "again") // every record once more, in the same partitions
 			produce(3000, 3500, "new")
-			w := startWorker(t, environ)
-			waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
-			w.signal(t, syscall.SIGTERM)
-			if code := w.wait(t, 15*time.Second); code != 0 {
-				t.Fatalf("exit status %d after SIGTERM; log:\n%s", code, tail(w.stderr.String(), 40))
-			}
-			stats.add(w.stderr.String())
+			runOnce(3)
 			got, err := cl.ReadAll(ctx, "out")
 			if err != nil {
 				t.Fatal(err)
@@ -538,22 +533,25 @@ func TestGracefulRestart(t *testing.T) {
 			if total != 3500 || len(seen) != 3500 {
 				t.Errorf("%d output records, %d distinct identities; want 3500 and 3500", total, len(seen))
 			}
-			t.Logf("restores %v, %d records re-warmed", stats.restores, stats.rewarmed)
+			t.Logf("restores %v, %v records re-warmed, %v checkpoint failures", restores, rewarmed, failures)
 			// Had the snapshot at shutdown failed, the restart would have fallen back to the
 			// baseline and re-warmed everything from the output topic.
-			if stats.rewarmed != 0 {
-				t.Errorf("%d records re-warmed after graceful stops, want 0: the snapshot taken at shutdown did not cover the output", stats.rewarmed)
+			if rewarmed != 0 {
+				t.Errorf("%v records re-warmed after graceful stops, want 0: the snapshot taken at shutdown did not cover the output", rewarmed)
+			}
+			if failures != 0 {
+				t.Errorf("%v checkpoint failures", failures)
 			}
 			for _, e := range stats.errors {
 				t.Errorf("worker log: %s", e)
 			}
-			// Cold starts are not logged as restores; the two restarts restore every unit warm.
+			// The first run starts every unit cold; the two restarts restore every unit warm.
 			units := restartPartitions
 			if scope == "global" {
 				units = 1
 			}
-			if want := map[string]int{"warm": 2 * units}; fmt.Sprint(stats.restores) != fmt.Sprint(want) {
-				t.Errorf("restores %v, want %v", stats.restores, want)
+			if want := map[string]float64{"warm": float64(2 * units), "fallback": 0, "cold": float64(units)}; !maps.Equal(restores, want) {
+				t.Errorf("restores %v, want %v", restores, want)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -11,41 +12,58 @@ import (
 	"github.com/prometheus/common/model"
 )
 
+// scrapeSamples fetches the worker's /metrics at url and returns every sample in it, with its
+// labels (a histogram as its name_bucket, name_sum and name_count samples). It returns an error
+// if the request fails, the status is not 200 or the body is not in a Prometheus exposition
+// format.
+func scrapeSamples(url string) (model.Vector, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	dec := &expfmt.SampleDecoder{
+		Dec:  expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header)),
+		Opts: &expfmt.DecodeOptions{Timestamp: model.Now()},
+	}
+	var all model.Vector
+	for {
+		var samples model.Vector
+		err := dec.Decode(&samples)
+		if errors.Is(err, io.EOF) {
+			return all, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", url, err)
+		}
+		all = append(all, samples...)
+	}
+}
+
 // scrapeMetrics fetches the worker's /metrics at url and returns, for each of the given sample
 // names present (a counter or gauge, or a histogram's name_sum and name_count), "name" → the sum
 // over its label sets and "name:max" → the largest value. It returns nil if the scrape or the
 // parsing fails.
 func scrapeMetrics(url string, names ...string) map[string]float64 {
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(url)
+	samples, err := scrapeSamples(url)
 	if err != nil {
 		return nil
 	}
-	defer resp.Body.Close()
-	dec := &expfmt.SampleDecoder{
-		Dec:  expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header)),
-		Opts: &expfmt.DecodeOptions{Timestamp: model.Now()},
-	}
 	out := map[string]float64{}
-	for {
-		var samples model.Vector
-		err := dec.Decode(&samples)
-		if errors.Is(err, io.EOF) {
-			return out
+	for _, s := range samples {
+		n := string(s.Metric[model.MetricNameLabel])
+		if !slices.Contains(names, n) {
+			continue
 		}
-		if err != nil {
-			return nil
-		}
-		for _, s := range samples {
-			n := string(s.Metric[model.MetricNameLabel])
-			if !slices.Contains(names, n) {
-				continue
-			}
-			v := float64(s.Value)
-			out[n] += v
-			if m, ok := out[n+":max"]; !ok || v > m {
-				out[n+":max"] = v
-			}
+		v := float64(s.Value)
+		out[n] += v
+		if m, ok := out[n+":max"]; !ok || v > m {
+			out[n+":max"] = v
 		}
 	}
+	return out
 }

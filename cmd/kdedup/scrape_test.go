@@ -11,7 +11,8 @@ import (
 )
 
 // TestScrapeMetrics serves a registry like the worker's and checks what scrapeMetrics makes of
-// it: sums and maxima over label sets, histogram sums and counts, exact names only, nil on failure.
+// it (sums and maxima over label sets, histogram sums and counts, exact names only, nil on
+// failure) and that scrapeSamples keeps the labels.
 func TestScrapeMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	dups := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kdedup_duplicates_total"}, []string{"partition"})
@@ -32,6 +33,11 @@ func TestScrapeMetrics(t *testing.T) {
 		w.Write([]byte("kdedup_duplicates_total{partition=\"0\" 3\n"))
 	}))
 	defer garbage.Close()
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte("kdedup_duplicates_total{partition=\"0\"} 3\n"))
+	}))
+	defer failing.Close()
 
 	tests := []struct {
 		name  string
@@ -49,6 +55,7 @@ func TestScrapeMetrics(t *testing.T) {
 		{"nothing asked", srv.URL, nil, map[string]float64{}},
 		{"not the exposition format", garbage.URL, []string{"kdedup_duplicates_total"}, nil},
 		{"nobody listening", "http://127.0.0.1:1/metrics", []string{"kdedup_duplicates_total"}, nil},
+		{"an error status", failing.URL, []string{"kdedup_duplicates_total"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,5 +64,25 @@ func TestScrapeMetrics(t *testing.T) {
 				t.Errorf("scrapeMetrics = %v, want %v", got, tt.want)
 			}
 		})
+	}
+	// The samples keep their labels.
+	v, err := scrapeSamples(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := samples(v)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"kdedup_duplicates_total", nil, 8},
+		{"kdedup_duplicates_total", []string{"partition", "1"}, 5},
+		{"kdedup_duplicates_total", []string{"partition", "2"}, 0},
+		{"kdedup_restore_seconds_count", nil, 2},
+	} {
+		if got := m.value(c.name, c.labels...); got != c.want {
+			t.Errorf("scrapeSamples: %s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }

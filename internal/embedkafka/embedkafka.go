@@ -16,11 +16,13 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
@@ -185,6 +187,30 @@ func (cl *Cluster) Fault(faults ...kfake.Fault) *kfake.FaultHandle {
 		return nil
 	}
 	return c.Fault(faults...)
+}
+
+// Delay makes the running cluster hold every request with the given key (kmsg.Fetch, …) for d
+// before it handles it, as a slow or distant broker would, until the returned function is
+// called; requests on other connections go on meanwhile, the next request on the same connection
+// waits its turn, as the protocol requires. It returns nil when the cluster is stopped. A delay
+// does not survive Stop.
+func (cl *Cluster) Delay(key kmsg.Key, d time.Duration) (stop func()) {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	var stopped atomic.Bool
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if stopped.Load() {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.SleepControl(func() { time.Sleep(d) })
+		return nil, nil, false // not handled: the broker answers it as usual
+	})
+	return func() { stopped.Store(true) }
 }
 
 // Close stops the cluster for good.
