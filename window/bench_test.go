@@ -101,7 +101,7 @@ type benchFilter interface {
 }
 
 type fixtureID struct {
-	impl string // "window" or "baseline"
+	impl string // "window", "single" (window with Config.SingleWriter) or "baseline"
 	n    int
 	p    float64
 	klen int
@@ -164,7 +164,8 @@ func (fx *fixture) build(b *testing.B) {
 	fx.start = fx.clock.Now()
 	cfg := Config{Generations: id.n, Interval: benchInterval, Capacity: fx.capacity, FalsePositiveRate: id.p, Clock: fx.clock.Now}
 	switch id.impl {
-	case "window":
+	case "window", "single":
+		cfg.SingleWriter = id.impl == "single"
 		f, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -293,6 +294,10 @@ func fprName(p float64) string { return fmt.Sprintf("p=%.0e", p) }
 // BenchmarkWindow measures Filter; see the top of this file.
 func BenchmarkWindow(b *testing.B) { benchImpl(b, "window") }
 
+// BenchmarkSingle measures Filter with Config.SingleWriter: TestAndAdd from one goroutine (the
+// test ops are the same code as BenchmarkWindow's).
+func BenchmarkSingle(b *testing.B) { benchImpl(b, "single") }
+
 // BenchmarkBaseline measures mutexWindow, the straightforward N-filter window behind a
 // sync.RWMutex, on the same workload.
 func BenchmarkBaseline(b *testing.B) { benchImpl(b, "baseline") }
@@ -319,6 +324,9 @@ func benchImpl(b *testing.B, impl string) {
 								b.Run(kname, func(b *testing.B) {
 									id := fixtureID{impl: impl, n: n, p: p, klen: klen, add: strings.HasPrefix(op, "TestAndAdd")}
 									for _, par := range []int{1, procs} {
+										if impl == "single" && (par > 1 || !id.add) {
+											continue
+										}
 										b.Run(fmt.Sprintf("par=%d", par), func(b *testing.B) {
 											fx := getFixture(b, id)
 											runOp(b, fx, op, par > 1)
@@ -605,7 +613,8 @@ type mutexWindow struct {
 	cur     int
 	groups  uint64
 	sectors int
-	ks      [MaxSectors]int
+	offs    [maxK]uint8
+	k       int
 	seed    uint64
 	epoch   uint64
 	origin  time.Time
@@ -613,10 +622,7 @@ type mutexWindow struct {
 }
 
 func newMutexWindow(s Sizing, seed uint64) *mutexWindow {
-	m := &mutexWindow{gens: make([][]uint64, s.Generations), groups: s.Groups, sectors: s.Sectors, seed: seed}
-	for i := range s.Sectors {
-		m.ks[i] = s.sectorBits(i)
-	}
+	m := &mutexWindow{gens: make([][]uint64, s.Generations), groups: s.Groups, sectors: s.Sectors, offs: maskOffsets(s), k: s.K, seed: seed}
 	for i := range m.gens {
 		m.gens[i] = make([]uint64, s.Groups*uint64(s.Sectors)*sectorWords)
 	}
@@ -635,7 +641,7 @@ func (m *mutexWindow) Hash(key []byte) uint64 {
 // multiply-shift, the pattern from the low 48 bits as Filter computes it.
 func (m *mutexWindow) pattern(h uint64, mask *[MaxSectors * sectorWords]uint64) (base uint64) {
 	g, _ := bits.Mul64(h, m.groups)
-	fillMask(mask, &m.ks, m.sectors, h&tagMask|1)
+	fillMask(mask, &m.offs, m.k, h&tagMask|1)
 	return g * uint64(m.sectors) * sectorWords
 }
 

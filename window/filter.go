@@ -47,6 +47,7 @@ type Filter struct {
 	sectorStride uint64 // words from one sector of a slot to the next sector of the same slot
 	groupWords   uint64
 	ks           [MaxSectors]int // bits a key sets in each sector
+	offs         [maxK]uint8     // per bit of a key: the first mask word of its sector
 	single       bool            // Config.SingleWriter
 	seed         uint64
 	cfg          Config
@@ -133,6 +134,7 @@ func newFilter(cfg Config, s Sizing) *Filter {
 		dirty:        make([]bool, s.Slots),
 		sweepSlot:    -1,
 	}
+	f.offs = maskOffsets(s)
 	for i := range s.Sectors {
 		f.ks[i] = s.sectorBits(i)
 	}
@@ -181,64 +183,79 @@ func (f *Filter) Test(key []byte) bool {
 // TestAndAddHash is TestAndAdd for a hash returned by Hash.
 func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
 	var p probe
-	f.makeProbe(&p, h)
 	if f.single {
 		v := f.view.Load()
+		f.makeProbe(&p, h, v, true)
 		if f.contains(v, &p) {
 			return true
 		}
 		f.set(v, &p)
 		return false
 	}
+	f.makeProbe(&p, h, f.view.Load(), true)
 	return f.testAndAdd(&p)
 }
 
 // TestHash is Test for a hash returned by Hash.
 func (f *Filter) TestHash(h uint64) bool {
 	var p probe
-	f.makeProbe(&p, h)
-	return f.contains(f.view.Load(), &p)
+	v := f.view.Load()
+	f.makeProbe(&p, h, v, false)
+	return f.contains(v, &p)
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range
-// reduction) and its tag (the low 48 bits, forced non-zero).
-func (f *Filter) makeProbe(p *probe, h uint64) {
+// reduction) and its tag (the low 48 bits, forced non-zero). Before it computes the bit pattern
+// it touches the cache lines the operation will use in v (see touch); add says the operation
+// will write the current generation.
+func (f *Filter) makeProbe(p *probe, h uint64, v *view, add bool) {
 	g, _ := bits.Mul64(h, f.groups)
+	f.touch(v, g*f.groupWords, add)
 	f.probeFor(p, g, h&tagMask|1)
 }
 
 // probeFor fills p for a group and tag. The bit positions come from a SplitMix64 stream seeded by
-// the tag: each 64-bit output yields six positions, each a word (its top 3 bits) and one of the
-// word's 63 data bits (the next 6 bits' worth, by multiply-shift, so no modulo bias). Unlike
+// the tag: each 64-bit output yields four positions, each a word and one of the word's 63 data
+// bits by multiply-shift (see fillMask). Unlike
 // double hashing inside a block, which can make only 2^17 distinct patterns and so puts a floor
 // under the false-positive rate near 1e-5, this gives every tag its own pattern.
 func (f *Filter) probeFor(p *probe, group, tag uint64) {
 	p.group = group
 	p.base = group * f.groupWords
 	p.tag = tag
-	fillMask(&p.mask, &f.ks, f.sectors, tag)
+	fillMask(&p.mask, &f.offs, f.sizing.K, tag)
 }
 
-// fillMask sets mask to the bit pattern of tag: ks[i] bits in sector i, for sectors sectors.
-func fillMask(mask *[MaxSectors * sectorWords]uint64, ks *[MaxSectors]int, sectors int, tag uint64) {
+// fillMask sets mask to the bit pattern of tag: k bits, bit i in the sector that starts at word
+// offs[i] of mask. Each bit takes 16 bits of a SplitMix64 output: 3 for the word and 13 for one of
+// its 63 data bits by multiply-shift (each data bit gets 130 or 131 of the 8192 values: 0.8%
+// apart, far below what a false-positive rate could show).
+func fillMask(mask *[MaxSectors * sectorWords]uint64, offs *[maxK]uint8, k int, tag uint64) {
 	*mask = [MaxSectors * sectorWords]uint64{}
-	s, z, left := tag, uint64(0), 0
-	for sec := range sectors {
-		m := (*[sectorWords]uint64)(mask[sec*sectorWords:])
-		for range ks[sec] {
-			if left == 0 {
-				s += 0x9e3779b97f4a7c15
-				z = (s ^ s>>30) * 0xbf58476d1ce4e5b9
-				z = (z ^ z>>27) * 0x94d049bb133111eb
-				z ^= z >> 31
-				left = 6
-			}
-			w := z >> 61
-			b, rest := bits.Mul64(z<<3, wordBits)
-			m[w&(sectorWords-1)] |= 1 << (b & 63)
-			z, left = rest, left-1
+	s, z := tag, uint64(0)
+	for i, off := range offs[:k:k] {
+		if i&3 == 0 {
+			s += 0x9e3779b97f4a7c15
+			z = (s ^ s>>30) * 0xbf58476d1ce4e5b9
+			z = (z ^ z>>27) * 0x94d049bb133111eb
+			z ^= z >> 31
+		}
+		mask[(uint(off)+uint(z&(sectorWords-1)))%(MaxSectors*sectorWords)] |= 1 << ((z >> 3 & (1<<13 - 1)) * wordBits >> 13)
+		z >>= 16
+	}
+}
+
+// maskOffsets returns, for each of the K bits of a key, the first mask word of its sector: the
+// first Sizing.sectorBits(0) bits go to sector 0, the next to sector 1, and so on.
+func maskOffsets(s Sizing) (offs [maxK]uint8) {
+	i := 0
+	for sec := range s.Sectors {
+		for range s.sectorBits(sec) {
+			offs[i] = uint8(sec * sectorWords)
+			i++
 		}
 	}
+	return offs
 }
 
 // sector returns the eight words of a sector starting at word i.
@@ -262,23 +279,49 @@ func (f *Filter) contains(v *view, p *probe) bool {
 		}
 		active = active[1:]
 	}
+	// The first sectors of the group's slots are adjacent lines starting at base; slot s's is
+	// line s. Checking the group's bounds once lets the loop address them without checks.
+	base := unsafe.Pointer(&f.words[p.base : p.base+f.groupWords][0])
+	m := p.sectorMask(0)
 	for _, s := range active {
-		if f.blockHas(p, s) {
+		b := (*[sectorWords]uint64)(unsafe.Add(base, s*SectorBits/8))
+		if m[0]&^atomic.LoadUint64(&b[0])|m[1]&^atomic.LoadUint64(&b[1])|
+			m[2]&^atomic.LoadUint64(&b[2])|m[3]&^atomic.LoadUint64(&b[3])|
+			m[4]&^atomic.LoadUint64(&b[4])|m[5]&^atomic.LoadUint64(&b[5])|
+			m[6]&^atomic.LoadUint64(&b[6])|m[7]&^atomic.LoadUint64(&b[7]) == 0 && f.restHas(p, s) {
 			return true
 		}
 	}
 	return false
 }
 
-// blockHas reports whether all of the probe's bits are set in the block of slot s, whose words
-// all carry the slot's current tag.
-func (f *Filter) blockHas(p *probe, s int) bool {
+// touch loads one word of every cache line the operation will read or write, before computing
+// the bit pattern, so that the cache misses overlap with that work and with each other: the
+// first sector of every live generation and, when adding, the other sectors of the current one.
+// The loads are plain atomic loads whose values are dropped; the compiler keeps them. Measured
+// in bench/ (10M keys, N=8, p=1e-3): Test on a miss 5.1x -> 4.1x blobloom, TestAndAdd 1.71x ->
+// 1.43x (shared) and 1.44x -> 0.95x (single writer), medians of 5 interleaved rounds.
+func (f *Filter) touch(v *view, base uint64, add bool) {
+	w := f.words[base : base+f.groupWords]
+	for _, s := range v.active {
+		atomic.LoadUint64(&w[s*sectorWords])
+	}
+	if add {
+		for sec := 1; sec < f.sectors; sec++ {
+			atomic.LoadUint64(&w[uint64(sec)*f.sectorStride+uint64(v.cur)*sectorWords])
+		}
+	}
+}
+
+// restHas reports whether the probe's bits are set in the sectors after the first of slot s's
+// block, whose words all carry the slot's current tag.
+func (f *Filter) restHas(p *probe, s int) bool {
 	i := p.base + uint64(s)*sectorWords
-	for sec := range f.sectors {
+	for sec := 1; sec < f.sectors; sec++ {
+		i += f.sectorStride
 		if missing(f.sector(i), p.sectorMask(sec)) != 0 {
 			return false
 		}
-		i += f.sectorStride
 	}
 	return true
 }

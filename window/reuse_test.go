@@ -177,7 +177,7 @@ func TestStaleViewWriter(t *testing.T) {
 	added := addKeys(f, 61, perGen)
 	for i, v := range []*view{swept, tagged} {
 		var p probe
-		f.makeProbe(&p, f.Hash(key(62, uint64(i))))
+		f.makeProbe(&p, f.Hash(key(62, uint64(i))), f.view.Load(), true)
 		f.set(v, &p) // as if the writer had loaded v before the four rotations
 		if !f.Test(key(62, uint64(i))) {
 			t.Errorf("view %d: the stale writer's key is not in the current generation", i)
@@ -276,13 +276,16 @@ func TestRestoreMidSweep(t *testing.T) {
 // 1e-3 and 1e-6.
 func TestPatternUniform(t *testing.T) {
 	for _, ks := range [][]int{{6, 6}, {7, 7, 7}} {
-		var k [MaxSectors]int
-		copy(k[:], ks)
+		sz := Sizing{Sectors: len(ks)}
+		for _, n := range ks {
+			sz.K += n
+		}
+		offs := maskOffsets(sz)
 		counts := make([][UsableSectorBits]int, len(ks))
 		var mask [MaxSectors * sectorWords]uint64
 		const keys = 300_000
 		for i := range uint64(keys) {
-			fillMask(&mask, &k, len(ks), (i*0x9e3779b97f4a7c15)&tagMask|1)
+			fillMask(&mask, &offs, sz.K, (i*0x9e3779b97f4a7c15)&tagMask|1)
 			for sec := range ks {
 				bitsSet := 0
 				for w := range sectorWords {
