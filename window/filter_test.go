@@ -121,13 +121,17 @@ func TestNoFalseNegativesInWindow(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			clock := newFakeClock()
-			const interval, n, perGen = time.Second, 5, 20_000
+			const interval, n = time.Second, 5
+			perGen := uint64(20_000)
+			if raceEnabled {
+				perGen = 4_000
+			}
 			f := newIn(t, Config{Generations: n, Interval: interval, Capacity: perGen, FalsePositiveRate: 1e-4, Clock: clock.Now}, m)
 			start := clock.Now()
 			added := make([]bool, 3*n*perGen)
 			for g := uint64(0); g < 3*n; g++ {
 				f.AdvanceTo(start.Add(time.Duration(g) * interval))
-				for i := uint64(0); i < perGen; i++ {
+				for i := range perGen {
 					// A key reported seen (a false positive) was not added, so only added keys count.
 					added[g*perGen+i] = !f.TestAndAdd(key(g, i))
 				}

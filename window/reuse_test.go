@@ -123,7 +123,10 @@ func TestSweepRacesWriters(t *testing.T) {
 		t.Run(tt.mode.name, func(t *testing.T) {
 			clock := newFakeClock()
 			start := clock.Now()
-			const perGen = 30_000
+			perGen := uint64(30_000)
+			if raceEnabled {
+				perGen = 6_000
+			}
 			f := newIn(t, Config{Generations: 2, Interval: time.Second, Capacity: perGen, FalsePositiveRate: 1e-6, Clock: clock.Now}, tt.mode)
 			for g := range uint64(8) {
 				f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
@@ -139,7 +142,7 @@ func TestSweepRacesWriters(t *testing.T) {
 				wg.Wait()
 				stopSweeper()
 				for _, gen := range []uint64{g, max(g, 1) - 1} {
-					if got := seenKeys(f, 50+gen, perGen); got != perGen {
+					if got := seenKeys(f, 50+gen, perGen); got != int(perGen) {
 						t.Fatalf("generation %d: %d of %d keys of generation %d seen", g, got, perGen, gen)
 					}
 				}
