@@ -1,7 +1,8 @@
 // Command ratios reads `go test -bench Compare` output (files or standard input) and prints, per
-// op, p, key length and parallelism, the median ns/op (and cpu-ns/op) of each implementation, the
-// ratios window/blobloom and window/bitsbloom, and each implementation's speedup from par=1 to
-// par=P. A ratio below 1 means the window is faster.
+// op, p, key length and parallelism, the median ns/op (and cpu-ns/op) of each implementation
+// (windowsw is the window with Config.SingleWriter, measured on TestAndAdd at par=1 only), the
+// ratios window/blobloom, windowsw/blobloom and window/bitsbloom, and each implementation's
+// speedup from par=1 to par=P. A ratio below 1 means the window is faster.
 //
 // Usage:
 //
@@ -70,9 +71,9 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("median %s (n = samples per cell); ratio < 1: window faster\n\n", *metric)
-	fmt.Printf("| %-14s | %-5s | %-4s | %-3s | %-12s | %-12s | %-12s | %-8s | %-8s |\n",
-		"op", "p", "key", "par", "window", "blobloom", "bitsbloom", "win/blob", "win/bits")
-	fmt.Println("|----------------|-------|------|-----|--------------|--------------|--------------|----------|----------|")
+	fmt.Printf("| %-14s | %-5s | %-4s | %-3s | %-12s | %-12s | %-12s | %-12s | %-8s | %-8s | %-8s |\n",
+		"op", "p", "key", "par", "window", "windowsw", "blobloom", "bitsbloom", "win/blob", "wsw/blob", "win/bits")
+	fmt.Println("|----------------|-------|------|-----|--------------|--------------|--------------|--------------|----------|----------|----------|")
 	speed := map[string][]string{}
 	for _, k := range rows {
 		pars := map[int]bool{}
@@ -88,10 +89,12 @@ func main() {
 		sort.Ints(ps)
 		for _, par := range ps {
 			w, nw := med(samples[k]["window"][par])
+			ws, ns := med(samples[k]["windowsw"][par])
 			bl, nb := med(samples[k]["blobloom"][par])
 			bi, ni := med(samples[k]["bitsbloom"][par])
-			fmt.Printf("| %-14s | %-5s | %-4s | %-3d | %-12s | %-12s | %-12s | %-8s | %-8s |\n",
-				k.op, strings.TrimPrefix(k.p, "p="), k.key, par, cell(w, nw), cell(bl, nb), cell(bi, ni), ratio(w, bl), ratio(w, bi))
+			fmt.Printf("| %-14s | %-5s | %-4s | %-3d | %-12s | %-12s | %-12s | %-12s | %-8s | %-8s | %-8s |\n",
+				k.op, strings.TrimPrefix(k.p, "p="), k.key, par, cell(w, nw), cell(ws, ns), cell(bl, nb), cell(bi, ni),
+				ratio(w, bl), ratio(ws, bl), ratio(w, bi))
 		}
 		if len(ps) == 2 {
 			for _, impl := range []string{"window", "blobloom", "bitsbloom"} {
