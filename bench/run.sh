@@ -4,7 +4,8 @@
 # rates and memory (bits per key, ratio to an optimal Bloom filter; window memory for N = 1, 8, 24),
 # then prints the ratio tables (window, single-writer window, blobloom, bits-and-blooms).
 # Usage: bash run.sh [rounds]   (from the bench/ directory; default 6 rounds)
-#        SETS="hash-1e-3" bash run.sh 5   (only the named sets; see sets below)
+#        SETS="hash-1e-3" bash run.sh 5   (only the named sets, see sets below; no FPR and memory runs)
+#        PROBES=100000000 bash run.sh      (absent keys per filter for the FPR table; default 30M)
 set -euo pipefail
 cd "$(dirname "$0")"
 count=${1:-6}
@@ -41,7 +42,9 @@ for round in $(seq "$count"); do
 		run ${set%% *} "${set#* }"
 	done
 done
-./results/bench.test -test.run TestFPR -test.v -probes="${PROBES:-30000000}" | tee results/fpr.txt
-(cd .. && go test ./window -run TestMemoryReport -v) | tee results/memory.txt
+if [[ -z ${SETS:-} ]]; then
+	./results/bench.test -test.run TestFPR -test.v -probes="${PROBES:-30000000}" | tee results/fpr.txt
+	(cd .. && go test ./window -run TestMemoryReport -v) | tee results/memory.txt
+fi
 go run ./ratios results/hash-*.txt results/key*.txt | tee results/ratios-ns.txt
 go run ./ratios -metric cpu-ns/op results/hash-*.txt results/key*.txt | tee results/ratios-cpu.txt

@@ -26,13 +26,15 @@ package window
 // TestAndAdd keeps the filter at design load: before each run it starts a fresh current
 // generation if the run would push the current one past Capacity. Use -benchtime=Nx with N at
 // most Capacity (10M/24 = 416,666 for N=24; 1,250,000 for N=8) so that no rotation happens inside
-// the timed loop; a longer run still works but then times a rotation (clearing one generation)
-// every Capacity operations.
+// the timed loop; a longer run still works but then times a rotation (reusing and sweeping one
+// slot) every Capacity operations. BenchmarkSingle runs the TestAndAdd ops on a filter with
+// Config.SingleWriter, at par=1 only.
 //
 // Examples (from the repository root):
 //
 //	go test ./window -run '^$' -bench 'Window/op=(TestMiss|TestAndAdd)Hash/N=8/p=1e-03' -benchtime=400000x -count=5
 //	go test ./window -run '^$' -bench '(Window|Baseline)/op=Test(Hit|Miss)/N=8/' -benchtime=1000000x -count=5
+//	go test ./window -run '^$' -bench '(Window|Single)/op=TestAndAddHash/N=8/p=1e-03' -benchtime=400000x -count=5
 //	go test ./window -run 'TestMemoryReport' -v
 //	go test ./window -run '^$' -bench 'Hash$' -count=5
 

@@ -2,7 +2,9 @@
 // op, p, key length and parallelism, the median ns/op (and cpu-ns/op) of each implementation
 // (windowsw is the window with Config.SingleWriter, measured on TestAndAdd at par=1 only), the
 // ratios window/blobloom, windowsw/blobloom and window/bitsbloom, and each implementation's
-// speedup from par=1 to par=P. A ratio below 1 means the window is faster.
+// speedup from par=1 to par=P. Ratios and speedups are medians of per-round ratios: the i-th
+// sample of every cell is taken to come from round i, as run.sh's interleaved rounds produce. A
+// ratio below 1 means the window is faster.
 //
 // Usage:
 //
@@ -94,14 +96,14 @@ func main() {
 			bi, ni := med(samples[k]["bitsbloom"][par])
 			fmt.Printf("| %-14s | %-5s | %-4s | %-3d | %-12s | %-12s | %-12s | %-12s | %-8s | %-8s | %-8s |\n",
 				k.op, strings.TrimPrefix(k.p, "p="), k.key, par, cell(w, nw), cell(ws, ns), cell(bl, nb), cell(bi, ni),
-				ratio(w, bl), ratio(ws, bl), ratio(w, bi))
+				paired(samples[k]["window"][par], samples[k]["blobloom"][par]),
+				paired(samples[k]["windowsw"][par], samples[k]["blobloom"][par]),
+				paired(samples[k]["window"][par], samples[k]["bitsbloom"][par]))
 		}
 		if len(ps) == 2 {
 			for _, impl := range []string{"window", "blobloom", "bitsbloom"} {
-				s1, _ := med(samples[k][impl][ps[0]])
-				s2, _ := med(samples[k][impl][ps[1]])
-				if s1 > 0 && s2 > 0 {
-					speed[impl] = append(speed[impl], fmt.Sprintf("%s/%s/%s: %.2fx", k.op, strings.TrimPrefix(k.p, "p="), k.key, s1/s2))
+				if r := paired(samples[k][impl][ps[0]], samples[k][impl][ps[1]]); r != "-" {
+					speed[impl] = append(speed[impl], fmt.Sprintf("%s/%s/%s: %s", k.op, strings.TrimPrefix(k.p, "p="), k.key, r))
 				}
 			}
 		}
@@ -152,9 +154,17 @@ func cell(v float64, n int) string {
 	return fmt.Sprintf("%.1f (n=%d)", v, n)
 }
 
-func ratio(a, b float64) string {
-	if a == 0 || b == 0 {
+// paired returns the median of a[i]/b[i]: with interleaved rounds (run.sh) the i-th samples of
+// two cells come from the same round, so a burst of load on the shared machine cancels out.
+func paired(a, b []float64) string {
+	n := min(len(a), len(b))
+	if n == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx", a/b)
+	r := make([]float64, n)
+	for i := range r {
+		r[i] = a[i] / b[i]
+	}
+	m, _ := med(r)
+	return fmt.Sprintf("%.2fx", m)
 }
