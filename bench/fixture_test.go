@@ -35,7 +35,7 @@ const (
 var (
 	fprs    = []float64{1e-3, 1e-6}
 	keyLens = []int{16, 64}
-	impls   = []string{"window", "blobloom", "bitsbloom"}
+	impls   = []string{"window", "windowsw", "blobloom", "bitsbloom"}
 )
 
 // keyFiller is the tail of 64-byte keys: fixed random bytes after the 16-byte (namespace, index)
@@ -156,11 +156,11 @@ func (fx *fixture) fill(tb testing.TB) {
 	}
 	buf := newKeyBuf(nsInserted, id.klen)
 	switch id.impl {
-	case "window":
+	case "window", "windowsw":
 		fx.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		start := fx.start
 		f, err := window.New(window.Config{Generations: generations, Interval: interval, Capacity: genCapacity,
-			FalsePositiveRate: id.p, Clock: func() time.Time { return start }})
+			FalsePositiveRate: id.p, SingleWriter: id.impl == "windowsw", Clock: func() time.Time { return start }})
 		if err != nil {
 			tb.Fatal(err)
 		}

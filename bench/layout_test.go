@@ -12,72 +12,89 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// BenchmarkLayout prototypes ways to code the membership test over window.Filter's memory layout
-// (groups × (N+1) slots × one 512-bit block, N=8, 1.25M keys per generation, 8 full generations,
-// the same K, groups and bit patterns as window.Size and doc.go describe), to tell the window's
-// author which changes pay. It is a replica, not the window package: it never touches Filter.
+// BenchmarkLayout prototypes ways to lay out and test window.Filter's blocks (N=8, 1.25M keys per
+// generation, 8 full generations, the K, sectors and groups that window.Size gives, 63 data bits
+// per word), to tell which layout and which membership test pay. It is a replica, not the window
+// package: it never touches Filter, its bit patterns are its own (uniform positions), and it has
+// no tags to check (a swept filter has none either).
 //
-//	loop:       what filter.go does: per generation, slice the block, loop over 8 words, branch
-//	unrolled:   unsafe pointer to the block, 8 words unrolled, no bounds checks, branch per generation
-//	branchless: unrolled, all N generations tested, one branch at the end (no early exit on a hit)
-//	sparse:     only the words the key's mask touches (a compact list built with the mask)
-//	probeonly:  only the hash-to-mask computation, no memory read (the floor of every variant)
-//	onegen:     unrolled, newest generation only (what one cache line costs; not a valid test)
+//	sector-major: what window does: a group stores the first sectors of all N slots side by side,
+//	              then the second sectors; a miss reads N adjacent lines
+//	slot-major:   a group stores each slot's S sectors side by side; a miss reads every S-th line
+//	transposed:   the first sectors are stored word-major: word w of every slot's first sector side
+//	              by side (for N=8 one line holds word w of all 8 generations), the other sectors
+//	              sector-major; a miss reads only the lines of the words its first-sector mask
+//	              uses (about 4.4 of 8 at K/S=6), for all generations at once
+//	touch:        sector-major, loading one word of every first sector before testing any, so that
+//	              all N cache misses are in flight at once
+//	probeonly:    only the hash-to-mask computation, no memory read (the floor of every variant)
+//	onegen:       sector-major, the newest generation's first sector only (what one line costs;
+//	              not a valid test)
 //
 // op=miss probes keys never added; op=hit probes added keys (uniform over the generations).
 func BenchmarkLayout(b *testing.B) {
 	for _, p := range fprs {
-		lay := getLayout(b, p)
-		for _, op := range []string{"miss", "hit"} {
-			hs := lay.miss
-			if op == "hit" {
-				hs = lay.hit
+		for _, order := range []string{"sector-major", "slot-major", "transposed"} {
+			lay := getLayout(b, p, order)
+			variants := []string{order}
+			if order == "sector-major" {
+				variants = append(variants, "touch", "probeonly", "onegen")
 			}
-			for _, v := range []string{"loop", "unrolled", "branchless", "sparse", "probeonly", "onegen"} {
-				b.Run(fmt.Sprintf("op=%s/%s/v=%s", op, fprName(p), v), func(b *testing.B) {
-					b.ReportAllocs()
-					c := startCPU()
-					test := lay.variant(v)
-					n := 0
-					j := 0
-					for range b.N {
-						if test(hs[j]) {
-							n++
-						}
-						j = (j + 1) & (pool - 1)
-					}
-					c.report(b)
-					sink.Add(int64(n))
-				})
+			for _, op := range []string{"miss", "hit"} {
+				hs := lay.miss
+				if op == "hit" {
+					hs = lay.hit
+				}
+				for _, v := range variants {
+					b.Run(fmt.Sprintf("op=%s/%s/v=%s", op, fprName(p), v), func(b *testing.B) {
+						benchLayout(b, lay.variant(v), hs)
+					})
+				}
 			}
 		}
 	}
 }
 
-type layout struct {
-	words  []uint64
-	groups uint64
-	slots  int
-	k      int
-	active []int // newest first
-	hit    []uint64
-	miss   []uint64
+func benchLayout(b *testing.B, test func(uint64) bool, hs []uint64) {
+	b.ReportAllocs()
+	c := startCPU()
+	n, j := 0, 0
+	for range b.N {
+		if test(hs[j]) {
+			n++
+		}
+		j = (j + 1) & (pool - 1)
+	}
+	c.report(b)
+	sink.Add(int64(n))
 }
 
-var layouts sync.Map // float64 → *layout
+type layout struct {
+	words     []uint64
+	groups    uint64
+	slots     int
+	sectors   int
+	k         int
+	order     string
+	active    []int // newest first
+	hit, miss []uint64
+}
 
-func getLayout(b *testing.B, p float64) *layout {
-	if v, ok := layouts.Load(p); ok {
+var layouts sync.Map // [2]any{p, order} → *layout
+
+func getLayout(b *testing.B, p float64, order string) *layout {
+	id := [2]any{p, order}
+	if v, ok := layouts.Load(id); ok {
 		return v.(*layout)
 	}
 	s, err := window.Size(window.Config{Generations: generations, Interval: time.Minute, Capacity: genCapacity, FalsePositiveRate: p})
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := s.Groups * uint64(s.Slots) * 8
+	n := s.Groups * uint64(s.Slots*s.Sectors) * 8
 	buf := make([]uint64, n+8)
 	off := (64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8
-	l := &layout{words: buf[off : off+uintptr(n)], groups: s.Groups, slots: s.Slots, k: s.K}
+	l := &layout{words: buf[off : off+uintptr(n)], groups: s.Groups, slots: s.Slots, sectors: s.Sectors, k: s.K, order: order}
 	for g := generations - 1; g >= 0; g-- {
 		l.active = append(l.active, g)
 	}
@@ -85,11 +102,7 @@ func getLayout(b *testing.B, p float64) *layout {
 	for g := range generations {
 		for i := range uint64(genCapacity) {
 			putKeyIndex(kb, uint64(g)*genCapacity+i)
-			base, mask := l.probe(hashKey(kb))
-			blk := l.block(base, g)
-			for w := range 8 {
-				blk[w] |= mask[w]
-			}
+			l.add(hashKey(kb), g)
 		}
 	}
 	r := rand.New(rand.NewPCG(9, 9))
@@ -99,49 +112,76 @@ func getLayout(b *testing.B, p float64) *layout {
 		putKeyIndex(kb, r.Uint64N(totalKeys))
 		putKeyIndex(mb, uint64(i))
 		l.hit[i], l.miss[i] = hashKey(kb), hashKey(mb)
-		if !l.testLoop(l.hit[i]) {
+		if !l.variant(order)(l.hit[i]) {
 			b.Fatal("replica lost an added key")
 		}
 	}
-	layouts.Store(p, l)
+	layouts.Store(id, l)
 	return l
 }
 
-// probe maps a hash to its group's first word and its mask, as doc.go describes the window's hashing.
-func (l *layout) probe(h uint64) (base uint64, mask [8]uint64) {
+// probe maps a hash to its group's first word and its masks: K positions split evenly over the
+// sectors (any remainder to the last), each a word and one of its 63 data bits, as window does.
+func (l *layout) probe(h uint64) (base uint64, mask [window.MaxSectors * 8]uint64) {
 	g, _ := bits.Mul64(h, l.groups)
-	s := h&(1<<48-1) | 1
-	for i := 0; i < l.k; {
-		s += 0x9e3779b97f4a7c15
-		z := (s ^ s>>30) * 0xbf58476d1ce4e5b9
-		z = (z ^ z>>27) * 0x94d049bb133111eb
-		z ^= z >> 31
-		for j := 0; j < 7 && i < l.k; j++ {
-			pos := z & 511
-			mask[pos>>6] |= 1 << (pos & 63)
-			z >>= 9
-			i++
+	z, sec, left := h, 0, l.k/l.sectors
+	for i := range l.k {
+		if i%4 == 0 {
+			z = splitmix(h + uint64(i))
 		}
+		if left == 0 && sec < l.sectors-1 {
+			sec, left = sec+1, l.k/l.sectors
+		}
+		mask[sec*8+int(z&7)] |= 1 << ((z >> 3 & 8191) * 63 >> 13)
+		z >>= 16
+		left--
 	}
-	return g * uint64(l.slots) * 8, mask
+	return g * uint64(l.slots*l.sectors) * 8, mask
 }
 
-func (l *layout) block(base uint64, slot int) *[8]uint64 {
-	i := base + uint64(slot)*8
+func splitmix(x uint64) uint64 {
+	z := x + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// sector returns sector sec of slot s in the group at base (not for the transposed first sector).
+func (l *layout) sector(base uint64, s, sec int) *[8]uint64 {
+	line := sec*l.slots + s
+	if l.order == "slot-major" {
+		line = s*l.sectors + sec
+	}
+	i := base + uint64(line)*8
 	return (*[8]uint64)(l.words[i : i+8])
+}
+
+// word returns word w of sector sec of slot s in the group at base.
+func (l *layout) word(base uint64, s, sec, w int) *uint64 {
+	if l.order == "transposed" && sec == 0 {
+		return &l.words[base+uint64(w*l.slots+s)]
+	}
+	return &l.sector(base, s, sec)[w]
+}
+
+func (l *layout) add(h uint64, slot int) {
+	base, mask := l.probe(h)
+	for sec := range l.sectors {
+		for w := range 8 {
+			*l.word(base, slot, sec, w) |= mask[sec*8+w]
+		}
+	}
 }
 
 // variant returns the membership test named v; every variant is called the same way.
 func (l *layout) variant(v string) func(uint64) bool {
 	switch v {
-	case "loop":
-		return l.testLoop
-	case "unrolled":
-		return l.testUnrolled
-	case "branchless":
-		return l.testBranchless
-	case "sparse":
-		return l.testSparse
+	case "sector-major", "slot-major":
+		return l.testOrder
+	case "transposed":
+		return l.testTransposed
+	case "touch":
+		return l.testTouch
 	case "probeonly":
 		return l.testProbeOnly
 	case "onegen":
@@ -150,72 +190,76 @@ func (l *layout) variant(v string) func(uint64) bool {
 	panic("unknown variant " + v)
 }
 
-func (l *layout) testLoop(h uint64) bool {
-	base, mask := l.probe(h)
-	for _, s := range l.active {
-		blk := l.block(base, s)
-		var missing uint64
-		for w := range 8 {
-			missing |= mask[w] &^ blk[w]
-		}
-		if missing == 0 {
-			return true
-		}
-	}
-	return false
+func missing(b *[8]uint64, m []uint64) uint64 {
+	return m[0]&^b[0] | m[1]&^b[1] | m[2]&^b[2] | m[3]&^b[3] | m[4]&^b[4] | m[5]&^b[5] | m[6]&^b[6] | m[7]&^b[7]
 }
 
-func (l *layout) testUnrolled(h uint64) bool {
-	base, mask := l.probe(h)
-	p := unsafe.Pointer(&l.words[base])
-	for _, s := range l.active {
-		blk := (*[8]uint64)(unsafe.Add(p, s*64))
-		if mask[0]&^blk[0]|mask[1]&^blk[1]|mask[2]&^blk[2]|mask[3]&^blk[3]|
-			mask[4]&^blk[4]|mask[5]&^blk[5]|mask[6]&^blk[6]|mask[7]&^blk[7] == 0 {
-			return true
+func (l *layout) blockHas(base uint64, mask *[window.MaxSectors * 8]uint64, s int) bool {
+	for sec := range l.sectors {
+		if missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) != 0 {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
-func (l *layout) testBranchless(h uint64) bool {
+// testTransposed tests the first sectors of all generations through the words the key's
+// first-sector mask uses only, then the other sectors of a generation that passes.
+func (l *layout) testTransposed(h uint64) bool {
 	base, mask := l.probe(h)
-	p := unsafe.Pointer(&l.words[base])
-	found := 0
-	for _, s := range l.active {
-		blk := (*[8]uint64)(unsafe.Add(p, s*64))
-		m := mask[0]&^blk[0] | mask[1]&^blk[1] | mask[2]&^blk[2] | mask[3]&^blk[3] |
-			mask[4]&^blk[4] | mask[5]&^blk[5] | mask[6]&^blk[6] | mask[7]&^blk[7]
-		if m == 0 {
-			found++
-		}
-	}
-	return found != 0
-}
-
-func (l *layout) testSparse(h uint64) bool {
-	base, mask := l.probe(h)
-	var idx [8]uint8
+	var offs [8]uint64
 	var ms [8]uint64
 	n := 0
 	for w := range 8 {
 		if mask[w] != 0 {
-			idx[n], ms[n] = uint8(w), mask[w]
+			offs[n], ms[n] = base+uint64(w*l.slots), mask[w]
 			n++
 		}
 	}
-	p := unsafe.Pointer(&l.words[base])
 	for _, s := range l.active {
-		blk := (*[8]uint64)(unsafe.Add(p, s*64))
-		var missing uint64
-		for i := range n {
-			missing |= ms[i] &^ blk[idx[i]&7]
+		var miss uint64
+		for j := range n {
+			miss |= ms[j] &^ l.words[offs[j]+uint64(s)]
 		}
-		if missing == 0 {
+		if miss != 0 {
+			continue
+		}
+		ok := true
+		for sec := 1; sec < l.sectors && ok; sec++ {
+			ok = missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) == 0
+		}
+		if ok {
 			return true
 		}
 	}
 	return false
+}
+
+func (l *layout) testOrder(h uint64) bool {
+	base, mask := l.probe(h)
+	return l.anyHas(base, &mask)
+}
+
+func (l *layout) anyHas(base uint64, mask *[window.MaxSectors * 8]uint64) bool {
+	for _, s := range l.active {
+		if l.blockHas(base, mask, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// touchSink keeps testTouch's loads from being dropped (one goroutine runs the benchmarks).
+var touchSink uint64
+
+func (l *layout) testTouch(h uint64) bool {
+	base, mask := l.probe(h)
+	var t uint64
+	for _, s := range l.active {
+		t |= l.sector(base, s, 0)[0]
+	}
+	touchSink = t
+	return l.anyHas(base, &mask)
 }
 
 func (l *layout) testProbeOnly(h uint64) bool {
@@ -225,7 +269,5 @@ func (l *layout) testProbeOnly(h uint64) bool {
 
 func (l *layout) testOneGen(h uint64) bool {
 	base, mask := l.probe(h)
-	blk := (*[8]uint64)(unsafe.Add(unsafe.Pointer(&l.words[base]), l.active[0]*64))
-	return mask[0]&^blk[0]|mask[1]&^blk[1]|mask[2]&^blk[2]|mask[3]&^blk[3]|
-		mask[4]&^blk[4]|mask[5]&^blk[5]|mask[6]&^blk[6]|mask[7]&^blk[7] == 0
+	return missing(l.sector(base, l.active[0], 0), mask[:8]) == 0
 }

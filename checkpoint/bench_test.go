@@ -32,7 +32,7 @@ func newLargeFixture(b *testing.B) *largeFixture {
 	b.Helper()
 	dir := b.TempDir()
 	words := uint64(*benchMiB) << 20 / 8
-	h := testHeader(words / 32)
+	h := testHeader(words / 64)
 	fx := &largeFixture{h: h, words: testWords(h.Words, 1), dir: dir,
 		rawF: filepath.Join(dir, "raw.bin"), snapF: filepath.Join(dir, "snap.snap")}
 	var buf bytes.Buffer
@@ -231,7 +231,7 @@ func ratio(b *testing.B, size int64, fns map[string]func(), subject string, base
 // BenchmarkSmallParallel encodes and decodes a 64 KiB snapshot in memory
 // from all Ps, beside a plain copy of the same bytes.
 func BenchmarkSmallParallel(b *testing.B) {
-	h := testHeader(256) // 8192 words = 64 KiB
+	h := testHeader(128) // 8192 words = 64 KiB
 	words := testWords(h.Words, 1)
 	snap := encodeBytes(b, h, CurrentVersion, words)
 	size := int64(h.DataBytes())

@@ -13,11 +13,13 @@ import (
 // format version, small enough to damage at every byte.
 func smallSnapshots(t testing.TB) map[string][]byte {
 	t.Helper()
-	h := testHeader(1) // 32 words
-	words := testWords(h.Words, 7)
+	h := testHeader(1) // 64 words
+	old := h
+	oldLayout(&old) // 32 words
 	return map[string][]byte{
-		"v1": encodeBytes(t, h, VersionV1, words),
-		"v2": encodeBytes(t, h, VersionV2, words),
+		"v1": encodeBytes(t, old, VersionV1, testWords(old.Words, 7)),
+		"v2": encodeBytes(t, old, VersionV2, testWords(old.Words, 7)),
+		"v3": encodeBytes(t, h, VersionV3, testWords(h.Words, 7)),
 	}
 }
 
@@ -82,7 +84,7 @@ func TestTrailingBytes(t *testing.T) {
 }
 
 func TestSentinelClassification(t *testing.T) {
-	good := smallSnapshots(t)["v2"]
+	good := smallSnapshots(t)["v3"]
 	patch := func(off int, b ...byte) []byte {
 		c := slices.Clone(good)
 		copy(c[off:], b)
@@ -98,9 +100,10 @@ func TestSentinelClassification(t *testing.T) {
 		{"gzip file", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}, ErrNotSnapshot},
 		{"wrong magic", patch(0, 'X'), ErrNotSnapshot},
 		{"version 0", patch(8, 0, 0), ErrUnknownVersion},
-		{"version 3", patch(8, 3, 0), ErrUnknownVersion},
+		{"version 4", patch(8, 4, 0), ErrUnknownVersion},
 		{"version 0xffff", patch(8, 0xff, 0xff), ErrUnknownVersion},
-		{"v2 relabelled v1", patch(8, 1, 0), ErrCorrupt},
+		{"v3 relabelled v2", patch(8, 2, 0), ErrCorrupt},
+		{"v3 relabelled v1", patch(8, 1, 0), ErrCorrupt},
 		{"header length 0", patch(10, 0, 0, 0, 0), ErrCorrupt},
 		{"header length huge", patch(10, 0xff, 0xff, 0xff, 0x7f), ErrCorrupt},
 		{"bad header byte", patch(20, good[20]^0x10), ErrCorrupt},
@@ -150,7 +153,7 @@ func TestValidChecksumBadHeader(t *testing.T) {
 // TestReaderErrorsPassThrough checks that an I/O error is reported as such,
 // not as corruption (Load treats the two differently).
 func TestReaderErrorsPassThrough(t *testing.T) {
-	good := smallSnapshots(t)["v2"]
+	good := smallSnapshots(t)["v3"]
 	errIO := errors.New("disk on fire")
 	for _, n := range []int{0, 5, 12, 40, len(good) - 100, len(good) - 2} {
 		r := io.MultiReader(bytes.NewReader(good[:n]), iotestErrReader{errIO})

@@ -20,12 +20,13 @@ import (
 // CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
-// The byte layout of a version 2 snapshot (all integers little-endian;
-// version 1 is identical except that it has no output-offset table):
+// The byte layout of a version 3 snapshot (all integers little-endian;
+// version 2 is identical up to the output-offset table and ends there;
+// version 1 also lacks the output-offset table):
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
-//	8           2      format version (uint16) = 2
+//	8           2      format version (uint16) = 3
 //	10          4      H = header body length in bytes (uint32, <= MaxHeaderBytes)
 //	14          H      header body:
 //	  +0        4        generations N (uint32)
@@ -33,11 +34,11 @@ import (
 //	  +12       8        capacity per interval (uint64)
 //	  +20       8        configured false positive rate (float64 IEEE-754 bits)
 //	  +28       8        hash seed (uint64)
-//	  +36       4        K, hash probes per key (uint32)
-//	  +40       4        block bits (uint32, multiple of 64)
+//	  +36       4        K, bits a key sets per generation (uint32)
+//	  +40       4        block bits: the size of one sector (uint32, multiple of 64)
 //	  +44       8        groups (uint64)
 //	  +52       4        slots per group (uint32, >= N)
-//	  +56       8        words W (uint64) = groups × slots × blockBits/64
+//	  +56       8        words W (uint64) = groups × slots × sectors × blockBits/64
 //	  +64       8        origin, start of generation number 0 (int64 unix ns)
 //	  +72       8        epoch, the current generation's number (uint64)
 //	  +80       8        rotation count (uint64)
@@ -50,8 +51,10 @@ import (
 //	                     unix ns), slot (uint32)
 //	            4+12I    input offsets: uint32 count I, then per partition in
 //	                     ascending order: partition (int32), next offset to consume (int64)
-//	            4+12O    output offsets (v2 only): uint32 count O, then per
+//	            4+12O    output offsets (v2 and later): uint32 count O, then per
 //	                     partition ascending: partition (int32), high-water offset (int64)
+//	            4        sectors S per block (v3; uint32, 1..MaxSectors; v1 and v2: 1)
+//	            8×slots  slot use table (v3): per slot, its use (uint64)
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count (uint64), must equal W
 //	26+H        8W     data: W uint64 words, little-endian
@@ -59,10 +62,16 @@ import (
 //	30+H+8W            end of file; trailing bytes are corruption
 //
 // Data layout, which the format treats as opaque except in Inspect: the
-// words form Groups groups; each group holds Slots blocks of BlockBits/64
-// words; the block of slot s in group g starts at word (g×Slots + s) ×
-// BlockBits/64. Each generation of the table owns the blocks of its slot;
-// slots not in the table are free.
+// words form Groups groups; each group holds, for each of its Sectors
+// sectors, one BlockBits/64-word sector per slot; word w of sector i of
+// slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w.
+// Each generation of the table owns the sectors of its slot; slots not in
+// the table are free. In version 3 the top bit of every word is a use tag:
+// the parity of the slot use that last wrote the word. A word whose tag
+// differs from the parity of its slot's entry in the use table holds bits
+// of an expired generation and reads as empty; the other 63 bits are data.
+// Versions 1 and 2 have one sector of 512 data bits per block and no tags:
+// the layout of an older kdedup, which the current filter refuses.
 //
 // Every failure caused by the file's contents wraps ErrCorrupt (checksum
 // mismatch, truncation, trailing bytes, lengths or parameters that cannot be
@@ -265,6 +274,9 @@ func minBodyLen(version uint16) uint32 {
 	if version >= VersionV2 {
 		n += 4
 	}
+	if version >= VersionV3 {
+		n += 4 + 8 // sectors and at least one slot use
+	}
 	return n
 }
 
@@ -340,6 +352,23 @@ func (c *cursor) offsets(what string) map[int32]int64 {
 	return m
 }
 
+// slotUses reads the slot use table of n entries, checking first that it
+// fits in what is left of the header.
+func (c *cursor) slotUses(n int) []uint64 {
+	if c.err != nil {
+		return nil
+	}
+	if n < 0 || n > MaxSlots || uint64(n)*8 > uint64(len(c.b)) {
+		c.err = fmt.Errorf("slot use table of %d entries does not fit (limit %d, %d bytes left)", n, MaxSlots, len(c.b))
+		return nil
+	}
+	u := make([]uint64, n)
+	for i := range u {
+		u[i] = c.u64()
+	}
+	return u
+}
+
 // parseBody decodes and validates a header body.
 func parseBody(body []byte, version uint16) (Header, error) {
 	c := &cursor{b: body}
@@ -372,13 +401,18 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	if version >= VersionV2 {
 		h.OutputOffsets = c.offsets("output")
 	}
+	h.Sectors = 1
+	if version >= VersionV3 {
+		h.Sectors = int(c.u32())
+		h.SlotUses = c.slotUses(h.Slots)
+	}
 	if c.err != nil {
 		return Header{}, c.err
 	}
 	if len(c.b) != 0 {
 		return Header{}, fmt.Errorf("%d unexpected bytes at the end of the header", len(c.b))
 	}
-	if err := h.check(); err != nil {
+	if err := h.check(version); err != nil {
 		return Header{}, err
 	}
 	return h, nil

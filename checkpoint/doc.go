@@ -10,10 +10,12 @@
 // # Format
 //
 // A snapshot is a versioned binary file: magic "KDDPSNAP", a uint16 format
-// version (Encode writes version 2, the decoder also reads version 1, which
-// lacks the output-offset table), a length-prefixed header body with the
-// filter parameters, the generation table, the epoch, the scope, the input
-// and output offsets the snapshot covers and its creation time, a CRC32C of
+// version (Encode writes version 3, the sectorized layout with use-tagged
+// words; the decoder also reads versions 1 and 2, whose data is in the
+// layout of an older kdedup's filter, so that they can be inspected), a
+// length-prefixed header body with the filter parameters, the generation
+// table, the slot use table, the epoch, the scope, the input and output
+// offsets the snapshot covers and its creation time, a CRC32C of
 // everything so far (so a header can be validated without reading the
 // data), the word count and words, and a final CRC32C of the whole file.
 // The exact byte layout is documented on Decoder. Encode streams: the data

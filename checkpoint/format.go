@@ -24,8 +24,14 @@ const (
 	VersionV1 uint16 = 1
 	// VersionV2 adds the output-offset table at the end of the header body.
 	VersionV2 uint16 = 2
+	// VersionV3 is the sectorized layout without a spare slot: it adds the
+	// sector count and the slot use table, and the top bit of every data
+	// word is a use tag (see Decoder). A v1 or v2 file decodes (for
+	// inspection), but its data is in the layout of an older kdedup, which
+	// this build's filter cannot restore.
+	VersionV3 uint16 = 3
 	// CurrentVersion is the version Encode writes.
-	CurrentVersion = VersionV2
+	CurrentVersion = VersionV3
 	// MinVersion is the oldest version the decoder accepts.
 	MinVersion = VersionV1
 )
@@ -56,6 +62,8 @@ const (
 	MaxK = 255
 	// MaxBlockBits bounds Header.BlockBits.
 	MaxBlockBits = 1 << 16
+	// MaxSectors bounds Header.Sectors.
+	MaxSectors = 64
 	// MaxTopicLen bounds the length of Header.Topic in bytes.
 	MaxTopicLen = 255
 	// MaxOffsets bounds the number of entries in each offset table.
@@ -123,16 +131,26 @@ type Header struct {
 	FalsePositiveRate float64
 	// Seed is the hash seed; a restorer must hash with the same seed.
 	Seed uint64
-	// K is the number of hash probes per key.
+	// K is the number of bits a key sets in one generation (over all of
+	// its block's sectors).
 	K int
-	// BlockBits is the size of one block in bits (a multiple of 64).
+	// BlockBits is the size of one sector in bits (a multiple of 64): a
+	// generation's block in a group is Sectors sectors of BlockBits bits.
 	BlockBits int
+	// Sectors is the number of sectors of a generation's block. Version 1
+	// and 2 snapshots have one and decode with 1.
+	Sectors int
 	// Groups is the number of block groups.
 	Groups uint64
 	// Slots is the number of slots per group (>= Generations).
 	Slots int
+	// SlotUses holds, per slot, the use of the slot: how many generations
+	// it held before its current one. The top bit of a data word is the
+	// parity of the use that last wrote it. Version 3 only (exactly Slots
+	// entries); nil for older versions.
+	SlotUses []uint64
 	// Words is the number of 64-bit data words; it must equal
-	// Groups × Slots × BlockBits/64.
+	// Groups × Slots × Sectors × BlockBits/64.
 	Words uint64
 
 	// Origin is the start of generation number 0. The zero Time is stored
@@ -171,8 +189,14 @@ type Header struct {
 func (h *Header) DataBytes() uint64 { return h.Words * 8 }
 
 // BitsPerGeneration returns the number of bits one generation owns
-// (Groups × BlockBits).
-func (h *Header) BitsPerGeneration() uint64 { return h.Groups * uint64(h.BlockBits) }
+// (Groups × Sectors × BlockBits), tag bits included.
+func (h *Header) BitsPerGeneration() uint64 {
+	return h.Groups * uint64(h.Sectors) * uint64(h.BlockBits)
+}
+
+// Tagged reports whether the top bit of every data word is a use tag
+// rather than data (version 3 and later).
+func (h *Header) Tagged() bool { return h.Version >= VersionV3 }
 
 // Unit returns the conventional store unit name for the header's scope:
 // "<topic>.p<partition>" (or "p<partition>" without a topic) for
@@ -215,9 +239,10 @@ func representable(t time.Time) bool {
 	return ns != 0 && time.Unix(0, ns).Equal(t)
 }
 
-// check validates h against the format's constraints. The returned error
-// carries no sentinel; callers wrap it with ErrInvalidHeader or ErrCorrupt.
-func (h *Header) check() error {
+// check validates h against the constraints of the given format version.
+// The returned error carries no sentinel; callers wrap it with
+// ErrInvalidHeader or ErrCorrupt.
+func (h *Header) check(version uint16) error {
 	switch {
 	case h.Generations < 1 || h.Generations > MaxGenerations:
 		return fmt.Errorf("generations %d out of range [1,%d]", h.Generations, MaxGenerations)
@@ -231,22 +256,41 @@ func (h *Header) check() error {
 		return fmt.Errorf("k %d out of range [1,%d]", h.K, MaxK)
 	case h.BlockBits < 64 || h.BlockBits > MaxBlockBits || h.BlockBits%64 != 0:
 		return fmt.Errorf("block bits %d must be a multiple of 64 in [64,%d]", h.BlockBits, MaxBlockBits)
+	case h.Sectors < 1 || h.Sectors > MaxSectors:
+		return fmt.Errorf("sectors %d out of range [1,%d]", h.Sectors, MaxSectors)
+	case version < VersionV3 && h.Sectors != 1:
+		return fmt.Errorf("format version %d has one sector per block, not %d", version, h.Sectors)
 	case h.Groups == 0:
 		return errors.New("groups must be positive")
 	case h.Slots < h.Generations || h.Slots > MaxSlots:
 		return fmt.Errorf("slots %d out of range [generations=%d,%d]", h.Slots, h.Generations, MaxSlots)
+	case version >= VersionV3 && len(h.SlotUses) != h.Slots:
+		return fmt.Errorf("slot use table has %d entries for %d slots", len(h.SlotUses), h.Slots)
 	}
-	hi, perGroup := bits.Mul64(uint64(h.Slots), uint64(h.BlockBits/64))
+	return h.checkSizes()
+}
+
+// checkSizes checks the data size and the generation table.
+func (h *Header) checkSizes() error {
+	hi, perGroup := bits.Mul64(uint64(h.Slots)*uint64(h.Sectors), uint64(h.BlockBits/64))
 	if hi != 0 {
 		return errors.New("words overflow")
 	}
 	hi, words := bits.Mul64(h.Groups, perGroup)
 	if hi != 0 || words > MaxDataBytes/8 {
-		return fmt.Errorf("groups %d × slots %d × block bits %d exceeds %d data bytes", h.Groups, h.Slots, h.BlockBits, uint64(MaxDataBytes))
+		return fmt.Errorf("groups %d × slots %d × sectors %d × block bits %d exceeds %d data bytes", h.Groups, h.Slots, h.Sectors, h.BlockBits, uint64(MaxDataBytes))
 	}
 	if h.Words != words {
-		return fmt.Errorf("words %d, want groups × slots × blockBits/64 = %d", h.Words, words)
+		return fmt.Errorf("words %d, want groups × slots × sectors × blockBits/64 = %d", h.Words, words)
 	}
+	if err := h.checkGens(); err != nil {
+		return err
+	}
+	return h.checkScope()
+}
+
+// checkGens checks the generation table and the origin.
+func (h *Header) checkGens() error {
 	if len(h.Gens) > h.Generations {
 		return fmt.Errorf("generation table has %d entries, more than the %d generations", len(h.Gens), h.Generations)
 	}
@@ -272,6 +316,11 @@ func (h *Header) check() error {
 			return fmt.Errorf("generation %d: start %v not representable as unix nanoseconds", i, g.Start)
 		}
 	}
+	return nil
+}
+
+// checkScope checks the scope, topic, offsets and creation time.
+func (h *Header) checkScope() error {
 	switch h.Scope {
 	case ScopePartition:
 		if h.Partition < 0 {
@@ -343,6 +392,12 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	if version >= VersionV2 {
 		b = appendOffsets(b, h.OutputOffsets)
 	}
+	if version >= VersionV3 {
+		b = le.AppendUint32(b, uint32(h.Sectors))
+		for _, u := range h.SlotUses {
+			b = le.AppendUint64(b, u)
+		}
+	}
 	return b
 }
 
@@ -381,13 +436,13 @@ func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
 
 // encode writes h in the given version. Only tests write old versions.
 func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error) error {
-	if err := h.check(); err != nil {
+	if err := h.check(version); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidHeader, err)
 	}
 	if data == nil {
 		return fmt.Errorf("%w: nil data function", ErrInvalidHeader)
 	}
-	head := make([]byte, preambleLen, preambleLen+fixedBodyLen+64+genEntryLen*len(h.Gens)+12*(len(h.InputOffsets)+len(h.OutputOffsets))+4+8)
+	head := make([]byte, preambleLen, preambleLen+fixedBodyLen+64+genEntryLen*len(h.Gens)+12*(len(h.InputOffsets)+len(h.OutputOffsets))+8*len(h.SlotUses)+4+8)
 	copy(head, Magic)
 	binary.LittleEndian.PutUint16(head[8:], version)
 	head = appendBody(head, h, version)

@@ -20,9 +20,13 @@ func TestRoundTrip(t *testing.T) {
 		version uint16
 		mod     func(*Header)
 	}{
-		{name: "small v2", groups: 2, version: CurrentVersion},
-		{name: "multi-MiB v2", groups: 20_000, version: CurrentVersion}, // 640,000 words, 5 MiB
-		{name: "small v1", groups: 2, version: VersionV1},
+		{name: "small v3", groups: 2, version: CurrentVersion},
+		{name: "multi-MiB v3", groups: 10_000, version: CurrentVersion}, // 640,000 words, 5 MiB
+		{name: "small v2", groups: 2, version: VersionV2, mod: oldLayout},
+		{name: "small v1", groups: 2, version: VersionV1, mod: oldLayout},
+		{name: "one sector", groups: 2, version: CurrentVersion, mod: func(h *Header) {
+			h.Sectors, h.Words = 1, h.Groups*4*8
+		}},
 		{name: "global scope, no offsets", groups: 3, version: CurrentVersion, mod: func(h *Header) {
 			h.Scope, h.Partition, h.Topic = ScopeGlobal, -1, ""
 			h.InputOffsets, h.OutputOffsets = nil, nil
@@ -37,7 +41,7 @@ func TestRoundTrip(t *testing.T) {
 		}},
 		{name: "no live generation", groups: 2, version: CurrentVersion, mod: func(h *Header) { h.Gens = nil }},
 		{name: "many partitions, one generation, extreme values", groups: 1, version: CurrentVersion, mod: func(h *Header) {
-			h.Generations, h.Slots, h.Words = 1, 1, 8
+			h.Generations, h.Slots, h.Words, h.SlotUses = 1, 1, 16, []uint64{math.MaxUint64}
 			h.Gens = []Generation{{Number: math.MaxUint64, Start: time.Unix(0, math.MaxInt64), Slot: 0}}
 			h.Origin = time.Unix(0, math.MinInt64)
 			h.Rotations = math.MaxUint64
@@ -114,7 +118,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestReadWordsInPieces(t *testing.T) {
-	h := testHeader(5000) // 160,000 words: several chunks
+	h := testHeader(2500) // 160,000 words: several chunks
 	words := testWords(h.Words, 2)
 	b := encodeBytes(t, h, CurrentVersion, words)
 	d := NewDecoder(bytes.NewReader(b))
@@ -214,7 +218,7 @@ func TestEncodeDataFunction(t *testing.T) {
 }
 
 func TestEncodeWriterError(t *testing.T) {
-	h := testHeader(1000) // 256,000 data bytes
+	h := testHeader(500) // 256,000 data bytes
 	words := testWords(h.Words, 3)
 	for _, limit := range []int64{0, 10, 100, 70_000, int64(h.Words*8) + 20} {
 		w := &limitWriter{n: limit}
@@ -305,7 +309,7 @@ func TestDecodeDestination(t *testing.T) {
 // that cannot be right: the decoder must refuse them before the caller
 // allocates, and without allocating much itself.
 func TestImpossibleLengths(t *testing.T) {
-	huge := testHeader(1 << 22) // 1 GiB of data claimed
+	huge := testHeader(1 << 21) // 1 GiB of data claimed
 	tooBig := testHeader(1)
 	tooBig.Groups, tooBig.Words = MaxDataBytes/256, MaxDataBytes/8*2 // inconsistent and over the limit
 	badCount := testHeader(1)
@@ -373,7 +377,7 @@ func TestWordPaths(t *testing.T) {
 					t.Fatalf("getWords(%d words) differs", n)
 				}
 			}
-			h := testHeader(5000) // 160,000 words: several chunks
+			h := testHeader(2500) // 160,000 words: several chunks
 			words := testWords(h.Words, 9)
 			b := encodeBytes(t, h, CurrentVersion, words)
 			for _, rk := range readerKinds {

@@ -16,12 +16,12 @@ import (
 //	go test ./checkpoint/ -run '^$' -fuzz FuzzDecode -fuzztime 60s
 func FuzzDecode(f *testing.F) {
 	snaps := smallSnapshots(f)
-	for _, name := range []string{"v1", "v2"} {
+	for _, name := range []string{"v1", "v2", "v3"} {
 		b := snaps[name]
 		f.Add(b)
 		f.Add(b[:len(b)/2])
 	}
-	for _, name := range []string{"golden-v1.snap", "golden-v2.snap"} {
+	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			f.Add(b)
 		}
@@ -67,11 +67,15 @@ func FuzzDecode(f *testing.F) {
 //	go test ./checkpoint/ -run '^$' -fuzz FuzzHeaderBody -fuzztime 30s
 func FuzzHeaderBody(f *testing.F) {
 	h := testHeader(1)
+	f.Add(appendBody(nil, &h, VersionV3), VersionV3)
+	oldLayout(&h)
 	for _, v := range []uint16{VersionV1, VersionV2} {
 		f.Add(appendBody(nil, &h, v), v)
 	}
 	g := goldenHeader()
 	f.Add(appendBody(nil, &g, VersionV2), VersionV2)
+	g3 := goldenHeaderV3()
+	f.Add(appendBody(nil, &g3, VersionV3), VersionV3)
 	f.Fuzz(func(t *testing.T, body []byte, version uint16) {
 		if version < MinVersion || version > CurrentVersion {
 			return

@@ -28,6 +28,7 @@ func goldenHeader() Header {
 		Seed:              0x0123456789abcdef,
 		K:                 10,
 		BlockBits:         512,
+		Sectors:           1,
 		Groups:            2,
 		Slots:             4,
 		Words:             2 * 4 * 8,
@@ -48,10 +49,19 @@ func goldenHeader() Header {
 	}
 }
 
-// goldenWords is the data stored in the golden files: slot s of every group
-// has every word set to a pattern with 8×(s+1) bits set.
-func goldenWords() []uint64 {
+// goldenHeaderV3 is the header of golden-v3.snap: goldenHeader's filter in
+// the sectorized layout, with two sectors per block and a slot use table.
+func goldenHeaderV3() Header {
 	h := goldenHeader()
+	h.Sectors = 2
+	h.Words = 2 * 4 * 2 * 8
+	h.SlotUses = []uint64{309, 0, 308, 310}
+	return h
+}
+
+// goldenWords is the data stored in the golden files: slot s of every group
+// has every word set to a pattern with 8×(s+1) bits set (slot 3: all bits).
+func goldenWords(h Header) []uint64 {
 	w := make([]uint64, h.Words)
 	wpb := h.BlockBits / 64
 	for i := range w {
@@ -68,19 +78,21 @@ func TestGolden(t *testing.T) {
 	tests := []struct {
 		file    string
 		version uint16
+		header  func() Header
 	}{
-		{"golden-v1.snap", VersionV1},
-		{"golden-v2.snap", VersionV2},
+		{"golden-v1.snap", VersionV1, goldenHeader},
+		{"golden-v2.snap", VersionV2, goldenHeader},
+		{"golden-v3.snap", VersionV3, goldenHeaderV3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", tc.file)
-			h := goldenHeader()
+			h := tc.header()
 			if *update {
 				if err := os.MkdirAll("testdata", 0o755); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(path, encodeBytes(t, h, tc.version, goldenWords()), 0o644); err != nil {
+				if err := os.WriteFile(path, encodeBytes(t, h, tc.version, goldenWords(h)), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -102,7 +114,7 @@ func TestGolden(t *testing.T) {
 			if d := diffHeader(got, want); d != "" {
 				t.Errorf("golden header changed:\n%s", d)
 			}
-			if !slices.Equal(words, goldenWords()) {
+			if !slices.Equal(words, goldenWords(h)) {
 				t.Error("golden data changed")
 			}
 
@@ -128,18 +140,23 @@ func TestGolden(t *testing.T) {
 				le.Uint32(onDisk[14:]) != 3 || le.Uint64(onDisk[14+4:]) != uint64(10*time.Minute) ||
 				le.Uint64(onDisk[14+28:]) != 0x0123456789abcdef || le.Uint32(onDisk[14+36:]) != 10 ||
 				le.Uint32(onDisk[14+40:]) != 512 || le.Uint64(onDisk[14+44:]) != 2 ||
-				le.Uint32(onDisk[14+52:]) != 4 || le.Uint64(onDisk[14+56:]) != 64 ||
+				le.Uint32(onDisk[14+52:]) != 4 || le.Uint64(onDisk[14+56:]) != h.Words ||
 				le.Uint64(onDisk[14+72:]) != 1234 || le.Uint64(onDisk[14+80:]) != 1200 ||
 				string(onDisk[14+98:14+107]) != ScopePartition ||
 				le.Uint32(onDisk[14+H:]) != crc32.Checksum(onDisk[:14+H], castagnoli) ||
-				le.Uint64(onDisk[18+H:]) != 64 || len(onDisk) != 30+H+8*64 ||
-				le.Uint32(onDisk[26+H+8*64:]) != crc32.Checksum(onDisk[:26+H+8*64], castagnoli) {
+				le.Uint64(onDisk[18+H:]) != h.Words || len(onDisk) != 30+H+8*int(h.Words) ||
+				le.Uint32(onDisk[26+H+8*int(h.Words):]) != crc32.Checksum(onDisk[:26+H+8*int(h.Words)], castagnoli) {
 				t.Error("golden file does not match the layout documented on Decoder")
+			}
+			// v3 ends the header body with the sector count and the slot use table.
+			if tail := onDisk[14+H-4-8*4 : 14+H]; tc.version >= VersionV3 &&
+				(le.Uint32(tail) != 2 || le.Uint64(tail[4:]) != 309 || le.Uint64(tail[4+8*3:]) != 310) {
+				t.Error("golden v3 file does not end its header with the sectors and slot uses documented on Decoder")
 			}
 
 			// The encoder must still produce the exact same bytes: a diff
 			// here is a format change and needs a new version number.
-			if re := encodeBytes(t, h, tc.version, goldenWords()); !bytes.Equal(re, onDisk) {
+			if re := encodeBytes(t, h, tc.version, goldenWords(h)); !bytes.Equal(re, onDisk) {
 				t.Error("encoding the golden header no longer reproduces the golden file: bump the format version")
 			}
 		})

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// testHeader returns a valid header with the given number of groups
-// (3 generations in 4 slots of 512-bit blocks: 32 words per group).
+// testHeader returns a valid current-version header with the given number
+// of groups (3 generations in 4 slots of two 512-bit sectors: 64 words per
+// group).
 func testHeader(groups uint64) Header {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	return Header{
@@ -25,9 +26,11 @@ func testHeader(groups uint64) Header {
 		Seed:              0x9e3779b97f4a7c15,
 		K:                 7,
 		BlockBits:         512,
+		Sectors:           2,
 		Groups:            groups,
 		Slots:             4,
-		Words:             groups * 4 * 8,
+		SlotUses:          []uint64{7, 7, 6, 6},
+		Words:             groups * 4 * 2 * 8,
 		Origin:            base.Add(-40 * time.Minute),
 		Epoch:             42,
 		Rotations:         41,
@@ -43,6 +46,13 @@ func testHeader(groups uint64) Header {
 		OutputOffsets: map[int32]int64{0: 1000, 1: 2000, 7: 3},
 		Created:       base.Add(2*time.Minute + 30*time.Second + 123456789),
 	}
+}
+
+// oldLayout turns a header into one that versions 1 and 2 can hold: one
+// sector per block and no slot use table.
+func oldLayout(h *Header) {
+	h.Sectors, h.SlotUses = 1, nil
+	h.Words = h.Groups * uint64(h.Slots) * uint64(h.BlockBits/64)
 }
 
 // testWords returns n deterministic pseudo-random words (splitmix64).

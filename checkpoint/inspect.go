@@ -18,7 +18,8 @@ type genFill struct {
 	Slot int
 	// SetBits is the number of bits set in the slot's blocks.
 	SetBits uint64
-	// Bits is the number of bits the slot owns (Groups × BlockBits).
+	// Bits is the number of data bits the slot owns (Groups × Sectors ×
+	// BlockBits, less the tag bits in version 3).
 	Bits uint64
 	// Fill is SetBits / Bits.
 	Fill float64
@@ -30,11 +31,20 @@ type genFill struct {
 	FPR float64
 }
 
+// dataBits returns the number of data bits one generation owns: all its
+// bits, less one tag bit per word in version 3.
+func (h *Header) dataBits() uint64 {
+	if h.Tagged() {
+		return h.BitsPerGeneration() / 64 * 63
+	}
+	return h.BitsPerGeneration()
+}
+
 // fillOf computes the statistics of one slot.
 func fillOf(h *Header, slot int, set uint64) genFill {
-	m := float64(h.BitsPerGeneration())
+	m := float64(h.dataBits())
 	x := float64(set)
-	g := genFill{Slot: slot, SetBits: set, Bits: h.BitsPerGeneration(), Fill: x / m}
+	g := genFill{Slot: slot, SetBits: set, Bits: h.dataBits(), Fill: x / m}
 	if x >= m {
 		g.EstimatedKeys = math.Inf(1)
 	} else {
@@ -65,28 +75,7 @@ func Inspect(w io.Writer, r io.Reader) error {
 		return err
 	}
 
-	// Stream the data, counting set bits per slot.
-	counts := make([]uint64, h.Slots)
-	wpb := h.BlockBits / 64
-	slot, inBlock := 0, 0
-	var wordsRead uint64
-	buf := make([]byte, int(min(h.DataBytes(), 1<<20)))
-	for {
-		n, err := io.ReadFull(d, buf)
-		for i := 0; i+8 <= n; i += 8 {
-			counts[slot] += uint64(bits.OnesCount64(binary.LittleEndian.Uint64(buf[i:])))
-			if inBlock++; inBlock == wpb {
-				inBlock = 0
-				if slot++; slot == h.Slots {
-					slot = 0
-				}
-			}
-		}
-		wordsRead += uint64(n / 8)
-		if err != nil {
-			break
-		}
-	}
+	counts, wordsRead := countSlots(d, &h)
 	verr := d.Verify()
 	readErr := d.err // truncation or I/O error while reading the data
 
@@ -105,8 +94,13 @@ func Inspect(w io.Writer, r io.Reader) error {
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
 	p("hashing:\tk=%d seed=%#016x\n", h.K, h.Seed)
-	p("layout:\t%d groups × %d slots × %d-bit blocks = %d words (%s), %d bits per generation\n",
-		h.Groups, h.Slots, h.BlockBits, h.Words, fmtBytes(h.DataBytes()), h.BitsPerGeneration())
+	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
+		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.DataBytes()), h.BitsPerGeneration())
+	if h.Tagged() {
+		p("slot uses:\t%v (bit 63 of a word is its use's parity; words of an earlier use count as empty)\n", h.SlotUses)
+	} else {
+		p("note:\tformat version %d holds the filter layout of an older kdedup; this build cannot restore it\n", h.Version)
+	}
 	p("epoch:\tcurrent generation %d, %d rotations, origin %s\n", h.Epoch, h.Rotations, fmtTime(h.Origin))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -170,6 +164,40 @@ func Inspect(w io.Writer, r io.Reader) error {
 		return readErr
 	}
 	return verr
+}
+
+// countSlots streams the data of d and counts the set data bits per slot;
+// in version 3, words whose tag is not their slot's use parity count as
+// empty and tag bits never count. It returns the counts and the number of
+// words read (fewer than h.Words if the data is truncated).
+func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
+	counts = make([]uint64, h.Slots)
+	wpb := h.BlockBits / 64
+	slot, inBlock := 0, 0
+	buf := make([]byte, int(min(h.DataBytes(), 1<<20)))
+	for {
+		n, err := io.ReadFull(d, buf)
+		for i := 0; i+8 <= n; i += 8 {
+			x := binary.LittleEndian.Uint64(buf[i:])
+			if h.Tagged() {
+				if x>>63 != h.SlotUses[slot]&1 {
+					x = 0
+				}
+				x &^= 1 << 63
+			}
+			counts[slot] += uint64(bits.OnesCount64(x))
+			if inBlock++; inBlock == wpb {
+				inBlock = 0
+				if slot++; slot == h.Slots {
+					slot = 0
+				}
+			}
+		}
+		wordsRead += uint64(n / 8)
+		if err != nil {
+			return counts, wordsRead
+		}
+	}
 }
 
 func printOffsets(w io.Writer, title string, m map[int32]int64, absent bool) {

@@ -18,8 +18,9 @@ func inspectFixture() (Header, []uint64) {
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h := Header{
 		Generations: 3, Interval: time.Minute, Capacity: 50, FalsePositiveRate: 0.01,
-		Seed: 0xabc, K: 4, BlockBits: 128, Groups: 2, Slots: 4, Words: 16,
-		Origin: base.Add(-7 * time.Minute), Epoch: 9, Rotations: 8,
+		Seed: 0xabc, K: 4, BlockBits: 128, Sectors: 1, Groups: 2, Slots: 4, Words: 16,
+		SlotUses: []uint64{0, 0, 1, 0}, // matches the words' top bits, so v3 reads them all
+		Origin:   base.Add(-7 * time.Minute), Epoch: 9, Rotations: 8,
 		Gens: []Generation{
 			{Number: 9, Start: base.Add(2 * time.Minute), Slot: 2},
 			{Number: 8, Start: base.Add(time.Minute), Slot: 0},
@@ -65,7 +66,7 @@ func genRows(report string) [][]string {
 
 func TestInspect(t *testing.T) {
 	h, words := inspectFixture()
-	good := encodeBytes(t, h, CurrentVersion, words)
+	good := encodeBytes(t, h, VersionV2, words)
 	var out bytes.Buffer
 	if err := Inspect(&out, bytes.NewReader(good)); err != nil {
 		t.Fatalf("Inspect: %v\n%s", err, out.String())
@@ -89,7 +90,8 @@ func TestInspect(t *testing.T) {
 		"partition 5 of topic \"clicks\"",
 		"3 generations × 1m0s = 3m0s",
 		"k=4 seed=0x0000000000000abc",
-		"2 groups × 4 slots × 128-bit blocks = 16 words (128 B), 256 bits per generation",
+		"2 groups × 4 slots × 1 sectors of 128 bits = 16 words (128 B), 256 bits per generation",
+		"note: format version 2 holds the filter layout of an older kdedup; this build cannot restore it",
 		"epoch: current generation 9, 8 rotations, origin 2026-01-02T02:57:05Z",
 		"free slots: slot 3 fill 0.0156",
 		"estimated FPR: 1.06 (sum of fill^k",
@@ -100,6 +102,49 @@ func TestInspect(t *testing.T) {
 		"file checksum: OK",
 	} {
 		if !strings.Contains(squeezed, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// TestInspectV3 checks what version 3 adds: sectors, the slot use table, and
+// fill that counts neither tag bits nor words of a slot's previous use.
+func TestInspectV3(t *testing.T) {
+	h, _ := inspectFixture()
+	h.Sectors, h.Words, h.SlotUses = 2, 32, []uint64{2, 0, 1, 4}
+	words := make([]uint64, h.Words)
+	for i := range words {
+		switch slot := (i / 2) % 4; {
+		case slot == 0 && (i/8)%2 == 0: // first sector of each block: current use
+			words[i] = 0x00000000ffffffff
+		case slot == 0: // second sector: written by use 1 (odd), so stale
+			words[i] = 1<<63 | 0x00000000ffffffff
+		case slot == 2: // use 1: all 63 data bits, tag 1
+			words[i] = ^uint64(0)
+		}
+	}
+	var out bytes.Buffer
+	if err := Inspect(&out, bytes.NewReader(encodeBytes(t, h, CurrentVersion, words))); err != nil {
+		t.Fatalf("Inspect: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	t.Logf("report:\n%s", report)
+	wantRows := [][]string{
+		// slot 2: 8 words × 63 bits, all set; slot 0: 4 current words × 32 bits of 8 × 63
+		{"0", "9", "2", "2026-01-02T03:06:05Z", "15s", "1.0000", "+Inf", "1"},
+		{"1", "8", "0", "2026-01-02T03:05:05Z", "1m15s", "0.2540", "37", "0.00416"},
+		{"2", "7", "1", "2026-01-02T03:04:05Z", "2m15s", "0.0000", "0", "0"},
+	}
+	if rows := genRows(report); !slices.EqualFunc(rows, wantRows, slices.Equal[[]string]) {
+		t.Errorf("generation rows = %q, want %q", rows, wantRows)
+	}
+	for _, want := range []string{
+		"KDDPSNAP version 3",
+		"2 groups × 4 slots × 2 sectors of 128 bits = 32 words (256 B), 512 bits per generation",
+		"slot uses: [2 0 1 4]",
+		"file checksum: OK",
+	} {
+		if !strings.Contains(squeeze(report), want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
@@ -129,7 +174,7 @@ func TestInspectDamaged(t *testing.T) {
 			[]string{"version 1", "output offsets (high-water at snapshot): not recorded (format version 1)", "file checksum: OK"}},
 		{"foreign file", []byte("#!/bin/sh\necho hi\n"), 0, ErrNotSnapshot, nil},
 		{"header cut short", good[:40], 0, ErrCorrupt, nil},
-		{"newer version", func() []byte { b := slices.Clone(good); b[8] = 3; return b }(), 0, ErrUnknownVersion, nil},
+		{"newer version", func() []byte { b := slices.Clone(good); b[8] = 4; return b }(), 0, ErrUnknownVersion, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,7 +226,7 @@ func TestInspectWriteError(t *testing.T) {
 // snapshot: a 16 MiB snapshot inspected through a stream allocates a small
 // fraction of that.
 func TestInspectLargeIsStreamed(t *testing.T) {
-	h := testHeader(1 << 16) // 2 Mi words = 16 MiB
+	h := testHeader(1 << 15) // 2 Mi words = 16 MiB
 	b := encodeBytes(t, h, CurrentVersion, testWords(h.Words, 1))
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)

@@ -17,8 +17,9 @@ import (
 //
 // Policy on restore: the newest usable snapshot wins; a corrupt, truncated or foreign file falls
 // back to the previous one. A snapshot taken with a configuration that changes the filter's layout
-// or hashing (window count, interval, capacity, false-positive rate or hash seed) cannot be used:
-// the unit starts cold and a warning says which parameters changed.
+// or hashing (window count, interval, capacity, false-positive rate or hash seed), or written in
+// the filter layout of an older kdedup (snapshot format v1 or v2), cannot be used: the unit starts
+// cold and a warning says why.
 type CheckpointPersister struct {
 	store checkpoint.Store
 	log   *slog.Logger
@@ -38,6 +39,10 @@ func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *Checkpoin
 // read the directory).
 func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
 	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h checkpoint.Header, d *checkpoint.Decoder) (*window.Filter, error) {
+		if h.Version < checkpoint.VersionV3 {
+			return nil, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
+				checkpoint.ErrIncompatible, h.Version)
+		}
 		f, err := window.Restore(cfg, metaFromHeader(h), d)
 		if errors.Is(err, window.ErrIncompatible) {
 			return nil, fmt.Errorf("%w: %w", checkpoint.ErrIncompatible, err)
@@ -113,9 +118,11 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 		FalsePositiveRate: m.FalsePositiveRate,
 		Seed:              m.Seed,
 		K:                 m.K,
-		BlockBits:         m.BlockBits,
+		BlockBits:         m.SectorBits,
+		Sectors:           m.Sectors,
 		Groups:            m.Groups,
 		Slots:             m.Slots,
+		SlotUses:          m.SlotUses,
 		Words:             m.Words,
 		Origin:            m.Origin,
 		Epoch:             m.Epoch,
@@ -152,9 +159,11 @@ func metaFromHeader(h checkpoint.Header) window.Meta {
 		FalsePositiveRate: h.FalsePositiveRate,
 		Seed:              h.Seed,
 		K:                 h.K,
-		BlockBits:         h.BlockBits,
+		SectorBits:        h.BlockBits,
+		Sectors:           h.Sectors,
 		Groups:            h.Groups,
 		Slots:             h.Slots,
+		SlotUses:          h.SlotUses,
 		Origin:            h.Origin,
 		Epoch:             h.Epoch,
 		Rotations:         h.Rotations,

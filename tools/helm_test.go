@@ -171,9 +171,9 @@ func (r *rendered) container(t *testing.T) corev1.Container {
 
 // expectedMemory is the sizing formula of values.yaml, computed independently
 // of the chart's template helper:
-// ceil(filters x (N+1) x capacity x bitsPerKey / 8 x 1.0 / 2^20) + overheadMiB.
+// ceil(filters x N x capacity x bitsPerKey / 8 x 1.0 / 2^20) + overheadMiB.
 func expectedMemory(filters, n, capacity int, bitsPerKey float64, overheadMiB int) string {
-	bytes := float64(filters) * float64(n+1) * float64(capacity) * bitsPerKey / 8 * 1.0
+	bytes := float64(filters) * float64(n) * float64(capacity) * bitsPerKey / 8 * 1.0
 	return fmt.Sprintf("%dMi", int(math.Ceil(bytes/(1<<20)))+overheadMiB)
 }
 
@@ -190,7 +190,7 @@ func TestChartRendersStrictly(t *testing.T) {
 			values: "",
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			memory:   expectedMemory(4, 8, 1000000, 40, 64),
 			replicas: 2,
 		},
 		{
@@ -205,7 +205,7 @@ podDisruptionBudget: {enabled: false}
 serviceAccount: {create: false}
 `,
 			wantKinds: []string{"ConfigMap", "PodMonitor", "Service", "Service", "StatefulSet"},
-			memory:    expectedMemory(1, 8, 1000000, 48, 64),
+			memory:    expectedMemory(1, 8, 1000000, 40, 64),
 			replicas:  1,
 		},
 		{

@@ -14,23 +14,86 @@
 // For kdedup a false positive is a lost event: a real record dropped as a duplicate. Size the filter
 // for the peak distinct-key rate, and watch Stats.EstimatedFPR.
 //
-// # Layout and concurrency
+// # Layout
 //
-// A key's hash selects a group and a pattern of K bits in a 512-bit block. A group holds one block
-// per generation slot, adjacent in memory, so a lookup against all N generations reads N adjacent
-// cache lines, and writers to different groups never share a cache line. Groups are the shards by
-// key hash: there is no lock and no shared counter on the hot path. An explicit shard, such as one
-// Filter per Kafka partition, is simply another Filter; each can be snapshotted and restored on
-// its own, and one Filter can equally serve as a single global set shared by all partitions.
+// A key's hash selects a group, and a pattern of K bits in a block of S sectors: K/S bits in each
+// sector, a sector being one 64-byte cache line of eight words. A group holds one block per
+// generation slot, and stores the first sectors of all N slots side by side, then the second
+// sectors, and so on. Testing a new key reads the first sector of each generation (N adjacent
+// cache lines) and almost always stops there, because a key that was never added rarely matches
+// K/S bits of a sector; a key that was added reads the S sectors of its generation. Splitting a
+// block into sectors evens out the load per block, which is what blocking costs in memory: Size
+// picks S (1 to 4) per target rate, and each generation is sized exactly, from the Poisson
+// distribution of keys per group, for the rate 1-(1-p)^(1/N), so that the union of N full
+// generations stays at p. Groups are the shards by key hash: there is no lock and no shared
+// counter on the hot path, and writers to different groups never share a cache line.
 //
-// Rotation publishes a new immutable view of the live slots with one atomic store; the retired
-// slot is cleared later, off the hot path, and never read by an operation that loaded a newer
-// view. An operation that loaded a view just before a rotation completes against that view,
-// which is equivalent to it having happened just before the rotation.
+// There are exactly N slots, one per live generation: no spare slot. Rotation reuses the slot of
+// the expiring generation at once, without clearing it first.
+//
+// # Reusing a slot without clearing it
+//
+// Every slot has a use counter, bumped each time the slot takes a new generation. The top bit of
+// every 64-bit word is a tag: the parity of the use that last wrote the word; the other 63 bits
+// are data. A word whose tag differs from its slot's current parity holds bits of an expired
+// generation, and reads as empty. Rotation bumps the use of the reused slot, so the whole slot
+// reads as empty at once, and publishes a new immutable view of the live slots with one atomic
+// store. A writer that meets a stale word replaces it with a word of the current use holding only
+// its own bits; a writer that meets a current word ORs its bits in. A background sweep (Start's
+// goroutine, or AdvanceTo before it returns) then converts the remaining stale words into empty
+// current ones with compare-and-swap, a chunk of groups at a time, so it never overwrites a
+// writer's conversion. Until the sweep ends the slot is read with tag checks; afterwards views read
+// it without them, as fast as a cleared slot.
+//
+// Two rules make one parity bit enough. First, at most one slot has a sweep pending, and a
+// rotation finishes it before it reuses a slot, so when a slot starts use u+1 every one of its
+// words carries the tag of use u: a word with the other tag can only be from use u+1. Second, the
+// only write that drops bits, a writer's conversion of a stale word, is fenced against reuse: the
+// writer announces itself in a per-slot counter, checks that the slot still holds its view's use,
+// and only then swaps; a rotation bumps the use and then waits until no announced conversion of
+// that slot is pending before it publishes the new view. With sequentially consistent atomics,
+// either the writer sees the bump (and retries with a fresh view) or the rotation sees the writer
+// (and waits for its swap, which then fails or converts a word that really is stale). A stale view
+// can therefore never wipe a word of a later use, however long its goroutine stalls.
+//
+// # Concurrency
+//
+// Test and TestHash are a handful of atomic loads. In the default shared mode, TestAndAdd on a new
+// key takes a per-group claim word by compare-and-swap from the value it read before its test,
+// which proves that no other insertion touched the group in between: if several goroutines offer
+// the same new key at once, exactly one of them is told it is new. A goroutine that finds the
+// claim taken completes that insertion itself, so nobody waits for anybody. Bits are set with
+// atomic ORs, skipping words that already hold them.
+//
+// With Config.SingleWriter (one goroutine calls TestAndAdd at a time, as kdedup does for each
+// partition) TestAndAdd takes no claim and sets bits with a plain read and store per word. The
+// only other writer of filter words is the sweep, which only converts stale words to empty ones,
+// so a store computed from the word the writer read loses nothing. The store is a plain aligned
+// 64-bit store: concurrent readers and snapshots load words atomically, and the Go memory model
+// guarantees that such a racing load sees the old or the new word; under the race detector the
+// store is atomic instead, so the detector checks everything else.
+//
+// Snapshots copy the words atomically while writers continue; the tags travel with the words, and
+// Meta carries every slot's use, so Restore reproduces the filter exactly, even mid-sweep (it
+// empties stale words before the filter is used). Stats takes no lock and ignores stale words.
+//
+// # Residual races
+//
+// Two effects remain, both limited to goroutines that stall inside one TestAndAdd for at least
+// N-1 whole intervals (any rotation when N = 1), and both only add bits:
+//
+//   - A writer whose view predates the reuse of its current slot may OR its key's bits into words
+//     of the slot's new use. That raises the false-positive rate of those words a little; it
+//     never drops a key, and the writer then adds its key to the current generation as well.
+//   - In single-writer mode, the writer's store of a word it read before the reuse may put back a
+//     word with the old tag that the sweep had already emptied. Its stale bits then read as set
+//     in a later use of the slot (a few false-positive bits), never as a lost key.
 //
 // # Hashing
 //
 // Keys are hashed with xxhash64 seeded by Config.Seed. The group comes from the hash's high bits
-// by multiply-shift range reduction, and the K in-block positions from a SplitMix64 stream over
-// its low 48 bits, which avoids the pattern shortage of double hashing inside small blocks.
+// by multiply-shift range reduction, and the bit positions from a SplitMix64 stream over its low 48
+// bits (the claim tag, so that a helper can recompute a claimed key's pattern): six positions per
+// 64-bit output, each a word and one of its 63 data bits by multiply-shift, which avoids both
+// modulo bias and the pattern shortage of double hashing inside small blocks.
 package window

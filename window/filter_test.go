@@ -18,32 +18,35 @@ import (
 // seen at every rotation up to t+(N-1)·I and gone from t+N·I on, wherever t falls in its interval.
 func TestExpiryBounds(t *testing.T) {
 	const interval = time.Minute
-	for _, n := range []int{1, 2, 8} {
-		for _, offset := range []time.Duration{0, time.Nanosecond, interval / 2, interval - time.Nanosecond} {
-			clock := newFakeClock()
-			f := mustNew(t, Config{Generations: n, Interval: interval, Capacity: 1000, FalsePositiveRate: 1e-9, Clock: clock.Now})
-			origin := clock.Now()
-			// Advance into some later generation so that the test does not start at the origin.
-			base := origin.Add(3 * interval)
-			tAdd := base.Add(offset)
-			clock.Set(tAdd)
-			f.AdvanceTo(tAdd)
-			k := key(1, uint64(n)*1000+uint64(offset))
-			if f.TestAndAdd(k) {
-				t.Fatalf("N=%d offset=%v: fresh key reported seen", n, offset)
-			}
-			// Must be seen up to and including t+(N-1)·I.
-			for step := time.Duration(0); step <= time.Duration(n-1)*interval; step += interval / 4 {
-				f.AdvanceTo(tAdd.Add(step))
-				if !f.Test(k) {
-					t.Fatalf("N=%d offset=%v: key forgotten at t+%v, before t+(N-1)·I", n, offset, step)
+	for _, m := range modes {
+		for _, n := range []int{1, 2, 8} {
+			for _, offset := range []time.Duration{0, time.Nanosecond, interval / 2, interval - time.Nanosecond} {
+				clock := newFakeClock()
+				f := newIn(t, Config{Generations: n, Interval: interval, Capacity: 1000, FalsePositiveRate: 1e-9, Clock: clock.Now}, m)
+				origin := clock.Now()
+				// Advance into some later generation so that the test does not start at the
+				// origin, and every slot has been used before.
+				base := origin.Add(time.Duration(n+3) * interval)
+				tAdd := base.Add(offset)
+				clock.Set(tAdd)
+				f.AdvanceTo(tAdd)
+				k := key(1, uint64(n)*1000+uint64(offset))
+				if f.TestAndAdd(k) {
+					t.Fatalf("%s N=%d offset=%v: fresh key reported seen", m.name, n, offset)
 				}
-			}
-			// Must be gone at t+N·I (and later).
-			for _, after := range []time.Duration{time.Duration(n) * interval, time.Duration(n)*interval + interval/3, 10 * time.Duration(n) * interval} {
-				f.AdvanceTo(tAdd.Add(after))
-				if f.Test(k) {
-					t.Fatalf("N=%d offset=%v: key still seen at t+%v, after t+N·I", n, offset, after)
+				// Must be seen up to and including t+(N-1)·I.
+				for step := time.Duration(0); step <= time.Duration(n-1)*interval; step += interval / 4 {
+					f.AdvanceTo(tAdd.Add(step))
+					if !f.Test(k) {
+						t.Fatalf("%s N=%d offset=%v: key forgotten at t+%v, before t+(N-1)·I", m.name, n, offset, step)
+					}
+				}
+				// Must be gone at t+N·I (and later).
+				for _, after := range []time.Duration{time.Duration(n) * interval, time.Duration(n)*interval + interval/3, 10 * time.Duration(n) * interval} {
+					f.AdvanceTo(tAdd.Add(after))
+					if f.Test(k) {
+						t.Fatalf("%s N=%d offset=%v: key still seen at t+%v, after t+N·I", m.name, n, offset, after)
+					}
 				}
 			}
 		}
@@ -115,25 +118,34 @@ func TestCatchUpAfterIdle(t *testing.T) {
 // TestNoFalseNegativesInWindow adds keys across many rotations and checks that every key inside
 // its guaranteed window is always seen.
 func TestNoFalseNegativesInWindow(t *testing.T) {
-	clock := newFakeClock()
-	const interval, n, perGen = time.Second, 5, 20_000
-	f := mustNew(t, Config{Generations: n, Interval: interval, Capacity: perGen, FalsePositiveRate: 1e-4, Clock: clock.Now})
-	start := clock.Now()
-	added := make([]bool, 3*n*perGen)
-	for g := uint64(0); g < 3*n; g++ {
-		f.AdvanceTo(start.Add(time.Duration(g) * interval))
-		for i := uint64(0); i < perGen; i++ {
-			// A key reported seen (a false positive) was not added, so only added keys count.
-			added[g*perGen+i] = !f.TestAndAdd(key(g, i))
-		}
-		// Every generation from g-(N-1) to g must be fully present.
-		for old := max(int64(g)-(n-1), 0); old <= int64(g); old++ {
-			for i := uint64(0); i < perGen; i += 7 {
-				if added[uint64(old)*perGen+i] && !f.Test(key(uint64(old), i)) {
-					t.Fatalf("generation %d key %d missing at generation %d", old, i, g)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			clock := newFakeClock()
+			const interval, n = time.Second, 5
+			perGen := uint64(20_000)
+			if raceEnabled {
+				perGen = 4_000
+			}
+			f := newIn(t, Config{Generations: n, Interval: interval, Capacity: perGen, FalsePositiveRate: 1e-4, Clock: clock.Now}, m)
+			start := clock.Now()
+			added := make([]bool, 3*n*perGen)
+			for g := uint64(0); g < 3*n; g++ {
+				f.AdvanceTo(start.Add(time.Duration(g) * interval))
+				for i := range perGen {
+					// A key reported seen (a false positive) was not added, so only added keys count.
+					added[g*perGen+i] = !f.TestAndAdd(key(g, i))
+				}
+				// Every generation from g-(N-1) to g must be fully present.
+				for old := max(int64(g)-(n-1), 0); old <= int64(g); old++ {
+					for i := uint64(0); i < perGen; i += 7 {
+						if added[uint64(old)*perGen+i] && !f.Test(key(uint64(old), i)) {
+							t.Fatalf("generation %d key %d missing at generation %d", old, i, g)
+						}
+					}
 				}
 			}
-		}
+			checkTags(t, f)
+		})
 	}
 }
 
@@ -190,48 +202,137 @@ func TestExactlyOneWinner(t *testing.T) {
 	}
 }
 
-// TestExactlyOneWinnerAcrossRotation races the same fresh keys against a rotating filter.
+// TestExactlyOneWinnerAcrossRotation races the same fresh keys against a rotating filter, also
+// with the sweep of the reused slot running concurrently with the writers (lazy), so that
+// writers convert stale words while the sweeper does.
 func TestExactlyOneWinnerAcrossRotation(t *testing.T) {
+	for _, m := range []mode{modes[0], modes[1]} { // shared modes: many writers
+		t.Run(m.name, func(t *testing.T) {
+			clock := newFakeClock()
+			start := clock.Now()
+			// N=2 and a few rotations beforehand, so that every slot has been used: the rotations
+			// during the race reuse slots full of older keys.
+			f := newIn(t, Config{Generations: 2, Interval: time.Second, Capacity: 50_000, FalsePositiveRate: 1e-9, Clock: clock.Now}, m)
+			for g := range 3 {
+				f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+				for i := range uint64(40_000) {
+					f.TestAndAdd(key(11+uint64(g), i))
+				}
+			}
+			stopSweeper := startSweeper(f)
+			const workers, keys = 8, 20_000
+			winners := make([]atomic.Int32, keys)
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			var rot sync.WaitGroup
+			rot.Go(func() {
+				for g := 3; ; g++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					// Rotate once: with N=2 every key stays within the window.
+					if g == 3 {
+						f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+					}
+					runtime.Gosched()
+				}
+			})
+			for w := range workers {
+				wg.Go(func() {
+					for j := range keys {
+						i := (j + w*13) % keys
+						if !f.TestAndAdd(key(10, uint64(i))) {
+							winners[i].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			rot.Wait()
+			stopSweeper()
+			for i := range winners {
+				if c := winners[i].Load(); c != 1 {
+					t.Fatalf("key %d had %d winners", i, c)
+				}
+				if !f.Test(key(10, uint64(i))) {
+					t.Fatalf("key %d lost", i)
+				}
+			}
+			f.finishSweepForTest()
+			checkTags(t, f)
+		})
+	}
+}
+
+// TestSingleWriterOneWinner is the single-writer form of the exactly-one-winner test: one
+// goroutine offers every key several times, interleaved, while other goroutines rotate the
+// filter, sweep the reused slot, take snapshots and test keys. Every key must be new exactly
+// once, and a key the writer has added must never be reported missing by the readers.
+func TestSingleWriterOneWinner(t *testing.T) {
 	clock := newFakeClock()
 	start := clock.Now()
-	f := mustNew(t, Config{Generations: 4, Interval: time.Second, Capacity: 50_000, FalsePositiveRate: 1e-9, Clock: clock.Now})
-	const workers, keys = 8, 20_000
-	winners := make([]atomic.Int32, keys)
-	var wg sync.WaitGroup
+	f := newIn(t, Config{Generations: 2, Interval: time.Second, Capacity: 50_000, FalsePositiveRate: 1e-9, Clock: clock.Now}, modes[3])
+	for g := range 3 {
+		f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+		for i := range uint64(40_000) {
+			f.TestAndAdd(key(21+uint64(g), i))
+		}
+	}
+	stopSweeper := startSweeper(f)
+	const keys, offers = 20_000, 3
+	var added atomic.Int64 // keys [0, added) are in the filter
+	var bg sync.WaitGroup
 	stop := make(chan struct{})
-	var rot sync.WaitGroup
-	rot.Go(func() {
-		for g := 1; ; g++ {
+	bg.Go(func() { // rotation and snapshots
+		f.AdvanceTo(start.Add(3 * time.Second))
+		for {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			// Rotate at most twice, so every key stays within the window.
-			if g <= 2 {
-				f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
+			if _, _, err := f.WriteSnapshot(io.Discard); err != nil {
+				t.Error(err)
+				return
 			}
-			runtime.Gosched()
 		}
 	})
-	for w := range workers {
-		wg.Go(func() {
-			for j := range keys {
-				i := (j + w*13) % keys
-				if !f.TestAndAdd(key(10, uint64(i))) {
-					winners[i].Add(1)
-				}
+	bg.Go(func() { // a reader
+		for {
+			select {
+			case <-stop:
+				return
+			default:
 			}
-		})
-	}
-	wg.Wait()
-	close(stop)
-	rot.Wait()
-	for i := range winners {
-		if c := winners[i].Load(); c != 1 {
-			t.Fatalf("key %d had %d winners", i, c)
+			if n := added.Load(); n > 0 && !f.Test(key(20, uint64(n-1))) {
+				t.Errorf("key %d added by the writer is missing", n-1)
+				return
+			}
+		}
+	})
+	winners := make([]int, keys)
+	for j := range keys * offers {
+		i := j % keys
+		if !f.TestAndAdd(key(20, uint64(i))) {
+			winners[i]++
+		}
+		if j < keys {
+			added.Store(int64(j + 1))
 		}
 	}
+	close(stop)
+	bg.Wait()
+	stopSweeper()
+	for i, c := range winners {
+		if c != 1 {
+			t.Fatalf("key %d was new %d times", i, c)
+		}
+	}
+	f.finishSweepForTest()
+	checkTags(t, f)
 }
 
 // model is the sequential reference: an exact set of keys with the generation each was added in.
@@ -245,32 +346,38 @@ func (m *model) seen(k []byte, epoch uint64) bool {
 	return ok && e+m.n > epoch
 }
 
-// TestSequentialReference runs the same random operations against the filter from several
-// goroutines and against the exact model, one generation at a time, and checks that the filter
-// never misses what the model has and that its extra answers stay at the false-positive rate.
+// TestSequentialReference runs the same random operations against the filter and against the
+// exact model, one generation at a time, and checks that the filter never misses what the model
+// has, that it reports no key new twice, and that its extra answers stay at the false-positive
+// rate. In shared mode several goroutines split each batch; in single-writer mode one goroutine
+// writes while others test keys the model holds. Every rotation reuses a slot whose sweep runs
+// concurrently with the batch.
 func TestSequentialReference(t *testing.T) {
+	for _, tt := range []struct {
+		mode             mode
+		writers, readers int
+	}{
+		{modes[1], 4, 0},
+		{modes[3], 1, 2},
+	} {
+		t.Run(tt.mode.name, func(t *testing.T) {
+			testSequentialReference(t, tt.mode, tt.writers, tt.readers)
+		})
+	}
+}
+
+func testSequentialReference(t *testing.T, md mode, writers, readers int) {
 	clock := newFakeClock()
 	start := clock.Now()
-	const n, perGen, gens, workers = 4, 5_000, 12, 4
+	const n, perGen, gens = 4, 5_000, 12
 	const p = 1e-3
-	f := mustNew(t, Config{Generations: n, Interval: time.Second, Capacity: perGen, FalsePositiveRate: p, Clock: clock.Now})
+	f := newIn(t, Config{Generations: n, Interval: time.Second, Capacity: perGen, FalsePositiveRate: p, Clock: clock.Now}, md)
 	m := &model{added: map[string]uint64{}, n: n}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var falsePos, negatives int
 	for g := uint64(0); g < gens; g++ {
 		f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
-		// A batch of keys: fresh ones, recent repeats, and repeats from beyond the window.
-		batch := make([][]byte, perGen)
-		for i := range batch {
-			switch r := rng.IntN(10); {
-			case r < 6 || g == 0:
-				batch[i] = key(100+g, uint64(i))
-			case r < 9:
-				batch[i] = key(100+g-uint64(rng.IntN(int(min(g, n-1))+1)), uint64(rng.IntN(perGen)))
-			default:
-				batch[i] = key(100+uint64(rng.IntN(int(g)+1)), uint64(rng.IntN(perGen)))
-			}
-		}
+		batch := refBatch(rng, g, n, perGen)
 		// Expected answer per distinct key before the batch, from the model.
 		before := map[string]bool{}
 		for _, k := range batch {
@@ -278,27 +385,9 @@ func TestSequentialReference(t *testing.T) {
 				before[string(k)] = m.seen(k, g)
 			}
 		}
-		// Concurrent phase: workers split the batch; count new answers per distinct key.
-		news := make([]atomic.Int32, len(batch))
-		first := map[string]int{}
-		for i, k := range batch {
-			if _, ok := first[string(k)]; !ok {
-				first[string(k)] = i
-			}
-		}
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				for i := w; i < len(batch); i += workers {
-					if !f.TestAndAdd(batch[i]) {
-						news[first[string(batch[i])]].Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		news := runBatch(t, f, m, g, batch, writers, readers)
 		for k, wasSeen := range before {
-			got := news[first[k]].Load()
+			got := news[k]
 			switch {
 			case wasSeen && got != 0:
 				t.Fatalf("generation %d: key seen by the model was reported new", g)
@@ -323,10 +412,82 @@ func TestSequentialReference(t *testing.T) {
 	if rate := float64(falsePos) / float64(negatives); rate > 3*p {
 		t.Errorf("false positives %d of %d (%.2g), want about %g", falsePos, negatives, rate, p)
 	}
+	checkTags(t, f)
 }
 
-// TestFalsePositiveRateAtDesignLoad fills all N generations to capacity and measures the rate on
-// 10M keys that were never added. A fixed seed makes the result deterministic.
+// refBatch returns a batch of keys for generation g: fresh ones, recent repeats, and repeats from
+// beyond the window.
+func refBatch(rng *rand.Rand, g, n uint64, perGen int) [][]byte {
+	batch := make([][]byte, perGen)
+	for i := range batch {
+		switch r := rng.IntN(10); {
+		case r < 6 || g == 0:
+			batch[i] = key(100+g, uint64(i))
+		case r < 9:
+			batch[i] = key(100+g-uint64(rng.IntN(int(min(g, n-1))+1)), uint64(rng.IntN(perGen)))
+		default:
+			batch[i] = key(100+uint64(rng.IntN(int(g)+1)), uint64(rng.IntN(perGen)))
+		}
+	}
+	return batch
+}
+
+// runBatch offers batch to f from writers goroutines, while the pending sweep runs and readers
+// goroutines test keys the model holds for generation g, and returns how often each distinct key
+// was reported new.
+func runBatch(t *testing.T, f *Filter, m *model, g uint64, batch [][]byte, writers, readers int) map[string]int32 {
+	var held [][]byte
+	for k := range m.added {
+		if m.seen([]byte(k), g) {
+			held = append(held, []byte(k))
+		}
+	}
+	stopSweeper := startSweeper(f)
+	stop := make(chan struct{})
+	var rg sync.WaitGroup
+	for r := range readers {
+		rg.Go(func() {
+			for i := r; len(held) > 0; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if k := held[i%len(held)]; !f.Test(k) {
+					t.Errorf("generation %d: a reader missed a key the model holds", g)
+					return
+				}
+			}
+		})
+	}
+	counts := make([]map[string]int32, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		counts[w] = map[string]int32{}
+		wg.Go(func() {
+			for i := w; i < len(batch); i += writers {
+				if !f.TestAndAdd(batch[i]) {
+					counts[w][string(batch[i])]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	rg.Wait()
+	stopSweeper()
+	news := map[string]int32{}
+	for _, c := range counts {
+		for k, n := range c {
+			news[k] += n
+		}
+	}
+	return news
+}
+
+// TestFalsePositiveRateAtDesignLoad fills 2N generations to capacity, so that the N live ones all
+// sit in reused slots, and measures the rate on 10M keys that were never added. A fixed seed makes
+// the result deterministic. (bench/'s TestFPR measures with more probes.)
 func TestFalsePositiveRateAtDesignLoad(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("statistical test: 20M operations; run without -race and -short")
@@ -338,13 +499,14 @@ func TestFalsePositiveRateAtDesignLoad(t *testing.T) {
 		capacity uint64
 	}{
 		{8, 1e-3, 125_000},
+		{8, 1e-4, 125_000},
 		{8, 1e-6, 125_000},
 		{1, 1e-6, 1_000_000},
 	} {
 		clock := newFakeClock()
 		start := clock.Now()
 		f := mustNew(t, Config{Generations: tt.n, Interval: time.Second, Capacity: tt.capacity, FalsePositiveRate: tt.p, Seed: 42, Clock: clock.Now})
-		for g := range tt.n {
+		for g := range 2 * tt.n {
 			f.AdvanceTo(start.Add(time.Duration(g) * time.Second))
 			for i := range tt.capacity {
 				f.TestAndAdd(key(uint64(g), i))
@@ -360,8 +522,11 @@ func TestFalsePositiveRateAtDesignLoad(t *testing.T) {
 		est := f.Stats().EstimatedFPR
 		t.Logf("N=%d p=%g: measured %d/%d = %.3g (%.2fx target), estimated from fill %.3g, %.1f bits/key",
 			tt.n, tt.p, fp, absent, rate, rate/tt.p, est, f.Sizing().BitsPerKey)
-		if rate > 1.5*tt.p {
-			t.Errorf("N=%d p=%g: measured FPR %.3g is more than 1.5x the target", tt.n, tt.p, rate)
+		// Fail when the count is significantly (3.3 standard deviations, one-sided 99.95%) above
+		// what a rate of 1.5p gives: at 1e-6 10M probes see about 10 false positives, too few to
+		// hold to 1.5p exactly.
+		if limit := 1.5 * tt.p * absent; float64(fp) > limit+3.3*math.Sqrt(limit) {
+			t.Errorf("N=%d p=%g: measured FPR %.3g is significantly more than 1.5x the target", tt.n, tt.p, rate)
 		}
 		if est > 1.5*tt.p || est < tt.p/3 {
 			t.Errorf("N=%d p=%g: Stats estimate %.3g is far from the target", tt.n, tt.p, est)
@@ -370,18 +535,23 @@ func TestFalsePositiveRateAtDesignLoad(t *testing.T) {
 }
 
 func TestZeroAllocs(t *testing.T) {
-	f := mustNew(t, Config{Generations: 8, Interval: time.Minute, Capacity: 1000, FalsePositiveRate: 1e-6})
-	k := key(3, 3)
-	for name, fn := range map[string]func(){
-		"TestAndAdd": func() { f.TestAndAdd(k) },
-		"Test":       func() { f.Test(k) },
-		"TestAndAddFresh": func() {
-			k[0]++
-			f.TestAndAdd(k)
-		},
-	} {
-		if a := testing.AllocsPerRun(1000, fn); a != 0 {
-			t.Errorf("%s allocates %v times per call", name, a)
+	for _, m := range modes {
+		clock := newFakeClock()
+		f := newIn(t, Config{Generations: 8, Interval: time.Minute, Capacity: 1000, FalsePositiveRate: 1e-6, Clock: clock.Now}, m)
+		// Reuse a slot, so that the lazy modes run the tag-checking paths.
+		f.AdvanceTo(clock.Now().Add(9 * time.Minute))
+		k := key(3, 3)
+		for name, fn := range map[string]func(){
+			"TestAndAdd": func() { f.TestAndAdd(k) },
+			"Test":       func() { f.Test(k) },
+			"TestAndAddFresh": func() {
+				k[0]++
+				f.TestAndAdd(k)
+			},
+		} {
+			if a := testing.AllocsPerRun(1000, fn); a != 0 {
+				t.Errorf("%s: %s allocates %v times per call", m.name, name, a)
+			}
 		}
 	}
 }

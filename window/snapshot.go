@@ -24,10 +24,14 @@ type Meta struct {
 	Capacity          uint64
 	FalsePositiveRate float64
 	Seed              uint64
-	K                 int
-	BlockBits         int
-	Groups            uint64
-	Slots             int
+	// K is the number of bits a key sets in one generation, over all sectors.
+	K int
+	// Sectors is the number of sectors of one generation's block.
+	Sectors int
+	// SectorBits is the size of a sector in bits (SectorBits).
+	SectorBits int
+	Groups     uint64
+	Slots      int
 	// Origin is the start of generation 0; generation e starts at Origin + e·Interval.
 	Origin time.Time
 	// Epoch is the current generation's number when the snapshot was taken.
@@ -36,9 +40,13 @@ type Meta struct {
 	Rotations uint64
 	// SlotEpochs holds, for each slot, the generation it holds, or -1 for a free slot.
 	SlotEpochs []int64
+	// SlotUses holds, for each slot, its use: how many generations it held before its current
+	// one. Bit 63 of every data word is the parity of the use that last wrote it; a word whose
+	// parity differs from its slot's use is stale and reads as empty.
+	SlotUses []uint64
 	// Words is the number of 64-bit data words that WriteSnapshot writes after the metadata:
-	// Groups × Slots × BlockBits/64. Word (g·Slots + s)·BlockBits/64 + w is word w of slot s's block
-	// in group g.
+	// Groups × Sectors × Slots × SectorBits/64. Word ((g·Sectors + i)·Slots + s)·SectorBits/64 + w
+	// is word w of sector i of slot s's block in group g.
 	Words uint64
 }
 
@@ -54,7 +62,8 @@ const snapshotChunk = 32 << 10
 // returns the Meta that describes them and the number of bytes written. It runs while writers
 // continue: every word is read atomically, so the copy is consistent per word, and a key added
 // during the copy may or may not be in it (a Bloom filter tolerates both). Every key added before
-// WriteSnapshot was called is in the copy. Rotation waits until the copy ends.
+// WriteSnapshot was called is in the copy. Rotation and sweeping wait until the copy ends, so the
+// slot uses in Meta hold for every word copied.
 //
 // On a write error it returns the error from w and the bytes written so far.
 func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
@@ -106,31 +115,40 @@ func (f *Filter) Meta() Meta {
 
 func (f *Filter) metaLocked() Meta {
 	v := f.view.Load()
+	uses := make([]uint64, f.slots)
+	for i := range uses {
+		uses[i] = f.uses[i].Load()
+	}
 	return Meta{
 		Generations:       f.cfg.Generations,
 		Interval:          f.cfg.Interval,
 		Capacity:          f.cfg.Capacity,
 		FalsePositiveRate: f.cfg.FalsePositiveRate,
 		Seed:              f.seed,
-		K:                 f.k,
-		BlockBits:         BlockBits,
+		K:                 f.sizing.K,
+		Sectors:           f.sectors,
+		SectorBits:        SectorBits,
 		Groups:            f.groups,
 		Slots:             f.slots,
 		Origin:            f.origin,
 		Epoch:             v.epoch,
 		Rotations:         f.rotations.Load(),
 		SlotEpochs:        append([]int64(nil), f.slotEpoch...),
+		SlotUses:          uses,
 		Words:             uint64(len(f.words)),
 	}
 }
 
 // Restore builds a Filter for cfg from a snapshot's Meta and its data, read from r, and then ages
-// it to cfg.Clock(): generations that expired while the snapshot sat on disk are dropped.
+// it to cfg.Clock(): generations that expired while the snapshot sat on disk are dropped. A
+// snapshot taken while a reused slot was being swept restores exactly: Restore empties every
+// stale word (and every free slot) before the filter is used. cfg.SingleWriter may differ from
+// the snapshotted filter's mode.
 //
 // It returns an error wrapping ErrIncompatible if cfg sizes or hashes differ from the snapshot's
-// (generations, interval, capacity, false-positive rate or seed changed), an error wrapping
-// ErrConfig for a bad cfg, and io.ErrUnexpectedEOF (wrapped) if r ends early. A failed Restore
-// returns no Filter.
+// (generations, interval, capacity, false-positive rate or seed changed) or the snapshot has the
+// layout of an older kdedup, an error wrapping ErrConfig for a bad cfg, and io.ErrUnexpectedEOF
+// (wrapped) if r ends early. A failed Restore returns no Filter.
 func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -148,31 +166,45 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 	}
 	f.origin = m.Origin
 	live := make([]int, 0, len(m.SlotEpochs))
-	cur := -1
 	for i, e := range m.SlotEpochs {
 		f.slotEpoch[i] = e
-		switch {
-		case e < 0:
-			f.dirty[i] = true // a free slot may hold expired bits
-		case uint64(e) == m.Epoch:
-			cur = i
-			live = append(live, i)
-		default:
+		f.uses[i].Store(m.SlotUses[i])
+		f.dirty[i] = e >= 0
+		f.settleSlot(i)
+		if e >= 0 {
 			live = append(live, i)
 		}
 	}
 	sort.Slice(live, func(a, b int) bool { return f.slotEpoch[live[a]] > f.slotEpoch[live[b]] })
-	epochs := make([]uint64, len(live))
-	for i, s := range live {
-		epochs[i] = uint64(f.slotEpoch[s])
-	}
-	f.view.Store(&view{epoch: m.Epoch, cur: cur, active: live, epochs: epochs})
+	f.publishLocked(m.Epoch, live) // f is not shared yet
 	f.rotations.Store(m.Rotations)
 	f.AdvanceTo(cfg.Clock())
 	return f, nil
 }
 
+// settleSlot puts slot s of a filter that is not shared yet in the state a sweep leaves: a live
+// slot's stale words become empty words of its use, and a free slot is emptied entirely so that it
+// can take a generation without a new use.
+func (f *Filter) settleSlot(s int) {
+	tag := tagOf(f.uses[s].Load())
+	for g := range f.groups {
+		i := g*f.groupWords + uint64(s)*sectorWords
+		for range f.sectors {
+			b := f.sector(i)
+			for w := range b {
+				if !f.dirty[s] || b[w]&tagBit != tag {
+					b[w] = tag
+				}
+			}
+			i += f.sectorStride
+		}
+	}
+}
+
 func compatible(cfg Config, s Sizing, m Meta) error {
+	if m.Sectors == 0 || len(m.SlotUses) == 0 {
+		return fmt.Errorf("%w: the snapshot holds the filter layout of an older kdedup (no sectors or slot uses)", ErrIncompatible)
+	}
 	var errs []error
 	check := func(name string, snap, now any) {
 		if snap != now {
@@ -189,18 +221,24 @@ func compatible(cfg Config, s Sizing, m Meta) error {
 	if len(errs) == 0 {
 		// Same parameters but a different layout means a snapshot from another sizing algorithm.
 		check("k", m.K, s.K)
-		check("block bits", m.BlockBits, s.BlockBits)
+		check("sectors", m.Sectors, s.Sectors)
+		check("sector bits", m.SectorBits, s.SectorBits)
 		check("groups", m.Groups, s.Groups)
 		check("slots", m.Slots, s.Slots)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrIncompatible, errors.Join(errs...))
 	}
-	want := s.Groups * uint64(s.Slots) * blockWords
-	if m.Words != want || len(m.SlotEpochs) != s.Slots {
-		return fmt.Errorf("%w: snapshot has %d words and %d slots, layout needs %d and %d",
-			ErrIncompatible, m.Words, len(m.SlotEpochs), want, s.Slots)
+	want := s.Groups * uint64(s.Slots*s.Sectors) * sectorWords
+	if m.Words != want || len(m.SlotEpochs) != s.Slots || len(m.SlotUses) != s.Slots {
+		return fmt.Errorf("%w: snapshot has %d words, %d slots and %d slot uses, layout needs %d words and %d slots",
+			ErrIncompatible, m.Words, len(m.SlotEpochs), len(m.SlotUses), want, s.Slots)
 	}
+	return checkGenerations(m)
+}
+
+// checkGenerations checks that the snapshot's generation table describes a window.
+func checkGenerations(m Meta) error {
 	live, cur := 0, false
 	for _, e := range m.SlotEpochs {
 		if e < 0 {

@@ -40,8 +40,9 @@ type GenerationStats struct {
 	Epoch uint64
 	// Start is when the generation began.
 	Start time.Time
-	// Fill is the fraction of the generation's bits that are set. A generation that reached
-	// Capacity keys is close to half full.
+	// Fill is the fraction of the generation's data bits that are set (tag bits and words left
+	// from the slot's previous use do not count). A generation that reached Capacity keys is close
+	// to half full.
 	Fill float64
 	// EstimatedKeys is the number of distinct keys the fill implies.
 	EstimatedKeys float64
@@ -81,34 +82,48 @@ func (f *Filter) Stats() Stats {
 }
 
 func (f *Filter) generationStats(slot int, stride uint64) GenerationStats {
-	var set, blocks uint64
+	tag := tagOf(f.uses[slot].Load())
+	var set, groups uint64
 	var fpr float64
-	k := float64(f.k)
 	for g := uint64(0); g < f.groups; g += stride {
-		i := (g*uint64(f.slots) + uint64(slot)) * blockWords
-		var c int
-		for w := range blockWords {
-			c += bits.OnesCount64(atomic.LoadUint64(&f.words[i+uint64(w)]))
+		i := g*f.groupWords + uint64(slot)*sectorWords
+		match := 1.0
+		for sec := range f.sectors {
+			c := countValid(f.sector(i), tag)
+			set += uint64(c)
+			match *= math.Pow(float64(c)/UsableSectorBits, float64(f.ks[sec]))
+			i += f.sectorStride
 		}
-		set += uint64(c)
-		blocks++
-		if c > 0 {
-			fpr += math.Pow(float64(c)/BlockBits, k)
-		}
+		fpr += match
+		groups++
 	}
-	fill := float64(set) / float64(blocks*BlockBits)
+	fill := float64(set) / float64(groups*uint64(f.sectors)*UsableSectorBits)
 	return GenerationStats{
 		Fill:          fill,
-		EstimatedKeys: estimateKeys(fill, f.k, f.groups),
-		EstimatedFPR:  fpr / float64(blocks),
+		EstimatedKeys: estimateKeys(fill, f.sizing.K, f.sectors, f.groups),
+		EstimatedFPR:  fpr / float64(groups),
 	}
 }
 
-// estimateKeys inverts the expected fill of a blocked filter: after n keys spread over groups
-// blocks, a bit is set with probability 1-(1-1/BlockBits)^(k·n/groups).
-func estimateKeys(fill float64, k int, groups uint64) float64 {
+// countValid returns the number of data bits set in the words of b that carry tag; words of an
+// earlier use read as empty.
+func countValid(b *[sectorWords]uint64, tag uint64) int {
+	c := 0
+	for w := range b {
+		if x := atomic.LoadUint64(&b[w]); x&tagBit == tag {
+			c += bits.OnesCount64(x & dataMask)
+		}
+	}
+	return c
+}
+
+// estimateKeys inverts the expected fill of a generation: after n keys spread over groups blocks
+// of the given number of sectors, each key setting k/sectors bits per sector, a bit is set with
+// probability 1-(1-1/UsableSectorBits)^(k·n/(sectors·groups)).
+func estimateKeys(fill float64, k, sectors int, groups uint64) float64 {
 	if fill >= 1 {
 		return math.Inf(1)
 	}
-	return math.Log1p(-fill) / (float64(k) * math.Log1p(-1.0/BlockBits)) * float64(groups)
+	perSector := float64(k) / float64(sectors)
+	return math.Log1p(-fill) / (perSector * math.Log1p(-1.0/UsableSectorBits)) * float64(groups)
 }

@@ -1,7 +1,10 @@
 // Command ratios reads `go test -bench Compare` output (files or standard input) and prints, per
-// op, p, key length and parallelism, the median ns/op (and cpu-ns/op) of each implementation, the
-// ratios window/blobloom and window/bitsbloom, and each implementation's speedup from par=1 to
-// par=P. A ratio below 1 means the window is faster.
+// op, p, key length and parallelism, the median ns/op (and cpu-ns/op) of each implementation
+// (windowsw is the window with Config.SingleWriter, measured on TestAndAdd at par=1 only), the
+// ratios window/blobloom, windowsw/blobloom and window/bitsbloom, and each implementation's
+// speedup from par=1 to par=P. Ratios and speedups are medians of per-round ratios: the i-th
+// sample of every cell is taken to come from round i, as run.sh's interleaved rounds produce. A
+// ratio below 1 means the window is faster.
 //
 // Usage:
 //
@@ -70,9 +73,9 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("median %s (n = samples per cell); ratio < 1: window faster\n\n", *metric)
-	fmt.Printf("| %-14s | %-5s | %-4s | %-3s | %-12s | %-12s | %-12s | %-8s | %-8s |\n",
-		"op", "p", "key", "par", "window", "blobloom", "bitsbloom", "win/blob", "win/bits")
-	fmt.Println("|----------------|-------|------|-----|--------------|--------------|--------------|----------|----------|")
+	fmt.Printf("| %-14s | %-5s | %-4s | %-3s | %-12s | %-12s | %-12s | %-12s | %-8s | %-8s | %-8s |\n",
+		"op", "p", "key", "par", "window", "windowsw", "blobloom", "bitsbloom", "win/blob", "wsw/blob", "win/bits")
+	fmt.Println("|----------------|-------|------|-----|--------------|--------------|--------------|--------------|----------|----------|----------|")
 	speed := map[string][]string{}
 	for _, k := range rows {
 		pars := map[int]bool{}
@@ -88,17 +91,19 @@ func main() {
 		sort.Ints(ps)
 		for _, par := range ps {
 			w, nw := med(samples[k]["window"][par])
+			ws, ns := med(samples[k]["windowsw"][par])
 			bl, nb := med(samples[k]["blobloom"][par])
 			bi, ni := med(samples[k]["bitsbloom"][par])
-			fmt.Printf("| %-14s | %-5s | %-4s | %-3d | %-12s | %-12s | %-12s | %-8s | %-8s |\n",
-				k.op, strings.TrimPrefix(k.p, "p="), k.key, par, cell(w, nw), cell(bl, nb), cell(bi, ni), ratio(w, bl), ratio(w, bi))
+			fmt.Printf("| %-14s | %-5s | %-4s | %-3d | %-12s | %-12s | %-12s | %-12s | %-8s | %-8s | %-8s |\n",
+				k.op, strings.TrimPrefix(k.p, "p="), k.key, par, cell(w, nw), cell(ws, ns), cell(bl, nb), cell(bi, ni),
+				paired(samples[k]["window"][par], samples[k]["blobloom"][par]),
+				paired(samples[k]["windowsw"][par], samples[k]["blobloom"][par]),
+				paired(samples[k]["window"][par], samples[k]["bitsbloom"][par]))
 		}
 		if len(ps) == 2 {
 			for _, impl := range []string{"window", "blobloom", "bitsbloom"} {
-				s1, _ := med(samples[k][impl][ps[0]])
-				s2, _ := med(samples[k][impl][ps[1]])
-				if s1 > 0 && s2 > 0 {
-					speed[impl] = append(speed[impl], fmt.Sprintf("%s/%s/%s: %.2fx", k.op, strings.TrimPrefix(k.p, "p="), k.key, s1/s2))
+				if r := paired(samples[k][impl][ps[0]], samples[k][impl][ps[1]]); r != "-" {
+					speed[impl] = append(speed[impl], fmt.Sprintf("%s/%s/%s: %s", k.op, strings.TrimPrefix(k.p, "p="), k.key, r))
 				}
 			}
 		}
@@ -149,9 +154,17 @@ func cell(v float64, n int) string {
 	return fmt.Sprintf("%.1f (n=%d)", v, n)
 }
 
-func ratio(a, b float64) string {
-	if a == 0 || b == 0 {
+// paired returns the median of a[i]/b[i]: with interleaved rounds (run.sh) the i-th samples of
+// two cells come from the same round, so a burst of load on the shared machine cancels out.
+func paired(a, b []float64) string {
+	n := min(len(a), len(b))
+	if n == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx", a/b)
+	r := make([]float64, n)
+	for i := range r {
+		r[i] = a[i] / b[i]
+	}
+	m, _ := med(r)
+	return fmt.Sprintf("%.2fx", m)
 }

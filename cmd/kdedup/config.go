@@ -76,7 +76,7 @@ type DedupConfig struct {
 	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the wall clock of the worker (processing time), not on record timestamps."`
 	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval; per partition with DEDUP_SCOPE=partition. Above it the false-positive rate rises."`
 	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
-	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. Startup fails if the window needs more. The defaults need about 55MB per filter."`
+	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. Startup fails if the window needs more. The defaults need about 39MB per filter."`
 	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
 }
 

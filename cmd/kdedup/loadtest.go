@@ -386,6 +386,6 @@ func printSizing(w io.Writer, generations int, capacity uint64) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d generations of %d keys; bytes/key in window = filter bytes / (generations x capacity), including the spare generation and the per-group claim words.\n", generations, capacity)
+	fmt.Fprintf(w, "%d generations of %d keys; bits/key/gen counts a generation's sectors with their tag bits; bytes/key in window = filter bytes / (generations x capacity), including the per-group claim words (there is no spare generation).\n", generations, capacity)
 	return nil
 }

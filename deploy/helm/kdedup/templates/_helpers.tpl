@@ -45,7 +45,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded up.
 
   filters     = sizing.partitionsPerReplica (dedup.scope partition) or 1 (global)
-  filterBytes = filters x (dedup.window.count + 1) x dedup.window.capacity x sizing.bitsPerKey / 8
+  filterBytes = filters x dedup.window.count x dedup.window.capacity x sizing.bitsPerKey / 8
   memory      = ceil(filterBytes x 1.0 / 2^20) + sizing.overheadMiB
 */}}
 {{- define "kdedup.memory" -}}
@@ -53,7 +53,7 @@ kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded
 {{- if eq .Values.dedup.scope "partition" }}
 {{- $filters = .Values.sizing.partitionsPerReplica }}
 {{- end }}
-{{- $generations := add (int .Values.dedup.window.count) 1 }}
+{{- $generations := int .Values.dedup.window.count }}
 {{- $bytes := mulf $filters $generations .Values.dedup.window.capacity .Values.sizing.bitsPerKey 0.125 1.0 }}
 {{- $mib := ceil (divf $bytes 1048576) }}
 {{- printf "%dMi" (add (int64 $mib) (int64 .Values.sizing.overheadMiB)) }}

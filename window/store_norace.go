@@ -1,0 +1,13 @@
+//go:build !race
+
+package window
+
+// storeWord stores v at p for the single writer (Config.SingleWriter) with a plain store. Every
+// other access to filter words is atomic: readers load them and the sweeper swaps them. An
+// aligned 64-bit store is a single indivisible write on every platform Go supports, and the Go
+// memory model guarantees that a racing read of a machine word observes either the old or the new
+// value, which is all the readers need; a plain store avoids the full barrier of atomic.Store
+// (XCHG on amd64), which costs as much as the read-modify-write the single writer avoids. Under
+// the race detector storeWord is an atomic store instead (store_race.go), so that the detector
+// checks everything else.
+func storeWord(p *uint64, v uint64) { *p = v }
