@@ -226,7 +226,7 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 			values: `checkpoint: {store: dir}`,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			memory:   expectedMemory(4, 8, 1000000, 40, 64),
 			replicas: 2,
 		},
 		{
@@ -234,7 +234,7 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 			values: `{checkpoint: {store: dir, dir: /ckpt}, persistence: {existingClaim: kdedup-rwx}}`,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			memory:   expectedMemory(4, 8, 1000000, 40, 64),
 			replicas: 2,
 		},
 		{
@@ -242,7 +242,7 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 			values: `checkpoint: {store: none, rebuildMaxRecords: 2000000}`,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			memory:   expectedMemory(4, 8, 1000000, 40, 64),
 			replicas: 2,
 		},
 		{
@@ -253,7 +253,7 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 `,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			memory:   expectedMemory(4, 8, 1000000, 40, 64),
 			replicas: 2,
 		},
 		{
@@ -261,7 +261,7 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 			values: `{checkpoint: {s3: {bucket: my-bucket}}, serviceAccount: {roleArn: "arn:aws:iam::123456789012:role/kdedup", annotations: {team: data}}}`,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 48, 64),
+			memory:   expectedMemory(4, 8, 1000000, 40, 64),
 			replicas: 2,
 		},
 		{
