@@ -73,12 +73,16 @@ type FilterInfo struct {
 	EstimatedFPR float64 `json:"estimated_fpr"`
 	// EstimateAverage is what Verdict.SteadyLossRate measures, as the worker estimates it: its
 	// estimated false-positive rate, read from its /metrics EstimateSamples times at random
-	// instants while the steady events were sent, averaged over time per filter, and the
-	// filters' averages weighted by the steady events each judged (Verdict.SteadyByFilter).
+	// instants while the steady events were sent (from the time the window had filled to the end
+	// of the constant-rate sending), averaged over time per filter, and the filters' averages
+	// weighted by the steady events each judged (Verdict.SteadyByFilter).
 	// One reading is the rate a new key faces at that instant, which rises as the current
 	// generation fills: only the time average is comparable with a loss rate. -1: unknown.
 	EstimateAverage float64 `json:"estimate_avg"`
 	EstimateSamples int     `json:"estimate_samples"`
+	// EstimateByFilter is the time average of each filter's estimate, to set beside its own loss
+	// rate (Verdict.SteadyByFilter): filters judge unevenly loaded partitions.
+	EstimateByFilter map[string]float64 `json:"estimate_avg_by_filter,omitempty"`
 }
 
 // Report is the outcome of a run. Its JSON form (WriteJSON) is the machine-readable report.

@@ -155,16 +155,22 @@ func (w *embeddedWorker) finish(report *loadtest.Report) {
 }
 
 // addEstimateAverage sets the report's EstimateAverage from the estimate readings: from the time
-// the window had filled (when the steady events begin) to the end of the sending.
+// the window had filled (when the steady events begin) to the end of the constant-rate sending
+// (count/rate; the beyond-window duplicates that follow it are a trickle), or of all the sending
+// without -rate.
 func addEstimateAverage(report *loadtest.Report, samples []estimateSample) {
 	f := report.Filter
 	if f == nil {
 		return
 	}
 	s := report.Settings
-	from := report.Started.Add(time.Duration(float64(s.WindowCount) * s.WindowSeconds * float64(time.Second)))
-	to := report.Started.Add(time.Duration(report.Throughput.SendSeconds * float64(time.Second)))
-	f.EstimateAverage, f.EstimateSamples = estimateAverage(samples, from, to, report.Verdict.SteadyByFilter)
+	seconds := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	from := report.Started.Add(seconds(float64(s.WindowCount) * s.WindowSeconds))
+	to := report.Started.Add(seconds(report.Throughput.SendSeconds))
+	if s.Rate > 0 {
+		to = report.Started.Add(seconds(float64(s.Count) / s.Rate))
+	}
+	f.EstimateAverage, f.EstimateSamples, f.EstimateByFilter = estimateAverage(samples, from, to, report.Verdict.SteadyByFilter)
 }
 
 // filters returns the number of filters of the worker: one per partition, or one under scope

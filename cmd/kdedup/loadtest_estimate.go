@@ -81,38 +81,32 @@ func (s *estimateSampler) halt() []estimateSample {
 	return s.samples
 }
 
-// estimateAverage returns the time average of the readings taken in [from, to], per filter,
-// weighted by the steady unique events each filter judged, and the number of readings it
-// averages; -1 when no filter with events has a reading.
-func estimateAverage(samples []estimateSample, from, to time.Time, weights map[string]loadtest.FilterLoss) (float64, int) {
-	type acc struct {
-		sum float64
-		n   int
-	}
-	per := map[string]*acc{}
+// estimateAverage returns the time average of the readings taken in [from, to] of every filter
+// with steady unique events (weights), the average of those weighted by the events, and the
+// number of readings it averages; -1 when no such filter has a reading.
+func estimateAverage(samples []estimateSample, from, to time.Time, weights map[string]loadtest.FilterLoss) (avg float64, n int, byFilter map[string]float64) {
+	sums, counts := map[string]float64{}, map[string]int{}
 	for _, s := range samples {
-		if s.at.Before(from) || s.at.After(to) {
-			continue
+		if !s.at.Before(from) && !s.at.After(to) {
+			sums[s.filter] += s.v
+			counts[s.filter]++
 		}
-		a := per[s.filter]
-		if a == nil {
-			a = &acc{}
-			per[s.filter] = a
-		}
-		a.sum += s.v
-		a.n++
 	}
 	var sum, weight float64
-	n := 0
 	for name, w := range weights {
-		if a := per[name]; a != nil && w.Uniques > 0 {
-			sum += float64(w.Uniques) * a.sum / float64(a.n)
-			weight += float64(w.Uniques)
-			n += a.n
+		if counts[name] == 0 || w.Uniques == 0 {
+			continue
 		}
+		if byFilter == nil {
+			byFilter = map[string]float64{}
+		}
+		byFilter[name] = sums[name] / float64(counts[name])
+		sum += float64(w.Uniques) * byFilter[name]
+		weight += float64(w.Uniques)
+		n += counts[name]
 	}
 	if weight == 0 {
-		return -1, 0
+		return -1, 0, nil
 	}
-	return sum / weight, n
+	return sum / weight, n, byFilter
 }

@@ -211,13 +211,16 @@ func TestEstimateAverage(t *testing.T) {
 		{at(3000), "1", 100}, // after the sending
 	}
 	weights := map[string]loadtest.FilterLoss{"0": {Uniques: 300}, "1": {Uniques: 100}, "3": {Uniques: 50}}
-	got, n := estimateAverage(samples, at(1000), at(2000), weights)
+	got, n, by := estimateAverage(samples, at(1000), at(2000), weights)
 	want := (300*2e-3 + 100*1e-2) / 400
 	if n != 3 || math.Abs(got-want) > 1e-12 {
 		t.Errorf("estimateAverage = %g over %d readings, want %g over 3", got, n, want)
 	}
-	if got, n := estimateAverage(nil, at(0), at(1), weights); got != -1 || n != 0 {
-		t.Errorf("no readings: %g, %d; want -1, 0", got, n)
+	if len(by) != 2 || math.Abs(by["0"]-2e-3) > 1e-12 || by["1"] != 1e-2 {
+		t.Errorf("by filter %v, want 0: 2e-3, 1: 1e-2", by)
+	}
+	if got, n, by := estimateAverage(nil, at(0), at(1), weights); got != -1 || n != 0 || by != nil {
+		t.Errorf("no readings: %g, %d, %v; want -1, 0, nil", got, n, by)
 	}
 }
 
