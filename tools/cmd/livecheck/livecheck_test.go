@@ -242,3 +242,60 @@ func TestCompareWindow(t *testing.T) {
 		t.Errorf("with a restart at 4s: from %v, want 10s", from.Sub(t0))
 	}
 }
+
+func TestBound(t *testing.T) {
+	tests := []struct {
+		b    bound
+		x    float64
+		want bool
+		str  string
+	}{
+		{some, 1, true, "max >= 0.5"},
+		{some, 0, false, "max >= 0.5"},
+		{none, 0, true, "max < 0.5"},
+		{bound{op: "<=", v: 2, min: true}, 2, true, "min <= 2"},
+		{bound{op: "<=", v: 2, min: true}, 3, false, "min <= 2"},
+		{bound{op: ">", v: 0}, 0, false, "max > 0"},
+	}
+	for _, tt := range tests {
+		if got := tt.b.holds(tt.x); got != tt.want || tt.b.String() != tt.str {
+			t.Errorf("%s holds(%g) = %v, want %v (%s)", tt.b, tt.x, got, tt.want, tt.str)
+		}
+	}
+}
+
+// TestWeightedMean checks that each filter's series is averaged over its points and the filters
+// are weighted by the events they judged; a filter without events does not count.
+func TestWeightedMean(t *testing.T) {
+	pts := func(vs ...float64) []sample {
+		var out []sample
+		for i, v := range vs {
+			out = append(out, sample{T: time.Unix(int64(i), 0), V: v})
+		}
+		return out
+	}
+	res := []series{
+		{Labels: map[string]string{"filter": "0"}, Samples: pts(1, 3)},
+		{Labels: map[string]string{"filter": "1"}, Samples: pts(10)},
+		{Labels: map[string]string{"filter": "2"}, Samples: pts(100)},
+	}
+	events := map[string]filterLoss{"0": {Uniques: 300}, "1": {Uniques: 100}}
+	mean, points := weightedMean(res, events)
+	if want := (300*2.0 + 100*10.0) / 400; mean != want || points != 3 {
+		t.Errorf("weightedMean = %g over %d points, want %g over 3", mean, points, want)
+	}
+	if mean, points := weightedMean(res, nil); mean != 0 || points != 0 {
+		t.Errorf("no events: %g over %d points", mean, points)
+	}
+}
+
+func TestPhaseRunHook(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	run := &phaseRun{start: t0, report: &verifierReport{Hooks: []hookRun{{"join", 2}, {"fault REQUEST_TIMED_OUT", 5.5}, {"fault UNKNOWN_PRODUCER_ID", 7}}}}
+	if at, ok := run.hook("fault"); !ok || !at.Equal(t0.Add(5500*time.Millisecond)) {
+		t.Errorf("hook(fault) = %v, %v", at, ok)
+	}
+	if _, ok := run.hook("leave"); ok {
+		t.Error("hook(leave) found")
+	}
+}
