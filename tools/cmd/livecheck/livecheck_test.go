@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,5 +301,64 @@ func TestPhaseRunHook(t *testing.T) {
 	}
 	if _, ok := run.hook("leave"); ok {
 		t.Error("hook(leave) found")
+	}
+}
+
+// TestPanelsPage draws the page from a stub of Prometheus's query_range API: one chart per
+// listed panel, a line per series with its legend filled in, the phases shaded, and a note on a
+// panel without data.
+func TestPanelsPage(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query().Get("query")
+		if strings.Contains(q, "kdedup_rebuild_records_total") { // the last panel: no data
+			fmt.Fprint(w, `{"status":"success","data":{"resultType":"matrix","result":[]}}`)
+			return
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"filter":"3","reason":"x"},"values":[[%d,"0.5"],[%d,"1e-7"],[%d,"2"]]}]}}`,
+			t0.Unix()+1, t0.Unix()+2, t0.Unix()+40)
+	}))
+	defer srv.Close()
+	var targets []tools.Target
+	for _, p := range pagePanels {
+		targets = append(targets, tools.Target{PanelID: p.id, Panel: fmt.Sprintf("panel %d", p.id), RefID: "A",
+			Legend: "f {{filter}} {{ reason }}", Expr: fmt.Sprintf("metric_%d", p.id)})
+	}
+	targets[len(targets)-1].Expr = "rate(kdedup_rebuild_records_total[$__rate_interval])"
+	runs := []*phaseRun{{phase: phase{name: "healthy"}, began: t0, ended: t0.Add(20 * time.Second)},
+		{phase: phase{name: "degraded"}, began: t0.Add(21 * time.Second), ended: t0.Add(45 * time.Second)}}
+	var buf strings.Builder
+	g := newGrafanaVars(45 * time.Second)
+	if err := writePanelsPage(context.Background(), &buf, newPromAPI(srv.URL), targets, g, runs, t0, t0.Add(45*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, want := range []string{"panel 7", "panel 11", "f 3 x", "healthy", "degraded", "no data in this run", "<path d=\"M"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, "<svg "); n != len(pagePanels) {
+		t.Errorf("%d charts, want %d", n, len(pagePanels))
+	}
+	if err := writePanelsPage(context.Background(), &buf, newPromAPI(srv.URL), targets[:1], g, runs, t0, t0.Add(time.Minute)); err == nil {
+		t.Error("a listed panel the dashboard lacks is not an error")
+	}
+}
+
+// TestPagePanelsExist checks that the panels the page draws are on the dashboard.
+func TestPagePanelsExist(t *testing.T) {
+	d, err := tools.DecodeDashboard(readRepo(t, "deploy", "grafana", "kdedup.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := tools.Targets(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pagePanels {
+		if !slices.ContainsFunc(targets, func(tg tools.Target) bool { return tg.PanelID == p.id }) {
+			t.Errorf("the page draws panel %d, which the dashboard lacks", p.id)
+		}
 	}
 }

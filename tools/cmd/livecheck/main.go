@@ -37,7 +37,7 @@
 //
 // Usage, from tools/ (CI runs it as `bash deploy/ci-checks.sh live_check`):
 //
-//	go run ./cmd/livecheck [-repo ..] [-kdedup BIN] [-rate 3000] [-overfill NAME=VALUE] [-keep]
+//	go run ./cmd/livecheck [-repo ..] [-kdedup BIN] [-rate 3000] [-overfill NAME=VALUE] [-keep] [-panels FILE]
 package main
 
 import (
@@ -72,6 +72,7 @@ type options struct {
 	degraded                 time.Duration
 	overfill                 stringList
 	keep                     bool
+	panels                   string // -panels: the page of the README's panels
 }
 
 // defaultOverfill is the worker environment that overfills the filter in the degraded phase:
@@ -106,6 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.degraded, "degraded", 20*time.Second, "constant-rate sending of the degraded phase")
 	fs.Var(&o.overfill, "overfill", "worker NAME=VALUE (repeatable) that pushes the filter past capacity in the degraded phase (default "+defaultOverfill+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, reports, Prometheus data)")
+	fs.StringVar(&o.panels, "panels", "", "write an HTML page of the README's dashboard panels, as Prometheus evaluated them in this run, to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -221,7 +223,31 @@ func liveCheck(ctx context.Context, o options, log io.Writer) ([]check, error) {
 	if prom.exited() {
 		return nil, fmt.Errorf("prometheus exited during the run: %v\n%s", prom.err, prom.logTail(20))
 	}
-	return evaluate(ctx, prom.api, in, worker, runs), nil
+	checks := evaluate(ctx, prom.api, in, worker, runs)
+	if o.panels != "" {
+		if err := writePanels(ctx, o.panels, prom.api, in.targets, runs, worker); err != nil {
+			return checks, fmt.Errorf("-panels: %w", err)
+		}
+		fmt.Fprintf(log, "livecheck: wrote the panels page %s\n", o.panels)
+	}
+	return checks, nil
+}
+
+// writePanels writes the -panels page of runs to path.
+func writePanels(ctx context.Context, path string, api promAPI, targets []tools.Target, runs []*phaseRun, worker string) error {
+	start, end := runs[0].began, runs[len(runs)-1].ended
+	g := newGrafanaVars(end.Sub(start))
+	g.set("job", "kdedup")
+	g.set("instance", worker)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writePanelsPage(ctx, f, api, targets, g, runs, start, end); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // runPhases runs the healthy phase, the handover phase and the degraded one, in this order.
