@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kdedup/kdedup/tools"
@@ -13,15 +14,22 @@ import (
 // targetFPR is the loadtests' DEDUP_FALSE_POSITIVE_RATE (-fpr).
 const targetFPR = 1e-6
 
-// bound is a condition on the largest value a target shows in a phase, or on the smallest.
+// bound is a condition on the largest value a target shows in a phase, or, with an op that starts
+// with "min ", on the smallest.
 type bound struct {
-	op  string // ">=", ">", "<" or "<="
-	v   float64
-	min bool // on the smallest value
+	op string // ">=", ">", "<" or "<=", optionally after "min "
+	v  float64
+}
+
+// onMin reports whether the bound is on the smallest value, and its comparison.
+func (b bound) onMin() (bool, string) {
+	op, ok := strings.CutPrefix(b.op, "min ")
+	return ok, op
 }
 
 func (b bound) holds(x float64) bool {
-	switch b.op {
+	_, op := b.onMin()
+	switch op {
 	case ">=":
 		return x >= b.v
 	case ">":
@@ -34,8 +42,8 @@ func (b bound) holds(x float64) bool {
 }
 
 func (b bound) String() string {
-	if b.min {
-		return fmt.Sprintf("min %s %g", b.op, b.v)
+	if m, op := b.onMin(); m {
+		return fmt.Sprintf("min %s %g", op, b.v)
 	}
 	return fmt.Sprintf("max %s %g", b.op, b.v)
 }
@@ -69,7 +77,7 @@ var (
 var events = []event{
 	{"Restarts and rebalances", "A", "", nil, bound{op: ">=", v: 1}, "the handover and degraded phases' loadtest processes replaced the one before"},
 	{"Restarts and rebalances", "B", "handover", nil, some, "a second worker joins the group and leaves it"},
-	{"Assigned partitions", "A", "handover", nil, bound{op: "<=", v: 2, min: true}, "the second worker takes half of the 4 partitions"},
+	{"Assigned partitions", "A", "handover", nil, bound{op: "min <=", v: 2}, "the second worker takes half of the 4 partitions"},
 	{"Assigned partitions", "A", "handover", nil, bound{op: ">=", v: 4}, "the worker has all 4 partitions before the second one joins and after it left"},
 	{"Checkpoint failures and restores", "A", "healthy", nil, none, "every checkpoint succeeds"},
 	{"Checkpoint failures and restores", "A", "handover", nil, none, "every checkpoint succeeds"},
@@ -121,7 +129,7 @@ func checkEvents(ctx context.Context, api promAPI, targets []tools.Target, g gra
 			c := check{name: t.String() + labelSuffix(e.labels), phase: orAll(e.phase), want: e.want.String(), detail: e.why}
 			lo, hi, err := targetRange(ctx, api, g, t.Expr, e.labels, from, to)
 			v, agg := hi, "max"
-			if e.want.min {
+			if m, _ := e.want.onMin(); m {
 				v, agg = lo, "min"
 			}
 			switch {

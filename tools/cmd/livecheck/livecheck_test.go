@@ -257,8 +257,8 @@ func TestBound(t *testing.T) {
 		{some, 1, true, "max >= 0.5"},
 		{some, 0, false, "max >= 0.5"},
 		{none, 0, true, "max < 0.5"},
-		{bound{op: "<=", v: 2, min: true}, 2, true, "min <= 2"},
-		{bound{op: "<=", v: 2, min: true}, 3, false, "min <= 2"},
+		{bound{op: "min <=", v: 2}, 2, true, "min <= 2"},
+		{bound{op: "min <=", v: 2}, 3, false, "min <= 2"},
 		{bound{op: ">", v: 0}, 0, false, "max > 0"},
 	}
 	for _, tt := range tests {

@@ -27,12 +27,12 @@ var pagePanels = []struct {
 	{12, false}, // Generation fill
 	{4, false},  // Assigned partitions
 	{21, false}, // Restarts and rebalances
-	{30, false}, // Producer resets and uncertain retries
+	{34, false}, // Producer resets and uncertain retries
 	{23, false}, // Checkpoint age
 	{26, false}, // Checkpoint failures and restores
 	{28, false}, // Partition handover time
-	{31, false}, // Handover snapshot size
-	{32, false}, // Rebuild read rate
+	{35, false}, // Handover snapshot size
+	{36, false}, // Rebuild read rate
 }
 
 // pageColors are the series colours, in order.
