@@ -5,7 +5,7 @@
 #   deploy/ci-checks.sh                    install what is missing, then run every static check
 #   deploy/ci-checks.sh check_metrics URL  lint a live /metrics endpoint with promtool
 #   deploy/ci-checks.sh live_check [FLAGS] the dashboard and alerts evaluated by a real Prometheus
-#                                          on a live worker (about a minute; tools/README.md)
+#                                          on a live worker (about 90s; tools/README.md)
 #   source deploy/ci-checks.sh             define the functions only (for .ci/run)
 #
 # Needs root (or the tools already installed) for apt-get, and Go for helm and tools/.
@@ -79,10 +79,12 @@ check_metrics() {
 	printf '%s\n' "$body" | promtool check metrics
 }
 
-# live_check [FLAGS] runs tools/cmd/livecheck: Debian's prometheus scrapes a worker under two
-# embedded loadtests (healthy with a restart; overfilled filter and unwritable checkpoint store),
-# then every dashboard target, the duplicate ratio and throughput against the loadtest's
-# verifier, and the alerts (for: shortened) are checked. FLAGS go to livecheck (-keep, -rate, ...).
+# live_check [FLAGS] runs tools/cmd/livecheck: Debian's prometheus scrapes a worker under three
+# embedded loadtests (healthy with a restart; handover: a second worker joins and leaves, then a
+# rebuild from the output topic; degraded: overfilled filter, unwritable checkpoint store and
+# produce faults), then every dashboard target, the duplicate ratio and throughput against the
+# loadtest's verifier, the estimated false-positive rate against the measured loss, and the
+# alerts (for: shortened) are checked. FLAGS go to livecheck (-keep, -rate, ...).
 # It stops every process it starts and fails naming the panel, alert or check at fault.
 live_check() {
 	log "cd tools && go run ./cmd/livecheck $*"

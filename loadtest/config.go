@@ -249,6 +249,11 @@ type Config struct {
 	At int
 	Do func(ctx context.Context) error
 
+	// Hooks are further actions, each called like Do once its At records were created, each in
+	// its own goroutine. The run waits for all of them before it stops reading the output; one
+	// that fails fails the run. Report.Hooks says when each was called and how long it took.
+	Hooks []Hook
+
 	// ProduceBatch is the maximum number of records of one produce request (which also stays
 	// under about 512KiB). Default 500.
 	ProduceBatch int
@@ -344,8 +349,13 @@ func (c Config) Validate() error {
 	if c.Settle < 0 || c.Timeout < 0 || c.BucketWidth < 0 || c.ProgressInterval < 0 || c.Linger < 0 {
 		bad("durations must not be negative")
 	}
-	if c.Do != nil && (c.At < 0 || c.At > c.Count) {
-		bad("the hook's record count %d is outside [0, %d]", c.At, c.Count)
+	for _, h := range c.hooks() {
+		if h.Do == nil {
+			bad("the hook %q has no function", h.Name)
+		}
+		if h.At < 0 || h.At > c.Count {
+			bad("the record count %d of the hook %q is outside [0, %d]", h.At, h.Name, c.Count)
+		}
 	}
 	if c.ProduceBatch < 1 {
 		bad("produce batch must be positive")

@@ -82,8 +82,7 @@ type generator struct {
 	acked   atomic.Int64
 	errors  atomic.Int64
 	done    atomic.Bool
-	hookErr chan error // receives Config.Do's result; nil without a hook
-	hooked  bool
+	hooks   *hookRunner
 	lastAt  int64 // creation time of the last planned record (not a marker)
 
 	filler     []byte
@@ -102,6 +101,7 @@ func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.T
 		partitions: partitions,
 		start:      start,
 		plan:       newPlanner(cfg, partitions),
+		hooks:      newHookRunner(cfg, start),
 		ids:        newIDMaker(cfg.RunID),
 		runID:      []byte(cfg.RunID),
 		log:        make([]sentRec, 0, cfg.Count+partitions),
@@ -277,11 +277,7 @@ func (g *generator) emit(ctx context.Context, s sentRec) error {
 	seq := len(g.log)
 	g.log = append(g.log, s)
 	g.created.Add(1)
-	if g.cfg.Do != nil && !g.hooked && len(g.log) >= g.cfg.At {
-		g.hooked = true
-		g.hookErr = make(chan error, 1)
-		go func() { g.hookErr <- g.cfg.Do(context.WithoutCancel(ctx)) }()
-	}
+	g.hooks.created(ctx, len(g.log))
 	p := s.part
 	if len(g.bufs[p]) == 0 && g.oldest.IsZero() {
 		g.oldest = time.Now()

@@ -340,14 +340,19 @@ func (r *Report) filterRows() []htmlRow {
 	if f.EstimatedFPR >= 0 {
 		est = fmt.Sprintf("%.3g", f.EstimatedFPR)
 	}
-	return []htmlRow{
+	rows := []htmlRow{
 		{"filters x generations", fmt.Sprintf("%d x %d of %gs", f.Filters, f.Generations, f.IntervalSeconds)},
 		{"capacity per generation", strconv.FormatUint(f.Capacity, 10)},
 		{"bits per key per generation", fmt.Sprintf("%.2f (theory 1.44*log2(1/p) = %.2f for the per-generation target, %.2f for the window target)",
 			f.BitsPerKey, f.TheoryBitsPerKey, f.TheoryBitsPerKeyWindow)},
 		{"memory per filter", fmt.Sprintf("%s (%.2f bytes per key of the window)", fmtBytes(f.TotalBytes), f.BytesPerKey)},
-		{"false-positive rate: target / predicted full / estimated", fmt.Sprintf("%g / %.3g / %s", f.FalsePositiveRate, f.PredictedFPR, est)},
+		{"false-positive rate: target / predicted full / estimated at the end", fmt.Sprintf("%g / %.3g / %s", f.FalsePositiveRate, f.PredictedFPR, est)},
 	}
+	if v := r.Verdict; f.EstimateAverage >= 0 && v.SteadyUniques > 0 {
+		rows = append(rows, htmlRow{"estimate averaged over the steady part / measured loss rate",
+			fmt.Sprintf("%.3g (%d readings) / %.3g%s", f.EstimateAverage, f.EstimateSamples, v.SteadyLossRate, ratio(f.EstimateAverage, v.SteadyLossRate))})
+	}
+	return rows
 }
 
 // settingsRows returns the rows of the Settings table.

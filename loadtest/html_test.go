@@ -29,7 +29,7 @@ func syntheticReport(t *testing.T) *Report {
 	r := newReport(cfg, 2, 2, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), 4*time.Second, vo, width)
 	r.Filter = &FilterInfo{Filters: 2, Generations: 3, IntervalSeconds: 1, Capacity: 1000, FalsePositiveRate: 1e-6,
 		BitsPerKey: 43.5, TheoryBitsPerKey: 31, TheoryBitsPerKeyWindow: 28.8, TotalBytes: 22400, BytesPerKey: 7.5,
-		PredictedFPR: 9.9e-7, EstimatedFPR: -1}
+		PredictedFPR: 9.9e-7, EstimatedFPR: -1, EstimateAverage: -1}
 	r.Judge()
 	return r
 }

@@ -368,6 +368,8 @@ func TestParseMixAndField(t *testing.T) {
 	}
 }
 
+func noop(context.Context) error { return nil }
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -385,6 +387,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no false-positive rate", func(c *Config) { c.FalsePositiveRate = 0 }, "false-positive rate"},
 		{"expect all needs no false-positive rate", func(c *Config) { c.FalsePositiveRate = 0; c.ExpectAll = true }, ""},
 		{"cross with one entity", func(c *Config) { c.Entities = 1 }, "2 entities"},
+		{"hook without a function", func(c *Config) { c.Hooks = []Hook{{Name: "join", At: 1}} }, `"join" has no function`},
+		{"hook past the end", func(c *Config) { c.Hooks = []Hook{{Name: "join", At: c.Count + 1, Do: noop}} }, `hook "join" is outside`},
+		{"Do past the end", func(c *Config) { c.At, c.Do = -1, noop }, `hook "hook" is outside`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -68,9 +68,21 @@ type FilterInfo struct {
 	TotalBytes  uint64  `json:"total_bytes"`
 	BytesPerKey float64 `json:"bytes_per_key"`
 	// PredictedFPR is the sizing's prediction for a full window; EstimatedFPR the worker's
-	// estimate from its fill at the end of the run (-1: unknown).
+	// estimate from its fill at the end of the run, the largest of its filters (-1: unknown).
 	PredictedFPR float64 `json:"predicted_fpr"`
 	EstimatedFPR float64 `json:"estimated_fpr"`
+	// EstimateAverage is what Verdict.SteadyLossRate measures, as the worker estimates it: its
+	// estimated false-positive rate, read from its /metrics EstimateSamples times at random
+	// instants while the steady events were sent (from the time the window had filled to the end
+	// of the constant-rate sending), averaged over time per filter, and the filters' averages
+	// weighted by the steady events each judged (Verdict.SteadyByFilter).
+	// One reading is the rate a new key faces at that instant, which rises as the current
+	// generation fills: only the time average is comparable with a loss rate. -1: unknown.
+	EstimateAverage float64 `json:"estimate_avg"`
+	EstimateSamples int     `json:"estimate_samples"`
+	// EstimateByFilter is the time average of each filter's estimate, to set beside its own loss
+	// rate (Verdict.SteadyByFilter): filters judge unevenly loaded partitions.
+	EstimateByFilter map[string]float64 `json:"estimate_avg_by_filter,omitempty"`
 }
 
 // Report is the outcome of a run. Its JSON form (WriteJSON) is the machine-readable report.
@@ -93,6 +105,9 @@ type Report struct {
 	// Series is the time series, in buckets of BucketSeconds.
 	BucketSeconds float64 `json:"bucket_s"`
 	Series        []Point `json:"series"`
+
+	// Hooks says when each of Config.Hooks (and Config.Do) was called and how long it took.
+	Hooks []HookRun `json:"hooks,omitempty"`
 
 	Filter        *FilterInfo        `json:"filter,omitempty"`
 	WorkerMetrics map[string]float64 `json:"worker_metrics,omitempty"`
@@ -290,8 +305,19 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		row("filter", "%d x %d generations x %d keys at %g: %.1f bits/key/generation (theory %.1f), %s per filter, %.2f bytes per key in the window",
 			f.Filters, f.Generations, f.Capacity, f.FalsePositiveRate, f.BitsPerKey, f.TheoryBitsPerKey, fmtBytes(f.TotalBytes), f.BytesPerKey)
 		if f.EstimatedFPR >= 0 {
-			row("", "predicted FPR when full %.3g, worker's estimate at the end %.3g", f.PredictedFPR, f.EstimatedFPR)
+			row("", "predicted FPR when full %.3g, worker's estimate at the end %.3g (largest filter)", f.PredictedFPR, f.EstimatedFPR)
 		}
+		if f.EstimateAverage >= 0 && v.SteadyUniques > 0 {
+			row("", "worker's estimate averaged while the steady events were sent %.3g (%d readings), their measured loss rate %.3g%s",
+				f.EstimateAverage, f.EstimateSamples, v.SteadyLossRate, ratio(f.EstimateAverage, v.SteadyLossRate))
+		}
+	}
+	for _, h := range r.Hooks {
+		state := fmt.Sprintf("took %.2fs", h.Seconds)
+		if h.Error != "" {
+			state = "failed: " + h.Error
+		}
+		row("hook", "%s at record %d (+%.2fs): %s", h.Name, h.At, h.StartSeconds, state)
 	}
 	if r.ProduceErrors+r.FetchErrors > 0 {
 		row("errors", "%d produce and %d fetch requests failed (retried)", r.ProduceErrors, r.FetchErrors)
@@ -315,6 +341,14 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// ratio formats est/measured for the summary, or nothing when nothing was measured.
+func ratio(est, measured float64) string {
+	if measured <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(": estimate/measured %.2f", est/measured)
 }
 
 func orNone(s string) string {

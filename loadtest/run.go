@@ -96,10 +96,7 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 	if err != nil {
 		return abort(err)
 	}
-	var hookErr error
-	if gen.hookErr != nil {
-		hookErr = <-gen.hookErr
-	}
+	hooks := gen.hooks.wait()
 	drainStart := int64(-1)
 	if incomplete == "" && cfg.AfterSend != nil {
 		if err := cfg.AfterSend(runCtx); err != nil {
@@ -130,9 +127,12 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 	if note != "" {
 		r.Notes = append(r.Notes, note)
 	}
+	r.Hooks = hooks
 	r.Judge()
-	if hookErr != nil {
-		r.AddFailure(fmt.Sprintf("the hook at record %d failed: %v", cfg.At, hookErr))
+	for _, h := range hooks {
+		if h.Error != "" {
+			r.AddFailure(h.failure())
+		}
 	}
 	return r, nil
 }

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -72,12 +73,22 @@ type Verdict struct {
 	SteadyUniques  int     `json:"steady_uniques"`
 	SteadyLost     int     `json:"steady_lost"`
 	SteadyLossRate float64 `json:"steady_loss_rate"`
+	// SteadyByFilter splits SteadyUniques and SteadyLost by the filter that judged them, named as
+	// the worker's metrics name it (the filter label): the input partition in decimal, or
+	// "global".
+	SteadyByFilter map[string]FilterLoss `json:"steady_by_filter,omitempty"`
 	// OrderViolations counts output records whose lt-seq is lower than that of an earlier output
 	// record of the same Kafka key from the same input partition.
 	OrderViolations int `json:"order_violations"`
 
 	// Examples describes up to 20 failures, for debugging.
 	Examples []string `json:"examples,omitempty"`
+}
+
+// FilterLoss counts the unique events one filter judged and how many of them were lost.
+type FilterLoss struct {
+	Uniques int `json:"uniques"`
+	Lost    int `json:"lost"`
 }
 
 // Point is one bucket of the report's time series.
@@ -385,9 +396,6 @@ func (vr *verifier) judgeEpoch(ord int, e *epoch) {
 	v, sent := &vr.v, vr.in.sent
 	v.Uniques++
 	steady := e.minSent >= int64(vr.forgotten)
-	if steady {
-		v.SteadyUniques++
-	}
 	ins := -1 // the delivered member delivered first: it inserted the identity
 	for _, s := range e.members {
 		if vr.delivered[s] > 0 {
@@ -401,12 +409,15 @@ func (vr *verifier) judgeEpoch(ord int, e *epoch) {
 		first := e.members[0]
 		v.Lost++
 		if steady {
-			v.SteadyLost++
+			vr.steady(e.unit, true)
 		}
 		v.LostByKind[sent[first].kind.String()]++
 		vr.example("event %d (%s seq %d, partition %d) lost: none of its %d copies in its unit was delivered",
 			ord, sent[first].kind, first, sent[first].part, len(e.members))
 		return
+	}
+	if steady {
+		vr.steady(e.unit, false)
 	}
 	e.delivered = true
 	for _, s := range e.members {
@@ -462,10 +473,9 @@ func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
 	switch {
 	case lo > vr.forgotten:
 		v.Uniques++
-		v.SteadyUniques++ // sent more than a window after its original
+		vr.steady(u, vr.delivered[b] == 0) // sent more than a window after its original
 		if vr.delivered[b] == 0 {
 			v.Lost++
-			v.SteadyLost++
 			v.LostByKind[KindBeyond.String()]++
 			vr.example("event %d: beyond-window copy seq %d (partition %d) lost although sent %v after the last delivery",
 				ord, b, sent[b].part, lo.Round(time.Millisecond))
@@ -481,6 +491,27 @@ func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
 	default:
 		v.Ambiguous++
 	}
+}
+
+// steady counts a unique event of unit first sent once the window had filled, and whether it was
+// lost.
+func (vr *verifier) steady(unit int32, lost bool) {
+	v := &vr.v
+	name := scopeGlobal
+	if unit >= 0 {
+		name = strconv.Itoa(int(unit))
+	}
+	if v.SteadyByFilter == nil {
+		v.SteadyByFilter = map[string]FilterLoss{}
+	}
+	c := v.SteadyByFilter[name]
+	c.Uniques++
+	v.SteadyUniques++
+	if lost {
+		c.Lost++
+		v.SteadyLost++
+	}
+	v.SteadyByFilter[name] = c
 }
 
 // checkOrder counts per-key order violations: within one output partition, the records of one

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -256,10 +257,18 @@ func TestPoissonUpper(t *testing.T) {
 func TestVerifySteadyLoss(t *testing.T) {
 	sent := scenario()
 	// The beyond copy (seq 9, sent at 3.5s, after the 3s window) is the only unique sent once the
-	// window had filled; lose it.
-	v := verify(verifyInput{sent: sent, obs: deliver(sent, []int{0, 1, 4, 5, 6, 7, 8}, time.Millisecond),
-		end: int64(4 * time.Second), expect: window3x1s(false)}).verdict
-	if v.SteadyUniques != 1 || v.SteadyLost != 1 || v.SteadyLossRate != 1 || v.Lost != 1 {
-		t.Errorf("steady %d/%d (%v), lost %d; want 1/1 (1), 1", v.SteadyLost, v.SteadyUniques, v.SteadyLossRate, v.Lost)
+	// window had filled; lose it. It is judged by partition 0's filter, or the global one.
+	for _, tt := range []struct {
+		global bool
+		filter string
+	}{{false, "0"}, {true, "global"}} {
+		v := verify(verifyInput{sent: sent, obs: deliver(sent, []int{0, 1, 4, 5, 6, 7, 8}, time.Millisecond),
+			end: int64(4 * time.Second), expect: window3x1s(tt.global)}).verdict
+		if v.SteadyUniques != 1 || v.SteadyLost != 1 || v.SteadyLossRate != 1 || v.Lost != 1 {
+			t.Errorf("global=%v: steady %d/%d (%v), lost %d; want 1/1 (1), 1", tt.global, v.SteadyLost, v.SteadyUniques, v.SteadyLossRate, v.Lost)
+		}
+		if want := map[string]FilterLoss{tt.filter: {Uniques: 1, Lost: 1}}; !maps.Equal(v.SteadyByFilter, want) {
+			t.Errorf("global=%v: steady by filter %v, want %v", tt.global, v.SteadyByFilter, want)
+		}
 	}
 }

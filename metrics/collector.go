@@ -37,7 +37,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 		target: prometheus.NewDesc(name("filter_false_positive_rate_target"),
 			"Configured false-positive rate over the whole window: the acceptable fraction of unique records wrongly dropped.", nil, nil),
 		estimated: prometheus.NewDesc(name("filter_false_positive_rate_estimated"),
-			"False-positive rate estimated from the filter's current fill: the fraction of unique records being wrongly treated as duplicates.", filter, nil),
+			"False-positive rate a new record's identity faces now, estimated from the fill of the filter's live generations: the chance that a unique record arriving at this instant is wrongly dropped as a duplicate. It rises as the current generation fills; the share of unique records lost over a period is its average over that period.", filter, nil),
 		fill: prometheus.NewDesc(name("filter_generation_fill_ratio"),
 			"Fraction of a generation's bits that are set (generation 0 is the newest).", gen, nil),
 		keys: prometheus.NewDesc(name("filter_estimated_keys"),

@@ -109,7 +109,8 @@ type FilterStat struct {
 	Filter string
 	// ConfiguredFPR is the target false-positive rate over the whole window.
 	ConfiguredFPR float64
-	// EstimatedFPR is the false-positive rate estimated from the current fill.
+	// EstimatedFPR is the false-positive rate a new key faces now, estimated from the fill of
+	// the live generations (window.Stats.EstimatedFPR).
 	EstimatedFPR float64
 	// CapacityBytes is the memory the filter's bit arrays occupy.
 	CapacityBytes uint64

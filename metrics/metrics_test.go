@@ -307,7 +307,7 @@ kdedup_filter_capacity_bytes{filter="7"} 8192
 kdedup_filter_estimated_keys{filter="0",generation="0"} 100
 kdedup_filter_estimated_keys{filter="0",generation="1"} 200
 kdedup_filter_estimated_keys{filter="7",generation="0"} 10
-# HELP kdedup_filter_false_positive_rate_estimated False-positive rate estimated from the filter's current fill: the fraction of unique records being wrongly treated as duplicates.
+# HELP kdedup_filter_false_positive_rate_estimated False-positive rate a new record's identity faces now, estimated from the fill of the filter's live generations: the chance that a unique record arriving at this instant is wrongly dropped as a duplicate. It rises as the current generation fills; the share of unique records lost over a period is its average over that period.
 # TYPE kdedup_filter_false_positive_rate_estimated gauge
 kdedup_filter_false_positive_rate_estimated{filter="0"} 2e-07
 kdedup_filter_false_positive_rate_estimated{filter="7"} 1e-06

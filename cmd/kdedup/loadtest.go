@@ -36,6 +36,10 @@ type loadtestFlags struct {
 
 	restartAt, rate, dups, fpr float64
 
+	joinAt, leaveAt, rebuildAt float64
+	faultAt                    stringList
+	faults                     []faultSpec // parsed from faultAt by checkHooks
+
 	withinMax, beyondMin, beyondMax, windowInterval, settle, timeout time.Duration
 
 	capacity, seed uint64
@@ -50,6 +54,10 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.embedded, "embedded", false, "start an embedded broker and worker even if KAFKA_BROKERS is set")
 	fs.BoolVar(&f.passthrough, "passthrough", false, "embedded mode: run a plain copy pipeline instead of the worker (the baseline) and expect every record once")
 	fs.Float64Var(&f.restartAt, "restart-at", 0, "embedded mode: restart the worker gracefully once this fraction of the records was sent (with -worker-env CHECKPOINT_DIR=... to test restores)")
+	fs.Float64Var(&f.joinAt, "join-at", 0, "embedded mode: a second worker (the same configuration, its own HTTP port) joins the consumer group once this fraction of the records was sent")
+	fs.Float64Var(&f.leaveAt, "leave-at", 0, "embedded mode: the second worker of -join-at leaves the group (stops gracefully) once this fraction of the records was sent")
+	fs.Float64Var(&f.rebuildAt, "rebuild-at", 0, "embedded mode: restart the worker gracefully with its CHECKPOINT_DIR emptied once this fraction of the records was sent, so that it rebuilds its filters from the output topic")
+	fs.Var(&f.faultAt, "fault-at", "embedded mode: FRACTION:ERROR[:COUNT] (repeatable): once this fraction of the records was sent, the broker answers COUNT (default 1) of the worker's produce requests to the output topic with the Kafka error ERROR, e.g. REQUEST_TIMED_OUT (answered after the append), OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID")
 	fs.BoolVar(&f.preload, "preload", false, "embedded mode: send everything first, then start the worker (or pipe) and measure how fast it drains the input")
 	fs.StringVar(&f.input, "input", "", "input topic (default $KAFKA_INPUT_TOPIC; embedded: loadtest-in)")
 	fs.StringVar(&f.output, "output", "", "output topic (default $KAFKA_OUTPUT_TOPIC; embedded: loadtest-out)")
@@ -120,6 +128,7 @@ func runLoadtest(ctx context.Context, args []string, environ map[string]string, 
 		report, code = loadtestEmbedded(ctx, lt, embeddedOptions{
 			partitions: f.partitions, passthrough: f.passthrough, capacity: f.capacity,
 			workerEnv: f.workerEnv, verbose: f.verbose, preload: f.preload, restartAt: f.restartAt,
+			joinAt: f.joinAt, leaveAt: f.leaveAt, rebuildAt: f.rebuildAt, faults: f.faults, seed: f.seed,
 		}, stdout, stderr)
 	} else {
 		report, code = loadtestExternal(ctx, lt, f, environ, stdout, stderr)
@@ -172,6 +181,9 @@ func (f *loadtestFlags) resolve(environ map[string]string, isEmbedded bool) erro
 	}
 	if f.restartAt != 0 && (f.passthrough || f.preload || !(f.restartAt > 0 && f.restartAt < 1)) {
 		return errors.New("-restart-at must be between 0 and 1 and cannot be combined with -passthrough or -preload")
+	}
+	if err := f.checkHooks(isEmbedded); err != nil {
+		return err
 	}
 	if !isEmbedded {
 		if err := f.fromWorkerEnv(environ); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
@@ -28,40 +29,22 @@ type embeddedOptions struct {
 	verbose     bool
 	preload     bool
 	restartAt   float64
+	// joinAt, leaveAt, rebuildAt and faults are the hooks of -join-at, -leave-at, -rebuild-at and
+	// -fault-at (embeddedHooks); seed seeds the instants of the estimate readings.
+	joinAt, leaveAt, rebuildAt float64
+	faults                     []faultSpec
+	seed                       uint64
 }
 
 // loadtestEmbedded starts an embedded broker (embedkafka) and the real worker (or the pass-through
 // pipe), runs the loadtest against them and adds the filter's sizing and the worker's metrics to
 // the report. It returns a nil report with the exit status when the run could not happen.
 func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions, stdout, stderr io.Writer) (*loadtest.Report, int) {
-	fail := func(format string, a ...any) (*loadtest.Report, int) {
-		fmt.Fprintf(stderr, "kdedup loadtest: "+format+"\n", a...)
-		return nil, 1
-	}
-	capacity := filterCapacity(lt, o)
-	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{lt.InputTopic: int32(o.partitions), lt.OutputTopic: int32(o.partitions)}})
-	if err != nil {
-		return fail("%v", err)
+	cl, cfg, code := startEmbedded(&lt, o, stderr)
+	if cl == nil {
+		return nil, code
 	}
 	defer cl.Close()
-	lt.Brokers = cl.Addrs()
-	env, err := embeddedWorkerEnv(lt, cl.Addrs(), capacity, o.workerEnv)
-	if err != nil {
-		return fail("%v", err)
-	}
-	cfg, err := loadConfig(env)
-	if err != nil {
-		fmt.Fprintf(stderr, "kdedup loadtest: worker configuration: %v\n", err)
-		return nil, 2
-	}
-	if err := expectWorker(&lt, cfg, o.passthrough); err != nil {
-		return fail("%v", err)
-	}
-	if err := lt.Validate(); err != nil {
-		fmt.Fprintf(stderr, "kdedup loadtest: %v\n", err)
-		return nil, 2
-	}
-
 	w := newEmbeddedWorker(ctx, cfg, lt, cl.Addrs(), o, stderr)
 	defer func() { w.stop() }()
 	fmt.Fprintf(stdout, "loadtest: embedded broker %s, %s, topics %s -> %s (%d partitions)\n",
@@ -70,36 +53,124 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 		fmt.Fprintf(stdout, "loadtest: preloading the input topic; %s starts once every record was sent\n", w.what)
 		lt.AfterSend = w.start
 	} else if err := w.start(ctx); err != nil {
-		return fail("%v", err)
+		return failRun(stderr, err)
 	}
-	if !o.passthrough {
-		fmt.Fprintf(stdout, "loadtest: window %d x %v, capacity %d per filter, scope %s\n",
-			lt.WindowCount, lt.WindowInterval, cfg.Dedup.WindowCapacity, cfg.Dedup.Scope)
+	if o.passthrough {
+		report, err := loadtest.Run(ctx, lt)
+		if err != nil {
+			return failRun(stderr, err)
+		}
+		report.Mode = "embedded-passthrough"
+		w.finish(report)
+		return report, 0
 	}
+	fmt.Fprintf(stdout, "loadtest: window %d x %v, capacity %d per filter, scope %s\n",
+		lt.WindowCount, lt.WindowInterval, cfg.Dedup.WindowCapacity, cfg.Dedup.Scope)
+	return runWorkerLoadtest(ctx, lt, o, cl, w, stderr)
+}
+
+// failRun reports an error that stopped a run and returns its exit status.
+func failRun(stderr io.Writer, err error) (*loadtest.Report, int) {
+	fmt.Fprintf(stderr, "kdedup loadtest: %v\n", err)
+	return nil, 1
+}
+
+// startEmbedded starts the embedded broker with the topics of lt, loads the worker's
+// configuration and makes lt expect what the worker does. On failure it returns a nil cluster
+// (stopped) with the exit status, having reported the error.
+func startEmbedded(lt *loadtest.Config, o embeddedOptions, stderr io.Writer) (*embedkafka.Cluster, Config, int) {
+	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{lt.InputTopic: int32(o.partitions), lt.OutputTopic: int32(o.partitions)}})
+	if err != nil {
+		_, code := failRun(stderr, err)
+		return nil, Config{}, code
+	}
+	lt.Brokers = cl.Addrs()
+	cfg, code, err := embeddedConfig(lt, o)
+	if err != nil {
+		cl.Close()
+		fmt.Fprintf(stderr, "kdedup loadtest: %v\n", err)
+		return nil, Config{}, code
+	}
+	return cl, cfg, 0
+}
+
+// embeddedConfig returns the worker's configuration for lt and makes lt expect it. On failure the
+// exit status is 2 for a bad configuration, 1 otherwise.
+func embeddedConfig(lt *loadtest.Config, o embeddedOptions) (Config, int, error) {
+	env, err := embeddedWorkerEnv(*lt, lt.Brokers, filterCapacity(*lt, o), o.workerEnv)
+	if err != nil {
+		return Config{}, 1, err
+	}
+	cfg, err := loadConfig(env)
+	if err != nil {
+		return Config{}, 2, fmt.Errorf("worker configuration: %w", err)
+	}
+	if err := expectWorker(lt, cfg, o.passthrough); err != nil {
+		return Config{}, 1, err
+	}
+	if o.rebuildAt > 0 && cfg.Checkpoint.URL != "" {
+		return Config{}, 2, errors.New("-rebuild-at empties CHECKPOINT_DIR; it cannot empty CHECKPOINT_URL")
+	}
+	if err := lt.Validate(); err != nil {
+		return Config{}, 2, err
+	}
+	return cfg, 0, nil
+}
+
+// runWorkerLoadtest runs the loadtest against the worker w with the hooks of o (-restart-at,
+// -join-at, -leave-at, -rebuild-at, -fault-at) while reading the worker's false-positive
+// estimate, and completes the report with what the worker says.
+func runWorkerLoadtest(ctx context.Context, lt loadtest.Config, o embeddedOptions, cl *embedkafka.Cluster, w *embeddedWorker, stderr io.Writer) (*loadtest.Report, int) {
 	var rs restartStats
 	if o.restartAt > 0 {
 		lt.At = int(o.restartAt * float64(lt.Count))
 		lt.Do = w.restart(lt.At, &rs)
 	}
-
+	hooks, hs := embeddedHooks(w, cl, lt, o, stderr)
+	lt.Hooks = append(lt.Hooks, hooks...)
+	sampler := startEstimateSampler(ctx, w.url, o.seed)
 	report, err := loadtest.Run(ctx, lt)
+	samples := sampler.halt()
+	hs.finish(report)
 	if err != nil {
-		return fail("%v", err)
+		return failRun(stderr, err)
 	}
-	if o.passthrough {
-		report.Mode = "embedded-passthrough"
-	} else {
-		addWorkerReport(report, w.base, cfg, filters(lt, o.partitions), rs)
-	}
+	addWorkerReport(report, w.url(), w.cfg, filters(lt, o.partitions), rs)
+	addEstimateAverage(report, samples)
+	w.finish(report)
+	return report, 0
+}
+
+// finish stops the pipeline after a run, if it started, and adds a failure to the report if it
+// did not stop cleanly.
+func (w *embeddedWorker) finish(report *loadtest.Report) {
 	if !w.started {
-		return report, 0
+		return
 	}
 	if code, err := w.halt(); err != nil {
 		report.AddFailure(w.what + " did not stop within 30s")
 	} else if code != 0 {
 		report.AddFailure(fmt.Sprintf("%s exited with status %d", w.what, code))
 	}
-	return report, 0
+}
+
+// addEstimateAverage sets the report's EstimateAverage from the estimate readings: from the time
+// the window had filled (when the steady events begin) to the end of the constant-rate sending
+// (count/rate; the beyond-window duplicates that follow it are a trickle), or of all the sending
+// without -rate.
+func addEstimateAverage(report *loadtest.Report, samples []estimateSample) {
+	f := report.Filter
+	if f == nil {
+		return
+	}
+	s := report.Settings
+	seconds := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	from := report.Started.Add(seconds(float64(s.WindowCount) * s.WindowSeconds))
+	to := report.Started.Add(seconds(report.Throughput.SendSeconds))
+	if s.Rate > 0 {
+		to = report.Started.Add(seconds(float64(s.Count) / s.Rate))
+	}
+	f.EstimateAverage, f.EstimateSamples, f.EstimateByFilter = estimateAverage(samples, from, to, report.Verdict.SteadyByFilter)
 }
 
 // filters returns the number of filters of the worker: one per partition, or one under scope
@@ -190,8 +261,16 @@ type embeddedWorker struct {
 	what    string             // "the worker" or "the pass-through pipe"
 	exit    chan int           // the exit status of the running pipeline
 	stop    context.CancelFunc // stops the running pipeline
-	base    string             // the worker's HTTP base URL
+	base    atomic.Pointer[string]
 	started bool
+}
+
+// url returns the worker's HTTP base URL, "" before it started. Safe for concurrent use.
+func (w *embeddedWorker) url() string {
+	if b := w.base.Load(); b != nil {
+		return *b
+	}
+	return ""
 }
 
 func newEmbeddedWorker(ctx context.Context, cfg Config, lt loadtest.Config, brokers []string, o embeddedOptions, stderr io.Writer) *embeddedWorker {
@@ -230,9 +309,10 @@ func (w *embeddedWorker) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	w.base = "http://" + ln.Addr().String()
+	base := "http://" + ln.Addr().String()
+	w.base.Store(&base)
 	go func() { w.exit <- serve(pctx, w.cfg, ln, w.log) }()
-	if code, ok := waitReady(ctx, w.base+"/readyz", w.exit, 30*time.Second); !ok {
+	if code, ok := waitReady(ctx, base+"/readyz", w.exit, 30*time.Second); !ok {
 		if code >= 0 {
 			return fmt.Errorf("the worker exited with status %d before it was ready", code)
 		}
@@ -265,23 +345,40 @@ type restartStats struct {
 // and accounts for it in rs.
 func (w *embeddedWorker) restart(at int, rs *restartStats) func(context.Context) error {
 	return func(ctx context.Context) error {
-		t0 := time.Now()
-		code, err := w.halt()
-		switch {
-		case err != nil:
-			return errors.New("the worker did not stop within 30s for the restart")
-		case code != 0:
-			return fmt.Errorf("the worker exited with status %d when stopped for the restart", code)
+		stop, start, err := w.cycle(ctx, nil)
+		if err != nil {
+			return err
 		}
-		t1 := time.Now()
-		if err := w.start(ctx); err != nil {
-			return fmt.Errorf("restart: %w", err)
-		}
-		rs.stop, rs.start = t1.Sub(t0), time.Since(t1)
+		rs.stop, rs.start = stop, start
 		rs.note = fmt.Sprintf("the worker was restarted after record %d: stopping it (drain, commit, save) took %v, starting the new one until ready (restore, rewarm, join) %v",
 			at, rs.stop.Round(time.Millisecond), rs.start.Round(time.Millisecond))
 		return nil
 	}
+}
+
+// cycle stops the worker gracefully, calls between (if not nil) while it is down, and starts it
+// again. It returns how long stopping took and how long starting took until the new worker was
+// ready.
+func (w *embeddedWorker) cycle(ctx context.Context, between func() error) (stop, start time.Duration, err error) {
+	t0 := time.Now()
+	code, err := w.halt()
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("%s did not stop within 30s for the restart", w.what)
+	case code != 0:
+		return 0, 0, fmt.Errorf("%s exited with status %d when stopped for the restart", w.what, code)
+	}
+	stop = time.Since(t0)
+	if between != nil {
+		if err := between(); err != nil {
+			return stop, 0, err
+		}
+	}
+	t1 := time.Now()
+	if err := w.start(ctx); err != nil {
+		return stop, 0, fmt.Errorf("restart: %w", err)
+	}
+	return stop, time.Since(t1), nil
 }
 
 // workerMetrics are the worker's metrics the embedded mode reports.
@@ -290,6 +387,8 @@ var workerMetrics = []string{
 	"kdedup_records_unkeyed_total", "kdedup_filter_false_positive_rate_estimated", "kdedup_filter_capacity_bytes",
 	"kdedup_filter_rotations_total", "kdedup_checkpoint_restore_duration_seconds_sum", "kdedup_checkpoint_restore_duration_seconds_count",
 	"kdedup_checkpoint_rewarmed_records_total", "kdedup_checkpoint_restores_total",
+	"kdedup_rebalances_total", "kdedup_partition_release_duration_seconds_count", "kdedup_rebuild_records_total",
+	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total",
 }
 
 // addWorkerReport adds what the worker at base says to the report: its metrics, the restart
@@ -339,7 +438,7 @@ func filterInfo(d DedupConfig, units int, metrics map[string]float64) *loadtest.
 		FalsePositiveRate: wc.FalsePositiveRate, BitsPerKey: sz.BitsPerKey,
 		TheoryBitsPerKey: loadtest.TheoryBitsPerKey(pGen), TheoryBitsPerKeyWindow: loadtest.TheoryBitsPerKey(wc.FalsePositiveRate),
 		TotalBytes: sz.TotalBytes, BytesPerKey: float64(sz.TotalBytes) / (n * float64(wc.Capacity)),
-		PredictedFPR: sz.PredictedFPR, EstimatedFPR: est,
+		PredictedFPR: sz.PredictedFPR, EstimatedFPR: est, EstimateAverage: -1,
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 		beyond, crossDropped bool
 		// note must be part of a report note.
 		note string
+		// hooks are the names of the hooks that must have run, in order; metrics are worker
+		// metrics that must be above 0.
+		hooks, metrics []string
 	}{
 		{
 			name: "header field, partition scope, every duplicate kind",
@@ -44,6 +49,16 @@ func TestLoadtestEmbedded(t *testing.T) {
 			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "1s",
 				"-mix", "immediate=1,within=3", "-restart-at", "0.5", "-worker-env", "CHECKPOINT_DIR=" + checkpointDir},
 			mode: "embedded", note: "restored 4 filters from checkpoints",
+		},
+		{
+			name: "a second worker joins and leaves, produce faults, a rebuild from the output topic",
+			args: []string{"-count", "8000", "-rate", "2000", "-window-count", "3", "-window-interval", "1s",
+				"-mix", "immediate=1,within=3", "-worker-env", "CHECKPOINT_DIR=" + t.TempDir(), "-worker-env", "CHECKPOINT_INTERVAL=500ms",
+				"-join-at", "0.2", "-leave-at", "0.45", "-fault-at", "0.55:REQUEST_TIMED_OUT:2", "-fault-at", "0.6:out_of_order_sequence_number",
+				"-rebuild-at", "0.75"},
+			mode: "embedded", note: "answered 2 produce requests to loadtest-out with REQUEST_TIMED_OUT",
+			hooks:   []string{"join", "leave", "fault REQUEST_TIMED_OUT", "fault OUT_OF_ORDER_SEQUENCE_NUMBER", "rebuild"},
+			metrics: []string{"kdedup_rebuild_records_total"}, // the worker after the rebuild
 		},
 		{
 			name: "json field, pass-through baseline",
@@ -84,7 +99,8 @@ func TestLoadtestEmbedded(t *testing.T) {
 					t.Errorf("filter info %+v, worker metrics %v", r.Filter, r.WorkerMetrics)
 				}
 				// The metrics are the last worker's: after a restart it consumed only the second part.
-				if got := int(r.WorkerMetrics["kdedup_records_consumed_total"]); got != v.Records+v.MarkersSent && r.WorkerMetrics["loadtest_restart_stop_seconds"] == 0 {
+				restarted := r.WorkerMetrics["loadtest_restart_stop_seconds"] > 0 || slices.ContainsFunc(r.Hooks, func(h loadtest.HookRun) bool { return h.Name == "rebuild" })
+				if got := int(r.WorkerMetrics["kdedup_records_consumed_total"]); got != v.Records+v.MarkersSent && !restarted {
 					t.Errorf("the worker consumed %d records, want %d", got, v.Records+v.MarkersSent)
 				}
 			}
@@ -97,11 +113,33 @@ func TestLoadtestEmbedded(t *testing.T) {
 			if tt.note != "" && !strings.Contains(strings.Join(r.Notes, "\n"), tt.note) {
 				t.Errorf("no note mentions %q: %q", tt.note, r.Notes)
 			}
+			checkHookRuns(t, r, tt.hooks, tt.metrics)
 			html, err := os.ReadFile(htmlPath)
 			if err != nil || !strings.Contains(string(html), "<svg") || !strings.Contains(string(html), "PASS") {
 				t.Errorf("HTML report: %v, %d bytes", err, len(html))
 			}
 		})
+	}
+}
+
+// checkHookRuns checks that the report names the hooks, in order and without errors, and that the
+// worker metrics are above 0.
+func checkHookRuns(t *testing.T, r loadtest.Report, hooks, metrics []string) {
+	t.Helper()
+	var names []string
+	for _, h := range r.Hooks {
+		names = append(names, h.Name)
+		if h.Error != "" {
+			t.Errorf("hook %s failed: %s", h.Name, h.Error)
+		}
+	}
+	if len(hooks) > 0 && !slices.Equal(names, hooks) {
+		t.Errorf("hooks %q ran, want %q", names, hooks)
+	}
+	for _, m := range metrics {
+		if r.WorkerMetrics[m] <= 0 {
+			t.Errorf("worker metric %s = %v, want > 0", m, r.WorkerMetrics[m])
+		}
 	}
 }
 
@@ -139,6 +177,16 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"-brokers", "127.0.0.1:1"}, nil, "needs -input and -output"},
 		{[]string{"-count", "0"}, nil, "count"},
 		{[]string{"-worker-env", "NOVALUE"}, nil, "NAME=VALUE"},
+		{[]string{"-join-at", "0.5", "-leave-at", "0.3"}, nil, "-leave-at needs a smaller -join-at"},
+		{[]string{"-leave-at", "0.3"}, nil, "-leave-at needs a smaller -join-at"},
+		{[]string{"-rebuild-at", "1.5"}, nil, "between 0 and 1"},
+		{[]string{"-fault-at", "0.5:NO_SUCH_ERROR"}, nil, "not a Kafka error name"},
+		{[]string{"-fault-at", "2:REQUEST_TIMED_OUT"}, nil, "fraction must be between 0 and 1"},
+		{[]string{"-fault-at", "0.5:REQUEST_TIMED_OUT:0"}, nil, "count must be a positive integer"},
+		{[]string{"-fault-at", "0.5"}, nil, "not FRACTION:ERROR[:COUNT]"},
+		{[]string{"-passthrough", "-join-at", "0.5"}, nil, "embedded mode with the worker"},
+		{[]string{"-brokers", "127.0.0.1:1", "-input", "a", "-output", "b", "-fault-at", "0.5:REQUEST_TIMED_OUT"}, nil, "embedded mode with the worker"},
+		{[]string{"-rebuild-at", "0.5", "-worker-env", "CHECKPOINT_URL=file:///nonexistent"}, nil, "cannot empty CHECKPOINT_URL"},
 		{nil, map[string]string{"KAFKA_BROKERS": "127.0.0.1:1", "KAFKA_INPUT_TOPIC": "a", "KAFKA_OUTPUT_TOPIC": "b", "DEDUP_WINDOW_COUNT": "x"}, "DEDUP_WINDOW_COUNT"},
 	}
 	for _, tt := range tests {
@@ -147,5 +195,42 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want an error mentioning %q", tt.args, code, stderr.String(), tt.want)
 		}
+	}
+}
+
+// TestEstimateAverage checks the time average of the estimate readings per filter and the
+// weighting of the filters by their steady unique events.
+func TestEstimateAverage(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []estimateSample{
+		{at(50), "0", 100}, // before the steady part
+		{at(1000), "0", 1e-3}, {at(1100), "0", 3e-3},
+		{at(1050), "1", 1e-2},
+		{at(1200), "2", 5},   // a filter without steady events
+		{at(3000), "1", 100}, // after the sending
+	}
+	weights := map[string]loadtest.FilterLoss{"0": {Uniques: 300}, "1": {Uniques: 100}, "3": {Uniques: 50}}
+	got, n, by := estimateAverage(samples, at(1000), at(2000), weights)
+	want := (300*2e-3 + 100*1e-2) / 400
+	if n != 3 || math.Abs(got-want) > 1e-12 {
+		t.Errorf("estimateAverage = %g over %d readings, want %g over 3", got, n, want)
+	}
+	if len(by) != 2 || math.Abs(by["0"]-2e-3) > 1e-12 || by["1"] != 1e-2 {
+		t.Errorf("by filter %v, want 0: 2e-3, 1: 1e-2", by)
+	}
+	if got, n, by := estimateAverage(nil, at(0), at(1), weights); got != -1 || n != 0 || by != nil {
+		t.Errorf("no readings: %g, %d, %v; want -1, 0, nil", got, n, by)
+	}
+}
+
+func TestParseFault(t *testing.T) {
+	f, err := parseFault("0.25:request_timed_out:3")
+	if err != nil || f.at != 0.25 || f.err.Code != 7 || f.count != 3 {
+		t.Errorf("parseFault = %+v, %v", f, err)
+	}
+	f, err = parseFault("0.5:UNKNOWN_PRODUCER_ID")
+	if err != nil || f.err.Message != "UNKNOWN_PRODUCER_ID" || f.count != 1 {
+		t.Errorf("parseFault = %+v, %v", f, err)
 	}
 }

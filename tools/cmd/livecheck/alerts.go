@@ -14,6 +14,7 @@ type trigger int
 const (
 	overfill    trigger = iota // the filter pushed past capacity, from the phase's start
 	brokenStore                // the checkpoint directory replaced by a file
+	faults                     // produce faults, from the first -fault-at
 )
 
 // requiredAlert is an alert the degraded phase must fire, and what it reacts to.
@@ -29,10 +30,14 @@ var mustFire = []requiredAlert{
 	{"KdedupGenerationOverfilled", overfill},
 	{"KdedupCheckpointStale", brokenStore},
 	{"KdedupCheckpointFailing", brokenStore},
+	{"KdedupProducerReset", faults},
+	{"KdedupProduceRetriesUncertain", faults},
 }
 
 // mayFire are alerts the degraded phase may fire without failing the check, with the reason.
-var mayFire = map[string]string{}
+var mayFire = map[string]string{
+	"KdedupProduceErrors": "the produce faults are failed produce attempts; its [5m] rate stays above 0 for longer than its for: shortened to 3s",
+}
 
 // firstFiring returns, for every alert with a firing ALERTS series in [from, to], the first
 // evaluation at which it was firing.
@@ -53,24 +58,37 @@ func firstFiring(ctx context.Context, api promAPI, state string, from, to time.T
 	return first, nil
 }
 
-// checkAlerts checks the ALERTS series: nothing fires while the healthy phase runs, every
-// mustFire alert fires while the degraded phase runs, and nothing else does. alerts are the
-// alert names of the rule file.
-func checkAlerts(ctx context.Context, api promAPI, alerts []string, healthy, degraded *phaseRun) []check {
+// checkAlerts checks the ALERTS series: nothing fires while a silent phase runs, every mustFire
+// alert fires while the degraded phase runs, and nothing else does. alerts are the alert names of
+// the rule file.
+func checkAlerts(ctx context.Context, api promAPI, alerts []string, runs []*phaseRun) []check {
 	var checks []check
 	for _, a := range mustFire {
 		if !slices.Contains(alerts, a.alert) {
-			checks = append(checks, check{name: "alert " + a.alert, phase: degraded.name, got: "not in alerts.yml", want: "firing"})
+			checks = append(checks, check{name: "alert " + a.alert, phase: "degraded", got: "not in alerts.yml", want: "firing"})
 		}
 	}
-	c := check{name: fmt.Sprintf("alerts silent (all %d of alerts.yml)", len(alerts)), phase: healthy.name, want: "none firing"}
-	from, err := silentFrom(ctx, api, healthy)
+	for _, run := range runs {
+		switch {
+		case run.silent:
+			checks = append(checks, checkSilent(ctx, api, len(alerts), run))
+		case run.name == "degraded":
+			checks = append(checks, checkDegradedAlerts(ctx, api, run)...)
+		}
+	}
+	return checks
+}
+
+// checkSilent checks that no alert fired while run ran, from silentFrom on.
+func checkSilent(ctx context.Context, api promAPI, nAlerts int, run *phaseRun) check {
+	c := check{name: fmt.Sprintf("alerts silent (all %d of alerts.yml)", nAlerts), phase: run.name, want: "none firing"}
+	from, err := silentFrom(ctx, api, run)
 	var fired, pending map[string]time.Time
 	if err == nil {
-		fired, err = firstFiring(ctx, api, "firing", from, healthy.ended)
+		fired, err = firstFiring(ctx, api, "firing", from, run.ended)
 	}
 	if err == nil {
-		pending, err = firstFiring(ctx, api, "pending", from, healthy.ended)
+		pending, err = firstFiring(ctx, api, "pending", from, run.ended)
 	}
 	switch {
 	case err != nil:
@@ -79,13 +97,12 @@ func checkAlerts(ctx context.Context, api promAPI, alerts []string, healthy, deg
 		c.got = "firing: " + strings.Join(sortedKeys(fired), ", ")
 	default:
 		c.got, c.ok = "none firing", true
-		c.detail = fmt.Sprintf("%s..%s", healthy.at(from), healthy.at(healthy.ended))
+		c.detail = fmt.Sprintf("%s..%s", run.at(from), run.at(run.ended))
 		if len(pending) > 0 {
 			c.detail += "; pending for a while: " + strings.Join(sortedKeys(pending), ", ")
 		}
 	}
-	checks = append(checks, c)
-	return append(checks, checkDegradedAlerts(ctx, api, degraded)...)
+	return c
 }
 
 // silentFrom returns where the healthy phase's silence is checked from: two rule evaluations
@@ -115,8 +132,12 @@ func checkDegradedAlerts(ctx context.Context, api promAPI, run *phaseRun) []chec
 	for _, a := range mustFire {
 		c := check{name: "alert " + a.alert, phase: run.name, want: "firing"}
 		since, what := run.start, "after the start (overfilled filter)"
-		if a.on == brokenStore {
+		switch a.on {
+		case brokenStore:
 			since, what = run.storeBroken, "after the store was made unwritable"
+		case faults:
+			since, _ = run.hook("fault")
+			what = "after the first produce fault"
 		}
 		if t, ok := fired[a.alert]; ok {
 			c.got, c.ok = "firing", true

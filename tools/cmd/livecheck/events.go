@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kdedup/kdedup/tools"
@@ -13,50 +14,101 @@ import (
 // targetFPR is the loadtests' DEDUP_FALSE_POSITIVE_RATE (-fpr).
 const targetFPR = 1e-6
 
-// bound is a condition on the largest value a target shows in a phase.
+// bound is a condition on the largest value a target shows in a phase, or, with an op that starts
+// with "min ", on the smallest.
 type bound struct {
-	op string // ">=", ">" or "<"
+	op string // ">=", ">", "<" or "<=", optionally after "min "
 	v  float64
 }
 
+// onMin reports whether the bound is on the smallest value, and its comparison.
+func (b bound) onMin() (bool, string) {
+	op, ok := strings.CutPrefix(b.op, "min ")
+	return ok, op
+}
+
 func (b bound) holds(x float64) bool {
-	switch b.op {
+	_, op := b.onMin()
+	switch op {
 	case ">=":
 		return x >= b.v
 	case ">":
 		return x > b.v
+	case "<=":
+		return x <= b.v
 	default:
 		return x < b.v
 	}
 }
 
-func (b bound) String() string { return fmt.Sprintf("max %s %g", b.op, b.v) }
+func (b bound) String() string {
+	if m, op := b.onMin(); m {
+		return fmt.Sprintf("min %s %g", op, b.v)
+	}
+	return fmt.Sprintf("max %s %g", b.op, b.v)
+}
 
 // event is a value a panel target must show because the run made it happen: the panels prove
 // they show restarts, failures and an overfilled filter, not only that they return something.
 type event struct {
 	panel, refID string
-	phase        string            // "healthy", "degraded" or "" for the whole run
+	phase        string            // "healthy", "handover", "degraded" or "" for the whole run
 	labels       map[string]string // only series with these labels; nil for all
 	want         bound
 	why          string
 }
 
-// events are the expectations of this run. A rebalance is not among them: the only ones in this
-// single-worker run happen when a worker starts, before its first scrape, so the restarted
-// counter already reads what the old one did (1) and increase() cannot see them; they show when
-// another member of the group joins or leaves.
+// none is the bound of a count that must stay 0; some of one that must rise. A value of
+// increase() over a window that saw the counter go up once is 1 or more (Prometheus extrapolates
+// it to the window's ends), never 0.5.
+var (
+	none = bound{op: "<", v: 0.5}
+	some = bound{op: ">=", v: 0.5}
+)
+
+// events are the expectations of this run. The handover phase's worker is the only one scraped;
+// its second worker is not, so the panels show what the first one did.
+//
+// A counter of a restarted worker is invisible to increase() when it is back at the value the
+// old worker had reached before Prometheus scraped it lower: the degraded phase's worker starts
+// cold, as the handover phase's rebuilt worker did, so its cold restores may not show, and the
+// rebuild at the end of the handover phase is proven by the records it read (the rebuilds at the
+// start of each phase read an empty output topic), not by its cold restores.
 var events = []event{
-	{"Restarts and rebalances", "A", "", nil, bound{">=", 1}, "the degraded phase's loadtest process replaced the healthy one's"},
-	{"Checkpoint failures and restores", "A", "healthy", nil, bound{"<", 0.5}, "every checkpoint succeeds"},
-	{"Checkpoint failures and restores", "A", "degraded", nil, bound{">=", 1}, "the store is unwritable"},
-	{"Checkpoint failures and restores", "B", "healthy", map[string]string{"outcome": "warm"}, bound{">=", 1}, "the restarted worker restores its checkpoints"},
-	{"Checkpoint failures and restores", "B", "degraded", map[string]string{"outcome": "cold"}, bound{">=", 1}, "the degraded phase's worker starts with an empty store"},
-	{"Checkpoint duration", "C", "healthy", nil, bound{">", 0}, "the restarted worker restores its checkpoints"},
-	{"Checkpoint age", "A", "healthy", nil, bound{"<", 9}, "a checkpoint every second (the live KdedupCheckpointStale threshold is 9s)"},
-	{"Checkpoint age", "A", "degraded", nil, bound{">", 9}, "the store is unwritable"},
-	{"Estimated false-positive rate vs target", "A", "healthy", nil, bound{"<", 2 * targetFPR}, "the filter is within capacity"},
-	{"Estimated false-positive rate vs target", "A", "degraded", nil, bound{">", 2 * targetFPR}, "the filter is overfilled"},
+	{"Restarts and rebalances", "A", "", nil, bound{op: ">=", v: 1}, "the handover and degraded phases' loadtest processes replaced the one before"},
+	{"Restarts and rebalances", "B", "handover", nil, some, "a second worker joins the group and leaves it"},
+	{"Assigned partitions", "A", "handover", nil, bound{op: "min <=", v: 2}, "the second worker takes half of the 4 partitions"},
+	{"Assigned partitions", "A", "handover", nil, bound{op: ">=", v: 4}, "the worker has all 4 partitions before the second one joins and after it left"},
+	{"Checkpoint failures and restores", "A", "healthy", nil, none, "every checkpoint succeeds"},
+	{"Checkpoint failures and restores", "A", "handover", nil, none, "every checkpoint succeeds"},
+	{"Checkpoint failures and restores", "A", "degraded", nil, bound{op: ">=", v: 1}, "the store is unwritable"},
+	{"Checkpoint failures and restores", "B", "healthy", map[string]string{"outcome": "warm"}, some, "the restarted worker restores its checkpoints"},
+	{"Checkpoint failures and restores", "B", "handover", map[string]string{"outcome": "retained"}, some, "the partitions the worker keeps come straight back after each rebalance"},
+	{"Checkpoint failures and restores", "B", "handover", map[string]string{"outcome": "warm"}, some, "the partitions come back from the second worker's final snapshots"},
+	{"Checkpoint failures and restores", "B", "handover", map[string]string{"outcome": "cold"}, some, "the phase's worker starts with an empty store (the healthy phase's last worker restored warm only)"},
+	{"Checkpoint duration", "C", "healthy", nil, bound{op: ">", v: 0}, "the restarted worker restores its checkpoints"},
+	{"Checkpoint age", "A", "healthy", nil, bound{op: "<", v: 9}, "a checkpoint every second (the live KdedupCheckpointStale threshold is 9s)"},
+	{"Checkpoint age", "A", "handover", nil, bound{op: "<", v: 9}, "a checkpoint every second, also around the rebalances"},
+	{"Checkpoint age", "A", "degraded", nil, bound{op: ">", v: 9}, "the store is unwritable"},
+	{"Estimated false-positive rate vs target", "A", "healthy", nil, bound{op: "<", v: 2 * targetFPR}, "the filter is within capacity"},
+	{"Estimated false-positive rate vs target", "A", "degraded", nil, bound{op: ">", v: 2 * targetFPR}, "the filter is overfilled"},
+	{"Producer resets and uncertain retries", "A", "degraded", map[string]string{"reason": "out_of_order_sequence"}, some, "the broker answers a produce request OUT_OF_ORDER_SEQUENCE_NUMBER"},
+	{"Producer resets and uncertain retries", "A", "degraded", map[string]string{"reason": "unknown_producer_id"}, some, "the broker answers a produce request UNKNOWN_PRODUCER_ID"},
+	{"Producer resets and uncertain retries", "A", "healthy", nil, none, "no produce fault"},
+	{"Producer resets and uncertain retries", "A", "handover", nil, none, "no produce fault"},
+	{"Producer resets and uncertain retries", "B", "degraded", nil, bound{op: ">=", v: 2}, "the broker answers 3 produce requests REQUEST_TIMED_OUT after appending them"},
+	{"Producer resets and uncertain retries", "B", "healthy", nil, none, "no produce fault"},
+	{"Partition handover time", "A", "handover", nil, bound{op: ">", v: 0}, "the worker releases its partitions at each rebalance"},
+	{"Partition handover time", "B", "handover", nil, bound{op: ">", v: 0}, "the worker releases its partitions at each rebalance"},
+	{"Partition handover time", "C", "handover", nil, bound{op: ">", v: 0}, "the worker prepares the partitions it gets"},
+	{"Partition handover time", "D", "handover", nil, bound{op: ">", v: 0}, "the worker prepares the partitions it gets"},
+	{"Handover snapshot size", "A", "handover", nil, bound{op: ">", v: 0}, "checkpoints every second"},
+	{"Handover snapshot size", "B", "handover", nil, bound{op: ">", v: 0}, "the worker saves the final snapshots of the partitions it releases"},
+	{"Rebuilds from the output topic", "B", "", nil, none, "no rebuild fails"},
+	{"Rebuild read rate", "A", "handover", nil, bound{op: ">", v: 0}, "the worker restarted with an empty store reads the output topic back"},
+	{"Rebuild read rate", "B", "", nil, none, "CHECKPOINT_REBUILD_MAX_RECORDS (10M) is far above the window's records"},
+	{"Rebuild time", "A", "handover", nil, bound{op: ">", v: 0}, "the worker restarted with an empty store rebuilds its filters"},
+	{"Rebuild time", "B", "handover", nil, bound{op: ">", v: 0}, "the worker restarted with an empty store rebuilds its filters"},
 }
 
 // checkEvents evaluates every event's targets over its phase (the loadtest process's lifetime,
@@ -75,14 +127,18 @@ func checkEvents(ctx context.Context, api promAPI, targets []tools.Target, g gra
 			}
 			matched = true
 			c := check{name: t.String() + labelSuffix(e.labels), phase: orAll(e.phase), want: e.want.String(), detail: e.why}
-			peak, err := targetMax(ctx, api, g, t.Expr, e.labels, from, to)
+			lo, hi, err := targetRange(ctx, api, g, t.Expr, e.labels, from, to)
+			v, agg := hi, "max"
+			if m, _ := e.want.onMin(); m {
+				v, agg = lo, "min"
+			}
 			switch {
 			case err != nil:
 				c.got = err.Error()
-			case math.IsInf(peak, -1):
+			case math.IsInf(hi, -1):
 				c.got = "no data"
 			default:
-				c.got, c.ok = fmt.Sprintf("max %.3g", peak), e.want.holds(peak)
+				c.got, c.ok = fmt.Sprintf("%s %.3g", agg, v), e.want.holds(v)
 			}
 			checks = append(checks, c)
 		}
@@ -94,27 +150,27 @@ func checkEvents(ctx context.Context, api promAPI, targets []tools.Target, g gra
 	return checks
 }
 
-// targetMax returns the largest finite value of the target's series that carry labels, or -Inf
-// when there is none.
-func targetMax(ctx context.Context, api promAPI, g grafanaVars, expr string, labels map[string]string, from, to time.Time) (float64, error) {
+// targetRange returns the smallest and the largest finite value of the target's series that
+// carry labels, or +Inf and -Inf when there is none.
+func targetRange(ctx context.Context, api promAPI, g grafanaVars, expr string, labels map[string]string, from, to time.Time) (lo, hi float64, err error) {
 	q, err := g.apply(expr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	res, err := api.queryRange(ctx, q, from, to, g.interval)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", q, err)
+		return 0, 0, fmt.Errorf("%s: %w", q, err)
 	}
-	peak := math.Inf(-1)
+	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, s := range res {
 		if !hasLabels(s.Labels, labels) {
 			continue
 		}
 		for _, p := range s.finite() {
-			peak = max(peak, p.V)
+			lo, hi = min(lo, p.V), max(hi, p.V)
 		}
 	}
-	return peak, nil
+	return lo, hi, nil
 }
 
 func hasLabels(have, want map[string]string) bool {
@@ -141,43 +197,71 @@ func orAll(phase string) string {
 	return phase
 }
 
-// estimateVsLoss reports, for the overfilled filter of run, the mean of the dashboard's estimated
-// false-positive rate (over every filter and step once the window had filled) against the
-// verifier's measured loss rate of the same events. It is a measurement, not a check: calibrating
-// the estimate (issue 15: within 1.3x of the measured loss) is separate work.
+// estimateTolerance is how far the dashboard's estimated false-positive rate, averaged over
+// time, may be from the measured loss rate: a factor (issue 15).
+const estimateTolerance = 1.3
+
+// estimateVsLoss checks, for the overfilled filters of run, the dashboard's estimated
+// false-positive rate against the verifier's measured loss rate of the unique events sent once
+// the window had filled. Each filter's estimate is averaged over the scrapes of that time (one
+// scrape is the rate at that instant, which rises as the current generation fills; the scrapes
+// fall at every stage of the generation because its interval is not a multiple of the scrape
+// interval), and the filters' averages are weighted by the events each judged.
 func estimateVsLoss(ctx context.Context, api promAPI, targets []tools.Target, g grafanaVars, run *phaseRun) check {
 	const panel, ref = "Estimated false-positive rate vs target", "A"
-	c := check{name: fmt.Sprintf("panel %q target %s vs measured loss", panel, ref), phase: run.name, ok: true, info: true}
+	c := check{name: fmt.Sprintf("panel %q target %s vs measured loss", panel, ref), phase: run.name,
+		want: "the loss rate", limit: fmt.Sprintf("x/%.1f..x%.1f", estimateTolerance, estimateTolerance)}
 	i := slices.IndexFunc(targets, func(t tools.Target) bool { return t.Panel == panel && t.RefID == ref })
 	if i < 0 {
-		c.got, c.ok = "not on the dashboard", false
+		c.got = "not on the dashboard"
 		return c
 	}
-	window := time.Duration(windowCount) * time.Second // the loadtests' window: 3 x 1s
+	window := time.Duration(windowCount) * windowInterval
 	q, err := g.apply(targets[i].Expr)
 	var res []series
 	if err == nil {
-		res, err = api.queryRange(ctx, q, run.start.Add(window+g.rateInterval), run.sendEnd, g.interval)
+		res, err = api.queryRange(ctx, q, run.start.Add(window), run.sendEnd, g.interval)
 	}
 	if err != nil {
-		c.got, c.ok = err.Error(), false
+		c.got = err.Error()
 		return c
 	}
-	var sum float64
-	n := 0
-	for _, s := range res {
-		for _, p := range s.finite() {
-			sum += p.V
-			n++
-		}
-	}
-	loss := run.report.Verdict.SteadyLossRate
-	if n == 0 || loss == 0 {
-		c.got, c.want = fmt.Sprintf("%d points", n), fmt.Sprintf("measured loss %.3g", loss)
+	v := run.report.Verdict
+	est, scrapes := weightedMean(res, v.SteadyByFilter)
+	if scrapes == 0 || v.SteadyLost == 0 {
+		c.got = fmt.Sprintf("%d scrapes, %d of %d events lost: nothing to compare", scrapes, v.SteadyLost, v.SteadyUniques)
 		return c
 	}
-	est := sum / float64(n)
-	c.got, c.want = fmt.Sprintf("mean %.3g", est), fmt.Sprintf("loss %.3g", loss)
-	c.detail = fmt.Sprintf("estimate/loss = %.2f over %d unique events (issue 15 asks for 1.3x; calibration is separate)", est/loss, run.report.Verdict.SteadyUniques)
+	r := est / v.SteadyLossRate
+	c.got, c.want = fmt.Sprintf("%.3g", est), fmt.Sprintf("%.3g", v.SteadyLossRate)
+	c.ok = r <= estimateTolerance && r >= 1/estimateTolerance
+	c.detail = fmt.Sprintf("estimate/loss %.2f: %d filter scrapes, %d of %d events lost", r, scrapes, v.SteadyLost, v.SteadyUniques)
+	if f := run.report.Filter; f != nil && f.EstimateAverage > 0 {
+		c.detail += fmt.Sprintf("; read at random instants by the loadtest %.3g", f.EstimateAverage)
+	}
 	return c
+}
+
+// weightedMean averages each filter's series over its points and weights the filters' averages
+// by the events each judged. It returns the mean and the number of points.
+func weightedMean(res []series, events map[string]filterLoss) (mean float64, points int) {
+	var sum, weight float64
+	for _, s := range res {
+		pts := s.finite()
+		w := float64(events[s.Labels["filter"]].Uniques)
+		if len(pts) == 0 || w == 0 {
+			continue
+		}
+		var m float64
+		for _, p := range pts {
+			m += p.V
+		}
+		sum += w * m / float64(len(pts))
+		weight += w
+		points += len(pts)
+	}
+	if weight == 0 {
+		return 0, 0
+	}
+	return sum / weight, points
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,5 +244,121 @@ func TestCompareWindow(t *testing.T) {
 	run.restart = t0.Add(4 * time.Second)
 	if from, _ := compareWindow(run, g); from != t0.Add(10*time.Second) {
 		t.Errorf("with a restart at 4s: from %v, want 10s", from.Sub(t0))
+	}
+}
+
+func TestBound(t *testing.T) {
+	tests := []struct {
+		b    bound
+		x    float64
+		want bool
+		str  string
+	}{
+		{some, 1, true, "max >= 0.5"},
+		{some, 0, false, "max >= 0.5"},
+		{none, 0, true, "max < 0.5"},
+		{bound{op: "min <=", v: 2}, 2, true, "min <= 2"},
+		{bound{op: "min <=", v: 2}, 3, false, "min <= 2"},
+		{bound{op: ">", v: 0}, 0, false, "max > 0"},
+	}
+	for _, tt := range tests {
+		if got := tt.b.holds(tt.x); got != tt.want || tt.b.String() != tt.str {
+			t.Errorf("%s holds(%g) = %v, want %v (%s)", tt.b, tt.x, got, tt.want, tt.str)
+		}
+	}
+}
+
+// TestWeightedMean checks that each filter's series is averaged over its points and the filters
+// are weighted by the events they judged; a filter without events does not count.
+func TestWeightedMean(t *testing.T) {
+	pts := func(vs ...float64) []sample {
+		var out []sample
+		for i, v := range vs {
+			out = append(out, sample{T: time.Unix(int64(i), 0), V: v})
+		}
+		return out
+	}
+	res := []series{
+		{Labels: map[string]string{"filter": "0"}, Samples: pts(1, 3)},
+		{Labels: map[string]string{"filter": "1"}, Samples: pts(10)},
+		{Labels: map[string]string{"filter": "2"}, Samples: pts(100)},
+	}
+	events := map[string]filterLoss{"0": {Uniques: 300}, "1": {Uniques: 100}}
+	mean, points := weightedMean(res, events)
+	if want := (300*2.0 + 100*10.0) / 400; mean != want || points != 3 {
+		t.Errorf("weightedMean = %g over %d points, want %g over 3", mean, points, want)
+	}
+	if mean, points := weightedMean(res, nil); mean != 0 || points != 0 {
+		t.Errorf("no events: %g over %d points", mean, points)
+	}
+}
+
+func TestPhaseRunHook(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	run := &phaseRun{start: t0, report: &verifierReport{Hooks: []hookRun{{"join", 2}, {"fault REQUEST_TIMED_OUT", 5.5}, {"fault UNKNOWN_PRODUCER_ID", 7}}}}
+	if at, ok := run.hook("fault"); !ok || !at.Equal(t0.Add(5500*time.Millisecond)) {
+		t.Errorf("hook(fault) = %v, %v", at, ok)
+	}
+	if _, ok := run.hook("leave"); ok {
+		t.Error("hook(leave) found")
+	}
+}
+
+// TestPanelsPage draws the page from a stub of Prometheus's query_range API: one chart per
+// listed panel, a line per series with its legend filled in, the phases shaded, and a note on a
+// panel without data.
+func TestPanelsPage(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query().Get("query")
+		if strings.Contains(q, "kdedup_rebuild_records_total") { // the last panel: no data
+			fmt.Fprint(w, `{"status":"success","data":{"resultType":"matrix","result":[]}}`)
+			return
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"filter":"3","reason":"x"},"values":[[%d,"0.5"],[%d,"1e-7"],[%d,"2"]]}]}}`,
+			t0.Unix()+1, t0.Unix()+2, t0.Unix()+40)
+	}))
+	defer srv.Close()
+	var targets []tools.Target
+	for _, p := range pagePanels {
+		targets = append(targets, tools.Target{PanelID: p.id, Panel: fmt.Sprintf("panel %d", p.id), RefID: "A",
+			Legend: "f {{filter}} {{ reason }}", Expr: fmt.Sprintf("metric_%d", p.id)})
+	}
+	targets[len(targets)-1].Expr = "rate(kdedup_rebuild_records_total[$__rate_interval])"
+	runs := []*phaseRun{{phase: phase{name: "healthy"}, began: t0, ended: t0.Add(20 * time.Second)},
+		{phase: phase{name: "degraded"}, began: t0.Add(21 * time.Second), ended: t0.Add(45 * time.Second)}}
+	var buf strings.Builder
+	g := newGrafanaVars(45 * time.Second)
+	if err := writePanelsPage(context.Background(), &buf, newPromAPI(srv.URL), targets, g, runs, t0, t0.Add(45*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, want := range []string{"panel 7", "panel 11", "f 3 x", "healthy", "degraded", "no data in this run", "<path d=\"M"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, "<svg "); n != len(pagePanels) {
+		t.Errorf("%d charts, want %d", n, len(pagePanels))
+	}
+	if err := writePanelsPage(context.Background(), &buf, newPromAPI(srv.URL), targets[:1], g, runs, t0, t0.Add(time.Minute)); err == nil {
+		t.Error("a listed panel the dashboard lacks is not an error")
+	}
+}
+
+// TestPagePanelsExist checks that the panels the page draws are on the dashboard.
+func TestPagePanelsExist(t *testing.T) {
+	d, err := tools.DecodeDashboard(readRepo(t, "deploy", "grafana", "kdedup.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := tools.Targets(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pagePanels {
+		if !slices.ContainsFunc(targets, func(tg tools.Target) bool { return tg.PanelID == p.id }) {
+			t.Errorf("the page draws panel %d, which the dashboard lacks", p.id)
+		}
 	}
 }

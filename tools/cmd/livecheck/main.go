@@ -2,22 +2,34 @@
 //
 // It starts Prometheus (Debian's prometheus package; scrape and rule evaluation every second, a
 // free port, its own data directory) with a test copy of deploy/prometheus/alerts.yml whose for:
-// durations and time thresholds are 100 times shorter, and runs two embedded loadtests
+// durations and time thresholds are 100 times shorter, and runs three embedded loadtests
 // (`kdedup loadtest`: kfake, the real worker and the verifier in one process) one after the
-// other on the same worker address, so that both are the same Prometheus target:
+// other on the same worker address, so that all are the same Prometheus target. Their window is
+// 3 generations of 1.25s, not a multiple of the scrape interval, so that the scrapes see the
+// current generation at every stage of its filling:
 //
 //   - healthy: mixed duplicates (immediate, within, beyond and cross-partition), checkpoints
 //     every second, and a worker restart after 20% of the records (drain, save, restore);
-//   - degraded: the filter pushed past capacity (-overfill, by default DEDUP_WINDOW_CAPACITY=200
-//     for about 560 new keys per partition and second), and the checkpoint directory replaced by
-//     a regular file once the first checkpoint was written, so every later save fails.
+//   - handover: a second worker (same process and broker, not scraped) joins the group after
+//     25% of the records and leaves after 50%, so that the scraped worker releases its
+//     partitions, gets half back as retained filters, then takes the other half back from the
+//     second worker's snapshots; after 75% the worker restarts with its checkpoint store emptied
+//     and rebuilds its filters from the output topic;
+//   - degraded: the filter pushed past capacity (-overfill, by default DEDUP_WINDOW_CAPACITY=250
+//     for about 700 new keys per partition and interval), the checkpoint directory replaced by a
+//     regular file once the first checkpoint was written, so every later save fails, and produce
+//     faults injected into the broker (three REQUEST_TIMED_OUT after the append, then
+//     OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID, which reset the idempotent producer).
 //
 // Then it evaluates every target of every dashboard panel, and the label_values() variables,
 // through Prometheus's HTTP API with Grafana's variables substituted (see grafanaVars), and checks
 // that every target returns data (or is on emptyAllowed, with the reason); that the duplicate
 // ratio panels agree with the verifier within 1 percentage point and the records-per-second
-// panels within 5% (see comparePhase); that no alert fires in the healthy phase; and that the
-// false-positive, overfill and checkpoint alerts fire in the degraded phase, and no other.
+// panels within 5% in the healthy and degraded phases (see comparePhase); that panels show what
+// each phase made happen (events); that the estimated false-positive rate of the overfilled
+// filters, averaged over the scrapes, is within 1.3x of the measured loss (estimateVsLoss); that
+// no alert fires in the healthy and handover phases; and that the false-positive, overfill,
+// checkpoint and producer alerts fire in the degraded phase, and no other (but mayFire).
 //
 // It prints a summary table and exits 0 when every check passed, 1 when one failed (each failure
 // is named on stderr) and 2 on bad flags. Every process it starts is stopped on return, on
@@ -25,7 +37,7 @@
 //
 // Usage, from tools/ (CI runs it as `bash deploy/ci-checks.sh live_check`):
 //
-//	go run ./cmd/livecheck [-repo ..] [-kdedup BIN] [-rate 3000] [-overfill NAME=VALUE] [-keep]
+//	go run ./cmd/livecheck [-repo ..] [-kdedup BIN] [-rate 3000] [-overfill NAME=VALUE] [-keep] [-panels FILE]
 package main
 
 import (
@@ -56,14 +68,27 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 type options struct {
 	repo, kdedup, prometheus string
 	rate, dups               float64
-	healthy, degraded        time.Duration
+	healthy, handover        time.Duration
+	degraded                 time.Duration
 	overfill                 stringList
 	keep                     bool
+	panels                   string // -panels: the page of the README's panels
 }
 
-// defaultOverfill is the worker environment that overfills the filter in the degraded phase.
-// When the filter grows on its own up to DEDUP_MAX_MEMORY, pass a small DEDUP_MAX_MEMORY instead.
-const defaultOverfill = "DEDUP_WINDOW_CAPACITY=200"
+// defaultOverfill is the worker environment that overfills the filter in the degraded phase:
+// about 700 new keys per partition and interval against a capacity of 250. When the filter grows
+// on its own up to DEDUP_MAX_MEMORY, pass a small DEDUP_MAX_MEMORY instead.
+const defaultOverfill = "DEDUP_WINDOW_CAPACITY=250"
+
+// handoverArgs are the loadtest flags of the handover phase: a second worker joins the group and
+// leaves it again, then the worker restarts with an empty checkpoint store.
+var handoverArgs = []string{"-join-at", "0.25", "-leave-at", "0.5", "-rebuild-at", "0.75"}
+
+// faultArgs are the loadtest flags that inject produce faults in the degraded phase: three
+// REQUEST_TIMED_OUT answers after the append (uncertain retries), then the two errors that reset
+// the idempotent producer. They are apart, so that no reset meets a batch that timed out (which
+// would write it twice, as the reset's alert warns).
+var faultArgs = []string{"-fault-at", "0.25:REQUEST_TIMED_OUT:3", "-fault-at", "0.4:OUT_OF_ORDER_SEQUENCE_NUMBER", "-fault-at", "0.5:UNKNOWN_PRODUCER_ID"}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -78,9 +103,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.rate, "rate", 3000, "records per second of both loadtests")
 	fs.Float64Var(&o.dups, "dups", 0.25, "planned duplicate fraction of the loadtests")
 	fs.DurationVar(&o.healthy, "healthy", 20*time.Second, "constant-rate sending of the healthy phase")
+	fs.DurationVar(&o.handover, "handover", 20*time.Second, "constant-rate sending of the handover phase")
 	fs.DurationVar(&o.degraded, "degraded", 20*time.Second, "constant-rate sending of the degraded phase")
 	fs.Var(&o.overfill, "overfill", "worker NAME=VALUE (repeatable) that pushes the filter past capacity in the degraded phase (default "+defaultOverfill+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, reports, Prometheus data)")
+	fs.StringVar(&o.panels, "panels", "", "write an HTML page of the README's dashboard panels, as Prometheus evaluated them in this run, to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -189,54 +216,84 @@ func liveCheck(ctx context.Context, o options, log io.Writer) ([]check, error) {
 	}
 	fmt.Fprintf(log, "livecheck: prometheus %s at %s scraping the worker at %s every %v\n", prom.version(ctx), prom.api.base, worker, scrapeInterval)
 	r := runner{bin: bin, dir: dir, workerAddr: worker, rate: o.rate, dups: o.dups}
-	healthy, degraded, err := runPhases(ctx, r, o, log)
+	runs, err := runPhases(ctx, r, o, log)
 	if err != nil {
 		return nil, err
 	}
 	if prom.exited() {
 		return nil, fmt.Errorf("prometheus exited during the run: %v\n%s", prom.err, prom.logTail(20))
 	}
-	return evaluate(ctx, prom.api, in, worker, healthy, degraded), nil
+	checks := evaluate(ctx, prom.api, in, worker, runs)
+	if o.panels != "" {
+		if err := writePanels(ctx, o.panels, prom.api, in.targets, runs, worker); err != nil {
+			return checks, fmt.Errorf("-panels: %w", err)
+		}
+		fmt.Fprintf(log, "livecheck: wrote the panels page %s\n", o.panels)
+	}
+	return checks, nil
 }
 
-// runPhases runs the healthy phase, then the degraded one.
-func runPhases(ctx context.Context, r runner, o options, log io.Writer) (healthy, degraded *phaseRun, err error) {
+// writePanels writes the -panels page of runs to path.
+func writePanels(ctx context.Context, path string, api promAPI, targets []tools.Target, runs []*phaseRun, worker string) error {
+	start, end := runs[0].began, runs[len(runs)-1].ended
+	g := newGrafanaVars(end.Sub(start))
+	g.set("job", "kdedup")
+	g.set("instance", worker)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writePanelsPage(ctx, f, api, targets, g, runs, start, end); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// runPhases runs the healthy phase, the handover phase and the degraded one, in this order.
+func runPhases(ctx context.Context, r runner, o options, log io.Writer) ([]*phaseRun, error) {
 	phases := []phase{
-		{name: "healthy", duration: o.healthy, restartAt: 0.2},
-		{name: "degraded", duration: o.degraded, env: o.overfill, breakStore: true, mayLose: true},
+		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true},
+		{name: "handover", duration: o.handover, args: handoverArgs, silent: true},
+		{name: "degraded", duration: o.degraded, env: o.overfill, breakStore: true, mayLose: true, args: faultArgs, compare: true},
 	}
 	runs := make([]*phaseRun, len(phases))
 	for i, p := range phases {
-		fmt.Fprintf(log, "livecheck: phase %s: %.0f records/s for %v, %.0f%% duplicates, worker env %v\n", p.name, r.rate, p.duration, 100*r.dups, p.env)
+		fmt.Fprintf(log, "livecheck: phase %s: %.0f records/s for %v, %.0f%% duplicates, worker env %v, loadtest %v\n",
+			p.name, r.rate, p.duration, 100*r.dups, p.env, p.args)
+		var err error
 		if runs[i], err = r.run(ctx, p); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		rep := runs[i].report
 		fmt.Fprintf(log, "livecheck: phase %s done in %v: %d records sent, %d delivered, %d lost, %d leaked\n", p.name,
 			runs[i].ended.Sub(runs[i].began).Round(100*time.Millisecond), rep.Verdict.Records, rep.Verdict.Delivered, rep.Verdict.Lost, rep.Verdict.Leaked)
 	}
-	// Let the last scrapes and rule evaluations of the degraded phase land.
+	// Let the last scrapes and rule evaluations of the last phase land.
 	select {
 	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		return nil, ctx.Err()
 	case <-time.After(3 * scrapeInterval):
 	}
-	return runs[0], runs[1], nil
+	return runs, nil
 }
 
-// evaluate runs the checks on what Prometheus recorded.
-func evaluate(ctx context.Context, api promAPI, in inputs, worker string, healthy, degraded *phaseRun) []check {
-	start, end := healthy.began.Add(-2*time.Second), degraded.ended.Add(2*time.Second)
+// evaluate runs the checks on what Prometheus recorded during runs.
+func evaluate(ctx context.Context, api promAPI, in inputs, worker string, runs []*phaseRun) []check {
+	start, end := runs[0].began.Add(-2*time.Second), runs[len(runs)-1].ended.Add(2*time.Second)
 	g := newGrafanaVars(end.Sub(start))
 	checks := resolveVariables(ctx, api, in.vars, map[string]string{"job": "kdedup", "instance": worker}, g, start, end)
 	checks = append(checks, checkPanels(ctx, api, in.targets, g, start, end)...)
-	for _, run := range []*phaseRun{healthy, degraded} {
-		checks = append(checks, comparePhase(ctx, api, in.targets, g, run)...)
+	byName := map[string]*phaseRun{}
+	for _, run := range runs {
+		byName[run.name] = run
+		if run.compare {
+			checks = append(checks, comparePhase(ctx, api, in.targets, g, run)...)
+		}
 	}
-	runs := map[string]*phaseRun{healthy.name: healthy, degraded.name: degraded}
-	checks = append(checks, checkEvents(ctx, api, in.targets, g, runs, [2]time.Time{start, end})...)
-	checks = append(checks, estimateVsLoss(ctx, api, in.targets, g, degraded))
-	return append(checks, checkAlerts(ctx, api, in.alerts, healthy, degraded)...)
+	checks = append(checks, checkEvents(ctx, api, in.targets, g, byName, [2]time.Time{start, end})...)
+	checks = append(checks, estimateVsLoss(ctx, api, in.targets, g, byName["degraded"]))
+	return append(checks, checkAlerts(ctx, api, in.alerts, runs)...)
 }
 
 // kdedupBinary returns -kdedup, or builds cmd/kdedup of -repo into dir.

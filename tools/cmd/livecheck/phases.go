@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,6 +29,14 @@ type phase struct {
 	// mayLose accepts a verifier that failed only because unique events were lost above its
 	// bound: what an overfilled filter does.
 	mayLose bool
+	// args are further loadtest flags: -join-at, -leave-at, -rebuild-at, -fault-at.
+	args []string
+	// compare says whether the throughput and duplicate-ratio panels are compared with the
+	// verifier (see comparePhase). Not while a second, unscraped worker processes part of the
+	// input.
+	compare bool
+	// silent says that no alert may fire while the phase runs.
+	silent bool
 }
 
 // phaseRun is what happened in a phase.
@@ -40,6 +49,17 @@ type phaseRun struct {
 	sendEnd      time.Time // end of the constant-rate sending
 	restart      time.Time // planned time of the restart, zero without one
 	storeBroken  time.Time // when the checkpoint directory was replaced, zero if not
+}
+
+// hook returns when the loadtest's first hook whose name starts with prefix was called, and
+// whether there was one.
+func (r *phaseRun) hook(prefix string) (time.Time, bool) {
+	for _, h := range r.report.Hooks {
+		if strings.HasPrefix(h.Name, prefix) {
+			return r.start.Add(time.Duration(h.StartSeconds * float64(time.Second))), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // at returns t as seconds since the phase's start, for messages.
@@ -63,7 +83,7 @@ func (r runner) run(ctx context.Context, p phase) (*phaseRun, error) {
 	run := &phaseRun{phase: p, count: int(r.rate * p.duration.Seconds())}
 	args := []string{"loadtest", "-count", strconv.Itoa(run.count), "-rate", strconv.FormatFloat(r.rate, 'f', -1, 64),
 		"-dups", strconv.FormatFloat(r.dups, 'f', -1, 64), "-fpr", strconv.FormatFloat(targetFPR, 'g', -1, 64),
-		"-window-count", strconv.Itoa(windowCount), "-window-interval", "1s", "-settle", "3s", "-timeout", "2m", "-quiet", "-json", jsonPath,
+		"-window-count", strconv.Itoa(windowCount), "-window-interval", windowInterval.String(), "-settle", "3s", "-timeout", "2m", "-quiet", "-json", jsonPath,
 		"-worker-env", "HTTP_ADDR=" + r.workerAddr, "-worker-env", "CHECKPOINT_DIR=" + ck,
 		"-worker-env", "CHECKPOINT_INTERVAL=1s"}
 	if p.restartAt > 0 {
@@ -72,6 +92,7 @@ func (r runner) run(ctx context.Context, p phase) (*phaseRun, error) {
 	for _, e := range p.env {
 		args = append(args, "-worker-env", e)
 	}
+	args = append(args, p.args...)
 	runCtx, cancel := context.WithTimeout(ctx, p.duration+2*time.Minute)
 	defer cancel()
 	run.began = time.Now()
@@ -101,8 +122,15 @@ func (r runner) run(ctx context.Context, p phase) (*phaseRun, error) {
 	return run, nil
 }
 
-// windowCount is the loadtests' DEDUP_WINDOW_COUNT (-window-count) with DEDUP_WINDOW_INTERVAL 1s.
-const windowCount = 3
+// windowCount and windowInterval are the loadtests' DEDUP_WINDOW_COUNT and DEDUP_WINDOW_INTERVAL.
+// The interval is not a multiple of the scrape interval, so that the scrapes see the current
+// generation at every stage of its filling, not always at the same one: the estimated
+// false-positive rate rises as it fills, and its mean over the scrapes is compared with a loss
+// rate (estimateVsLoss).
+const (
+	windowCount    = 3
+	windowInterval = 1250 * time.Millisecond
+)
 
 // lossFailure matches the verifier's failure for losses above its bound.
 var lossFailure = regexp.MustCompile(`^\d+ unique events lost, more than the bound`)
@@ -187,10 +215,35 @@ type verifierReport struct {
 		// that were lost: the filter's measured false-positive rate.
 		SteadyLossRate float64 `json:"steady_loss_rate"`
 		SteadyUniques  int     `json:"steady_uniques"`
+		SteadyLost     int     `json:"steady_lost"`
+		// SteadyByFilter splits them by the filter that judged them (the filter label).
+		SteadyByFilter map[string]filterLoss `json:"steady_by_filter"`
 	} `json:"verdict"`
-	Incomplete string   `json:"incomplete"`
-	Failures   []string `json:"failures"`
-	Pass       bool     `json:"pass"`
+	// Filter is the worker's filter: EstimateAverage is its estimated false-positive rate read
+	// at random instants over the steady part and averaged as the loss is (-1: unknown).
+	Filter *struct {
+		EstimateAverage float64 `json:"estimate_avg"`
+	} `json:"filter"`
+	// Hooks are the loadtest's actions (-restart-at, -join-at, -leave-at, -rebuild-at, -fault-at):
+	// when each was called, in seconds since Started, and how long it took.
+	Hooks      []hookRun `json:"hooks"`
+	Notes      []string  `json:"notes"`
+	Incomplete string    `json:"incomplete"`
+	Failures   []string  `json:"failures"`
+	Pass       bool      `json:"pass"`
+}
+
+// hookRun is one of the loadtest's actions: its name, and when it was called, in seconds since
+// the verifier's start.
+type hookRun struct {
+	Name         string  `json:"name"`
+	StartSeconds float64 `json:"start_s"`
+}
+
+// filterLoss counts the unique events a filter judged and how many it lost.
+type filterLoss struct {
+	Uniques int `json:"uniques"`
+	Lost    int `json:"lost"`
 }
 
 // point is one bucket of the verifier's time series: the records created in
