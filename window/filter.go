@@ -58,6 +58,18 @@ type Filter struct {
 
 	rotations atomic.Uint64
 
+	// Growth (see grow.go). fill counts the keys offered to each slot's stage 0, per shard of the
+	// key hash's top shardBits bits; a shard is full at limit0 keys.
+	fill       []fillCounter
+	shardBits  uint
+	shardShift uint
+	limit0     uint64
+	maxBytes   uint64
+	grown      atomic.Pointer[grownSet] // nil until a generation grows
+	stageBytes atomic.Int64             // bytes of the live grown stages
+	growths    atomic.Uint64            // stages added since the filter was made
+	snapStages []*stage                 // the stages the snapshot under way writes; guarded by mu
+
 	mu         sync.Mutex // serialises rotation, sweeping and snapshots
 	origin     time.Time  // start of generation 0
 	slotEpoch  []int64    // generation held by each slot, -1 when free
@@ -93,6 +105,7 @@ type probe struct {
 	group uint64
 	base  uint64 // index of the group's first word
 	tag   uint64
+	shard uint64 // fill-counter shard: the hash's top shardBits bits
 	mask  [MaxSectors * sectorWords]uint64
 }
 
@@ -135,6 +148,14 @@ func newFilter(cfg Config, s Sizing) *Filter {
 		sweepSlot:    -1,
 	}
 	f.offs = maskOffsets(s)
+	f.shardBits = shardLayout(s.GrowAt)
+	f.shardShift = 64 - f.shardBits
+	f.limit0 = max(s.GrowAt>>f.shardBits, 1)
+	f.fill = make([]fillCounter, s.Slots<<f.shardBits)
+	f.maxBytes = cfg.MaxBytes
+	if f.maxBytes == 0 {
+		f.maxBytes = DefaultMaxBytes
+	}
 	for i := range s.Sectors {
 		f.ks[i] = s.sectorBits(i)
 	}
@@ -186,10 +207,10 @@ func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
 	if f.single {
 		v := f.view.Load()
 		f.makeProbe(&p, h, v, true)
-		if f.contains(v, &p) {
+		if f.contains(v, &p) || f.grownHas(&p) {
 			return true
 		}
-		f.set(v, &p)
+		f.insert(v, &p)
 		return false
 	}
 	f.makeProbe(&p, h, f.view.Load(), true)
@@ -201,7 +222,7 @@ func (f *Filter) TestHash(h uint64) bool {
 	var p probe
 	v := f.view.Load()
 	f.makeProbe(&p, h, v, false)
-	return f.contains(v, &p)
+	return f.contains(v, &p) || f.grownHas(&p)
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range
@@ -212,6 +233,7 @@ func (f *Filter) makeProbe(p *probe, h uint64, v *view, add bool) {
 	g, _ := bits.Mul64(h, f.groups)
 	f.touch(v, g*f.groupWords, add)
 	f.probeFor(p, g, h&tagMask|1)
+	p.shard = h >> f.shardShift
 }
 
 // probeFor fills p for a group and tag. The bit positions come from a SplitMix64 stream seeded by

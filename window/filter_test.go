@@ -584,7 +584,14 @@ func TestStatsTrackLoad(t *testing.T) {
 	if st.Window != 90*time.Second || st.Rotations != 1 {
 		t.Errorf("window=%v rotations=%d, want 1m30s and 1", st.Window, st.Rotations)
 	}
-	if st.CapacityBits != 2*f.Sizing().BitsPerGeneration || st.TotalBytes != f.Sizing().TotalBytes {
+	// The older generation took Capacity keys, a little over GrowAt: it grew one stage.
+	lay := f.stageLayout(1)
+	if st.Stages != 1 || st.AtCap || st.Generations[1].Stages != 1 || st.Growths != 1 {
+		t.Errorf("stages %d (per generation %d, %d), growths %d, at cap %v: want 1 stage in the older generation",
+			st.Stages, st.Generations[0].Stages, st.Generations[1].Stages, st.Growths, st.AtCap)
+	}
+	if st.CapacityBits != 2*f.Sizing().BitsPerGeneration+lay.groups*uint64(lay.layout.sectors)*SectorBits ||
+		st.TotalBytes != f.Sizing().TotalBytes+lay.bytes {
 		t.Errorf("capacity bits %d / bytes %d disagree with sizing", st.CapacityBits, st.TotalBytes)
 	}
 }

@@ -69,6 +69,12 @@ func (f *Filter) advanceLocked(target uint64) {
 	}
 	f.slotEpoch[cur] = int64(target)
 	f.dirty[cur] = true
+	// The expired generations' stages go first: a reader with the old view may then miss them,
+	// but their keys are past their guarantee already.
+	f.dropGrownLocked(target)
+	for i := range f.fill[cur<<f.shardBits : (cur+1)<<f.shardBits] {
+		atomic.StoreUint64(&f.fill[cur<<f.shardBits+i].n, 0)
+	}
 	f.publishLocked(target, append([]int{cur}, kept...))
 	f.rotations.Add(target - v.epoch)
 }

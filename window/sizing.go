@@ -50,16 +50,23 @@ type Config struct {
 	// Interval is the length of one generation. It must be positive.
 	Interval time.Duration
 
-	// Capacity is the expected number of distinct keys added per Interval. Each generation is sized
-	// for it. It must be positive.
+	// Capacity is the expected number of distinct keys added per Interval: the size of each
+	// generation's first stage, not a hard limit. A generation that takes more keys grows (see
+	// the package documentation). It must be positive.
 	Capacity uint64
 
 	// FalsePositiveRate is the target probability that a key never added is reported as seen,
 	// over the whole window (all N generations full at Capacity). It must be in (0, 1).
 	FalsePositiveRate float64
 
-	// MaxBytes caps the memory the filter may use. Default: DefaultMaxBytes (8 GiB).
+	// MaxBytes caps the memory the filter may use: the N interleaved generations (stage 0) plus
+	// every grown stage. Size fails if stage 0 alone does not fit; at the cap the filter stops
+	// growing and Overload applies. Default: DefaultMaxBytes (8 GiB).
 	MaxBytes uint64
+
+	// Overload says what happens to new keys when the memory cap stops a generation from
+	// growing and its last stage is full. Default: OverloadDrop.
+	Overload OverloadPolicy
 
 	// Seed seeds the key hash. Keep it secret to stop an adversary from crafting keys that collide
 	// with other keys; it is kept in snapshots so that a restored filter hashes identically.
@@ -107,6 +114,13 @@ type Sizing struct {
 	// PredictedFPR is the predicted false-positive rate of the window when all N generations hold
 	// Capacity keys.
 	PredictedFPR float64
+	// ShareFPR is p_g = 1-(1-p)^(1/N), each generation's share of the target rate: stage 0 is
+	// sized for it, and a grown generation's stages together stay under it.
+	ShareFPR float64
+	// GrowAt is n₀, the number of keys at which a generation's stage 0 counts as full and further
+	// keys go to a grown stage: the load at which its predicted rate reaches (1-GrowthShare)·p_g,
+	// slightly under Capacity.
+	GrowAt uint64
 }
 
 // sectorBits returns how many of the K bits a key sets in sector i of a block.
@@ -158,6 +172,8 @@ func Size(cfg Config) (Sizing, error) {
 	s.BitsPerKey = float64(s.BitsPerGeneration) / float64(cfg.Capacity)
 	s.GenerationFPR = sectorizedFPR(float64(cfg.Capacity)/float64(groups), s.K, s.Sectors)
 	s.PredictedFPR = -math.Expm1(float64(n) * math.Log1p(-s.GenerationFPR))
+	s.ShareFPR = pg
+	s.GrowAt = growAt(groups, bp, (1-GrowthShare)*pg)
 
 	maxBytes := cfg.MaxBytes
 	if maxBytes == 0 {
@@ -171,6 +187,29 @@ func Size(cfg Config) (Sizing, error) {
 	}
 	s.TotalBytes = groups * perGroup
 	return s, nil
+}
+
+// growAt returns the largest load at which a stage-0 generation of the given groups and layout
+// stays at or under the rate target. It uses the rate Stats computes for a Poisson load
+// (poissonLoadFPR, the exact distribution of set bits per sector), not sectorizedFPR: the latter
+// puts the expected fill under the power and reads 2-5% low near capacity, which would leave
+// the generation's total a few percent over its share once stages add theirs.
+func growAt(groups uint64, bp layoutParams, target float64) uint64 {
+	s := Sizing{K: bp.k, Sectors: bp.sectors}
+	ks := make([]int, bp.sectors)
+	for i := range ks {
+		ks[i] = s.sectorBits(i)
+	}
+	lo, hi := 0.0, bp.lambda
+	for range 50 {
+		mid := (lo + hi) / 2
+		if poissonLoadFPR(mid, ks) <= target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return max(uint64(lo*float64(groups)), 1)
 }
 
 // validate reports every problem with cfg at once, wrapped in ErrConfig.

@@ -44,9 +44,38 @@ type Meta struct {
 	// one. Bit 63 of every data word is the parity of the use that last wrote it; a word whose
 	// parity differs from its slot's use is stale and reads as empty.
 	SlotUses []uint64
-	// Words is the number of 64-bit data words that WriteSnapshot writes after the metadata:
+	// Words is the number of 64-bit data words of stage 0 that WriteSnapshot writes first:
 	// Groups × Sectors × Slots × SectorBits/64. Word ((g·Sectors + i)·Slots + s)·SectorBits/64 + w
 	// is word w of sector i of slot s's block in group g.
+	Words uint64
+	// ShardBits is how many top bits of a key's hash select its fill-counter shard: each stage
+	// has 2^ShardBits counters.
+	ShardBits int
+	// Fill holds the keys offered to each slot's stage 0 per shard: Slots × 2^ShardBits entries,
+	// slot-major. Nil for a snapshot of an older kdedup: Restore then estimates them from the
+	// generations' fill.
+	Fill []uint64
+	// Stages describes the grown stages of the live generations, whose words WriteSnapshot writes
+	// after stage 0's, in this order.
+	Stages []StageMeta
+}
+
+// StageMeta describes one grown stage of a generation: a blocked Bloom filter of Groups blocks
+// of Sectors sectors (no use tags), whose word (g·Sectors + i)·SectorBits/64 + w is word w of
+// sector i of group g's block.
+type StageMeta struct {
+	// Epoch is the number of the generation the stage belongs to.
+	Epoch uint64
+	// Index is the stage's number in its generation, from 1: stage i holds up to
+	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i.
+	Index int
+	// Groups, K and Sectors are the stage's layout, which Restore checks against the Config.
+	Groups  uint64
+	K       int
+	Sectors int
+	// Counts holds the keys offered to each of the stage's 2^ShardBits shards.
+	Counts []uint64
+	// Words is Groups × Sectors × SectorBits/64.
 	Words uint64
 }
 
@@ -85,6 +114,7 @@ func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
 func (f *Filter) Snapshot(fn func(m Meta, writeData func(io.Writer) (int64, error)) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer func() { f.snapStages = nil }()
 	return fn(f.metaLocked(), f.writeWordsLocked)
 }
 
@@ -96,6 +126,31 @@ func (f *Filter) writeWordsLocked(w io.Writer) (int64, error) {
 		b := buf[:(end-i)*8]
 		for j := i; j < end; j++ {
 			binary.LittleEndian.PutUint64(b[(j-i)*8:], atomic.LoadUint64(&f.words[j]))
+		}
+		n, err := w.Write(b)
+		written += int64(n)
+		if err != nil {
+			return written, err
+		}
+	}
+	for _, st := range f.snapStages {
+		n, err := writeStageWords(w, st.words, buf)
+		written += n
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// writeStageWords writes a grown stage's words as writeWordsLocked writes stage 0's.
+func writeStageWords(w io.Writer, words []uint64, buf []byte) (int64, error) {
+	var written int64
+	for i := 0; i < len(words); i += snapshotChunk {
+		end := min(i+snapshotChunk, len(words))
+		b := buf[:(end-i)*8]
+		for j := i; j < end; j++ {
+			binary.LittleEndian.PutUint64(b[(j-i)*8:], atomic.LoadUint64(&words[j]))
 		}
 		n, err := w.Write(b)
 		written += int64(n)
@@ -119,7 +174,16 @@ func (f *Filter) metaLocked() Meta {
 	for i := range uses {
 		uses[i] = f.uses[i].Load()
 	}
+	fill := make([]uint64, len(f.fill))
+	for i := range fill {
+		fill[i] = atomic.LoadUint64(&f.fill[i].n)
+	}
+	stages, metas := f.liveStages(v)
+	f.snapStages = stages
 	return Meta{
+		ShardBits:         int(f.shardBits),
+		Fill:              fill,
+		Stages:            metas,
 		Generations:       f.cfg.Generations,
 		Interval:          f.cfg.Interval,
 		Capacity:          f.cfg.Capacity,
@@ -164,6 +228,9 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 	if err := readWords(r, f.words); err != nil {
 		return nil, fmt.Errorf("window: reading snapshot data: %w", err)
 	}
+	if err := f.restoreStages(m, r); err != nil {
+		return nil, err
+	}
 	f.origin = m.Origin
 	live := make([]int, 0, len(m.SlotEpochs))
 	for i, e := range m.SlotEpochs {
@@ -177,6 +244,7 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 	}
 	sort.Slice(live, func(a, b int) bool { return f.slotEpoch[live[a]] > f.slotEpoch[live[b]] })
 	f.publishLocked(m.Epoch, live) // f is not shared yet
+	f.restoreFill(m)
 	f.rotations.Store(m.Rotations)
 	f.AdvanceTo(cfg.Clock())
 	return f, nil
@@ -199,6 +267,31 @@ func (f *Filter) settleSlot(s int) {
 			i += f.sectorStride
 		}
 	}
+}
+
+// liveStages returns the grown stages of v's live generations, oldest generation first and in
+// stage order, and their descriptions.
+func (f *Filter) liveStages(v *view) ([]*stage, []StageMeta) {
+	var stages []*stage
+	var metas []StageMeta
+	for i := len(v.epochs) - 1; i >= 0; i-- {
+		gg := f.grownGenIfAny(v.epochs[i])
+		if gg == nil {
+			continue
+		}
+		for _, st := range *gg.stages.Load() {
+			counts := make([]uint64, len(st.count))
+			for j := range counts {
+				counts[j] = atomic.LoadUint64(&st.count[j].n)
+			}
+			stages = append(stages, st)
+			metas = append(metas, StageMeta{
+				Epoch: v.epochs[i], Index: st.index, Groups: st.groups, K: st.k, Sectors: st.sectors,
+				Counts: counts, Words: uint64(len(st.words)),
+			})
+		}
+	}
+	return stages, metas
 }
 
 func compatible(cfg Config, s Sizing, m Meta) error {

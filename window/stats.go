@@ -24,10 +24,21 @@ type Stats struct {
 	// not any one reading of it. Above ConfiguredFPR it means more distinct keys arrive per
 	// interval than Capacity: real events are being dropped as duplicates more often than planned.
 	EstimatedFPR float64
-	// CapacityBits is the number of bits of the N generations a key is tested against.
+	// CapacityBits is the number of bits of the N generations a key is tested against, grown
+	// stages included.
 	CapacityBits uint64
-	// TotalBytes is the memory the filter allocated.
+	// TotalBytes is the memory the filter allocated, grown stages included.
 	TotalBytes uint64
+	// MaxBytes is the memory cap (Config.MaxBytes, or DefaultMaxBytes).
+	MaxBytes uint64
+	// Stages is the number of grown stages (beyond stage 0) of the live generations.
+	Stages int
+	// Growths counts the stages added since the filter was created (not carried by snapshots).
+	Growths uint64
+	// AtCap is true when a live generation needed a further stage and the memory cap refused it:
+	// from then on Config.Overload applies, and with OverloadDrop EstimatedFPR rises above the
+	// target as keys arrive. It clears when that generation expires.
+	AtCap bool
 	// Rotations counts generation boundaries crossed since the filter was created (restored filters
 	// continue the count of the snapshot).
 	Rotations uint64
@@ -50,8 +61,13 @@ type GenerationStats struct {
 	Fill float64
 	// EstimatedKeys is the number of distinct keys the fill implies.
 	EstimatedKeys float64
-	// EstimatedFPR is the false-positive rate of this generation alone.
+	// EstimatedFPR is the false-positive rate of this generation alone, its grown stages
+	// included.
 	EstimatedFPR float64
+	// Stages is the number of grown stages of the generation (0 while it is within Capacity).
+	Stages int
+	// AtCap is true when the generation needed a further stage and the memory cap refused it.
+	AtCap bool
 }
 
 // Stats returns the filter's state. It reads at most statsSampleGroups blocks per generation, so
@@ -80,7 +96,9 @@ func (f *Filter) Stats() Stats {
 	st := Stats{
 		ConfiguredFPR: f.cfg.FalsePositiveRate,
 		CapacityBits:  uint64(f.cfg.Generations) * f.sizing.BitsPerGeneration,
-		TotalBytes:    f.sizing.TotalBytes,
+		TotalBytes:    f.sizing.TotalBytes + uint64(max(f.stageBytes.Load(), 0)),
+		MaxBytes:      f.maxBytes,
+		Growths:       f.growths.Load(),
 		Rotations:     f.rotations.Load(),
 		Generations:   make([]GenerationStats, 0, len(v.active)),
 	}
@@ -91,11 +109,71 @@ func (f *Filter) Stats() Stats {
 		gs := f.generationStats(slot, stride)
 		gs.Epoch = v.epochs[i]
 		gs.Start = f.startOf(gs.Epoch)
+		f.addStageStats(&st, &gs)
 		miss *= 1 - gs.EstimatedFPR
 		st.Generations = append(st.Generations, gs)
 	}
 	st.EstimatedFPR = 1 - miss
 	return st
+}
+
+// addStageStats adds the grown stages of gs's generation to gs and st: their keys, bits, bytes
+// and rates (a key is tested against every stage, so they combine as independent tests).
+func (f *Filter) addStageStats(st *Stats, gs *GenerationStats) {
+	gg := f.grownGenIfAny(gs.Epoch)
+	if gg == nil {
+		return
+	}
+	gs.AtCap = gg.capped.Load()
+	st.AtCap = st.AtCap || gs.AtCap
+	miss := 1 - gs.EstimatedFPR
+	for _, sg := range *gg.stages.Load() {
+		keys, fpr := sg.stats()
+		gs.EstimatedKeys += keys
+		miss *= 1 - fpr
+		gs.Stages++
+		st.Stages++
+		st.CapacityBits += sg.groups * uint64(sg.sectors) * SectorBits
+	}
+	gs.EstimatedFPR = 1 - miss
+}
+
+// grownGenIfAny returns the growth record of generation epoch, or nil if it has not grown.
+func (f *Filter) grownGenIfAny(epoch uint64) *grownGen {
+	if gs := f.grown.Load(); gs != nil {
+		for _, gg := range gs.gens {
+			if gg.epoch == epoch {
+				return gg
+			}
+		}
+	}
+	return nil
+}
+
+// stats returns the number of keys a grown stage's fill implies and its false-positive rate,
+// computed as generationStats does (exactly when every group is read, else from the load).
+func (sg *stage) stats() (keys, fpr float64) {
+	stride := max(sg.groups/statsSampleGroups, 1)
+	ks := sg.ks[:sg.sectors]
+	var set, groups uint64
+	var exact float64
+	for g := uint64(0); g < sg.groups; g += stride {
+		i := g * uint64(sg.sectors) * sectorWords
+		match := 1.0
+		for _, k := range ks {
+			c := countValid((*[sectorWords]uint64)(sg.words[i:i+sectorWords]), 0)
+			set += uint64(c)
+			match *= math.Pow(float64(c)/UsableSectorBits, float64(k))
+			i += sectorWords
+		}
+		exact += match
+		groups++
+	}
+	lambda := keysPerGroup(float64(set)/float64(groups), ks)
+	if stride > 1 {
+		return lambda * float64(sg.groups), poissonLoadFPR(lambda, ks)
+	}
+	return lambda * float64(sg.groups), exact / float64(groups)
 }
 
 // generationStats reads every stride-th group of a slot's generation (see Stats).

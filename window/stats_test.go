@@ -292,6 +292,7 @@ func TestKeysPerGroup(t *testing.T) {
 func TestPoissonLoadFPR(t *testing.T) {
 	for _, p := range []float64{1e-3, 1e-6} {
 		f := mustNew(t, Config{Generations: 1, Interval: time.Minute, Capacity: 200_000, FalsePositiveRate: p, Seed: 3})
+		f.limit0 = math.MaxUint64 // stage 0 alone, loaded to Capacity
 		for i := range uint64(200_000) {
 			f.TestAndAdd(key(5, i))
 		}

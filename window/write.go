@@ -20,7 +20,7 @@ func (f *Filter) testAndAdd(p *probe) (seen bool) {
 	for {
 		cw := c.Load()
 		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		if f.contains(v, p) {
+		if f.contains(v, p) || f.grownHas(p) {
 			return true
 		}
 		if cw&tagMask != 0 {
@@ -30,17 +30,19 @@ func (f *Filter) testAndAdd(p *probe) (seen bool) {
 		if !c.CompareAndSwap(cw, cw|p.tag) {
 			continue
 		}
-		f.set(v, p)
+		f.insert(v, p)
 		c.CompareAndSwap(cw|p.tag, cw+seqOne)
 		return false
 	}
 }
 
-// help completes another goroutine's claimed insertion and releases its claim.
+// help completes another goroutine's claimed insertion and releases its claim. It adds the key to
+// the newest stage of the current generation (stage 0 unless the generation grew); the claimant
+// adds and counts it where the key's shard says.
 func (f *Filter) help(v *view, group, cw uint64) {
 	var hp probe
 	f.probeFor(&hp, group, cw&tagMask)
-	f.set(v, &hp)
+	f.putNewest(v, &hp)
 	f.claims[group].CompareAndSwap(cw, cw&^tagMask+seqOne)
 }
 

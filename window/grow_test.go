@@ -1,0 +1,322 @@
+package window
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fillGenerations adds load fresh keys to each of the filter's N generations (rotating between
+// them) and returns the last key index used. Keys are hashes from a fixed-seed generator.
+func fillGenerations(f *Filter, clock *fakeClock, rng *rand.Rand, load uint64) {
+	n := f.Config().Generations
+	for g := range n {
+		if g > 0 {
+			clock.Set(clock.Now().Add(f.Config().Interval))
+			f.AdvanceTo(clock.Now())
+		}
+		for range load {
+			f.TestAndAddHash(rng.Uint64())
+		}
+	}
+}
+
+// TestGrowthKeepsTarget loads every generation of a filter to 1×, 5× and 20× its capacity and
+// measures the false-positive rate over absent keys: it must stay within 1.5× of the target (the
+// design keeps it under the target; 1.5× leaves room for sampling noise).
+func TestGrowthKeepsTarget(t *testing.T) {
+	probes := 10_000_000
+	if testing.Short() || raceEnabled {
+		probes = 1_000_000
+	}
+	for _, p := range []float64{1e-3, 1e-4} {
+		for _, times := range []uint64{1, 5, 20} {
+			t.Run(fmt.Sprintf("%s/%dx", fprName(p), times), func(t *testing.T) {
+				t.Parallel()
+				if raceEnabled && times == 20 {
+					t.Skip("20x is slow under the race detector")
+				}
+				clock := newFakeClock()
+				const capacity = 10_000
+				f := mustNew(t, Config{Generations: 2, Interval: time.Minute, Capacity: capacity, FalsePositiveRate: p, Clock: clock.Now})
+				rng := rand.New(rand.NewPCG(uint64(times), math.Float64bits(p)))
+				fillGenerations(f, clock, rng, times*capacity)
+				fp := 0
+				for range probes {
+					if f.TestHash(rng.Uint64()) {
+						fp++
+					}
+				}
+				got := float64(fp) / float64(probes)
+				st := f.Stats()
+				t.Logf("%dx: measured %.3g (%.2fx target), estimated %.3g, %d stages, %.1f bits per key",
+					times, got, got/p, st.EstimatedFPR, st.Stages, float64(st.TotalBytes*8)/float64(2*times*capacity))
+				if got > 1.5*p {
+					t.Errorf("%dx capacity: false-positive rate %.3g, more than 1.5x the target %g", times, got, p)
+				}
+				if times > 1 && st.Stages == 0 {
+					t.Errorf("%dx capacity: no stage grown", times)
+				}
+			})
+		}
+	}
+}
+
+// TestGrowAtBelowCapacity checks n₀: the load at which stage 0 counts as full is a little under
+// Capacity and its predicted rate is (1-GrowthShare) of the generation's share.
+func TestGrowAtBelowCapacity(t *testing.T) {
+	for _, p := range []float64{1e-2, 1e-3, 1e-4, 1e-6} {
+		s, err := Size(Config{Generations: 4, Interval: time.Minute, Capacity: 1_000_000, FalsePositiveRate: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := float64(s.GrowAt) / 1e6
+		ks := []int{}
+		for i := range s.Sectors {
+			ks = append(ks, s.sectorBits(i))
+		}
+		fpr := poissonLoadFPR(float64(s.GrowAt)/float64(s.Groups), ks)
+		t.Logf("p=%g: k=%d sectors=%d, stage 0 full at %.4f x capacity (rate %.4g of share %.4g)", p, s.K, s.Sectors, r, fpr/s.ShareFPR, s.ShareFPR)
+		if r < 0.9 || r >= 1 || math.Abs(fpr/s.ShareFPR-(1-GrowthShare)) > 0.001 {
+			t.Errorf("p=%g: GrowAt %.4f x capacity at %.4f of the share", p, r, fpr/s.ShareFPR)
+		}
+	}
+}
+
+// TestGrowthOneWinner races goroutines offering the same fresh keys in shared mode while the
+// generation grows through several stages: every key must have exactly one winner (zero only for
+// a false positive, which a sequential filter fed the same keys predicts to within a few), and
+// every key must be seen afterwards.
+func TestGrowthOneWinner(t *testing.T) {
+	workers := max(4, 2*runtime.GOMAXPROCS(0))
+	const capacity = 2_000
+	keys := 20 * capacity
+	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3}
+	f := mustNew(t, cfg)
+	winners := make([]atomic.Int32, keys)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for j := range keys {
+				// Neighbouring offsets: goroutines meet on the same key, and on the stage-0 to
+				// stage-1 transition, at the same moment.
+				i := (j + w%3) % keys
+				if !f.TestAndAdd(key(21, uint64(i))) {
+					winners[i].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seq := mustNew(t, cfg) // the sequential reference
+	refFP := 0
+	for i := range keys {
+		if seq.TestAndAdd(key(21, uint64(i))) {
+			refFP++
+		}
+	}
+	var zero, many, missed int
+	for i := range winners {
+		switch winners[i].Load() {
+		case 0:
+			zero++
+		case 1:
+		default:
+			many++
+		}
+		if !f.Test(key(21, uint64(i))) {
+			missed++
+		}
+	}
+	st := f.Stats()
+	t.Logf("%d keys, %d workers: %d stages, %d keys without winner (sequential reference: %d false positives)", keys, workers, st.Stages, zero, refFP)
+	if many > 0 || missed > 0 {
+		t.Errorf("%d keys had more than one winner, %d were not seen afterwards", many, missed)
+	}
+	if st.Stages < 3 {
+		t.Errorf("%d stages, want the race to cross several growths", st.Stages)
+	}
+	if zero > 2*refFP+10 {
+		t.Errorf("%d keys had no winner; the sequential reference had %d false positives", zero, refFP)
+	}
+}
+
+// TestGrowthSingleWriter grows a single-writer filter while readers test keys the writer has
+// already added: no false negative while stages are added, and the same answers as a sequential
+// shared filter fed the same keys.
+func TestGrowthSingleWriter(t *testing.T) {
+	const capacity = 2_000
+	keys := uint64(10 * capacity)
+	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3}
+	ref := mustNew(t, cfg)
+	cfg.SingleWriter = true
+	f := mustNew(t, cfg)
+	var added atomic.Uint64
+	var misses atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if n := added.Load(); n > 0 && !f.Test(key(22, rng.Uint64N(n))) {
+					misses.Add(1)
+				}
+			}
+		})
+	}
+	diff := 0
+	for i := range keys {
+		a, b := f.TestAndAdd(key(22, i)), ref.TestAndAdd(key(22, i))
+		if a != b {
+			diff++
+		}
+		added.Store(i + 1)
+	}
+	close(stop)
+	wg.Wait()
+	if misses.Load() > 0 || diff > 0 || f.Stats().Stages < 2 {
+		t.Errorf("%d false negatives during growth, %d answers differ from the shared reference, %d stages",
+			misses.Load(), diff, f.Stats().Stages)
+	}
+}
+
+// TestGrowthStopsAtCap caps the memory at stage 0 plus little: growth stops, Stats says so, and
+// each policy does what it says: drop keeps every key (the rate rises), pass keeps the rate.
+func TestGrowthStopsAtCap(t *testing.T) {
+	const capacity = 5_000
+	base := Config{Generations: 1, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3}
+	s, err := Size(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []OverloadPolicy{OverloadDrop, OverloadPass} {
+		t.Run(policy.String(), func(t *testing.T) {
+			cfg := base
+			cfg.Overload = policy
+			cfg.MaxBytes = s.TotalBytes + growthStage(capacity, s.ShareFPR, 1, shardLayout(s.GrowAt)).bytes // room for stage 1 only
+			f := mustNew(t, cfg)
+			const load = 8 * capacity
+			for i := range uint64(load) {
+				f.TestAndAdd(key(23, i))
+			}
+			st := f.Stats()
+			missed := load - seenKeys(f, 23, load)
+			fp := 0
+			for i := range uint64(200_000) {
+				if f.Test(key(24, i)) {
+					fp++
+				}
+			}
+			got := float64(fp) / 200_000
+			t.Logf("%s: %d stages, at cap %v, %d of %d keys not seen, measured rate %.3g, estimated %.3g, %d/%d bytes",
+				policy, st.Stages, st.AtCap, missed, load, got, st.EstimatedFPR, st.TotalBytes, st.MaxBytes)
+			if st.Stages != 1 || !st.AtCap || st.TotalBytes > cfg.MaxBytes {
+				t.Fatalf("stages %d, at cap %v, %d bytes of %d: want 1 stage and the cap reached", st.Stages, st.AtCap, st.TotalBytes, cfg.MaxBytes)
+			}
+			if est := st.EstimatedFPR; math.Abs(est-got) > 0.3*got+2e-4 {
+				t.Errorf("estimated rate %.3g, measured %.3g", est, got)
+			}
+			switch policy {
+			case OverloadDrop:
+				if missed != 0 || got < 5*cfg.FalsePositiveRate {
+					t.Errorf("drop: %d keys lost, rate %.3g: want every key kept and the rate risen", missed, got)
+				}
+			case OverloadPass:
+				if missed == 0 || got > 1.5*cfg.FalsePositiveRate {
+					t.Errorf("pass: %d keys not kept, rate %.3g: want keys passed and the rate at target", missed, got)
+				}
+			}
+		})
+	}
+}
+
+// TestGrowthRotation checks that a generation's stages expire with it and their memory returns.
+func TestGrowthRotation(t *testing.T) {
+	clock := newFakeClock()
+	f := mustNew(t, Config{Generations: 2, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-3, Clock: clock.Now})
+	addKeys(f, 25, 5_000)
+	if st := f.Stats(); st.Stages == 0 || st.TotalBytes == f.Sizing().TotalBytes {
+		t.Fatalf("no growth: %d stages, %d bytes", st.Stages, st.TotalBytes)
+	}
+	clock.Set(clock.Now().Add(time.Minute))
+	f.AdvanceTo(clock.Now())
+	if got := seenKeys(f, 25, 5_000); got != 5_000 {
+		t.Fatalf("%d of 5000 keys seen one rotation later", got)
+	}
+	clock.Set(clock.Now().Add(time.Minute))
+	f.AdvanceTo(clock.Now())
+	st := f.Stats()
+	if st.Stages != 0 || st.TotalBytes != f.Sizing().TotalBytes || f.grown.Load() != nil {
+		t.Errorf("after expiry: %d stages, %d bytes (stage 0 alone is %d)", st.Stages, st.TotalBytes, f.Sizing().TotalBytes)
+	}
+	if got := seenKeys(f, 25, 5_000); got > 50 {
+		t.Errorf("%d of 5000 expired keys still seen", got)
+	}
+}
+
+// TestGrowthSnapshot saves a grown filter, restores it in either mode, and checks that every key
+// is still seen, the stages and counts came back, and the restored filter keeps growing.
+func TestGrowthSnapshot(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		clock := newFakeClock()
+		cfg := Config{Generations: 2, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-3, Clock: clock.Now}
+		f := mustNew(t, cfg)
+		addKeys(f, 26, 3_000)
+		clock.Set(clock.Now().Add(time.Minute))
+		f.AdvanceTo(clock.Now())
+		addKeys(f, 27, 6_000)
+		var buf bytes.Buffer
+		meta, _, err := f.WriteSnapshot(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.SingleWriter = single
+		r, err := Restore(cfg, meta, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := f.Stats(), r.Stats()
+		if a.Stages != b.Stages || a.TotalBytes != b.TotalBytes || len(meta.Stages) != a.Stages {
+			t.Fatalf("stages %d/%d (meta %d), bytes %d/%d", a.Stages, b.Stages, len(meta.Stages), a.TotalBytes, b.TotalBytes)
+		}
+		if got := seenKeys(r, 26, 3_000) + seenKeys(r, 27, 6_000); got != 9_000 {
+			t.Fatalf("single=%v: %d of 9000 keys seen after restore", single, got)
+		}
+		for i := range uint64(200) {
+			if f.Test(key(28, i)) != r.Test(key(28, i)) {
+				t.Fatalf("absent key %d: answers differ", i)
+			}
+		}
+		addKeys(r, 29, 8_000)
+		if r.Stats().Stages <= b.Stages {
+			t.Errorf("restored filter did not grow further")
+		}
+	}
+}
+
+// TestGrowthZeroAllocs checks that a grown filter's hot path does not allocate once its stages
+// exist.
+func TestGrowthZeroAllocs(t *testing.T) {
+	f := mustNew(t, Config{Generations: 2, Interval: time.Hour, Capacity: 1_000, FalsePositiveRate: 1e-3})
+	addKeys(f, 30, 3_000)
+	k := key(31, 0)
+	fresh := func() { k[0]++; f.TestAndAdd(k) }
+	if a := testing.AllocsPerRun(200, fresh); a != 0 {
+		t.Errorf("TestAndAdd on a grown filter allocates %v times per call", a)
+	}
+	if a := testing.AllocsPerRun(200, func() { f.Test(k) }); a != 0 {
+		t.Errorf("Test on a grown filter allocates %v times per call", a)
+	}
+}
