@@ -55,9 +55,19 @@ import (
 //	                     partition ascending: partition (int32), high-water offset (int64)
 //	            4        sectors S per block (v3; uint32, 1..MaxSectors; v1 and v2: 1)
 //	            8×slots  slot use table (v3): per slot, its use (uint64)
+//	            4        shard bits B (v4; uint32, <= MaxShardBits)
+//	            4+8F     fill table (v4): uint32 count F (0 or slots × 2^B), then
+//	                     per slot and shard, slot-major, the keys offered to the
+//	                     slot's first stage (uint64)
+//	            4+…      stage table (v4): uint32 count T, then per grown stage:
+//	                     generation number (uint64), index (uint32, from 1),
+//	                     groups (uint64), K (uint32), sectors (uint32), words
+//	                     (uint64) = groups × sectors × blockBits/64, then
+//	                     2^B shard counts (uint64)
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count (uint64), must equal W
-//	26+H        8W     data: W uint64 words, little-endian
+//	26+H        8W     data: W uint64 words, little-endian (v4: W is the
+//	                   slots' words plus every stage's words)
 //	26+H+8W     4      file CRC32C over bytes [0, 26+H+8W)
 //	30+H+8W            end of file; trailing bytes are corruption
 //
@@ -70,6 +80,10 @@ import (
 // the parity of the slot use that last wrote the word. A word whose tag
 // differs from the parity of its slot's entry in the use table holds bits
 // of an expired generation and reads as empty; the other 63 bits are data.
+// In version 4 the grown stages' words follow the slots' words, stage after
+// stage in the order of the stage table: word w of sector i of group g of a
+// stage is its word (g×Sectors + i)×BlockBits/64 + w; stage words carry no
+// tag (bit 63 is 0).
 // Versions 1 and 2 have one sector of 512 data bits per block and no tags:
 // the layout of an older kdedup, which the current filter refuses.
 //
@@ -277,6 +291,9 @@ func minBodyLen(version uint16) uint32 {
 	if version >= VersionV3 {
 		n += 4 + 8 // sectors and at least one slot use
 	}
+	if version >= VersionV4 {
+		n += 4 + 4 + 4 // shard bits, fill and stage counts
+	}
 	return n
 }
 
@@ -369,6 +386,41 @@ func (c *cursor) slotUses(n int) []uint64 {
 	return u
 }
 
+// stages reads the version 4 tables into h, checking each length against
+// what is left of the header first.
+func (c *cursor) stages(h *Header) {
+	h.ShardBits = int(c.u32())
+	if c.err == nil && h.ShardBits > MaxShardBits {
+		c.err = fmt.Errorf("shard bits %d out of range [0,%d]", h.ShardBits, MaxShardBits)
+	}
+	if c.err != nil {
+		return
+	}
+	if n := c.count("fill", MaxSlots<<MaxShardBits, 8); n > 0 {
+		h.Fill = make([]uint64, n)
+	}
+	for i := range h.Fill {
+		h.Fill[i] = c.u64()
+	}
+	shards := 1 << h.ShardBits
+	if n := c.count("stage", MaxStages, 36+8*shards); n > 0 {
+		h.Stages = make([]Stage, n)
+	}
+	for i := range h.Stages {
+		st := &h.Stages[i]
+		st.Generation = c.u64()
+		st.Index = int(c.u32())
+		st.Groups = c.u64()
+		st.K = int(c.u32())
+		st.Sectors = int(c.u32())
+		st.Words = c.u64()
+		st.Counts = make([]uint64, shards)
+		for j := range st.Counts {
+			st.Counts[j] = c.u64()
+		}
+	}
+}
+
 // parseBody decodes and validates a header body.
 func parseBody(body []byte, version uint16) (Header, error) {
 	c := &cursor{b: body}
@@ -405,6 +457,9 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	if version >= VersionV3 {
 		h.Sectors = int(c.u32())
 		h.SlotUses = c.slotUses(h.Slots)
+	}
+	if version >= VersionV4 {
+		c.stages(&h)
 	}
 	if c.err != nil {
 		return Header{}, c.err

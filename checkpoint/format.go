@@ -30,8 +30,12 @@ const (
 	// inspection), but its data is in the layout of an older kdedup, which
 	// this build's filter cannot restore.
 	VersionV3 uint16 = 3
+	// VersionV4 adds grown stages: the fill-counter shard bits, the stage-0
+	// fill table and the stage table at the end of the header body, and the
+	// stages' words after the slots' words (see Decoder).
+	VersionV4 uint16 = 4
 	// CurrentVersion is the version Encode writes.
-	CurrentVersion = VersionV3
+	CurrentVersion = VersionV4
 	// MinVersion is the oldest version the decoder accepts.
 	MinVersion = VersionV1
 )
@@ -68,6 +72,10 @@ const (
 	MaxTopicLen = 255
 	// MaxOffsets bounds the number of entries in each offset table.
 	MaxOffsets = 1 << 20
+	// MaxShardBits bounds Header.ShardBits.
+	MaxShardBits = 16
+	// MaxStages bounds the number of entries of the stage table.
+	MaxStages = 1 << 12
 )
 
 // Sentinel errors. Every error returned by the decoder for a damaged,
@@ -113,6 +121,26 @@ type Generation struct {
 	Slot int
 }
 
+// Stage describes one grown stage of a live generation (version 4): a
+// blocked Bloom filter of Groups blocks of Sectors sectors of BlockBits bits,
+// without use tags, whose Words words follow the slots' words in the data,
+// in the order of the stage table.
+type Stage struct {
+	// Generation is the number of the generation the stage extends; it
+	// must be in the generation table.
+	Generation uint64
+	// Index is the stage's number in its generation, from 1.
+	Index int
+	// Groups, K and Sectors are the stage's layout.
+	Groups  uint64
+	K       int
+	Sectors int
+	// Words is Groups × Sectors × BlockBits/64.
+	Words uint64
+	// Counts holds the keys offered to each of the 2^ShardBits shards.
+	Counts []uint64
+}
+
 // Header is the metadata of a snapshot: everything except the bit data.
 // The zero value is not a valid header; see the package documentation for
 // the constraints Encode enforces.
@@ -150,8 +178,19 @@ type Header struct {
 	// entries); nil for older versions.
 	SlotUses []uint64
 	// Words is the number of 64-bit data words; it must equal
-	// Groups × Slots × Sectors × BlockBits/64.
+	// Groups × Slots × Sectors × BlockBits/64 (SlotWords), plus the words of
+	// every grown stage (version 4).
 	Words uint64
+	// ShardBits is how many top bits of a key's hash select its fill
+	// counter (version 4; 0 before).
+	ShardBits int
+	// Fill holds the keys offered to each slot's first stage per shard:
+	// Slots × 2^ShardBits entries, slot-major (version 4; nil before, or
+	// when unknown).
+	Fill []uint64
+	// Stages is the stage table (version 4): the grown stages of the live
+	// generations, whose words follow the slots' words in this order.
+	Stages []Stage
 
 	// Origin is the start of generation number 0. The zero Time is stored
 	// as 0.
@@ -187,6 +226,20 @@ type Header struct {
 
 // DataBytes returns the size of the bit data in bytes (Words × 8).
 func (h *Header) DataBytes() uint64 { return h.Words * 8 }
+
+// StageWords returns the number of data words of the grown stages: the
+// data's last StageWords words.
+func (h *Header) StageWords() uint64 {
+	var n uint64
+	for _, st := range h.Stages {
+		n += st.Words
+	}
+	return n
+}
+
+// SlotWords returns the number of data words of the slots: the data's first
+// Words - StageWords words.
+func (h *Header) SlotWords() uint64 { return h.Words - h.StageWords() }
 
 // BitsPerGeneration returns the number of bits one generation owns
 // (Groups × Sectors × BlockBits), tag bits included.
@@ -267,11 +320,11 @@ func (h *Header) check(version uint16) error {
 	case version >= VersionV3 && len(h.SlotUses) != h.Slots:
 		return fmt.Errorf("slot use table has %d entries for %d slots", len(h.SlotUses), h.Slots)
 	}
-	return h.checkSizes()
+	return h.checkSizes(version)
 }
 
 // checkSizes checks the data size and the generation table.
-func (h *Header) checkSizes() error {
+func (h *Header) checkSizes(version uint16) error {
 	hi, perGroup := bits.Mul64(uint64(h.Slots)*uint64(h.Sectors), uint64(h.BlockBits/64))
 	if hi != 0 {
 		return errors.New("words overflow")
@@ -280,13 +333,57 @@ func (h *Header) checkSizes() error {
 	if hi != 0 || words > MaxDataBytes/8 {
 		return fmt.Errorf("groups %d × slots %d × sectors %d × block bits %d exceeds %d data bytes", h.Groups, h.Slots, h.Sectors, h.BlockBits, uint64(MaxDataBytes))
 	}
-	if h.Words != words {
-		return fmt.Errorf("words %d, want groups × slots × sectors × blockBits/64 = %d", h.Words, words)
+	stageWords, err := h.checkStages(version)
+	if err != nil {
+		return err
+	}
+	if h.Words-stageWords != words || h.Words < stageWords {
+		return fmt.Errorf("words %d, want groups × slots × sectors × blockBits/64 = %d plus %d stage words", h.Words, words, stageWords)
 	}
 	if err := h.checkGens(); err != nil {
 		return err
 	}
 	return h.checkScope()
+}
+
+// checkStages checks the fill and stage tables and returns the stages'
+// words.
+func (h *Header) checkStages(version uint16) (uint64, error) {
+	if version < VersionV4 {
+		if h.ShardBits != 0 || h.Fill != nil || h.Stages != nil {
+			return 0, fmt.Errorf("format version %d has no stages", version)
+		}
+		return 0, nil
+	}
+	if h.ShardBits < 0 || h.ShardBits > MaxShardBits {
+		return 0, fmt.Errorf("shard bits %d out of range [0,%d]", h.ShardBits, MaxShardBits)
+	}
+	if len(h.Fill) != 0 && len(h.Fill) != h.Slots<<h.ShardBits {
+		return 0, fmt.Errorf("fill table has %d entries, want 0 or slots × 2^shardBits = %d", len(h.Fill), h.Slots<<h.ShardBits)
+	}
+	if len(h.Stages) > MaxStages {
+		return 0, fmt.Errorf("%d stages, max %d", len(h.Stages), MaxStages)
+	}
+	var total uint64
+	for i, st := range h.Stages {
+		if !slices.ContainsFunc(h.Gens, func(g Generation) bool { return g.Number == st.Generation }) {
+			return 0, fmt.Errorf("stage %d: generation %d is not in the generation table", i, st.Generation)
+		}
+		hi, words := bits.Mul64(st.Groups, uint64(st.Sectors)*uint64(h.BlockBits/64))
+		switch {
+		case st.Index < 1 || st.Index > 64 || st.K < 1 || st.K > MaxK || st.Sectors < 1 || st.Sectors > MaxSectors || st.Groups == 0:
+			return 0, fmt.Errorf("stage %d: index %d, k %d, sectors %d, groups %d out of range", i, st.Index, st.K, st.Sectors, st.Groups)
+		case hi != 0 || words != st.Words || words > MaxDataBytes/8:
+			return 0, fmt.Errorf("stage %d: words %d, want groups × sectors × blockBits/64", i, st.Words)
+		case len(st.Counts) != 1<<h.ShardBits:
+			return 0, fmt.Errorf("stage %d: %d counts for %d shards", i, len(st.Counts), 1<<h.ShardBits)
+		}
+		total += words
+		if total > MaxDataBytes/8 {
+			return 0, fmt.Errorf("stages exceed %d data bytes", uint64(MaxDataBytes))
+		}
+	}
+	return total, nil
 }
 
 // checkGens checks the generation table and the origin.
@@ -398,6 +495,32 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 			b = le.AppendUint64(b, u)
 		}
 	}
+	if version >= VersionV4 {
+		b = appendStages(b, h)
+	}
+	return b
+}
+
+// appendStages appends the version 4 tables: shard bits, fill, stages.
+func appendStages(b []byte, h *Header) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(h.ShardBits))
+	b = le.AppendUint32(b, uint32(len(h.Fill)))
+	for _, c := range h.Fill {
+		b = le.AppendUint64(b, c)
+	}
+	b = le.AppendUint32(b, uint32(len(h.Stages)))
+	for _, st := range h.Stages {
+		b = le.AppendUint64(b, st.Generation)
+		b = le.AppendUint32(b, uint32(st.Index))
+		b = le.AppendUint64(b, st.Groups)
+		b = le.AppendUint32(b, uint32(st.K))
+		b = le.AppendUint32(b, uint32(st.Sectors))
+		b = le.AppendUint64(b, st.Words)
+		for _, c := range st.Counts {
+			b = le.AppendUint64(b, c)
+		}
+	}
 	return b
 }
 
@@ -442,7 +565,7 @@ func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error
 	if data == nil {
 		return fmt.Errorf("%w: nil data function", ErrInvalidHeader)
 	}
-	head := make([]byte, preambleLen, preambleLen+fixedBodyLen+64+genEntryLen*len(h.Gens)+12*(len(h.InputOffsets)+len(h.OutputOffsets))+8*len(h.SlotUses)+4+8)
+	head := make([]byte, preambleLen, preambleLen+fixedBodyLen+64+genEntryLen*len(h.Gens)+12*(len(h.InputOffsets)+len(h.OutputOffsets))+8*len(h.SlotUses)+4+8+12+8*len(h.Fill))
 	copy(head, Magic)
 	binary.LittleEndian.PutUint16(head[8:], version)
 	head = appendBody(head, h, version)

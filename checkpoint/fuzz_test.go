@@ -16,12 +16,12 @@ import (
 //	go test ./checkpoint/ -run '^$' -fuzz FuzzDecode -fuzztime 60s
 func FuzzDecode(f *testing.F) {
 	snaps := smallSnapshots(f)
-	for _, name := range []string{"v1", "v2", "v3"} {
+	for _, name := range []string{"v1", "v2", "v3", "v4"} {
 		b := snaps[name]
 		f.Add(b)
 		f.Add(b[:len(b)/2])
 	}
-	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap"} {
+	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			f.Add(b)
 		}
@@ -68,6 +68,8 @@ func FuzzDecode(f *testing.F) {
 func FuzzHeaderBody(f *testing.F) {
 	h := testHeader(1)
 	f.Add(appendBody(nil, &h, VersionV3), VersionV3)
+	h4 := withStages(h)
+	f.Add(appendBody(nil, &h4, VersionV4), VersionV4)
 	oldLayout(&h)
 	for _, v := range []uint16{VersionV1, VersionV2} {
 		f.Add(appendBody(nil, &h, v), v)

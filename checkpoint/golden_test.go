@@ -59,6 +59,10 @@ func goldenHeaderV3() Header {
 	return h
 }
 
+// goldenHeaderV4 is the header of golden-v4.snap: goldenHeaderV3's filter
+// with a fill table and one grown stage of its newest generation.
+func goldenHeaderV4() Header { return withStages(goldenHeaderV3()) }
+
 // goldenWords is the data stored in the golden files: slot s of every group
 // has every word set to a pattern with 8×(s+1) bits set (slot 3: all bits).
 func goldenWords(h Header) []uint64 {
@@ -83,6 +87,7 @@ func TestGolden(t *testing.T) {
 		{"golden-v1.snap", VersionV1, goldenHeader},
 		{"golden-v2.snap", VersionV2, goldenHeader},
 		{"golden-v3.snap", VersionV3, goldenHeaderV3},
+		{"golden-v4.snap", VersionV4, goldenHeaderV4},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -149,9 +154,16 @@ func TestGolden(t *testing.T) {
 				t.Error("golden file does not match the layout documented on Decoder")
 			}
 			// v3 ends the header body with the sector count and the slot use table.
-			if tail := onDisk[14+H-4-8*4 : 14+H]; tc.version >= VersionV3 &&
+			if tail := onDisk[14+H-4-8*4 : 14+H]; tc.version == VersionV3 &&
 				(le.Uint32(tail) != 2 || le.Uint64(tail[4:]) != 309 || le.Uint64(tail[4+8*3:]) != 310) {
 				t.Error("golden v3 file does not end its header with the sectors and slot uses documented on Decoder")
+			}
+			// v4 ends it with the shard bits, the fill table and the stage table.
+			if tail := onDisk[14+H-(4+4+8*8+4+36+16) : 14+H]; tc.version == VersionV4 &&
+				(le.Uint32(tail) != 1 || le.Uint32(tail[4:]) != 8 || le.Uint64(tail[8:]) != 100 ||
+					le.Uint32(tail[72:]) != 1 || le.Uint64(tail[76:]) != 1234 || le.Uint32(tail[84:]) != 1 ||
+					le.Uint64(tail[104:]) != 8 || le.Uint64(tail[112:]) != 51) {
+				t.Error("golden v4 file does not end its header with the stage tables documented on Decoder")
 			}
 
 			// The encoder must still produce the exact same bytes: a diff

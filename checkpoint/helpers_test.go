@@ -16,6 +16,19 @@ import (
 // testHeader returns a valid current-version header with the given number
 // of groups (3 generations in 4 slots of two 512-bit sectors: 64 words per
 // group).
+// withStages returns h as version 4 writes a grown filter: two shards, a
+// fill table, and one grown stage of the newest generation (8 more words).
+func withStages(h Header) Header {
+	h.ShardBits = 1
+	h.Fill = make([]uint64, h.Slots*2)
+	for i := range h.Fill {
+		h.Fill[i] = uint64(100 + i)
+	}
+	h.Stages = []Stage{{Generation: h.Gens[0].Number, Index: 1, Groups: 1, K: 9, Sectors: 1, Words: uint64(h.BlockBits / 64), Counts: []uint64{51, 49}}}
+	h.Words += uint64(h.BlockBits / 64)
+	return h
+}
+
 func testHeader(groups uint64) Header {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	return Header{

@@ -101,6 +101,9 @@ func Inspect(w io.Writer, r io.Reader) error {
 	} else {
 		p("note:\tformat version %d holds the filter layout of an older kdedup; this build cannot restore it\n", h.Version)
 	}
+	if len(h.Stages) > 0 {
+		p("grown stages:\t%d (%d words after the slots' words; %d fill-counter shards)\n", len(h.Stages), h.StageWords(), 1<<h.ShardBits)
+	}
 	p("epoch:\tcurrent generation %d, %d rotations, origin %s\n", h.Epoch, h.Rotations, fmtTime(h.Origin))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -184,6 +187,9 @@ func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
 					x = 0
 				}
 				x &^= 1 << 63
+			}
+			if wordsRead+uint64(i/8) >= h.SlotWords() {
+				continue // a grown stage's word
 			}
 			counts[slot] += uint64(bits.OnesCount64(x))
 			if inBlock++; inBlock == wpb {

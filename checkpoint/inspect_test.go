@@ -139,7 +139,7 @@ func TestInspectV3(t *testing.T) {
 		t.Errorf("generation rows = %q, want %q", rows, wantRows)
 	}
 	for _, want := range []string{
-		"KDDPSNAP version 3",
+		"KDDPSNAP version 4",
 		"2 groups × 4 slots × 2 sectors of 128 bits = 32 words (256 B), 512 bits per generation",
 		"slot uses: [2 0 1 4]",
 		"file checksum: OK",
@@ -174,7 +174,7 @@ func TestInspectDamaged(t *testing.T) {
 			[]string{"version 1", "output offsets (high-water at snapshot): not recorded (format version 1)", "file checksum: OK"}},
 		{"foreign file", []byte("#!/bin/sh\necho hi\n"), 0, ErrNotSnapshot, nil},
 		{"header cut short", good[:40], 0, ErrCorrupt, nil},
-		{"newer version", func() []byte { b := slices.Clone(good); b[8] = 4; return b }(), 0, ErrUnknownVersion, nil},
+		{"newer version", func() []byte { b := slices.Clone(good); b[8] = 5; return b }(), 0, ErrUnknownVersion, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -124,6 +124,8 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 		Slots:             m.Slots,
 		SlotUses:          m.SlotUses,
 		Words:             m.Words,
+		ShardBits:         m.ShardBits,
+		Fill:              m.Fill,
 		Origin:            m.Origin,
 		Epoch:             m.Epoch,
 		Rotations:         m.Rotations,
@@ -133,6 +135,13 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 		InputOffsets:      info.InputOffsets,
 		OutputOffsets:     info.OutputOffsets,
 		Created:           time.Now(),
+	}
+	for _, st := range m.Stages {
+		h.Stages = append(h.Stages, checkpoint.Stage{
+			Generation: st.Epoch, Index: st.Index, Groups: st.Groups, K: st.K, Sectors: st.Sectors,
+			Words: st.Words, Counts: st.Counts,
+		})
+		h.Words += st.Words // the stages' words follow the slots'
 	}
 	for slot, e := range m.SlotEpochs {
 		if e >= 0 {
@@ -167,8 +176,16 @@ func metaFromHeader(h checkpoint.Header) window.Meta {
 		Origin:            h.Origin,
 		Epoch:             h.Epoch,
 		Rotations:         h.Rotations,
-		Words:             h.Words,
+		Words:             h.SlotWords(),
+		ShardBits:         h.ShardBits,
+		Fill:              h.Fill,
 		SlotEpochs:        make([]int64, max(h.Slots, 0)),
+	}
+	for _, st := range h.Stages {
+		m.Stages = append(m.Stages, window.StageMeta{
+			Epoch: st.Generation, Index: st.Index, Groups: st.Groups, K: st.K, Sectors: st.Sectors,
+			Words: st.Words, Counts: st.Counts,
+		})
 	}
 	for i := range m.SlotEpochs {
 		m.SlotEpochs[i] = -1

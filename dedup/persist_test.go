@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,41 @@ func TestOldLayoutSnapshotRefused(t *testing.T) {
 		"format version 2", "filter layout is from an older kdedup", "starts from the output topic instead"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// TestGrownFilterSurvivesSnapshot saves a filter whose generations grew past capacity through
+// the checkpoint store (the path of restarts, re-warm and the partition handover) and restores
+// it: every key is still seen, and the stages came back.
+func TestGrownFilterSurvivesSnapshot(t *testing.T) {
+	ctx := context.Background()
+	p, _ := dirPersister(t)
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	cfg := window.Config{Generations: 2, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-3,
+		Clock: func() time.Time { return now }}
+	f, err := window.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6_000 // 6x capacity: three stages
+	for i := range n {
+		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
+	}
+	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: n}}
+	if _, err := p.Save(ctx, "orders.p0", f, info, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	r, res, err := p.Restore(ctx, "orders.p0", cfg)
+	if err != nil || r == nil {
+		t.Fatalf("Restore: %v (outcome %q)", err, res.Outcome)
+	}
+	if a, b := f.Stats(), r.Stats(); a.Stages < 3 || a.Stages != b.Stages || a.TotalBytes != b.TotalBytes {
+		t.Fatalf("stages %d, restored %d; bytes %d, restored %d", a.Stages, b.Stages, a.TotalBytes, b.TotalBytes)
+	}
+	for i := range n {
+		if !r.Test([]byte("key-" + strconv.Itoa(i))) {
+			t.Fatalf("key %d not seen after restore", i)
 		}
 	}
 }

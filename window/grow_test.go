@@ -320,3 +320,55 @@ func TestGrowthZeroAllocs(t *testing.T) {
 		t.Errorf("Test on a grown filter allocates %v times per call", a)
 	}
 }
+
+// BenchmarkGrowth compares a filter whose 4 generations hold 0.85×, 1× and 5× Capacity keys
+// with the filter as it was before growth (stage 0 takes every key: "today") at 1×, in the same
+// run; quote the ratios. At 0.85× no generation has grown; at 1× every generation has one stage
+// (stage 0 counts as full at GrowAt, about 0.98× Capacity). TestAndAdd offers fresh keys, which
+// adds load: run it with -benchtime of at most 20000x (8% of Capacity) so that the load stays
+// what the name says. Test tests absent keys and changes nothing.
+func BenchmarkGrowth(b *testing.B) {
+	const capacity = 250_000
+	for _, c := range []struct {
+		name   string
+		load   float64
+		nogrow bool
+	}{
+		{"today-1x", 1, true},
+		{"grow-0.85x", 0.85, false},
+		{"grow-1x", 1, false},
+		{"grow-5x", 5, false},
+	} {
+		for _, op := range []string{"TestAndAdd/shared", "TestAndAdd/single", "Test"} {
+			b.Run(c.name+"/"+op, func(b *testing.B) {
+				clock := newFakeClock()
+				single := op == "TestAndAdd/single"
+				f := mustNew(b, Config{Generations: 4, Interval: time.Minute, Capacity: capacity, FalsePositiveRate: 1e-3, Clock: clock.Now, SingleWriter: single})
+				if c.nogrow {
+					f.limit0 = math.MaxUint64
+				}
+				fillGenerations(f, clock, rand.New(rand.NewPCG(1, 2)), uint64(c.load*capacity))
+				b.ReportAllocs()
+				b.ResetTimer()
+				if single {
+					rng := rand.New(rand.NewPCG(3, 4))
+					for range b.N {
+						f.TestAndAddHash(rng.Uint64())
+					}
+					return
+				}
+				var seed atomic.Uint64
+				b.RunParallel(func(pb *testing.PB) {
+					rng := rand.New(rand.NewPCG(seed.Add(1), 5))
+					for pb.Next() {
+						if op == "Test" {
+							f.TestHash(rng.Uint64())
+						} else {
+							f.TestAndAddHash(rng.Uint64())
+						}
+					}
+				})
+			})
+		}
+	}
+}
