@@ -22,6 +22,9 @@ type dynamicCollector struct {
 	capacity     *prometheus.Desc
 	window       *prometheus.Desc
 	rotations    *prometheus.Desc
+	stages       *prometheus.Desc
+	growths      *prometheus.Desc
+	atCap        *prometheus.Desc
 	generationLb []string // "0".."63", to avoid formatting on every scrape
 }
 
@@ -43,11 +46,17 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 		keys: prometheus.NewDesc(name("filter_estimated_keys"),
 			"Estimated distinct keys inserted into a generation (generation 0 is the newest).", gen, nil),
 		capacity: prometheus.NewDesc(name("filter_capacity_bytes"),
-			"Memory occupied by the filter's bit arrays.", filter, nil),
+			"Memory occupied by the filter's bit arrays, the stages grown past DEDUP_WINDOW_CAPACITY included.", filter, nil),
 		window: prometheus.NewDesc(name("filter_window_seconds"),
 			"Span of time the filter currently covers.", filter, nil),
 		rotations: prometheus.NewDesc(name("filter_rotations_total"),
 			"Generation rotations of the filter since it was created or restored.", filter, nil),
+		stages: prometheus.NewDesc(name("filter_stages"),
+			"Stages the filter's live generations grew past DEDUP_WINDOW_CAPACITY (0 while every generation is within it). Each stage doubles the generation's room at a tighter rate, so the false-positive rate stays at target.", filter, nil),
+		growths: prometheus.NewDesc(name("filter_growths_total"),
+			"Stages the filter added since it was created or restored: generations that took more identities than DEDUP_WINDOW_CAPACITY.", filter, nil),
+		atCap: prometheus.NewDesc(name("filter_at_memory_cap"),
+			"1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.", filter, nil),
 	}
 	d.generationLb = make([]string, 64)
 	for i := range d.generationLb {
@@ -58,7 +67,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations} {
+	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations, d.stages, d.growths, d.atCap} {
 		ch <- desc
 	}
 }
@@ -84,6 +93,13 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.capacity, prometheus.GaugeValue, float64(s.CapacityBytes), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.window, prometheus.GaugeValue, s.WindowSeconds, s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.rotations, prometheus.CounterValue, float64(s.Rotations), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.stages, prometheus.GaugeValue, float64(s.Stages), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.growths, prometheus.CounterValue, float64(s.Growths), s.Filter)
+		atCap := 0.0
+		if s.AtCap {
+			atCap = 1
+		}
+		ch <- prometheus.MustNewConstMetric(d.atCap, prometheus.GaugeValue, atCap, s.Filter)
 		for i, g := range s.Generations {
 			lb := d.generation(i)
 			ch <- prometheus.MustNewConstMetric(d.fill, prometheus.GaugeValue, g.Fill, s.Filter, lb)

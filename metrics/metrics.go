@@ -112,12 +112,19 @@ type FilterStat struct {
 	// EstimatedFPR is the false-positive rate a new key faces now, estimated from the fill of
 	// the live generations (window.Stats.EstimatedFPR).
 	EstimatedFPR float64
-	// CapacityBytes is the memory the filter's bit arrays occupy.
+	// CapacityBytes is the memory the filter's bit arrays occupy, grown stages included.
 	CapacityBytes uint64
 	// Rotations is how many times the filter has rotated generations.
 	Rotations uint64
 	// WindowSeconds is the span of time the filter currently covers.
 	WindowSeconds float64
+	// Stages is the number of grown stages of the live generations (window.Stats.Stages): 0
+	// while every generation is within its capacity.
+	Stages int
+	// Growths counts the stages the filter added since it was created or restored.
+	Growths uint64
+	// AtCap is true when a live generation needed a further stage and the memory cap refused it.
+	AtCap bool
 	// Generations lists the generations, newest first (index 0).
 	Generations []GenerationStat
 }

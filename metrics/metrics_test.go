@@ -74,6 +74,7 @@ func fakeSource() []FilterStat {
 		},
 		{
 			Filter: "7", ConfiguredFPR: 1e-6, EstimatedFPR: 1e-6, CapacityBytes: 8192, Rotations: 0, WindowSeconds: 60,
+			Stages: 2, Growths: 3, AtCap: true,
 			Generations: []GenerationStat{{Fill: 0.1, EstimatedKeys: 10}},
 		},
 	}
@@ -298,7 +299,11 @@ func TestCheckpointingStartsTheClock(t *testing.T) {
 }
 
 const filterHelp = `
-# HELP kdedup_filter_capacity_bytes Memory occupied by the filter's bit arrays.
+# HELP kdedup_filter_at_memory_cap 1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.
+# TYPE kdedup_filter_at_memory_cap gauge
+kdedup_filter_at_memory_cap{filter="0"} 0
+kdedup_filter_at_memory_cap{filter="7"} 1
+# HELP kdedup_filter_capacity_bytes Memory occupied by the filter's bit arrays, the stages grown past DEDUP_WINDOW_CAPACITY included.
 # TYPE kdedup_filter_capacity_bytes gauge
 kdedup_filter_capacity_bytes{filter="0"} 4096
 kdedup_filter_capacity_bytes{filter="7"} 8192
@@ -319,10 +324,18 @@ kdedup_filter_false_positive_rate_target %s
 kdedup_filter_generation_fill_ratio{filter="0",generation="0"} 0.25
 kdedup_filter_generation_fill_ratio{filter="0",generation="1"} 0.5
 kdedup_filter_generation_fill_ratio{filter="7",generation="0"} 0.1
+# HELP kdedup_filter_growths_total Stages the filter added since it was created or restored: generations that took more identities than DEDUP_WINDOW_CAPACITY.
+# TYPE kdedup_filter_growths_total counter
+kdedup_filter_growths_total{filter="0"} 0
+kdedup_filter_growths_total{filter="7"} 3
 # HELP kdedup_filter_rotations_total Generation rotations of the filter since it was created or restored.
 # TYPE kdedup_filter_rotations_total counter
 kdedup_filter_rotations_total{filter="0"} 3
 kdedup_filter_rotations_total{filter="7"} 0
+# HELP kdedup_filter_stages Stages the filter's live generations grew past DEDUP_WINDOW_CAPACITY (0 while every generation is within it). Each stage doubles the generation's room at a tighter rate, so the false-positive rate stays at target.
+# TYPE kdedup_filter_stages gauge
+kdedup_filter_stages{filter="0"} 0
+kdedup_filter_stages{filter="7"} 2
 # HELP kdedup_filter_window_seconds Span of time the filter currently covers.
 # TYPE kdedup_filter_window_seconds gauge
 kdedup_filter_window_seconds{filter="0"} 3600
@@ -348,7 +361,8 @@ func TestFilterCollector(t *testing.T) {
 				"kdedup_filter_capacity_bytes", "kdedup_filter_estimated_keys",
 				"kdedup_filter_false_positive_rate_estimated", "kdedup_filter_false_positive_rate_target",
 				"kdedup_filter_generation_fill_ratio", "kdedup_filter_rotations_total",
-				"kdedup_filter_window_seconds"); err != nil {
+				"kdedup_filter_window_seconds", "kdedup_filter_stages", "kdedup_filter_growths_total",
+				"kdedup_filter_at_memory_cap"); err != nil {
 				t.Error(err)
 			}
 		})

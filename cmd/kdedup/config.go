@@ -74,9 +74,10 @@ type DedupConfig struct {
 	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records whose identity cannot be extracted (no key, header missing, value not JSON or path missing): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total either way."`
 	WindowCount       int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
 	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the wall clock of the worker (processing time), not on record timestamps."`
-	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval; per partition with DEDUP_SCOPE=partition. Above it the false-positive rate rises."`
+	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval, per partition with DEDUP_SCOPE=partition: the size of each generation's first stage, the expected load, not a hard limit. A generation that takes more grows by stages of twice the size at tighter rates, so the false-positive rate stays at target while DEDUP_MAX_MEMORY allows (kdedup_filter_stages)."`
 	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
-	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. Startup fails if the window needs more. The defaults need about 39MB per filter."`
+	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
+	OverloadPolicy    string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
 	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
 }
 
@@ -287,6 +288,9 @@ func (c Config) validate() []problem {
 	}
 	if !(d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1) {
 		add("DEDUP_FALSE_POSITIVE_RATE", "must be between 0 and 1 (exclusive), got %v", d.FalsePositiveRate)
+	}
+	if d.OverloadPolicy != "drop" && d.OverloadPolicy != "pass" {
+		add("DEDUP_OVERLOAD_POLICY", "%q is not one of drop, pass", d.OverloadPolicy)
 	}
 	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
 

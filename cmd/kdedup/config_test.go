@@ -115,7 +115,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"enumerations", withEnv(map[string]string{
 			"KAFKA_START_OFFSET": "middle", "KAFKA_PARTITIONING": "random", "KAFKA_COMPRESSION": "rar",
 			"DEDUP_SCOPE": "cluster", "DEDUP_MODE": "delete", "DEDUP_UNKEYED_POLICY": "keep", "LOG_LEVEL": "chatty",
-		}), []string{"KAFKA_START_OFFSET", "KAFKA_PARTITIONING", "KAFKA_COMPRESSION", "DEDUP_SCOPE", "DEDUP_MODE", "DEDUP_UNKEYED_POLICY", "LOG_LEVEL"}},
+			"DEDUP_OVERLOAD_POLICY": "block",
+		}), []string{"KAFKA_START_OFFSET", "KAFKA_PARTITIONING", "KAFKA_COMPRESSION", "DEDUP_SCOPE", "DEDUP_MODE", "DEDUP_UNKEYED_POLICY", "LOG_LEVEL", "DEDUP_OVERLOAD_POLICY"}},
 		{"key spec", withEnv(map[string]string{"DEDUP_KEY": "json:"}), []string{"DEDUP_KEY"}},
 		{"ranges and rules", withEnv(map[string]string{
 			"KAFKA_OUTPUT_TOPIC": "events", "KAFKA_HEARTBEAT_INTERVAL": "20s", "KAFKA_BATCH_SIZE": "0",

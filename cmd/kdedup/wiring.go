@@ -173,8 +173,17 @@ func windowConfig(d DedupConfig) window.Config {
 		Capacity:          d.WindowCapacity,
 		FalsePositiveRate: d.FalsePositiveRate,
 		MaxBytes:          uint64(d.MaxMemory),
+		Overload:          overloadPolicy(d.OverloadPolicy),
 		Seed:              d.HashSeed,
 	}
+}
+
+// overloadPolicy converts DEDUP_OVERLOAD_POLICY, already validated, into the window's policy.
+func overloadPolicy(s string) window.OverloadPolicy {
+	if s == "pass" {
+		return window.OverloadPass
+	}
+	return window.OverloadDrop
 }
 
 // newKeyFunc returns the identity extractor for DEDUP_KEY.
@@ -259,12 +268,18 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 				CapacityBytes: s.TotalBytes,
 				Rotations:     s.Rotations,
 				WindowSeconds: s.Window.Seconds(),
+				Stages:        s.Stages,
+				Growths:       s.Growths,
+				AtCap:         s.AtCap,
 				Generations:   gens,
 			}
 		}
 		return out
 	})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	go watchCap(watchCtx, set.Stats, cfg.Dedup.OverloadPolicy, log)
 	closeAll := func(ctx context.Context) error {
+		stopWatch()
 		return errors.Join(set.Close(ctx), closeOutput())
 	}
 	return set, closeAll, nil

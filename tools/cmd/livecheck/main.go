@@ -15,8 +15,9 @@
 //     partitions, gets half back as retained filters, then takes the other half back from the
 //     second worker's snapshots; after 75% the worker restarts with its checkpoint store emptied
 //     and rebuilds its filters from the output topic;
-//   - degraded: the filter pushed past capacity (-overfill, by default DEDUP_WINDOW_CAPACITY=250
-//     for about 700 new keys per partition and interval), the checkpoint directory replaced by a
+//   - degraded: the filter pushed past capacity and its memory cap (-overfill, by default
+//     DEDUP_WINDOW_CAPACITY=250 and DEDUP_MAX_MEMORY=8KiB for about 700 new keys per partition
+//     and interval: the filter grows one stage, then stops at the cap), the checkpoint directory replaced by a
 //     regular file once the first checkpoint was written, so every later save fails, and produce
 //     faults injected into the broker (three REQUEST_TIMED_OUT after the append, then
 //     OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID, which reset the idempotent producer).
@@ -76,9 +77,11 @@ type options struct {
 }
 
 // defaultOverfill is the worker environment that overfills the filter in the degraded phase:
-// about 700 new keys per partition and interval against a capacity of 250. When the filter grows
-// on its own up to DEDUP_MAX_MEMORY, pass a small DEDUP_MAX_MEMORY instead.
-const defaultOverfill = "DEDUP_WINDOW_CAPACITY=250"
+// about 700 new keys per partition and interval against a capacity of 250. The filter grows past
+// its capacity on its own, keeping its rate at target, so the memory cap stops it: stage 0 of
+// the 3 generations takes 3504 bytes at 1e-6, the first grown stage 1600 and the second 3136, so
+// 8KiB lets one stage grow and then the filter is at the cap, and its rate rises.
+var defaultOverfill = stringList{"DEDUP_WINDOW_CAPACITY=250", "DEDUP_MAX_MEMORY=8KiB"}
 
 // handoverArgs are the loadtest flags of the handover phase: a second worker joins the group and
 // leaves it again, then the worker restarts with an empty checkpoint store.
@@ -105,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.healthy, "healthy", 20*time.Second, "constant-rate sending of the healthy phase")
 	fs.DurationVar(&o.handover, "handover", 20*time.Second, "constant-rate sending of the handover phase")
 	fs.DurationVar(&o.degraded, "degraded", 20*time.Second, "constant-rate sending of the degraded phase")
-	fs.Var(&o.overfill, "overfill", "worker NAME=VALUE (repeatable) that pushes the filter past capacity in the degraded phase (default "+defaultOverfill+")")
+	fs.Var(&o.overfill, "overfill", "worker NAME=VALUE (repeatable) that pushes the filter past capacity in the degraded phase (default "+strings.Join(defaultOverfill, " ")+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, reports, Prometheus data)")
 	fs.StringVar(&o.panels, "panels", "", "write an HTML page of the README's dashboard panels, as Prometheus evaluated them in this run, to this file")
 	if err := fs.Parse(args); err != nil {
@@ -115,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(o.overfill) == 0 {
-		o.overfill = stringList{defaultOverfill}
+		o.overfill = defaultOverfill
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
