@@ -61,6 +61,15 @@ func TestLoadtestEmbedded(t *testing.T) {
 			metrics: []string{"kdedup_rebuild_records_total"}, // the worker after the rebuild
 		},
 		{
+			// Issue 13: 4 filters of capacity 1000 receive about 5000 unique keys each inside one
+			// interval. They grow stages instead of losing events: the loss stays within the
+			// Poisson allowance of 1e-3, nothing leaks, and the order is kept.
+			name: "5x capacity within one interval grows the filters",
+			args: []string{"-count", "28000", "-window-count", "3", "-window-interval", "1m", "-capacity", "1000", "-fpr", "1e-3",
+				"-dups", "0.3", "-mix", "immediate=1"}, // later duplicates would wait for the 1m interval
+			mode: "embedded", metrics: []string{"kdedup_filter_growths_total"},
+		},
+		{
 			name: "json field, pass-through baseline",
 			args: []string{"-count", "2000", "-field", "json:meta.id", "-passthrough", "-mix", "immediate=1,within=1"},
 			mode: "embedded-passthrough",
