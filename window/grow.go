@@ -465,3 +465,26 @@ func (f *Filter) restoreFill(m Meta) {
 		}
 	}
 }
+
+// GrowthCost returns the memory one generation of a filter for cfg takes when it receives
+// load × Capacity distinct keys in its interval: its share of stage 0 (TotalBytes / N) plus the
+// grown stages that many keys need, and the number of those stages. It ignores the memory cap
+// and the early growth of a fill-counter shard that fills before the others (a few percent of
+// GrowAt), and allocates nothing. It returns Size's error for a bad cfg.
+func GrowthCost(cfg Config, load float64) (bytes uint64, stages int, err error) {
+	s, err := Size(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	bytes = s.TotalBytes / uint64(s.Slots)
+	keys := load * float64(cfg.Capacity)
+	room := float64(s.GrowAt)
+	shardBits := shardLayout(s.GrowAt)
+	for i := 1; room < keys && i < 64; i++ {
+		l := growthStage(cfg.Capacity, s.ShareFPR, i, shardBits)
+		bytes += l.bytes
+		room += float64(l.capacity)
+		stages = i
+	}
+	return bytes, stages, nil
+}

@@ -398,6 +398,38 @@ func printSizing(w io.Writer, generations int, capacity uint64) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d generations of %d keys; bits/key/gen counts a generation's sectors with their tag bits; bytes/key in window = filter bytes / (generations x capacity), including the per-group claim words (there is no spare generation).\n", generations, capacity)
+	fmt.Fprintf(w, "%d generations of %d keys; bits/key/gen counts a generation's sectors with their tag bits; bytes/key in window = filter bytes / (generations x capacity), including the per-group claim words (there is no spare generation).\n\n", generations, capacity)
+	return printGrowth(w, generations, capacity)
+}
+
+// growthLoads are the loads, in multiples of the capacity, that -sizing prices growth at.
+var growthLoads = []float64{1, 2, 5, 10}
+
+// printGrowth prints what growth past the capacity costs: the bits per key of one generation
+// that receives 1x, 2x, 5x and 10x its capacity (window.GrowthCost), with its grown stages.
+func printGrowth(w io.Writer, generations int, capacity uint64) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "window FPR\t")
+	for _, l := range growthLoads {
+		fmt.Fprintf(tw, "bits/key at %gx (stages)\t", l)
+	}
+	fmt.Fprintf(tw, "\n")
+	for _, p := range []float64{1e-2, 1e-3, 1e-4, 1e-6, 1e-9} {
+		wc := window.Config{Generations: generations, Interval: time.Minute, Capacity: capacity, FalsePositiveRate: p}
+		fmt.Fprintf(tw, "%g\t", p)
+		for _, l := range growthLoads {
+			b, stages, err := window.GrowthCost(wc, l)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(tw, "%.1f (%d)\t", float64(8*b)/(l*float64(capacity)), stages)
+		}
+		fmt.Fprintf(tw, "\n")
+	}
+	fmt.Fprintf(tw, "\n")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Growth: bits per key of one generation that receives that many times its capacity of %d keys in its interval: stage 0 (full at about 0.98x) plus the stages the load needs, each twice the last at half its rate; the window's rate stays at target. DEDUP_MAX_MEMORY caps the total.\n", capacity)
 	return nil
 }
