@@ -8,11 +8,29 @@
 // seen until at least t + (N-1)·Interval, and never after t + N·Interval (plus the scheduling delay
 // of the rotation goroutine, which is zero under an injected clock driven with AdvanceTo). Inside
 // that window there are no false negatives. A key that was never added is reported as seen with
-// probability at most Config.FalsePositiveRate while every generation holds at most
-// Config.Capacity distinct keys; past that load the rate grows, and Stats shows it.
+// probability at most Config.FalsePositiveRate however many distinct keys arrive, as long as
+// Config.MaxBytes allows the generations to grow (see Growth); at the cap the filter stops growing,
+// Stats.AtCap says so, and Config.Overload decides between a rising rate (OverloadDrop) and keys
+// not remembered (OverloadPass). Stats.EstimatedFPR is the rate a new key faces now.
 //
 // For kdedup a false positive is a lost event: a real record dropped as a duplicate. Size the filter
-// for the peak distinct-key rate, and watch Stats.EstimatedFPR.
+// for the usual peak distinct-key rate, and the memory cap for the overload it must absorb.
+//
+// # Growth
+//
+// Config.Capacity is the size of a generation's first stage (stage 0, the interleaved layout
+// below), not a hard limit. Stage 0 is sized for p_g = 1-(1-p)^(1/N) at Capacity and counts as full
+// at Sizing.GrowAt, the load at which its rate reaches (1-GrowthShare)·p_g (about 0.98·Capacity).
+// Further keys go to stage 1, a separate blocked filter for Capacity keys at GrowthShare·p_g/2;
+// stage i holds Capacity·2^(i-1) keys at GrowthShare·p_g·2^-i, so a generation's rate stays under
+// (1-GrowthShare)·p_g + GrowthShare·p_g·Σ2^-i < p_g at any load, and the window's under p. A stage
+// counts the keys it takes in padded counters sharded by the hash's top bits (no shared counter);
+// it is allocated by the first writer that needs it and published with a compare-and-swap of an
+// immutable stage list before any key is added to it, so a reader never misses a key. Every
+// insertion, into any stage, holds the key's stage-0 claim word in shared mode, which keeps exactly
+// one winner among concurrent offers of a new key across a stage's creation. Lookups test stage 0
+// as before and load one pointer, nil until a generation grows; only grown generations cost more.
+// Rotation drops an expired generation's stages, and snapshots carry them.
 //
 // # Layout
 //
