@@ -25,6 +25,8 @@ var pagePanels = []struct {
 	{8, false},  // Duplicate ratio
 	{11, true},  // Estimated false-positive rate vs target
 	{12, false}, // Generation fill
+	{40, false}, // Filter growth past capacity
+	{41, false}, // Filters at the memory cap
 	{4, false},  // Assigned partitions
 	{21, false}, // Restarts and rebalances
 	{34, false}, // Producer resets and uncertain retries
