@@ -406,10 +406,11 @@ func addWorkerReport(report *loadtest.Report, base string, cfg Config, units int
 		metrics["loadtest_restart_start_seconds"] = rs.start.Seconds()
 		note := rs.note
 		if n := metrics["kdedup_checkpoint_restore_duration_seconds_count"]; n > 0 {
-			note += fmt.Sprintf("; the new worker restored %.0f filters from checkpoints in %.1fms on average (%.0f records re-warmed)",
-				n, 1000*metrics["kdedup_checkpoint_restore_duration_seconds_sum"]/n, metrics["kdedup_checkpoint_rewarmed_records_total"])
+			note += fmt.Sprintf("; the new worker prepared %.0f filters in %.1fms on average (%.0f records re-warmed after a snapshot, %.0f read by rebuilds from the output topic)",
+				n, 1000*metrics["kdedup_checkpoint_restore_duration_seconds_sum"]/n, metrics["kdedup_checkpoint_rewarmed_records_total"],
+				metrics["kdedup_rebuild_records_total"])
 		} else {
-			note += "; no filter was restored from a checkpoint (is CHECKPOINT_DIR set with -worker-env?)"
+			note += "; the new worker prepared no filter (neither restored nor rebuilt)"
 		}
 		report.Notes = append(report.Notes, note)
 	}

@@ -48,7 +48,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 			name: "restart with checkpoints keeps the window",
 			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "1s",
 				"-mix", "immediate=1,within=3", "-restart-at", "0.5", "-worker-env", "CHECKPOINT_DIR=" + checkpointDir},
-			mode: "embedded", note: "restored 4 filters from checkpoints",
+			mode: "embedded", note: "prepared 4 filters",
 		},
 		{
 			name: "a second worker joins and leaves, produce faults, a rebuild from the output topic",
