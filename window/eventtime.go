@@ -9,10 +9,12 @@ import (
 // (see "Event time" in the package documentation). They never rotate the filter: the caller
 // rotates it with AdvanceEventTo as its stream time crosses generation boundaries.
 
-// EventTimeOrigin is the origin of a filter built for event time: generation boundaries fall on
-// whole multiples of Interval since the Unix epoch, so that filters built at different times (or
-// rebuilt from the output topic) agree on them.
-var EventTimeOrigin = time.Unix(0, 0).UTC()
+// EventTimeOrigin is the origin of a filter built for event time (New with a Clock that returns
+// it): generation boundaries fall on whole multiples of Interval since 2000-01-01 UTC, so that
+// filters built at different times (or rebuilt from the output topic) agree on them. It is not the
+// Unix epoch, which snapshots cannot store as an origin (they store times as Unix nanoseconds,
+// and 0 as the zero time).
+var EventTimeOrigin = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // GenerationStart returns the start of the generation that contains t: a time at or before t. It
 // is safe for concurrent use.
