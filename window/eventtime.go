@@ -89,9 +89,10 @@ func (f *Filter) TestAndAddAt(key []byte, t time.Time) (seen, late bool) {
 	return f.TestAndAddHashAt(f.Hash(key), t)
 }
 
-// TestAndAddHashAt is TestAndAddAt for a hash returned by Hash.
+// TestAndAddHashAt is TestAndAddAt for a hash returned by Hash. t must lie in the years 1678 to
+// 2262, which Unix nanoseconds represent (Kafka timestamps do).
 func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
-	d := t.Sub(f.origin)
+	d := time.Duration(t.UnixNano() - f.origin.UnixNano()) // cheaper than t.Sub on the hot path
 	v := f.view.Load()
 	if d >= time.Duration(v.epoch)*f.cfg.Interval {
 		return f.TestAndAddHash(h), false // the current generation: the processing-time path
