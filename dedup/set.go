@@ -141,7 +141,9 @@ type Config struct {
 	Scope Scope
 	// Window configures each filter. Under ScopePartition, Capacity is per partition and
 	// SingleWriter is set (one goroutine writes each partition's filter, see Set.Seen); under
-	// ScopeGlobal SingleWriter is cleared.
+	// ScopeGlobal SingleWriter is cleared. Window.Clock is the wall clock: it rotates filters under
+	// ClockProcessing, and bounds stream time (MaxAhead) and places the rebuild under ClockEvent,
+	// where each filter gets its stream time as its own Clock.
 	Window window.Config
 	// Topic names the input topic; it prefixes snapshot unit names. Default: "input".
 	Topic string
@@ -171,7 +173,8 @@ type Config struct {
 	// timestamps (see "Event time" in the package documentation). Default: ClockProcessing.
 	Clock Clock
 	// LateRecords says what happens under ClockEvent to a record stamped before its filter's
-	// oldest live generation, which cannot be judged. Default: LatePass.
+	// oldest live generation, which cannot be judged: under LateDrop, Seen reports it as a
+	// duplicate. Default: LatePass.
 	LateRecords LatePolicy
 	// MaxAhead caps, under ClockEvent, how far ahead of the wall clock (Window.Clock) a record's
 	// timestamp may advance a filter's stream time; a record stamped later is judged at the cap.
