@@ -301,3 +301,42 @@ func BenchmarkEventTime(b *testing.B) {
 		}
 	}
 }
+
+// TestEventTimeHelpOld stalls a claimant of an older generation right after its claim (the claim
+// word is set by hand) and checks that the next writer to the group completes the insertion into
+// that generation, releases the claim, and is then told the key is seen; and that a claim naming
+// a generation that expired meanwhile is released without adding the key anywhere.
+func TestEventTimeHelpOld(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name    string
+		claimed uint64 // the generation the stalled claimant targets
+		seen    bool   // the helper's own answer for the same key
+	}{
+		{"live", 1, true},
+		{"expired", 0, false}, // 0 ≡ 4 mod N: the helper must not write it into the current one
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newEventFilter(t, 4, modes[0], base)
+			f.AdvanceEventTo(base.Add(4 * time.Hour)) // live: 1 … 4
+			k := key(7, 1)
+			h := f.Hash(k)
+			var p probe
+			f.makeProbe(&p, h, f.view.Load(), false)
+			c := &f.claims[p.group]
+			cw := c.Load()
+			c.Store(cw | p.tag | f.claimGen(tt.claimed))
+			seen, late := f.TestAndAddHashAt(h, base.Add(time.Hour+30*time.Minute))
+			if seen != tt.seen || late {
+				t.Fatalf("helper: seen %v, late %v; want seen %v", seen, late, tt.seen)
+			}
+			if got := c.Load(); got&(tagMask|f.claimGenMask()) != 0 || got == cw {
+				t.Fatalf("claim word %#x after help, was %#x: not released", got, cw)
+			}
+			f.AdvanceEventTo(base.Add(5 * time.Hour)) // generation 1 expires
+			if f.Test(k) {
+				t.Fatal("the key outlived generation 1: it was written into a later generation")
+			}
+		})
+	}
+}
