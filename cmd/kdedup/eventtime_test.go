@@ -6,9 +6,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -68,11 +70,26 @@ func replayStream(rng *rand.Rand, base time.Time, perPartition int) [][]replayRe
 // DEDUP_WINDOW_CLOCK=event and a 4 × 1h window in a few seconds: re-sends within 3 h of their
 // original are dropped, re-sends 4.5 h and 6 h later pass exactly once, new records stamped a day
 // in the past pass (counted as late), and each output partition holds exactly the records that
-// must pass, in input order, with their input timestamps.
+// must pass, in input order, with their input timestamps. The restart case stops the worker after
+// the first 5 hours of data (SIGTERM: a snapshot per partition) and replays the rest through a new
+// one, which must resume at the data's time, ten wall-clock hours after the data.
 func TestEventTimeReplay(t *testing.T) {
 	t.Parallel()
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one-worker", true: "restart"}[restart], func(t *testing.T) {
+			t.Parallel()
+			testEventTimeReplay(t, restart)
+		})
+	}
+}
+
+func testEventTimeReplay(t *testing.T, restart bool) {
 	cl := restartCluster(t)
-	environ := restartEnviron(cl, "", "partition")
+	dir := ""
+	if restart {
+		dir = t.TempDir()
+	}
+	environ := restartEnviron(cl, dir, "partition")
 	environ["DEDUP_WINDOW_INTERVAL"] = "1h"
 	environ["DEDUP_WINDOW_CLOCK"] = "event"
 	environ["KAFKA_BATCH_SIZE"] = "500"
@@ -82,30 +99,25 @@ func TestEventTimeReplay(t *testing.T) {
 		perPartition = 500
 	}
 	stream := replayStream(rand.New(rand.NewPCG(11, 12)), base, perPartition)
-	ctx := context.Background()
-	var late, dropped, passedAgain int
-	for p, recs := range stream {
-		msgs := make([]kafka.Message, len(recs))
-		seen := map[string]bool{}
-		for i, r := range recs {
-			msgs[i] = kafka.Message{Key: []byte(r.id), Value: []byte(r.id), Time: r.ts}
-			switch {
-			case r.ts.Before(base):
-				late++
-			case !r.pass:
-				dropped++
-			case seen[r.id]:
-				passedAgain++
-			}
-			seen[r.id] = true
-		}
-		if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
-			t.Fatal(err)
-		}
+	split := base.Add(5 * time.Hour)
+	if !restart {
+		split = base.Add(24 * time.Hour) // everything in the first run
 	}
-	t.Logf("%d re-sends within 3h, %d re-sends 4.5h or 6h later, %d records stamped a day early", dropped, passedAgain, late)
+	late := produceReplay(t, cl, stream, func(r replayRecord) bool { return r.at.Before(split) })
 	w := startWorker(t, environ)
 	waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
+	if restart {
+		w.signal(t, syscall.SIGTERM)
+		if code := w.wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("exit status %d after SIGTERM; log:\n%s", code, tail(w.stderr.String(), logTail))
+		}
+		late += produceReplay(t, cl, stream, func(r replayRecord) bool { return !r.at.Before(split) })
+		w = startWorker(t, environ)
+		waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
+		if _, ok := w.event("state restored"); !ok {
+			t.Errorf("the second worker restored no snapshot; log:\n%s", tail(w.stderr.String(), logTail))
+		}
+	}
 	m := w.metrics(t)
 	if got := m.value("kdedup_filter_late_records_total"); got != float64(late) {
 		t.Errorf("kdedup_filter_late_records_total = %v, want the %d records stamped a day early", got, late)
@@ -113,11 +125,43 @@ func TestEventTimeReplay(t *testing.T) {
 	if lag := m.value("kdedup_filter_stream_lag_seconds", "filter", "0"); lag < 2*3600 || lag > 3*3600 {
 		t.Errorf("stream lag of filter 0 = %vs, want about 2h (the replay ends 2h before the wall clock)", lag)
 	}
-	got, err := cl.ReadAll(ctx, "out")
+	got, err := cl.ReadAll(context.Background(), "out")
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkReplayOutput(t, stream, got)
+}
+
+// produceReplay writes the records of stream that take selects to the input topic, in stream
+// order, and returns how many of them are stamped a day early (late).
+func produceReplay(t *testing.T, cl *embedkafka.Cluster, stream [][]replayRecord, take func(replayRecord) bool) (late int) {
+	t.Helper()
+	var dropped, passedAgain int
+	for p, recs := range stream {
+		var msgs []kafka.Message
+		seen := map[string]bool{}
+		for _, r := range recs {
+			resent := seen[r.id]
+			seen[r.id] = true
+			if !take(r) {
+				continue
+			}
+			msgs = append(msgs, kafka.Message{Key: []byte(r.id), Value: []byte(r.id), Time: r.ts})
+			switch {
+			case r.at.Sub(r.ts) > time.Hour: // stamped a day before its place
+				late++
+			case !r.pass:
+				dropped++
+			case resent:
+				passedAgain++
+			}
+		}
+		if err := cl.Produce(context.Background(), "in", p, msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("produced %d re-sends within 3h, %d re-sends 4.5h or 6h later, %d records stamped a day early", dropped, passedAgain, late)
+	return late
 }
 
 // checkReplayOutput compares each output partition with the records of its input partition that
