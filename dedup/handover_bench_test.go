@@ -83,7 +83,7 @@ func benchHandover(b *testing.B, store checkpoint.Store) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200_000 {
-		owner.Seen(0, []byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), 1, 2, 3})
+		owner.Seen(0, []byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), 1, 2, 3}, time.Time{})
 	}
 	handover := func() {
 		next := newSet()

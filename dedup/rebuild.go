@@ -64,9 +64,16 @@ const rebuildProgressEvery = 10 * time.Second
 // The others are skipped, logged and reported to a RebuildObserver: duplicates of them can pass
 // until they would have left the window.
 //
+// Under ClockEvent (ev not nil) the same output records are read (those stamped in the last N-1
+// intervals of the wall clock) in one pass, and each identity goes to the generation of its
+// record's timestamp, the stream time advancing as it would for live records (Set.addFunc); the
+// filter is not rotated to the wall clock afterwards. An output topic whose newest records are
+// stamped more than the window before the wall clock (a replay still far behind) is therefore
+// not rebuilt: the filter starts empty.
+//
 // It returns the filter, not started, and the output end offsets it read up to. It runs on the
 // caller's goroutine; a long rebuild logs its progress every rebuildProgressEvery.
-func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *window.Filter, end map[int32]int64, err error) {
+func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eventClock) (f *window.Filter, end map[int32]int64, err error) {
 	start := time.Now()
 	ro, _ := s.cfg.Observer.(RebuildObserver)
 	var plan rebuildPlan
@@ -76,7 +83,12 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *win
 	}
 	gens, iv := s.cfg.Window.Generations, s.cfg.Window.Interval
 	origin := s.now().Add(-time.Duration(gens) * iv)
-	if f, err = newFilterAt(s.cfg.Window, origin); err != nil {
+	if ev != nil {
+		f, err = window.New(s.windowFor(ev))
+	} else {
+		f, err = newFilterAt(s.cfg.Window, origin)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	if plan, err = s.planRebuild(ctx, partition, origin); err != nil {
@@ -90,16 +102,25 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *win
 			"skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
 	}
 	prog := rebuildProgress{log: log, obs: ro, total: plan.total - plan.skipped, last: start}
-	if len(plan.end) == 1 {
+	switch {
+	case ev != nil:
+		add := s.addFunc(f, ev)
+		_, err = s.history.Read(ctx, plan.bounds[0], plan.end, func(id []byte, ts time.Time) {
+			add(id, ts)
+			prog.add()
+		})
+	case len(plan.end) == 1:
 		err = s.readInOnePass(ctx, f, plan, origin, &prog)
-	} else {
+	default:
 		err = s.readByGeneration(ctx, f, plan, origin, &prog)
 	}
 	prog.flush()
 	if err != nil {
 		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
 	}
-	f.AdvanceTo(s.now())
+	if ev == nil {
+		f.AdvanceTo(s.now())
+	}
 	log.Info("filter rebuilt from the output topic", "records", prog.done, "skipped", plan.skipped,
 		"duration", time.Since(start).String())
 	return f, plan.end, nil

@@ -22,6 +22,9 @@ type dynamicCollector struct {
 	capacity     *prometheus.Desc
 	window       *prometheus.Desc
 	rotations    *prometheus.Desc
+	streamTime   *prometheus.Desc
+	streamLag    *prometheus.Desc
+	late         *prometheus.Desc
 	generationLb []string // "0".."63", to avoid formatting on every scrape
 }
 
@@ -48,6 +51,12 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 			"Span of time the filter currently covers.", filter, nil),
 		rotations: prometheus.NewDesc(name("filter_rotations_total"),
 			"Generation rotations of the filter since it was created or restored.", filter, nil),
+		streamTime: prometheus.NewDesc(name("filter_stream_time_seconds"),
+			"Stream time of a filter whose window follows record timestamps (DEDUP_WINDOW_CLOCK=event): the highest record timestamp it has seen, capped at the wall clock plus DEDUP_EVENT_TIME_MAX_AHEAD, in seconds since the Unix epoch.", filter, nil),
+		streamLag: prometheus.NewDesc(name("filter_stream_lag_seconds"),
+			"Wall clock minus the stream time of an event-time filter: how far behind the data's time the filter is (large during a replay or catch-up, negative for records stamped ahead of the worker's clock).", filter, nil),
+		late: prometheus.NewDesc(name("filter_late_records_total"),
+			"Records of an event-time filter stamped before its oldest live generation, which cannot be judged: passed as new (DEDUP_LATE_RECORDS=pass) or dropped (drop). Counted since the filter was created or restored.", filter, nil),
 	}
 	d.generationLb = make([]string, 64)
 	for i := range d.generationLb {
@@ -58,7 +67,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations} {
+	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
+		d.streamTime, d.streamLag, d.late} {
 		ch <- desc
 	}
 }
@@ -84,6 +94,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.capacity, prometheus.GaugeValue, float64(s.CapacityBytes), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.window, prometheus.GaugeValue, s.WindowSeconds, s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.rotations, prometheus.CounterValue, float64(s.Rotations), s.Filter)
+		d.collectEventTime(ch, s)
 		for i, g := range s.Generations {
 			lb := d.generation(i)
 			ch <- prometheus.MustNewConstMetric(d.fill, prometheus.GaugeValue, g.Fill, s.Filter, lb)
@@ -97,4 +108,18 @@ func (d *dynamicCollector) generation(i int) string {
 		return d.generationLb[i]
 	}
 	return strconv.Itoa(i)
+}
+
+// collectEventTime exports the stream time, its lag behind the wall clock and the late records of
+// an event-time filter.
+func (d *dynamicCollector) collectEventTime(ch chan<- prometheus.Metric, s FilterStat) {
+	if !s.EventTime {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.late, prometheus.CounterValue, float64(s.LateRecords), s.Filter)
+	if s.StreamTime.IsZero() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.streamTime, prometheus.GaugeValue, unixSeconds(s.StreamTime), s.Filter)
+	ch <- prometheus.MustNewConstMetric(d.streamLag, prometheus.GaugeValue, d.m.now().Sub(s.StreamTime).Seconds(), s.Filter)
 }

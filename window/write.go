@@ -31,17 +31,23 @@ func (f *Filter) testAndAdd(p *probe) (seen bool) {
 			continue
 		}
 		f.set(v, p)
-		c.CompareAndSwap(cw|p.tag, cw+seqOne)
+		c.CompareAndSwap(cw|p.tag, cw+f.seqOne())
 		return false
 	}
 }
 
-// help completes another goroutine's claimed insertion and releases its claim.
+// help completes another goroutine's claimed insertion, into the generation the claim names (see
+// claimGen), and releases its claim.
 func (f *Filter) help(v *view, group, cw uint64) {
 	var hp probe
 	f.probeFor(&hp, group, cw&tagMask)
-	f.set(v, &hp)
-	f.claims[group].CompareAndSwap(cw, cw&^tagMask+seqOne)
+	gm := f.claimGenMask()
+	if cw&gm != 0 {
+		f.helpOld(v, &hp, cw&gm)
+	} else {
+		f.set(v, &hp)
+	}
+	f.claims[group].CompareAndSwap(cw, cw&^(tagMask|gm)+f.seqOne())
 }
 
 // set writes the probe's bits into the current generation and, if a rotation happened meanwhile,

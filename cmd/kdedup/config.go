@@ -73,7 +73,10 @@ type DedupConfig struct {
 	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional topic that also receives every duplicate, unchanged (partition: input partition modulo its partition count)."`
 	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records whose identity cannot be extracted (no key, header missing, value not JSON or path missing): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total either way."`
 	WindowCount       int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
-	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the wall clock of the worker (processing time), not on record timestamps."`
+	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the clock DEDUP_WINDOW_CLOCK names."`
+	WindowClock       string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See README, Which window clock."`
+	LateRecords       string        `env:"LATE_RECORDS" envDefault:"pass" desc:"With DEDUP_WINDOW_CLOCK=event: a record stamped before its filter's oldest live generation cannot be judged. pass: produce it as new; drop: treat it as a duplicate (dropped, or marked under DEDUP_MODE=mark). Counted in kdedup_filter_late_records_total either way."`
+	EventTimeMaxAhead time.Duration `env:"EVENT_TIME_MAX_AHEAD" envDefault:"1h" desc:"With DEDUP_WINDOW_CLOCK=event: how far ahead of the worker's wall clock a record's timestamp may move stream time. A record stamped later (a producer's clock off) is judged as if stamped at the cap, so it cannot expire the window."`
 	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval; per partition with DEDUP_SCOPE=partition. Above it the false-positive rate rises."`
 	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
 	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. Startup fails if the window needs more. The defaults need about 39MB per filter."`
@@ -282,6 +285,7 @@ func (c Config) validate() []problem {
 		add("DEDUP_WINDOW_COUNT", "must be at least 1, got %d", d.WindowCount)
 	}
 	positive("DEDUP_WINDOW_INTERVAL", d.WindowInterval)
+	positive("DEDUP_EVENT_TIME_MAX_AHEAD", d.EventTimeMaxAhead)
 	if d.WindowCapacity < 1 {
 		add("DEDUP_WINDOW_CAPACITY", "must be at least 1")
 	}
