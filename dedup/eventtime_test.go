@@ -197,28 +197,39 @@ func TestEventTimeRestart(t *testing.T) {
 }
 
 // TestEventTimeRebuild rebuilds a cold filter under ClockEvent: each output record of the window
-// lands in the generation of its timestamp.
+// lands in the generation of its timestamp. The window ends at the newest output record's time, so
+// a replay far behind the wall clock is rebuilt as well as a live stream.
 func TestEventTimeRebuild(t *testing.T) {
-	wall := newFakeClock(at(6, 30))
-	topic := &fakeTopic{parts: map[int32][]fakeRecord{0: {
-		{id: "r3", ts: at(3, 40)},
-		{id: "r5", ts: at(5, 40)},
-		{id: "r4", ts: at(4, 40)}, // out of order
-		{id: "r6", ts: at(6, 10)},
-	}}}
-	cfg := eventConfig(ScopePartition, wall)
-	cfg.Output, cfg.RebuildMaxRecords = topic, 1000
-	s := newAssigned(t, cfg, 0)
-	wall.set(at(24, 0)) // so that the cap lets the records below advance the stream time
-	recs := []evRecord{{id: "r3", ts: at(6, 20), dup: true}}
-	for h := 7; h <= 9; h++ { // each hour of stream time expires one generation
-		id := fmt.Sprintf("r%d", h-4)
-		recs = append(recs, evRecord{id: "tick", ts: at(h, 0), dup: h > 7}, evRecord{id: id, ts: at(h, 1)})
-		if h < 9 {
-			recs = append(recs, evRecord{id: fmt.Sprintf("r%d", h-3), ts: at(h, 2), dup: true})
-		}
+	for _, tc := range []struct {
+		name string
+		wall time.Time // the wall clock at the rebuild
+	}{
+		{"live", at(6, 30)},
+		{"replay two days behind", at(54, 30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wall := newFakeClock(tc.wall)
+			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: {
+				{id: "r3", ts: at(3, 40)},
+				{id: "r5", ts: at(5, 40)},
+				{id: "r4", ts: at(4, 40)}, // out of order
+				{id: "r6", ts: at(6, 10)},
+			}}}
+			cfg := eventConfig(ScopePartition, wall)
+			cfg.Output, cfg.RebuildMaxRecords = topic, 1000
+			s := newAssigned(t, cfg, 0)
+			wall.set(tc.wall.Add(24 * time.Hour)) // so that the cap lets the records below advance the stream time
+			recs := []evRecord{{id: "r3", ts: at(6, 20), dup: true}}
+			for h := 7; h <= 9; h++ { // each hour of stream time expires one generation
+				id := fmt.Sprintf("r%d", h-4)
+				recs = append(recs, evRecord{id: "tick", ts: at(h, 0), dup: h > 7}, evRecord{id: id, ts: at(h, 1)})
+				if h < 9 {
+					recs = append(recs, evRecord{id: fmt.Sprintf("r%d", h-3), ts: at(h, 2), dup: true})
+				}
+			}
+			offer(t, s, recs)
+		})
 	}
-	offer(t, s, recs)
 }
 
 // TestEventTimeGlobalOneWinner offers the same identities from every partition at once under
