@@ -60,6 +60,9 @@ const maxStreamLag = 2.5
 // checkEventTime proves the event-time panels on the event-time phase (run) and checks that they
 // are empty in the others (see eventTimeAbsent).
 func checkEventTime(ctx context.Context, api promAPI, targets []tools.Target, g grafanaVars, run *phaseRun, others []*phaseRun) []check {
+	if run == nil {
+		return []check{{name: "the event-time phase", want: eventTimePhase, got: "no such phase"}}
+	}
 	checks := []check{lateVsSent(ctx, api, targets, g, run)}
 	checks = append(checks, streamLagSmall(ctx, api, targets, g, run)...)
 	return append(checks, eventTimeAbsent(ctx, api, targets, g, others)...)
