@@ -33,6 +33,11 @@
 //   - -entities, -key-size, -value-size (defaults 1000, 16, 100): distinct Kafka keys (placed by
 //     murmur2 like the Java client), sizes in bytes.
 //   - -dups (default 0.2): fraction of the records that are duplicates (0 … 0.95).
+//   - -late (default 0): fraction of the records that are late: unique events (no duplicates)
+//     whose Kafka timestamp is 24 h (LateAge) before their creation, spread evenly; every other
+//     record is stamped at its creation. Under DEDUP_WINDOW_CLOCK=event the worker counts them in
+//     kdedup_filter_late_records_total and, with DEDUP_LATE_RECORDS=pass (the default), passes
+//     them: the verifier expects each once, and the report says how many were sent (Verdict.Late).
 //   - -mix (default immediate=0.25,within=0.45,beyond=0.15,cross=0.15): relative weights of the
 //     duplicate kinds.
 //   - -within-max, -beyond-min, -beyond-max (defaults (N−1)·I/2, N·I+I/4, N·I+3I/4): delay

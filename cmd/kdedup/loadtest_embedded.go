@@ -388,7 +388,7 @@ var workerMetrics = []string{
 	"kdedup_filter_rotations_total", "kdedup_checkpoint_restore_duration_seconds_sum", "kdedup_checkpoint_restore_duration_seconds_count",
 	"kdedup_checkpoint_rewarmed_records_total", "kdedup_checkpoint_restores_total",
 	"kdedup_rebalances_total", "kdedup_partition_release_duration_seconds_count", "kdedup_rebuild_records_total",
-	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total",
+	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total", "kdedup_filter_late_records_total",
 }
 
 // addWorkerReport adds what the worker at base says to the report: its metrics, the restart

@@ -26,6 +26,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 		mode string
 		// beyond is true when the mix has beyond-window duplicates that must pass again.
 		beyond, crossDropped bool
+		// late is true when the run sends late records (-late) to a worker under event time:
+		// each is delivered, and the worker counts exactly those as late.
+		late bool
 		// note must be part of a report note.
 		note string
 		// hooks are the names of the hooks that must have run, in order; metrics are worker
@@ -59,6 +62,12 @@ func TestLoadtestEmbedded(t *testing.T) {
 			mode: "embedded", note: "answered 2 produce requests to loadtest-out with REQUEST_TIMED_OUT",
 			hooks:   []string{"join", "leave", "fault REQUEST_TIMED_OUT", "fault OUT_OF_ORDER_SEQUENCE_NUMBER", "rebuild"},
 			metrics: []string{"kdedup_rebuild_records_total"}, // the worker after the rebuild
+		},
+		{
+			name: "event time, late records",
+			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "500ms",
+				"-dups", "0.3", "-late", "0.02", "-worker-env", "DEDUP_WINDOW_CLOCK=event"},
+			mode: "embedded", beyond: true, late: true,
 		},
 		{
 			name: "json field, pass-through baseline",
@@ -106,6 +115,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 			}
 			if tt.beyond && v.ByKind["beyond"] == 0 {
 				t.Error("no beyond-window duplicates were sent")
+			}
+			if got := r.WorkerMetrics["kdedup_filter_late_records_total"]; tt.late && (v.Late < 50 || got != float64(v.Late)) {
+				t.Errorf("%d late records sent, the worker counted %v", v.Late, got)
 			}
 			if tt.crossDropped && v.Delivered+v.MustDrop+v.Ambiguous != v.Records {
 				t.Errorf("global scope: delivered %d + must drop %d + ambiguous %d != %d records", v.Delivered, v.MustDrop, v.Ambiguous, v.Records)
