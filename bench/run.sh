@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh reproduces bench/README.md and the issue #12 table: it runs the comparison one benchmark
+# run.sh reproduces the filter comparison of bench/README.md and the issue #12 table: it runs the comparison one benchmark
 # set at a time (never in parallel with itself) and writes results/*.txt, then the false-positive
 # rates and memory (bits per key, ratio to an optimal Bloom filter; window memory for N = 1, 8, 24),
 # then prints the ratio tables (window, single-writer window, blobloom, bits-and-blooms).

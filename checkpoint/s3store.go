@@ -354,11 +354,8 @@ func (s *S3Store) list(ctx context.Context, unit string) ([]Info, error) {
 // yields an error wrapping fs.ErrNotExist; a name that is not a snapshot of
 // snap.Unit one wrapping ErrBadUnit.
 func (s *S3Store) Open(ctx context.Context, snap Info) (io.ReadCloser, error) {
-	if err := ValidateUnit(snap.Unit); err != nil {
+	if err := validateSnap(snap); err != nil {
 		return nil, err
-	}
-	if _, ok := parseSnapName(snap.Unit, snap.Name); !ok {
-		return nil, fmt.Errorf("%w: %q is not a snapshot of unit %q", ErrBadUnit, snap.Name, snap.Unit)
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(snap.Name))})
 	if err != nil {

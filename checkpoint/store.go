@@ -367,16 +367,25 @@ func (s *DirStore) list(unit string) ([]Info, error) {
 	return infos, nil
 }
 
+// validateSnap returns an error wrapping ErrBadUnit unless snap names a valid unit and one of its
+// snapshots, as Store.Open requires of its argument.
+func validateSnap(snap Info) error {
+	if err := ValidateUnit(snap.Unit); err != nil {
+		return err
+	}
+	if _, ok := parseSnapName(snap.Unit, snap.Name); !ok {
+		return fmt.Errorf("%w: %q is not a snapshot of unit %q", ErrBadUnit, snap.Name, snap.Unit)
+	}
+	return nil
+}
+
 // Open implements Store.Open. The returned reader is the FS's File (an
 // *os.File with OSFS), whose Stat and Seek let the decoder check the file
 // size against the header before the caller allocates. It fails with an error wrapping ErrBadUnit if snap does not
 // name a snapshot of snap.Unit.
 func (s *DirStore) Open(ctx context.Context, snap Info) (io.ReadCloser, error) {
-	if err := ValidateUnit(snap.Unit); err != nil {
+	if err := validateSnap(snap); err != nil {
 		return nil, err
-	}
-	if _, ok := parseSnapName(snap.Unit, snap.Name); !ok {
-		return nil, fmt.Errorf("%w: %q is not a snapshot of unit %q", ErrBadUnit, snap.Name, snap.Unit)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("checkpoint: open %s: %w", snap.Name, err)

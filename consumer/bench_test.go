@@ -51,7 +51,7 @@ type nopDeduper struct{}
 
 func (nopDeduper) Assign(context.Context, int32) error { return nil }
 func (nopDeduper) Revoke(context.Context, int32) error { return nil }
-func (nopDeduper) Seen(int32, []byte) bool             { return false }
+func (nopDeduper) Seen(int32, []byte, time.Time) bool  { return false }
 
 type pipeline func(ctx context.Context, cl *embedkafka.Cluster) error
 

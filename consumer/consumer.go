@@ -46,9 +46,10 @@ type Deduper interface {
 	// produced and acknowledged when Revoke is called (and, for a ProgressTracker, Acked was
 	// called for its last batch), unless the Deduper implements Discarder.
 	Revoke(ctx context.Context, partition int32) error
-	// Seen tests and adds id: true means id was already seen (a duplicate). It must be safe for
-	// concurrent use.
-	Seen(partition int32, id []byte) bool
+	// Seen tests and adds id: true means id was already seen (a duplicate). ts is the record's
+	// Kafka timestamp (the output record keeps it), for a Deduper whose window follows event time;
+	// others ignore it. It must be safe for concurrent use.
+	Seen(partition int32, id []byte, ts time.Time) bool
 }
 
 // Discarder is an optional interface of a Deduper. When the Worker has to give up a partition

@@ -124,7 +124,7 @@ func (d *mapDeduper) Discard(_ context.Context, p int32) error {
 	return nil
 }
 
-func (d *mapDeduper) Seen(p int32, id []byte) bool {
+func (d *mapDeduper) Seen(p int32, id []byte, _ time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	m, ok := d.active[p]

@@ -272,7 +272,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 			}
 			continue
 		}
-		if !w.dedup.Seen(p, id) {
+		if !w.dedup.Seen(p, id, m.Time) {
 			out = append(out, *m)
 			continue
 		}

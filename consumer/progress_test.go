@@ -84,7 +84,7 @@ func (d *progressDeduper) Processing(p int32, next int64) {
 	d.lower[p], d.processing[p] = d.processing[p], next
 }
 
-func (d *progressDeduper) Seen(p int32, key []byte) bool {
+func (d *progressDeduper) Seen(p int32, key []byte, ts time.Time) bool {
 	id, kp, off, err := parseProgressKey(key)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -98,7 +98,7 @@ func (d *progressDeduper) Seen(p int32, key []byte) bool {
 	case d.processing[p] == d.acked[p]:
 		d.problem("Seen(%d) for offset %d after the batch was acked", p, off)
 	}
-	dup := d.mapDeduper.Seen(p, []byte(id))
+	dup := d.mapDeduper.Seen(p, []byte(id), ts)
 	if dup {
 		d.dupOffsets[p] = append(d.dupOffsets[p], off)
 	} else {

@@ -471,12 +471,12 @@ type gatedDeduper struct {
 	release chan struct{}
 }
 
-func (g *gatedDeduper) Seen(p int32, id []byte) bool {
+func (g *gatedDeduper) Seen(p int32, id []byte, ts time.Time) bool {
 	if g.calls.Add(1) == g.after+1 {
 		close(g.reached)
 		<-g.release
 	}
-	return g.mapDeduper.Seen(p, id)
+	return g.mapDeduper.Seen(p, id, ts)
 }
 
 // TestMissingTopic proves that a missing output topic keeps the worker waiting (not ready,

@@ -9,4 +9,25 @@
 // Across rebalances it keeps the filters of revoked partitions that may come straight back
 // (retain.go), and rebuilds a filter that has no usable snapshot from the output records of the
 // window through an OutputHistory (rebuild.go).
+//
+// # Event time
+//
+// Under Config.Clock = ClockEvent (eventtime.go) a filter's generations follow the records'
+// timestamps instead of the wall clock. Each filter has a stream time: the highest record
+// timestamp it has seen, per partition under ScopePartition and shared under ScopeGlobal (where the
+// fastest partition drives it, and records of a partition that lags the others by more than the
+// window become late). A record that opens a later generation rotates the filter
+// (window.Filter.AdvanceEventTo) on the calling goroutine; nothing rotates in the background, so an
+// idle partition does not age. Seen tests the identity against every live generation and adds it
+// to the generation of the record's timestamp (window.Filter.TestAndAddAt), so that an
+// out-of-order record expires by its own time. A record stamped before the oldest live generation
+// is late: counted, and passed or dropped by Config.LateRecords. A timestamp more than
+// Config.MaxAhead ahead of the wall clock advances the stream time only to that cap, and the record
+// is judged there. The hot path reads one cached boundary per record; only a record that crosses
+// it takes the wall clock and rotates.
+//
+// A restored, kept or rebuilt filter resumes at the start of its current generation: snapshots keep
+// no exact stream time and need none (see eventClock.resume), so the snapshot format is unchanged.
+// Re-warm and rebuild pass each output record's timestamp, and the identity goes to the generation
+// of that timestamp, the stream time advancing as it would for live records.
 package dedup

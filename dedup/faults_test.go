@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/errorfs"
@@ -95,7 +96,7 @@ func (f faultySet) metric(t *testing.T, name string, labels ...string) float64 {
 func see(s *Set, prefix string, n int) int {
 	seen := 0
 	for i := range n {
-		if s.Seen(0, fmt.Appendf(nil, "%s-%d", prefix, i)) {
+		if s.Seen(0, fmt.Appendf(nil, "%s-%d", prefix, i), time.Time{}) {
 			seen++
 		}
 	}
@@ -158,7 +159,7 @@ func TestCheckpointFaultsKeepServing(t *testing.T) {
 			if got := see(a.Set, "old", n) + see(a.Set, "new", n); got != 2*n {
 				t.Fatalf("after the failure the filter remembers %d of %d ids", got, 2*n)
 			}
-			if a.Seen(0, []byte("fresh")) || !a.Seen(0, []byte("fresh")) {
+			if a.Seen(0, []byte("fresh"), time.Time{}) || !a.Seen(0, []byte("fresh"), time.Time{}) {
 				t.Fatal("after the failure the filter no longer filters")
 			}
 

@@ -64,9 +64,15 @@ const rebuildProgressEvery = 10 * time.Second
 // The others are skipped, logged and reported to a RebuildObserver: duplicates of them can pass
 // until they would have left the window.
 //
+// Under ClockEvent (ev not nil) the window ends at the stream time the output shows instead of
+// the wall clock (see rebuildAnchor): the records stamped in the last N-1 intervals before it are
+// read in one pass, and each identity goes to the generation of its record's timestamp, the
+// stream time advancing as it would for live records (Set.addFunc); the filter is not rotated to
+// the wall clock afterwards. So a replay far behind the wall clock is rebuilt over its own window.
+//
 // It returns the filter, not started, and the output end offsets it read up to. It runs on the
 // caller's goroutine; a long rebuild logs its progress every rebuildProgressEvery.
-func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *window.Filter, end map[int32]int64, err error) {
+func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eventClock) (f *window.Filter, end map[int32]int64, err error) {
 	start := time.Now()
 	ro, _ := s.cfg.Observer.(RebuildObserver)
 	var plan rebuildPlan
@@ -75,8 +81,17 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *win
 		defer func() { ro.RebuildDone(time.Since(start), plan.skipped, err) }()
 	}
 	gens, iv := s.cfg.Window.Generations, s.cfg.Window.Interval
-	origin := s.now().Add(-time.Duration(gens) * iv)
-	if f, err = newFilterAt(s.cfg.Window, origin); err != nil {
+	anchor, err := s.rebuildAnchor(ctx, partition, ev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
+	}
+	origin := anchor.Add(-time.Duration(gens) * iv)
+	if ev != nil {
+		f, err = window.New(s.windowFor(ev))
+	} else {
+		f, err = newFilterAt(s.cfg.Window, origin)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	if plan, err = s.planRebuild(ctx, partition, origin); err != nil {
@@ -90,19 +105,74 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32) (f *win
 			"skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
 	}
 	prog := rebuildProgress{log: log, obs: ro, total: plan.total - plan.skipped, last: start}
-	if len(plan.end) == 1 {
+	switch {
+	case ev != nil:
+		add := s.addFunc(f, ev)
+		_, err = s.history.Read(ctx, plan.bounds[0], plan.end, func(id []byte, ts time.Time) {
+			add(id, ts)
+			prog.add()
+		})
+	case len(plan.end) == 1:
 		err = s.readInOnePass(ctx, f, plan, origin, &prog)
-	} else {
+	default:
 		err = s.readByGeneration(ctx, f, plan, origin, &prog)
 	}
 	prog.flush()
 	if err != nil {
 		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
 	}
-	f.AdvanceTo(s.now())
+	if ev == nil {
+		f.AdvanceTo(s.now())
+	}
 	log.Info("filter rebuilt from the output topic", "records", prog.done, "skipped", plan.skipped,
 		"duration", time.Since(start).String())
 	return f, plan.end, nil
+}
+
+// anchorTail is how many of each output partition's last records rebuildAnchor reads to find the
+// newest timestamp: records without an identity (or marked duplicates) are not passed to add, so
+// the very last one may not tell.
+const anchorTail = 64
+
+// rebuildAnchor returns the time a rebuilt window ends at: the wall clock under ClockProcessing
+// (ev nil). Under ClockEvent it is the stream time the lost filter had reached, as far as the
+// output shows it: the newest timestamp among the last anchorTail records of the output
+// partitions that hold the input partition's records, capped at the wall clock plus
+// Config.MaxAhead as a live record is; the wall clock when they hold none. It returns the
+// OutputLog's or OutputHistory's error.
+func (s *Set) rebuildAnchor(ctx context.Context, partition int32, ev *eventClock) (time.Time, error) {
+	now := s.now()
+	if ev == nil {
+		return now, nil
+	}
+	end, err := s.cfg.Output.End(ctx, partition)
+	if err != nil {
+		return time.Time{}, err
+	}
+	from := make(map[int32]int64, len(end))
+	for q, e := range end {
+		from[q] = max(e-anchorTail, 0)
+	}
+	var newest time.Time
+	if _, err := s.history.Read(ctx, from, end, func(_ []byte, ts time.Time) {
+		if ts.After(newest) {
+			newest = ts
+		}
+	}); err != nil {
+		return time.Time{}, err
+	}
+	if newest.IsZero() {
+		return now, nil
+	}
+	return minTime(newest, now.Add(s.cfg.MaxAhead)), nil
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // readByGeneration adds the records of each generation's interval after rotating f to it, one

@@ -132,13 +132,13 @@ func (s *Set) dropParked() {
 // now, re-warms it from the output topic and starts it (ok). With no parked filter, or when the
 // store holds a newer snapshot, ok is false and the caller loads the unit from the store. On an
 // error the parked filter stays parked, so that the retried Assign can use it.
-func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, bool, error) {
+func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window.Filter, *eventClock, lineage, bool, error) {
 	s.mu.Lock()
 	pt := s.parked[partition]
 	delete(s.parked, partition)
 	s.mu.Unlock()
 	if pt == nil {
-		return nil, lineage{}, false, nil
+		return nil, nil, lineage{}, false, nil
 	}
 	start := time.Now()
 	lin := pt.lineage()
@@ -146,17 +146,19 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 		if err != nil {
 			s.park(partition, pt)
 		}
-		return nil, lineage{}, false, err
+		return nil, nil, lineage{}, false, err
 	}
 	f := pt.f
-	f.AdvanceTo(s.now())
+	if pt.ev == nil {
+		f.AdvanceTo(s.now()) // under ClockEvent a kept filter does not age: its records move it
+	}
 	n := 0
 	if s.cfg.Output != nil && lin.out != nil {
 		var err error
-		n, err = s.cfg.Output.Rewarm(ctx, lin.out, func(id []byte, _ time.Time) { f.TestAndAdd(id) })
+		n, err = s.cfg.Output.Rewarm(ctx, lin.out, s.addFunc(f, pt.ev))
 		if err != nil {
 			s.park(partition, pt) // what the re-warm added is in the output topic: harmless
-			return nil, lineage{}, false, fmt.Errorf("dedup: re-warming the kept filter of %s from the output topic: %w", unit, err)
+			return nil, nil, lineage{}, false, fmt.Errorf("dedup: re-warming the kept filter of %s from the output topic: %w", unit, err)
 		}
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.Rewarmed(n)
@@ -167,8 +169,10 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 	}
 	s.cfg.Logger.Info("state restored", "unit", unit, "outcome", checkpoint.OutcomeRetained, "snapshot", lin.snap.Name,
 		"rewarmed_records", n, "duration", time.Since(start).String())
-	f.Start()
-	return f, lin, true, nil
+	if pt.ev == nil {
+		f.Start()
+	}
+	return f, pt.ev, lin, true, nil
 }
 
 // stillNewest reports whether the parked filter with lineage lin may be reused: the store's newest

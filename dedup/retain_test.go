@@ -172,7 +172,7 @@ func (e *retainEnv) set(t *testing.T) *Set {
 func seeAll(t *testing.T, s *Set, p int32, prefix string, n int, want bool) {
 	t.Helper()
 	for i := range n {
-		if got := s.Seen(p, fmt.Appendf(nil, "%s-%d", prefix, i)); got != want {
+		if got := s.Seen(p, fmt.Appendf(nil, "%s-%d", prefix, i), time.Time{}); got != want {
 			t.Fatalf("Seen(%d, %s-%d) = %v, want %v", p, prefix, i, got, want)
 		}
 	}

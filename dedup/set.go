@@ -141,7 +141,9 @@ type Config struct {
 	Scope Scope
 	// Window configures each filter. Under ScopePartition, Capacity is per partition and
 	// SingleWriter is set (one goroutine writes each partition's filter, see Set.Seen); under
-	// ScopeGlobal SingleWriter is cleared.
+	// ScopeGlobal SingleWriter is cleared. Window.Clock is the wall clock: it rotates filters under
+	// ClockProcessing, and bounds stream time (MaxAhead) and places the rebuild under ClockEvent,
+	// where each filter gets its stream time as its own Clock.
 	Window window.Config
 	// Topic names the input topic; it prefixes snapshot unit names. Default: "input".
 	Topic string
@@ -167,19 +169,39 @@ type Config struct {
 	// their duplicates can pass (see Set.rebuild). Output must implement OutputHistory. Default: 0,
 	// no rebuild.
 	RebuildMaxRecords int64
+	// Clock selects the time the windows follow: the worker's wall clock or the records'
+	// timestamps (see "Event time" in the package documentation). Default: ClockProcessing.
+	Clock Clock
+	// LateRecords says what happens under ClockEvent to a record stamped before its filter's
+	// oldest live generation, which cannot be judged: under LateDrop, Seen reports it as a
+	// duplicate. Default: LatePass.
+	LateRecords LatePolicy
+	// MaxAhead caps, under ClockEvent, how far ahead of the wall clock (Window.Clock) a record's
+	// timestamp may advance a filter's stream time; a record stamped later is judged at the cap.
+	// Default: Window.Interval.
+	MaxAhead time.Duration
 }
 
 // FilterStats is a filter's state with the name metrics label it with: the partition number, or
 // "global".
 type FilterStats struct {
 	Name string
+	// EventTime is true under ClockEvent.
+	EventTime bool
+	// StreamTime is the filter's stream time under ClockEvent (see Set.Seen); zero under
+	// ClockProcessing and before the filter's first record.
+	StreamTime time.Time
+	// Late counts the filter's late records under ClockEvent (see Set.Seen) since it was created
+	// or restored.
+	Late uint64
 	window.Stats
 }
 
 // part is an assigned partition: its filter (the shared one under ScopeGlobal) and how far the
 // worker got with it.
 type part struct {
-	f *window.Filter
+	f  *window.Filter
+	ev *eventClock // the filter's stream time under ClockEvent (shared under ScopeGlobal), else nil
 	// processed is the offset after the last batch handed to Seen, acked the offset after the last
 	// batch whose output was acknowledged; -1 until the first batch.
 	processed, acked atomic.Int64
@@ -187,8 +209,8 @@ type part struct {
 	lin              atomic.Pointer[lineage]
 }
 
-func newPart(f *window.Filter, lin lineage) *part {
-	p := &part{f: f}
+func newPart(f *window.Filter, ev *eventClock, lin lineage) *part {
+	p := &part{f: f, ev: ev}
 	p.processed.Store(-1)
 	p.acked.Store(-1)
 	p.lin.Store(&lin)
@@ -225,6 +247,8 @@ type Set struct {
 	cfg    Config
 	parts  atomic.Pointer[map[int32]*part]
 	global *window.Filter // ScopeGlobal
+	// globalEv is the global filter's stream time under ClockEvent.
+	globalEv *eventClock
 
 	mu      sync.Mutex // serialises Assign, Revoke, Discard and Close
 	closed  bool
@@ -238,6 +262,8 @@ type Set struct {
 	done chan struct{}
 
 	unassigned atomic.Uint64
+	late       atomic.Uint64 // ClockEvent: records older than their filter's oldest live generation
+	capped     atomic.Uint64 // ClockEvent: records judged at the MaxAhead cap
 }
 
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
@@ -261,6 +287,9 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.SealTimeout <= 0 {
 		cfg.SealTimeout = 30 * time.Second
 	}
+	if err := cfg.defaultClock(); err != nil {
+		return nil, err
+	}
 	if _, err := window.Size(cfg.Window); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -280,11 +309,12 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
 	if cfg.Scope == ScopeGlobal {
-		f, _, err := s.open(ctx, globalUnit, -1)
+		ev := s.newEventClock()
+		f, _, err := s.open(ctx, globalUnit, -1, ev)
 		if err != nil {
 			return nil, err
 		}
-		s.global = f
+		s.global, s.globalEv = f, ev
 	}
 	if cfg.Persister != nil && cfg.CheckpointInterval > 0 {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -306,10 +336,11 @@ func (s *Set) Unit(partition int32) string {
 // re-warms it from the output topic; without one it rebuilds the filter from the output topic
 // (Config.RebuildMaxRecords) or starts it empty, and snapshots it at once, so that a crash before
 // the first periodic checkpoint can still re-warm from the output offsets of this moment. It
-// starts the filter's rotation and returns what the filter covers.
-func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, error) {
+// starts the filter's rotation (under ClockProcessing; under ClockEvent the records rotate it,
+// through ev) and returns what the filter covers.
+func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, lineage, error) {
 	start := time.Now()
-	f, r, err := s.restore(ctx, unit)
+	f, r, err := s.restore(ctx, unit, ev)
 	if err != nil {
 		return nil, lineage{}, err
 	}
@@ -317,7 +348,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 	cold := f == nil
 	if cold {
 		r.Outcome = checkpoint.OutcomeCold
-		if f, lin.out, err = s.coldFilter(ctx, unit, partition); err != nil {
+		if f, lin.out, err = s.coldFilter(ctx, unit, partition, ev); err != nil {
 			return nil, lineage{}, err
 		}
 	}
@@ -337,27 +368,33 @@ func (s *Set) open(ctx context.Context, unit string, partition int32) (*window.F
 	if err := ctx.Err(); err != nil && partition >= 0 {
 		// The assignment was called off (the generation ended) after the filter was prepared:
 		// it is as current as a revoked one, so it is parked for the next generation.
-		s.park(partition, newPart(f, lin))
+		s.park(partition, newPart(f, ev, lin))
 		return nil, lineage{}, fmt.Errorf("dedup: preparing %s: %w", unit, err)
 	}
-	f.Start()
+	if ev == nil {
+		f.Start()
+	}
 	return f, lin, nil
 }
 
 // restore returns the unit's newest usable snapshot, restored and re-warmed from the output
-// topic, or a nil filter when there is none (or no Persister).
-func (s *Set) restore(ctx context.Context, unit string) (*window.Filter, Restored, error) {
+// topic, or a nil filter when there is none (or no Persister). Under ClockEvent the filter resumes
+// at the stream time of its current generation (eventClock.resume), and the re-warm places each
+// output record in the generation of its timestamp.
+func (s *Set) restore(ctx context.Context, unit string, ev *eventClock) (*window.Filter, Restored, error) {
 	if s.cfg.Persister == nil {
 		return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 	}
 	start := time.Now()
-	f, r, err := s.cfg.Persister.Restore(ctx, unit, s.cfg.Window)
+	f, r, err := s.cfg.Persister.Restore(ctx, unit, s.windowFor(ev))
 	if err != nil {
 		return nil, r, fmt.Errorf("dedup: restoring %s: %w", unit, err)
 	}
+	if f != nil && ev != nil {
+		ev.resume(f)
+	}
 	if f != nil && s.cfg.Output != nil && r.OutputOffsets != nil {
-		// The record time is not used yet: the window is kept in processing time.
-		n, err := s.cfg.Output.Rewarm(ctx, r.OutputOffsets, func(id []byte, _ time.Time) { f.TestAndAdd(id) })
+		n, err := s.cfg.Output.Rewarm(ctx, r.OutputOffsets, s.addFunc(f, ev))
 		if err != nil {
 			return nil, r, fmt.Errorf("dedup: re-warming %s from the output topic: %w", unit, err)
 		}
@@ -372,11 +409,11 @@ func (s *Set) restore(ctx context.Context, unit string) (*window.Filter, Restore
 
 // coldFilter returns the filter of a unit without a usable snapshot: rebuilt from the output
 // topic when Config.RebuildMaxRecords is set (with the output offsets it covers), else empty.
-func (s *Set) coldFilter(ctx context.Context, unit string, partition int32) (*window.Filter, map[int32]int64, error) {
+func (s *Set) coldFilter(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, map[int32]int64, error) {
 	if s.history != nil {
-		return s.rebuild(ctx, unit, partition)
+		return s.rebuild(ctx, unit, partition, ev)
 	}
-	f, err := window.New(s.cfg.Window)
+	f, err := window.New(s.windowFor(ev))
 	if err != nil {
 		return nil, nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -402,10 +439,10 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 		return nil
 	}
 	// Restoring and re-warming can take a while; other partitions restore meanwhile.
-	f, lin := s.global, lineage{}
+	f, ev, lin := s.global, s.globalEv, lineage{}
 	if f == nil {
 		var err error
-		if f, lin, err = s.prepare(ctx, s.Unit(partition), partition); err != nil {
+		if f, ev, lin, err = s.prepare(ctx, s.Unit(partition), partition); err != nil {
 			return err
 		}
 	}
@@ -423,18 +460,21 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 		return nil
 	}
 	next := maps.Clone(cur)
-	next[partition] = newPart(f, lin)
+	next[partition] = newPart(f, ev, lin)
 	s.parts.Store(&next)
 	return nil
 }
 
-// prepare returns the filter of a newly assigned partition: the parked one if it may serve (see
-// unpark), else the one open prepares from the store.
-func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*window.Filter, lineage, error) {
-	if f, lin, ok, err := s.unpark(ctx, unit, partition); ok || err != nil {
-		return f, lin, err
+// prepare returns the filter of a newly assigned partition and its stream time (nil under
+// ClockProcessing): the parked one if it may serve (see unpark), else the one open prepares from
+// the store.
+func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*window.Filter, *eventClock, lineage, error) {
+	if f, ev, lin, ok, err := s.unpark(ctx, unit, partition); ok || err != nil {
+		return f, ev, lin, err
 	}
-	return s.open(ctx, unit, partition)
+	ev := s.newEventClock()
+	f, lin, err := s.open(ctx, unit, partition, ev)
+	return f, ev, lin, err
 }
 
 // Revoke saves the partition's state through the Persister, stops its filter and parks it, in
@@ -503,16 +543,24 @@ func (s *Set) remove(partition int32) *part {
 // partition that is not assigned has no state: Seen returns false (the record passes) and counts
 // it, so that nothing is ever dropped by mistake.
 //
+// ts is the record's timestamp. Under ClockProcessing it is ignored. Under ClockEvent it is the
+// record's time: it advances the filter's stream time (capped at the wall clock plus
+// Config.MaxAhead) and the identity goes to the generation of ts; a record stamped before the
+// oldest live generation is late, counted (Late) and passed or dropped by Config.LateRecords.
+//
 // Under ScopePartition the calls for one partition must not overlap: one goroutine at a time
 // handles a partition (as the worker does, and Assign's re-warm runs in the caller of Assign
 // before any Seen), because its filter is single-writer (window.Config.SingleWriter). Calls for
 // different partitions may run concurrently. Under ScopeGlobal any number of goroutines may call
 // Seen, and if several offer the same new id at once, exactly one gets false.
-func (s *Set) Seen(partition int32, id []byte) bool {
+func (s *Set) Seen(partition int32, id []byte, ts time.Time) bool {
 	pt := (*s.parts.Load())[partition]
 	if pt == nil {
 		s.unassigned.Add(1)
 		return false
+	}
+	if pt.ev != nil {
+		return s.seenAt(pt.f, pt.ev, id, ts)
 	}
 	return pt.f.TestAndAdd(id)
 }
@@ -709,12 +757,12 @@ func (s *Set) Partitions() []int32 {
 // Stats returns the state of every filter, for metrics.
 func (s *Set) Stats() []FilterStats {
 	if s.global != nil {
-		return []FilterStats{{Name: globalUnit, Stats: s.global.Stats()}}
+		return []FilterStats{filterStats(globalUnit, s.global, s.globalEv)}
 	}
 	cur := *s.parts.Load()
 	out := make([]FilterStats, 0, len(cur))
 	for _, p := range slices.Sorted(maps.Keys(cur)) {
-		out = append(out, FilterStats{Name: strconv.Itoa(int(p)), Stats: cur[p].f.Stats()})
+		out = append(out, filterStats(strconv.Itoa(int(p)), cur[p].f, cur[p].ev))
 	}
 	return out
 }
@@ -754,3 +802,35 @@ func (s *Set) Close(ctx context.Context) error {
 }
 
 var errClosed = errors.New("dedup: set is closed")
+
+// filterStats returns the statistics of filter f named name, with stream time ev (nil under
+// ClockProcessing).
+func filterStats(name string, f *window.Filter, ev *eventClock) FilterStats {
+	fs := FilterStats{Name: name, Stats: f.Stats()}
+	if ev == nil {
+		return fs
+	}
+	fs.EventTime, fs.Late = true, ev.late.Load()
+	if ev.high.Load() > window.EventTimeOrigin.UnixNano() {
+		fs.StreamTime = ev.now()
+	}
+	return fs
+}
+
+// defaultClock fills in and checks the event-time settings.
+func (cfg *Config) defaultClock() error {
+	if cfg.Clock == "" {
+		cfg.Clock = ClockProcessing
+	}
+	if cfg.LateRecords == "" {
+		cfg.LateRecords = LatePass
+	}
+	if cfg.MaxAhead <= 0 {
+		cfg.MaxAhead = cfg.Window.Interval
+	}
+	if _, err := ParseClock(string(cfg.Clock)); err != nil {
+		return err
+	}
+	_, err := ParseLatePolicy(string(cfg.LateRecords))
+	return err
+}

@@ -43,13 +43,13 @@ func TestScopes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if s.Seen(0, []byte("a")) {
+			if s.Seen(0, []byte("a"), time.Time{}) {
 				t.Fatal("first sighting reported seen")
 			}
-			if !s.Seen(0, []byte("a")) {
+			if !s.Seen(0, []byte("a"), time.Time{}) {
 				t.Fatal("duplicate on the same partition not caught")
 			}
-			if got := s.Seen(1, []byte("a")); got != tt.crossPartition {
+			if got := s.Seen(1, []byte("a"), time.Time{}); got != tt.crossPartition {
 				t.Fatalf("duplicate on another partition: seen=%v, want %v", got, tt.crossPartition)
 			}
 		})
@@ -97,7 +97,7 @@ func TestUnassignedPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if s.Seen(7, []byte("x")) {
+		if s.Seen(7, []byte("x"), time.Time{}) {
 			t.Fatal("record of an unassigned partition was dropped")
 		}
 	}
@@ -170,7 +170,7 @@ func TestStateFollowsPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 1000 {
-		a.Seen(3, fmt.Appendf(nil, "id-%d", i))
+		a.Seen(3, fmt.Appendf(nil, "id-%d", i), time.Time{})
 	}
 	if err := a.Revoke(ctx, 3); err != nil {
 		t.Fatal(err)
@@ -188,14 +188,14 @@ func TestStateFollowsPartition(t *testing.T) {
 		t.Fatalf("re-warmed from %v, want the recorded output offset 42", rewarmFrom)
 	}
 	for i := range 1000 {
-		if !b.Seen(3, fmt.Appendf(nil, "id-%d", i)) {
+		if !b.Seen(3, fmt.Appendf(nil, "id-%d", i), time.Time{}) {
 			t.Fatalf("id-%d forgotten after the partition moved", i)
 		}
 	}
-	if !b.Seen(3, []byte("produced-after-the-snapshot")) {
+	if !b.Seen(3, []byte("produced-after-the-snapshot"), time.Time{}) {
 		t.Fatal("re-warmed id not seen")
 	}
-	if b.Seen(3, []byte("new")) {
+	if b.Seen(3, []byte("new"), time.Time{}) {
 		t.Fatal("a new id was reported seen")
 	}
 	if err := b.Close(ctx); err != nil {
@@ -236,7 +236,7 @@ func TestSnapshotWaitsForAcks(t *testing.T) {
 		}
 		base := count()
 		s.Processing(0, 10)
-		s.Seen(0, []byte("in-flight"))
+		s.Seen(0, []byte("in-flight"), time.Time{})
 		// Never acknowledged: the snapshot must be dropped.
 		if err := s.Checkpoint(ctx); !errors.Is(err, errSealTimeout) {
 			t.Fatalf("Checkpoint = %v, want the seal timeout", err)
@@ -287,11 +287,11 @@ func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 	if err := s.Assign(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	s.Seen(0, []byte("old"))
+	s.Seen(0, []byte("old"), time.Time{})
 	if err := s.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.Seen(0, []byte("newer"))
+	s.Seen(0, []byte("newer"), time.Time{})
 	if err := s.Revoke(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestSeenDuringRebalance(t *testing.T) {
 		wg.Go(func() {
 			for i := range 8000 {
 				id := fmt.Appendf(nil, "%d-%d", p, i)
-				if s.Seen(p, id) && p == 0 {
+				if s.Seen(p, id, time.Time{}) && p == 0 {
 					t.Errorf("fresh id %s reported seen", id)
 					return
 				}
@@ -397,8 +397,8 @@ func TestGlobalScopePersists(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.Seen(0, []byte("x"))
-	if !a.Seen(1, []byte("x")) {
+	a.Seen(0, []byte("x"), time.Time{})
+	if !a.Seen(1, []byte("x"), time.Time{}) {
 		t.Fatal("global scope missed a cross-partition duplicate")
 	}
 	for _, part := range []int32{0, 1} {
@@ -416,12 +416,12 @@ func TestGlobalScopePersists(t *testing.T) {
 	if err := b.Assign(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if !b.Seen(0, []byte("x")) {
+	if !b.Seen(0, []byte("x"), time.Time{}) {
 		t.Fatal("global state lost across a restart")
 	}
 	before, _ := store.List(ctx, "global")
 	b.Processing(0, 5)
-	b.Seen(0, []byte("never-produced"))
+	b.Seen(0, []byte("never-produced"), time.Time{})
 	if err := b.Discard(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +484,7 @@ func TestGlobalSealWaitsForLateAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Processing(0, 10)
-	s.Seen(0, []byte("x")) // no Acked(0, 10): the record is not in the output topic
+	s.Seen(0, []byte("x"), time.Time{}) // no Acked(0, 10): the record is not in the output topic
 	close(p.gate)
 	if err := <-p.sealed; err == nil {
 		t.Error("snapshot sealed although it holds identity x whose record was processed but never acknowledged")

@@ -72,7 +72,7 @@ func BenchmarkSeenDuringSnapshots(b *testing.B) {
 				s.Processing(0, next)
 				for j := range batch {
 					binary.LittleEndian.PutUint64(key[:], uint64(i+j)%4_000_000)
-					s.Seen(0, key[:])
+					s.Seen(0, key[:], time.Time{})
 				}
 				s.Acked(0, next)
 				lat = append(lat, time.Since(start))

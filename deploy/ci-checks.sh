@@ -80,11 +80,12 @@ check_metrics() {
 }
 
 # live_check [FLAGS] runs tools/cmd/livecheck: Debian's prometheus scrapes a worker under three
-# embedded loadtests (healthy with a restart; handover: a second worker joins and leaves, then a
-# rebuild from the output topic; degraded: overfilled filter, unwritable checkpoint store and
-# produce faults), then every dashboard target, the duplicate ratio and throughput against the
-# loadtest's verifier, the estimated false-positive rate against the measured loss, and the
-# alerts (for: shortened) are checked. FLAGS go to livecheck (-keep, -rate, ...).
+# embedded loadtests (healthy with a restart, under event time with late records; handover: a
+# second worker joins and leaves, then a rebuild from the output topic; degraded: overfilled
+# filter, unwritable checkpoint store and produce faults), then every dashboard target, the
+# duplicate ratio and throughput against the loadtest's verifier, the late records against those
+# sent, the estimated false-positive rate against the measured loss, and the alerts (for:
+# shortened) are checked. FLAGS go to livecheck (-keep, -rate, ...).
 # It stops every process it starts and fails naming the panel, alert or check at fault.
 live_check() {
 	log "cd tools && go run ./cmd/livecheck $*"

@@ -197,6 +197,14 @@ type Config struct {
 	// quarter and three quarters of an Interval.
 	BeyondMin, BeyondMax time.Duration
 
+	// Late is the fraction of the records, in [0, 0.95 − DupRatio], that are late: unique events
+	// without duplicates whose Kafka timestamp is LateAge before their creation (every other
+	// record is stamped at its creation). A worker under DEDUP_WINDOW_CLOCK=event finds them
+	// older than its window and counts them in kdedup_filter_late_records_total; the verifier
+	// expects each once, as DEDUP_LATE_RECORDS=pass (the default) and processing time do.
+	// Verdict.Late says how many were sent. The duplicates stay a share DupRatio of the records.
+	Late float64
+
 	// Field is where the event id is written; it must match the worker's DEDUP_KEY.
 	Field Field
 	// Global is true when the worker runs with DEDUP_SCOPE=global.
@@ -327,6 +335,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.DupRatio >= 0 && c.DupRatio <= 0.95) {
 		bad("duplicate ratio must be in [0, 0.95], got %v", c.DupRatio)
+	}
+	if !(c.Late >= 0 && c.Late <= 0.95-c.DupRatio) {
+		bad("late fraction must be in [0, 0.95 - duplicate ratio], got %v", c.Late)
 	}
 	m := c.Mix
 	if m.Immediate < 0 || m.Within < 0 || m.Beyond < 0 || m.Cross < 0 || math.IsNaN(m.total()) || math.IsInf(m.total(), 0) {

@@ -23,6 +23,11 @@ const (
 	HeaderEnd  = "lt-end"  // "1" on the end marker of a partition
 )
 
+// LateAge is how much older than its creation time the Kafka timestamp of a late record
+// (Config.Late) is: far older than any window of a loadtest, so that a worker under
+// DEDUP_WINDOW_CLOCK=event finds it before its oldest live generation.
+const LateAge = 24 * time.Hour
+
 // sentRec is the send log entry of one record.
 type sentRec struct {
 	at     int64 // creation time, nanoseconds since the run's start
@@ -30,6 +35,7 @@ type sentRec struct {
 	entity uint32
 	part   int32
 	kind   Kind
+	late   bool // Kafka timestamp LateAge before the creation time (Config.Late)
 }
 
 // rawRec is one record waiting to be produced. It is kept raw so that a failed produce request
@@ -129,6 +135,9 @@ func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.T
 func (g *generator) buildRecord(seq int, s sentRec) rawRec {
 	t := g.start.Add(time.Duration(s.at))
 	r := rawRec{time: t}
+	if s.late {
+		r.time = t.Add(-LateAge)
+	}
 	r.headers = make([]kafka.Header, 3, 4)
 	r.headers[0] = kafka.Header{Key: HeaderRun, Value: g.runID}
 	r.headers[1] = kafka.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
@@ -248,7 +257,7 @@ func (g *generator) generate(ctx context.Context) error {
 				}
 				continue
 			}
-			s = sentRec{ord: o.ord, entity: o.entity, part: o.part, kind: KindOriginal}
+			s = sentRec{ord: o.ord, entity: o.entity, part: o.part, kind: KindOriginal, late: o.late}
 			for _, d := range o.dups {
 				heap.Push(&pending, pendingDup{due: int64(now + d.delay), tie: tie, ord: o.ord, dup: d})
 				tie++

@@ -144,6 +144,7 @@ func TestHTMLReport(t *testing.T) {
 
 func TestJSONAndSummary(t *testing.T) {
 	r := syntheticReport(t)
+	r.Verdict.Late, r.Settings.Late = 3, 0.01
 	var buf bytes.Buffer
 	if err := r.WriteJSON(&buf); err != nil {
 		t.Fatal(err)
@@ -153,14 +154,14 @@ func TestJSONAndSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := back["verdict"].(map[string]any)
-	if back["pass"] != false || v["leaked"] != 1.0 || v["lost"] != 0.0 || v["order_violations"] != 0.0 || len(back["series"].([]any)) == 0 {
+	if back["pass"] != false || v["leaked"] != 1.0 || v["lost"] != 0.0 || v["order_violations"] != 0.0 || v["late"] != 3.0 || len(back["series"].([]any)) == 0 {
 		t.Errorf("JSON report: pass %v, verdict %v", back["pass"], v)
 	}
 	buf.Reset()
 	if err := r.WriteSummary(&buf); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"result", "FAIL", "1 duplicates leaked", "latency", "p99"} {
+	for _, want := range []string{"result", "FAIL", "1 duplicates leaked", "3 late originals: stamped 24h0m0s before", "latency", "p99"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, buf.String())
 		}

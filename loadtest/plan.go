@@ -23,6 +23,7 @@ type planned struct {
 	ord    uint32 // ordinal of the event: 0, 1, 2, ...
 	entity uint32 // entity (Kafka key index); the ordinal under FieldKey
 	part   int32
+	late   bool // stamped LateAge before its creation (Config.Late); never has duplicates
 	dups   []plannedDup
 }
 
@@ -38,7 +39,8 @@ type planner struct {
 	parts      []int   // 0..partitions-1, for the balancer
 	remaining  int     // records not planned yet
 	next       uint32  // next ordinal
-	perOrig    float64 // mean number of duplicates per original
+	late       int     // late records planned so far
+	perOrig    float64 // mean number of duplicates per original that is not late
 	scratch    []byte
 }
 
@@ -52,7 +54,7 @@ func newPlanner(cfg Config, partitions int) *planner {
 		ids:        newIDMaker(cfg.RunID),
 		keyIsID:    cfg.Field.Kind == FieldKey,
 		remaining:  cfg.Count,
-		perOrig:    cfg.DupRatio / (1 - cfg.DupRatio),
+		perOrig:    cfg.DupRatio / (1 - cfg.DupRatio - cfg.Late),
 	}
 	p.parts = make([]int, partitions)
 	for i := range p.parts {
@@ -73,10 +75,15 @@ func (p *planner) partitionOf(key []byte) int32 {
 }
 
 // nextOriginal returns the next original of the plan with its duplicates, or false when the plan
-// is complete (Count records planned).
+// is complete (Count records planned). The k-th record planned is a late one (nextLate) when
+// k·Config.Late reaches the next whole number, so that a share Late of the records is late,
+// spread evenly, without a draw from the PRNG.
 func (p *planner) nextOriginal() (planned, bool) {
 	if p.remaining <= 0 {
 		return planned{}, false
+	}
+	if k := p.cfg.Count - p.remaining + 1; p.cfg.Late > 0 && float64(p.late+1) <= p.cfg.Late*float64(k) {
+		return p.nextLate(), true
 	}
 	o := planned{ord: p.next}
 	p.next++
@@ -106,6 +113,24 @@ func (p *planner) nextOriginal() (planned, bool) {
 		}
 	}
 	return o, true
+}
+
+// nextLate returns a late record: a unique event without duplicates, on the entity of its ordinal
+// (no PRNG draw), whose Kafka timestamp the generator sets LateAge before its creation.
+func (p *planner) nextLate() planned {
+	o := planned{ord: p.next, late: true}
+	p.next++
+	p.remaining--
+	p.late++
+	if p.keyIsID {
+		o.entity = o.ord
+		p.scratch = p.ids.key(p.scratch[:0], o.ord, p.cfg.KeySize)
+		o.part = p.partitionOf(p.scratch)
+	} else {
+		o.entity = o.ord % uint32(p.cfg.Entities)
+		o.part = p.entityPart[o.entity]
+	}
+	return o
 }
 
 // drawDup draws one duplicate of o. An event gets at most one beyond and one cross duplicate; a

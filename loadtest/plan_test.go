@@ -137,6 +137,91 @@ func TestPlanHighDuplicateRatio(t *testing.T) {
 	}
 }
 
+// TestLateRecords checks the -late option: a share Late of the records are late originals,
+// spread evenly, without duplicates, stamped LateAge before their creation (every other record at
+// its creation); the duplicates stay a share DupRatio; the verifier expects each late record once
+// and counts them in Verdict.Late.
+func TestLateRecords(t *testing.T) {
+	tests := []struct {
+		name  string
+		late  float64
+		dups  float64
+		field Field
+	}{
+		{"none", 0, 0.3, Field{Kind: FieldHeader, Name: "event-id"}},
+		{"one percent", 0.01, 0.25, Field{Kind: FieldHeader, Name: "event-id"}},
+		{"one percent, no duplicates", 0.01, 0, Field{Kind: FieldHeader, Name: "event-id"}},
+		{"ten percent, key field", 0.1, 0.3, Field{Kind: FieldKey}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Late, cfg.DupRatio, cfg.Field = tt.late, tt.dups, tt.field
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			plan := drawPlan(cfg, 4)
+			records, late, lastLate, maxGap := 0, 0, 0, 0
+			for _, o := range plan {
+				records += 1 + len(o.dups)
+				if !o.late {
+					continue
+				}
+				late++
+				if len(o.dups) > 0 {
+					t.Fatalf("late event %d has %d duplicates", o.ord, len(o.dups))
+				}
+				maxGap, lastLate = max(maxGap, records-lastLate), records
+			}
+			want := int(tt.late * float64(cfg.Count))
+			if records != cfg.Count || late < want-1 || late > want {
+				t.Fatalf("%d records, %d late; want %d and %d (or one less)", records, late, cfg.Count, want)
+			}
+			if late > 0 && float64(maxGap) > 1/tt.late+10 { // an original's duplicates may come between
+				t.Errorf("late records up to %d records apart, want about %.0f", maxGap, 1/tt.late)
+			}
+			if ratio := float64(records-len(plan)) / float64(records); math.Abs(ratio-tt.dups) > 0.02 {
+				t.Errorf("duplicate ratio %.3f, want about %.3f", ratio, tt.dups)
+			}
+			checkLateRecords(t, cfg, plan, late)
+		})
+	}
+}
+
+// checkLateRecords builds the originals of plan as the generator sends them, one per
+// millisecond, checks their Kafka timestamps and lt-sent headers, and verifies an output that
+// delivered each once: nothing lost, late of them counted late.
+func checkLateRecords(t *testing.T, cfg Config, plan []planned, late int) {
+	t.Helper()
+	start := time.Unix(1700000000, 0)
+	g := newGenerator(cfg, nil, 4, start)
+	var sent []sentRec
+	out := make([][]Obs, 4)
+	for i, o := range plan {
+		s := sentRec{at: int64(i) * int64(time.Millisecond), ord: o.ord, entity: o.entity, part: o.part, kind: KindOriginal, late: o.late}
+		r := g.buildRecord(len(sent), s)
+		created := start.Add(time.Duration(s.at))
+		wantTime := created
+		if o.late {
+			wantTime = created.Add(-LateAge)
+		}
+		if !r.time.Equal(wantTime) || string(r.headers[2].Value) != strconv.FormatInt(created.UnixNano(), 10) {
+			t.Fatalf("event %d (late %v): timestamp %v, lt-sent %s; want %v and %d", o.ord, o.late, r.time, r.headers[2].Value, wantTime, created.UnixNano())
+		}
+		out[o.part] = append(out[o.part], Obs{Seq: int64(len(sent)), At: s.at + int64(time.Millisecond)})
+		sent = append(sent, s)
+	}
+	end := int64(len(plan)+1) * int64(time.Millisecond)
+	for p := range out {
+		out[p] = append(out[p], Obs{Seq: int64(len(sent)), At: end})
+		sent = append(sent, sentRec{at: end, part: int32(p), kind: KindMarker})
+	}
+	v := verify(verifyInput{sent: sent, obs: out, end: end + 1, expect: window3x1s(false)}).verdict
+	if v.Late != late || v.Lost != 0 || v.Uniques != len(plan) {
+		t.Errorf("verdict: %d late, %d lost, %d uniques; want %d, 0, %d", v.Late, v.Lost, v.Uniques, late, len(plan))
+	}
+}
+
 func TestIDsAreUnique(t *testing.T) {
 	a, b := newIDMaker("run-a"), newIDMaker("run-b")
 	seen := map[string]bool{}
@@ -382,6 +467,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no records", func(c *Config) { c.Count = 0 }, "count"},
 		{"negative rate", func(c *Config) { c.Rate = -1 }, "rate"},
 		{"too many duplicates", func(c *Config) { c.DupRatio = 0.99 }, "duplicate ratio"},
+		{"negative late fraction", func(c *Config) { c.Late = -0.1 }, "late fraction"},
+		{"late and duplicates above 0.95", func(c *Config) { c.Late = 0.7 }, "late fraction"},
 		{"empty mix", func(c *Config) { c.Mix = Mix{Within: 0}; c.Mix.Beyond = -1 }, "mix"},
 		{"no window", func(c *Config) { c.WindowCount = 0 }, "window"},
 		{"no false-positive rate", func(c *Config) { c.FalsePositiveRate = 0 }, "false-positive rate"},

@@ -18,6 +18,7 @@ type Settings struct {
 	KeySize           int     `json:"key_size"`
 	ValueSize         int     `json:"value_size"`
 	DupRatio          float64 `json:"dup_ratio"`
+	Late              float64 `json:"late"`
 	Mix               string  `json:"mix"`
 	WithinMaxSeconds  float64 `json:"within_max_s"`
 	BeyondMinSeconds  float64 `json:"beyond_min_s"`
@@ -145,7 +146,7 @@ func newReport(cfg Config, inParts, outParts int, start time.Time, elapsed time.
 		InputPartitions: inParts, OutputPartitions: outParts,
 		Settings: Settings{
 			Count: cfg.Count, Rate: cfg.Rate, Entities: cfg.Entities, KeySize: cfg.KeySize, ValueSize: cfg.ValueSize,
-			DupRatio: cfg.DupRatio, Mix: cfg.Mix.String(),
+			DupRatio: cfg.DupRatio, Late: cfg.Late, Mix: cfg.Mix.String(),
 			WithinMaxSeconds: cfg.WithinMax.Seconds(), BeyondMinSeconds: cfg.BeyondMin.Seconds(), BeyondMaxSeconds: cfg.BeyondMax.Seconds(),
 			Field: cfg.Field.String(), Scope: scope, WindowCount: cfg.WindowCount, WindowSeconds: cfg.WindowInterval.Seconds(),
 			FalsePositiveRate: cfg.FalsePositiveRate, MarkHeader: cfg.MarkHeader, ExpectAll: cfg.ExpectAll, Seed: cfg.Seed,
@@ -272,6 +273,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		s.KeySize, s.ValueSize, 100*s.DupRatio, s.Mix)
 	dups := v.Records - v.ByKind[KindOriginal.String()]
 	row("sent", "%d records: %d originals, %d duplicates (%s)", v.Records, v.ByKind[KindOriginal.String()], dups, orNone(kindList(v.ByKind, dupKinds...)))
+	if v.Late > 0 || s.Late > 0 {
+		row("", "%d late originals: stamped %v before their creation (unique, each must appear once)", v.Late, LateAge)
+	}
 	row("delivered", "%d records (%d appearances, %d marked, %d end markers of %d, %d foreign ignored)",
 		v.Delivered, v.Appearances, v.Marked, v.Markers, v.MarkersSent, r.Foreign)
 	row("unique events", "%d must appear: %d lost (bound %d: expected %.3g, %.1f%% quantile), measured loss rate %.3g",

@@ -32,6 +32,9 @@ type Verdict struct {
 	// Records is the number of planned records sent (end markers excluded), by kind in ByKind.
 	Records int            `json:"records"`
 	ByKind  map[string]int `json:"by_kind"`
+	// Late is the number of the originals that were sent with a Kafka timestamp LateAge before
+	// their creation (Config.Late): unique events, each expected once.
+	Late int `json:"late"`
 	// Delivered is the number of distinct records of this run in the output (marked records and
 	// end markers excluded); Appearances counts repeated deliveries too.
 	Delivered   int `json:"delivered"`
@@ -269,6 +272,9 @@ func (vr *verifier) countSent() (maxOrd uint32) {
 		}
 		v.Records++
 		v.ByKind[r.kind.String()]++
+		if r.late {
+			v.Late++
+		}
 		maxOrd = max(maxOrd, r.ord)
 		if d := vr.delivered[s]; d > 1 {
 			v.DoubleDelivered += int(d) - 1

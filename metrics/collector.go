@@ -25,6 +25,9 @@ type dynamicCollector struct {
 	stages       *prometheus.Desc
 	growths      *prometheus.Desc
 	atCap        *prometheus.Desc
+	streamTime   *prometheus.Desc
+	streamLag    *prometheus.Desc
+	late         *prometheus.Desc
 	generationLb []string // "0".."63", to avoid formatting on every scrape
 }
 
@@ -57,6 +60,12 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 			"Stages the filter added since it was created or restored: generations that took more identities than DEDUP_WINDOW_CAPACITY.", filter, nil),
 		atCap: prometheus.NewDesc(name("filter_at_memory_cap"),
 			"1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.", filter, nil),
+		streamTime: prometheus.NewDesc(name("filter_stream_time_seconds"),
+			"Stream time of a filter whose window follows record timestamps (DEDUP_WINDOW_CLOCK=event): the highest record timestamp it has seen, capped at the wall clock plus DEDUP_EVENT_TIME_MAX_AHEAD, in seconds since the Unix epoch.", filter, nil),
+		streamLag: prometheus.NewDesc(name("filter_stream_lag_seconds"),
+			"Wall clock minus the stream time of an event-time filter: how far behind the data's time the filter is (large during a replay or catch-up, negative for records stamped ahead of the worker's clock).", filter, nil),
+		late: prometheus.NewDesc(name("filter_late_records_total"),
+			"Records of an event-time filter stamped before its oldest live generation, which cannot be judged: passed as new (DEDUP_LATE_RECORDS=pass) or dropped (drop). Counted since the filter was created or restored.", filter, nil),
 	}
 	d.generationLb = make([]string, 64)
 	for i := range d.generationLb {
@@ -67,7 +76,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations, d.stages, d.growths, d.atCap} {
+	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
+		d.stages, d.growths, d.atCap, d.streamTime, d.streamLag, d.late} {
 		ch <- desc
 	}
 }
@@ -100,6 +110,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 			atCap = 1
 		}
 		ch <- prometheus.MustNewConstMetric(d.atCap, prometheus.GaugeValue, atCap, s.Filter)
+		d.collectEventTime(ch, s)
 		for i, g := range s.Generations {
 			lb := d.generation(i)
 			ch <- prometheus.MustNewConstMetric(d.fill, prometheus.GaugeValue, g.Fill, s.Filter, lb)
@@ -113,4 +124,18 @@ func (d *dynamicCollector) generation(i int) string {
 		return d.generationLb[i]
 	}
 	return strconv.Itoa(i)
+}
+
+// collectEventTime exports the stream time, its lag behind the wall clock and the late records of
+// an event-time filter.
+func (d *dynamicCollector) collectEventTime(ch chan<- prometheus.Metric, s FilterStat) {
+	if !s.EventTime {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.late, prometheus.CounterValue, float64(s.LateRecords), s.Filter)
+	if s.StreamTime.IsZero() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.streamTime, prometheus.GaugeValue, unixSeconds(s.StreamTime), s.Filter)
+	ch <- prometheus.MustNewConstMetric(d.streamLag, prometheus.GaugeValue, d.m.now().Sub(s.StreamTime).Seconds(), s.Filter)
 }

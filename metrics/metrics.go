@@ -127,6 +127,17 @@ type FilterStat struct {
 	AtCap bool
 	// Generations lists the generations, newest first (index 0).
 	Generations []GenerationStat
+	// EventTime is true for a filter whose window follows the records' timestamps
+	// (DEDUP_WINDOW_CLOCK=event): only such a filter exports the stream time and late-record
+	// metrics.
+	EventTime bool
+	// StreamTime is an event-time filter's stream time: the highest record timestamp it has
+	// seen (capped). The zero time before its first record: the stream-time gauges are then
+	// omitted.
+	StreamTime time.Time
+	// LateRecords counts an event-time filter's records stamped before its oldest live
+	// generation, since the filter was created or restored.
+	LateRecords uint64
 }
 
 // partition holds the label children and lag of one partition. It is created

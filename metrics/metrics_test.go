@@ -105,6 +105,41 @@ func populate(m *Metrics) {
 	m.RebuildDone(time.Second, 3, nil)
 	m.Released(time.Second)
 	m.RegisterFilterSource(fakeSource)
+	m.RegisterFilterSource(fakeEventSource)
+}
+
+// fakeEventSource reports two event-time filters: one 90 minutes behind fixedNow with 5 late
+// records, and one that has seen no record yet.
+func fakeEventSource() []FilterStat {
+	return []FilterStat{
+		{Filter: "3", ConfiguredFPR: 1e-6, WindowSeconds: 3600, EventTime: true,
+			StreamTime: fixedNow.Add(-90 * time.Minute), LateRecords: 5},
+		{Filter: "4", ConfiguredFPR: 1e-6, EventTime: true},
+	}
+}
+
+// TestEventTimeCollector checks the event-time metrics: exported for event-time filters only,
+// and the stream-time gauges only once a filter has a stream time.
+func TestEventTimeCollector(t *testing.T) {
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+	m.RegisterFilterSource(fakeSource)
+	m.RegisterFilterSource(fakeEventSource)
+	want := fmt.Sprintf(`
+# HELP kdedup_filter_late_records_total Records of an event-time filter stamped before its oldest live generation, which cannot be judged: passed as new (DEDUP_LATE_RECORDS=pass) or dropped (drop). Counted since the filter was created or restored.
+# TYPE kdedup_filter_late_records_total counter
+kdedup_filter_late_records_total{filter="3"} 5
+kdedup_filter_late_records_total{filter="4"} 0
+# HELP kdedup_filter_stream_lag_seconds Wall clock minus the stream time of an event-time filter: how far behind the data's time the filter is (large during a replay or catch-up, negative for records stamped ahead of the worker's clock).
+# TYPE kdedup_filter_stream_lag_seconds gauge
+kdedup_filter_stream_lag_seconds{filter="3"} 5400
+# HELP kdedup_filter_stream_time_seconds Stream time of a filter whose window follows record timestamps (DEDUP_WINDOW_CLOCK=event): the highest record timestamp it has seen, capped at the wall clock plus DEDUP_EVENT_TIME_MAX_AHEAD, in seconds since the Unix epoch.
+# TYPE kdedup_filter_stream_time_seconds gauge
+kdedup_filter_stream_time_seconds{filter="3"} %d
+`, fixedNow.Add(-90*time.Minute).Unix())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kdedup_filter_late_records_total",
+		"kdedup_filter_stream_lag_seconds", "kdedup_filter_stream_time_seconds"); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestGatherAndLint(t *testing.T) {

@@ -95,6 +95,38 @@
 // Meta carries every slot's use, so Restore reproduces the filter exactly, even mid-sweep (it
 // empties stale words before the filter is used). Stats takes no lock and ignores stale words.
 //
+// # Event time
+//
+// A filter can follow the records' own timestamps instead of a clock: AdvanceEventTo rotates it
+// to a stream time the caller keeps (kdedup: the highest record timestamp seen), and
+// TestAndAddAt tests a key against every live generation and, if it is new, adds it to the
+// generation that contains the record's timestamp, which need not be the current one. An
+// out-of-order record then expires by its own time. A record stamped before the oldest live
+// generation is late: TestAndAddAt reports it and adds nothing. AdvanceEventTo rotates one
+// generation at a time over the last N, so that every generation of the window is live, even
+// one no record fell in; a filter created for event time has its origin at EventTimeOrigin, so
+// that boundaries are whole multiples of Interval.
+//
+// Writing a generation other than the current one needs no tag checks and no fence: only the
+// current slot can have a pending sweep. A rotation finishes the pending sweep before it reuses a
+// slot (advanceLocked calls finishSweepLocked first), and the slot it reuses becomes the current
+// one of the view it publishes (curTagged is set only when sweepSlot is the current slot). So
+// every word of an older live slot carries its use's tag, and a plain atomic OR (shared mode) or
+// a read and store (single writer) of its data bits keeps the tag. The one exception is a writer
+// whose view is stale by the time its target generation expires and its slot is reused: its
+// bits land in a later use of the slot, where they are either stale (and swept) or a few extra
+// bits, never a lost key, as in the residual races below.
+//
+// In shared mode the claim word serialises insertions into older generations too: its 16 bits
+// above the tag hold a generation field of bits.Len(N) bits (0 for the current generation, else
+// 1 + e mod N for generation e, unique among N consecutive live generations) and, above it, the
+// insertion counter. A goroutine that helps a claimed insertion writes the key into the
+// generation the field names, or nowhere if it expired since. The counter that proves that no
+// insertion touched the group between a read of the claim word and a compare-and-swap is thus
+// 16 - bits.Len(N) bits wide: 13 bits for N = 4, 5 bits at MaxGenerations; a false proof would
+// need that many insertions into one group while one goroutine stands between its read and its
+// swap.
+//
 // # Residual races
 //
 // Two effects remain, both limited to goroutines that stall inside one TestAndAdd for at least

@@ -372,3 +372,28 @@ func BenchmarkGrowth(b *testing.B) {
 		}
 	}
 }
+
+// TestGrowthEventTime checks that the event-time entry points see keys in grown stages: a key
+// added past capacity is seen when offered again stamped in the current or an older generation,
+// in both modes.
+func TestGrowthEventTime(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		clock := newFakeClock()
+		clock.Set(EventTimeOrigin.Add(10 * time.Minute))
+		f := mustNew(t, Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-3,
+			Clock: clock.Now, SingleWriter: single})
+		now := clock.Now()
+		addKeys(f, 32, 4_000) // the current generation grows
+		if f.Stats().Stages == 0 {
+			t.Fatal("setup: no growth")
+		}
+		f.AdvanceEventTo(now.Add(time.Minute))
+		for i := range uint64(4_000) {
+			for _, at := range []time.Time{now, now.Add(time.Minute)} {
+				if seen, late := f.TestAndAddAt(key(32, i), at); !seen || late {
+					t.Fatalf("single=%v: key %d stamped %v: seen %v late %v", single, i, at, seen, late)
+				}
+			}
+		}
+	}
+}

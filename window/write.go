@@ -31,19 +31,25 @@ func (f *Filter) testAndAdd(p *probe) (seen bool) {
 			continue
 		}
 		f.insert(v, p)
-		c.CompareAndSwap(cw|p.tag, cw+seqOne)
+		c.CompareAndSwap(cw|p.tag, cw+f.seqOne())
 		return false
 	}
 }
 
-// help completes another goroutine's claimed insertion and releases its claim. It adds the key to
-// the newest stage of the current generation (stage 0 unless the generation grew); the claimant
-// adds and counts it where the key's shard says.
+// help completes another goroutine's claimed insertion, into the generation the claim names (see
+// claimGen), and releases its claim. A key for the current generation goes to its newest stage
+// (stage 0 unless the generation grew); the claimant adds and counts it where the key's shard
+// says.
 func (f *Filter) help(v *view, group, cw uint64) {
 	var hp probe
 	f.probeFor(&hp, group, cw&tagMask)
-	f.putNewest(v, &hp)
-	f.claims[group].CompareAndSwap(cw, cw&^tagMask+seqOne)
+	gm := f.claimGenMask()
+	if cw&gm != 0 {
+		f.helpOld(v, &hp, cw&gm)
+	} else {
+		f.putNewest(v, &hp)
+	}
+	f.claims[group].CompareAndSwap(cw, cw&^(tagMask|gm)+f.seqOne())
 }
 
 // set writes the probe's bits into the current generation and, if a rotation happened meanwhile,

@@ -34,7 +34,7 @@ type loadtestFlags struct {
 
 	partitions, count, entities, keySize, valueSize, windowCount int
 
-	restartAt, rate, dups, fpr float64
+	restartAt, rate, dups, late, fpr float64
 
 	joinAt, leaveAt, rebuildAt float64
 	faultAt                    stringList
@@ -68,6 +68,7 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.keySize, "key-size", 16, "Kafka key size in bytes")
 	fs.IntVar(&f.valueSize, "value-size", 100, "value size in bytes")
 	fs.Float64Var(&f.dups, "dups", 0.2, "fraction of the records that are duplicates, 0 to 0.95")
+	fs.Float64Var(&f.late, "late", 0, "fraction of the records that are late: unique events stamped 24h before their creation (counted late under DEDUP_WINDOW_CLOCK=event)")
 	fs.StringVar(&f.mix, "mix", loadtest.DefaultMix.String(), "relative weights of the duplicate kinds")
 	fs.DurationVar(&f.withinMax, "within-max", 0, "largest delay of within and cross duplicates (default (N-1)*interval/2)")
 	fs.DurationVar(&f.beyondMin, "beyond-min", 0, "smallest delay of beyond duplicates (default N*interval + interval/4)")
@@ -272,7 +273,7 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 	lt := loadtest.Config{
 		InputTopic: f.input, OutputTopic: f.output,
 		Count: f.count, Rate: f.rate, Entities: f.entities, KeySize: f.keySize, ValueSize: f.valueSize,
-		DupRatio: f.dups, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
+		DupRatio: f.dups, Late: f.late, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
 		Field: fld, Global: dedup.Scope(f.scope) == dedup.ScopeGlobal, WindowCount: f.windowCount, WindowInterval: f.windowInterval,
 		FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
 		Settle: f.settle, Timeout: f.timeout, TTY: tty,

@@ -388,7 +388,7 @@ var workerMetrics = []string{
 	"kdedup_filter_rotations_total", "kdedup_checkpoint_restore_duration_seconds_sum", "kdedup_checkpoint_restore_duration_seconds_count",
 	"kdedup_checkpoint_rewarmed_records_total", "kdedup_checkpoint_restores_total",
 	"kdedup_rebalances_total", "kdedup_partition_release_duration_seconds_count", "kdedup_rebuild_records_total",
-	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total",
+	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total", "kdedup_filter_late_records_total",
 	"kdedup_filter_stages", "kdedup_filter_growths_total", "kdedup_filter_at_memory_cap",
 }
 
@@ -407,10 +407,11 @@ func addWorkerReport(report *loadtest.Report, base string, cfg Config, units int
 		metrics["loadtest_restart_start_seconds"] = rs.start.Seconds()
 		note := rs.note
 		if n := metrics["kdedup_checkpoint_restore_duration_seconds_count"]; n > 0 {
-			note += fmt.Sprintf("; the new worker restored %.0f filters from checkpoints in %.1fms on average (%.0f records re-warmed)",
-				n, 1000*metrics["kdedup_checkpoint_restore_duration_seconds_sum"]/n, metrics["kdedup_checkpoint_rewarmed_records_total"])
+			note += fmt.Sprintf("; the new worker prepared %.0f filters in %.1fms on average (%.0f records re-warmed after a snapshot, %.0f read by rebuilds from the output topic)",
+				n, 1000*metrics["kdedup_checkpoint_restore_duration_seconds_sum"]/n, metrics["kdedup_checkpoint_rewarmed_records_total"],
+				metrics["kdedup_rebuild_records_total"])
 		} else {
-			note += "; no filter was restored from a checkpoint (is CHECKPOINT_DIR set with -worker-env?)"
+			note += "; the new worker prepared no filter (neither restored nor rebuilt)"
 		}
 		report.Notes = append(report.Notes, note)
 	}

@@ -26,6 +26,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 		mode string
 		// beyond is true when the mix has beyond-window duplicates that must pass again.
 		beyond, crossDropped bool
+		// late is true when the run sends late records (-late) to a worker under event time:
+		// each is delivered, and the worker counts exactly those as late.
+		late bool
 		// note must be part of a report note.
 		note string
 		// hooks are the names of the hooks that must have run, in order; metrics are worker
@@ -48,7 +51,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 			name: "restart with checkpoints keeps the window",
 			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "1s",
 				"-mix", "immediate=1,within=3", "-restart-at", "0.5", "-worker-env", "CHECKPOINT_DIR=" + checkpointDir},
-			mode: "embedded", note: "restored 4 filters from checkpoints",
+			mode: "embedded", note: "prepared 4 filters",
 		},
 		{
 			name: "a second worker joins and leaves, produce faults, a rebuild from the output topic",
@@ -68,6 +71,12 @@ func TestLoadtestEmbedded(t *testing.T) {
 			args: []string{"-count", "28000", "-window-count", "3", "-window-interval", "1m", "-capacity", "1000", "-fpr", "1e-3",
 				"-dups", "0.3", "-mix", "immediate=1"}, // later duplicates would wait for the 1m interval
 			mode: "embedded", metrics: []string{"kdedup_filter_growths_total"},
+		},
+		{
+			name: "event time, late records",
+			args: []string{"-count", "3000", "-rate", "2000", "-window-count", "3", "-window-interval", "500ms",
+				"-dups", "0.3", "-late", "0.02", "-worker-env", "DEDUP_WINDOW_CLOCK=event"},
+			mode: "embedded", beyond: true, late: true,
 		},
 		{
 			name: "json field, pass-through baseline",
@@ -115,6 +124,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 			}
 			if tt.beyond && v.ByKind["beyond"] == 0 {
 				t.Error("no beyond-window duplicates were sent")
+			}
+			if got := r.WorkerMetrics["kdedup_filter_late_records_total"]; tt.late && (v.Late < 50 || got != float64(v.Late)) {
+				t.Errorf("%d late records sent, the worker counted %v", v.Late, got)
 			}
 			if tt.crossDropped && v.Delivered+v.MustDrop+v.Ambiguous != v.Records {
 				t.Errorf("global scope: delivered %d + must drop %d + ambiguous %d != %d records", v.Delivered, v.MustDrop, v.Ambiguous, v.Records)

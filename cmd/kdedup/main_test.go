@@ -88,6 +88,12 @@ func TestBinarySIGTERM(t *testing.T) {
 	}
 	// Wait for the output (commits only happen at shutdown with a 1h interval).
 	waitFor(t, w, 30*time.Second, "300 output records", func() bool { return outputTotal(cl) == 300 })
+	// The metrics count a batch after its output is acknowledged, and a last batch of only
+	// duplicates produces nothing: wait until they have counted every input record.
+	waitFor(t, w, 30*time.Second, "the metrics to count 400 records", func() bool {
+		m := w.metrics(t)
+		return m.value("kdedup_records_consumed_total") == 400 && m.value("kdedup_duplicates_total", "mode", "drop") == 100
+	})
 	m := w.metrics(t)
 	for _, c := range []struct {
 		name   string

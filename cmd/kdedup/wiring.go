@@ -50,6 +50,12 @@ func validateDedup(d DedupConfig) []problem {
 	if _, err := dedup.ParseScope(d.Scope); err != nil {
 		ps = append(ps, problem{"DEDUP_SCOPE", err.Error()})
 	}
+	if _, err := dedup.ParseClock(d.WindowClock); err != nil {
+		ps = append(ps, problem{"DEDUP_WINDOW_CLOCK", err.Error()})
+	}
+	if _, err := dedup.ParseLatePolicy(d.LateRecords); err != nil {
+		ps = append(ps, problem{"DEDUP_LATE_RECORDS", err.Error()})
+	}
 	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.WindowCapacity >= 1 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
 		if _, err := window.Size(windowConfig(d)); err != nil {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
@@ -217,11 +223,14 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 // the worker returned.
 func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consumer.KeyFunc, log *slog.Logger, m *metrics.Metrics) (consumer.Deduper, func(context.Context) error, error) {
 	dcfg := dedup.Config{
-		Scope:    dedup.Scope(cfg.Dedup.Scope),
-		Window:   windowConfig(cfg.Dedup),
-		Topic:    cfg.Kafka.InputTopic,
-		Logger:   log,
-		Observer: m,
+		Scope:       dedup.Scope(cfg.Dedup.Scope),
+		Window:      windowConfig(cfg.Dedup),
+		Clock:       dedup.Clock(cfg.Dedup.WindowClock),
+		LateRecords: dedup.LatePolicy(cfg.Dedup.LateRecords),
+		MaxAhead:    cfg.Dedup.EventTimeMaxAhead,
+		Topic:       cfg.Kafka.InputTopic,
+		Logger:      log,
+		Observer:    m,
 	}
 	closeOutput := func() error { return nil }
 	var out *consumer.OutputReader
@@ -272,6 +281,9 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 				Growths:       s.Growths,
 				AtCap:         s.AtCap,
 				Generations:   gens,
+				EventTime:     s.EventTime,
+				StreamTime:    s.StreamTime,
+				LateRecords:   s.Late,
 			}
 		}
 		return out

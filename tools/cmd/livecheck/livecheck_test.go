@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -186,6 +187,7 @@ func TestDashboardTargetsAreKnown(t *testing.T) {
 	for _, e := range events {
 		named = append(named, e.panel+"/"+e.refID)
 	}
+	named = append(named, latePanel+"/A", lagPanel+"/A", lagPanel+"/B")
 	for _, k := range named {
 		if !have[k] {
 			t.Errorf("the live check names target %s, which the dashboard does not have", k)
@@ -219,6 +221,21 @@ func TestVerifierCount(t *testing.T) {
 	}
 	if _, ok := ratioOf(sent)(r, at(2), at(3)); ok {
 		t.Error("ratio of an empty window is defined")
+	}
+}
+
+func TestPanelTotal(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	res := []series{
+		{Labels: map[string]string{"filter": "0"}, Samples: []sample{{at(0), 1.5}, {at(1), 2.5}, {at(2), math.NaN()}}},
+		{Labels: map[string]string{"filter": "1"}, Samples: []sample{{at(0), 4}}},
+	}
+	if total, n := panelTotal(res, time.Second); total != 8 || n != 3 {
+		t.Errorf("panelTotal at 1s steps = %g over %d values, want 8 over 3", total, n)
+	}
+	if total, _ := panelTotal(res, 2*time.Second); total != 16 {
+		t.Errorf("panelTotal at 2s steps = %g, want 16", total)
 	}
 }
 

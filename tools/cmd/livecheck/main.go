@@ -9,7 +9,9 @@
 // current generation at every stage of its filling:
 //
 //   - healthy: mixed duplicates (immediate, within, beyond and cross-partition), checkpoints
-//     every second, and a worker restart after 20% of the records (drain, save, restore);
+//     every second, and a worker restart after 20% of the records (drain, save, restore), under
+//     event time (DEDUP_WINDOW_CLOCK=event) with 1% of the records late (-late: unique events
+//     stamped 24h before their creation; see eventTimePhase);
 //   - handover: a second worker (same process and broker, not scraped) joins the group after
 //     25% of the records and leaves after 50%, so that the scraped worker releases its
 //     partitions, gets half back as retained filters, then takes the other half back from the
@@ -27,7 +29,9 @@
 // that every target returns data (or is on emptyAllowed, with the reason); that the duplicate
 // ratio panels agree with the verifier within 1 percentage point and the records-per-second
 // panels within 5% in the healthy and degraded phases (see comparePhase); that panels show what
-// each phase made happen (events); that the estimated false-positive rate of the overfilled
+// each phase made happen (events); that the late-records panel's total over the healthy phase
+// matches the late records the loadtest sent, that the stream lag stays small there, and that
+// both event-time panels are empty in the other phases (checkEventTime); that the estimated false-positive rate of the overfilled
 // filters, averaged over the scrapes, is within 1.3x of the measured loss (estimateVsLoss); that
 // no alert fires in the healthy and handover phases; and that the false-positive, overfill,
 // checkpoint and producer alerts fire in the degraded phase, and no other (but mayFire).
@@ -256,7 +260,7 @@ func writePanels(ctx context.Context, path string, api promAPI, targets []tools.
 // runPhases runs the healthy phase, the handover phase and the degraded one, in this order.
 func runPhases(ctx context.Context, r runner, o options, log io.Writer) ([]*phaseRun, error) {
 	phases := []phase{
-		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true},
+		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true, env: eventTimeEnv, args: eventTimeArgs},
 		{name: "handover", duration: o.handover, args: handoverArgs, silent: true},
 		{name: "degraded", duration: o.degraded, env: o.overfill, breakStore: true, mayLose: true, args: faultArgs, compare: true},
 	}
@@ -296,6 +300,13 @@ func evaluate(ctx context.Context, api promAPI, in inputs, worker string, runs [
 	}
 	checks = append(checks, checkEvents(ctx, api, in.targets, g, byName, [2]time.Time{start, end})...)
 	checks = append(checks, estimateVsLoss(ctx, api, in.targets, g, byName["degraded"]))
+	var others []*phaseRun
+	for _, run := range runs {
+		if run.name != eventTimePhase {
+			others = append(others, run)
+		}
+	}
+	checks = append(checks, checkEventTime(ctx, api, in.targets, g, byName[eventTimePhase], others)...)
 	return append(checks, checkAlerts(ctx, api, in.alerts, runs)...)
 }
 

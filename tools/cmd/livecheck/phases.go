@@ -209,8 +209,11 @@ type verifierReport struct {
 	Verdict        struct {
 		Records   int `json:"records"`
 		Delivered int `json:"delivered"`
-		Lost      int `json:"lost"`
-		Leaked    int `json:"leaked"`
+		// Late is the number of late records sent (-late): unique events stamped 24h before
+		// their creation.
+		Late   int `json:"late"`
+		Lost   int `json:"lost"`
+		Leaked int `json:"leaked"`
 		// SteadyLossRate is the share of unique events first sent once the window had filled
 		// that were lost: the filter's measured false-positive rate.
 		SteadyLossRate float64 `json:"steady_loss_rate"`

@@ -1,0 +1,223 @@
+package window
+
+import (
+	"math/bits"
+	"time"
+)
+
+// Event time: the entry points for a filter whose generations follow the records' own timestamps
+// (see "Event time" in the package documentation). They never rotate the filter: the caller
+// rotates it with AdvanceEventTo as its stream time crosses generation boundaries.
+
+// EventTimeOrigin is the origin of a filter built for event time (New with a Clock that returns
+// it): generation boundaries fall on whole multiples of Interval since 2000-01-01 UTC, so that
+// filters built at different times (or rebuilt from the output topic) agree on them. It is not the
+// Unix epoch, which snapshots cannot store as an origin (they store times as Unix nanoseconds,
+// and 0 as the zero time).
+var EventTimeOrigin = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// GenerationStart returns the start of the generation that contains t: a time at or before t. It
+// is safe for concurrent use.
+func (f *Filter) GenerationStart(t time.Time) time.Time {
+	return f.startOf(f.epochFor(t))
+}
+
+// NextGenerationStart returns the start of the generation after the one that contains t: the
+// earliest time at which AdvanceEventTo would rotate a filter that has reached t. It is safe for
+// concurrent use.
+func (f *Filter) NextGenerationStart(t time.Time) time.Time {
+	return f.startOf(f.epochFor(t) + 1)
+}
+
+// CurrentGenerationStart returns the start of the current generation. It is safe for concurrent
+// use.
+func (f *Filter) CurrentGenerationStart() time.Time {
+	return f.startOf(f.view.Load().epoch)
+}
+
+// OldestGenerationStart returns the start of the oldest live generation: a record stamped before
+// it is late (TestAndAddAt reports it and adds nothing). It is safe for concurrent use.
+func (f *Filter) OldestGenerationStart() time.Time {
+	v := f.view.Load()
+	return f.startOf(v.epochs[len(v.epochs)-1])
+}
+
+// AdvanceEventTo rotates the filter to the generation that contains t, like AdvanceTo, but one
+// generation at a time over the last N, so that every generation of the window is live
+// afterwards, empty ones included: a record stamped inside the window then always finds the
+// generation of its own time. A jump of more than N generations expires the whole window, as
+// AdvanceTo does. A time that is not later than the current generation's start does nothing.
+//
+// Each step reuses a slot, and a step finishes the sweep of the slot the previous step reused,
+// holding the rotation mutex; the last one is swept before AdvanceEventTo returns, as AdvanceTo
+// does. A jump of k generations therefore costs min(k, N) sweeps of one generation on the
+// caller's goroutine. It is safe for concurrent use, and never blocks TestAndAdd.
+func (f *Filter) AdvanceEventTo(t time.Time) {
+	target := f.epochFor(t)
+	f.mu.Lock()
+	cur := f.view.Load().epoch
+	if target > cur {
+		n := uint64(f.cfg.Generations)
+		from := cur + 1
+		if target-cur > n {
+			from = target - n + 1
+		}
+		for e := from; e <= target; e++ {
+			f.advanceLocked(e)
+		}
+	}
+	f.mu.Unlock()
+	if !f.deferSweep {
+		for f.sweepStep(sweepChunk) {
+		}
+	}
+}
+
+// TestAndAddAt is TestAndAdd for a record stamped t: it reports whether key was seen in any live
+// generation and, if not, adds it to the generation that contains t, so that the key expires by
+// its own time. A t in the current generation or later goes to the current generation. If t is
+// before the oldest live generation, late is true and nothing is added (seen is false unless the
+// key is in a live generation): the caller decides what a late record means. If t falls in a
+// generation the filter skipped (only a filter that was rotated with AdvanceTo across a gap, such
+// as one restored from a processing-time snapshot, has such gaps), the key goes to the next live
+// generation after t: it is remembered at least as long as its own generation would have kept it.
+//
+// It has TestAndAdd's guarantees: if several goroutines offer the same new key at once, exactly
+// one is told it is new (with Config.SingleWriter calls must not overlap); it never blocks and
+// never allocates.
+func (f *Filter) TestAndAddAt(key []byte, t time.Time) (seen, late bool) {
+	return f.TestAndAddHashAt(f.Hash(key), t)
+}
+
+// TestAndAddHashAt is TestAndAddAt for a hash returned by Hash. t must lie in the years 1678 to
+// 2262, which Unix nanoseconds represent (Kafka timestamps do).
+func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
+	d := time.Duration(t.UnixNano() - f.origin.UnixNano()) // cheaper than t.Sub on the hot path
+	v := f.view.Load()
+	if d >= time.Duration(v.epoch)*f.cfg.Interval {
+		return f.TestAndAddHash(h), false // the current generation: the processing-time path
+	}
+	e := uint64(0)
+	if d > 0 {
+		e = uint64(d / f.cfg.Interval)
+	}
+	var p probe
+	f.makeProbe(&p, h, v, false)
+	if !f.single {
+		return f.testAndAddOld(&p, e)
+	}
+	if f.contains(v, &p) || f.grownHas(&p) {
+		return true, false
+	}
+	i, ok := v.generationFor(e)
+	switch {
+	case !ok:
+		return false, true
+	case i == 0:
+		f.insert(v, &p)
+	default:
+		f.writeOld(v.active[i], &p)
+	}
+	return false, false
+}
+
+// testAndAddOld is testAndAdd (see write.go) for a key whose target is generation e, older than
+// the current one when the caller read the view. The claim word carries the target generation
+// (claimGen), so that a goroutine that helps the insertion writes the key where its claimant
+// would have.
+func (f *Filter) testAndAddOld(p *probe, e uint64) (seen, late bool) {
+	c := &f.claims[p.group]
+	for {
+		cw := c.Load()
+		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
+		if f.contains(v, p) || f.grownHas(p) {
+			return true, false
+		}
+		if cw&tagMask != 0 {
+			f.help(v, p.group, cw)
+			continue
+		}
+		i, ok := v.generationFor(e)
+		if !ok {
+			return false, true
+		}
+		claim := cw | p.tag
+		if i > 0 {
+			claim |= f.claimGen(v.epochs[i])
+		}
+		if !c.CompareAndSwap(cw, claim) {
+			continue
+		}
+		if i == 0 {
+			f.insert(v, p)
+		} else {
+			f.writeOld(v.active[i], p)
+		}
+		c.CompareAndSwap(claim, cw+f.seqOne())
+		return false, false
+	}
+}
+
+// generationFor returns the index in v.active of the live generation a key stamped in generation
+// e goes to: e's own, or the oldest live one after it when e was skipped. ok is false when e is
+// older than every live generation.
+func (v *view) generationFor(e uint64) (i int, ok bool) {
+	if e < v.epochs[len(v.epochs)-1] {
+		return 0, false
+	}
+	for i = len(v.epochs) - 1; i > 0 && v.epochs[i] < e; i-- {
+	}
+	return i, true
+}
+
+// writeOld sets the probe's bits in slot s, a live generation that is not the current one: in its
+// stage 0, uncounted (growth follows the current generation only; a late record adds to an older
+// generation's stage 0 beyond its limit, which raises that generation's rate a little). Such a
+// slot has no pending sweep (only the current slot can: a rotation finishes the pending sweep
+// before it reuses a slot, and the reused slot becomes the current one), so every word carries
+// the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it.
+func (f *Filter) writeOld(s int, p *probe) {
+	i := p.base + uint64(s)*sectorWords
+	for sec := range f.sectors {
+		if f.single {
+			storeSector(f.sector(i), p.sectorMask(sec))
+		} else {
+			orSector(f.sector(i), p.sectorMask(sec))
+		}
+		i += f.sectorStride
+	}
+}
+
+// Claim words: the low tagBits bits hold the claimed key's tag; the next genBits bits say where
+// the key goes: 0 for the current generation (TestAndAdd), or 1 + e mod N for generation e
+// (TestAndAddAt of an older record); the bits above count completed insertions. The N live
+// generations are N consecutive numbers once AdvanceEventTo rotated the filter, so e mod N names
+// one of them.
+
+// genBits returns the width of the claim word's generation field: enough for 0 … N.
+func (f *Filter) genBits() uint { return uint(bits.Len(uint(f.cfg.Generations))) }
+
+// seqOne returns the increment of the claim word's insertion counter.
+func (f *Filter) seqOne() uint64 { return 1 << (tagBits + f.genBits()) }
+
+// claimGen returns the generation field of a claim whose key goes to generation e.
+func (f *Filter) claimGen(e uint64) uint64 {
+	return (e%uint64(f.cfg.Generations) + 1) << tagBits
+}
+
+// claimGenMask returns the mask of the claim word's generation field.
+func (f *Filter) claimGenMask() uint64 { return (1<<f.genBits() - 1) << tagBits }
+
+// helpOld writes a claimed key whose claim names an older generation (field, the claim word's
+// generation bits) into the older live generation of v that matches. If none does, the generation
+// expired since the claim (the current generation cannot match: it is newer than the claim's
+// target, and within N of it): the key is late, and is not added.
+func (f *Filter) helpOld(v *view, p *probe, field uint64) {
+	r := field>>tagBits - 1
+	for i := len(v.epochs) - 1; i > 0; i-- {
+		if v.epochs[i]%uint64(f.cfg.Generations) == r {
+			f.writeOld(v.active[i], p)
+			return
+		}
+	}
+}
