@@ -64,6 +64,7 @@ func TestEstimatedFPRCalibration(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("p=%g/C=%d/fill=%g", c.p, c.capacity, c.fill), func(t *testing.T) {
+			t.Parallel() // each case has its own filter and fixed seeds
 			m := runCalibration(t, c)
 			t.Logf("estimate (time average) %.3g; now: %d false positives of %d absent keys, estimate predicts %.1f; loss: %d of %d new keys (%.3g), estimate predicts %.1f; estimate/exact %.3f (worst instant %.2fx)",
 				m.meanEst, m.fp, m.probed, m.fpWant, m.lost, m.arrivals, float64(m.lost)/float64(m.arrivals), m.lostWant, m.exactRatio, m.worst)
