@@ -729,3 +729,38 @@ func TestStatsDuringSnapshot(t *testing.T) {
 	}
 	close(release)
 }
+
+// TestSnapshotReleasesAfterData checks that rotation waits for a snapshot's data copy only, not
+// for the rest of the snapshot's callback: under event time the goroutine that adds keys also
+// rotates, and a snapshot that waits after its copy for those keys to be acknowledged (as
+// dedup's seal does) would otherwise deadlock with it.
+func TestSnapshotReleasesAfterData(t *testing.T) {
+	clock := newFakeClock()
+	f := mustNew(t, Config{Generations: 3, Interval: time.Minute, Capacity: 1000, FalsePositiveRate: 1e-3, Clock: clock.Now})
+	var buf bytes.Buffer
+	err := f.Snapshot(func(m Meta, writeData func(io.Writer) (int64, error)) error {
+		if _, err := writeData(&buf); err != nil {
+			return err
+		}
+		rotated := make(chan struct{})
+		go func() {
+			f.AdvanceEventTo(clock.Now().Add(time.Minute))
+			close(rotated)
+		}()
+		select {
+		case <-rotated:
+		case <-time.After(10 * time.Second):
+			t.Fatal("AdvanceEventTo still blocked 10s after the snapshot's data was written")
+		}
+		if _, err := writeData(&buf); err == nil {
+			t.Error("writeData wrote the data a second time")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(buf.Len()) != f.Meta().Words*8 {
+		t.Errorf("snapshot wrote %d bytes, want %d", buf.Len(), f.Meta().Words*8)
+	}
+}

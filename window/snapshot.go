@@ -108,14 +108,32 @@ func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
 }
 
 // Snapshot calls fn with the Meta of the filter's current state and a function that writes the
-// bit data that Meta describes, as WriteSnapshot does. Rotation waits until fn returns, so a caller
-// can write its own header from the Meta before the data and still get a consistent pair. fn must
-// not call other methods of f that rotate or snapshot. Snapshot returns fn's error.
+// bit data that Meta describes, as WriteSnapshot does. Rotation waits until writeData returns (or
+// fn, if it never calls writeData), so a caller can write its own header from the Meta before the
+// data and still get a consistent pair, and can go on after the data (wait for acknowledgements,
+// say) while the filter rotates again: under event time the goroutine that adds keys also
+// rotates, and must not wait for what fn waits for. writeData may be called once, from fn's
+// goroutine; fn must not call, before writeData returns, other methods of f that rotate or
+// snapshot. Snapshot returns fn's error.
 func (f *Filter) Snapshot(fn func(m Meta, writeData func(io.Writer) (int64, error)) error) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	defer func() { f.snapStages = nil }()
-	return fn(f.metaLocked(), f.writeWordsLocked)
+	locked := true
+	release := func() {
+		if locked {
+			f.snapStages = nil
+			locked = false
+			f.mu.Unlock()
+		}
+	}
+	defer release()
+	writeData := func(w io.Writer) (int64, error) {
+		if !locked {
+			return 0, errors.New("window: snapshot data written twice")
+		}
+		defer release()
+		return f.writeWordsLocked(w)
+	}
+	return fn(f.metaLocked(), writeData)
 }
 
 func (f *Filter) writeWordsLocked(w io.Writer) (int64, error) {
