@@ -169,11 +169,24 @@ func (r *rendered) container(t *testing.T) corev1.Container {
 	return cs[0]
 }
 
-// expectedMemory is the sizing formula of values.yaml, computed independently
-// of the chart's template helper:
-// ceil(filters x N x capacity x bitsPerKey / 8 x 1.0 / 2^20) + overheadMiB.
+// defaultHeadroom is sizing.growthHeadroom's default in values.yaml.
+const defaultHeadroom = 2
+
+// expectedMaxMemory is DEDUP_MAX_MEMORY by the sizing formula of values.yaml, computed
+// independently of the chart's template helper: ceil(N x capacity x bitsPerKey / 8 x headroom).
+func expectedMaxMemory(n, capacity int, bitsPerKey, headroom float64) int64 {
+	return int64(math.Ceil(float64(n) * float64(capacity) * bitsPerKey / 8 * headroom))
+}
+
+// expectedMemory is the memory per replica by the sizing formula of values.yaml, with the
+// default growth headroom: ceil(filters x DEDUP_MAX_MEMORY / 2^20) + overheadMiB.
 func expectedMemory(filters, n, capacity int, bitsPerKey float64, overheadMiB int) string {
-	bytes := float64(filters) * float64(n) * float64(capacity) * bitsPerKey / 8 * 1.0
+	return expectedMemoryWith(filters, n, capacity, bitsPerKey, defaultHeadroom, overheadMiB)
+}
+
+// expectedMemoryWith is expectedMemory with another growth headroom.
+func expectedMemoryWith(filters, n, capacity int, bitsPerKey, headroom float64, overheadMiB int) string {
+	bytes := float64(filters) * float64(expectedMaxMemory(n, capacity, bitsPerKey, headroom))
 	return fmt.Sprintf("%dMi", int(math.Ceil(bytes/(1<<20)))+overheadMiB)
 }
 
@@ -184,14 +197,24 @@ func TestChartRendersStrictly(t *testing.T) {
 		wantKinds []string
 		memory    string
 		replicas  int32
+		maxMemory int64 // DEDUP_MAX_MEMORY; 0: not checked
 	}{
 		{
 			name:   "defaults",
 			values: "",
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(4, 8, 1000000, 40, 64),
-			replicas: 2,
+			memory:    expectedMemory(4, 8, 1000000, 40, 64),
+			replicas:  2,
+			maxMemory: expectedMaxMemory(8, 1000000, 40, defaultHeadroom),
+		},
+		{
+			name:      "no room to grow",
+			values:    `sizing: {growthHeadroom: 1}`,
+			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:    expectedMemoryWith(4, 8, 1000000, 40, 1, 64),
+			replicas:  2,
+			maxMemory: 40_000_000,
 		},
 		{
 			name: "global scope, PodMonitor, no rules or PDB",
@@ -218,8 +241,9 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 `,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:   expectedMemory(12, 8, 5000000, 21, 96),
-			replicas: 3,
+			memory:    expectedMemory(12, 8, 5000000, 21, 96),
+			replicas:  3,
+			maxMemory: expectedMaxMemory(8, 5000000, 21, defaultHeadroom),
 		},
 		{
 			name:   "directory per pod",
@@ -284,6 +308,12 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 				t.Errorf("kinds = %v, want %v", r.kinds, tt.wantKinds)
 			}
 			checkStatefulSet(t, r, tt.replicas, tt.memory)
+			if got, want := r.configMap.Data["DEDUP_MAX_MEMORY"], fmt.Sprint(tt.maxMemory); tt.maxMemory != 0 && got != want {
+				t.Errorf("DEDUP_MAX_MEMORY = %q, want %s", got, want)
+			}
+			if note := fmt.Sprintf("Memory cap per filter (DEDUP_MAX_MEMORY): %d bytes", tt.maxMemory); tt.maxMemory != 0 && !strings.Contains(r.notes, note) {
+				t.Errorf("notes do not say %q:\n%s", note, r.notes)
+			}
 			checkEnvNames(t, "chart ("+tt.name+")", r.envNames(t))
 			checkSelectors(t, r)
 			if r.prometheusRule != nil && len(r.prometheusRule.Spec.Groups) < 2 {

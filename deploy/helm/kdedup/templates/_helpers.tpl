@@ -42,19 +42,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded up.
+kdedup.filterMaxBytes: DEDUP_MAX_MEMORY, the memory cap of one filter, in bytes: its first
+stages at the sized load, times sizing.growthHeadroom, the room it has to grow past
+dedup.window.capacity before it stops growing.
 
-  filters     = sizing.partitionsPerReplica (dedup.scope partition) or 1 (global)
-  filterBytes = filters x dedup.window.count x dedup.window.capacity x sizing.bitsPerKey / 8
-  memory      = ceil(filterBytes x 1.0 / 2^20) + sizing.overheadMiB
+  filterMaxBytes = ceil(dedup.window.count x dedup.window.capacity x sizing.bitsPerKey / 8 x sizing.growthHeadroom)
+*/}}
+{{- define "kdedup.filterMaxBytes" -}}
+{{- $generations := int .Values.dedup.window.count }}
+{{- $bytes := mulf $generations .Values.dedup.window.capacity .Values.sizing.bitsPerKey 0.125 .Values.sizing.growthHeadroom }}
+{{- printf "%d" (int64 (ceil $bytes)) }}
+{{- end }}
+
+{{/*
+kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded up: every
+filter at its cap, plus the overhead.
+
+  filters = sizing.partitionsPerReplica (dedup.scope partition) or 1 (global)
+  memory  = ceil(filters x filterMaxBytes / 2^20) + sizing.overheadMiB
 */}}
 {{- define "kdedup.memory" -}}
 {{- $filters := 1 }}
 {{- if eq .Values.dedup.scope "partition" }}
 {{- $filters = .Values.sizing.partitionsPerReplica }}
 {{- end }}
-{{- $generations := int .Values.dedup.window.count }}
-{{- $bytes := mulf $filters $generations .Values.dedup.window.capacity .Values.sizing.bitsPerKey 0.125 1.0 }}
+{{- $bytes := mulf $filters (include "kdedup.filterMaxBytes" . | float64) }}
 {{- $mib := ceil (divf $bytes 1048576) }}
 {{- printf "%dMi" (add (int64 $mib) (int64 .Values.sizing.overheadMiB)) }}
 {{- end }}
