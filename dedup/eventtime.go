@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -25,11 +24,7 @@ const (
 
 // ParseClock returns the Clock named s (ClockProcessing or ClockEvent).
 func ParseClock(s string) (Clock, error) {
-	switch Clock(s) {
-	case ClockProcessing, ClockEvent:
-		return Clock(s), nil
-	}
-	return "", fmt.Errorf("dedup: unknown window clock %q (want %s or %s)", s, ClockProcessing, ClockEvent)
+	return parseChoice("window clock", s, ClockProcessing, ClockEvent)
 }
 
 // LatePolicy says what happens to a record that is too old to be judged under ClockEvent.
@@ -46,11 +41,7 @@ const (
 
 // ParseLatePolicy returns the LatePolicy named s (LatePass or LateDrop).
 func ParseLatePolicy(s string) (LatePolicy, error) {
-	switch LatePolicy(s) {
-	case LatePass, LateDrop:
-		return LatePolicy(s), nil
-	}
-	return "", fmt.Errorf("dedup: unknown late-record policy %q (want %s or %s)", s, LatePass, LateDrop)
+	return parseChoice("late-record policy", s, LatePass, LateDrop)
 }
 
 // streamStep is how far a record's timestamp must pass a filter's recorded stream time to update

@@ -35,11 +35,16 @@ const globalUnit = string(ScopeGlobal)
 
 // ParseScope returns the Scope named s (ScopePartition or ScopeGlobal).
 func ParseScope(s string) (Scope, error) {
-	switch Scope(s) {
-	case ScopePartition, ScopeGlobal:
-		return Scope(s), nil
+	return parseChoice("scope", s, ScopePartition, ScopeGlobal)
+}
+
+// parseChoice returns s as a T if it names a or b, else an error that names what, s and both
+// choices. It parses the two-valued settings of a Set (Scope, Clock, LatePolicy).
+func parseChoice[T ~string](what, s string, a, b T) (T, error) {
+	if v := T(s); v == a || v == b {
+		return v, nil
 	}
-	return "", fmt.Errorf("dedup: unknown scope %q (want %s or %s)", s, ScopePartition, ScopeGlobal)
+	return "", fmt.Errorf("dedup: unknown %s %q (want %s or %s)", what, s, a, b)
 }
 
 // Restored describes where a restored filter came from.

@@ -148,29 +148,15 @@ func TestEventTimeExactlyOneWinner(t *testing.T) {
 	stamp := func(i int) time.Time {
 		return base.Add(time.Duration(gen[i])*time.Hour + time.Duration(i)*time.Millisecond%time.Hour)
 	}
-	winners := make([]atomic.Int32, keys)
-	var wg, ready sync.WaitGroup
-	ready.Add(workers)
-	start := make(chan struct{})
-	for w := range workers {
-		wg.Go(func() {
-			ready.Done()
-			<-start
-			for j := range keys {
-				i := (j + w*7) % keys
-				if seen, late := f.TestAndAddAt(key(9, uint64(i)), stamp(i)); late {
-					t.Errorf("key %d late", i)
-				} else if !seen {
-					winners[i].Add(1)
-				}
-			}
-		})
-	}
-	ready.Wait()
-	close(start)
-	wg.Wait()
-	for i := range winners {
-		if c := winners[i].Load(); c != 1 {
+	winners := raceOffers(workers, keys, func(w int) int { return w * 7 }, func(i int) bool {
+		seen, late := f.TestAndAddAt(key(9, uint64(i)), stamp(i))
+		if late {
+			t.Errorf("key %d late", i)
+		}
+		return !seen && !late
+	})
+	for i, c := range winners {
+		if c != 1 {
 			t.Fatalf("key %d (generation %d) had %d winners", i, gen[i], c)
 		}
 	}

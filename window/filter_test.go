@@ -160,38 +160,12 @@ func TestExactlyOneWinner(t *testing.T) {
 	for _, n := range []int{1, 8} {
 		// A small filter, so that groups are shared and claims and helping are exercised.
 		f := mustNew(t, Config{Generations: n, Interval: time.Hour, Capacity: uint64(keys), FalsePositiveRate: 1e-9})
-		winners := make([]atomic.Int32, keys)
-		var wg sync.WaitGroup
-		var ready sync.WaitGroup
-		ready.Add(workers)
-		start := make(chan struct{})
-		for w := range workers {
-			wg.Go(func() {
-				ready.Done()
-				<-start
-				// Each worker walks the keys in its own rotation, so that goroutines collide on
-				// the same key at the same moment.
-				for j := range keys {
-					i := (j + w*7) % keys
-					if !f.TestAndAdd(key(9, uint64(i))) {
-						winners[i].Add(1)
-					}
-				}
-			})
-		}
-		ready.Wait()
-		close(start)
-		wg.Wait()
-		var zero, many int
-		for i := range winners {
-			switch winners[i].Load() {
-			case 0:
-				zero++
-			case 1:
-			default:
-				many++
-			}
-		}
+		// Each worker walks the keys in its own rotation, so that goroutines collide on the same
+		// key at the same moment.
+		winners := raceOffers(workers, keys, func(w int) int { return w * 7 }, func(i int) bool {
+			return !f.TestAndAdd(key(9, uint64(i)))
+		})
+		zero, many := tallyWinners(winners)
 		if many > 0 {
 			t.Errorf("N=%d: %d keys had more than one winner", n, many)
 		}

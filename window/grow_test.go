@@ -99,21 +99,11 @@ func TestGrowthOneWinner(t *testing.T) {
 	keys := 20 * capacity
 	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3}
 	f := mustNew(t, cfg)
-	winners := make([]atomic.Int32, keys)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for j := range keys {
-				// Neighbouring offsets: goroutines meet on the same key, and on the stage-0 to
-				// stage-1 transition, at the same moment.
-				i := (j + w%3) % keys
-				if !f.TestAndAdd(key(21, uint64(i))) {
-					winners[i].Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	// Neighbouring offsets: goroutines meet on the same key, and on the stage-0 to stage-1
+	// transition, at the same moment.
+	winners := raceOffers(workers, keys, func(w int) int { return w % 3 }, func(i int) bool {
+		return !f.TestAndAdd(key(21, uint64(i)))
+	})
 	seq := mustNew(t, cfg) // the sequential reference
 	refFP := 0
 	for i := range keys {
@@ -121,15 +111,9 @@ func TestGrowthOneWinner(t *testing.T) {
 			refFP++
 		}
 	}
-	var zero, many, missed int
+	zero, many := tallyWinners(winners)
+	missed := 0
 	for i := range winners {
-		switch winners[i].Load() {
-		case 0:
-			zero++
-		case 1:
-		default:
-			many++
-		}
 		if !f.Test(key(21, uint64(i))) {
 			missed++
 		}

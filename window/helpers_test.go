@@ -126,3 +126,48 @@ func (f *Filter) finishSweepForTest() {
 	f.finishSweepLocked()
 	f.mu.Unlock()
 }
+
+// raceOffers starts workers goroutines at the same moment; worker w offers the keys 0 … keys-1
+// in the rotation that starts at offset(w), so that goroutines collide on the same key at the
+// same moment. offer reports whether the key was new to the worker that offered it. raceOffers
+// returns each key's number of winners.
+func raceOffers(workers, keys int, offset func(w int) int, offer func(i int) (isNew bool)) []int32 {
+	winners := make([]atomic.Int32, keys)
+	var wg, ready sync.WaitGroup
+	ready.Add(workers)
+	start := make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			ready.Done()
+			<-start
+			for j := range keys {
+				i := (j + offset(w)) % keys
+				if offer(i) {
+					winners[i].Add(1)
+				}
+			}
+		})
+	}
+	ready.Wait()
+	close(start)
+	wg.Wait()
+	counts := make([]int32, keys)
+	for i := range winners {
+		counts[i] = winners[i].Load()
+	}
+	return counts
+}
+
+// tallyWinners returns how many keys of raceOffers's counts had no winner and how many had more
+// than one.
+func tallyWinners(counts []int32) (zero, many int) {
+	for _, c := range counts {
+		switch {
+		case c == 0:
+			zero++
+		case c > 1:
+			many++
+		}
+	}
+	return zero, many
+}
