@@ -13,24 +13,24 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 	"github.com/kdedup/kdedup/window"
 )
 
 // Scope says which records share a filter.
 type Scope string
 
-// The scopes a Set offers. Their names are those snapshots record (checkpoint.Header.Scope).
+// The scopes a Set offers. Their names are those snapshots record (snapshot.Header.Scope).
 const (
 	// ScopePartition keeps one filter per input partition. A partition's state can move to another
 	// replica on rebalance, and duplicates are only caught within a partition. It is the default.
-	ScopePartition Scope = checkpoint.ScopePartition
+	ScopePartition Scope = snapshot.ScopePartition
 	// ScopeGlobal keeps one filter for all partitions, so that duplicates that arrive on different
 	// partitions are caught too. It suits single-replica deployments: replicas do not share it.
-	ScopeGlobal Scope = checkpoint.ScopeGlobal
+	ScopeGlobal Scope = snapshot.ScopeGlobal
 )
 
-// globalUnit names the global filter: its snapshot unit (as checkpoint.Header.Unit names it) and
-// its metrics label.
+// globalUnit names the global filter: its snapshot unit and its metrics label.
 const globalUnit = string(ScopeGlobal)
 
 // ParseScope returns the Scope named s (ScopePartition or ScopeGlobal).

@@ -106,12 +106,20 @@ func TestUnassignedPasses(t *testing.T) {
 	}
 }
 
-func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.DirStore) {
+// dirStore returns a Store keeping 3 snapshots per unit in a fresh directory, and the directory.
+func dirStore(t testing.TB) (*checkpoint.Store, string) {
 	t.Helper()
-	store, err := checkpoint.NewDirStore(t.TempDir(), 3)
+	dir := t.TempDir()
+	store, err := checkpoint.Open(context.Background(), "file://"+dir, checkpoint.Options{Keep: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store, dir
+}
+
+func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.Store) {
+	t.Helper()
+	store, _ := dirStore(t)
 	return NewCheckpointPersister(store, slog.New(slog.DiscardHandler)), store
 }
 
@@ -278,7 +286,8 @@ func TestSnapshotWaitsForAcks(t *testing.T) {
 // then changes the configuration (cold start).
 func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 	ctx := context.Background()
-	p, store := dirPersister(t)
+	store, dir := dirStore(t)
+	p := NewCheckpointPersister(store, slog.New(slog.DiscardHandler))
 	cfg := Config{Window: testWindow(), Persister: p}
 	s, err := NewSet(ctx, cfg)
 	if err != nil {
@@ -296,7 +305,7 @@ func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	infos, _ := store.List(ctx, s.Unit(0))
-	newest := filepath.Join(store.Dir(), infos[0].Name)
+	newest := filepath.Join(dir, infos[0].Name)
 	data, err := os.ReadFile(newest)
 	if err != nil {
 		t.Fatal(err)
