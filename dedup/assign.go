@@ -43,7 +43,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 			return nil, lineage{}, err
 		}
 	}
-	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.history != nil) {
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
 		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
 	}
 	if cold && s.cfg.Persister != nil {
@@ -101,7 +101,7 @@ func (s *Set) restore(ctx context.Context, unit string, ev *eventClock) (*window
 // coldFilter returns the filter of a unit without a usable snapshot: rebuilt from the output
 // topic when Config.RebuildMaxRecords is set (with the output offsets it covers), else empty.
 func (s *Set) coldFilter(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, map[int32]int64, error) {
-	if s.history != nil {
+	if s.rebuilds() {
 		return s.rebuild(ctx, unit, partition, ev)
 	}
 	f, err := window.New(s.windowFor(ev))

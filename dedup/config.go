@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -59,9 +60,9 @@ type Config struct {
 	// SealTimeout bounds how long a snapshot waits for the records it may contain to be
 	// acknowledged by the output topic. Default: 30s.
 	SealTimeout time.Duration
-	// Output is the output topic: snapshots record its end offsets, and a restored filter is
-	// re-warmed from the records after them. Default: nil, snapshots record no output offsets and
-	// restored filters are not re-warmed.
+	// Output is the output topic: snapshots record its end offsets, a restored filter is re-warmed
+	// from the records after them, and a rebuild reads it. Default: nil, snapshots record no
+	// output offsets, restored filters are not re-warmed and nothing is rebuilt.
 	Output OutputLog
 	// Observer receives checkpoint measurements. Default: none.
 	Observer CheckpointObserver
@@ -70,8 +71,7 @@ type Config struct {
 	// RebuildMaxRecords, when positive, makes a unit that has no usable snapshot (or no Persister)
 	// rebuild its filter from the output records of the window instead of starting empty, reading
 	// at most this many records: the newest; the older ones are skipped, logged and counted, and
-	// their duplicates can pass (see Set.rebuild). Output must implement OutputHistory. Default: 0,
-	// no rebuild.
+	// their duplicates can pass (see Set.rebuild). It needs an Output. Default: 0, no rebuild.
 	RebuildMaxRecords int64
 	// Clock selects the time the windows follow: the worker's wall clock or the records'
 	// timestamps (see "Event time" in the package documentation). Default: ClockProcessing.
@@ -105,7 +105,7 @@ func (cfg *Config) defaultClock() error {
 }
 
 // setDefaults fills in cfg's defaults and checks it: the scope, the window (window.Size), the
-// event-time settings. It returns the first problem.
+// event-time settings and what a rebuild needs. It returns the first problem.
 func (cfg *Config) setDefaults() error {
 	if cfg.Scope == "" {
 		cfg.Scope = ScopePartition
@@ -127,6 +127,9 @@ func (cfg *Config) setDefaults() error {
 	}
 	if _, err := window.Size(cfg.Window); err != nil {
 		return fmt.Errorf("dedup: %w", err)
+	}
+	if cfg.RebuildMaxRecords > 0 && cfg.Output == nil {
+		return errors.New("dedup: RebuildMaxRecords needs an Output")
 	}
 	// A partition's records reach Seen from one goroutine, after Assign's re-warm or rebuild (which
 	// run in the caller of Assign, the partition's goroutine): its filter can skip the atomic

@@ -13,7 +13,7 @@
 // output topic through an OutputLog, so that a partition's state follows it to another replica.
 // Across rebalances it keeps the filters of revoked partitions that may come straight back
 // (retain.go), and rebuilds a filter that has no usable snapshot from the output records of the
-// window through an OutputHistory (rebuild.go).
+// window, read from the OutputLog by time (rebuild.go).
 //
 // # Event time
 //

@@ -34,8 +34,7 @@ type Set struct {
 	tainted atomic.Bool // ScopeGlobal: the filter holds identities that never reached the output
 	// parked holds the filters of revoked partitions that may come back (see Revoke); guarded by
 	// mu.
-	parked  map[int32]*part
-	history OutputHistory // Output, when RebuildMaxRecords > 0
+	parked map[int32]*part
 
 	stop chan struct{}
 	done chan struct{}
@@ -55,13 +54,6 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{cfg: cfg, parked: map[int32]*part{}}
-	if cfg.RebuildMaxRecords > 0 {
-		h, ok := cfg.Output.(OutputHistory)
-		if !ok {
-			return nil, errors.New("dedup: RebuildMaxRecords needs an Output that implements OutputHistory")
-		}
-		s.history = h
-	}
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
 	if cfg.Scope == ScopeGlobal {

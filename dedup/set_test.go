@@ -138,8 +138,8 @@ func (f failingPersister) Newest(context.Context, string) (SnapshotRef, error) {
 	return SnapshotRef{}, nil
 }
 
-// fakeOutput is an OutputLog whose partitions all end at end and whose Rewarm calls rewarm once
-// and reports one record.
+// fakeOutput is an OutputLog whose partitions all end at end, and whose reads (Rewarm, Read) call
+// rewarm once and report one record.
 type fakeOutput struct {
 	end    int64
 	rewarm func(from map[int32]int64, add func([]byte, time.Time))
@@ -152,6 +152,14 @@ func (o *fakeOutput) End(_ context.Context, in int32) (map[int32]int64, error) {
 func (o *fakeOutput) Rewarm(_ context.Context, from map[int32]int64, add func([]byte, time.Time)) (int, error) {
 	o.rewarm(from, add)
 	return 1, nil
+}
+
+func (o *fakeOutput) OffsetsAt(ctx context.Context, in int32, _ time.Time) (map[int32]int64, error) {
+	return o.End(ctx, in)
+}
+
+func (o *fakeOutput) Read(ctx context.Context, from, _ map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	return o.Rewarm(ctx, from, add)
 }
 
 // TestStateFollowsPartition revokes a partition from one Set and assigns it to another sharing

@@ -82,15 +82,23 @@ type CheckpointObserver interface {
 	Restored(outcome checkpoint.Outcome, duration time.Duration)
 	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
+	// RebuildStarted reports that a unit started rebuilding from the output topic.
+	RebuildStarted()
+	// RebuildRecords reports n more output records added to a filter being rebuilt.
+	RebuildRecords(n int)
+	// RebuildDone ends what RebuildStarted began: how long the rebuild took, how many output
+	// records of the window it skipped because of Config.RebuildMaxRecords, and how it ended: err
+	// is nil for a complete rebuild, wraps the context's error when the assignment was called off
+	// (the generation ended), and is another error when it failed (the caller of Assign retries).
+	RebuildDone(d time.Duration, skipped int64, err error)
 }
 
 // OutputLog is the output topic as the snapshot protocol sees it: where it ends when a snapshot is
-// taken, and what was produced after that. consumer.OutputReader implements it; cmd/kdedup joins
-// the two, so that dedup imports no Kafka client. Implementations must be safe for concurrent use:
-// a Set calls them from Assign, Revoke, Close and its checkpoint loop at once.
-//
-// The interface grows with the snapshot protocol (a rebuild of a filter from a timestamp of the
-// output topic is planned); consumer.OutputReader is where new methods are implemented.
+// taken, what was produced after that (to re-warm a restored filter), and, read by time, what the
+// window holds (to rebuild the filter of a unit that has no usable snapshot, see Set.rebuild).
+// consumer.OutputReader implements it; cmd/kdedup joins the two, so that dedup imports no Kafka
+// client. Implementations must be safe for concurrent use: a Set calls them from Assign, Revoke,
+// Close and its checkpoint loop at once.
 type OutputLog interface {
 	// End returns the end offsets (high watermarks) of the output partitions that can hold
 	// records of inputPartition, by output partition; inputPartition -1 (ScopeGlobal) means every
@@ -106,6 +114,15 @@ type OutputLog interface {
 	// records passed to add; on failure also an error, and the Set does not use the filter (the
 	// caller of Assign retries). Records already deleted by retention are skipped, not an error.
 	Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
+	// OffsetsAt returns, for each output partition that can hold records of inputPartition (those
+	// End returns offsets of), the offset of its first record whose timestamp is at or after t, or
+	// its end offset when it has none. On failure it returns an error and no offsets.
+	OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error)
+	// Read is Rewarm bounded above: it reads each output partition q of from, from offset from[q]
+	// up to (not including) to[q] or the partition's end, whichever comes first, and calls add as
+	// Rewarm does, with the record's identity and timestamp. It returns the number of records
+	// passed to add, and an error as Rewarm does.
+	Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
 }
 
 // saveResult is what a save attempt learned: the snapshot saved (zero unless it succeeded) and the

@@ -4,8 +4,8 @@
 // caller passes in (never the global default registry). The returned *Metrics
 // implements the method set of consumer.Observer without importing the consumer
 // package, plus consumer.ReadyObserver, consumer.ProducerObserver and
-// consumer.ReleaseObserver, hooks for checkpoint events, rebuilds from the
-// output topic (dedup.RebuildObserver) and the sliding-window filter statistics.
+// consumer.ReleaseObserver, hooks for checkpoint events and rebuilds from the
+// output topic (dedup.CheckpointObserver) and the sliding-window filter statistics.
 //
 // The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
 // ProduceError, CommitError) do not allocate once a partition has been seen:

@@ -20,12 +20,10 @@ import (
 )
 
 // The interfaces each package defines for the other side, checked here because consumer and dedup
-// do not import each other: consumer.OutputReader is the dedup.OutputLog and dedup.OutputHistory
-// of the worker, dedup.Set its consumer.Deduper with the optional interfaces, and metrics.Metrics
-// observes both.
+// do not import each other: consumer.OutputReader is the dedup.OutputLog of the worker, dedup.Set
+// its consumer.Deduper with the optional interfaces, and metrics.Metrics observes both.
 var (
 	_ dedup.OutputLog            = (*consumer.OutputReader)(nil)
-	_ dedup.OutputHistory        = (*consumer.OutputReader)(nil)
 	_ consumer.Deduper           = (*dedup.Set)(nil)
 	_ consumer.Discarder         = (*dedup.Set)(nil)
 	_ consumer.ProgressTracker   = (*dedup.Set)(nil)
@@ -33,7 +31,6 @@ var (
 	_ consumer.Observer          = (*metrics.Metrics)(nil)
 	_ consumer.ReleaseObserver   = (*metrics.Metrics)(nil)
 	_ dedup.CheckpointObserver   = (*metrics.Metrics)(nil)
-	_ dedup.RebuildObserver      = (*metrics.Metrics)(nil)
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
