@@ -6,8 +6,11 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -400,5 +403,28 @@ func TestWordPaths(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpecMatchesCurrentVersion keeps the format's one specification, the layout documented on
+// Decoder, and the package documentation at the version Encode writes.
+func TestSpecMatchesCurrentVersion(t *testing.T) {
+	for _, tc := range []struct{ file, pattern string }{
+		{"decode.go", `The byte layout of a version (\d+)\s+// snapshot, the CurrentVersion`},
+		{"decode.go", `format version \(uint16\) = (\d+)`},
+		{"doc.go", `Encode writes CurrentVersion, version (\d+)`},
+	} {
+		src, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(tc.pattern).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("%s does not say %q", tc.file, tc.pattern)
+			continue
+		}
+		if v, _ := strconv.Atoi(string(m[1])); v != int(CurrentVersion) {
+			t.Errorf("%s documents version %d, CurrentVersion is %d", tc.file, v, CurrentVersion)
+		}
 	}
 }
