@@ -204,7 +204,7 @@ func BenchmarkLarge(b *testing.B) {
 func BenchmarkSmallParallel(b *testing.B) {
 	h := testHeader(128) // 8192 words = 64 KiB
 	words := ckpttest.Words(h.Words, 1)
-	snap := encodeBytes(b, h, CurrentVersion, words)
+	snap := encodeBytes(b, h, SingleFileVersion, words)
 	size := int64(h.DataBytes())
 	b.Run("encode", func(b *testing.B) {
 		b.ReportAllocs()

@@ -143,7 +143,7 @@ func TestValidChecksumBadHeader(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := testHeader(1)
 			tc.mod(&h)
-			in := rawSnapshot(h, CurrentVersion, make([]byte, h.Words*8))
+			in := rawSnapshot(h, SingleFileVersion, make([]byte, h.Words*8))
 			for _, rk := range readerKinds {
 				if _, _, err := decodeAll(rk.wrap(in)); !errors.Is(err, ErrCorrupt) {
 					t.Errorf("%s: Decode = %v, want ErrCorrupt", rk.name, err)

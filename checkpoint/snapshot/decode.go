@@ -20,14 +20,16 @@ import (
 // CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
-// This is the format's specification. The byte layout of a version 4
-// snapshot, the CurrentVersion (all integers little-endian; the fields
-// marked v2, v3 or v4 are absent from the header body of older versions,
-// which ends after the last field its version has):
+// This is the format's specification. The byte layout of a version 6
+// snapshot, the CurrentVersion: a manifest, whose data lives in generation
+// objects (see GenDecoder). All integers are little-endian; the fields
+// marked v2, v3, v4 or v6 are absent from the header body of older versions,
+// which ends after the last field its version has; version 5 is reserved.
+// A snapshot of version 4 or older holds its data itself, after the header.
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
-//	8           2      format version (uint16) = 4 (MinVersion..CurrentVersion are read)
+//	8           2      format version (uint16) = 6 (MinVersion..CurrentVersion are read)
 //	10          4      H = header body length in bytes (uint32, <= MaxHeaderBytes)
 //	14          H      header body:
 //	  +0        4        generations N (uint32)
@@ -65,12 +67,18 @@ import (
 //	                     groups (uint64), K (uint32), sectors (uint32), words
 //	                     (uint64) = groups × sectors × blockBits/64, then
 //	                     2^B shard counts (uint64)
+//	            4+…      generation references (v6): uint32 count R (= G), then
+//	                     per entry of the generation table, in its order: the
+//	                     name of the generation object holding the generation
+//	                     (uint16 length, then the bytes), the object's size
+//	                     (uint64) and trailing checksum (uint32)
 //	14+H        4      header CRC32C over bytes [0, 14+H)
-//	18+H        8      data word count (uint64), must equal W
-//	26+H        8W     data: W uint64 words, little-endian (v4: W is the
-//	                   slots' words plus every stage's words)
-//	26+H+8W     4      file CRC32C over bytes [0, 26+H+8W)
-//	30+H+8W            end of file; trailing bytes are corruption
+//	18+H        8      data word count D (uint64): W up to version 4, 0 in a
+//	                   manifest (v6)
+//	26+H        8D     data: D uint64 words, little-endian (v4: the slots'
+//	                   words, then every stage's words)
+//	26+H+8D     4      file CRC32C over bytes [0, 26+H+8D)
+//	30+H+8D            end of file; trailing bytes are corruption
 //
 // Data layout, which the format treats as opaque except in Inspect: the
 // words form Groups groups; each group holds, for each of its Sectors
@@ -86,7 +94,10 @@ import (
 // stage is its word (g×Sectors + i)×BlockBits/64 + w; stage words carry no
 // tag (bit 63 is 0).
 // Versions 1 and 2 have one sector of 512 data bits per block and no tags:
-// the layout of an older kdedup, which the current filter refuses.
+// the layout of an older kdedup, which the current filter refuses. A
+// manifest's generation objects hold each live generation's words in a
+// canonical form (see GenDecoder): the generation's block in every group,
+// tags cleared, then its stages' words; slots not in the table are empty.
 //
 // Every failure caused by the file's contents wraps ErrCorrupt (checksum
 // mismatch, truncation, trailing bytes, lengths or parameters that cannot be
@@ -236,7 +247,7 @@ func (d *Decoder) readHeader() error {
 		return err
 	}
 	version := binary.LittleEndian.Uint16(pre[8:])
-	if version < MinVersion || version > CurrentVersion {
+	if !knownVersion(version) {
 		return fmt.Errorf("%w: version %d (this build reads %d to %d)", ErrUnknownVersion, version, MinVersion, CurrentVersion)
 	}
 	bodyLen := binary.LittleEndian.Uint32(pre[10:])
@@ -276,8 +287,8 @@ func (d *Decoder) readHeader() error {
 	if err := d.readFull(wc[:], "data word count"); err != nil {
 		return err
 	}
-	if got := binary.LittleEndian.Uint64(wc[:]); got != h.Words {
-		return corruptf("data word count %d, header declares %d", got, h.Words)
+	if got := binary.LittleEndian.Uint64(wc[:]); got != h.DataBytes()/8 {
+		return corruptf("data word count %d, header declares %d", got, h.DataBytes()/8)
 	}
 	d.remaining = h.DataBytes()
 	if d.avail >= 0 {
@@ -303,6 +314,9 @@ func minBodyLen(version uint16) uint32 {
 	}
 	if version >= VersionV4 {
 		n += 4 + 4 + 4 // shard bits, fill and stage counts
+	}
+	if version >= VersionV6 {
+		n += 4 // reference count
 	}
 	return n
 }
@@ -431,6 +445,19 @@ func (c *cursor) stages(h *Header) {
 	}
 }
 
+// refs reads the version 6 generation references, checking the count against
+// what is left of the header first.
+func (c *cursor) refs() []GenRef {
+	n := c.count("generation reference", MaxGenerations, 2+8+4)
+	refs := make([]GenRef, n)
+	for i := range refs {
+		refs[i].Object = c.str()
+		refs[i].Size = int64(c.u64())
+		refs[i].Checksum = c.u32()
+	}
+	return refs
+}
+
 // parseBody decodes and validates a header body.
 func parseBody(body []byte, version uint16) (Header, error) {
 	c := &cursor{b: body}
@@ -470,6 +497,9 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	}
 	if version >= VersionV4 {
 		c.stages(&h)
+	}
+	if version >= VersionV6 {
+		h.Refs = c.refs()
 	}
 	if c.err != nil {
 		return Header{}, c.err
@@ -671,8 +701,8 @@ func Decode(r io.Reader, dst func(h Header) ([]uint64, error)) (Header, error) {
 		return h, fmt.Errorf("snapshot: destination: %w", err)
 	}
 	if words != nil {
-		if uint64(len(words)) != h.Words {
-			return h, fmt.Errorf("snapshot: destination holds %d words, header declares %d", len(words), h.Words)
+		if uint64(len(words)) != h.DataBytes()/8 {
+			return h, fmt.Errorf("snapshot: destination holds %d words, the file holds %d", len(words), h.DataBytes()/8)
 		}
 		if err := d.ReadWords(words); err != nil {
 			return h, err

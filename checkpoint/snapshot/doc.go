@@ -1,37 +1,51 @@
 // Package snapshot is the file format of kdedup's checkpoints: it encodes,
-// decodes and inspects one snapshot of a sliding-window Bloom filter. It
+// decodes and inspects the snapshots of a sliding-window Bloom filter. It
 // knows nothing about where snapshots are kept (package checkpoint stores
 // them) nor about Bloom filters beyond a Header of metadata and opaque data
 // made of little-endian 64-bit words: the dedup package maps the filter's
-// snapshot metadata to a Header and streams the words through Encode; on
-// restore it validates the Header and reads the words back through a Decoder.
+// snapshot metadata to a Header and streams the words through an encoder; on
+// restore it validates the Header and reads the words back through a decoder.
 //
 // # Format
 //
-// A snapshot is a versioned binary file: magic "KDDPSNAP", a uint16 format
-// version (Encode writes CurrentVersion, version 4: the sectorized layout
-// with use-tagged words and grown stages; the decoder reads every version
-// from MinVersion on: version 3 snapshots restore, versions 1 and 2 hold the
-// data in the layout of an older kdedup's filter and only decode for
-// inspection), a length-prefixed header body with the filter parameters,
-// the generation table, the slot use table, the stage table, the epoch, the
-// scope, the input and output offsets the snapshot covers and its creation
-// time, a CRC32C of everything so far (so a header can be validated without
-// reading the data), the word count and words, and a final CRC32C of the
-// whole file. The exact byte layout, the format's one specification, is
-// documented on Decoder, where it is decoded; golden files of every version
-// in testdata and fuzzed decoders keep the code to it.
+// A checkpoint is a manifest (EncodeManifest writes CurrentVersion, version
+// 6) and the generation objects it references, one per live generation
+// (NewGenEncoder). The manifest is a versioned binary file: magic
+// "KDDPSNAP", a uint16 format version, a length-prefixed header body with
+// the filter parameters, the generation table, the slot use table, the stage
+// table, the epoch, the scope, the input and output offsets the snapshot
+// covers, its creation time and the references to its generation objects
+// (name, size, checksum), a CRC32C of everything so far, and a final CRC32C.
+// A generation object (magic "KDDPGENR") holds one generation's words in a
+// canonical form that does not depend on the filter's memory layout, stored
+// compactly: runs of empty chunks, Rice-coded gaps between the set bits of
+// sparse chunks, and dense chunks as they are, with a checksum over what is
+// decoded. A generation that no longer changes is written once and
+// referenced by every later manifest, so a checkpoint costs what changed,
+// and a lightly loaded generation costs what its keys take, not its
+// capacity.
 //
-// Encode streams: the data is written through a buffer with the checksum
-// computed on the fly, and Decoder.ReadWords reads into the caller's own
-// slice in large chunks, so neither side ever holds a second copy of a
-// multi-GiB filter. Damaged input yields errors wrapping ErrCorrupt,
-// ErrNotSnapshot or ErrUnknownVersion, never a panic, and no length field is
-// trusted before it has been bounded (see the Max* constants).
+// Snapshots of version 4 and older hold their data themselves, after the
+// header (Encode still writes that single-file form, SingleFileVersion); the
+// decoder reads every version from MinVersion on: versions 3 and 4 restore,
+// versions 1 and 2 hold the data in the layout of an older kdedup's filter
+// and only decode for inspection. The exact byte layouts, the format's one
+// specification, are documented where they are decoded: on Decoder (the
+// snapshot file and the manifest) and on GenDecoder (the generation object);
+// golden files of every version in testdata and fuzzed decoders keep the
+// code to them.
+//
+// The encoders stream: data is written through a buffer with the checksum
+// computed on the fly, and the decoders read into the caller's own slice in
+// large chunks, so neither side ever holds a second copy of a multi-GiB
+// filter. Damaged input yields errors wrapping ErrCorrupt, ErrNotSnapshot or
+// ErrUnknownVersion, never a panic, and no length field is trusted before it
+// has been bounded (see the Max* constants).
 //
 // # Inspection
 //
 // Inspect prints a human-readable report of a snapshot file — header,
 // per-generation fill, estimated keys and false positive rate, covered
-// offsets, checksum status — and is exposed as `kdedup inspect FILE`.
+// offsets, checksum status — and InspectManifest the same for a manifest,
+// reading its generation objects; `kdedup inspect FILE` exposes both.
 package snapshot

@@ -51,6 +51,22 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	if version >= VersionV4 {
 		b = appendStages(b, h)
 	}
+	if version >= VersionV6 {
+		b = appendRefs(b, h.Refs)
+	}
+	return b
+}
+
+// appendRefs appends the version 6 generation references.
+func appendRefs(b []byte, refs []GenRef) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(len(refs)))
+	for _, r := range refs {
+		b = le.AppendUint16(b, uint16(len(r.Object)))
+		b = append(b, r.Object...)
+		b = le.AppendUint64(b, uint64(r.Size))
+		b = le.AppendUint32(b, r.Checksum)
+	}
 	return b
 }
 
@@ -107,7 +123,15 @@ func appendOffsets(b []byte, m map[int32]int64) []byte {
 // received a partial, unusable snapshot, which is why the checkpoint stores
 // make an object visible only once it is complete.
 func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
-	return encode(w, &h, CurrentVersion, data)
+	return encode(w, &h, SingleFileVersion, data)
+}
+
+// EncodeManifest writes a manifest (version 6) to w: the header h, whose Refs
+// name the generation objects holding the data, and the checksum; a manifest
+// holds no data itself. It fails, wrapping ErrInvalidHeader, for a header
+// without a reference per generation, and returns the error from w.
+func EncodeManifest(w io.Writer, h Header) error {
+	return encode(w, &h, VersionV6, func(io.Writer) error { return nil })
 }
 
 // encode writes h in the given version. Only tests write old versions.
@@ -128,7 +152,8 @@ func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error
 	}
 	binary.LittleEndian.PutUint32(head[10:], uint32(bodyLen))
 	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(head, castagnoli))
-	head = binary.LittleEndian.AppendUint64(head, h.Words)
+	h.Version = version
+	head = binary.LittleEndian.AppendUint64(head, h.DataBytes()/8)
 
 	bw := bufio.NewWriterSize(w, 64<<10)
 	cw := &crcWriter{w: bw}

@@ -12,8 +12,9 @@ import (
 // Magic is the 8-byte signature every snapshot file starts with.
 const Magic = "KDDPSNAP"
 
-// Format versions. Encode always writes CurrentVersion; the decoder reads
-// every version from MinVersion to CurrentVersion.
+// Format versions. Encode writes SingleFileVersion, EncodeManifest and
+// NewGenEncoder CurrentVersion; the decoder reads every version from
+// MinVersion to CurrentVersion (see knownVersion).
 const (
 	// VersionV1 is the first layout: it has no output-offset table.
 	VersionV1 uint16 = 1
@@ -29,11 +30,24 @@ const (
 	// fill table and the stage table at the end of the header body, and the
 	// stages' words after the slots' words (see Decoder).
 	VersionV4 uint16 = 4
-	// CurrentVersion is the version Encode writes.
-	CurrentVersion = VersionV4
+	// VersionV6 is the incremental format: a snapshot file is a manifest whose data lives in
+	// generation objects (see GenDecoder), one per live generation, that later manifests reference
+	// again while the generation does not change.
+	VersionV6 uint16 = 6
+	// CurrentVersion is the newest version: the version of the manifests
+	// EncodeManifest writes and of the generation objects they reference.
+	CurrentVersion = VersionV6
+	// SingleFileVersion is the version Encode writes: the newest format of a
+	// snapshot that holds its data itself.
+	SingleFileVersion = VersionV4
 	// MinVersion is the oldest version the decoder accepts.
 	MinVersion = VersionV1
 )
+
+// knownVersion reports whether this build reads version v.
+func knownVersion(v uint16) bool {
+	return v >= MinVersion && v <= CurrentVersion && v != 5
+}
 
 // Scope values for Header.Scope.
 const (
@@ -71,6 +85,11 @@ const (
 	MaxShardBits = 16
 	// MaxStages bounds the number of entries of the stage table.
 	MaxStages = 1 << 12
+	// MaxObjectName bounds the length of a generation object's name in a manifest.
+	MaxObjectName = 1024
+	// MinGenObjectSize is the size of the smallest generation object: a header with one section
+	// and a run of empty chunks.
+	MinGenObjectSize = preambleLen + 12 + 8 + 4 + 2 + 4
 )
 
 // Sentinel errors. Every error returned by the decoder for a damaged,
@@ -186,6 +205,12 @@ type Header struct {
 	// Stages is the stage table (version 4): the grown stages of the live
 	// generations, whose words follow the slots' words in this order.
 	Stages []Stage
+	// Refs makes the snapshot a manifest (version 6): one reference per entry
+	// of Gens, in the same order, to the generation object holding that
+	// generation's words (stage 0's, then its stages' in the order of the
+	// stage table). A manifest holds no data itself; Words still counts the
+	// words of the state it describes. Nil before version 6.
+	Refs []GenRef
 
 	// Origin is the start of generation number 0. The zero Time is stored
 	// as 0.
@@ -219,8 +244,30 @@ type Header struct {
 	Created time.Time
 }
 
-// DataBytes returns the size of the bit data in bytes (Words × 8).
-func (h *Header) DataBytes() uint64 { return h.Words * 8 }
+// GenRef is a manifest's reference to the generation object that holds one
+// live generation (version 6; see GenDecoder).
+type GenRef struct {
+	// Object is the object's name in the store.
+	Object string
+	// Size is the object's length in bytes.
+	Size int64
+	// Checksum is the object's trailing checksum (GenEncoder.Checksum), which
+	// ties the reference to the object's content.
+	Checksum uint32
+}
+
+// Manifest reports whether the snapshot is a manifest: version 6, whose
+// generations live in generation objects (see Refs).
+func (h *Header) Manifest() bool { return h.Version >= VersionV6 }
+
+// DataBytes returns the size in bytes of the bit data the file itself holds:
+// Words × 8, or 0 for a manifest.
+func (h *Header) DataBytes() uint64 {
+	if h.Manifest() {
+		return 0
+	}
+	return h.Words * 8
+}
 
 // StageWords returns the number of data words of the grown stages: the
 // data's last StageWords words.
@@ -300,7 +347,47 @@ func (h *Header) check(version uint16) error {
 	case version >= VersionV3 && len(h.SlotUses) != h.Slots:
 		return fmt.Errorf("slot use table has %d entries for %d slots", len(h.SlotUses), h.Slots)
 	}
+	if err := h.checkRefs(version); err != nil {
+		return err
+	}
 	return h.checkSizes(version)
+}
+
+// checkRefs checks the generation references of a manifest.
+func (h *Header) checkRefs(version uint16) error {
+	if version < VersionV6 {
+		if h.Refs != nil {
+			return fmt.Errorf("format version %d has no generation references", version)
+		}
+		return nil
+	}
+	if len(h.Refs) != len(h.Gens) {
+		return fmt.Errorf("%d generation references for %d generations", len(h.Refs), len(h.Gens))
+	}
+	for i, r := range h.Refs {
+		if err := checkObjectName(r.Object); err != nil {
+			return fmt.Errorf("generation reference %d: %w", i, err)
+		}
+		if r.Size < MinGenObjectSize || uint64(r.Size) > MaxDataBytes*2 {
+			return fmt.Errorf("generation reference %d: object size %d out of range", i, r.Size)
+		}
+	}
+	return nil
+}
+
+// checkObjectName checks a referenced object's name: 1 to MaxObjectName
+// bytes of ASCII letters, digits, '.', '_', '-' and '/'.
+func checkObjectName(name string) error {
+	if name == "" || len(name) > MaxObjectName {
+		return fmt.Errorf("object name of %d bytes", len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == '/') {
+			return fmt.Errorf("object name %q contains %q", name, c)
+		}
+	}
+	return nil
 }
 
 // checkSizes checks the data size and the generation table.

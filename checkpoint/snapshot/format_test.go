@@ -25,27 +25,27 @@ func TestRoundTrip(t *testing.T) {
 		version uint16
 		mod     func(*Header)
 	}{
-		{name: "small v3", groups: 2, version: CurrentVersion},
-		{name: "multi-MiB v3", groups: 10_000, version: CurrentVersion}, // 640,000 words, 5 MiB
+		{name: "small v3", groups: 2, version: SingleFileVersion},
+		{name: "multi-MiB v3", groups: 10_000, version: SingleFileVersion}, // 640,000 words, 5 MiB
 		{name: "small v2", groups: 2, version: VersionV2, mod: oldLayout},
 		{name: "small v1", groups: 2, version: VersionV1, mod: oldLayout},
-		{name: "one sector", groups: 2, version: CurrentVersion, mod: func(h *Header) {
+		{name: "one sector", groups: 2, version: SingleFileVersion, mod: func(h *Header) {
 			h.Sectors, h.Words = 1, h.Groups*4*8
 		}},
-		{name: "global scope, no offsets", groups: 3, version: CurrentVersion, mod: func(h *Header) {
+		{name: "global scope, no offsets", groups: 3, version: SingleFileVersion, mod: func(h *Header) {
 			h.Scope, h.Partition, h.Topic = ScopeGlobal, -1, ""
 			h.InputOffsets, h.OutputOffsets = nil, nil
 		}},
-		{name: "zero times", groups: 1, version: CurrentVersion, mod: func(h *Header) {
+		{name: "zero times", groups: 1, version: SingleFileVersion, mod: func(h *Header) {
 			h.Created, h.Origin = time.Time{}, time.Time{}
 			h.Gens[1].Start = time.Time{}
 		}},
-		{name: "fresh filter: one live generation", groups: 2, version: CurrentVersion, mod: func(h *Header) {
+		{name: "fresh filter: one live generation", groups: 2, version: SingleFileVersion, mod: func(h *Header) {
 			h.Gens = h.Gens[:1]
 			h.Epoch, h.Rotations, h.Gens[0].Number = 0, 0, 0
 		}},
-		{name: "no live generation", groups: 2, version: CurrentVersion, mod: func(h *Header) { h.Gens = nil }},
-		{name: "many partitions, one generation, extreme values", groups: 1, version: CurrentVersion, mod: func(h *Header) {
+		{name: "no live generation", groups: 2, version: SingleFileVersion, mod: func(h *Header) { h.Gens = nil }},
+		{name: "many partitions, one generation, extreme values", groups: 1, version: SingleFileVersion, mod: func(h *Header) {
 			h.Generations, h.Slots, h.Words, h.SlotUses = 1, 1, 16, []uint64{math.MaxUint64}
 			h.Gens = []Generation{{Number: math.MaxUint64, Start: time.Unix(0, math.MaxInt64), Slot: 0}}
 			h.Origin = time.Unix(0, math.MinInt64)
@@ -125,7 +125,7 @@ func TestRoundTrip(t *testing.T) {
 func TestReadWordsInPieces(t *testing.T) {
 	h := testHeader(2500) // 160,000 words: several chunks
 	words := ckpttest.Words(h.Words, 2)
-	b := encodeBytes(t, h, CurrentVersion, words)
+	b := encodeBytes(t, h, SingleFileVersion, words)
 	d := NewDecoder(bytes.NewReader(b))
 	got := make([]uint64, h.Words)
 	for _, part := range [][2]int{{0, 1}, {1, 100_000}, {100_000, 159_999}, {159_999, 160_000}} {
@@ -264,13 +264,13 @@ func (f *failAfter) Read(p []byte) (int, error) {
 
 func TestDecodeHeaderReadsOnlyTheHeader(t *testing.T) {
 	h := testHeader(1000)
-	b := encodeBytes(t, h, CurrentVersion, ckpttest.Words(h.Words, 4))
-	hdrLen := 14 + len(appendBody(nil, &h, CurrentVersion)) + 4 + 8
+	b := encodeBytes(t, h, SingleFileVersion, ckpttest.Words(h.Words, 4))
+	hdrLen := 14 + len(appendBody(nil, &h, SingleFileVersion)) + 4 + 8
 	got, err := DecodeHeader(&failAfter{bytes.NewReader(b[:hdrLen])})
 	if err != nil {
 		t.Fatalf("DecodeHeader: %v", err)
 	}
-	if d := diffHeader(got, func() Header { h.Version = CurrentVersion; return h }()); d != "" {
+	if d := diffHeader(got, func() Header { h.Version = SingleFileVersion; return h }()); d != "" {
 		t.Fatal(d)
 	}
 }
@@ -278,7 +278,7 @@ func TestDecodeHeaderReadsOnlyTheHeader(t *testing.T) {
 func TestDecodeDestination(t *testing.T) {
 	h := testHeader(2)
 	words := ckpttest.Words(h.Words, 5)
-	good := encodeBytes(t, h, CurrentVersion, words)
+	good := encodeBytes(t, h, SingleFileVersion, words)
 	bad := slices.Clone(good)
 	bad[len(bad)-20] ^= 1 // a data byte
 	errDst := errors.New("no memory for you")
@@ -325,9 +325,9 @@ func TestImpossibleLengths(t *testing.T) {
 		in    []byte
 		kinds []string // reader kinds where dst must not be called
 	}{
-		{"1 GiB claimed, 256 bytes present", rawSnapshot(huge, CurrentVersion, make([]byte, 256)), []string{"seekable"}},
-		{"over MaxDataBytes", rawSnapshot(tooBig, CurrentVersion, nil), []string{"seekable", "stream"}},
-		{"words inconsistent", rawSnapshot(badCount, CurrentVersion, make([]byte, 64)), []string{"seekable", "stream"}},
+		{"1 GiB claimed, 256 bytes present", rawSnapshot(huge, SingleFileVersion, make([]byte, 256)), []string{"seekable"}},
+		{"over MaxDataBytes", rawSnapshot(tooBig, SingleFileVersion, nil), []string{"seekable", "stream"}},
+		{"words inconsistent", rawSnapshot(badCount, SingleFileVersion, make([]byte, 64)), []string{"seekable", "stream"}},
 		{"16 MiB header body claimed", hugeBody, []string{"seekable", "stream"}},
 	}
 	for _, tc := range tests {
@@ -384,7 +384,7 @@ func TestWordPaths(t *testing.T) {
 			}
 			h := testHeader(2500) // 160,000 words: several chunks
 			words := ckpttest.Words(h.Words, 9)
-			b := encodeBytes(t, h, CurrentVersion, words)
+			b := encodeBytes(t, h, SingleFileVersion, words)
 			for _, rk := range readerKinds {
 				d := NewDecoder(rk.wrap(b))
 				got := make([]uint64, h.Words)
@@ -407,12 +407,12 @@ func TestWordPaths(t *testing.T) {
 }
 
 // TestSpecMatchesCurrentVersion keeps the format's one specification, the layout documented on
-// Decoder, and the package documentation at the version Encode writes.
+// Decoder, and the package documentation at the version EncodeManifest writes.
 func TestSpecMatchesCurrentVersion(t *testing.T) {
 	for _, tc := range []struct{ file, pattern string }{
 		{"decode.go", `The byte layout of a version (\d+)\s+// snapshot, the CurrentVersion`},
 		{"decode.go", `format version \(uint16\) = (\d+)`},
-		{"doc.go", `Encode writes CurrentVersion, version (\d+)`},
+		{"doc.go", `EncodeManifest writes CurrentVersion, version\s+// (\d+)`},
 	} {
 		src, err := os.ReadFile(tc.file)
 		if err != nil {

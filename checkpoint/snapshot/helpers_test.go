@@ -154,10 +154,10 @@ func diffHeader(got, want Header) string {
 func decodeAll(r io.Reader) (Header, []uint64, error) {
 	var words []uint64
 	h, err := Decode(r, func(h Header) ([]uint64, error) {
-		if h.Words > 1<<24 {
-			return nil, fmt.Errorf("test refuses %d words", h.Words)
+		if h.DataBytes() > 8<<24 {
+			return nil, fmt.Errorf("test refuses %d words", h.DataBytes()/8)
 		}
-		words = make([]uint64, h.Words)
+		words = make([]uint64, h.DataBytes()/8)
 		return words, nil
 	})
 	return h, words, err

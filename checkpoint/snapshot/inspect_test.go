@@ -126,7 +126,7 @@ func TestInspectV3(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := Inspect(&out, bytes.NewReader(encodeBytes(t, h, CurrentVersion, words))); err != nil {
+	if err := Inspect(&out, bytes.NewReader(encodeBytes(t, h, SingleFileVersion, words))); err != nil {
 		t.Fatalf("Inspect: %v\n%s", err, out.String())
 	}
 	report := out.String()
@@ -154,7 +154,7 @@ func TestInspectV3(t *testing.T) {
 
 func TestInspectDamaged(t *testing.T) {
 	h, words := inspectFixture()
-	good := encodeBytes(t, h, CurrentVersion, words)
+	good := encodeBytes(t, h, SingleFileVersion, words)
 	hv1 := encodeBytes(t, h, VersionV1, words)
 	topicAt := bytes.Index(good, []byte("clicks"))
 	tests := []struct {
@@ -216,7 +216,7 @@ func flip(b []byte, i int) []byte {
 
 func TestInspectWriteError(t *testing.T) {
 	h, words := inspectFixture()
-	good := encodeBytes(t, h, CurrentVersion, words)
+	good := encodeBytes(t, h, SingleFileVersion, words)
 	for _, n := range []int64{0, 100, 1000} {
 		if err := Inspect(&limitWriter{n: n}, bytes.NewReader(good)); !errors.Is(err, errLimit) {
 			t.Errorf("writer failing after %d bytes: Inspect = %v, want errLimit", n, err)
@@ -229,7 +229,7 @@ func TestInspectWriteError(t *testing.T) {
 // fraction of that.
 func TestInspectLargeIsStreamed(t *testing.T) {
 	h := testHeader(1 << 15) // 2 Mi words = 16 MiB
-	b := encodeBytes(t, h, CurrentVersion, ckpttest.Words(h.Words, 1))
+	b := encodeBytes(t, h, SingleFileVersion, ckpttest.Words(h.Words, 1))
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	if err := Inspect(io.Discard, streamOnly{bytes.NewReader(b)}); err != nil {

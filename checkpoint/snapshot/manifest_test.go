@@ -1,0 +1,167 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// withRefs returns h as a manifest: one generation reference per generation.
+func withRefs(h Header) Header {
+	h.Refs = nil
+	for i, g := range h.Gens {
+		h.Refs = append(h.Refs, GenRef{
+			Object:   h.Topic + ".p3.00000000000000000042." + strings.Repeat("g", i+1) + ".gen",
+			Size:     int64(MinGenObjectSize + 100*i + int(g.Number%7)),
+			Checksum: 0xdead0000 + uint32(i),
+		})
+	}
+	return h
+}
+
+func encodeManifest(t testing.TB, h Header) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := EncodeManifest(&b, h); err != nil {
+		t.Fatalf("EncodeManifest: %v", err)
+	}
+	return b.Bytes()
+}
+
+func TestManifestRoundTrip(t *testing.T) {
+	for _, h := range []Header{withRefs(testHeader(3)), withRefs(withStages(testHeader(1))), withRefs(goldenHeaderV4())} {
+		b := encodeManifest(t, h)
+		for _, rk := range readerKinds {
+			got, words, err := decodeAll(rk.wrap(b))
+			if err != nil {
+				t.Fatalf("%s: %v", rk.name, err)
+			}
+			want := h
+			want.Version = VersionV6
+			if d := diffHeader(got, want); d != "" {
+				t.Fatalf("%s: header differs:\n%s", rk.name, d)
+			}
+			if len(words) != 0 || got.DataBytes() != 0 || !got.Manifest() {
+				t.Fatalf("%s: a manifest decoded %d words of data", rk.name, len(words))
+			}
+		}
+	}
+}
+
+func TestManifestRefused(t *testing.T) {
+	tests := map[string]func(h *Header){
+		"no references":         func(h *Header) { h.Refs = nil },
+		"one reference missing": func(h *Header) { h.Refs = h.Refs[1:] },
+		"empty name":            func(h *Header) { h.Refs[0].Object = "" },
+		"path escape":           func(h *Header) { h.Refs[1].Object = "a b" },
+		"tiny object":           func(h *Header) { h.Refs[2].Size = MinGenObjectSize - 1 },
+	}
+	for name, mod := range tests {
+		h := withRefs(testHeader(1))
+		mod(&h)
+		if err := EncodeManifest(&bytes.Buffer{}, h); !errors.Is(err, ErrInvalidHeader) {
+			t.Errorf("%s: EncodeManifest = %v, want ErrInvalidHeader", name, err)
+		}
+	}
+	if err := Encode(&bytes.Buffer{}, withRefs(testHeader(1)), nil); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("Encode of a header with references = %v, want ErrInvalidHeader", err)
+	}
+}
+
+// TestManifestCorrupt flips every byte of a manifest: every change must be an error wrapping a
+// sentinel, never a panic or a success.
+func TestManifestCorrupt(t *testing.T) {
+	b := encodeManifest(t, withRefs(withStages(testHeader(1))))
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x41
+		for _, rk := range readerKinds {
+			if _, _, err := decodeAll(rk.wrap(c)); !isFormatErr(err) {
+				t.Fatalf("byte %d (%s): err = %v", i, rk.name, err)
+			}
+		}
+	}
+	patch := bytes.Clone(b)
+	patch[8] = 5
+	if _, err := DecodeHeader(bytes.NewReader(patch)); !errors.Is(err, ErrUnknownVersion) {
+		t.Errorf("version 5 (reserved): err = %v, want ErrUnknownVersion", err)
+	}
+}
+
+// goldenGenWords is the data of golden-v6.gen: a sparse chunk (Rice), a dense chunk (raw) and a
+// short empty chunk in section 0, and a one-sector stage.
+func goldenGenWords() ([]uint64, []uint64) {
+	words := make([]uint64, 2*ChunkWords+100+8)
+	for i := 0; i < 40; i++ {
+		words[i*13] |= 1 << (i % 63)
+	}
+	for i := ChunkWords; i < 2*ChunkWords; i++ {
+		words[i] = uint64(i)*0x9e3779b97f4a7c15>>1 | 1
+	}
+	words[len(words)-3] = 0x7000000000000001
+	return words, []uint64{2*ChunkWords + 100, 8}
+}
+
+func TestGoldenV6(t *testing.T) {
+	h := withRefs(goldenHeaderV4())
+	words, sections := goldenGenWords()
+	files := map[string][]byte{
+		"golden-v6.snap": encodeManifest(t, h),
+		"golden-v6.gen":  encodeGen(t, 1234, sections, words, 300),
+	}
+	for name, b := range files {
+		path := filepath.Join("testdata", name)
+		if *update {
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		onDisk, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (regenerate with -update)", err)
+		}
+		if !bytes.Equal(onDisk, b) {
+			t.Errorf("%s: encoding no longer reproduces the golden file: bump the format version", name)
+		}
+	}
+	m := files["golden-v6.snap"]
+	got, _, err := decodeAll(bytes.NewReader(m))
+	if err != nil || !slices.Equal(got.Refs, h.Refs) {
+		t.Fatalf("golden manifest: refs %v, err %v", got.Refs, err)
+	}
+	le := binary.LittleEndian
+	H := int(le.Uint32(m[10:]))
+	refs := m[14+H-(4+3*(2+8+4)+len(h.Refs[0].Object)+len(h.Refs[1].Object)+len(h.Refs[2].Object)) : 14+H]
+	if le.Uint16(m[8:]) != 6 || le.Uint32(refs) != 3 || le.Uint16(refs[4:]) != uint16(len(h.Refs[0].Object)) ||
+		string(refs[6:6+len(h.Refs[0].Object)]) != h.Refs[0].Object ||
+		le.Uint64(refs[6+len(h.Refs[0].Object):]) != uint64(h.Refs[0].Size) ||
+		le.Uint32(refs[14+len(h.Refs[0].Object):]) != h.Refs[0].Checksum ||
+		le.Uint64(m[18+H:]) != 0 || len(m) != 30+H {
+		t.Error("golden manifest does not match the layout documented on Decoder")
+	}
+	gh, gw, _, err := decodeGen(files["golden-v6.gen"], -1, 100)
+	if err != nil || gh.Generation != 1234 || !slices.Equal(gw, words) {
+		t.Fatalf("golden generation object: %+v, err %v", gh, err)
+	}
+	g := files["golden-v6.gen"]
+	if string(g[:8]) != GenMagic || le.Uint16(g[8:]) != 6 || le.Uint32(g[10:]) != 12+16 ||
+		le.Uint64(g[14:]) != 1234 || le.Uint32(g[22:]) != 2 || le.Uint64(g[26:]) != sections[0] ||
+		le.Uint32(g[42:]) != crc32.Checksum(g[:42], castagnoli) || g[46] < modeRice || g[46] > modeRice+maxRiceK {
+		t.Error("golden generation object does not match the layout documented on GenDecoder")
+	}
+	var modes []byte
+	for _, want := range []byte{modeRaw, modeEmpty} {
+		if bytes.IndexByte(g[47:], want) >= 0 {
+			modes = append(modes, want)
+		}
+	}
+	if len(modes) != 2 {
+		t.Error("golden generation object lacks a raw or an empty chunk")
+	}
+}
