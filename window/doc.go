@@ -94,6 +94,11 @@
 // Snapshots copy the words atomically while writers continue; the tags travel with the words, and
 // Meta carries every slot's use, so Restore reproduces the filter exactly, even mid-sweep (it
 // empties stale words before the filter is used). Stats takes no lock and ignores stale words.
+// SnapshotGenerations exports each live generation on its own, in a canonical form without tags
+// or interleaving, and RestoreGenerations reads them back; a generation's version
+// (GenerationVersion) tells a caller that keeps generations apart which ones changed since it last
+// exported them: only the current generation takes new keys, except that an event-time key added
+// to an older generation (writeOld) counts in that generation's version.
 //
 // # Event time
 //

@@ -175,7 +175,9 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // generation's stage 0 beyond its limit, which raises that generation's rate a little). Such a
 // slot has no pending sweep (only the current slot can: a rotation finishes the pending sweep
 // before it reuses a slot, and the reused slot becomes the current one), so every word carries
-// the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it.
+// the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it. It then
+// counts the write in the slot's oldWrites, which changes the generation's version: a snapshot
+// that reads the count after the bits were set copies them.
 func (f *Filter) writeOld(s int, p *probe) {
 	i := p.base + uint64(s)*sectorWords
 	for sec := range f.sectors {
@@ -186,6 +188,7 @@ func (f *Filter) writeOld(s int, p *probe) {
 		}
 		i += f.sectorStride
 	}
+	f.oldWrites[s].n.Add(1)
 }
 
 // Claim words: the low tagBits bits hold the claimed key's tag; the next genBits bits say where

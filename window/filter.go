@@ -52,8 +52,10 @@ type Filter struct {
 	cfg          Config
 	sizing       Sizing
 
-	uses     []atomic.Uint64 // per slot: how many generations it held before the current one
-	inflight []counter       // per slot: shared-mode writers between their use check and their CAS
+	uses      []atomic.Uint64 // per slot: how many generations it held before the current one
+	inflight  []counter       // per slot: shared-mode writers between their use check and their CAS
+	oldWrites []counter       // per slot: keys added to its generation after it stopped being current
+	id        uint64          // tells this filter's generation versions from another's
 
 	rotations atomic.Uint64
 
@@ -142,6 +144,8 @@ func newFilter(cfg Config, s Sizing) *Filter {
 		sizing:       s,
 		uses:         make([]atomic.Uint64, s.Slots),
 		inflight:     make([]counter, s.Slots),
+		oldWrites:    make([]counter, s.Slots),
+		id:           filterIDs.Add(1),
 		slotEpoch:    make([]int64, s.Slots),
 		dirty:        make([]bool, s.Slots),
 		sweepSlot:    -1,

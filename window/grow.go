@@ -394,7 +394,8 @@ func shardLayout(growAt uint64) uint {
 }
 
 // restoreStages reads the grown stages m describes from r, after stage 0's words, and publishes
-// them in f, which is not shared yet. A stage whose layout differs from what the Config gives
+// them in f, which is not shared yet; with a nil r it only allocates them, for their generations'
+// readers to fill (RestoreGenerations). A stage whose layout differs from what the Config gives
 // for its index is incompatible; one of a generation that is not live is corrupt.
 func (f *Filter) restoreStages(m Meta, r io.Reader) error {
 	if len(m.Stages) == 0 {
@@ -421,8 +422,10 @@ func (f *Filter) restoreStages(m Meta, r io.Reader) error {
 		}
 		lay := f.stageLayout(sm.Index)
 		st := newStage(lay, f.shardBits)
-		if err := readWords(r, st.words); err != nil {
-			return fmt.Errorf("window: reading snapshot data: %w", err)
+		if r != nil {
+			if err := readWords(r, st.words); err != nil {
+				return fmt.Errorf("window: reading snapshot data: %w", err)
+			}
 		}
 		for j, c := range sm.Counts {
 			st.count[j].n = c
@@ -432,6 +435,15 @@ func (f *Filter) restoreStages(m Meta, r io.Reader) error {
 		f.stageBytes.Add(int64(lay.bytes))
 	}
 	f.grown.Store(&grownSet{gens: gens})
+	return nil
+}
+
+// restoredStages returns the grown stages of generation epoch of a filter being restored, in
+// stage order.
+func (f *Filter) restoredStages(epoch uint64) []*stage {
+	if gg := f.grownGenIfAny(epoch); gg != nil {
+		return *gg.stages.Load()
+	}
 	return nil
 }
 

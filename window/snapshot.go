@@ -58,6 +58,10 @@ type Meta struct {
 	// Stages describes the grown stages of the live generations, whose words WriteSnapshot writes
 	// after stage 0's, in this order.
 	Stages []StageMeta
+	// Versions holds, per slot, the version of the generation the slot holds (the zero value for
+	// a free slot): what a caller that exports generations separately compares to learn whether
+	// one changed since its last export (see GenerationVersion). Restore ignores it.
+	Versions []GenerationVersion
 }
 
 // StageMeta describes one grown stage of a generation: a blocked Bloom filter of Groups blocks
@@ -198,7 +202,12 @@ func (f *Filter) metaLocked() Meta {
 	}
 	stages, metas := f.liveStages(v)
 	f.snapStages = stages
+	versions := make([]GenerationVersion, f.slots)
+	for s := range versions {
+		versions[s] = f.versionLocked(v, s)
+	}
 	return Meta{
+		Versions:          versions,
 		ShardBits:         int(f.shardBits),
 		Fill:              fill,
 		Stages:            metas,
@@ -232,40 +241,36 @@ func (f *Filter) metaLocked() Meta {
 // layout of an older kdedup, an error wrapping ErrConfig for a bad cfg, and io.ErrUnexpectedEOF
 // (wrapped) if r ends early. A failed Restore returns no Filter.
 func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
-	s, err := Size(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := compatible(cfg, s, m); err != nil {
-		return nil, err
-	}
-	f := newFilter(cfg, s)
-	if err := readWords(r, f.words); err != nil {
-		return nil, fmt.Errorf("window: reading snapshot data: %w", err)
-	}
-	if err := f.restoreStages(m, r); err != nil {
-		return nil, err
-	}
-	f.origin = m.Origin
+	return restore(cfg, m, func(f *Filter) error {
+		if err := readWords(r, f.words); err != nil {
+			return fmt.Errorf("window: reading snapshot data: %w", err)
+		}
+		for s := range f.dirty {
+			f.dirty[s] = true // the slots' words may be stale: settleSlot checks every tag
+		}
+		return f.restoreStages(m, r)
+	})
+}
+
+// restoreSlots sets the slots of f, which is not shared yet, from m and publishes its view. A
+// slot whose words were loaded (f.dirty) is settled if it holds a live generation; every free
+// slot is emptied.
+func (f *Filter) restoreSlots(m Meta) {
 	live := make([]int, 0, len(m.SlotEpochs))
 	for i, e := range m.SlotEpochs {
 		f.slotEpoch[i] = e
 		f.uses[i].Store(m.SlotUses[i])
+		loaded := f.dirty[i]
 		f.dirty[i] = e >= 0
-		f.settleSlot(i)
+		if loaded || e < 0 && tagOf(m.SlotUses[i]) != 0 { // a new filter's words are empty of use 0
+			f.settleSlot(i)
+		}
 		if e >= 0 {
 			live = append(live, i)
 		}
 	}
 	sort.Slice(live, func(a, b int) bool { return f.slotEpoch[live[a]] > f.slotEpoch[live[b]] })
 	f.publishLocked(m.Epoch, live) // f is not shared yet
-	f.restoreFill(m)
-	f.rotations.Store(m.Rotations)
-	f.AdvanceTo(cfg.Clock())
-	return f, nil
 }
 
 // settleSlot puts slot s of a filter that is not shared yet in the state a sweep leaves: a live
