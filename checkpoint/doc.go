@@ -34,11 +34,42 @@
 // Objects of a unit other than its numbered snapshots fit the same policy: every name of a unit
 // starts with "<unit>.", and List and Prune only touch the names they parse.
 //
+// # Incremental checkpoints
+//
+// Store.SaveSet saves a checkpoint made of generation objects ("<unit>.<seq>.<tok>.gen", one per
+// live generation of the filter, see snapshot.GenDecoder) and a manifest that references them
+// (the snapshot "<unit>.<seq>.snap", version 6). A generation that did not change since the last
+// checkpoint is not written again: the new manifest references the object an earlier save wrote,
+// as long as the store still lists it (Txn.Exists). So a checkpoint costs what changed — usually
+// the current generation and a manifest of a few KiB — and the store holds each sealed
+// generation once, however many kept manifests reference it.
+//
+// The manifest is the commit point. SaveSet creates it last, after every object it references is
+// durable (on a directory: each object fsynced, renamed and its directory fsynced; on S3: each
+// object complete before the manifest's upload starts), and checks before that that it references
+// only objects of the save or objects listed when the save began. So listing or reading a
+// manifest never finds a missing generation, unless something deleted it since (see below). A
+// save that fails before the commit deletes the objects it created.
+//
+// Retention works by reference: after a save, Prune keeps the newest Keep snapshots as before, and
+// deletes the generation objects that none of them references and that no save under way can
+// still reference: those written by a save numbered below the oldest kept snapshot (a save numbers
+// itself above every snapshot it lists), and those older than StaleTempAge. The objects a
+// manifest references are read from its header, once per process (a Store caches them; it never
+// reads the manifests it wrote). Two replicas saving the same unit at the same time (a partition
+// owned twice during a handover race) can still lose a checkpoint: one's prune may delete objects
+// of the other's save under way, whose manifest then references a missing object; restore falls
+// back from such a manifest like from a damaged one.
+//
 // # Restore and fallback
 //
 // Load restores a unit newest first: a snapshot that is corrupt, foreign, of an unknown version,
 // or rejected by the caller as incompatible (ErrIncompatible) is recorded and the previous one
-// tried. The Outcome — warm, fallback or cold — is meant for the
+// tried. For a manifest the caller reads the generation objects it references
+// (Store.OpenGeneration), which checks each against the reference: a missing, damaged or
+// replaced object condemns the manifest, and Load tries the previous one. A sealed generation is
+// stored once, so a damaged one condemns every kept manifest that references it: restore then
+// falls back to a manifest or single-file snapshot older than that generation, or starts cold. The Outcome — warm, fallback or cold — is meant for the
 // kdedup_checkpoint_restores_total{outcome} metric; LoadResult.Failures and LoadResult.Err say
 // what was rejected and why. An I/O error is not a bad snapshot: Load stops and returns it, since
 // a cold start would forget keys the snapshot remembers.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -175,4 +176,84 @@ func TestDirLoadFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDirSaveSetFaults fails each file system operation of an incremental save, at a generation
+// object or at the manifest, and proves what the commit protocol promises: the previous
+// checkpoint stays complete and loadable (every object it references is there), nothing partial
+// is left, the failed save's objects are removed, a failure after the manifest's rename is
+// reported as what it is (ErrNotDurable, ErrPrune), and the next save works.
+func TestDirSaveSetFaults(t *testing.T) {
+	prev := map[uint64]uint64{2: 20, 1: 10}
+	next := map[uint64]uint64{2: 21, 1: 10} // generation 2 changed: one object and the manifest
+	tests := []struct {
+		name    string
+		op      errorfs.Op
+		path    string
+		after   int
+		wantErr error
+		visible bool
+	}{
+		{"object: create temp", errorfs.OpCreate, ".gen", 0, nil, false},
+		{"object: write", errorfs.OpWrite, ".gen", 0, nil, false},
+		{"object: fsync", errorfs.OpSync, ".gen", 0, nil, false},
+		{"object: rename", errorfs.OpRename, ".gen", 0, nil, false},
+		{"object: directory fsync", errorfs.OpSyncDir, "", 0, checkpoint.ErrNotDurable, false},
+		{"manifest: create temp", errorfs.OpCreate, ".snap", 0, nil, false},
+		{"manifest: write", errorfs.OpWrite, ".snap", 0, nil, false},
+		{"manifest: rename", errorfs.OpRename, ".snap", 0, nil, false},
+		{"manifest: directory fsync", errorfs.OpSyncDir, "", 1, checkpoint.ErrNotDurable, true},
+		{"listing", errorfs.OpList, "", 0, nil, false},
+		{"remove while pruning", errorfs.OpRemove, "", 0, checkpoint.ErrPrune, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, dir, efs := faultyStore(t, 1)
+			sv := checkpoint.NewSaverForTest(s)
+			if _, _, err := sv.Save(prev, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := sv.Save(prev, nil); err != nil { // a second manifest for the prune to remove
+				t.Fatal(err)
+			}
+			before := dirNames(t, dir)
+			efs.FailWhen(tt.op, tt.path, tt.after, syscall.EIO)
+			_, _, err := sv.Save(next, nil)
+			efs.Clear()
+			if efs.Injected(tt.op) == 0 {
+				t.Fatalf("the save never reached the failed %s", tt.op)
+			}
+			if !errors.Is(err, syscall.EIO) || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("save = %v, want an error wrapping EIO and %v", err, tt.wantErr)
+			}
+			if tmp := tempFiles(t, dir); len(tmp) > 0 {
+				t.Errorf("temporary files left behind: %v", tmp)
+			}
+			want := prev
+			if tt.visible {
+				want = next
+			} else if after := dirNames(t, dir); !slices.Equal(after, before) {
+				t.Errorf("the failed save left %v, want %v", after, before)
+			}
+			if got, res, err := checkpoint.LoadGensForTest(s); err != nil || res.Outcome != checkpoint.OutcomeWarm || !maps.Equal(got, want) {
+				t.Fatalf("load = %v (%s), %v; want %v, warm", got, res.Outcome, err, want)
+			}
+			if _, _, err := sv.Save(map[uint64]uint64{3: 30, 2: 21, 1: 10}, nil); err != nil {
+				t.Fatalf("the save after the disk recovered: %v", err)
+			}
+		})
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

@@ -10,11 +10,13 @@ import (
 
 // Names and numbering, shared by every backend.
 //
-// A unit's objects are named "<unit>.<suffix>". A snapshot is "<unit>.<seq>.snap", seq a
-// zero-padded 20-digit number (see Info.Seq), so that names sort in number order; the name
-// determines its unit (strip the fixed-length tail), so units that prefix each other ("orders",
-// "orders.p3") never mix. Other suffixes are free for other kinds of object of a unit; List and
-// Prune ignore them.
+// A unit's objects are named "<unit>.<suffix>". A snapshot (a single-file one, or a manifest) is
+// "<unit>.<seq>.snap", seq a zero-padded 20-digit number (see Info.Seq), so that names sort in
+// number order; a generation object is "<unit>.<seq>.<tok>.gen", seq the number of the save that
+// wrote it and tok four random characters, so that objects of saves that chose the same number
+// (two replicas whose clocks lag the same snapshot) still differ. A name determines its unit
+// (strip the fixed-length tail), so units that prefix each other ("orders", "orders.p3") never
+// mix. Other suffixes are free for other kinds of object of a unit; List and Prune ignore them.
 
 // ErrBadUnit is wrapped by errors about invalid unit or snapshot names.
 var ErrBadUnit = errors.New("checkpoint: invalid unit name")
@@ -29,6 +31,10 @@ const (
 	seqDigits = 20
 	// snapSuffix ends every snapshot name.
 	snapSuffix = ".snap"
+	// genSuffix ends every generation object name.
+	genSuffix = ".gen"
+	// tokLen is the length of a generation object name's random token.
+	tokLen = 4
 )
 
 // ValidateUnit reports whether unit is a valid unit name: 1 to 200 bytes of ASCII letters,
@@ -75,6 +81,36 @@ func parseSnapName(unit, name string) (uint64, bool) {
 	}
 	seq, err := strconv.ParseUint(digits, 10, 64)
 	return seq, err == nil
+}
+
+// genName returns the name of a generation object of unit written by the save numbered seq.
+func genName(unit string, seq uint64, tok string) string {
+	return fmt.Sprintf("%s.%0*d.%s%s", unit, seqDigits, seq, tok, genSuffix)
+}
+
+// parseGenName returns the number of the save that wrote name if name is a generation object of
+// unit.
+func parseGenName(unit, name string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(name, unit+".")
+	if !ok {
+		return 0, false
+	}
+	rest, ok = strings.CutSuffix(rest, genSuffix)
+	if !ok || len(rest) != seqDigits+1+tokLen || rest[seqDigits] != '.' || !allDigits(rest[:seqDigits]) || !tokChars(rest[seqDigits+1:]) {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(rest[:seqDigits], 10, 64)
+	return seq, err == nil
+}
+
+// tokChars reports whether s is made of a token's characters: lowercase letters and digits.
+func tokChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 func allDigits(s string) bool {

@@ -65,6 +65,7 @@ type Store struct {
 	keep  int
 	now   func() time.Time
 	locks unitLocks
+	refs  refCache
 }
 
 // NewStore returns the Store over b, retaining keep snapshots per unit; keep <= 0 means
@@ -157,6 +158,11 @@ func (s *Store) list(ctx context.Context, unit string) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	return snapInfos(unit, objs), nil
+}
+
+// snapInfos returns the snapshots of unit among objs, newest first.
+func snapInfos(unit string, objs []Object) []Info {
 	var infos []Info
 	for _, o := range objs {
 		if seq, ok := parseSnapName(unit, o.Name); ok {
@@ -164,7 +170,7 @@ func (s *Store) list(ctx context.Context, unit string) ([]Info, error) {
 		}
 	}
 	slices.SortFunc(infos, func(a, b Info) int { return cmp.Compare(b.Seq, a.Seq) })
-	return infos, nil
+	return infos
 }
 
 // Open opens a snapshot returned by List for reading. A snapshot pruned in the meantime yields an
@@ -205,20 +211,69 @@ func (s *Store) Prune(ctx context.Context, unit string) error {
 }
 
 func (s *Store) pruneLocked(ctx context.Context, unit string) error {
-	infos, err := s.list(ctx, unit)
+	objs, err := s.b.List(ctx, unit+".")
 	if err != nil {
 		return fmt.Errorf("listing: %w", err)
 	}
+	infos := snapInfos(unit, objs)
+	kept := infos[:min(s.keep, len(infos))]
 	var errs []error
-	for _, info := range infos[min(s.keep, len(infos)):] {
+	for _, info := range infos[len(kept):] {
 		if err := s.b.Delete(ctx, info.Name); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", info.Name, err))
 		}
 	}
+	s.refs.retain(unit, kept)
+	if err := s.pruneGens(ctx, unit, objs, kept); err != nil {
+		errs = append(errs, err)
+	}
 	// A temporary file of an older kdedup is named after its unit alone.
-	partial := func(name string) bool { _, ok := parseSnapName(unit, name); return ok || name == unit }
+	partial := func(name string) bool {
+		_, snap := parseSnapName(unit, name)
+		_, gen := parseGenName(unit, name)
+		return snap || gen || name == unit
+	}
 	if err := s.b.Sweep(ctx, unit, s.now().Add(-StaleTempAge), partial); err != nil {
 		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// pruneGens deletes the generation objects of unit that no kept snapshot references and that no
+// save under way can still reference: those written by a save numbered below the oldest kept
+// snapshot (a save numbers itself above every snapshot it lists), and those older than
+// StaleTempAge (left by a save that failed in a process that died).
+func (s *Store) pruneGens(ctx context.Context, unit string, objs []Object, kept []Info) error {
+	type gen struct {
+		Object
+		seq uint64
+	}
+	var gens []gen
+	for _, o := range objs {
+		if seq, ok := parseGenName(unit, o.Name); ok {
+			gens = append(gens, gen{o, seq})
+		}
+	}
+	if len(gens) == 0 {
+		return nil
+	}
+	refs, err := s.referenced(ctx, unit, kept)
+	if err != nil {
+		return err
+	}
+	oldest := uint64(0)
+	if len(kept) > 0 {
+		oldest = kept[len(kept)-1].Seq
+	}
+	stale := s.now().Add(-StaleTempAge)
+	var errs []error
+	for _, g := range gens {
+		if refs[g.Name] || g.seq >= oldest && !g.ModTime.Before(stale) {
+			continue
+		}
+		if err := s.b.Delete(ctx, g.Name); err != nil {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", g.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,8 @@ package errorfs
 import (
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -37,8 +39,15 @@ type FS struct {
 	inner checkpoint.FS
 
 	mu       sync.Mutex
-	faults   map[Op]error
+	faults   map[Op]fault
 	injected map[Op]int
+}
+
+// fault is the failure Fail or FailWhen set for an op.
+type fault struct {
+	err   error
+	path  string // fail only ops on paths containing this ("" = all)
+	after int    // matching ops that still succeed before the failures start
 }
 
 var _ checkpoint.FS = (*FS)(nil)
@@ -48,7 +57,7 @@ func New(inner checkpoint.FS) *FS {
 	if inner == nil {
 		inner = checkpoint.OSFS{}
 	}
-	return &FS{inner: inner, faults: map[Op]error{}, injected: map[Op]int{}}
+	return &FS{inner: inner, faults: map[Op]fault{}, injected: map[Op]int{}}
 }
 
 // Fail makes every later op fail with err, on files opened before as well, until Clear. A nil
@@ -60,7 +69,16 @@ func (f *FS) Fail(op Op, err error) {
 		delete(f.faults, op)
 		return
 	}
-	f.faults[op] = err
+	f.faults[op] = fault{err: err}
+}
+
+// FailWhen is Fail for the ops on a path containing path only (every path if empty), after the
+// first after of them succeeded: to fail, say, the rename of a save's last object, or the second
+// directory fsync.
+func (f *FS) FailWhen(op Op, path string, after int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults[op] = fault{err: err, path: path, after: after}
 }
 
 // Clear ends every failure set by Fail.
@@ -77,20 +95,26 @@ func (f *FS) Injected(op Op) int {
 	return f.injected[op]
 }
 
-// injectedErr returns the error Fail chose for op, counting it, or nil.
-func (f *FS) injectedErr(op Op) error {
+// injectedErr returns the error Fail or FailWhen chose for op on path, counting it, or nil.
+func (f *FS) injectedErr(op Op, path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	err, ok := f.faults[op]
-	if ok {
-		f.injected[op]++
+	ft, ok := f.faults[op]
+	if !ok || ft.path != "" && !strings.Contains(path, ft.path) {
+		return nil
 	}
-	return err
+	if ft.after > 0 {
+		ft.after--
+		f.faults[op] = ft
+		return nil
+	}
+	f.injected[op]++
+	return ft.err
 }
 
 // fault returns the error op on path fails with, as an *fs.PathError, or nil.
 func (f *FS) fault(op Op, path string) error {
-	if err := f.injectedErr(op); err != nil {
+	if err := f.injectedErr(op, path); err != nil {
 		return &fs.PathError{Op: string(op), Path: path, Err: err}
 	}
 	return nil
@@ -101,7 +125,7 @@ func (f *FS) MkdirAll(dir string, perm fs.FileMode) error { return f.inner.Mkdir
 
 // CreateTemp implements checkpoint.FS.
 func (f *FS) CreateTemp(dir, pattern string) (checkpoint.File, error) {
-	if err := f.fault(OpCreate, dir); err != nil {
+	if err := f.fault(OpCreate, filepath.Join(dir, pattern)); err != nil {
 		return nil, err
 	}
 	file, err := f.inner.CreateTemp(dir, pattern)
@@ -125,7 +149,7 @@ func (f *FS) Open(name string) (checkpoint.File, error) {
 
 // Rename implements checkpoint.FS.
 func (f *FS) Rename(oldpath, newpath string) error {
-	if err := f.injectedErr(OpRename); err != nil {
+	if err := f.injectedErr(OpRename, newpath); err != nil {
 		return &os.LinkError{Op: string(OpRename), Old: oldpath, New: newpath, Err: err}
 	}
 	return f.inner.Rename(oldpath, newpath)
