@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kdedup/kdedup/internal/app"
 )
 
 // TestREADMEEnvTable fails when the README's configuration table is not the one generated from
@@ -28,7 +30,7 @@ func TestREADMEEnvTable(t *testing.T) {
 // and escapes pipes inside cells.
 func TestEnvTable(t *testing.T) {
 	table := envTable()
-	for _, v := range envVars() {
+	for _, v := range app.EnvVars() {
 		if n := strings.Count(table, "| `"+v.Name+"` |"); n != 1 {
 			t.Errorf("%s appears %d times", v.Name, n)
 		}

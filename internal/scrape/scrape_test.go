@@ -1,4 +1,4 @@
-package main
+package scrape
 
 import (
 	"maps"
@@ -59,18 +59,17 @@ func TestScrapeMetrics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := scrapeMetrics(tt.url, tt.names...)
+			got := Totals(tt.url, tt.names...)
 			if (got == nil) != (tt.want == nil) || !maps.Equal(got, tt.want) {
 				t.Errorf("scrapeMetrics = %v, want %v", got, tt.want)
 			}
 		})
 	}
 	// The samples keep their labels.
-	v, err := scrapeSamples(srv.URL)
+	v, err := Samples(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := samples(v)
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -81,7 +80,7 @@ func TestScrapeMetrics(t *testing.T) {
 		{"kdedup_duplicates_total", []string{"partition", "2"}, 0},
 		{"kdedup_restore_seconds_count", nil, 2},
 	} {
-		if got := m.value(c.name, c.labels...); got != c.want {
+		if got := Sum(v, c.name, c.labels...); got != c.want {
 			t.Errorf("scrapeSamples: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}

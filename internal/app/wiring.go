@@ -1,4 +1,4 @@
-package main
+package app
 
 // Wiring of the packages cmd/kdedup does not own: dedup (filter manager and key extraction),
 // window (filter sizing), metrics and checkpoint (snapshots). Everything the worker needs from them goes
@@ -36,8 +36,9 @@ var (
 	_ dedup.RebuildObserver      = (*metrics.Metrics)(nil)
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// Version is the version the worker reports (log, kdedup_build_info). cmd/kdedup sets it from its
+// own, which is set at build time with -ldflags "-X main.version=...". Default: "dev".
+var Version = "dev"
 
 // validateDedup reports the DEDUP_* problems that the owning packages detect: the key spec
 // (dedup.ParseKeySpec), the scope (dedup.ParseScope) and the window sizing (window.Size,
@@ -208,7 +209,7 @@ var _ consumer.ProducerObserver = (*metrics.Metrics)(nil)
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 	return metrics.New(reg, metrics.Options{
 		Mode:                    cfg.Dedup.Mode,
-		Version:                 version,
+		Version:                 Version,
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
 		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
 		ProducerResetReasons:    consumer.ResetReasons(),

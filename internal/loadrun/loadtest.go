@@ -1,4 +1,4 @@
-package main
+package loadrun
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/internal/app"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/kdedup/kdedup/window"
 )
@@ -105,7 +106,7 @@ func loadtestUsage(stderr io.Writer, format string, a ...any) int {
 // while the worker runs elsewhere. Exit status: 0 when the run passed, 1 when it failed (leaked
 // duplicates, losses above the bound, order violations, an incomplete run or a runtime error),
 // 2 on bad flags.
-func runLoadtest(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) int {
+func Loadtest(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) int {
 	f, code, ok := parseLoadtestFlags(args, stderr)
 	if !ok {
 		return code
@@ -212,7 +213,7 @@ func (f *loadtestFlags) resolve(environ map[string]string, isEmbedded bool) erro
 // It returns every variable that does not parse.
 func (f *loadtestFlags) fromWorkerEnv(environ map[string]string) error {
 	defaults := map[string]string{}
-	for _, v := range envVars() {
+	for _, v := range app.EnvVars() {
 		if v.HasDefault {
 			defaults[v.Name] = v.Default
 		}
@@ -289,7 +290,7 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 // exit status when the run could not happen.
 func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags, environ map[string]string, stdout, stderr io.Writer) (*loadtest.Report, int) {
 	lt.Brokers = splitBrokers(f.brokers)
-	kc := KafkaConfig{
+	kc := app.KafkaConfig{
 		TLSEnabled:    environ["KAFKA_TLS_ENABLED"] == "true",
 		TLSCAFile:     environ["KAFKA_TLS_CA_FILE"],
 		TLSCertFile:   environ["KAFKA_TLS_CERT_FILE"],
@@ -298,11 +299,11 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 		SASLUsername:  environ["KAFKA_SASL_USERNAME"],
 		SASLPassword:  environ["KAFKA_SASL_PASSWORD"],
 	}
-	tc, name, err := kc.tlsConfig()
+	tc, name, err := kc.TLSConfig()
 	if err != nil {
 		return nil, loadtestUsage(stderr, "%s: %v", name, err)
 	}
-	lt.TLS, lt.SASL = tc, kc.saslMechanism()
+	lt.TLS, lt.SASL = tc, kc.SASL()
 	if err := lt.Validate(); err != nil {
 		return nil, loadtestUsage(stderr, "%v", err)
 	}

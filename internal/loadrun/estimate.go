@@ -1,4 +1,4 @@
-package main
+package loadrun
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/prometheus/common/model"
 )
@@ -58,7 +59,7 @@ func (s *estimateSampler) read() {
 	if base == "" {
 		return
 	}
-	samples, err := scrapeSamples(base + "/metrics")
+	samples, err := scrape.Samples(base + "/metrics")
 	if err != nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package scrape
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 // labels (a histogram as its name_bucket, name_sum and name_count samples). It returns an error
 // if the request fails, the status is not 200 or the body is not in a Prometheus exposition
 // format.
-func scrapeSamples(url string) (model.Vector, error) {
+func Samples(url string) (model.Vector, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
@@ -48,8 +48,8 @@ func scrapeSamples(url string) (model.Vector, error) {
 // names present (a counter or gauge, or a histogram's name_sum and name_count), "name" → the sum
 // over its label sets and "name:max" → the largest value. It returns nil if the scrape or the
 // parsing fails.
-func scrapeMetrics(url string, names ...string) map[string]float64 {
-	samples, err := scrapeSamples(url)
+func Totals(url string, names ...string) map[string]float64 {
+	samples, err := Samples(url)
 	if err != nil {
 		return nil
 	}
@@ -66,4 +66,23 @@ func scrapeMetrics(url string, names ...string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// Sum returns the sum of the samples of v named name whose labels include every given label,
+// value pair (a missing sample counts 0).
+func Sum(v model.Vector, name string, labelValues ...string) float64 {
+	var sum float64
+next:
+	for _, x := range v {
+		if string(x.Metric[model.MetricNameLabel]) != name {
+			continue
+		}
+		for i := 0; i+1 < len(labelValues); i += 2 {
+			if string(x.Metric[model.LabelName(labelValues[i])]) != labelValues[i+1] {
+				continue next
+			}
+		}
+		sum += float64(x.Value)
+	}
+	return sum
 }

@@ -1,4 +1,4 @@
-package main
+package loadrun
 
 import (
 	"bytes"
@@ -92,7 +92,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			code := run(ctx, args, map[string]string{}, &stdout, &stderr)
+			code := Loadtest(ctx, args[1:], map[string]string{}, &stdout, &stderr)
 			t.Logf("stdout:\n%s", stdout.String())
 			if code != 0 {
 				t.Fatalf("exit status %d\nstderr:\n%s", code, stderr.String())
@@ -179,7 +179,7 @@ func TestLoadtestExternalFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	code := run(ctx, []string{"loadtest", "-quiet", "-count", "200", "-settle", "500ms", "-mix", "within=1"}, env, &stdout, &stderr)
+	code := Loadtest(ctx, []string{"-quiet", "-count", "200", "-settle", "500ms", "-mix", "within=1"}, env, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stdout.String(), "160 must appear: 160 lost") || !strings.Contains(stdout.String(), "field header:id") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -212,7 +212,7 @@ func TestLoadtestFlagErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), append([]string{"loadtest"}, tt.args...), tt.env, &stdout, &stderr)
+		code := Loadtest(context.Background(), tt.args, tt.env, &stdout, &stderr)
 		if code == 0 || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want an error mentioning %q", tt.args, code, stderr.String(), tt.want)
 		}

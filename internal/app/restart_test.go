@@ -1,6 +1,6 @@
-package main
+package app
 
-// Warm-restart tests: the real binary (re-executed test binary, see TestMain) with checkpoints in
+// Warm-restart tests: the real binary (cmd/kdedup, built by kdedupBinary) with checkpoints in
 // a temporary directory, killed and restarted against an embedded broker, must neither let a
 // duplicate through nor drop a record.
 

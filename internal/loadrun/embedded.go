@@ -1,4 +1,4 @@
-package main
+package loadrun
 
 import (
 	"context"
@@ -16,7 +16,9 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/internal/app"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/kdedup/kdedup/window"
 )
@@ -78,41 +80,41 @@ func failRun(stderr io.Writer, err error) (*loadtest.Report, int) {
 // startEmbedded starts the embedded broker with the topics of lt, loads the worker's
 // configuration and makes lt expect what the worker does. On failure it returns a nil cluster
 // (stopped) with the exit status, having reported the error.
-func startEmbedded(lt *loadtest.Config, o embeddedOptions, stderr io.Writer) (*embedkafka.Cluster, Config, int) {
+func startEmbedded(lt *loadtest.Config, o embeddedOptions, stderr io.Writer) (*embedkafka.Cluster, app.Config, int) {
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{lt.InputTopic: int32(o.partitions), lt.OutputTopic: int32(o.partitions)}})
 	if err != nil {
 		_, code := failRun(stderr, err)
-		return nil, Config{}, code
+		return nil, app.Config{}, code
 	}
 	lt.Brokers = cl.Addrs()
 	cfg, code, err := embeddedConfig(lt, o)
 	if err != nil {
 		cl.Close()
 		fmt.Fprintf(stderr, "kdedup loadtest: %v\n", err)
-		return nil, Config{}, code
+		return nil, app.Config{}, code
 	}
 	return cl, cfg, 0
 }
 
 // embeddedConfig returns the worker's configuration for lt and makes lt expect it. On failure the
 // exit status is 2 for a bad configuration, 1 otherwise.
-func embeddedConfig(lt *loadtest.Config, o embeddedOptions) (Config, int, error) {
+func embeddedConfig(lt *loadtest.Config, o embeddedOptions) (app.Config, int, error) {
 	env, err := embeddedWorkerEnv(*lt, lt.Brokers, filterCapacity(*lt, o), o.workerEnv)
 	if err != nil {
-		return Config{}, 1, err
+		return app.Config{}, 1, err
 	}
-	cfg, err := loadConfig(env)
+	cfg, err := app.Load(env)
 	if err != nil {
-		return Config{}, 2, fmt.Errorf("worker configuration: %w", err)
+		return app.Config{}, 2, fmt.Errorf("worker configuration: %w", err)
 	}
 	if err := expectWorker(lt, cfg, o.passthrough); err != nil {
-		return Config{}, 1, err
+		return app.Config{}, 1, err
 	}
 	if o.rebuildAt > 0 && cfg.Checkpoint.URL != "" {
-		return Config{}, 2, errors.New("-rebuild-at empties CHECKPOINT_DIR; it cannot empty CHECKPOINT_URL")
+		return app.Config{}, 2, errors.New("-rebuild-at empties CHECKPOINT_DIR; it cannot empty CHECKPOINT_URL")
 	}
 	if err := lt.Validate(); err != nil {
-		return Config{}, 2, err
+		return app.Config{}, 2, err
 	}
 	return cfg, 0, nil
 }
@@ -231,7 +233,7 @@ func embeddedWorkerEnv(lt loadtest.Config, brokers []string, capacity uint64, ov
 
 // expectWorker makes the verifier expect what the worker was really configured with
 // (-worker-env may override the flags); the pass-through pipe must deliver every record once.
-func expectWorker(lt *loadtest.Config, cfg Config, passthrough bool) error {
+func expectWorker(lt *loadtest.Config, cfg app.Config, passthrough bool) error {
 	if passthrough {
 		lt.ExpectAll = true
 		return nil
@@ -254,7 +256,7 @@ func expectWorker(lt *loadtest.Config, cfg Config, passthrough bool) error {
 // its HTTP server) or the pass-through pipe. It can be stopped and started again.
 type embeddedWorker struct {
 	outer   context.Context // a (re)started pipeline runs under it
-	cfg     Config
+	cfg     app.Config
 	pipe    *loadtest.PipeConfig // the pass-through pipe; nil: the worker
 	log     *slog.Logger
 	stderr  io.Writer
@@ -273,7 +275,7 @@ func (w *embeddedWorker) url() string {
 	return ""
 }
 
-func newEmbeddedWorker(ctx context.Context, cfg Config, lt loadtest.Config, brokers []string, o embeddedOptions, stderr io.Writer) *embeddedWorker {
+func newEmbeddedWorker(ctx context.Context, cfg app.Config, lt loadtest.Config, brokers []string, o embeddedOptions, stderr io.Writer) *embeddedWorker {
 	level := slog.LevelWarn
 	if o.verbose {
 		level = slog.LevelInfo
@@ -311,7 +313,7 @@ func (w *embeddedWorker) start(ctx context.Context) error {
 	}
 	base := "http://" + ln.Addr().String()
 	w.base.Store(&base)
-	go func() { w.exit <- serve(pctx, w.cfg, ln, w.log) }()
+	go func() { w.exit <- app.Serve(pctx, w.cfg, ln, w.log) }()
 	if code, ok := waitReady(ctx, base+"/readyz", w.exit, 30*time.Second); !ok {
 		if code >= 0 {
 			return fmt.Errorf("the worker exited with status %d before it was ready", code)
@@ -394,9 +396,9 @@ var workerMetrics = []string{
 
 // addWorkerReport adds what the worker at base says to the report: its metrics, the restart
 // (with what the new worker restored) and the sizing of its units filters.
-func addWorkerReport(report *loadtest.Report, base string, cfg Config, units int, rs restartStats) {
+func addWorkerReport(report *loadtest.Report, base string, cfg app.Config, units int, rs restartStats) {
 	report.Mode = "embedded"
-	metrics := scrapeMetrics(base+"/metrics", workerMetrics...)
+	metrics := scrape.Totals(base+"/metrics", workerMetrics...)
 	report.WorkerMetrics = metrics
 	if rs.note != "" {
 		if metrics == nil {
@@ -420,7 +422,7 @@ func addWorkerReport(report *loadtest.Report, base string, cfg Config, units int
 
 // filterInfo returns the sizing of the worker's filters against theory, with the worker's own
 // false-positive estimate from metrics (-1: unknown); nil if the window cannot be sized.
-func filterInfo(d DedupConfig, units int, metrics map[string]float64) *loadtest.FilterInfo {
+func filterInfo(d app.DedupConfig, units int, metrics map[string]float64) *loadtest.FilterInfo {
 	wc := window.Config{
 		Generations: d.WindowCount, Interval: d.WindowInterval, Capacity: d.WindowCapacity,
 		FalsePositiveRate: d.FalsePositiveRate, MaxBytes: uint64(d.MaxMemory),

@@ -1,7 +1,7 @@
-package main
+package app
 
-// The harness of the tests that run the binary: the test binary re-executed as kdedup (see
-// TestMain), its JSON log read as structured events, its HTTP server found through its startup
+// The harness of the tests that run the binary: cmd/kdedup built once into a temporary directory
+// (see kdedupBinary), its JSON log read as structured events, its HTTP server found through its startup
 // event (HTTP_ADDR=127.0.0.1:0 lets the kernel pick a free port: no port is chosen, closed and
 // reused later), its /metrics scraped, and the one polling helper of the package's tests.
 
@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/prometheus/common/model"
 )
 
@@ -39,12 +41,54 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// child starts the test binary as kdedup with exactly the given environment and arguments. The
-// process is killed when the test ends.
+// built is the kdedup binary the tests run, built on first use by kdedupBinary and removed by
+// TestMain.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// TestMain removes the binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// kdedupBinary returns the path of cmd/kdedup built with go build (with -race when the tests run
+// under the race detector, as the worker's code then does in the child too). It fails the test if
+// the build fails.
+func kdedupBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "kdedup-test-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "kdedup")
+		args := []string{"build", "-o", built.bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/kdedup/kdedup/cmd/kdedup")...).CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build ./cmd/kdedup: %w\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
+
+// child starts the kdedup binary with exactly the given environment and arguments. The process
+// is killed when the test ends.
 func child(t *testing.T, environ map[string]string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = []string{"KDEDUP_RUN_MAIN=1"}
+	cmd := exec.Command(kdedupBinary(t), args...)
+	cmd.Env = []string{}
 	for k, v := range environ {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -207,7 +251,7 @@ func (w *worker) metrics(t *testing.T) samples {
 	if u == "" {
 		t.Fatalf("scraping a worker that has not started; log:\n%s", tail(w.stderr.String(), logTail))
 	}
-	v, err := scrapeSamples(u)
+	v, err := scrape.Samples(u)
 	if err != nil {
 		t.Fatalf("scraping the worker: %v", err)
 	}
@@ -220,20 +264,7 @@ type samples model.Vector
 // value returns the sum of the samples named name whose labels include every given label, value
 // pair (a missing sample counts 0).
 func (s samples) value(name string, labelValues ...string) float64 {
-	var sum float64
-next:
-	for _, x := range s {
-		if string(x.Metric[model.MetricNameLabel]) != name {
-			continue
-		}
-		for i := 0; i+1 < len(labelValues); i += 2 {
-			if string(x.Metric[model.LabelName(labelValues[i])]) != labelValues[i+1] {
-				continue next
-			}
-		}
-		sum += float64(x.Value)
-	}
-	return sum
+	return scrape.Sum(model.Vector(s), name, labelValues...)
 }
 
 // logTail is how many lines of a worker's log a failure shows.

@@ -1,6 +1,6 @@
-package main
+package app
 
-// Scale-out tests: three replicas of the real binary (re-executed test binary, see TestMain) in one
+// Scale-out tests: three replicas of the real binary (cmd/kdedup, built by kdedupBinary) in one
 // consumer group on an embedded broker, while records flow: a replica joins a group of two, one
 // leaves with SIGTERM, one is killed with SIGKILL, and one comes back. The filters must follow the
 // partitions through every move, with snapshots in a directory per replica (which leaves only the

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"crypto/tls"
@@ -146,7 +146,7 @@ func (e *ConfigError) Error() string {
 
 // loadConfig parses environ (as from env.ToMap(os.Environ())) into a Config and validates it. It
 // returns a *ConfigError with all problems at once.
-func loadConfig(environ map[string]string) (Config, error) {
+func Load(environ map[string]string) (Config, error) {
 	var cfg Config
 	var problems []string
 	failed := map[string]bool{} // variables whose value did not parse: no further checks
@@ -202,7 +202,7 @@ func describeEnvError(err error, vars map[string]string, environ map[string]stri
 // fieldVars maps every leaf field name of Config to its environment variable.
 func fieldVars() map[string]string {
 	out := map[string]string{}
-	for _, v := range envVars() {
+	for _, v := range EnvVars() {
 		out[v.Field] = v.Name
 	}
 	return out
@@ -219,7 +219,7 @@ type EnvVar struct {
 // (env.GetFieldParams); the Go field name and the desc tag, which env does not report, come from
 // the leaf field at the same position. It panics if the two disagree: the tags are static, and
 // every test that renders the table would catch it.
-func envVars() []EnvVar {
+func EnvVars() []EnvVar {
 	params, err := env.GetFieldParams(&Config{})
 	if err != nil {
 		panic("kdedup: Config's env tags: " + err.Error())
@@ -311,7 +311,7 @@ func (c Config) validate() []problem {
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		add("HTTP_ADDR", "%q is not a listen address like :8080", c.HTTPAddr)
 	}
-	if _, err := c.logLevel(); err != nil {
+	if _, err := c.Level(); err != nil {
 		add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
 	return ps
@@ -356,7 +356,7 @@ func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) 
 				add(name, "is set but KAFKA_TLS_ENABLED is false")
 			}
 		}
-	} else if _, name, err := k.tlsConfig(); err != nil {
+	} else if _, name, err := k.TLSConfig(); err != nil {
 		add(name, "%v", err)
 	}
 	switch strings.ToLower(k.SASLMechanism) {
@@ -380,7 +380,7 @@ var compressions = map[string]kafka.Compression{
 	"none": 0, "gzip": kafka.Gzip, "snappy": kafka.Snappy, "lz4": kafka.Lz4, "zstd": kafka.Zstd,
 }
 
-func (c Config) logLevel() (slog.Level, error) {
+func (c Config) Level() (slog.Level, error) {
 	var l slog.Level
 	err := l.UnmarshalText([]byte(c.LogLevel))
 	return l, err
@@ -388,7 +388,7 @@ func (c Config) logLevel() (slog.Level, error) {
 
 // tlsConfig returns the TLS configuration, or nil when TLS is disabled. On failure it also
 // returns the variable at fault.
-func (k KafkaConfig) tlsConfig() (*tls.Config, string, error) {
+func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	if !k.TLSEnabled {
 		return nil, "", nil
 	}
@@ -417,7 +417,7 @@ func (k KafkaConfig) tlsConfig() (*tls.Config, string, error) {
 	return tc, "", nil
 }
 
-func (k KafkaConfig) saslMechanism() sasl.Mechanism {
+func (k KafkaConfig) SASL() sasl.Mechanism {
 	if strings.ToLower(k.SASLMechanism) == "plain" {
 		return plain.Mechanism{Username: k.SASLUsername, Password: k.SASLPassword}
 	}
@@ -462,11 +462,11 @@ func (c Config) consumerFields() consumer.Config {
 
 // consumerConfig converts the validated configuration into the worker's, loading the TLS files.
 func (c Config) consumerConfig() (consumer.Config, error) {
-	tc, name, err := c.Kafka.tlsConfig()
+	tc, name, err := c.Kafka.TLSConfig()
 	if err != nil {
 		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
 	}
 	cc := c.consumerFields()
-	cc.TLS, cc.SASL = tc, c.Kafka.saslMechanism()
+	cc.TLS, cc.SASL = tc, c.Kafka.SASL()
 	return cc, nil
 }

@@ -1,4 +1,4 @@
-package main
+package loadrun
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/app"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -36,7 +38,7 @@ type demoFlags struct {
 // runDemo starts an embedded Kafka-protocol broker, produces a stream with duplicates, runs the
 // real worker (configured through the same environment parsing as production) against it, and
 // prints what went in and out.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, ok := parseDemoFlags(args, stderr)
 	if !ok {
 		return 2
@@ -71,7 +73,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
 	exit := make(chan int, 1)
-	go func() { exit <- serve(workerCtx, cfg, ln, log) }()
+	go func() { exit <- app.Serve(workerCtx, cfg, ln, log) }()
 
 	began := time.Now()
 	dups, err := produceOrders(ctx, cl, f.records, f.partitions, f.dupRate)
@@ -122,8 +124,8 @@ func parseDemoFlags(args []string, stderr io.Writer) (f demoFlags, ok bool) {
 
 // demoConfig returns the worker's configuration for the demo, through the same parsing as
 // production: brokers, HTTP address and a window that holds every record.
-func demoConfig(brokers []string, httpAddr string, records int) (Config, error) {
-	return loadConfig(map[string]string{
+func demoConfig(brokers []string, httpAddr string, records int) (app.Config, error) {
+	return app.Load(map[string]string{
 		"KAFKA_BROKERS":            strings.Join(brokers, ","),
 		"KAFKA_INPUT_TOPIC":        demoIn,
 		"KAFKA_OUTPUT_TOPIC":       demoOut,
@@ -216,7 +218,7 @@ func waitCommitted(ctx context.Context, cl *embedkafka.Cluster, records int, exi
 // printDemoResult prints what went in and out, and what the worker's /metrics at base say. It
 // fails when duplicates were let through.
 func printDemoResult(ctx context.Context, stdout io.Writer, cl *embedkafka.Cluster, base string, records, dups int, elapsed time.Duration) error {
-	scraped := scrapeMetrics(base+"/metrics", demoCounters...)
+	scraped := scrape.Totals(base+"/metrics", demoCounters...)
 	ends, err := cl.EndOffsets(context.WithoutCancel(ctx), demoOut)
 	if err != nil {
 		return err

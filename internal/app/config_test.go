@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"crypto/ecdsa"
@@ -45,7 +45,7 @@ func withEnv(extra map[string]string) map[string]string {
 
 // TestConfigDefaults proves the documented defaults and their conversion to the worker's config.
 func TestConfigDefaults(t *testing.T) {
-	cfg, err := loadConfig(minimalEnv())
+	cfg, err := Load(minimalEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"rebalance within a heartbeat", withEnv(map[string]string{"KAFKA_REBALANCE_TIMEOUT": "2s"}), []string{"KAFKA_REBALANCE_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := loadConfig(tc.env)
+			_, err := Load(tc.env)
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("loadConfig = %v, want a *ConfigError", err)
@@ -187,7 +187,7 @@ func TestRebuildSetting(t *testing.T) {
 		{map[string]string{"KAFKA_PARTITIONING": "hash"}, 0},
 		{map[string]string{"KAFKA_PARTITIONING": "hash", "DEDUP_SCOPE": "global"}, 10_000_000},
 	} {
-		cfg, err := loadConfig(withEnv(tc.env))
+		cfg, err := Load(withEnv(tc.env))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func TestRebuildSetting(t *testing.T) {
 // proves that they are, so every parse error maps to exactly one variable.
 func TestParseErrorsNameVariables(t *testing.T) {
 	seen := map[string]string{}
-	for _, v := range envVars() {
+	for _, v := range EnvVars() {
 		if other, dup := seen[v.Field]; dup {
 			t.Errorf("field name %s is used by %s and %s", v.Field, other, v.Name)
 		}
@@ -232,7 +232,7 @@ func TestByteSize(t *testing.T) {
 
 // TestConfigConversion proves non-default values reach the worker's config.
 func TestConfigConversion(t *testing.T) {
-	cfg, err := loadConfig(withEnv(map[string]string{
+	cfg, err := Load(withEnv(map[string]string{
 		"KAFKA_START_OFFSET": "latest", "KAFKA_PARTITIONING": "hash", "KAFKA_COMPRESSION": "zstd",
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
@@ -277,7 +277,7 @@ func TestTLSConfig(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
-	cfg, err := loadConfig(withEnv(map[string]string{
+	cfg, err := Load(withEnv(map[string]string{
 		"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CA_FILE": certFile,
 		"KAFKA_TLS_CERT_FILE": certFile, "KAFKA_TLS_KEY_FILE": keyFile,
 	}))
@@ -291,7 +291,7 @@ func TestTLSConfig(t *testing.T) {
 	if cc.TLS == nil || cc.TLS.RootCAs == nil || len(cc.TLS.Certificates) != 1 {
 		t.Fatalf("TLS config %+v lacks the CA or the client certificate", cc.TLS)
 	}
-	_, err = loadConfig(withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CERT_FILE": certFile}))
+	_, err = Load(withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CERT_FILE": certFile}))
 	if err == nil || !strings.Contains(err.Error(), "KAFKA_TLS_CERT_FILE") {
 		t.Errorf("cert without key: %v, want an error naming KAFKA_TLS_CERT_FILE", err)
 	}
@@ -300,7 +300,7 @@ func TestTLSConfig(t *testing.T) {
 // TestWorkerProblemsNameVariables proves that every problem consumer.Config.Validate can report
 // about a field that loadConfig fills is reported against that field's environment variable.
 func TestWorkerProblemsNameVariables(t *testing.T) {
-	cfg, err := loadConfig(withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "dups"}))
+	cfg, err := Load(withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "dups"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestWorkerProblemsNameVariables(t *testing.T) {
 	if named < 17 {
 		t.Errorf("%d problems named a variable, want one for each of the 17 fields loadConfig fills and Validate checks", named)
 	}
-	_, err = loadConfig(withEnv(map[string]string{"KAFKA_BATCH_SIZE": "2000000", "DEDUP_MODE": "keep", "KAFKA_BATCH_TIMEOUT": "-1s"}))
+	_, err = Load(withEnv(map[string]string{"KAFKA_BATCH_SIZE": "2000000", "DEDUP_MODE": "keep", "KAFKA_BATCH_TIMEOUT": "-1s"}))
 	var ce *ConfigError
 	want := []string{
 		"KAFKA_BATCH_SIZE: must be between 1 and 1000000, got 2000000",
@@ -374,7 +374,7 @@ func TestCheckpointLocation(t *testing.T) {
 			}
 		})
 	}
-	cfg, err := loadConfig(withEnv(map[string]string{
+	cfg, err := Load(withEnv(map[string]string{
 		"CHECKPOINT_URL": "s3://bucket/p", "AWS_REGION": "eu-central-1", "AWS_ENDPOINT_URL": "http://all:1",
 		"AWS_ENDPOINT_URL_S3": "http://s3only:9000", "AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "sk",
 		"AWS_SESSION_TOKEN": "tok",
@@ -396,7 +396,7 @@ func TestCheckpointLocation(t *testing.T) {
 // the values the packages define: the worker's defaults and the scope names.
 func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	defaults := map[string]string{}
-	for _, v := range envVars() {
+	for _, v := range EnvVars() {
 		defaults[v.Name] = v.Default
 	}
 	for _, c := range []struct{ name, want string }{

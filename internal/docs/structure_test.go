@@ -1,4 +1,4 @@
-package main
+package docs
 
 import (
 	"os"
@@ -68,7 +68,7 @@ func TestREADMEStructure(t *testing.T) {
 	for _, r := range rules {
 		if r.pkg == "" {
 			for pkg, ds := range deps {
-				if pkg == "cmd/kdedup" || pkg == "internal/embedkafka" {
+				if pkg == "cmd/kdedup" || pkg == "internal/loadrun" || pkg == "internal/embedkafka" {
 					continue
 				}
 				if slices.Contains(ds, mod+"internal/embedkafka") || slices.Contains(ds, "github.com/twmb/franz-go/pkg/kfake") {
