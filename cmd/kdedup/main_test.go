@@ -55,3 +55,18 @@ func TestUnknownCommand(t *testing.T) {
 		t.Errorf("help: status %d, output %q", code, stdout.String())
 	}
 }
+
+// TestWorkerConfigError proves that the worker reports every configuration problem of the
+// environment it is given, naming each variable, and exits with status 2 before it listens.
+func TestWorkerConfigError(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	environ := map[string]string{"KAFKA_BATCH_TIMEOUT": "fast", "DEDUP_MODE": "shred", "HTTP_ADDR": "127.0.0.1:0"}
+	if code := run(context.Background(), nil, environ, &stdout, &stderr); code != 2 {
+		t.Errorf("exit status %d, want 2", code)
+	}
+	for _, v := range []string{"KAFKA_BROKERS", "KAFKA_INPUT_TOPIC", "KAFKA_OUTPUT_TOPIC", "KAFKA_BATCH_TIMEOUT", "DEDUP_MODE"} {
+		if !strings.Contains(stderr.String(), v+":") {
+			t.Errorf("stderr does not name %s:\n%s", v, &stderr)
+		}
+	}
+}

@@ -22,7 +22,7 @@ import (
 
 // Config is everything kdedup reads from the environment. The struct tags are the single source
 // of truth for variable names (env, envPrefix), defaults (envDefault) and documentation (desc):
-// the README's configuration table is generated from them (go run ./cmd/kdedup envdoc).
+// the README's configuration table is generated from them (EnvTable, go run ./cmd/kdedup envdoc).
 // Leaf field names are unique across the sections, so parse errors can name their variable.
 type Config struct {
 	Kafka      KafkaConfig      `envPrefix:"KAFKA_"`
@@ -144,7 +144,7 @@ func (e *ConfigError) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-// loadConfig parses environ (as from env.ToMap(os.Environ())) into a Config and validates it. It
+// Load parses environ (as from env.ToMap(os.Environ())) into a Config and validates it. It
 // returns a *ConfigError with all problems at once.
 func Load(environ map[string]string) (Config, error) {
 	var cfg Config
@@ -214,7 +214,7 @@ type EnvVar struct {
 	Required, HasDefault       bool
 }
 
-// envVars lists Config's environment variables in declaration order. The names (with their
+// EnvVars lists Config's environment variables in declaration order. The names (with their
 // section prefixes), defaults and required flags are what caarlos0/env itself parses
 // (env.GetFieldParams); the Go field name and the desc tag, which env does not report, come from
 // the leaf field at the same position. It panics if the two disagree: the tags are static, and
@@ -341,7 +341,7 @@ func (c Config) validateZeros(add func(name, format string, args ...any)) {
 	}
 }
 
-// validateClient checks the settings that only cmd/kdedup turns into the worker's: the start
+// validateClient checks the settings that only this package turns into the worker's: the start
 // offset, compression, TLS files and SASL.
 func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) {
 	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
@@ -380,13 +380,14 @@ var compressions = map[string]kafka.Compression{
 	"none": 0, "gzip": kafka.Gzip, "snappy": kafka.Snappy, "lz4": kafka.Lz4, "zstd": kafka.Zstd,
 }
 
+// Level returns LOG_LEVEL as a slog level; the error reports a name that is not one.
 func (c Config) Level() (slog.Level, error) {
 	var l slog.Level
 	err := l.UnmarshalText([]byte(c.LogLevel))
 	return l, err
 }
 
-// tlsConfig returns the TLS configuration, or nil when TLS is disabled. On failure it also
+// TLSConfig returns the TLS configuration, or nil when TLS is disabled. On failure it also
 // returns the variable at fault.
 func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	if !k.TLSEnabled {
@@ -417,6 +418,7 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	return tc, "", nil
 }
 
+// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one.
 func (k KafkaConfig) SASL() sasl.Mechanism {
 	if strings.ToLower(k.SASLMechanism) == "plain" {
 		return plain.Mechanism{Username: k.SASLUsername, Password: k.SASLPassword}

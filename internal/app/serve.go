@@ -15,9 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serve runs the worker and the HTTP server on ln until ctx is cancelled or the worker fails. The
+// Serve runs the worker and the HTTP server on ln until ctx is cancelled or the worker fails. The
 // HTTP server starts first, not ready, so that /healthz answers while the state is prepared (under
-// DEDUP_SCOPE=global the filter is restored or rebuilt before the worker starts).
+// DEDUP_SCOPE=global the filter is restored or rebuilt before the worker starts). It logs to log
+// and returns the exit status: 0 after a clean stop, 1 on a runtime failure (including a state
+// that cannot be created and mismatched partition counts), 2 on a configuration that fails only
+// when the worker is built. The HTTP server, and with it ln, is shut down when Serve returns.
 func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) int {
 	reg := prometheus.NewRegistry()
 	obs := newObserver(reg, cfg)

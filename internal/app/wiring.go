@@ -1,6 +1,6 @@
 package app
 
-// Wiring of the packages cmd/kdedup does not own: dedup (filter manager and key extraction),
+// Wiring of the packages this package joins: dedup (filter manager and key extraction),
 // window (filter sizing), metrics and checkpoint (snapshots). Everything the worker needs from them goes
 // through the functions of this file, so changes to their APIs stay here.
 

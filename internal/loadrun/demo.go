@@ -35,9 +35,10 @@ type demoFlags struct {
 	verbose             bool
 }
 
-// runDemo starts an embedded Kafka-protocol broker, produces a stream with duplicates, runs the
-// real worker (configured through the same environment parsing as production) against it, and
-// prints what went in and out.
+// Demo runs `kdedup demo` with its flags args: it starts an embedded Kafka-protocol broker,
+// produces a stream with duplicates, runs the real worker (configured through the same
+// environment parsing as production) against it, and prints what went in and out. It returns the
+// exit status: 0 when no duplicate was let through, 1 on a failure, 2 on bad flags.
 func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, ok := parseDemoFlags(args, stderr)
 	if !ok {

@@ -252,7 +252,7 @@ func expectWorker(lt *loadtest.Config, cfg app.Config, passthrough bool) error {
 	return nil
 }
 
-// embeddedWorker is the pipeline under test in the embedded mode: the real worker (serve, with
+// embeddedWorker is the pipeline under test in the embedded mode: the real worker (app.Serve, with
 // its HTTP server) or the pass-through pipe. It can be stopped and started again.
 type embeddedWorker struct {
 	outer   context.Context // a (re)started pipeline runs under it

@@ -99,10 +99,10 @@ func loadtestUsage(stderr io.Writer, format string, a ...any) int {
 	return 2
 }
 
-// runLoadtest runs `kdedup loadtest`: it generates a stream with known duplicates, verifies the
+// Loadtest runs `kdedup loadtest`: it generates a stream with known duplicates, verifies the
 // output topic and reports. Without -brokers and KAFKA_BROKERS (or with -embedded) it starts an
-// embedded broker and the real worker (the same wiring as the demo and production: loadConfig
-// and serve); otherwise it only generates and verifies against the given brokers and topics,
+// embedded broker and the real worker (the same wiring as the demo and production: app.Load
+// and app.Serve); otherwise it only generates and verifies against the given brokers and topics,
 // while the worker runs elsewhere. Exit status: 0 when the run passed, 1 when it failed (leaked
 // duplicates, losses above the bound, order violations, an incomplete run or a runtime error),
 // 2 on bad flags.

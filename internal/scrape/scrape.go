@@ -1,3 +1,6 @@
+// Package scrape reads a worker's /metrics: every sample with its labels (Samples), the sums and
+// maxima of a few counters (Totals), and the sum of the samples of a name and labels (Sum). The
+// demo, the loadtest and the tests that run the binary use it. It imports nothing of kdedup.
 package scrape
 
 import (
@@ -12,7 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// scrapeSamples fetches the worker's /metrics at url and returns every sample in it, with its
+// Samples fetches the worker's /metrics at url and returns every sample in it, with its
 // labels (a histogram as its name_bucket, name_sum and name_count samples). It returns an error
 // if the request fails, the status is not 200 or the body is not in a Prometheus exposition
 // format.
@@ -44,7 +47,7 @@ func Samples(url string) (model.Vector, error) {
 	}
 }
 
-// scrapeMetrics fetches the worker's /metrics at url and returns, for each of the given sample
+// Totals fetches the worker's /metrics at url and returns, for each of the given sample
 // names present (a counter or gauge, or a histogram's name_sum and name_count), "name" → the sum
 // over its label sets and "name:max" → the largest value. It returns nil if the scrape or the
 // parsing fails.

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// TestScrapeMetrics serves a registry like the worker's and checks what scrapeMetrics makes of
+// TestScrapeMetrics serves a registry like the worker's and checks what Totals makes of
 // it (sums and maxima over label sets, histogram sums and counts, exact names only, nil on
-// failure) and that scrapeSamples keeps the labels.
+// failure) and that Samples keeps the labels.
 func TestScrapeMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	dups := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kdedup_duplicates_total"}, []string{"partition"})
@@ -61,7 +61,7 @@ func TestScrapeMetrics(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Totals(tt.url, tt.names...)
 			if (got == nil) != (tt.want == nil) || !maps.Equal(got, tt.want) {
-				t.Errorf("scrapeMetrics = %v, want %v", got, tt.want)
+				t.Errorf("Totals = %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -81,7 +81,7 @@ func TestScrapeMetrics(t *testing.T) {
 		{"kdedup_restore_seconds_count", nil, 2},
 	} {
 		if got := Sum(v, c.name, c.labels...); got != c.want {
-			t.Errorf("scrapeSamples: %s%v = %v, want %v", c.name, c.labels, got, c.want)
+			t.Errorf("Samples: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 }
