@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return runEnvDoc(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usage+"\n\nWithout arguments kdedup runs the worker, configured by environment variables:")
-		fmt.Fprint(stdout, envTable())
+		fmt.Fprint(stdout, app.EnvTable())
 		return 0
 	}
 	fmt.Fprintf(stderr, "kdedup: unknown command %q\n%s\n", args[0], usage)
