@@ -87,20 +87,26 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 	closeCancel()
 
 	if werr != nil {
-		if errors.Is(werr, consumer.ErrPartitionMismatch) {
-			log.Error("cannot run: "+werr.Error(),
-				"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash")
-		} else if errors.Is(werr, consumer.ErrIdempotenceUnsupported) {
-			log.Error("cannot run: "+werr.Error(),
-				"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+
-					"to produce without idempotence (a produce retry may then duplicate records in the output)")
-		} else {
-			log.Error("worker failed", "error", werr.Error())
-		}
+		logFailure(log, werr)
 		return 1
 	}
 	log.Info("kdedup stopped")
 	return 0
+}
+
+// logFailure logs why the worker failed, with a hint for the failures a setting fixes.
+func logFailure(log *slog.Logger, err error) {
+	switch {
+	case errors.Is(err, consumer.ErrPartitionMismatch):
+		log.Error("cannot run: "+err.Error(),
+			"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash")
+	case errors.Is(err, consumer.ErrIdempotenceUnsupported):
+		log.Error("cannot run: "+err.Error(),
+			"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+
+				"to produce without idempotence (a produce retry may then duplicate records in the output)")
+	default:
+		log.Error("worker failed", "error", err.Error())
+	}
 }
 
 // newHTTPHandler serves /healthz (the process is alive), /readyz (ready() is true) and /metrics
