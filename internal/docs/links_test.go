@@ -1,7 +1,9 @@
 package docs
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -62,6 +64,50 @@ func TestSlug(t *testing.T) {
 	} {
 		if got := Slug(in); got != want {
 			t.Errorf("Slug(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// runbookBase is the address under which the alerts' runbook_url annotations name files of the
+// repository.
+const runbookBase = "https://github.com/kdedup/kdedup/blob/main/"
+
+// TestAlertRunbookLinks checks that every alert of deploy/prometheus/alerts.yml has a runbook_url
+// into this repository's docs whose file and anchor resolve, and that the anchor is the alert's
+// own section (its name in lower case).
+func TestAlertRunbookLinks(t *testing.T) {
+	const root = "../.."
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alert := regexp.MustCompile(`^\s*- alert:\s*(\S+)`)
+	url := regexp.MustCompile(`^\s*runbook_url:\s*"?([^"\s]+)"?`)
+	var name string
+	urls := map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if m := alert.FindStringSubmatch(l); m != nil {
+			name = m[1]
+			urls[name] = ""
+		}
+		if m := url.FindStringSubmatch(l); m != nil {
+			urls[name] = m[1]
+		}
+	}
+	if len(urls) < 10 {
+		t.Fatalf("found %d alerts in alerts.yml", len(urls))
+	}
+	for name, u := range urls {
+		rel, ok := strings.CutPrefix(u, runbookBase)
+		switch {
+		case !ok:
+			t.Errorf("%s: runbook_url %q is not under %s", name, u, runbookBase)
+		case !strings.HasSuffix(rel, "#"+strings.ToLower(name)):
+			t.Errorf("%s: runbook_url %q does not link to the alert's own section", name, u)
+		default:
+			if msg := checkLink(root, "README.md", "", rel); msg != "" {
+				t.Errorf("%s: runbook_url %s: %s", name, u, msg)
+			}
 		}
 	}
 }
