@@ -19,7 +19,7 @@ import (
 // OutputReader (identities extracted, nothing added). It reports records per second and the
 // ratio; the rebuild's cost per partition is its record count divided by that rate.
 //
-//	go test ./cmd/kdedup -run '^$' -bench Rebuild -benchtime 3x -count 3
+//	go test ./internal/app -run '^$' -bench Rebuild -benchtime 3x -count 3
 func BenchmarkRebuild(b *testing.B) {
 	const records = 300_000
 	ctx := context.Background()

@@ -318,7 +318,7 @@ func (sc crashScenario) run(t *testing.T) crashResult {
 	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("to run this scenario again: KDEDUP_RESTART_SEED=%d go test -run '^%s$' ./cmd/kdedup", sc.seed, t.Name())
+			t.Logf("to run this scenario again: KDEDUP_RESTART_SEED=%d go test -run '^%s$' ./internal/app", sc.seed, t.Name())
 		}
 	})
 	began := time.Now()

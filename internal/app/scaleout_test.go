@@ -531,7 +531,7 @@ func describeStalls(stalls map[string][]time.Duration) string {
 // to the workers' environment, for measurements with other windows, such as the default one:
 //
 //	KDEDUP_SCALEOUT_WORKER_ENV=DEDUP_WINDOW_COUNT=8,DEDUP_WINDOW_INTERVAL=15m,DEDUP_WINDOW_CAPACITY=1000000,DEDUP_FALSE_POSITIVE_RATE=1e-6 \
-//	  go test ./cmd/kdedup -run TestScaleOut -v
+//	  go test ./internal/app -run TestScaleOut -v
 func TestScaleOut(t *testing.T) {
 	t.Parallel()
 	variants := []scaleVariant{perReplica, sharedDir, objectS3}
