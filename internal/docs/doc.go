@@ -3,7 +3,7 @@
 // table (RulesMarkdown, between the import-rules markers) and the package's tests check the table
 // against go list. It also replaces the generated blocks of a markdown document (ReplaceBlock, as
 // `kdedup envdoc -update` does for the configuration table) and checks that the relative links and
-// anchors of README.md and docs/*.md resolve (CheckLinks).
+// anchors of the repository's markdown files (README.md, docs/) resolve (CheckLinks).
 //
 // Regenerate README.md's import rules with:
 //

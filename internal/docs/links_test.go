@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,19 +10,35 @@ import (
 	"testing"
 )
 
-// TestMarkdownLinks checks that every relative link and #anchor of README.md and docs/*.md
-// resolves.
+// TestMarkdownLinks checks that every relative link and #anchor of the repository's markdown
+// files resolves: README.md, docs/*.md and the other modules' and the chart's READMEs (test
+// fixtures under testdata aside).
 func TestMarkdownLinks(t *testing.T) {
 	const root = "../.."
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			rel, err := filepath.Rel(root, path)
+			files = append(files, rel)
+			return err
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel := []string{"README.md"}
-	for _, f := range files {
-		rel = append(rel, filepath.Join("docs", filepath.Base(f)))
+	for _, want := range []string{"README.md", filepath.Join("docs", "design.md"), filepath.Join("docs", "operations.md")} {
+		if !slices.Contains(files, want) {
+			t.Fatalf("%s not found among %q", want, files)
+		}
 	}
-	bad, err := CheckLinks(root, rel...)
+	bad, err := CheckLinks(root, files...)
 	if err != nil {
 		t.Fatal(err)
 	}
