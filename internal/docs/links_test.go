@@ -128,3 +128,14 @@ func TestAlertRunbookLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEIsAnEntryPoint keeps README.md at most 400 lines: manuals belong in docs/.
+func TestREADMEIsAnEntryPoint(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 400 {
+		t.Errorf("README.md has %d lines, want at most 400: move manuals to docs/ and link them", n)
+	}
+}
