@@ -12,6 +12,8 @@ const Module = "github.com/kdedup/kdedup"
 // Rule is one import rule of the module: which kdedup packages Pkg may depend on, directly or
 // not (as go list -deps reports them, tests excluded), and whether it may depend on a Kafka
 // client. A package listed in Deps that has a rule of its own brings along what that rule allows.
+// A package's subpackages count as the package: the rule holds for them too, and a package that
+// may depend on another may depend on its subpackages (checkpoint/snapshot is part of checkpoint).
 type Rule struct {
 	Pkg   string   // the package, relative to Module
 	Deps  []string // the kdedup packages Pkg may depend on; none when empty
@@ -115,6 +117,25 @@ func rule(pkg string) (Rule, bool) {
 	return Rules[i], true
 }
 
+// within reports whether pkg is p or one of its subpackages.
+func within(pkg, p string) bool {
+	return pkg == p || strings.HasPrefix(pkg, p+"/")
+}
+
+// allows reports whether r lets a package it covers depend on the kdedup package own: one that
+// allowed (see Rule.allowed) holds, r's own package, or a subpackage of either.
+func (r Rule) allows(allowed map[string]bool, own string) bool {
+	if within(own, r.Pkg) {
+		return true
+	}
+	for p := range allowed {
+		if within(own, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // allowed returns the kdedup packages r lets its package depend on: its Deps and, for each of
 // them that has a rule, what that rule allows.
 func (r Rule) allowed() map[string]bool {
@@ -142,8 +163,7 @@ func (r Rule) allowed() map[string]bool {
 func Check(deps map[string][]string) []string {
 	var bad []string
 	for _, r := range Rules {
-		ds, ok := deps[r.Pkg]
-		if !ok {
+		if _, ok := deps[r.Pkg]; !ok {
 			bad = append(bad, fmt.Sprintf("%s: no such package", r.Pkg))
 			continue
 		}
@@ -153,15 +173,20 @@ func Check(deps map[string][]string) []string {
 				bad = append(bad, fmt.Sprintf("%s: the rule both allows and forbids %s", r.Pkg, n))
 			}
 		}
-		for _, d := range ds {
-			own, isOwn := strings.CutPrefix(d, Module+"/")
-			if isOwn && !allowed[own] || !r.Kafka && kafkaClient(d) {
-				bad = append(bad, fmt.Sprintf("%s depends on %s, but the rule says: %s", r.Pkg, d, r.Claim()))
+		for pkg, ds := range deps {
+			if !within(pkg, r.Pkg) {
+				continue
+			}
+			for _, d := range ds {
+				own, isOwn := strings.CutPrefix(d, Module+"/")
+				if isOwn && !r.allows(allowed, own) || !r.Kafka && kafkaClient(d) {
+					bad = append(bad, fmt.Sprintf("%s depends on %s, but the rule says: %s", pkg, d, r.Claim()))
+				}
 			}
 		}
 	}
 	for pkg, ds := range deps {
-		if pkg == "internal/embedkafka" || slices.Contains(BrokerLinkers, pkg) {
+		if within(pkg, "internal/embedkafka") || slices.ContainsFunc(BrokerLinkers, func(p string) bool { return within(pkg, p) }) {
 			continue
 		}
 		if i := slices.IndexFunc(ds, broker); i >= 0 {

@@ -43,7 +43,9 @@ func TestCheckFindsViolations(t *testing.T) {
 	deps["consumer"] = append(deps["consumer"], Module+"/dedup")                              // siblings
 	deps["window"] = append(deps["window"], "github.com/segmentio/kafka-go/protocol")         // a Kafka client
 	deps["internal/app"] = append(deps["internal/app"], "github.com/twmb/franz-go/pkg/kfake") // the broker (a Kafka client it may use)
-	deps["checkpoint/s3test"] = []string{Module + "/internal/embedkafka"}                     // no rule, broker
+	deps["checkpoint/s3test"] = []string{Module + "/internal/embedkafka"}                     // the broker
+	deps["checkpoint/snapshot"] = []string{Module + "/window"}                                // checkpoint's rule
+	deps["dedup"] = append(deps["dedup"], Module+"/checkpoint/snapshot")                      // part of checkpoint
 	delete(deps, "metrics")
 	got := strings.Join(Check(deps), "\n")
 	for _, want := range []string{
@@ -51,14 +53,16 @@ func TestCheckFindsViolations(t *testing.T) {
 		"window depends on github.com/segmentio/kafka-go/protocol",
 		"internal/app links the embedded broker",
 		"checkpoint/s3test links the embedded broker",
+		"checkpoint/s3test depends on " + Module + "/internal/embedkafka",
+		"checkpoint/snapshot depends on " + Module + "/window",
 		"metrics: no such package",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Check does not report %q; it reports:\n%s", want, got)
 		}
 	}
-	if n := strings.Count(got, "\n") + 1; n != 5 {
-		t.Errorf("Check reports %d violations, want 5:\n%s", n, got)
+	if n := strings.Count(got, "\n") + 1; n != 7 {
+		t.Errorf("Check reports %d violations, want 7:\n%s", n, got)
 	}
 }
 
