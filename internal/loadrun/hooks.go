@@ -95,6 +95,7 @@ func (f *loadtestFlags) checkHooks(isEmbedded bool) error {
 type hookSet struct {
 	w      *embeddedWorker // the worker under test
 	second *embeddedWorker // the worker of -join-at, nil without one
+	joined chan struct{}   // closed when the join hook has returned
 	cl     *embedkafka.Cluster
 	lt     loadtest.Config
 
@@ -122,7 +123,8 @@ func embeddedHooks(w *embeddedWorker, cl *embedkafka.Cluster, lt loadtest.Config
 		cfg.HTTPAddr = "127.0.0.1:0"
 		hs.second = newEmbeddedWorker(w.outer, cfg, lt, nil, embeddedOptions{verbose: o.verbose}, stderr)
 		hs.second.what = "the second worker"
-		hooks = append(hooks, loadtest.Hook{Name: "join", At: at(o.joinAt), Do: hs.second.start})
+		hs.joined = make(chan struct{})
+		hooks = append(hooks, loadtest.Hook{Name: "join", At: at(o.joinAt), Do: hs.join})
 	}
 	if o.leaveAt > 0 {
 		hooks = append(hooks, loadtest.Hook{Name: "leave", At: at(o.leaveAt), Do: hs.leave})
@@ -136,9 +138,22 @@ func embeddedHooks(w *embeddedWorker, cl *embedkafka.Cluster, lt loadtest.Config
 	return hooks, hs
 }
 
+// join starts the second worker and waits until it is ready (see embeddedWorker.start).
+func (hs *hookSet) join(ctx context.Context) error {
+	defer close(hs.joined)
+	return hs.second.start(ctx)
+}
+
 // leave stops the second worker gracefully: it leaves the consumer group after releasing its
-// partitions.
-func (hs *hookSet) leave(context.Context) error {
+// partitions. Hooks run concurrently, so it first waits for the join to end: a second worker
+// still joining (a slow rebalance) leaves once it is ready, instead of being stopped under the
+// join, which would then wait for a readiness that never comes.
+func (hs *hookSet) leave(ctx context.Context) error {
+	select {
+	case <-hs.joined:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	hs.mu.Lock()
 	hs.left = true
 	hs.mu.Unlock()

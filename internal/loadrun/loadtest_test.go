@@ -88,7 +88,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			jsonPath, htmlPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "report.html")
-			args := append([]string{"loadtest", "-quiet", "-timeout", "60s", "-json", jsonPath, "-html", htmlPath}, tt.args...)
+			// -settle: a run stops as soon as the output is complete; on a busy machine a worker may
+			// pause longer than the default 5s without being wrong.
+			args := append([]string{"loadtest", "-quiet", "-timeout", "60s", "-settle", "20s", "-json", jsonPath, "-html", htmlPath}, tt.args...)
 			var stdout, stderr bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
