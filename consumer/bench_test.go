@@ -10,6 +10,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -128,7 +129,7 @@ func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
 			d = newMapDeduper(false, nil)
 		}
 		w, err := consumer.New(consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {

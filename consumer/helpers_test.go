@@ -17,6 +17,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -274,7 +275,7 @@ func newEnv(t *testing.T, inParts, outParts int, opts embedkafka.Options) *env {
 // config returns a Worker config with timeouts small enough for tests.
 func (e *env) config() consumer.Config {
 	return consumer.Config{
-		Brokers:           e.cl.Addrs(),
+		Conn:              kafkaio.Conn{Brokers: e.cl.Addrs()},
 		InputTopic:        e.in,
 		OutputTopic:       e.out,
 		GroupID:           e.group,

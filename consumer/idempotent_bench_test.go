@@ -8,6 +8,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // BenchmarkProducePath compares the idempotent produce path (the default) with the one it
@@ -40,7 +41,7 @@ func BenchmarkProducePath(b *testing.B) {
 func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence bool) pipeline {
 	return func(ctx context.Context, cl *embedkafka.Cluster) error {
 		w, err := consumer.New(consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
 			DisableIdempotence: disableIdempotence,

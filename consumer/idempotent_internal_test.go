@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -65,10 +66,10 @@ func startCluster(t *testing.T, topics map[string]int32) *embedkafka.Cluster {
 // newTestIdempotent returns a started idempotent producer for cl.
 func newTestIdempotent(t *testing.T, cl *embedkafka.Cluster, obs Observer, c kafka.Compression) *idempotent {
 	t.Helper()
-	tr := newTransport(Config{ClientID: "test"})
-	t.Cleanup(tr.CloseIdleConnections)
+	client := kafkaio.Conn{Brokers: cl.Addrs(), ClientID: "test"}.Client(3 * time.Second)
+	t.Cleanup(func() { kafkaio.CloseIdle(client) })
 	base := &producer{
-		client:      &kafka.Client{Addr: kafka.TCP(cl.Addrs()...), Transport: tr, Timeout: 3 * time.Second},
+		client:      client,
 		compression: c,
 		batchBytes:  1<<20 - 64<<10,
 		backoffMax:  200 * time.Millisecond,

@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -275,7 +276,7 @@ func TestHashPartitionerNullKeys(t *testing.T) {
 // TestConfigValidate checks that Validate reports every problem as a FieldError naming the field
 // at fault, and accepts what the defaults fill in.
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
+	ok := Config{Conn: kafkaio.Conn{Brokers: []string{"b:9092"}}, InputTopic: "in", OutputTopic: "out"}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)

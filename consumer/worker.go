@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,11 +31,10 @@ type Worker struct {
 	log      *slog.Logger
 	sample   *sampler
 
-	dialer    *kafka.Dialer
-	transport *kafka.Transport
-	client    *kafka.Client
-	prod      *producer
-	balancer  *StickyBalancer
+	dialer   *kafka.Dialer
+	client   *kafka.Client
+	prod     *producer
+	balancer *StickyBalancer
 
 	inGeneration  atomic.Bool
 	pendingAssign atomic.Int64
@@ -65,9 +63,8 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	w.progress, _ = d.(ProgressTracker)
 	w.released, _ = obs.(ReleaseObserver)
 	w.balancer = &StickyBalancer{}
-	w.dialer = newDialer(cfg)
-	w.transport = newTransport(cfg)
-	w.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: w.transport, Timeout: cfg.ProduceTimeout}
+	w.dialer = cfg.Conn.Dialer()
+	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
 	w.prod = &producer{
 		client:      w.client,
 		compression: cfg.Compression,
@@ -81,33 +78,6 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		w.prod.idem = newIdempotent(w.prod)
 	}
 	return w, nil
-}
-
-// newDialer returns the dialer of the Reader and consumer group connections, with cfg's client
-// ID, TLS and SASL settings.
-func newDialer(cfg Config) *kafka.Dialer {
-	return &kafka.Dialer{
-		ClientID:      cfg.ClientID,
-		Timeout:       10 * time.Second,
-		DualStack:     true,
-		TLS:           cfg.TLS,
-		SASLMechanism: cfg.SASL,
-	}
-}
-
-// newTransport returns the transport of kafka.Client requests (metadata, produce, list offsets,
-// fetch), with cfg's client ID, TLS and SASL settings.
-func newTransport(cfg Config) *kafka.Transport {
-	return &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		DialTimeout: 5 * time.Second,
-		// Topic lookups and produce routing read the transport's cached metadata; a short TTL
-		// notices created topics and moved leaders quickly.
-		MetadataTTL: 2 * time.Second,
-		ClientID:    cfg.ClientID,
-		TLS:         cfg.TLS,
-		SASL:        cfg.SASL,
-	}
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
@@ -144,7 +114,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Info("shutdown requested: draining", "timeout", w.cfg.ShutdownTimeout.String())
 	})
 	defer stopLog()
-	defer w.transport.CloseIdleConnections()
+	defer kafkaio.CloseIdle(w.client)
 	defer w.updateReady()
 
 	if _, err := w.topicInfo(ctx); err != nil {

@@ -3,7 +3,6 @@ package loadtest
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,14 +10,12 @@ import (
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 )
 
 // PipeConfig configures Pipe.
 type PipeConfig struct {
-	Brokers     []string
-	TLS         *tls.Config
-	SASL        sasl.Mechanism
+	// Conn is the cluster: brokers (required), TLS and SASL.
+	kafkaio.Conn
 	InputTopic  string
 	OutputTopic string
 	// FromEarliest starts at the beginning of the input partitions instead of their end.
@@ -35,8 +32,8 @@ type PipeConfig struct {
 // same number of partitions. It returns an error when the topics cannot be looked up or a produce
 // request fails 10 times in a row.
 func Pipe(ctx context.Context, cfg PipeConfig) error {
-	client := newClient(Config{Brokers: cfg.Brokers, TLS: cfg.TLS, SASL: cfg.SASL})
-	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
+	client := newClient(cfg.Conn)
+	defer kafkaio.CloseIdle(client)
 	counts, err := kafkaio.PartitionCounts(ctx, client, cfg.InputTopic, cfg.OutputTopic)
 	if err != nil {
 		return err

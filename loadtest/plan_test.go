@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
 func testConfig() Config {
 	return Config{
-		Brokers: []string{"127.0.0.1:1"}, InputTopic: "in", OutputTopic: "out",
+		Conn: kafkaio.Conn{Brokers: []string{"127.0.0.1:1"}}, InputTopic: "in", OutputTopic: "out",
 		Count: 20000, Entities: 500, DupRatio: 0.3,
 		Mix:         Mix{Immediate: 1, Within: 2, Beyond: 1, Cross: 1},
 		Field:       Field{Kind: FieldHeader, Name: "event-id"},

@@ -50,9 +50,9 @@ type Cluster struct {
 	opts  Options
 	ports []int
 
-	mu sync.Mutex
-	c  *kfake.Cluster
-	tr *kafka.Transport // replaced on every start: pooled connections do not survive a restart
+	mu     sync.Mutex
+	c      *kfake.Cluster
+	client *kafka.Client // replaced on every start: pooled connections do not survive a restart
 }
 
 // Start starts a cluster on random free ports of 127.0.0.1.
@@ -116,7 +116,7 @@ func (cl *Cluster) start(seed bool) error {
 	}
 	cl.mu.Lock()
 	cl.c, cl.ports = c, ports
-	cl.tr = &kafka.Transport{}
+	cl.client = kafkaio.Conn{Brokers: cl.Addrs(), ClientID: "embedkafka"}.Client(10 * time.Second)
 	cl.mu.Unlock()
 	return nil
 }
@@ -134,14 +134,14 @@ func (cl *Cluster) Addrs() []string {
 // is lost.
 func (cl *Cluster) Stop() {
 	cl.mu.Lock()
-	c, tr := cl.c, cl.tr
+	c, client := cl.c, cl.client
 	cl.c = nil
 	cl.mu.Unlock()
 	if c != nil {
 		c.Close()
 	}
-	if tr != nil {
-		tr.CloseIdleConnections()
+	if client != nil {
+		kafkaio.CloseIdle(client)
 	}
 }
 
@@ -216,12 +216,12 @@ func (cl *Cluster) Delay(key kmsg.Key, d time.Duration) (stop func()) {
 // Close stops the cluster for good.
 func (cl *Cluster) Close() { cl.Stop() }
 
-// Client returns a kafka-go client for the cluster.
+// Client returns a kafka-go client for the cluster (see kafkaio.Conn.Client), safe for
+// concurrent use, whose requests time out after 10s.
 func (cl *Cluster) Client() *kafka.Client {
 	cl.mu.Lock()
-	tr := cl.tr
-	cl.mu.Unlock()
-	return &kafka.Client{Addr: kafka.TCP(cl.Addrs()...), Timeout: 10 * time.Second, Transport: tr}
+	defer cl.mu.Unlock()
+	return cl.client
 }
 
 // CreateTopic creates a topic with the given number of partitions.

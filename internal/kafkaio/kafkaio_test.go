@@ -132,12 +132,12 @@ func cluster(t *testing.T) (*kfake.Cluster, *kafka.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &kafka.Transport{}
+	client := kafkaio.Conn{Brokers: c.ListenAddrs()}.Client(10 * time.Second)
 	t.Cleanup(func() {
-		tr.CloseIdleConnections()
+		kafkaio.CloseIdle(client)
 		c.Close()
 	})
-	return c, &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Transport: tr, Timeout: 10 * time.Second}
+	return c, client
 }
 
 // produce writes n records to topic/partition with keys "k<i>", values "v<i>" and a header; every
