@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -57,7 +56,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.pendingAssign.Add(-1)
 	w.updateReady()
 
-	info, errs := kafkaLoggers(w.log, w.sample, "kafka-reader")
+	info, errs := w.sample.KafkaLoggers("kafka-reader")
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        w.cfg.Brokers,
 		Topic:          w.cfg.InputTopic,
@@ -91,7 +90,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 
-	drained, fetchFailures := true, 0
+	drained := true
 	for gctx.Err() == nil {
 		batch, consumeStart, err := w.fetchBatch(gctx, r, st.in[:0])
 		st.in = batch
@@ -101,14 +100,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 				break
 			}
 		}
-		if err == nil || gctx.Err() != nil {
-			fetchFailures = 0
-			continue
+		if err != nil && gctx.Err() == nil {
+			// The Reader retries by itself, under its backoff (ReadBackoffMin/Max); it hands an
+			// error over only between its attempts, so the next FetchMessage waits for its retry.
+			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
+				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
 		}
-		w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
-			"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
-		sleepCtx(gctx, backoff(fetchFailures, time.Second))
-		fetchFailures++
 	}
 	closeReader() // stop fetching; prefetched records are simply not committed
 
@@ -172,16 +169,13 @@ func (w *Worker) assign(gctx context.Context, p int32) bool {
 }
 
 // release hands the partition's deduplication state back: Revoke when every record passed to
-// Seen was acknowledged by the output topic, otherwise Discard (if the Deduper has it) so that no
-// snapshot claims records the output never got. The fallback Revoke gets an already-cancelled
-// context for the same reason. since returns the time since the generation ended; the release is
-// logged and reported to a ReleaseObserver with it.
+// Seen was acknowledged by the output topic, otherwise Discard so that no snapshot claims records
+// the output never got. since returns the time since the generation ended; the release is
+// logged and reported to the Observer with it.
 func (w *Worker) release(pctx, hard context.Context, p int32, drained bool, since func() time.Duration) {
 	outcome := w.handBack(pctx, hard, p, drained)
 	took := since()
-	if w.released != nil {
-		w.released.Released(took)
-	}
+	w.obs.Released(took)
 	w.log.Info("partition released", "partition", p, "state", outcome, "took", took.String(),
 		"budget", w.cfg.releaseBudget().String())
 }
@@ -206,14 +200,8 @@ func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) str
 	w.log.Warn("partition released with records that were processed but not acknowledged by the output topic; "+
 		"they will be re-consumed by the next owner and their deduplication state is discarded",
 		"partition", p)
-	if d, ok := w.dedup.(Discarder); ok {
-		if err := d.Discard(hard, p); err != nil {
-			w.log.Error("discard failed", "partition", p, "error", err.Error())
-		}
-		return "discarded"
-	}
-	if err := w.dedup.Revoke(pctx, p); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		w.log.Error("revoke failed", "partition", p, "error", err.Error())
+	if err := w.dedup.Discard(hard, p); err != nil {
+		w.log.Error("discard failed", "partition", p, "error", err.Error())
 	}
 	return "discarded"
 }
@@ -242,7 +230,7 @@ func (w *Worker) fetchBatch(gctx context.Context, r *kafka.Reader, batch []kafka
 }
 
 // handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.
-// A ProgressTracker hears Processing before the first Seen of the batch and Acked after its last
+// The Deduper hears Processing before the first Seen of the batch and Acked after its last
 // acknowledged write. It returns an error only when pctx ended before every output write was
 // acknowledged.
 func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, consumeStart time.Time) error {
@@ -253,9 +241,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
 	last := &st.in[len(st.in)-1]
-	if w.progress != nil {
-		w.progress.Processing(p, last.Offset+1)
-	}
+	w.dedup.Processing(p, last.Offset+1)
 	for i := range st.in {
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
@@ -300,7 +286,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		return err
 	}
 	if len(dups) > 0 {
-		if err := w.prod.produce(pctx, w.cfg.DuplicatesTopic, int(p)%tc.duplicates, dups); err != nil {
+		if err := w.prod.Produce(pctx, w.cfg.DuplicatesTopic, int(p)%tc.duplicates, dups); err != nil {
 			return err
 		}
 	}
@@ -316,9 +302,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	}
 	st.next = last.Offset + 1
 	w.obs.Lag(p, max(0, last.HighWaterMark-st.next))
-	if w.progress != nil {
-		w.progress.Acked(p, st.next)
-	}
+	w.dedup.Acked(p, st.next)
 	c.mark(int(p), st.next)
 	clear(st.in) // drop references to record bytes until the slices are reused
 	clear(st.out)
@@ -332,7 +316,7 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		return nil
 	}
 	if st.hash == nil {
-		return w.prod.produce(pctx, w.cfg.OutputTopic, int(st.p), out)
+		return w.prod.Produce(pctx, w.cfg.OutputTopic, int(st.p), out)
 	}
 	for i := range st.byPart {
 		st.byPart[i] = st.byPart[i][:0]
@@ -341,21 +325,31 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		q := st.hash.partition(out[i].Key, int(st.p))
 		st.byPart[q] = append(st.byPart[q], out[i])
 	}
-	if w.prod.idem != nil { // all output partitions at once; each one keeps its order
-		err := w.prod.idem.produceParts(pctx, w.cfg.OutputTopic, st.byPart)
-		for _, msgs := range st.byPart {
-			clear(msgs)
-		}
-		return err
-	}
-	for q, msgs := range st.byPart {
-		if len(msgs) == 0 {
-			continue
-		}
-		if err := w.prod.produce(pctx, w.cfg.OutputTopic, q, msgs); err != nil {
-			return err
-		}
+	err := w.prod.ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
+	for _, msgs := range st.byPart {
 		clear(msgs)
 	}
-	return nil
+	return err
+}
+
+// hashPartitioner places records like the Java client's default partitioner does for keyed
+// records: murmur2(key) & 0x7fffffff % n. Records with a null key go to input partition % n,
+// which keeps them in input order and spreads them like the input.
+type hashPartitioner struct {
+	ids []int // 0..n-1, reused for every call
+}
+
+func newHashPartitioner(n int) *hashPartitioner {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i
+	}
+	return &hashPartitioner{ids: ids}
+}
+
+func (h *hashPartitioner) partition(key []byte, input int) int {
+	if key == nil {
+		return input % len(h.ids)
+	}
+	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, h.ids...)
 }

@@ -19,21 +19,27 @@ import (
 // topic does not have as many partitions as the input topic.
 var ErrPartitionMismatch = errors.New("consumer: output topic partition count differs from input topic")
 
+// ErrIdempotenceUnsupported is returned by Run when idempotent production is enabled (the
+// default; see Config.DisableIdempotence) and the brokers cannot serve it; it is
+// kafkaio.ErrIdempotenceUnsupported.
+var ErrIdempotenceUnsupported = kafkaio.ErrIdempotenceUnsupported
+
+// ResetReasons returns every reason Observer.ProducerReset can be given (kafkaio.ResetReasons).
+func ResetReasons() []string { return kafkaio.ResetReasons() }
+
 // Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
 // Ready and the Observer it was given are safe to use concurrently with Run.
 type Worker struct {
-	cfg      Config
-	dedup    Deduper
-	progress ProgressTracker // nil unless dedup implements it
-	released ReleaseObserver // nil unless obs implements it
-	key      KeyFunc
-	obs      Observer
-	log      *slog.Logger
-	sample   *sampler
+	cfg    Config
+	dedup  Deduper
+	key    KeyFunc
+	obs    Observer
+	log    *slog.Logger
+	sample *kafkaio.Sampler
 
 	dialer   *kafka.Dialer
 	client   *kafka.Client
-	prod     *producer
+	prod     *kafkaio.Producer
 	balancer *StickyBalancer
 
 	inGeneration  atomic.Bool
@@ -59,24 +65,19 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: newSampler(log, 10*time.Second)}
-	w.progress, _ = d.(ProgressTracker)
-	w.released, _ = obs.(ReleaseObserver)
+	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second)}
 	w.balancer = &StickyBalancer{}
 	w.dialer = cfg.Conn.Dialer()
 	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
-	w.prod = &producer{
-		client:      w.client,
-		compression: cfg.Compression,
-		batchBytes:  cfg.BatchBytes,
-		backoffMax:  cfg.RetryBackoffMax,
-		obs:         obs,
-		log:         w.sample,
-		notify:      w.updateReady,
-	}
-	if !cfg.DisableIdempotence {
-		w.prod.idem = newIdempotent(w.prod)
-	}
+	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
+		Idempotent:  !cfg.DisableIdempotence,
+		Compression: cfg.Compression,
+		BatchBytes:  cfg.BatchBytes,
+		Backoff:     cfg.retry(),
+		Observer:    obs,
+		Log:         w.sample,
+		OnFailing:   w.updateReady,
+	})
 	return w, nil
 }
 
@@ -84,20 +85,16 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 // partition of that generation has been assigned (Deduper.Assign returned), and no output write
 // is currently failing. A member that got no partitions (more workers than partitions) is ready.
 func (w *Worker) Ready() bool {
-	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && w.prod.failing.Load() == 0
+	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing()
 }
 
-// updateReady tells a ReadyObserver about readiness changes.
+// updateReady tells the Observer about readiness changes.
 func (w *Worker) updateReady() {
-	ro, ok := w.obs.(ReadyObserver)
-	if !ok {
-		return
-	}
 	w.readyMu.Lock()
 	defer w.readyMu.Unlock()
 	if r := w.Ready(); r != w.lastReady {
 		w.lastReady = r
-		ro.SetReady(r)
+		w.obs.SetReady(r)
 	}
 }
 
@@ -105,7 +102,8 @@ func (w *Worker) updateReady() {
 // commits, calls Revoke for every partition and leaves the group, all within
 // Config.ShutdownTimeout, and returns nil. Broker outages and missing topics are logged and
 // retried with backoff. Run returns an error only for problems retrying cannot fix: an
-// ErrPartitionMismatch, an ErrIdempotenceUnsupported, or a consumer group that cannot be created.
+// ErrPartitionMismatch, an ErrIdempotenceUnsupported, a kafkaio.ErrProduceUnsupported (brokers
+// before Kafka 0.11), or a consumer group that cannot be created.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
@@ -123,14 +121,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := w.prod.start(ctx); err != nil {
+	if err := w.prod.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 
-	info, errs := kafkaLoggers(w.log, w.sample, "kafka-group")
+	info, errs := w.sample.KafkaLoggers("kafka-group")
 	start := kafka.FirstOffset
 	if w.cfg.StartFromLatest {
 		start = kafka.LastOffset
@@ -251,14 +249,12 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Claimed in the UserData of the next JoinGroup, which kafka-go sends after this generation
 	// (and every partition of it) ended: the partitions stay here if the group allows.
 	w.balancer.SetOwned(gen.ID, map[string][]int{w.cfg.InputTopic: ids})
-	if gt, ok := w.dedup.(GenerationTracker); ok {
-		parts := make([]int32, len(ids))
-		for i, id := range ids {
-			parts[i] = int32(id)
-		}
-		slices.Sort(parts)
-		gt.Generation(parts)
+	parts := make([]int32, len(ids))
+	for i, id := range ids {
+		parts[i] = int32(id)
 	}
+	slices.Sort(parts)
+	w.dedup.Generation(parts)
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))
 	w.pendingAssign.Store(int64(len(assigned)))

@@ -21,19 +21,14 @@ import (
 
 // The interfaces each package defines for the other side, checked here because consumer and dedup
 // do not import each other: consumer.OutputReader is the dedup.OutputLog and dedup.OutputHistory
-// of the worker, dedup.Set its consumer.Deduper with the optional interfaces, and metrics.Metrics
-// observes both.
+// of the worker, dedup.Set its consumer.Deduper, and metrics.Metrics observes both.
 var (
-	_ dedup.OutputLog            = (*consumer.OutputReader)(nil)
-	_ dedup.OutputHistory        = (*consumer.OutputReader)(nil)
-	_ consumer.Deduper           = (*dedup.Set)(nil)
-	_ consumer.Discarder         = (*dedup.Set)(nil)
-	_ consumer.ProgressTracker   = (*dedup.Set)(nil)
-	_ consumer.GenerationTracker = (*dedup.Set)(nil)
-	_ consumer.Observer          = (*metrics.Metrics)(nil)
-	_ consumer.ReleaseObserver   = (*metrics.Metrics)(nil)
-	_ dedup.CheckpointObserver   = (*metrics.Metrics)(nil)
-	_ dedup.RebuildObserver      = (*metrics.Metrics)(nil)
+	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
+	_ dedup.OutputHistory      = (*consumer.OutputReader)(nil)
+	_ consumer.Deduper         = (*dedup.Set)(nil)
+	_ consumer.Observer        = (*metrics.Metrics)(nil)
+	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
+	_ dedup.RebuildObserver    = (*metrics.Metrics)(nil)
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -200,9 +195,6 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 	}
 	return ks.Extract, nil
 }
-
-// metrics.Metrics reports the idempotent producer's resets and uncertain retries.
-var _ consumer.ProducerObserver = (*metrics.Metrics)(nil)
 
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {

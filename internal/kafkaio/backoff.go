@@ -8,6 +8,7 @@ package kafkaio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -50,15 +51,20 @@ func (b Backoff) Delay(attempt int) time.Duration {
 }
 
 // Retry calls op with attempt 0, 1, 2, … until it returns nil, attempts calls failed (attempts <= 0
-// means no limit) or ctx ends, and sleeps Delay(attempt) after each failure. It returns nil once op
-// succeeds; op's last error when the attempts ran out; and, when ctx ended first, an error
-// wrapping op's last error and ctx.Err(). op runs on the calling goroutine; it may log its failure,
-// but should check ctx.Err() first if a cancelled call must stay quiet.
+// means no limit), op returned a Permanent error, or ctx ends, and sleeps Delay(attempt) after each
+// failure. It returns nil once op succeeds; op's last error when the attempts ran out; the error
+// Permanent was given; and, when ctx ended first, an error wrapping op's last error and
+// ctx.Err(). op runs on the calling goroutine; it may log its failure, but should check ctx.Err()
+// first if a cancelled call must stay quiet.
 func (b Backoff) Retry(ctx context.Context, attempts int, op func(attempt int) error) error {
 	for attempt := 0; ; attempt++ {
 		err := op(attempt)
 		if err == nil {
 			return nil
+		}
+		var pe *permanentError
+		if errors.As(err, &pe) {
+			return pe.err
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
@@ -71,6 +77,20 @@ func (b Backoff) Retry(ctx context.Context, attempts int, op func(attempt int) e
 		}
 	}
 }
+
+// Permanent marks err as a failure no retry can fix, so that Retry returns err at once. The
+// result wraps err (errors.Is and errors.As see through it); Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
 
 // Sleep waits d and reports whether ctx is still live afterwards; it returns false as soon as ctx
 // ends.
