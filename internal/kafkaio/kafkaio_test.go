@@ -144,25 +144,18 @@ func cluster(t *testing.T) (*kfake.Cluster, *kafka.Client) {
 // fifth record has a null key and every seventh an empty value.
 func produce(t *testing.T, c *kafka.Client, topic string, partition, from, n int, at time.Time) {
 	t.Helper()
-	var recs []kafka.Record
+	var msgs []kafka.Message
 	for i := from; i < from+n; i++ {
-		r := kafka.Record{Time: at, Value: kafka.NewBytes(fmt.Appendf(nil, "v%d", i)),
-			Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+		m := kafka.Message{Time: at, Value: fmt.Appendf(nil, "v%d", i), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
 		if i%5 != 4 {
-			r.Key = kafka.NewBytes(fmt.Appendf(nil, "k%d", i))
+			m.Key = fmt.Appendf(nil, "k%d", i)
 		}
 		if i%7 == 6 {
-			r.Value = kafka.NewBytes([]byte{})
+			m.Value = []byte{}
 		}
-		recs = append(recs, r)
+		msgs = append(msgs, m)
 	}
-	res, err := c.Produce(context.Background(), &kafka.ProduceRequest{
-		Topic: topic, Partition: partition, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...),
-	})
-	if err == nil {
-		err = res.Error
-	}
-	if err != nil {
+	if err := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Attempts: 1}).Produce(context.Background(), topic, partition, msgs); err != nil {
 		t.Fatal(err)
 	}
 }
