@@ -7,10 +7,11 @@
 // output partition and acknowledged by all in-sync replicas before the batch's input offsets are
 // handed to the single committer goroutine of the consumer group generation.
 //
-// The group assigns partitions with StickyBalancer, which keeps partitions with the members that
-// consumed them in the previous generation (so a member joining or leaving moves about 1/K of the
-// partitions), and falls back to range in a group with members that do not offer it. Rebalances
-// stay eager: every partition is revoked at the end of a generation.
+// The group assigns partitions with kafkaio.StickyBalancer, which keeps partitions with the members
+// that consumed them in the previous generation (so a member joining or leaving moves about 1/K of
+// the partitions), and falls back to range in a group with members that do not offer it.
+// Rebalances stay eager: every partition is revoked at the end of a generation, and the member
+// keeps heartbeating (kafkaio.Heartbeats) while it releases them.
 //
 // Records are produced by kafkaio.Producer, idempotently unless Config.DisableIdempotence is set:
 // the worker takes a producer id from the brokers, and each output partition's batches carry

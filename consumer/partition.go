@@ -56,29 +56,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.pendingAssign.Add(-1)
 	w.updateReady()
 
-	info, errs := w.sample.KafkaLoggers("kafka-reader")
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        w.cfg.Brokers,
-		Topic:          w.cfg.InputTopic,
-		Partition:      int(p),
-		Dialer:         w.dialer,
-		QueueCapacity:  w.cfg.QueueCapacity,
-		MinBytes:       1,
-		MaxBytes:       w.cfg.FetchMaxBytes,
-		MaxWait:        readerMaxWait(w.cfg.FetchMaxWait),
-		ReadBackoffMin: 100 * time.Millisecond,
-		ReadBackoffMax: w.cfg.RetryBackoffMax,
-		MaxAttempts:    3,
-		Logger:         info,
-		ErrorLogger:    errs,
+	r, err := kafkaio.NewPartitionReader(w.cfg.Conn, kafkaio.PartitionReaderConfig{
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset,
+		MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait, QueueCapacity: w.cfg.QueueCapacity,
+		Backoff: w.cfg.retry(), Log: w.sample,
 	})
-	readerClosed := make(chan struct{})
-	closeReader := func() {
-		go func() { _ = r.Close(); close(readerClosed) }()
-	}
-	if err := r.SetOffset(offset); err != nil {
-		closeReader()
-		<-readerClosed
+	if err != nil {
 		w.release(pctx, hard, p, true, since)
 		return
 	}
@@ -92,7 +75,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 
 	drained := true
 	for gctx.Err() == nil {
-		batch, consumeStart, err := w.fetchBatch(gctx, r, st.in[:0])
+		batch, consumeStart, err := r.Fetch(gctx, st.in[:0], w.cfg.BatchSize, w.cfg.BatchTimeout)
 		st.in = batch
 		if len(batch) > 0 {
 			if perr := w.handleBatch(pctx, c, st, tc, consumeStart); perr != nil {
@@ -100,14 +83,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 				break
 			}
 		}
-		if err != nil && gctx.Err() == nil {
-			// The Reader retries by itself, under its backoff (ReadBackoffMin/Max); it hands an
-			// error over only between its attempts, so the next FetchMessage waits for its retry.
+		if err != nil && gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
 			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
 				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
 		}
 	}
-	closeReader() // stop fetching; prefetched records are simply not committed
+	readerClosed := r.Close() // stop fetching; prefetched records are simply not committed
 
 	if drained && st.next >= 0 {
 		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {
@@ -136,22 +117,6 @@ func sinceDone(ctx context.Context) (since func() time.Duration, stop func() boo
 		}
 		return 0
 	}, stop
-}
-
-// readerSlack is how much longer than FetchMaxWait the partition's Reader waits for the answer to
-// a fetch.
-const readerSlack = time.Second
-
-// readerMaxWait returns the MaxWait of a partition's kafka-go Reader: fetchMaxWait+readerSlack,
-// so that the broker holds an idle fetch for fetchMaxWait and the answer may come readerSlack
-// later. The Reader sets the read deadline of a fetch to MaxWait after sending it and asks the
-// broker to hold the fetch for MaxWait less an allowance for the round trip (a quarter of MaxWait
-// below one second, else one second). Given MaxWait = fetchMaxWait, an answer slower than
-// fetchMaxWait (or, for an idle fetch, a quarter of it after the broker stopped waiting) ended in
-// an i/o timeout, a new connection and the same fetch again, and a broker that always answered
-// that slowly stalled the partition for good.
-func readerMaxWait(fetchMaxWait time.Duration) time.Duration {
-	return fetchMaxWait + readerSlack
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
@@ -204,29 +169,6 @@ func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) str
 		w.log.Error("discard failed", "partition", p, "error", err.Error())
 	}
 	return "discarded"
-}
-
-// fetchBatch appends up to BatchSize records to batch: it waits for the first one as long as
-// gctx allows, then for BatchTimeout at most. It returns the time the first record arrived.
-func (w *Worker) fetchBatch(gctx context.Context, r *kafka.Reader, batch []kafka.Message) ([]kafka.Message, time.Time, error) {
-	m, err := r.FetchMessage(gctx)
-	if err != nil {
-		return batch, time.Time{}, err
-	}
-	start := time.Now()
-	batch = append(batch, m)
-	if w.cfg.BatchSize > 1 {
-		bctx, cancel := context.WithDeadline(gctx, start.Add(w.cfg.BatchTimeout))
-		for len(batch) < w.cfg.BatchSize {
-			m, err := r.FetchMessage(bctx)
-			if err != nil {
-				break
-			}
-			batch = append(batch, m)
-		}
-		cancel()
-	}
-	return batch, start, nil
 }
 
 // handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.

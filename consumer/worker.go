@@ -37,10 +37,9 @@ type Worker struct {
 	log    *slog.Logger
 	sample *kafkaio.Sampler
 
-	dialer   *kafka.Dialer
 	client   *kafka.Client
 	prod     *kafkaio.Producer
-	balancer *StickyBalancer
+	balancer *kafkaio.StickyBalancer
 
 	inGeneration  atomic.Bool
 	pendingAssign atomic.Int64
@@ -66,8 +65,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		log = slog.Default()
 	}
 	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second)}
-	w.balancer = &StickyBalancer{}
-	w.dialer = cfg.Conn.Dialer()
+	w.balancer = &kafkaio.StickyBalancer{}
 	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
 	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
 		Idempotent:  !cfg.DisableIdempotence,
@@ -136,7 +134,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                    w.cfg.GroupID,
 		Brokers:               w.cfg.Brokers,
-		Dialer:                w.dialer,
+		Dialer:                w.cfg.Dialer(),
 		Topics:                []string{w.cfg.InputTopic},
 		HeartbeatInterval:     w.cfg.HeartbeatInterval,
 		SessionTimeout:        w.cfg.SessionTimeout,
@@ -290,7 +288,9 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Returning ends the generation (kafka-go's Generation.Start), so wait for its end even when
 	// no partition was assigned: an early return would make the group rebalance endlessly.
 	<-gctx.Done()
-	stopHeartbeats := w.keepAlive(gen)
+	// kafka-go stopped heartbeating; keep the membership while the partitions are released.
+	stopHeartbeats := kafkaio.Heartbeats(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
+		w.cfg.HeartbeatInterval, w.sample)
 	wg.Wait()
 	c.close()
 	stopHeartbeats()

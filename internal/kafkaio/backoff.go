@@ -1,9 +1,3 @@
-// Package kafkaio is kdedup's shared Kafka I/O: the one retry policy (Backoff), topic metadata
-// (PartitionCounts, ListOffsets, TopicOffsets, OffsetsAfter) and the one way to read a range of a
-// partition (Read). The consumer, the loadtest and the embedded broker use it over kafka-go's Client.
-//
-// Errors carry the "kafkaio: " prefix and wrap kafka-go's errors, so errors.Is works with
-// kafka.Error values such as kafka.UnknownTopicOrPartition.
 package kafkaio
 
 import (
@@ -32,13 +26,7 @@ type Backoff struct {
 // Delay returns how long to wait before retry attempt (0 for the first retry). A negative attempt
 // counts as 0.
 func (b Backoff) Delay(attempt int) time.Duration {
-	lo, hi := b.Min, b.Max
-	if lo <= 0 {
-		lo = 100 * time.Millisecond
-	}
-	if hi <= 0 {
-		hi = 5 * time.Second
-	}
+	lo, hi := b.bounds()
 	d := lo
 	for i := 0; i < attempt && d < hi; i++ {
 		d *= 2
@@ -48,6 +36,18 @@ func (b Backoff) Delay(attempt int) time.Duration {
 		r = b.Rand
 	}
 	return min(time.Duration(float64(d)*(0.8+0.4*r())), hi)
+}
+
+// bounds returns Min and Max with their defaults.
+func (b Backoff) bounds() (lo, hi time.Duration) {
+	lo, hi = b.Min, b.Max
+	if lo <= 0 {
+		lo = 100 * time.Millisecond
+	}
+	if hi <= 0 {
+		hi = 5 * time.Second
+	}
+	return lo, hi
 }
 
 // Retry calls op with attempt 0, 1, 2, … until it returns nil, attempts calls failed (attempts <= 0
