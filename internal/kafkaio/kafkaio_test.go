@@ -109,6 +109,26 @@ func TestRetry(t *testing.T) {
 	}
 }
 
+// TestRetryPermanent proves that a Permanent error ends Retry at once, unwrapped, and that
+// errors.Is sees through the mark.
+func TestRetryPermanent(t *testing.T) {
+	errFail := errors.New("fail")
+	if !errors.Is(kafkaio.Permanent(errFail), errFail) || kafkaio.Permanent(nil) != nil {
+		t.Fatal("Permanent hides its error")
+	}
+	calls := 0
+	err := kafkaio.Backoff{}.Retry(context.Background(), 0, func(attempt int) error {
+		calls++
+		if attempt == 0 {
+			return errors.New("transient")
+		}
+		return kafkaio.Permanent(fmt.Errorf("wrapped: %w", errFail))
+	})
+	if calls != 2 || err == nil || err.Error() != "wrapped: fail" || !errors.Is(err, errFail) {
+		t.Errorf("Retry = %v after %d calls, want the permanent error after 2", err, calls)
+	}
+}
+
 func TestSleep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // resetObs counts what the producer reports.
@@ -619,5 +620,93 @@ func eventually(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 10s")
 		}
+	}
+}
+
+// TestProducerWithoutIdempotence proves the same path without producer id: batches carry producer
+// id -1 and no sequence, a compressed batch round-trips, and a timeout after the append is
+// retried and, as nothing recognises the copy, written twice and counted as an uncertain retry.
+func TestProducerWithoutIdempotence(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	obs := &resetObs{}
+	p := newTestProducer(t, cl, ProducerConfig{Compression: kafka.Gzip, Observer: obs})
+	a, b := testMsgs("a", 7), testMsgs("b", 3)
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
+		t.Fatal(err)
+	}
+	cl.Fault(produceFault("out", kerr.RequestTimedOut, 1))
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, b, b))
+	for _, bi := range logBatches(t, cl, "out", 0) {
+		if bi.producerID != -1 || bi.sequence != -1 {
+			t.Errorf("stored batch %+v, want no producer", bi)
+		}
+	}
+	if obs.uncertain.Load() != 1 || obs.errors.Load() != 1 {
+		t.Errorf("%d uncertain retries, %d errors; want 1 and 1", obs.uncertain.Load(), obs.errors.Load())
+	}
+}
+
+// TestProducerAttempts proves ProducerConfig.Attempts: a request that keeps failing fails the
+// caller after that many attempts with the last error, the producer is no longer failing, and
+// the partition goes on once the broker recovers.
+func TestProducerAttempts(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	obs := &resetObs{}
+	p := newTestProducer(t, cl, ProducerConfig{Attempts: 3, Observer: obs})
+	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, -1))
+	err := p.Produce(context.Background(), "out", 0, testMsgs("a", 4))
+	if !errors.Is(err, kafka.NotEnoughReplicas) || obs.errors.Load() != 3 || h.Hits() != 3 {
+		t.Fatalf("Produce = %v after %d attempts (%d errors), want NOT_ENOUGH_REPLICAS after 3", err, h.Hits(), obs.errors.Load())
+	}
+	if p.Failing() {
+		t.Error("still failing after giving up")
+	}
+	h.Remove()
+	b := testMsgs("b", 4)
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(b))
+}
+
+// TestProducerStartUnsupported proves that Start names brokers that cannot take what the
+// producer writes, at once: record format v2 for both modes, InitProducerId for idempotence.
+func TestProducerStartUnsupported(t *testing.T) {
+	t.Parallel()
+	oldProduce := kversion.Stable()
+	oldProduce.SetMaxKeyVersion(int16(kmsg.Produce), 2)
+	noInit := kversion.Stable()
+	noInit.SetMaxKeyVersion(int16(kmsg.InitProducerID), -1)
+	for _, tc := range []struct {
+		name       string
+		versions   *kversion.Versions
+		idempotent bool
+		want       []error
+	}{
+		{"Produce v2", oldProduce, false, []error{ErrProduceUnsupported}},
+		{"Produce v2, idempotent", oldProduce, true, []error{ErrProduceUnsupported, ErrIdempotenceUnsupported}},
+		{"no InitProducerId, idempotent", noInit, true, []error{ErrIdempotenceUnsupported}},
+		{"no InitProducerId", noInit, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cl := startCluster(t, map[string]int32{"out": 1}, kfake.MaxVersions(tc.versions))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := NewProducer(cl.client, ProducerConfig{Idempotent: tc.idempotent}).Start(ctx)
+			for _, want := range tc.want {
+				if !errors.Is(err, want) {
+					t.Errorf("Start = %v, want %v", err, want)
+				}
+			}
+			if tc.want == nil && err != nil {
+				t.Errorf("Start = %v", err)
+			}
+		})
 	}
 }
