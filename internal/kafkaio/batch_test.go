@@ -181,17 +181,22 @@ func FuzzBatchDecode(f *testing.F) {
 	})
 }
 
-// BenchmarkBatchEncode measures encoding and sealing a batch of 1000 records of the worker's
-// shape (16-byte key, 100-byte value, one header), uncompressed, into reused memory: the
-// idempotent produce path's per-batch cost.
-func BenchmarkBatchEncode(b *testing.B) {
+// benchMsgs returns 1000 records of the worker's shape: 16-byte key, 100-byte value, one header.
+func benchMsgs() []kafka.Message {
 	msgs := make([]kafka.Message, 1000)
 	value := bytes.Repeat([]byte("v"), 100)
 	for i := range msgs {
 		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "key-%012d", i), Value: value, Time: time.UnixMilli(1_700_000_000_000 + int64(i)),
 			Headers: []kafka.Header{{Key: "trace", Value: []byte("0123456789abcdef")}}}
 	}
-	parts := [][]kafka.Message{msgs}
+	return msgs
+}
+
+// BenchmarkBatchEncode measures encoding and sealing a batch of 1000 records of the worker's
+// shape (16-byte key, 100-byte value, one header), uncompressed, into reused memory: the
+// idempotent produce path's per-batch cost.
+func BenchmarkBatchEncode(b *testing.B) {
+	parts := [][]kafka.Message{benchMsgs()}
 	var enc batchEncoder
 	var mem []byte
 	b.ReportAllocs()
@@ -208,13 +213,7 @@ func BenchmarkBatchEncode(b *testing.B) {
 
 // BenchmarkBatchDecode measures decoding the batch of BenchmarkBatchEncode.
 func BenchmarkBatchDecode(b *testing.B) {
-	msgs := make([]kafka.Message, 1000)
-	value := bytes.Repeat([]byte("v"), 100)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "key-%012d", i), Value: value, Time: time.UnixMilli(1_700_000_000_000 + int64(i)),
-			Headers: []kafka.Header{{Key: "trace", Value: []byte("0123456789abcdef")}}}
-	}
-	raw := testBatch(b, 0, msgs...)
+	raw := testBatch(b, 0, benchMsgs()...)
 	var d BatchDecoder
 	b.ReportAllocs()
 	b.SetBytes(int64(len(raw)))
