@@ -12,8 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// sequencer serializes the batches of one partition for the Producer. With idempotence it owns
-// the partition's sequence numbers and keeps exactly one batch in flight: the next batch is
+// sequencer serializes the batches of one partition for the Producer. It keeps exactly one batch
+// in flight and, with idempotence, owns the partition's sequence numbers: the next batch is
 // encoded and sealed only after the previous one was acknowledged (or given up on), so sequences
 // reach the broker in order and a retry is always the newest batch the broker may have. Callers
 // submit records and wait. One sender at a time sends: a caller that found the partition idle
@@ -29,7 +29,8 @@ import (
 // would need a connection of our own (dial, TLS, SASL, version negotiation, leader routing). It
 // would also buy little: a partition goroutine waits for a batch's acknowledgement before it
 // reads its next batch, so a partition fed by one input partition never has a second batch
-// ready, and with PartitionHash the batches that queue up meanwhile are merged into one request.
+// ready, and when several input partitions feed one output partition (the worker's
+// consumer.PartitionHash) the batches that queue up meanwhile are merged into one request.
 //
 // Its methods are safe for concurrent use.
 type sequencer struct {
@@ -81,8 +82,9 @@ type batch struct {
 // submit queues msgs and makes sure they will be sent. With inline set, a caller that finds the
 // partition idle becomes its leader: wait then sends the caller's own records on the caller's
 // goroutine, saving two goroutine switches per batch when nobody else produces to the partition
-// (PartitionSame). Otherwise, and for callers that queue up behind a busy partition, a send loop
-// goroutine sends them. The records must stay unchanged until wait returned.
+// (the worker's consumer.PartitionSame). Otherwise, and for callers that queue up behind a busy
+// partition, a send loop goroutine sends them. The records must stay unchanged until wait
+// returned.
 func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message, inline bool) *submission {
 	sub := &submission{ctx: ctx, done: make(chan error, 1)}
 	s.mu.Lock()
