@@ -14,7 +14,7 @@ import (
 )
 
 // OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
-// and dedup.OutputHistory (cmd/kdedup wires it in: consumer does not import dedup). End tells
+// (cmd/kdedup wires it in: consumer does not import dedup). End tells
 // where the output partitions end before a snapshot is copied, and Rewarm feeds the identities of
 // the records produced after a snapshot back into the restored filter. OffsetsAt and Read serve a
 // rebuild of a filter that has no usable snapshot: where the window starts in the output topic by
@@ -101,7 +101,7 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 
 // Read is Rewarm with an upper bound: it reads each output partition q of from from offset from[q]
 // up to to[q] (not included), or up to the partition's end at the time of the call if that comes
-// first or to has no entry for q. It implements dedup.OutputHistory, with OffsetsAt.
+// first or to has no entry for q. It serves dedup.OutputLog's rebuild, with OffsetsAt.
 func (r *OutputReader) Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
 	return r.read(ctx, from, to, add)
 }
@@ -109,7 +109,7 @@ func (r *OutputReader) Read(ctx context.Context, from, to map[int32]int64, add f
 // OffsetsAt returns, for the output partitions that can hold records of inputPartition (those End
 // returns offsets of), the offset of the first record whose timestamp is at or after t, or the
 // partition's end offset when no record is. On failure it returns a "consumer: ..." error and no
-// offsets. It implements dedup.OutputHistory: a filter is rebuilt from the records after
+// offsets. It serves dedup.OutputLog's rebuild: a filter is rebuilt from the records after
 // OffsetsAt(now - window).
 func (r *OutputReader) OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error) {
 	parts, err := r.outputPartitions(ctx, inputPartition)

@@ -164,7 +164,7 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 			s.cfg.Observer.Rewarmed(n)
 		}
 	}
-	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.history != nil) {
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
 		s.cfg.Observer.Restored(checkpoint.OutcomeRetained, time.Since(start))
 	}
 	s.cfg.Logger.Info("state restored", "unit", unit, "outcome", checkpoint.OutcomeRetained, "snapshot", lin.snap.Name,

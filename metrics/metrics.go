@@ -4,8 +4,8 @@
 // caller passes in (never the global default registry). The returned *Metrics
 // implements the method set of consumer.Observer (readiness, releases and the
 // producer's resets and uncertain retries included) without importing the
-// consumer package, plus hooks for checkpoint events, rebuilds from the
-// output topic (dedup.RebuildObserver) and the sliding-window filter statistics.
+// consumer package, plus hooks for checkpoint events and rebuilds from the
+// output topic (dedup.CheckpointObserver) and the sliding-window filter statistics.
 //
 // The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
 // ProduceError, CommitError) do not allocate once a partition has been seen:

@@ -20,15 +20,13 @@ import (
 )
 
 // The interfaces each package defines for the other side, checked here because consumer and dedup
-// do not import each other: consumer.OutputReader is the dedup.OutputLog and dedup.OutputHistory
-// of the worker, dedup.Set its consumer.Deduper, and metrics.Metrics observes both.
+// do not import each other: consumer.OutputReader is the dedup.OutputLog of the worker, dedup.Set
+// its consumer.Deduper, and metrics.Metrics observes both.
 var (
 	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
-	_ dedup.OutputHistory      = (*consumer.OutputReader)(nil)
 	_ consumer.Deduper         = (*dedup.Set)(nil)
 	_ consumer.Observer        = (*metrics.Metrics)(nil)
 	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
-	_ dedup.RebuildObserver    = (*metrics.Metrics)(nil)
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -133,22 +131,20 @@ func s3Options(a AWSConfig, log *slog.Logger) checkpoint.S3Options {
 	}
 }
 
-// storeCheckTimeout bounds the start-up check that an s3:// checkpoint store is reachable.
+// storeCheckTimeout bounds the start-up check that the checkpoint store is reachable.
 const storeCheckTimeout = 30 * time.Second
 
-// openCheckpointStore opens the store at loc; an S3 store must answer a listing within
-// storeCheckTimeout, so a wrong bucket, endpoint or credential stops the start with a clear error.
-func openCheckpointStore(ctx context.Context, cfg Config, loc checkpoint.Location, log *slog.Logger) (checkpoint.Store, error) {
+// openCheckpointStore opens the store at loc; it must answer a listing within storeCheckTimeout,
+// so a wrong bucket, endpoint, credential or directory stops the start with a clear error.
+func openCheckpointStore(ctx context.Context, cfg Config, loc checkpoint.Location, log *slog.Logger) (*checkpoint.Store, error) {
 	store, err := checkpoint.OpenLocation(ctx, loc, checkpoint.Options{Keep: cfg.Checkpoint.Keep, S3: s3Options(cfg.AWS, log)})
 	if err != nil {
 		return nil, err
 	}
-	if s3s, ok := store.(*checkpoint.S3Store); ok {
-		cctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
-		defer cancel()
-		if err := s3s.Check(cctx); err != nil {
-			return nil, err
-		}
+	cctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
+	defer cancel()
+	if err := store.Check(cctx); err != nil {
+		return nil, err
 	}
 	log.Info("checkpoint store", "url", loc.String(), "keep", cfg.Checkpoint.Keep)
 	return store, nil
