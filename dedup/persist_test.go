@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -21,30 +21,28 @@ import (
 // starts cold.
 func TestOldLayoutSnapshotRefused(t *testing.T) {
 	ctx := context.Background()
-	store, err := checkpoint.NewDirStore(t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, dir := dirStore(t)
 	var logs bytes.Buffer
 	p := NewCheckpointPersister(store, slog.New(slog.NewTextHandler(&logs, nil)))
-	v2, err := os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "golden-v2.snap"))
+	v2, err := os.ReadFile(filepath.Join("..", "checkpoint", "snapshot", "testdata", "golden-v2.snap"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := checkpoint.DecodeHeader(bytes.NewReader(v2))
-	if err != nil || h.Version != checkpoint.VersionV2 {
+	h, err := snapshot.DecodeHeader(bytes.NewReader(v2))
+	if err != nil || h.Version != snapshot.VersionV2 {
 		t.Fatalf("golden v2 header: version %d, %v", h.Version, err)
 	}
-	if err := os.WriteFile(filepath.Join(store.Dir(), h.Unit()+".00000000000000000001.snap"), v2, 0o644); err != nil {
+	const unit = "orders.p3"
+	if err := os.WriteFile(filepath.Join(dir, unit+".00000000000000000001.snap"), v2, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if infos, err := store.List(ctx, h.Unit()); err != nil || len(infos) != 1 {
-		t.Fatalf("the store lists %d snapshots of %s (%v), want the v2 one", len(infos), h.Unit(), err)
+	if infos, err := store.List(ctx, unit); err != nil || len(infos) != 1 {
+		t.Fatalf("the store lists %d snapshots of %s (%v), want the v2 one", len(infos), unit, err)
 	}
 	// The configuration the v2 snapshot was taken with: only its layout is refused.
 	cfg := window.Config{Generations: h.Generations, Interval: h.Interval, Capacity: h.Capacity,
 		FalsePositiveRate: h.FalsePositiveRate, Seed: h.Seed, Clock: func() time.Time { return h.Created }}
-	f, r, err := p.Restore(ctx, h.Unit(), cfg)
+	f, r, err := p.Restore(ctx, unit, cfg)
 	if err != nil || f != nil || r.Outcome != "cold" {
 		t.Fatalf("Restore of a v2 snapshot: filter %v, outcome %q, error %v; want a cold start", f != nil, r.Outcome, err)
 	}

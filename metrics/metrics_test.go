@@ -41,7 +41,7 @@ type observer interface {
 
 var _ observer = (*Metrics)(nil)
 
-// producerObserver mirrors consumer.ProducerObserver.
+// producerObserver mirrors the producer methods of consumer.Observer.
 type producerObserver interface {
 	ProducerReset(reason string)
 	UncertainRetry()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
@@ -436,12 +437,11 @@ func (c Config) consumerFields() consumer.Config {
 		brokers[i] = strings.TrimSpace(b)
 	}
 	return consumer.Config{
-		Brokers:            brokers,
+		Conn:               kafkaio.Conn{Brokers: brokers, ClientID: k.ClientID},
 		InputTopic:         k.InputTopic,
 		OutputTopic:        k.OutputTopic,
 		DuplicatesTopic:    d.DuplicatesTopic,
 		GroupID:            k.GroupID,
-		ClientID:           k.ClientID,
 		StartFromLatest:    k.StartOffset == "latest",
 		SessionTimeout:     k.SessionTimeout,
 		HeartbeatInterval:  k.HeartbeatInterval,

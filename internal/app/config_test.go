@@ -20,6 +20,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -289,7 +290,7 @@ func TestTLSConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cc.TLS == nil || cc.TLS.RootCAs == nil || len(cc.TLS.Certificates) != 1 {
-		t.Fatalf("TLS config %+v lacks the CA or the client certificate", cc.TLS)
+		t.Fatalf("TLS config %+v lacks the CA or the client certificate", cc.Conn.TLS)
 	}
 	_, err = Load(withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CERT_FILE": certFile}))
 	if err == nil || !strings.Contains(err.Error(), "KAFKA_TLS_CERT_FILE") {
@@ -306,7 +307,7 @@ func TestWorkerProblemsNameVariables(t *testing.T) {
 	}
 	filled := reflect.ValueOf(cfg.consumerFields())
 	bad := consumer.Config{
-		Brokers: []string{"nohostport"}, OutputTopic: "in", InputTopic: "in", DuplicatesTopic: "in",
+		Conn: kafkaio.Conn{Brokers: []string{"nohostport"}}, OutputTopic: "in", InputTopic: "in", DuplicatesTopic: "in",
 		SessionTimeout: -1, HeartbeatInterval: -1, RebalanceTimeout: -1, BatchSize: -1, BatchBytes: -1,
 		BatchTimeout: -1, CommitInterval: -1, FetchMaxWait: -1, FetchMaxBytes: -1, QueueCapacity: -1,
 		Partitioning: "x", Mode: "x", MarkHeader: " ", Unkeyed: "x",

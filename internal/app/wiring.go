@@ -20,20 +20,13 @@ import (
 )
 
 // The interfaces each package defines for the other side, checked here because consumer and dedup
-// do not import each other: consumer.OutputReader is the dedup.OutputLog and dedup.OutputHistory
-// of the worker, dedup.Set its consumer.Deduper with the optional interfaces, and metrics.Metrics
-// observes both.
+// do not import each other: consumer.OutputReader is the dedup.OutputLog of the worker, dedup.Set
+// its consumer.Deduper, and metrics.Metrics observes both.
 var (
-	_ dedup.OutputLog            = (*consumer.OutputReader)(nil)
-	_ dedup.OutputHistory        = (*consumer.OutputReader)(nil)
-	_ consumer.Deduper           = (*dedup.Set)(nil)
-	_ consumer.Discarder         = (*dedup.Set)(nil)
-	_ consumer.ProgressTracker   = (*dedup.Set)(nil)
-	_ consumer.GenerationTracker = (*dedup.Set)(nil)
-	_ consumer.Observer          = (*metrics.Metrics)(nil)
-	_ consumer.ReleaseObserver   = (*metrics.Metrics)(nil)
-	_ dedup.CheckpointObserver   = (*metrics.Metrics)(nil)
-	_ dedup.RebuildObserver      = (*metrics.Metrics)(nil)
+	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
+	_ consumer.Deduper         = (*dedup.Set)(nil)
+	_ consumer.Observer        = (*metrics.Metrics)(nil)
+	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
 )
 
 // Version is the version the worker reports (log, kdedup_build_info). cmd/kdedup sets it from its
@@ -139,22 +132,20 @@ func s3Options(a AWSConfig, log *slog.Logger) checkpoint.S3Options {
 	}
 }
 
-// storeCheckTimeout bounds the start-up check that an s3:// checkpoint store is reachable.
+// storeCheckTimeout bounds the start-up check that the checkpoint store is reachable.
 const storeCheckTimeout = 30 * time.Second
 
-// openCheckpointStore opens the store at loc; an S3 store must answer a listing within
-// storeCheckTimeout, so a wrong bucket, endpoint or credential stops the start with a clear error.
-func openCheckpointStore(ctx context.Context, cfg Config, loc checkpoint.Location, log *slog.Logger) (checkpoint.Store, error) {
+// openCheckpointStore opens the store at loc; it must answer a listing within storeCheckTimeout,
+// so a wrong bucket, endpoint, credential or directory stops the start with a clear error.
+func openCheckpointStore(ctx context.Context, cfg Config, loc checkpoint.Location, log *slog.Logger) (*checkpoint.Store, error) {
 	store, err := checkpoint.OpenLocation(ctx, loc, checkpoint.Options{Keep: cfg.Checkpoint.Keep, S3: s3Options(cfg.AWS, log)})
 	if err != nil {
 		return nil, err
 	}
-	if s3s, ok := store.(*checkpoint.S3Store); ok {
-		cctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
-		defer cancel()
-		if err := s3s.Check(cctx); err != nil {
-			return nil, err
-		}
+	cctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
+	defer cancel()
+	if err := store.Check(cctx); err != nil {
+		return nil, err
 	}
 	log.Info("checkpoint store", "url", loc.String(), "keep", cfg.Checkpoint.Keep)
 	return store, nil
@@ -201,9 +192,6 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 	}
 	return ks.Extract, nil
 }
-
-// metrics.Metrics reports the idempotent producer's resets and uncertain retries.
-var _ consumer.ProducerObserver = (*metrics.Metrics)(nil)
 
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {

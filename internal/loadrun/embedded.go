@@ -18,6 +18,7 @@ import (
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/app"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/kdedup/kdedup/window"
@@ -286,7 +287,7 @@ func newEmbeddedWorker(ctx context.Context, cfg app.Config, lt loadtest.Config, 
 	}
 	if o.passthrough {
 		w.what = "the pass-through pipe"
-		w.pipe = &loadtest.PipeConfig{Brokers: brokers, InputTopic: lt.InputTopic, OutputTopic: lt.OutputTopic, FromEarliest: true}
+		w.pipe = &loadtest.PipeConfig{Conn: kafkaio.Conn{Brokers: brokers}, InputTopic: lt.InputTopic, OutputTopic: lt.OutputTopic, FromEarliest: true}
 	}
 	return w
 }

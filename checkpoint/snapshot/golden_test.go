@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// Regenerate with: go test ./checkpoint/ -run TestGolden -update
-var update = flag.Bool("update", false, "rewrite checkpoint/testdata/golden-*.snap")
+// Regenerate with: go test ./checkpoint/snapshot -run TestGolden -update
+var update = flag.Bool("update", false, "rewrite checkpoint/snapshot/testdata/golden-*.snap")
 
 // goldenHeader is the header stored in the golden files. Never change it
 // without regenerating them, and never regenerate them to hide a format

@@ -1,4 +1,4 @@
-package consumer
+package kafkaio
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// sampler logs at most one line per key per interval and reports how many lines it suppressed in
-// between. It is safe for concurrent use.
-type sampler struct {
+// Sampler logs at most one line per key per interval and reports how many lines it suppressed in
+// between, so that a failure retried many times a second logs one line per interval. It is safe
+// for concurrent use.
+type Sampler struct {
 	log   *slog.Logger
 	every time.Duration
 	now   func() time.Time
@@ -26,13 +27,17 @@ type sampleState struct {
 	suppressed int
 }
 
-func newSampler(log *slog.Logger, every time.Duration) *sampler {
-	return &sampler{log: log, every: every, now: time.Now, state: make(map[string]*sampleState)}
+// NewSampler returns a Sampler that logs to log (nil: nowhere) at most once per key every every.
+func NewSampler(log *slog.Logger, every time.Duration) *Sampler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Sampler{log: log, every: every, now: time.Now, state: make(map[string]*sampleState)}
 }
 
 // Log logs msg with attrs at level unless a line with the same key was logged less than the
 // sampling interval ago. It reports whether it logged.
-func (s *sampler) Log(level slog.Level, key, msg string, attrs ...any) bool {
+func (s *Sampler) Log(level slog.Level, key, msg string, attrs ...any) bool {
 	if !s.log.Enabled(context.Background(), level) {
 		return false
 	}
@@ -60,10 +65,12 @@ func (s *sampler) Log(level slog.Level, key, msg string, attrs ...any) bool {
 	return true
 }
 
-// kafkaLoggers returns the loggers handed to kafka-go: its chatty informational log goes to
-// debug level, its error log to a sampled warning keyed by the format string, so an outage logs
-// one line per kind of problem per sampling interval instead of one per retry.
-func kafkaLoggers(log *slog.Logger, s *sampler, component string) (info, errs kafka.Logger) {
+// KafkaLoggers returns the loggers handed to kafka-go's Reader and ConsumerGroup: their chatty
+// informational log goes to debug level, their error log to a sampled warning keyed by the format
+// string, so an outage logs one line per kind of problem per sampling interval instead of one per
+// retry. component names the source in every line.
+func (s *Sampler) KafkaLoggers(component string) (info, errs kafka.Logger) {
+	log := s.log
 	info = kafka.LoggerFunc(func(format string, args ...any) {
 		if log.Enabled(context.Background(), slog.LevelDebug) {
 			log.Debug(fmt.Sprintf(format, args...), "component", component)

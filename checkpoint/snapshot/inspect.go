@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"encoding/binary"
@@ -19,7 +19,7 @@ type genFill struct {
 	// SetBits is the number of bits set in the slot's blocks.
 	SetBits uint64
 	// Bits is the number of data bits the slot owns (Groups × Sectors ×
-	// BlockBits, less the tag bits in version 3).
+	// BlockBits, less the tag bits from version 3 on).
 	Bits uint64
 	// Fill is SetBits / Bits.
 	Fill float64
@@ -32,7 +32,7 @@ type genFill struct {
 }
 
 // dataBits returns the number of data bits one generation owns: all its
-// bits, less one tag bit per word in version 3.
+// bits, less one tag bit per word from version 3 on.
 func (h *Header) dataBits() uint64 {
 	if h.Tagged() {
 		return h.BitsPerGeneration() / 64 * 63
@@ -69,7 +69,7 @@ func fillOf(h *Header, slot int, set uint64) genFill {
 // ErrUnknownVersion, or the reader's). An error writing to w is returned as
 // is.
 func Inspect(w io.Writer, r io.Reader) error {
-	d := newDecoder(r, r, true)
+	d := newDecoder(r, availableBytes(r), true)
 	h, err := d.Header()
 	if err != nil {
 		return err
@@ -170,7 +170,7 @@ func Inspect(w io.Writer, r io.Reader) error {
 }
 
 // countSlots streams the data of d and counts the set data bits per slot;
-// in version 3, words whose tag is not their slot's use parity count as
+// from version 3 on, words whose tag is not their slot's use parity count as
 // empty and tag bits never count. It returns the counts and the number of
 // words read (fewer than h.Words if the data is truncated).
 func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {

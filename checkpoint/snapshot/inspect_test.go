@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 )
 
 // inspectFixture is a snapshot with known fill: 2 groups × 4 slots × 128-bit
@@ -227,7 +229,7 @@ func TestInspectWriteError(t *testing.T) {
 // fraction of that.
 func TestInspectLargeIsStreamed(t *testing.T) {
 	h := testHeader(1 << 15) // 2 Mi words = 16 MiB
-	b := encodeBytes(t, h, CurrentVersion, testWords(h.Words, 1))
+	b := encodeBytes(t, h, CurrentVersion, ckpttest.Words(h.Words, 1))
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	if err := Inspect(io.Discard, streamOnly{bytes.NewReader(b)}); err != nil {

@@ -1,9 +1,7 @@
-package consumer
+package kafkaio
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -12,11 +10,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 )
 
-// sequencer serializes the batches of one output partition for the idempotent producer. It owns
-// the partition's sequence numbers and keeps exactly one batch in flight: the next batch is
+// sequencer serializes the batches of one partition for the Producer. It keeps exactly one batch
+// in flight and, with idempotence, owns the partition's sequence numbers: the next batch is
 // encoded and sealed only after the previous one was acknowledged (or given up on), so sequences
 // reach the broker in order and a retry is always the newest batch the broker may have. Callers
 // submit records and wait. One sender at a time sends: a caller that found the partition idle
@@ -32,11 +29,12 @@ import (
 // would need a connection of our own (dial, TLS, SASL, version negotiation, leader routing). It
 // would also buy little: a partition goroutine waits for a batch's acknowledgement before it
 // reads its next batch, so a partition fed by one input partition never has a second batch
-// ready, and with PartitionHash the batches that queue up meanwhile are merged into one request.
+// ready, and when several input partitions feed one output partition (the worker's
+// consumer.PartitionHash) the batches that queue up meanwhile are merged into one request.
 //
 // Its methods are safe for concurrent use.
 type sequencer struct {
-	p  *idempotent
+	p  *Producer
 	tp topicPartition
 
 	mu      sync.Mutex
@@ -74,23 +72,24 @@ type submission struct {
 // batch is one encoded request. Its bytes are never changed once sealed and sent: a retry
 // re-sends them, a reset re-seals a copy.
 type batch struct {
-	raw     []byte
+	rb      recordBatch
 	records int32
 	subs    []*submission // per chunk, in order (a submission may repeat)
-	id      *producerID   // nil until sealed
+	id      *producerID   // nil until sealed; noProducer without idempotence
 	err     error         // encoding failed
 }
 
 // submit queues msgs and makes sure they will be sent. With inline set, a caller that finds the
 // partition idle becomes its leader: wait then sends the caller's own records on the caller's
 // goroutine, saving two goroutine switches per batch when nobody else produces to the partition
-// (PartitionSame). Otherwise, and for callers that queue up behind a busy partition, a send loop
-// goroutine sends them. The records must stay unchanged until wait returned.
+// (the worker's consumer.PartitionSame). Otherwise, and for callers that queue up behind a busy
+// partition, a send loop goroutine sends them. The records must stay unchanged until wait
+// returned.
 func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message, inline bool) *submission {
 	sub := &submission{ctx: ctx, done: make(chan error, 1)}
 	s.mu.Lock()
 	for len(msgs) > 0 {
-		n, size := nextRequest(msgs, s.p.base.batchBytes)
+		n, size := nextRequest(msgs, s.p.cfg.BatchBytes)
 		s.queue = append(s.queue, chunk{msgs: msgs[:n], size: size, sub: sub})
 		sub.pending++
 		msgs = msgs[n:]
@@ -162,9 +161,9 @@ func (s *sequencer) lead(sub *submission) error {
 // gaveUp returns the error of a caller that stopped waiting because of cause. s.mu is held.
 func (s *sequencer) gaveUp(cause error) error {
 	if s.lastErr != nil {
-		return fmt.Errorf("consumer: produce to %s/%d: %w (gave up: %w)", s.tp.topic, s.tp.partition, s.lastErr, cause)
+		return fmt.Errorf("kafkaio: produce to %s/%d: %w (gave up: %w)", s.tp.topic, s.tp.partition, s.lastErr, cause)
 	}
-	return fmt.Errorf("consumer: produce to %s/%d: gave up: %w", s.tp.topic, s.tp.partition, cause)
+	return fmt.Errorf("kafkaio: produce to %s/%d: gave up: %w", s.tp.topic, s.tp.partition, cause)
 }
 
 // loop sends batches until the queue is empty.
@@ -203,7 +202,7 @@ func (s *sequencer) next(only *submission) *batch {
 		return nil
 	}
 	n, size := 1, s.queue[0].size
-	for n < len(s.queue) && size+s.queue[n].size <= s.p.base.batchBytes && (only == nil || s.queue[n].sub == only) {
+	for n < len(s.queue) && size+s.queue[n].size <= s.p.cfg.BatchBytes && (only == nil || s.queue[n].sub == only) {
 		size += s.queue[n].size
 		n++
 	}
@@ -218,7 +217,7 @@ func (s *sequencer) next(only *submission) *batch {
 	if m, ok := batchMemory.Get().(*[]byte); ok {
 		mem = *m
 	}
-	b.raw, b.err = s.enc.encode(mem, s.parts)
+	b.rb, b.err = s.enc.encode(mem, s.parts)
 	clear(s.parts)
 	rest := copy(s.queue, s.queue[n:])
 	clear(s.queue[rest:])
@@ -248,74 +247,101 @@ func (s *sequencer) finish(b *batch, err error) {
 }
 
 // deliver seals b and sends it until the brokers acknowledge it, re-sending the same bytes after
-// retriable errors and re-sealing it under a new producer id after a reset error. It gives up
-// only when every caller whose records b carries stopped waiting.
+// retriable errors and re-sealing it under a new producer id after a reset error, under the retry
+// policy. It gives up when every caller whose records b carries stopped waiting, or after
+// ProducerConfig.Attempts failed attempts.
 func (s *sequencer) deliver(b *batch) error {
 	if b.err != nil {
 		return b.err
 	}
 	ctx, release := b.context()
 	defer release()
-	base := s.p.base
-	failing, retryUncertain := false, false
-	defer func() {
-		if failing {
-			base.setFailing(-1)
-		}
-	}()
-	for attempt := 0; ; attempt++ {
-		if b.id == nil {
-			if err := s.seal(ctx, b); err != nil {
-				return s.giveUpLocked(err)
-			}
-		}
-		if retryUncertain && s.p.pobs != nil {
-			s.p.pobs.UncertainRetry()
-		}
-		err := s.send(ctx, b)
-		if err == nil || !ended(ctx) { // not an attempt cut short by giving up
-			s.mu.Lock()
-			s.lastErr = err
-			s.mu.Unlock()
-		}
-		if err == nil {
-			if failing {
-				base.log.Log(slog.LevelInfo, "produce-recovered:"+s.tp.topic, "produce recovered",
-					"topic", s.tp.topic, "partition", s.tp.partition, "attempts", attempt+1)
-			}
-			// The answer arrived, so the transport is done reading b.raw (after a failed
-			// attempt it may not be, and that memory is left alone).
-			raw := b.raw[:0]
-			batchMemory.Put(&raw)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return s.giveUpLocked(ctx.Err())
-		}
-		if !failing {
-			failing = true
-			base.setFailing(1)
-		}
-		base.obs.ProduceError()
-		retryUncertain = false
-		if reason := resetReason(err); reason != "" {
-			if rerr := s.reset(ctx, b, reason, err); rerr != nil {
-				return s.giveUpLocked(rerr)
-			}
-		} else {
-			retryUncertain = uncertain(err)
-			attrs := []any{"topic", s.tp.topic, "partition", s.tp.partition, "records", b.records, "attempt", attempt + 1,
-				"error", err.Error()}
-			if hint := idempotenceHint(err); hint != "" {
-				attrs = append(attrs, "hint", hint)
-			}
-			base.log.Log(slog.LevelWarn, "produce-failed:"+s.tp.topic,
-				"produce failed, retrying; input offsets are not committed until it succeeds", attrs...)
-		}
-		if !sleepCtx(ctx, backoff(attempt, base.backoffMax)) {
-			return s.giveUpLocked(ctx.Err())
+	d := &delivery{s: s, b: b, ctx: ctx}
+	err := s.p.cfg.Backoff.Retry(ctx, s.p.cfg.Attempts, d.attempt)
+	if d.failing {
+		s.p.setFailing(-1)
+	}
+	switch {
+	case err == nil:
+		// The answer arrived, so the transport is done reading the bytes (after a failed
+		// attempt it may not be, and that memory is left alone).
+		raw := b.rb.raw[:0]
+		batchMemory.Put(&raw)
+		return nil
+	case ctx.Err() != nil:
+		return s.giveUpLocked(ctx.Err())
+	}
+	return fmt.Errorf("kafkaio: produce to %s/%d: %w (gave up after %d attempts)", s.tp.topic, s.tp.partition, err, s.p.cfg.Attempts)
+}
+
+// delivery is the state of one deliver call across its attempts.
+type delivery struct {
+	s   *sequencer
+	b   *batch
+	ctx context.Context // done when every caller of b stopped waiting
+
+	failing   bool // an attempt failed: the Producer counts b as failing
+	uncertain bool // the last failed attempt may have been written
+}
+
+// attempt makes one attempt to deliver the batch: it seals it if it is not sealed yet, sends it,
+// and after a failure counts, logs and, for a reset error, re-seals it for the next attempt.
+func (d *delivery) attempt(attempt int) error {
+	s, b, p := d.s, d.b, d.s.p
+	if b.id == nil {
+		if err := s.seal(d.ctx, b); err != nil {
+			return err // only when ctx ended
 		}
 	}
+	if d.uncertain {
+		p.cfg.Observer.UncertainRetry()
+	}
+	err := p.send(d.ctx, s.tp, &b.rb)
+	if err == nil || !ended(d.ctx) { // not an attempt cut short by giving up
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+	}
+	switch {
+	case err == nil:
+		if d.failing {
+			p.cfg.Log.Log(slog.LevelInfo, "produce-recovered:"+s.tp.topic, "produce recovered",
+				"topic", s.tp.topic, "partition", s.tp.partition, "attempts", attempt+1)
+		}
+		return nil
+	case d.ctx.Err() != nil:
+		return err
+	}
+	if !d.failing {
+		d.failing = true
+		p.setFailing(1)
+	}
+	p.cfg.Observer.ProduceError()
+	d.uncertain = false
+	if reason := resetReason(err); reason != "" && p.ids != nil {
+		if rerr := s.reset(d.ctx, b, reason, err); rerr != nil {
+			return rerr // only when ctx ended
+		}
+		return err
+	}
+	d.uncertain = uncertain(err)
+	d.logFailure(attempt, err)
+	return err
+}
+
+// logFailure logs the failed attempt (sampled per topic).
+func (d *delivery) logFailure(attempt int, err error) {
+	s, p := d.s, d.s.p
+	msg := "produce failed, retrying; input offsets are not committed until it succeeds"
+	if p.cfg.Attempts > 0 && attempt+1 >= p.cfg.Attempts {
+		msg = "produce failed; giving up"
+	}
+	attrs := []any{"topic", s.tp.topic, "partition", s.tp.partition, "records", d.b.records, "attempt", attempt + 1,
+		"error", err.Error()}
+	if hint := idempotenceHint(err); hint != "" && p.ids != nil {
+		attrs = append(attrs, "hint", hint)
+	}
+	p.cfg.Log.Log(slog.LevelWarn, "produce-failed:"+s.tp.topic, msg, attrs...)
 }
 
 // giveUpLocked returns gaveUp(cause) under s.mu.
@@ -325,20 +351,27 @@ func (s *sequencer) giveUpLocked(cause error) error {
 	return s.gaveUp(cause)
 }
 
-// seal stamps b with the partition's identity and next sequence. A partition switches to the
-// newest identity here, with sequence 0: nothing of it is in flight at this point.
+// seal stamps b with the partition's identity and next sequence (without idempotence: with no
+// producer). A partition switches to the newest identity here, with sequence 0: nothing of it is
+// in flight at this point.
 func (s *sequencer) seal(ctx context.Context, b *batch) error {
-	id := s.p.current()
-	if id == nil { // start was not called: take a first identity now
+	ids := s.p.ids
+	if ids == nil {
+		b.rb.seal(noProducer.id, noProducer.epoch, -1)
+		b.id = noProducer
+		return nil
+	}
+	id := ids.current()
+	if id == nil { // Start was not called: take a first identity now
 		var err error
-		if id, err = s.p.renew(ctx, nil); err != nil {
+		if id, err = ids.renew(ctx, nil); err != nil {
 			return err
 		}
 	}
 	if id != s.id {
 		s.id, s.nextSeq = id, 0
 	}
-	sealBatch(b.raw, *id, s.nextSeq)
+	b.rb.seal(id.id, id.epoch, s.nextSeq)
 	b.id = id
 	s.nextSeq = nextSequence(s.nextSeq, b.records)
 	return nil
@@ -348,43 +381,20 @@ func (s *sequencer) seal(ctx context.Context, b *batch) error {
 // than the one it carries, with sequence 0.
 func (s *sequencer) reset(ctx context.Context, b *batch, reason string, cause error) error {
 	old := b.id
-	id, err := s.p.renew(ctx, old)
+	id, err := s.p.ids.renew(ctx, old)
 	if err != nil {
 		return err
 	}
-	b.raw = resealBatch(b.raw, *id, 0)
+	b.rb = b.rb.resealed(id.id, id.epoch, 0)
 	b.id = id
 	s.id, s.nextSeq = id, nextSequence(0, b.records)
-	if s.p.pobs != nil {
-		s.p.pobs.ProducerReset(reason)
-	}
-	s.p.base.log.Log(slog.LevelWarn, "producer-reset:"+s.tp.topic,
+	s.p.cfg.Observer.ProducerReset(reason)
+	s.p.cfg.Log.Log(slog.LevelWarn, "producer-reset:"+s.tp.topic,
 		"idempotent producer reset: the broker rejected the producer state; the batch is re-sent under a new producer id "+
 			"(if it had been written before, it is now written twice)",
 		"topic", s.tp.topic, "partition", s.tp.partition, "reason", reason, "error", cause.Error(),
 		"old_producer_id", old.id, "old_epoch", old.epoch, "producer_id", id.id, "epoch", id.epoch)
 	return nil
-}
-
-// send makes one attempt to produce b. DUPLICATE_SEQUENCE_NUMBER counts as success: the broker
-// already has the batch.
-func (s *sequencer) send(ctx context.Context, b *batch) error {
-	res, err := s.p.base.client.RawProduce(ctx, &kafka.RawProduceRequest{
-		Topic:        s.tp.topic,
-		Partition:    s.tp.partition,
-		RequiredAcks: kafka.RequireAll,
-		RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(b.raw)},
-	})
-	if err == nil && res != nil && res.Error != nil {
-		err = res.Error
-	}
-	if err == nil && res == nil {
-		err = errors.New("no produce response")
-	}
-	if errors.Is(err, kafka.DuplicateSequenceNumber) {
-		return nil
-	}
-	return err
 }
 
 // context returns a context that is done when the contexts of all of b's callers are.

@@ -12,7 +12,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/kdedup/kdedup/checkpoint/s3test"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
 func TestParseURL(t *testing.T) {
@@ -72,12 +74,15 @@ func TestOpen(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir() + "/a/b"
 	s, err := Open(ctx, "file://"+dir, Options{Keep: 2})
-	if ds, ok := s.(*DirStore); err != nil || !ok || ds.Dir() != dir || ds.Keep() != 2 {
-		t.Fatalf("Open(file) = %T %v", s, err)
+	if _, ok := s.b.(*DirBackend); err != nil || !ok || s.String() != "file://"+dir || s.Keep() != 2 {
+		t.Fatalf("Open(file) = %v %v", s, err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("Open(file) did not create the directory: %v", err)
 	}
 	s, err = Open(ctx, "s3://bucket/pre", Options{S3: S3Options{Endpoint: "http://127.0.0.1:1", Region: "eu-west-1"}})
-	if ss, ok := s.(*S3Store); err != nil || !ok || ss.URL() != "s3://bucket/pre/" || ss.Keep() != DefaultKeep {
-		t.Fatalf("Open(s3) = %T %v", s, err)
+	if _, ok := s.b.(*S3Backend); err != nil || !ok || s.String() != "s3://bucket/pre/" || s.Keep() != DefaultKeep {
+		t.Fatalf("Open(s3) = %v %v", s, err)
 	}
 	bad := []struct {
 		url     string
@@ -106,14 +111,15 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-// fakeStore returns an S3Store with 64 KiB parts on a fresh Fake holding
-// bucket "snaps", under prefix "kdedup/".
-func fakeStore(t *testing.T, keep int) (*S3Store, *s3test.Fake) {
+// fakeStore returns a Store over an S3Backend with 64 KiB parts on a fresh Fake holding bucket
+// "snaps", under prefix "kdedup/".
+func fakeStore(t *testing.T, keep int) (*Store, *S3Backend, *s3test.Fake) {
 	t.Helper()
 	fake := s3test.NewFake()
 	t.Cleanup(fake.Close)
 	fake.CreateBucket("snaps")
-	return newTestS3Store(t, fake.Endpoint(), "s3://snaps/kdedup/", keep, 64<<10), fake
+	b := newTestS3Backend(t, fake.Endpoint(), "s3://snaps/kdedup/", 64<<10)
+	return NewStore(b, keep), b, fake
 }
 
 // checkErrText checks that a store error names the location and holds no
@@ -130,7 +136,7 @@ func checkErrText(t *testing.T, err error) {
 	}
 }
 
-func TestS3StoreFaults(t *testing.T) {
+func TestS3Faults(t *testing.T) {
 	const small, large = 1000, 300 << 10 // one PUT; five 64 KiB parts
 	type fault struct {
 		op s3test.Op
@@ -173,7 +179,7 @@ func TestS3StoreFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, fake := fakeStore(t, 3)
+			s, _, fake := fakeStore(t, 3)
 			ctx := context.Background()
 			prev, err := s.Save(ctx, "u", writeString("previous"))
 			if err != nil {
@@ -229,7 +235,7 @@ func TestS3StoreFaults(t *testing.T) {
 	}
 }
 
-func TestS3StoreLoadFaults(t *testing.T) {
+func TestS3LoadFaults(t *testing.T) {
 	tests := []struct {
 		name    string
 		op      s3test.Op
@@ -244,7 +250,7 @@ func TestS3StoreLoadFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, fake := fakeStore(t, 3)
+			s, _, fake := fakeStore(t, 3)
 			ctx := context.Background()
 			write, words := encodeSnap(64, 3)
 			if _, err := s.Save(ctx, "u", write); err != nil {
@@ -257,7 +263,7 @@ func TestS3StoreLoadFaults(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Load = %s, %v; want an error containing %q", res.Outcome, err, tc.wantErr)
 			}
-			if errors.Is(err, ErrCorrupt) || len(res.Failures) != 0 {
+			if errors.Is(err, snapshot.ErrCorrupt) || len(res.Failures) != 0 {
 				t.Fatalf("Load took a transport failure for a bad snapshot: %v (failures %v)", err, res.Failures)
 			}
 			checkErrText(t, err)
@@ -270,8 +276,8 @@ func TestS3StoreLoadFaults(t *testing.T) {
 	}
 }
 
-func TestS3StorePruneFailureIsReported(t *testing.T) {
-	s, fake := fakeStore(t, 1)
+func TestS3PruneFailureIsReported(t *testing.T) {
+	s, _, fake := fakeStore(t, 1)
 	ctx := context.Background()
 	if _, err := s.Save(ctx, "u", writeString("a")); err != nil {
 		t.Fatal(err)
@@ -286,12 +292,12 @@ func TestS3StorePruneFailureIsReported(t *testing.T) {
 	}
 }
 
-func TestS3StorePruneStaleUploads(t *testing.T) {
-	s, fake := fakeStore(t, 3)
+func TestS3PruneStaleUploads(t *testing.T) {
+	s, b, fake := fakeStore(t, 3)
 	ctx := context.Background()
 	start := func(key string, age time.Duration) {
 		fake.SetClock(func() time.Time { return time.Now().Add(-age) })
-		_, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("snaps"), Key: aws.String(key)})
+		_, err := b.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("snaps"), Key: aws.String(key)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,8 +314,8 @@ func TestS3StorePruneStaleUploads(t *testing.T) {
 	}
 }
 
-func TestS3StoreListPages(t *testing.T) {
-	s, fake := fakeStore(t, 5)
+func TestS3ListPages(t *testing.T) {
+	s, _, fake := fakeStore(t, 5)
 	fake.SetPageSize(2)
 	ctx := context.Background()
 	var saved []Info
@@ -334,13 +340,13 @@ func TestS3StoreListPages(t *testing.T) {
 	}
 }
 
-func TestS3StoreCheck(t *testing.T) {
-	s, fake := fakeStore(t, 3)
+func TestS3Check(t *testing.T) {
+	s, _, fake := fakeStore(t, 3)
 	ctx := context.Background()
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	missing := newTestS3Store(t, fake.Endpoint(), "s3://nosuchbucket/x", 3, 0)
+	missing := NewStore(newTestS3Backend(t, fake.Endpoint(), "s3://nosuchbucket/x", 0), 3)
 	err := missing.Check(ctx)
 	if err == nil || !strings.Contains(err.Error(), "s3://nosuchbucket/x/") || !strings.Contains(err.Error(), "NoSuchBucket") {
 		t.Fatalf("Check of a missing bucket = %v", err)
@@ -351,7 +357,7 @@ func TestS3StoreCheck(t *testing.T) {
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Open in a missing bucket = %v", err)
 	}
-	down := newTestS3Store(t, "http://127.0.0.1:1", "s3://snaps/kdedup", 3, 0)
+	down := NewStore(newTestS3Backend(t, "http://127.0.0.1:1", "s3://snaps/kdedup", 0), 3)
 	if err := down.Check(ctx); err == nil || !strings.Contains(err.Error(), "s3://snaps/kdedup/") {
 		t.Fatalf("Check of an unreachable endpoint = %v", err)
 	}
@@ -360,15 +366,15 @@ func TestS3StoreCheck(t *testing.T) {
 // TestS3StoreMemoryBound saves a snapshot much larger than the part buffers
 // while the parts upload slowly, and checks that the writer is held back
 // (no more than PartConcurrency parts in flight plus the one being filled).
-func TestS3StoreMemoryBound(t *testing.T) {
-	s, fake := fakeStore(t, 3)
+func TestS3MemoryBound(t *testing.T) {
+	s, b, fake := fakeStore(t, 3)
 	fake.Inject(s3test.UploadPart, s3test.Fault{Delay: 5 * time.Millisecond})
-	data := strings.Repeat("z", 40*s.partSize)
+	data := strings.Repeat("z", 40*b.partSize)
 	if _, err := s.Save(context.Background(), "u", writeString(data)); err != nil {
 		t.Fatal(err)
 	}
-	if peak := fake.PeakConcurrent(s3test.UploadPart); peak > s.concurrency || peak < 2 {
-		t.Fatalf("%d parts in flight at once, want 2 to %d", peak, s.concurrency)
+	if peak := fake.PeakConcurrent(s3test.UploadPart); peak > b.concurrency || peak < 2 {
+		t.Fatalf("%d parts in flight at once, want 2 to %d", peak, b.concurrency)
 	}
 	if n := fake.Count(s3test.UploadPart); n != 40 {
 		t.Fatalf("%d parts uploaded, want 40", n)

@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // input exactly, so no damaged input can decode to different values); and
 // the destination is only ever requested for sizes the input can hold.
 //
-//	go test ./checkpoint/ -run '^$' -fuzz FuzzDecode -fuzztime 60s
+//	go test ./checkpoint/snapshot -run '^$' -fuzz FuzzDecode -fuzztime 60s
 func FuzzDecode(f *testing.F) {
 	snaps := smallSnapshots(f)
 	for _, name := range []string{"v1", "v2", "v3", "v4"} {
@@ -64,7 +64,7 @@ func FuzzDecode(f *testing.F) {
 // that stops almost every FuzzDecode mutation: no panic, and whatever parses
 // must re-encode to the same bytes.
 //
-//	go test ./checkpoint/ -run '^$' -fuzz FuzzHeaderBody -fuzztime 30s
+//	go test ./checkpoint/snapshot -run '^$' -fuzz FuzzHeaderBody -fuzztime 30s
 func FuzzHeaderBody(f *testing.F) {
 	h := testHeader(1)
 	f.Add(appendBody(nil, &h, VersionV3), VersionV3)

@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bytes"
@@ -6,11 +6,16 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -60,7 +65,7 @@ func TestRoundTrip(t *testing.T) {
 			if tc.mod != nil {
 				tc.mod(&h)
 			}
-			words := testWords(h.Words, 1)
+			words := ckpttest.Words(h.Words, 1)
 			b := encodeBytes(t, h, tc.version, words)
 			if want := 14 + len(appendBody(nil, &h, tc.version)) + 4 + 8 + 8*len(words) + 4; len(b) != want {
 				t.Fatalf("encoded %d bytes, layout says %d", len(b), want)
@@ -119,7 +124,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestReadWordsInPieces(t *testing.T) {
 	h := testHeader(2500) // 160,000 words: several chunks
-	words := testWords(h.Words, 2)
+	words := ckpttest.Words(h.Words, 2)
 	b := encodeBytes(t, h, CurrentVersion, words)
 	d := NewDecoder(bytes.NewReader(b))
 	got := make([]uint64, h.Words)
@@ -195,7 +200,7 @@ func TestEncodeInvalidHeader(t *testing.T) {
 func TestEncodeDataFunction(t *testing.T) {
 	errBoom := errors.New("boom")
 	h := testHeader(1)
-	words := testWords(h.Words, 3)
+	words := ckpttest.Words(h.Words, 3)
 	tests := []struct {
 		name    string
 		data    func(io.Writer) error
@@ -219,7 +224,7 @@ func TestEncodeDataFunction(t *testing.T) {
 
 func TestEncodeWriterError(t *testing.T) {
 	h := testHeader(500) // 256,000 data bytes
-	words := testWords(h.Words, 3)
+	words := ckpttest.Words(h.Words, 3)
 	for _, limit := range []int64{0, 10, 100, 70_000, int64(h.Words*8) + 20} {
 		w := &limitWriter{n: limit}
 		err := Encode(w, h, func(w io.Writer) error { return WriteWords(w, words) })
@@ -259,7 +264,7 @@ func (f *failAfter) Read(p []byte) (int, error) {
 
 func TestDecodeHeaderReadsOnlyTheHeader(t *testing.T) {
 	h := testHeader(1000)
-	b := encodeBytes(t, h, CurrentVersion, testWords(h.Words, 4))
+	b := encodeBytes(t, h, CurrentVersion, ckpttest.Words(h.Words, 4))
 	hdrLen := 14 + len(appendBody(nil, &h, CurrentVersion)) + 4 + 8
 	got, err := DecodeHeader(&failAfter{bytes.NewReader(b[:hdrLen])})
 	if err != nil {
@@ -272,7 +277,7 @@ func TestDecodeHeaderReadsOnlyTheHeader(t *testing.T) {
 
 func TestDecodeDestination(t *testing.T) {
 	h := testHeader(2)
-	words := testWords(h.Words, 5)
+	words := ckpttest.Words(h.Words, 5)
 	good := encodeBytes(t, h, CurrentVersion, words)
 	bad := slices.Clone(good)
 	bad[len(bad)-20] ^= 1 // a data byte
@@ -359,7 +364,7 @@ func TestWordPaths(t *testing.T) {
 		nativeLittleEndian = native && saved
 		t.Run(map[bool]string{true: "bulk-copy", false: "portable"}[native], func(t *testing.T) {
 			for _, n := range []int{0, 1, 3, 4, 5, 9, wordChunk - 1, wordChunk, wordChunk + 5, 3*wordChunk + 7} {
-				words := testWords(uint64(n), uint64(n))
+				words := ckpttest.Words(uint64(n), uint64(n))
 				var got bytes.Buffer
 				if err := WriteWords(&got, words); err != nil {
 					t.Fatal(err)
@@ -378,7 +383,7 @@ func TestWordPaths(t *testing.T) {
 				}
 			}
 			h := testHeader(2500) // 160,000 words: several chunks
-			words := testWords(h.Words, 9)
+			words := ckpttest.Words(h.Words, 9)
 			b := encodeBytes(t, h, CurrentVersion, words)
 			for _, rk := range readerKinds {
 				d := NewDecoder(rk.wrap(b))
@@ -398,5 +403,28 @@ func TestWordPaths(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpecMatchesCurrentVersion keeps the format's one specification, the layout documented on
+// Decoder, and the package documentation at the version Encode writes.
+func TestSpecMatchesCurrentVersion(t *testing.T) {
+	for _, tc := range []struct{ file, pattern string }{
+		{"decode.go", `The byte layout of a version (\d+)\s+// snapshot, the CurrentVersion`},
+		{"decode.go", `format version \(uint16\) = (\d+)`},
+		{"doc.go", `Encode writes CurrentVersion, version (\d+)`},
+	} {
+		src, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(tc.pattern).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("%s does not say %q", tc.file, tc.pattern)
+			continue
+		}
+		if v, _ := strconv.Atoi(string(m[1])); v != int(CurrentVersion) {
+			t.Errorf("%s documents version %d, CurrentVersion is %d", tc.file, v, CurrentVersion)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bufio"
@@ -8,14 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 )
 
 // Large benchmarks: encode/decode a snapshot of -ckpt.benchmib MiB to/from a
 // file, beside plain-file baselines of the same size in the same run:
 //
-//	go test ./checkpoint/ -run '^$' -bench Large -benchtime 5x
-//	go test ./checkpoint/ -run '^$' -bench Large -benchtime 3x -ckpt.benchmib 1024
+//	go test ./checkpoint/snapshot -run '^$' -bench Large -benchtime 5x
+//	go test ./checkpoint/snapshot -run '^$' -bench Large -benchtime 3x -ckpt.benchmib 1024
 var benchMiB = flag.Int("ckpt.benchmib", 256, "payload size in MiB of the checkpoint Large benchmarks")
 
 // largeFixture writes the payload once as a raw file and as a snapshot.
@@ -33,7 +34,7 @@ func newLargeFixture(b *testing.B) *largeFixture {
 	dir := b.TempDir()
 	words := uint64(*benchMiB) << 20 / 8
 	h := testHeader(words / 64)
-	fx := &largeFixture{h: h, words: testWords(h.Words, 1), dir: dir,
+	fx := &largeFixture{h: h, words: ckpttest.Words(h.Words, 1), dir: dir,
 		rawF: filepath.Join(dir, "raw.bin"), snapF: filepath.Join(dir, "snap.snap")}
 	var buf bytes.Buffer
 	buf.Grow(int(h.DataBytes()))
@@ -176,7 +177,7 @@ func BenchmarkLarge(b *testing.B) {
 	b.Run("ratio-restore", func(b *testing.B) {
 		// A real restore: decode into a freshly allocated destination,
 		// against os.ReadFile, which also allocates.
-		ratio(b, size, map[string]func(){
+		ckpttest.Ratio(b, size, map[string]func(){
 			"decode-fresh": func() { fx.decode(b, make([]uint64, fx.h.Words)) },
 			"readfile":     func() { fx.readFile(b) },
 		}, "decode-fresh", "readfile")
@@ -184,13 +185,13 @@ func BenchmarkLarge(b *testing.B) {
 	b.Run("ratio-decode-prealloc", func(b *testing.B) {
 		dst := make([]uint64, fx.h.Words)
 		raw := make([]byte, size)
-		ratio(b, size, map[string]func(){
+		ckpttest.Ratio(b, size, map[string]func(){
 			"decode":   func() { fx.decode(b, dst) },
 			"readfull": func() { fx.readFull(b, raw) },
 		}, "decode", "readfull")
 	})
 	b.Run("ratio-encode", func(b *testing.B) {
-		ratio(b, size, map[string]func(){
+		ckpttest.Ratio(b, size, map[string]func(){
 			"encode":    func() { fx.encodeTo(b, out) },
 			"iocopy":    func() { fx.copyFile(b, out) },
 			"writefile": func() { fx.writeFile(b, out) },
@@ -198,41 +199,11 @@ func BenchmarkLarge(b *testing.B) {
 	})
 }
 
-// ratio runs every contender once per iteration (rotating the order) and
-// reports each one's best throughput and the best-time ratio of subject
-// against every baseline.
-func ratio(b *testing.B, size int64, fns map[string]func(), subject string, baselines ...string) {
-	names := append([]string{subject}, baselines...)
-	for _, n := range names { // warm up: page cache, page faults
-		fns[n]()
-	}
-	best := make(map[string]time.Duration)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		for j := range names {
-			n := names[(i+j)%len(names)]
-			start := time.Now()
-			fns[n]()
-			if d := time.Since(start); best[n] == 0 || d < best[n] {
-				best[n] = d
-			}
-		}
-		i++
-	}
-	for _, n := range names {
-		b.ReportMetric(float64(size)/1e6/best[n].Seconds(), n+"-MB/s")
-	}
-	for _, n := range baselines {
-		b.ReportMetric(float64(best[subject])/float64(best[n]), subject+"-x-vs-"+n)
-	}
-}
-
 // BenchmarkSmallParallel encodes and decodes a 64 KiB snapshot in memory
 // from all Ps, beside a plain copy of the same bytes.
 func BenchmarkSmallParallel(b *testing.B) {
 	h := testHeader(128) // 8192 words = 64 KiB
-	words := testWords(h.Words, 1)
+	words := ckpttest.Words(h.Words, 1)
 	snap := encodeBytes(b, h, CurrentVersion, words)
 	size := int64(h.DataBytes())
 	b.Run("encode", func(b *testing.B) {

@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"slices"
 	"testing"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 )
 
 // smallSnapshots are the inputs of the exhaustive corruption tests: one per
@@ -17,10 +19,10 @@ func smallSnapshots(t testing.TB) map[string][]byte {
 	old := h
 	oldLayout(&old) // 32 words
 	return map[string][]byte{
-		"v1": encodeBytes(t, old, VersionV1, testWords(old.Words, 7)),
-		"v2": encodeBytes(t, old, VersionV2, testWords(old.Words, 7)),
-		"v3": encodeBytes(t, h, VersionV3, testWords(h.Words, 7)),
-		"v4": encodeBytes(t, withStages(h), VersionV4, testWords(withStages(h).Words, 7)),
+		"v1": encodeBytes(t, old, VersionV1, ckpttest.Words(old.Words, 7)),
+		"v2": encodeBytes(t, old, VersionV2, ckpttest.Words(old.Words, 7)),
+		"v3": encodeBytes(t, h, VersionV3, ckpttest.Words(h.Words, 7)),
+		"v4": encodeBytes(t, withStages(h), VersionV4, ckpttest.Words(withStages(h).Words, 7)),
 	}
 }
 

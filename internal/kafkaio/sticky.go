@@ -1,4 +1,4 @@
-package consumer
+package kafkaio
 
 import (
 	"cmp"
@@ -62,7 +62,7 @@ var _ kafka.GroupBalancer = (*StickyBalancer)(nil)
 func (b *StickyBalancer) ProtocolName() string { return StickyProtocol }
 
 // SetOwned records the partitions per topic the member got in generation,
-// to be claimed at its next JoinGroup. The Worker calls it at the start of
+// to be claimed at its next JoinGroup. The consumer's Worker calls it at the start of
 // every generation; kafka-go reads UserData when it joins the next one,
 // after the current generation (and its partitions) ended.
 func (b *StickyBalancer) SetOwned(generation int32, owned map[string][]int) {
@@ -223,7 +223,7 @@ func encodeClaims(c claims) []byte {
 	return b
 }
 
-var errShortClaims = errors.New("consumer: sticky user data truncated")
+var errShortClaims = errors.New("kafkaio: sticky user data truncated")
 
 // decodeClaims reads UserData written by encodeClaims, or by a later
 // version (whose appended fields it ignores). Anything it cannot read —

@@ -1,11 +1,13 @@
 //go:build linux && (amd64 || arm64)
 
-package checkpoint
+package snapshot
 
 import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 )
 
 // syncFS flushes dirty pages so writeback does not disturb measurements.
@@ -37,7 +39,7 @@ func BenchmarkLargeCold(b *testing.B) {
 	size := int64(fx.h.DataBytes())
 	dst := make([]uint64, fx.h.Words)
 	raw := make([]byte, size)
-	ratio(b, size, map[string]func(){
+	ckpttest.Ratio(b, size, map[string]func(){
 		"decode-cold": func() {
 			dropCache(b, fx.snapF)
 			fx.decode(b, dst)

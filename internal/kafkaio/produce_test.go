@@ -1,10 +1,9 @@
-package consumer
+package kafkaio
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -13,17 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
-// resetObs counts what the idempotent producer reports.
+// resetObs counts what the producer reports.
 type resetObs struct {
-	NopObserver
 	mu        sync.Mutex
 	resets    map[string]int
 	uncertain atomic.Int64
@@ -52,34 +50,45 @@ func (o *resetObs) resetCounts() map[string]int {
 }
 
 // startCluster starts a one-broker cluster with the given topics.
-func startCluster(t *testing.T, topics map[string]int32) *embedkafka.Cluster {
+// testCluster is a kfake broker on 127.0.0.1 with a client. (The package's own tests cannot use
+// embedkafka, which imports this package.)
+type testCluster struct {
+	*kfake.Cluster
+	client *kafka.Client
+}
+
+func startCluster(t *testing.T, topics map[string]int32, opts ...kfake.Opt) *testCluster {
 	t.Helper()
-	cl, err := embedkafka.Start(embedkafka.Options{Topics: topics})
+	opts = append(opts, kfake.Ports(0))
+	for name, n := range topics {
+		opts = append(opts, kfake.SeedTopics(n, name))
+	}
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
-	return cl
+	client := Conn{Brokers: c.ListenAddrs(), ClientID: "test"}.Client(3 * time.Second)
+	t.Cleanup(func() {
+		CloseIdle(client)
+		c.Close()
+	})
+	return &testCluster{c, client}
 }
 
-// newTestIdempotent returns a started idempotent producer for cl.
-func newTestIdempotent(t *testing.T, cl *embedkafka.Cluster, obs Observer, c kafka.Compression) *idempotent {
+// newTestProducer returns a started idempotent producer for cl.
+func newTestIdempotent(t *testing.T, cl *testCluster, obs ProduceObserver, c kafka.Compression) *Producer {
 	t.Helper()
-	tr := newTransport(Config{ClientID: "test"})
-	t.Cleanup(tr.CloseIdleConnections)
-	base := &producer{
-		client:      &kafka.Client{Addr: kafka.TCP(cl.Addrs()...), Transport: tr, Timeout: 3 * time.Second},
-		compression: c,
-		batchBytes:  1<<20 - 64<<10,
-		backoffMax:  200 * time.Millisecond,
-		obs:         obs,
-		log:         discardSampler(),
-	}
-	p := newIdempotent(base)
-	base.idem = p
+	return newTestProducer(t, cl, ProducerConfig{Idempotent: true, Observer: obs, Compression: c})
+}
+
+// newTestProducer returns a started producer for cl; cfg's Backoff is capped at 200ms.
+func newTestProducer(t *testing.T, cl *testCluster, cfg ProducerConfig) *Producer {
+	t.Helper()
+	cfg.Backoff.Max = 200 * time.Millisecond
+	p := NewProducer(cl.client, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := p.start(ctx); err != nil {
+	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -96,19 +105,41 @@ func testMsgs(prefix string, n int) []kafka.Message {
 }
 
 // values returns the values of topic/partition's records in log order.
-func values(t *testing.T, cl *embedkafka.Cluster, topic string, partition int) []string {
+func values(t *testing.T, cl *testCluster, topic string, partition int) []string {
 	t.Helper()
-	ends, err := cl.EndOffsets(context.Background(), topic)
+	ctx := context.Background()
+	offs, err := ListOffsets(ctx, cl.client, topic, []int{partition})
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := cl.ReadPartition(context.Background(), topic, partition, ends[partition])
+	var out []string
+	err = Read(ctx, cl.client, Range{Topic: topic, Partition: partition, End: offs[partition].LastOffset, Failures: 1},
+		func(recs []Record) error {
+			for _, r := range recs {
+				out = append(out, string(r.Value))
+			}
+			return nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]string, len(msgs))
-	for i, m := range msgs {
-		out[i] = string(m.Value)
+	return out
+}
+
+// readMessages returns the records of topic/partition from the start up to end.
+func readMessages(t *testing.T, cl *testCluster, topic string, partition int, end int64) []kafka.Message {
+	t.Helper()
+	var out []kafka.Message
+	err := Read(context.Background(), cl.client, Range{Topic: topic, Partition: partition, End: end, Failures: 1},
+		func(recs []Record) error {
+			for _, r := range recs {
+				out = append(out, kafka.Message{Offset: r.Offset, Time: r.Time, Headers: r.Headers,
+					Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)})
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -144,9 +175,9 @@ type batchInfo struct {
 }
 
 // logBatches returns the record batches of topic/partition in log order.
-func logBatches(t *testing.T, cl *embedkafka.Cluster, topic string, partition int) []batchInfo {
+func logBatches(t *testing.T, cl *testCluster, topic string, partition int) []batchInfo {
 	t.Helper()
-	res, err := cl.Client().Fetch(context.Background(), &kafka.FetchRequest{
+	res, err := cl.client.Fetch(context.Background(), &kafka.FetchRequest{
 		Topic: topic, Partition: partition, Offset: 0, MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 100 * time.Millisecond,
 	})
 	if err == nil && res.Error != nil {
@@ -185,10 +216,10 @@ func logBatches(t *testing.T, cl *embedkafka.Cluster, topic string, partition in
 func TestKfakeDropsDuplicateSequence(t *testing.T) {
 	t.Parallel()
 	cl := startCluster(t, map[string]int32{"out": 1})
-	p := newTestIdempotent(t, cl, NopObserver{}, 0)
-	client := p.base.client
+	p := newTestIdempotent(t, cl, nil, 0)
+	client := p.client
 	enc := batchEncoder{}
-	id := *p.current()
+	id := *p.ids.current()
 	send := func(raw []byte) (*kafka.ProduceResponse, error) {
 		res, err := client.RawProduce(context.Background(), &kafka.RawProduceRequest{
 			Topic: "out", Partition: 0, RequiredAcks: kafka.RequireAll,
@@ -200,36 +231,38 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 		return res, err
 	}
 	a, b, c := testMsgs("a", 3), testMsgs("b", 4), testMsgs("c", 2)
-	rawA, err := enc.encode(nil, [][]kafka.Message{a})
+	rbA, err := enc.encode(nil, [][]kafka.Message{a})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealBatch(rawA, id, 0)
+	rbA.seal(id.id, id.epoch, 0)
 	for i := range 2 {
-		res, err := send(rawA)
+		res, err := send(rbA.raw)
 		if err != nil || res.BaseOffset != 0 {
 			t.Fatalf("send %d of the same batch: base offset %v, error %v; want 0 and nil", i+1, res, err)
 		}
 	}
-	rawB, _ := enc.encode(nil, [][]kafka.Message{b})
-	sealBatch(rawB, id, 5) // expected 3
-	if _, err := send(rawB); !errors.Is(err, kafka.OutOfOrderSequenceNumber) {
+	rbB, _ := enc.encode(nil, [][]kafka.Message{b})
+	rbB.seal(id.id, id.epoch, 5) // expected 3
+	if _, err := send(rbB.raw); !errors.Is(err, kafka.OutOfOrderSequenceNumber) {
 		t.Fatalf("sequence gap: error %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", err)
 	}
-	sealBatch(rawB, id, 3)
-	if res, err := send(rawB); err != nil || res.BaseOffset != 3 {
+	rbB.seal(id.id, id.epoch, 3)
+	if res, err := send(rbB.raw); err != nil || res.BaseOffset != 3 {
 		t.Fatalf("next sequence: %v, %v; want base offset 3", res, err)
 	}
-	rawC, _ := enc.encode(nil, [][]kafka.Message{c})
-	sealBatch(rawC, id, 7)
-	if _, err := send(rawC); err != nil {
+	rbC, _ := enc.encode(nil, [][]kafka.Message{c})
+	rbC.seal(id.id, id.epoch, 7)
+	if _, err := send(rbC.raw); err != nil {
 		t.Fatal(err)
 	}
-	newID, err := p.renew(context.Background(), p.current())
+	newID, err := p.ids.renew(context.Background(), p.ids.current())
 	if err != nil || newID.id == id.id {
 		t.Fatalf("renew: %v, %v", newID, err)
 	}
-	if _, err := send(resealBatch(rawC, *newID, 0)); err != nil {
+	if again := rbC.resealed(newID.id, newID.epoch, 0); again.hdr.FirstSequence != 0 {
+		t.Fatalf("resealed header %+v", again.hdr)
+	} else if _, err := send(again.raw); err != nil {
 		t.Fatal(err)
 	}
 	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, b, c, c))
@@ -258,37 +291,36 @@ func TestBatchEncoding(t *testing.T) {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			t.Parallel()
 			enc := batchEncoder{compression: c, now: func() time.Time { return ts.Add(time.Minute) }}
-			raw, err := enc.encode(nil, [][]kafka.Message{msgs[:1], msgs[1:]})
+			batch, err := enc.encode(nil, [][]kafka.Message{msgs[:1], msgs[1:]})
 			if err != nil {
 				t.Fatal(err)
 			}
+			raw := batch.raw
 			// Reused memory, dirty and large enough, gives the same bytes.
 			dirty := bytes.Repeat([]byte{0xa5}, 2*len(raw))
-			if again, err := enc.encode(dirty, [][]kafka.Message{msgs}); err != nil || !bytes.Equal(again, raw) || &again[0] != &dirty[0] {
-				t.Fatalf("encoding into reused memory: equal=%v, reused=%v, error %v", bytes.Equal(again, raw), &again[0] == &dirty[0], err)
+			if again, err := enc.encode(dirty, [][]kafka.Message{msgs}); err != nil || !bytes.Equal(again.raw, raw) || &again.raw[0] != &dirty[0] {
+				t.Fatalf("encoding into reused memory: equal=%v, reused=%v, error %v", bytes.Equal(again.raw, raw), &again.raw[0] == &dirty[0], err)
 			}
-			sealBatch(raw, producerID{id: 42, epoch: 3}, 17)
+			batch.seal(42, 3, 17)
 			var rs protocol.RecordSet
 			if _, err := rs.ReadFrom(bufio.NewReader(bytes.NewReader(raw))); err != nil {
 				t.Fatal(err)
 			}
 			rb, ok := rs.Records.(*protocol.RecordStream).Records[0].(*protocol.RecordBatch)
 			if !ok || rb.ProducerID != 42 || rb.ProducerEpoch != 3 || rb.BaseSequence != 17 || rb.Attributes.Compression() != c ||
-				batchRecords(raw) != int32(len(msgs)) {
+				batch.hdr.NumRecords != int32(len(msgs)) {
 				t.Fatalf("decoded batch %+v", rb)
 			}
+			checkDecode(t, raw[sizePrefix:], batch.hdr, msgs, ts.Add(time.Minute))
 
 			cl := startCluster(t, map[string]int32{"out": 1})
-			p := newTestIdempotent(t, cl, NopObserver{}, c)
+			p := newTestIdempotent(t, cl, nil, c)
 			before := time.Now().Truncate(time.Millisecond)
-			if err := p.produce(context.Background(), "out", 0, msgs); err != nil {
+			if err := p.Produce(context.Background(), "out", 0, msgs); err != nil {
 				t.Fatal(err)
 			}
 			after := time.Now()
-			got, err := cl.ReadPartition(context.Background(), "out", 0, int64(len(msgs)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := readMessages(t, cl, "out", 0, int64(len(msgs)))
 			for i, m := range msgs {
 				if m.Time.IsZero() {
 					if got[i].Time.Before(before) || got[i].Time.After(after) {
@@ -323,15 +355,6 @@ func recordDiff(a, b kafka.Message) string {
 		}
 	}
 	return ""
-}
-
-func TestVarintLen(t *testing.T) {
-	for _, v := range []int64{0, 1, -1, 63, 64, -64, -65, 1 << 20, -(1 << 40), math.MaxInt64, math.MinInt64} {
-		var buf [16]byte
-		if got, want := varintLen(v), len(binary.AppendVarint(buf[:0], v)); got != want {
-			t.Errorf("varintLen(%d) = %d, want %d", v, got, want)
-		}
-	}
 }
 
 func TestNextSequence(t *testing.T) {
@@ -373,20 +396,20 @@ func TestSequencerResets(t *testing.T) {
 			p := newTestIdempotent(t, cl, obs, 0)
 			a, b, c := testMsgs("a", 10), testMsgs("b", 20), testMsgs("c", 5)
 			ctx := context.Background()
-			if err := p.produce(ctx, "out", 0, a); err != nil {
+			if err := p.Produce(ctx, "out", 0, a); err != nil {
 				t.Fatal(err)
 			}
-			first := p.current()
+			first := p.ids.current()
 			cl.Fault(produceFault("out", tc.err, 1))
-			if err := p.produce(ctx, "out", 0, b); err != nil {
+			if err := p.Produce(ctx, "out", 0, b); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.produce(ctx, "out", 0, c); err != nil {
+			if err := p.Produce(ctx, "out", 0, c); err != nil {
 				t.Fatal(err)
 			}
 			equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, b, c))
 			bs := logBatches(t, cl, "out", 0)
-			second := p.current()
+			second := p.ids.current()
 			want := []batchInfo{{first.id, first.epoch, 0, 10}, {second.id, second.epoch, 0, 20}, {second.id, second.epoch, 20, 5}}
 			if second == first || fmt.Sprint(bs) != fmt.Sprint(want) {
 				t.Errorf("stored batches %+v, want %+v", bs, want)
@@ -407,10 +430,10 @@ func TestSequencerTimeoutAfterAppend(t *testing.T) {
 	p := newTestIdempotent(t, cl, obs, kafka.Zstd)
 	a, b := testMsgs("a", 50), testMsgs("b", 50)
 	h := cl.Fault(produceFault("out", kerr.RequestTimedOut, 2))
-	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.produce(context.Background(), "out", 0, b); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
 		t.Fatal(err)
 	}
 	if h.Hits() != 2 {
@@ -435,10 +458,10 @@ func TestSequencerDuplicateSequenceIsSuccess(t *testing.T) {
 	p := newTestIdempotent(t, cl, obs, 0)
 	a, b := testMsgs("a", 6), testMsgs("b", 6)
 	h := cl.Fault(produceFault("out", kerr.RequestTimedOut, 1), produceFault("out", kerr.DuplicateSequenceNumber, 1))
-	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.produce(context.Background(), "out", 0, b); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
 		t.Fatal(err)
 	}
 	if h.Hits() != 2 || obs.errors.Load() != 1 {
@@ -458,7 +481,7 @@ func TestSequencerResidualDuplicate(t *testing.T) {
 	p := newTestIdempotent(t, cl, obs, 0)
 	a := testMsgs("a", 8)
 	cl.Fault(produceFault("out", kerr.RequestTimedOut, 1), produceFault("out", kerr.UnknownProducerID, 1))
-	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)
 	}
 	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, a))
@@ -474,7 +497,7 @@ func TestSequencerResidualDuplicate(t *testing.T) {
 func TestSequencerMergesConcurrentSubmissions(t *testing.T) {
 	t.Parallel()
 	cl := startCluster(t, map[string]int32{"out": 1})
-	p := newTestIdempotent(t, cl, NopObserver{}, kafka.Snappy)
+	p := newTestIdempotent(t, cl, nil, kafka.Snappy)
 	requests := cl.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "out", Observe: true, Count: -1})
 	const callers, rounds, per = 8, 25, 10
 	var wg sync.WaitGroup
@@ -483,7 +506,7 @@ func TestSequencerMergesConcurrentSubmissions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for r := range rounds {
-				if err := p.produce(context.Background(), "out", 0, testMsgs(fmt.Sprintf("g%d-r%03d", g, r), per)); err != nil {
+				if err := p.Produce(context.Background(), "out", 0, testMsgs(fmt.Sprintf("g%d-r%03d", g, r), per)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -530,14 +553,14 @@ func TestSequencerGiveUp(t *testing.T) {
 	obs := &resetObs{}
 	p := newTestIdempotent(t, cl, obs, 0)
 	a, b, c := testMsgs("a", 5), testMsgs("b", 5), testMsgs("c", 5)
-	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)
 	}
 	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, -1))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	err := p.produce(ctx, "out", 0, b)
+	err := p.Produce(ctx, "out", 0, b)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, kafka.NotEnoughReplicas) {
 		t.Fatalf("produce = %v, want the deadline and the last error", err)
 	}
@@ -548,8 +571,8 @@ func TestSequencerGiveUp(t *testing.T) {
 		b[i].Value = []byte("overwritten") // the caller owns its records again
 	}
 	h.Remove()
-	eventually(t, func() bool { return p.base.failing.Load() == 0 })
-	if err := p.produce(context.Background(), "out", 0, c); err != nil {
+	eventually(t, func() bool { return !p.Failing() })
+	if err := p.Produce(context.Background(), "out", 0, c); err != nil {
 		t.Fatal(err)
 	}
 	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, c))
@@ -566,16 +589,16 @@ func TestSequencerLeaderHandsOff(t *testing.T) {
 	cl := startCluster(t, map[string]int32{"out": 1})
 	p := newTestIdempotent(t, cl, &resetObs{}, 0)
 	a, b, c := testMsgs("a", 5), testMsgs("b", 5), testMsgs("c", 5)
-	if err := p.produce(context.Background(), "out", 0, a); err != nil {
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)
 	}
 	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, -1))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	leader, queued := make(chan error, 1), make(chan error, 1)
-	go func() { leader <- p.produce(ctx, "out", 0, b) }()
+	go func() { leader <- p.Produce(ctx, "out", 0, b) }()
 	eventually(t, func() bool { return h.Hits() > 0 }) // the leader is retrying
-	go func() { queued <- p.produce(context.Background(), "out", 0, c) }()
+	go func() { queued <- p.Produce(context.Background(), "out", 0, c) }()
 	if err := <-leader; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("leader: %v, want the deadline", err)
 	}
@@ -597,5 +620,93 @@ func eventually(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 10s")
 		}
+	}
+}
+
+// TestProducerWithoutIdempotence proves the same path without producer id: batches carry producer
+// id -1 and no sequence, a compressed batch round-trips, and a timeout after the append is
+// retried and, as nothing recognises the copy, written twice and counted as an uncertain retry.
+func TestProducerWithoutIdempotence(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	obs := &resetObs{}
+	p := newTestProducer(t, cl, ProducerConfig{Compression: kafka.Gzip, Observer: obs})
+	a, b := testMsgs("a", 7), testMsgs("b", 3)
+	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
+		t.Fatal(err)
+	}
+	cl.Fault(produceFault("out", kerr.RequestTimedOut, 1))
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, b, b))
+	for _, bi := range logBatches(t, cl, "out", 0) {
+		if bi.producerID != -1 || bi.sequence != -1 {
+			t.Errorf("stored batch %+v, want no producer", bi)
+		}
+	}
+	if obs.uncertain.Load() != 1 || obs.errors.Load() != 1 {
+		t.Errorf("%d uncertain retries, %d errors; want 1 and 1", obs.uncertain.Load(), obs.errors.Load())
+	}
+}
+
+// TestProducerAttempts proves ProducerConfig.Attempts: a request that keeps failing fails the
+// caller after that many attempts with the last error, the producer is no longer failing, and
+// the partition goes on once the broker recovers.
+func TestProducerAttempts(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	obs := &resetObs{}
+	p := newTestProducer(t, cl, ProducerConfig{Attempts: 3, Observer: obs})
+	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, -1))
+	err := p.Produce(context.Background(), "out", 0, testMsgs("a", 4))
+	if !errors.Is(err, kafka.NotEnoughReplicas) || obs.errors.Load() != 3 || h.Hits() != 3 {
+		t.Fatalf("Produce = %v after %d attempts (%d errors), want NOT_ENOUGH_REPLICAS after 3", err, h.Hits(), obs.errors.Load())
+	}
+	if p.Failing() {
+		t.Error("still failing after giving up")
+	}
+	h.Remove()
+	b := testMsgs("b", 4)
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(b))
+}
+
+// TestProducerStartUnsupported proves that Start names brokers that cannot take what the
+// producer writes, at once: record format v2 for both modes, InitProducerId for idempotence.
+func TestProducerStartUnsupported(t *testing.T) {
+	t.Parallel()
+	oldProduce := kversion.Stable()
+	oldProduce.SetMaxKeyVersion(int16(kmsg.Produce), 2)
+	noInit := kversion.Stable()
+	noInit.SetMaxKeyVersion(int16(kmsg.InitProducerID), -1)
+	for _, tc := range []struct {
+		name       string
+		versions   *kversion.Versions
+		idempotent bool
+		want       []error
+	}{
+		{"Produce v2", oldProduce, false, []error{ErrProduceUnsupported}},
+		{"Produce v2, idempotent", oldProduce, true, []error{ErrProduceUnsupported, ErrIdempotenceUnsupported}},
+		{"no InitProducerId, idempotent", noInit, true, []error{ErrIdempotenceUnsupported}},
+		{"no InitProducerId", noInit, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cl := startCluster(t, map[string]int32{"out": 1}, kfake.MaxVersions(tc.versions))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := NewProducer(cl.client, ProducerConfig{Idempotent: tc.idempotent}).Start(ctx)
+			for _, want := range tc.want {
+				if !errors.Is(err, want) {
+					t.Errorf("Start = %v, want %v", err, want)
+				}
+			}
+			if tc.want == nil && err != nil {
+				t.Errorf("Start = %v", err)
+			}
+		})
 	}
 }

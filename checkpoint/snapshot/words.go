@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"encoding/binary"

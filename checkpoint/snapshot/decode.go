@@ -1,4 +1,4 @@
-package checkpoint
+package snapshot
 
 import (
 	"bufio"
@@ -20,13 +20,14 @@ import (
 // CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
-// The byte layout of a version 3 snapshot (all integers little-endian;
-// version 2 is identical up to the output-offset table and ends there;
-// version 1 also lacks the output-offset table):
+// This is the format's specification. The byte layout of a version 4
+// snapshot, the CurrentVersion (all integers little-endian; the fields
+// marked v2, v3 or v4 are absent from the header body of older versions,
+// which ends after the last field its version has):
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
-//	8           2      format version (uint16) = 3
+//	8           2      format version (uint16) = 4 (MinVersion..CurrentVersion are read)
 //	10          4      H = header body length in bytes (uint32, <= MaxHeaderBytes)
 //	14          H      header body:
 //	  +0        4        generations N (uint32)
@@ -76,7 +77,7 @@ import (
 // sectors, one BlockBits/64-word sector per slot; word w of sector i of
 // slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w.
 // Each generation of the table owns the sectors of its slot; slots not in
-// the table are free. In version 3 the top bit of every word is a use tag:
+// the table are free. From version 3 on the top bit of every word is a use tag:
 // the parity of the slot use that last wrote the word. A word whose tag
 // differs from the parity of its slot's entry in the use table holds bits
 // of an expired generation and reads as empty; the other 63 bits are data.
@@ -130,13 +131,22 @@ type Decoder struct {
 // length the header implies against the bytes really available before the
 // caller allocates anything. NewDecoder itself does not read.
 func NewDecoder(r io.Reader) *Decoder {
-	return newDecoder(r, r, false)
+	return newDecoder(r, availableBytes(r), false)
 }
 
-func newDecoder(r io.Reader, sizeSrc io.Reader, lenient bool) *Decoder {
+// NewDecoderSize is NewDecoder for a source that cannot tell its size itself
+// (a download stream, a reader wrapped to honour a context): size is the
+// number of bytes from r's position to its end, or -1 when unknown. A store
+// that knows an object's length passes it here, so the header is checked
+// against it before the caller allocates.
+func NewDecoderSize(r io.Reader, size int64) *Decoder {
+	return newDecoder(r, max(size, -1), false)
+}
+
+func newDecoder(r io.Reader, avail int64, lenient bool) *Decoder {
 	return &Decoder{
 		r:       bufio.NewReaderSize(r, 64<<10),
-		avail:   availableBytes(sizeSrc),
+		avail:   avail,
 		lenient: lenient,
 	}
 }
@@ -187,7 +197,7 @@ func (d *Decoder) readErr(err error, what string) error {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return corruptf("truncated in %s at byte %d", what, d.n)
 	default:
-		return fmt.Errorf("checkpoint: reading %s: %w", what, err)
+		return fmt.Errorf("snapshot: reading %s: %w", what, err)
 	}
 }
 
@@ -212,7 +222,7 @@ func (d *Decoder) readHeader() error {
 	var pre [preambleLen]byte
 	n, err := io.ReadFull(d.r, pre[:len(Magic)])
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("checkpoint: reading magic: %w", err)
+		return fmt.Errorf("snapshot: reading magic: %w", err)
 	}
 	if string(pre[:n]) != Magic[:n] {
 		return fmt.Errorf("%w: bad magic %q", ErrNotSnapshot, pre[:n])
@@ -242,7 +252,7 @@ func (d *Decoder) readHeader() error {
 	d.crc = crc32.Update(d.crc, castagnoli, body)
 	d.n += int64(len(body))
 	if err != nil {
-		return fmt.Errorf("checkpoint: reading header: %w", err)
+		return fmt.Errorf("snapshot: reading header: %w", err)
 	}
 	if len(body) != int(bodyLen) {
 		return corruptf("truncated in header body at byte %d", d.n)
@@ -512,7 +522,7 @@ func (d *Decoder) finish() error {
 	if _, err := d.r.ReadByte(); err == nil {
 		d.finErr = corruptf("trailing bytes after the file checksum at byte %d", d.n)
 	} else if !errors.Is(err, io.EOF) {
-		d.finErr = fmt.Errorf("checkpoint: reading past the checksum: %w", err)
+		d.finErr = fmt.Errorf("snapshot: reading past the checksum: %w", err)
 	}
 	return d.finErr
 }
@@ -550,7 +560,7 @@ func (d *Decoder) Read(p []byte) (int, error) {
 		d.err = corruptf("truncated in data at byte %d (%d data bytes missing)", d.n, d.remaining)
 		return n, d.err
 	default:
-		d.err = fmt.Errorf("checkpoint: reading data: %w", err)
+		d.err = fmt.Errorf("snapshot: reading data: %w", err)
 		return n, d.err
 	}
 	if d.remaining == 0 {
@@ -576,7 +586,7 @@ func (d *Decoder) ReadWords(dst []uint64) error {
 		return d.err
 	}
 	if uint64(len(dst)) > d.remaining/8 {
-		return fmt.Errorf("checkpoint: ReadWords of %d words, but only %d bytes of data are left", len(dst), d.remaining)
+		return fmt.Errorf("snapshot: ReadWords of %d words, but only %d bytes of data are left", len(dst), d.remaining)
 	}
 	if raw := wordBytes(dst); raw != nil {
 		// Little-endian host: read straight into the destination, a chunk
@@ -658,11 +668,11 @@ func Decode(r io.Reader, dst func(h Header) ([]uint64, error)) (Header, error) {
 	}
 	words, err := dst(h)
 	if err != nil {
-		return h, fmt.Errorf("checkpoint: destination: %w", err)
+		return h, fmt.Errorf("snapshot: destination: %w", err)
 	}
 	if words != nil {
 		if uint64(len(words)) != h.Words {
-			return h, fmt.Errorf("checkpoint: destination holds %d words, header declares %d", len(words), h.Words)
+			return h, fmt.Errorf("snapshot: destination holds %d words, header declares %d", len(words), h.Words)
 		}
 		if err := d.ReadWords(words); err != nil {
 			return h, err
