@@ -22,11 +22,10 @@ import (
 // client ID, TLS and SASL settings as the Worker of the same Config. It is safe for concurrent use;
 // create it with NewOutputReader.
 type OutputReader struct {
-	cfg       Config
-	key       KeyFunc
-	log       *slog.Logger
-	transport *kafka.Transport
-	client    *kafka.Client
+	cfg    Config
+	key    KeyFunc
+	log    *slog.Logger
+	client *kafka.Client
 
 	// fetchWait bounds how long one fetch waits on the broker when no record is available.
 	fetchWait time.Duration
@@ -44,13 +43,11 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 	if log == nil {
 		log = slog.Default()
 	}
-	tr := newTransport(cfg)
 	return &OutputReader{
 		cfg:          cfg,
 		key:          key,
 		log:          log,
-		transport:    tr,
-		client:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.ProduceTimeout},
+		client:       cfg.Conn.Client(cfg.ProduceTimeout),
 		fetchWait:    100 * time.Millisecond,
 		emptyFetches: 5,
 	}
@@ -58,7 +55,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 
 // Close releases the reader's idle broker connections. A later call opens new ones.
 func (r *OutputReader) Close() error {
-	r.transport.CloseIdleConnections()
+	kafkaio.CloseIdle(r.client)
 	return nil
 }
 
