@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -82,6 +83,13 @@ func (s *Store) Keep() int { return s.keep }
 
 // String returns the store's location as a URL (without credentials).
 func (s *Store) String() string { return s.b.String() }
+
+// Kind returns the kind of the store's backend: the scheme of its location, "file", "s3" or
+// "mem".
+func (s *Store) Kind() string {
+	scheme, _, _ := strings.Cut(s.b.String(), "://")
+	return scheme
+}
 
 func (s *Store) errorf(format string, args ...any) error {
 	return fmt.Errorf("checkpoint: %s: "+format, append([]any{s.b}, args...)...)

@@ -76,6 +76,11 @@ type Options struct {
 	// stays 0 until the first CheckpointSaved, and alerts ignore 0.
 	Checkpointing bool
 
+	// CheckpointStore is the kind of checkpoint store ("file" or "s3"): its series of
+	// kdedup_checkpoint_written_bytes_total exists from the start, at 0. Empty means none is
+	// prepared; CheckpointWritten adds the series of the kinds it is given.
+	CheckpointStore string
+
 	// SkipRuntimeCollectors disables registering the Go runtime and process
 	// collectors (go_*, process_*) on the registry. The dashboard's restart
 	// panel needs process_start_time_seconds, so leave it false in
@@ -179,6 +184,7 @@ type Metrics struct {
 	checkpointSize        prometheus.Gauge
 	checkpointLastSuccess prometheus.Gauge
 	checkpointFailures    prometheus.Counter
+	checkpointWritten     *prometheus.CounterVec
 	restores              map[checkpoint.Outcome]prometheus.Counter
 	restoreUnknown        prometheus.Counter
 	restoreDuration       prometheus.Histogram
@@ -270,13 +276,18 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 
 	durationBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	m.checkpointDuration = histogram("checkpoint_duration_seconds", "Time taken to write a checkpoint successfully.", durationBuckets)
-	m.checkpointSize = gauge("checkpoint_size_bytes", "Size of the last successfully written checkpoint.")
+	m.checkpointSize = gauge("checkpoint_size_bytes", "Size of the last successful checkpoint: its manifest and every generation object it references, what a restore reads.")
 	m.checkpointLastSuccess = gauge("checkpoint_last_success_timestamp_seconds",
 		"Unix time of the last successful checkpoint (the worker's start when checkpointing is enabled and none has succeeded yet; 0 when checkpointing is disabled).")
 	if opts.Checkpointing {
 		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
 	}
 	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
+	m.checkpointWritten = counterVec("checkpoint_written_bytes_total",
+		"Bytes sent to the checkpoint store, by the kind of store (file or s3): the generation objects and manifests of every save, failed ones included. A save writes what changed since the last checkpoint; kdedup_checkpoint_size_bytes is what a restore reads.", "store")
+	if opts.CheckpointStore != "" {
+		m.checkpointWritten.WithLabelValues(opts.CheckpointStore)
+	}
 	restores := counterVec("checkpoint_restores_total", "State restores at startup or assignment, by outcome: warm (the newest checkpoint), fallback (an older checkpoint, the newer were unusable), cold (none usable: the filter is rebuilt from the output topic, or starts empty), retained (a partition that came back kept its in-memory filter: nothing downloaded).", "outcome")
 	m.restores = make(map[checkpoint.Outcome]prometheus.Counter)
 	for _, o := range checkpoint.Outcomes() {
@@ -294,7 +305,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m.consumed, m.produced, m.duplicates, m.unkeyed,
 		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
 		m.endToEnd, m.processing,
-		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures,
+		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
 		restores, m.restoreDuration, m.rewarmed,
 		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
 		m.dyn,
@@ -496,8 +507,9 @@ func (m *Metrics) SetReady(ready bool) {
 }
 
 // CheckpointSaved records a successful checkpoint that took duration and
-// wrote sizeBytes bytes, and sets the last-success timestamp to now. It is
-// safe for concurrent use.
+// holds sizeBytes bytes (a skipped checkpoint, current because nothing changed,
+// counts too), and sets the last-success timestamp to now. It is safe for
+// concurrent use.
 func (m *Metrics) CheckpointSaved(duration time.Duration, sizeBytes int64) {
 	m.checkpointDuration.Observe(max(duration, 0).Seconds())
 	m.checkpointSize.Set(float64(sizeBytes))
@@ -506,6 +518,17 @@ func (m *Metrics) CheckpointSaved(duration time.Duration, sizeBytes int64) {
 
 // CheckpointFailed counts one failed checkpoint. It is safe for concurrent use.
 func (m *Metrics) CheckpointFailed() { m.checkpointFailures.Inc() }
+
+// CheckpointWritten counts bytes sent to a checkpoint store of the given kind ("file", "s3"); an
+// empty kind is counted as "unknown". It is safe for concurrent use.
+func (m *Metrics) CheckpointWritten(store string, bytes int64) {
+	if store == "" {
+		store = unknown
+	}
+	if bytes > 0 {
+		m.checkpointWritten.WithLabelValues(store).Add(float64(bytes))
+	}
+}
 
 // Restored records a state restore with the given outcome that took
 // duration. An outcome that is not one of checkpoint.Outcomes is counted

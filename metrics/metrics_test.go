@@ -98,6 +98,7 @@ func populate(m *Metrics) {
 	m.SetReady(true)
 	m.CheckpointSaved(time.Second, 1234)
 	m.CheckpointFailed()
+	m.CheckpointWritten("file", 4096)
 	m.Restored(checkpoint.OutcomeWarm, time.Second)
 	m.Rewarmed(5)
 	m.RebuildStarted()
@@ -225,6 +226,10 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.checkpointLastSuccess }, float64(fixedNow.Unix())},
 		{"CheckpointFailed", func(m *Metrics) { m.CheckpointFailed() },
 			func(m *Metrics) prometheus.Collector { return m.checkpointFailures }, 1},
+		{"CheckpointWritten", func(m *Metrics) { m.CheckpointWritten("s3", 100); m.CheckpointWritten("s3", 0); m.CheckpointWritten("s3", 20) },
+			func(m *Metrics) prometheus.Collector { return m.checkpointWritten.WithLabelValues("s3") }, 120},
+		{"CheckpointWritten without a kind", func(m *Metrics) { m.CheckpointWritten("", 7) },
+			func(m *Metrics) prometheus.Collector { return m.checkpointWritten.WithLabelValues(unknown) }, 7},
 		{"Restored warm", func(m *Metrics) { m.Restored(checkpoint.OutcomeWarm, time.Second) },
 			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeWarm] }, 1},
 		{"Restored fallback", func(m *Metrics) { m.Restored(checkpoint.OutcomeFallback, time.Second) },

@@ -200,8 +200,18 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		Version:                 Version,
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
 		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
+		CheckpointStore:         checkpointKind(cfg.Checkpoint),
 		ProducerResetReasons:    consumer.ResetReasons(),
 	})
+}
+
+// checkpointKind returns the kind of the checkpoint store c configures ("file", "s3"), or "" when
+// there is none (or it is misconfigured: Load reports that).
+func checkpointKind(c CheckpointConfig) string {
+	if loc, ok, p := checkpointLocation(c); ok && p == nil {
+		return loc.Scheme
+	}
+	return ""
 }
 
 // newDeduper builds the filter manager and registers its statistics with m. With CHECKPOINT_URL (or
