@@ -60,6 +60,10 @@ type Config struct {
 	// SealTimeout bounds how long a snapshot waits for the records it may contain to be
 	// acknowledged by the output topic. Default: 30s.
 	SealTimeout time.Duration
+	// SaveConcurrency bounds the saves a Set runs at once: periodic checkpoints of many
+	// partitions, and the final saves of the partitions a rebalance or the shutdown releases
+	// together, run in parallel up to it. Default: DefaultSaveConcurrency.
+	SaveConcurrency int
 	// Output is the output topic: snapshots record its end offsets, a restored filter is re-warmed
 	// from the records after them, and a rebuild reads it. Default: nil, snapshots record no
 	// output offsets, restored filters are not re-warmed and nothing is rebuilt.
@@ -121,6 +125,9 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.SealTimeout <= 0 {
 		cfg.SealTimeout = 30 * time.Second
+	}
+	if cfg.SaveConcurrency <= 0 {
+		cfg.SaveConcurrency = DefaultSaveConcurrency
 	}
 	if err := cfg.defaultClock(); err != nil {
 		return err

@@ -114,18 +114,21 @@ func TestCheckpointFaultsKeepServing(t *testing.T) {
 	tests := []struct {
 		name    string
 		op      errorfs.Op
+		after   int // operations of the kind that succeed first: a save writes a generation object, then the manifest
 		err     error
 		failed  bool   // Checkpoint fails, counted in kdedup_checkpoint_failures_total
 		logMsg  string // what the log says, with the error
 		visible bool   // the new snapshot is what a restore finds
 	}{
-		{"create temp, no space", errorfs.OpCreate, syscall.ENOSPC, true, "checkpoint failed", false},
-		{"write, no space", errorfs.OpWrite, syscall.ENOSPC, true, "checkpoint failed", false},
-		{"fsync", errorfs.OpSync, syscall.EIO, true, "checkpoint failed", false},
-		{"rename", errorfs.OpRename, syscall.EIO, true, "checkpoint failed", false},
-		{"directory fsync after the rename", errorfs.OpSyncDir, syscall.EIO, true, "checkpoint failed", true},
+		{"create temp, no space", errorfs.OpCreate, 0, syscall.ENOSPC, true, "checkpoint failed", false},
+		{"write, no space", errorfs.OpWrite, 0, syscall.ENOSPC, true, "checkpoint failed", false},
+		{"fsync", errorfs.OpSync, 0, syscall.EIO, true, "checkpoint failed", false},
+		{"rename", errorfs.OpRename, 0, syscall.EIO, true, "checkpoint failed", false},
+		{"manifest rename", errorfs.OpRename, 1, syscall.EIO, true, "checkpoint failed", false},
+		{"directory fsync after the object's rename", errorfs.OpSyncDir, 0, syscall.EIO, true, "checkpoint failed", false},
+		{"directory fsync after the manifest's rename", errorfs.OpSyncDir, 1, syscall.EIO, true, "checkpoint failed", true},
 		// Saved and durable; the next save prunes again.
-		{"remove while pruning", errorfs.OpRemove, syscall.EACCES, false, "old snapshots could not be pruned", true},
+		{"remove while pruning", errorfs.OpRemove, 0, syscall.EACCES, false, "old snapshots could not be pruned", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,7 +141,7 @@ func TestCheckpointFaultsKeepServing(t *testing.T) {
 			}
 			see(a.Set, "new", n)
 
-			efs.Fail(tt.op, tt.err)
+			efs.FailWhen(tt.op, "", tt.after, tt.err)
 			err := a.Checkpoint(ctx)
 			efs.Clear()
 			if efs.Injected(tt.op) == 0 {

@@ -1,11 +1,13 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -13,17 +15,31 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// CheckpointPersister is the Persister that keeps snapshots in a checkpoint.Store, in the
-// checkpoint/snapshot file format. It is safe for concurrent use.
+// CheckpointPersister is the Persister that keeps snapshots in a checkpoint.Store, as incremental
+// checkpoints: a generation object per live generation and a manifest (checkpoint.Store.SaveSet).
+// A save writes the generations that changed since the last checkpoint of the same filter and
+// references the others: a sealed generation is written once, the current one at every save. It
+// is safe for concurrent use.
 //
-// Policy on restore: the newest usable snapshot wins; a corrupt, truncated or foreign file falls
-// back to the previous one. A snapshot taken with a configuration that changes the filter's layout
-// or hashing (window count, interval, capacity, false-positive rate or hash seed), or written in
-// the filter layout of an older kdedup (snapshot format v1 or v2), cannot be used: the unit starts
-// cold and a warning says why.
+// Policy on restore: the newest usable snapshot wins, a manifest or a single-file snapshot of an
+// older kdedup; a corrupt, truncated or foreign file, or a manifest whose generation object is
+// missing or damaged, falls back to the previous one. A snapshot taken with a configuration that
+// changes the filter's layout or hashing (window count, interval, capacity, false-positive rate or
+// hash seed), or written in the filter layout of an older kdedup (snapshot format v1 or v2),
+// cannot be used: the unit starts cold and a warning says why.
 type CheckpointPersister struct {
 	store *checkpoint.Store
 	log   *slog.Logger
+
+	mu    sync.Mutex
+	bases map[string]map[uint64]savedGen // unit → generation → what the last checkpoint holds
+}
+
+// savedGen is a generation that a committed manifest references: its object, and the generation's
+// version when the object was written (or restored), which tells whether it changed since.
+type savedGen struct {
+	ref     snapshot.GenRef
+	version window.GenerationVersion
 }
 
 // NewCheckpointPersister returns a Persister over store. A nil logger means slog.Default().
@@ -31,7 +47,13 @@ func NewCheckpointPersister(store *checkpoint.Store, log *slog.Logger) *Checkpoi
 	if log == nil {
 		log = slog.Default()
 	}
-	return &CheckpointPersister{store: store, log: log}
+	return &CheckpointPersister{store: store, log: log, bases: map[string]map[uint64]savedGen{}}
+}
+
+// restored is what one snapshot restores: the filter and, for a manifest, what it references.
+type restored struct {
+	f    *window.Filter
+	refs map[uint64]snapshot.GenRef
 }
 
 // Restore loads the newest usable snapshot of unit into cfg; Restored.Snapshot names it. With none
@@ -39,16 +61,8 @@ func NewCheckpointPersister(store *checkpoint.Store, log *slog.Logger) *Checkpoi
 // rejected. It returns an error only when the store itself fails (for example it cannot list or
 // read the directory).
 func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
-	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h snapshot.Header, d *snapshot.Decoder) (*window.Filter, error) {
-		if h.Version < snapshot.VersionV3 {
-			return nil, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
-				checkpoint.ErrIncompatible, h.Version)
-		}
-		f, err := window.Restore(cfg, metaFromHeader(h), d)
-		if errors.Is(err, window.ErrIncompatible) {
-			return nil, fmt.Errorf("%w: %w", checkpoint.ErrIncompatible, err)
-		}
-		return f, err
+	r, res, err := checkpoint.Load(ctx, p.store, unit, func(h snapshot.Header, d *snapshot.Decoder) (restored, error) {
+		return p.restoreOne(ctx, unit, cfg, h, d)
 	})
 	for _, fl := range res.Failures {
 		p.log.Warn("snapshot rejected", "unit", unit, "file", fl.Snapshot.Name, "error", fl.Err.Error())
@@ -56,19 +70,65 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 	if err != nil && !errors.Is(err, checkpoint.ErrNoUsableSnapshot) {
 		return nil, Restored{}, err
 	}
-	if f == nil {
+	if r.f == nil {
 		if len(res.Failures) > 0 {
 			p.log.Warn("no usable snapshot: starting cold; duplicates of records produced before this start may pass",
 				"unit", unit, "rejected", len(res.Failures))
 		}
 		return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 	}
+	p.seed(unit, r)
 	out := res.Header.OutputOffsets
 	if out == nil {
 		p.log.Warn("snapshot has no output offsets (format v1): the filter cannot be re-warmed from the output topic",
 			"unit", unit, "file", res.Snapshot.Name)
 	}
-	return f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot)}, nil
+	return r.f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot)}, nil
+}
+
+// restoreOne restores the filter of one snapshot: from the generation objects a manifest
+// references, or from the data of a single-file snapshot.
+func (p *CheckpointPersister) restoreOne(ctx context.Context, unit string, cfg window.Config, h snapshot.Header, d *snapshot.Decoder) (restored, error) {
+	if h.Version < snapshot.VersionV3 {
+		return restored{}, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
+			checkpoint.ErrIncompatible, h.Version)
+	}
+	m := metaFromHeader(h)
+	var f *window.Filter
+	var err error
+	r := restored{}
+	if h.Manifest() {
+		r.refs = make(map[uint64]snapshot.GenRef, len(h.Refs))
+		for i, g := range h.Gens {
+			r.refs[g.Number] = h.Refs[i]
+		}
+		f, err = window.RestoreGenerations(cfg, m, func(gen uint64) (window.GenerationReader, error) {
+			return p.store.OpenGeneration(ctx, unit, r.refs[gen], gen, m.Sections(gen))
+		})
+	} else {
+		f, err = window.Restore(cfg, m, d)
+	}
+	if errors.Is(err, window.ErrIncompatible) {
+		return restored{}, fmt.Errorf("%w: %w", checkpoint.ErrIncompatible, err)
+	}
+	r.f = f
+	return r, err
+}
+
+// seed makes the generations a restored manifest references the base of the filter's next save:
+// the generations that are not current any more (after the restore aged the filter) hold exactly
+// what their objects hold, so they need not be written again until a key is added to them.
+func (p *CheckpointPersister) seed(unit string, r restored) {
+	base := map[uint64]savedGen{}
+	m := r.f.Meta()
+	for s, e := range m.SlotEpochs {
+		if ref, ok := r.refs[uint64(e)]; ok && e >= 0 {
+			base[uint64(e)] = savedGen{ref: ref, version: m.Versions[s]}
+		}
+	}
+	p.mu.Lock()
+	p.bases[unit] = base
+	p.mu.Unlock()
 }
 
 // Newest returns the newest snapshot of unit the store lists, without reading it, or the zero
@@ -85,30 +145,98 @@ func refOf(info checkpoint.Info) SnapshotRef {
 	return SnapshotRef{Name: info.Name, Seq: info.Seq, Size: info.Size}
 }
 
-// Save writes f's state for unit through the store: the header from f's metadata and info, then
-// the data, then seal; only if all succeed does the snapshot replace older ones. A store error
-// wrapping checkpoint.ErrNotDurable is returned as a failure although the snapshot is visible: it
-// is complete and sealed, but may not survive a crash. A pruning failure is only logged.
-func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
-	snap, err := p.store.Save(ctx, unit, func(w io.Writer) error {
-		return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
-			h := headerFromMeta(m, info)
-			return snapshot.Encode(w, h, func(dw io.Writer) error {
-				if _, err := writeData(dw); err != nil {
-					return err
-				}
-				return seal(ctx)
-			})
+// Save writes f's state for unit as an incremental checkpoint: the generation objects of the
+// generations that changed since the unit's last checkpoint of f (all of them for a filter it has
+// not saved or restored), then, once they are durable, seal, then the manifest; only if all
+// succeed does the checkpoint replace older ones. The filter rotates again as soon as the objects
+// are written, before seal. A store error wrapping checkpoint.ErrNotDurable is returned as a
+// failure although the manifest is visible: it is complete and sealed, but may not survive a
+// crash. A pruning failure is only logged. SaveStats says what was sent to the store, failed or
+// not.
+func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error) {
+	p.mu.Lock()
+	base := p.bases[unit]
+	p.mu.Unlock()
+	var next map[uint64]savedGen
+	var size int64
+	snap, st, err := p.store.SaveSet(ctx, unit, func(tx *checkpoint.Txn) ([]byte, error) {
+		var manifest []byte
+		err := f.SnapshotGenerations(func(x *window.Export) error {
+			h := headerFromMeta(x.Meta(), info)
+			var err error
+			if next, size, err = writeGenerations(tx, x, &h, base); err != nil {
+				return err
+			}
+			x.Release()
+			if err := seal(ctx); err != nil {
+				return err
+			}
+			b := bytes.Buffer{}
+			err = snapshot.EncodeManifest(&b, h)
+			manifest = b.Bytes()
+			return err
 		})
+		return manifest, err
 	})
+	stats := SaveStats{Store: p.store.Kind(), Written: st.Written, Created: st.Created, Reused: st.Reused}
 	if errors.Is(err, checkpoint.ErrPrune) {
 		p.log.Warn("old snapshots could not be pruned", "unit", unit, "error", err.Error())
 		err = nil
 	}
 	if err != nil {
-		return SnapshotRef{}, err
+		return SnapshotRef{}, stats, err
 	}
-	return refOf(snap), nil
+	stats.Size = size + snap.Size
+	p.mu.Lock()
+	p.bases[unit] = next
+	p.mu.Unlock()
+	return refOf(snap), stats, nil
+}
+
+// writeGenerations adds to h a reference per live generation of the export: to the object base
+// holds for it if the generation did not change since and the store still lists the object, else
+// to a new object it writes. It returns what the new manifest references, and the size of the
+// objects.
+func writeGenerations(tx *checkpoint.Txn, x *window.Export, h *snapshot.Header, base map[uint64]savedGen) (map[uint64]savedGen, int64, error) {
+	m := x.Meta()
+	next := make(map[uint64]savedGen, len(h.Gens))
+	var size int64
+	for _, g := range h.Gens {
+		v := m.Versions[g.Slot]
+		sg, ok := base[g.Number]
+		if _, listed := tx.Exists(sg.ref.Object); !ok || !listed || !sg.version.Unchanged(v) {
+			ref, err := writeGeneration(tx, x, g.Number, m.Sections(g.Number))
+			if err != nil {
+				return nil, 0, err
+			}
+			sg = savedGen{ref: ref, version: v}
+		}
+		h.Refs = append(h.Refs, sg.ref)
+		next[g.Number] = sg
+		size += sg.ref.Size
+	}
+	return next, size, nil
+}
+
+// writeGeneration writes generation gen of the export as a new generation object.
+func writeGeneration(tx *checkpoint.Txn, x *window.Export, gen uint64, sections []uint64) (snapshot.GenRef, error) {
+	var sum uint32
+	obj, err := tx.Create(func(w io.Writer) error {
+		e, err := snapshot.NewGenEncoder(w, snapshot.GenHeader{Generation: gen, Sections: sections})
+		if err != nil {
+			return err
+		}
+		if err := x.Generation(gen, e.WriteWords); err != nil {
+			return err
+		}
+		err = e.Close()
+		sum = e.Checksum()
+		return err
+	})
+	if err != nil {
+		return snapshot.GenRef{}, fmt.Errorf("generation %d: %w", gen, err)
+	}
+	return snapshot.GenRef{Object: obj.Name, Size: obj.Size, Checksum: sum}, nil
 }
 
 func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {

@@ -72,7 +72,7 @@ func TestGrownFilterSurvivesSnapshot(t *testing.T) {
 		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
 	}
 	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: n}}
-	if _, err := p.Save(ctx, "orders.p0", f, info, func(context.Context) error { return nil }); err != nil {
+	if _, _, err := p.Save(ctx, "orders.p0", f, info, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	r, res, err := p.Restore(ctx, "orders.p0", cfg)

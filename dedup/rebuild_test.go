@@ -258,9 +258,9 @@ type cancellingPersister struct {
 	cancel context.CancelFunc
 }
 
-func (p cancellingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
+func (p cancellingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error) {
 	p.cancel()
-	return SnapshotRef{}, ctx.Err()
+	return SnapshotRef{}, SaveStats{}, ctx.Err()
 }
 
 // TestCalledOffAssignmentParksTheFilter: when the generation ends after a filter was rebuilt,

@@ -102,6 +102,7 @@ func (s *Set) park(partition int32, pt *part) {
 // new consumer group generation assigns to this worker. It is part of consumer.Deduper: the
 // worker calls it before the generation's Assign calls. It is safe for concurrent use.
 func (s *Set) Generation(partitions []int32) {
+	s.releases.reset()
 	keep := make(map[int32]bool, len(partitions))
 	for _, p := range partitions {
 		keep[p] = true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// countingBackend counts the reads and listings of a checkpoint.Backend.
+// countingBackend counts the snapshots a checkpoint.Backend reads (not the generation objects a
+// manifest brings with it) and its listings.
 type countingBackend struct {
 	checkpoint.Backend
 	mu           sync.Mutex
@@ -28,7 +30,9 @@ func (c *countingBackend) count(n *int) {
 }
 
 func (c *countingBackend) Open(ctx context.Context, name string) (checkpoint.ObjectReader, error) {
-	c.count(&c.opens)
+	if strings.HasSuffix(name, ".snap") {
+		c.count(&c.opens)
+	}
 	return c.Backend.Open(ctx, name)
 }
 
@@ -60,18 +64,18 @@ func (p *faultyPersister) set(fn func(p *faultyPersister)) {
 	fn(p)
 }
 
-func (p *faultyPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
+func (p *faultyPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error) {
 	p.mu.Lock()
 	before, after := p.failSave, p.failAfterSave
 	p.mu.Unlock()
 	if before {
-		return SnapshotRef{}, errStore
+		return SnapshotRef{}, SaveStats{}, errStore
 	}
-	ref, err := p.Persister.Save(ctx, unit, f, info, seal)
+	ref, st, err := p.Persister.Save(ctx, unit, f, info, seal)
 	if err == nil && after { // e.g. an upload that completed after the client gave up on it
-		return SnapshotRef{}, fmt.Errorf("upload timed out: %w", errStore)
+		return SnapshotRef{}, st, fmt.Errorf("upload timed out: %w", errStore)
 	}
-	return ref, err
+	return ref, st, err
 }
 
 func (p *faultyPersister) Newest(ctx context.Context, unit string) (SnapshotRef, error) {
@@ -101,6 +105,7 @@ type rebuildReport struct {
 
 func (o *recordingObserver) CheckpointSaved(time.Duration, int64) {}
 func (o *recordingObserver) CheckpointFailed()                    {}
+func (o *recordingObserver) CheckpointWritten(string, int64)      {}
 func (o *recordingObserver) Restored(outcome checkpoint.Outcome, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

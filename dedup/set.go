@@ -42,6 +42,11 @@ type Set struct {
 	unassigned atomic.Uint64
 	late       atomic.Uint64 // ClockEvent: records older than their filter's oldest live generation
 	capped     atomic.Uint64 // ClockEvent: records judged at the MaxAhead cap
+
+	tracked    atomic.Bool              // Processing was called: Seen calls follow it
+	saveSlots  chan struct{}            // one per save under way (Config.SaveConcurrency)
+	globalMark atomic.Pointer[saveMark] // ScopeGlobal: the global filter's last checkpoint
+	releases   releaseLog               // what the final saves of the last release wrote
 }
 
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
@@ -53,7 +58,7 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Set{cfg: cfg, parked: map[int32]*part{}}
+	s := &Set{cfg: cfg, parked: map[int32]*part{}, saveSlots: make(chan struct{}, cfg.SaveConcurrency)}
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
 	if cfg.Scope == ScopeGlobal {
@@ -98,10 +103,15 @@ func (s *Set) Seen(partition int32, id []byte, ts time.Time) bool {
 }
 
 // Processing records that the records of partition before nextOffset are about to be passed to
-// Seen. Snapshots use it to know which identities they may contain.
+// Seen. Snapshots use it to know which identities they may contain, and, once a caller has called
+// it, that no Seen call comes without it: a filter whose partitions made no progress since its last
+// checkpoint is not saved again (see saveMark).
 func (s *Set) Processing(partition int32, nextOffset int64) {
 	if pt := (*s.parts.Load())[partition]; pt != nil {
 		pt.processed.Store(nextOffset)
+		if !s.tracked.Load() {
+			s.tracked.Store(true)
+		}
 	}
 }
 
@@ -123,6 +133,7 @@ type part struct {
 	processed, acked atomic.Int64
 	gone             atomic.Bool // revoked or discarded
 	lin              atomic.Pointer[lineage]
+	mark             atomic.Pointer[saveMark] // the filter's last checkpoint, see saveMark
 }
 
 func newPart(f *window.Filter, ev *eventClock, lin lineage) *part {
@@ -234,7 +245,9 @@ func (s *Set) Close(ctx context.Context) error {
 		// snapshot waits for their acknowledgements and is dropped when they never come.
 		cur := *s.parts.Load()
 		s.global.Close()
-		_, err := s.save(ctx, globalUnit, s.global, -1, cur)
+		start := time.Now()
+		res, err := s.save(ctx, globalUnit, s.global, -1, cur, &s.globalMark)
+		s.releases.add(start, res.stats, err)
 		errs = append(errs, err)
 		for _, p := range s.Partitions() {
 			s.remove(p)
@@ -242,6 +255,9 @@ func (s *Set) Close(ctx context.Context) error {
 	}
 	for _, p := range s.Partitions() {
 		errs = append(errs, s.Revoke(ctx, p))
+	}
+	if args, ok := s.releases.logArgs(); ok && s.cfg.Persister != nil {
+		s.cfg.Logger.Info("final checkpoints", args...)
 	}
 	return errors.Join(errs...)
 }

@@ -130,8 +130,8 @@ func (f failingPersister) Restore(context.Context, string, window.Config) (*wind
 	return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 }
 
-func (f failingPersister) Save(context.Context, string, *window.Filter, SnapshotInfo, func(context.Context) error) (SnapshotRef, error) {
-	return SnapshotRef{}, f.err
+func (f failingPersister) Save(context.Context, string, *window.Filter, SnapshotInfo, func(context.Context) error) (SnapshotRef, SaveStats, error) {
+	return SnapshotRef{}, SaveStats{}, f.err
 }
 
 func (f failingPersister) Newest(context.Context, string) (SnapshotRef, error) {
@@ -463,9 +463,9 @@ func (b *blockingPersister) Restore(context.Context, string, window.Config) (*wi
 	return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
 }
 
-func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error) {
+func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error) {
 	if b.gate == nil { // baseline
-		return SnapshotRef{}, nil
+		return SnapshotRef{}, SaveStats{}, nil
 	}
 	close(b.entered)
 	<-b.gate // the copy is taken here (f holds whatever was Seen so far)
@@ -476,7 +476,7 @@ func (b *blockingPersister) Save(ctx context.Context, unit string, f *window.Fil
 	} else {
 		b.sealed <- err
 	}
-	return SnapshotRef{}, err
+	return SnapshotRef{}, SaveStats{}, err
 }
 
 func (b *blockingPersister) Newest(context.Context, string) (SnapshotRef, error) {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -36,6 +38,23 @@ type SnapshotRef struct {
 	Size int64
 }
 
+// SaveStats says what a save sent to the store and what the checkpoint it saved holds.
+type SaveStats struct {
+	// Store is the kind of store ("file", "s3"): the label of kdedup_checkpoint_written_bytes_total.
+	Store string
+	// Written is the number of bytes sent to the store, by a failed save too.
+	Written int64
+	// Size is the size of the checkpoint saved, what a restore reads: the manifest and every
+	// generation object it references (0 if the save failed).
+	Size int64
+	// Created and Reused count the generation objects the save wrote and those it referenced
+	// again.
+	Created, Reused int
+	// Skipped is set when the Set did not save because nothing changed since the last checkpoint
+	// of the filter (see Set.save): the last checkpoint is current.
+	Skipped bool
+}
+
 // SnapshotInfo is what a Set knows about a snapshot besides the filter.
 type SnapshotInfo struct {
 	Scope     Scope
@@ -56,8 +75,8 @@ type Persister interface {
 	Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error)
 	// Save writes f's state for unit. It calls seal after the data is written and before the
 	// snapshot becomes visible; if seal fails, nothing is saved. It returns the saved snapshot, or
-	// an error when it could not be saved durably.
-	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error)
+	// an error when it could not be saved durably, and in both cases what it sent to the store.
+	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error)
 	// Newest returns the newest snapshot of unit, without reading it, or the zero SnapshotRef when
 	// there is none. A Set calls it when a partition it kept in memory comes back, to learn whether
 	// anyone saved a newer state of it meanwhile; it should be cheap (one listing).
@@ -75,6 +94,9 @@ type CheckpointObserver interface {
 	// CheckpointFailed reports a snapshot that was not saved: the output end offsets could not be
 	// read, the seal timed out or the Persister failed. The previous snapshots stay usable.
 	CheckpointFailed()
+	// CheckpointWritten reports bytes sent to the checkpoint store, of kind store ("file",
+	// "s3"), by one save, whether it succeeded or not.
+	CheckpointWritten(store string, bytes int64)
 	// Restored reports how the state of a unit was prepared (the snapshot restored, the filter
 	// kept in memory, or none: a cold start, rebuilt or empty) and how long restoring, rebuilding
 	// and re-warming took. Only a Set with a Persister or a rebuild calls it: once per Assign under
@@ -125,25 +147,38 @@ type OutputLog interface {
 	Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
 }
 
-// saveResult is what a save attempt learned: the snapshot saved (zero unless it succeeded) and the
+// saveResult is what a save attempt learned: the snapshot saved (zero unless it succeeded), the
 // output end offsets read before the copy (nil unless they could be read), below which every
-// identity of the output is in the filter.
+// identity of the output is in the filter, and what the save wrote.
 type saveResult struct {
-	snap SnapshotRef
-	out  map[int32]int64
+	snap  SnapshotRef
+	out   map[int32]int64
+	stats SaveStats
 }
 
 // save snapshots f as unit. parts are the partitions whose records f holds; the snapshot is only
-// sealed once each has acknowledged everything it had processed when the copy ended.
-func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part) (saveResult, error) {
+// sealed once each has acknowledged everything it had processed when the copy ended. mark, nil
+// for a filter no part holds yet, remembers the filter's last checkpoint: when no record reached
+// the filter since (see saveMark), save writes nothing and returns that checkpoint. Saves wait for
+// one of Config.SaveConcurrency slots.
+func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark]) (saveResult, error) {
 	var res saveResult
-	if s.cfg.Persister == nil {
-		return res, nil
-	}
-	if s.tainted.Load() {
+	if s.cfg.Persister == nil || s.tainted.Load() {
 		return res, nil
 	}
 	start := time.Now()
+	progress, quiet := progressOf(parts)
+	if m := markOf(mark); m != nil && s.tracked.Load() && maps.Equal(m.progress, progress) {
+		res.snap, res.stats = m.snap, SaveStats{Store: m.stats.Store, Size: m.stats.Size, Skipped: true}
+		s.saved(time.Since(start), res.stats)
+		return res, nil
+	}
+	release, err := s.acquireSave(ctx)
+	if err != nil {
+		s.failed()
+		return res, fmt.Errorf("dedup: saving %s: waiting for a save slot: %w", unit, err)
+	}
+	defer release()
 	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
 	if s.cfg.Output != nil {
 		out, err := s.cfg.Output.End(ctx, partition)
@@ -159,16 +194,28 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 		}
 	}
 	seal := func(ctx context.Context) error { return s.seal(ctx, parts) }
-	snap, err := s.cfg.Persister.Save(ctx, unit, f, info, seal)
+	snap, stats, err := s.cfg.Persister.Save(ctx, unit, f, info, seal)
+	if s.cfg.Observer != nil && stats.Written > 0 {
+		s.cfg.Observer.CheckpointWritten(stats.Store, stats.Written)
+	}
+	res.stats = stats
 	if err != nil {
 		s.failed()
 		return res, fmt.Errorf("dedup: saving %s: %w", unit, err)
 	}
 	res.snap = snap
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.CheckpointSaved(time.Since(start), snap.Size)
+	s.saved(time.Since(start), stats)
+	if mark != nil && quiet {
+		mark.Store(&saveMark{progress: progress, snap: snap, stats: stats})
 	}
 	return res, nil
+}
+
+// saved reports a checkpoint that is current: saved now, or skipped because the last one is.
+func (s *Set) saved(d time.Duration, stats SaveStats) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.CheckpointSaved(d, stats.Size)
+	}
 }
 
 func (s *Set) failed() {
@@ -253,27 +300,34 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
 	if s.global != nil {
-		_, err := s.save(ctx, globalUnit, s.global, -1, cur)
+		_, err := s.save(ctx, globalUnit, s.global, -1, cur, &s.globalMark)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
 		return err
 	}
-	var errs []error
+	errs := make([]error, 0, len(cur))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, p := range slices.Sorted(maps.Keys(cur)) {
 		pt := cur[p]
 		if pt.gone.Load() {
 			continue
 		}
-		unit := s.Unit(p)
-		res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt})
-		pt.saved(res, err)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())
+		wg.Go(func() { // as many at once as save slots allow
+			unit := s.Unit(p)
+			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark)
+			pt.saved(res, err)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())
+				}
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-			errs = append(errs, err)
-		}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
