@@ -60,6 +60,8 @@ func fillOf(h *Header, slot int, set uint64) genFill {
 // contribution of each generation, the estimated overall FPR, the covered
 // input and output offsets, and the status of both checksums and of the file
 // length. It streams the data (constant memory, whatever the snapshot size).
+// For a manifest it lists the generation objects it references without
+// reading them (see InspectManifest).
 //
 // Inspect tolerates a bad checksum or length as long as the header parses
 // and its parameters are consistent: it still writes the full report, marks
@@ -68,22 +70,74 @@ func fillOf(h *Header, slot int, set uint64) genFill {
 // and returns the decoder's error (ErrCorrupt, ErrNotSnapshot,
 // ErrUnknownVersion, or the reader's). An error writing to w is returned as
 // is.
-func Inspect(w io.Writer, r io.Reader) error {
+func Inspect(w io.Writer, r io.Reader) error { return InspectManifest(w, r, nil) }
+
+// ObjectOpener opens an object a manifest references, by name: its reader
+// and its size (-1 when unknown). An object that does not exist yields an
+// error wrapping fs.ErrNotExist.
+type ObjectOpener func(name string) (io.ReadCloser, int64, error)
+
+// InspectManifest is Inspect for a snapshot that may be a manifest: the
+// generations' fill comes from the generation objects open returns, each
+// checked against its reference (header, size, checksums), and the report
+// lists them with their status. A missing or damaged object is reported,
+// and makes InspectManifest return an error wrapping ErrCorrupt (or
+// fs.ErrNotExist) after the full report. A nil open reads no object.
+func InspectManifest(w io.Writer, r io.Reader, open ObjectOpener) error {
 	d := newDecoder(r, availableBytes(r), true)
 	h, err := d.Header()
 	if err != nil {
 		return err
 	}
-
-	counts, wordsRead := countSlots(d, &h)
+	var rep dataReport
+	if h.Manifest() {
+		rep = inspectRefs(&h, open)
+	} else {
+		var wordsRead uint64
+		rep.counts, wordsRead = countSlots(d, &h)
+		rep.truncated = wordsRead < h.Words
+	}
 	verr := d.Verify()
 	readErr := d.err // truncation or I/O error while reading the data
 
 	ew := &errWriter{w: w}
+	if err := writeHeader(ew, &h); err != nil {
+		return err
+	}
+	if err := writeGens(ew, &h, rep); err != nil {
+		return err
+	}
+	writeChecks(ew, d, readErr)
+	switch {
+	case ew.err != nil:
+		return ew.err
+	case readErr != nil:
+		return readErr
+	case verr != nil:
+		return verr
+	}
+	return rep.err
+}
+
+// dataReport is what Inspect learned from a snapshot's data: the set bits of each slot, and for
+// a manifest the state of each referenced object.
+type dataReport struct {
+	counts    []uint64
+	unknown   []bool // per slot: its count could not be read (a manifest's object was not read)
+	truncated bool
+	objects   []objectReport // per generation of a manifest
+	err       error          // the first damaged object's error
+}
+
+// writeHeader writes the header fields.
+func writeHeader(ew *errWriter, h *Header) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-
-	p("format:\t%s version %d\n", Magic, h.Version)
+	kind := ""
+	if h.Manifest() {
+		kind = " (manifest: the data is in the generation objects listed below)"
+	}
+	p("format:\t%s version %d%s\n", Magic, h.Version, kind)
 	p("created:\t%s\n", fmtTime(h.Created))
 	if h.Scope == ScopeGlobal {
 		p("scope:\tglobal (topic %q)\n", h.Topic)
@@ -95,7 +149,7 @@ func Inspect(w io.Writer, r io.Reader) error {
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
 	p("hashing:\tk=%d seed=%#016x\n", h.K, h.Seed)
 	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
-		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.DataBytes()), h.BitsPerGeneration())
+		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.Words*8), h.BitsPerGeneration())
 	if h.Tagged() {
 		p("slot uses:\t%v (bit 63 of a word is its use's parity; words of an earlier use count as empty)\n", h.SlotUses)
 	} else {
@@ -105,24 +159,29 @@ func Inspect(w io.Writer, r io.Reader) error {
 		p("grown stages:\t%d (%d words after the slots' words; %d fill-counter shards)\n", len(h.Stages), h.StageWords(), 1<<h.ShardBits)
 	}
 	p("epoch:\tcurrent generation %d, %d rotations, origin %s\n", h.Epoch, h.Rotations, fmtTime(h.Origin))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
 
-	truncated := wordsRead < h.Words
-	fmt.Fprintf(ew, "\ngenerations (newest first)%s:\n", map[bool]string{true: " — PARTIAL, data truncated", false: ""}[truncated])
-	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+// writeGens writes the generation table, the free slots, the estimated FPR, the generation
+// objects of a manifest and the offsets.
+func writeGens(ew *errWriter, h *Header, rep dataReport) error {
+	fmt.Fprintf(ew, "\ngenerations (newest first)%s:\n", map[bool]string{true: " — PARTIAL, data truncated", false: ""}[rep.truncated])
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "gen\tnumber\tslot\tstart (UTC)\tage\tfill\test. keys\tFPR (fill^k)\t\n")
 	used := make([]bool, h.Slots)
 	var sumFPR float64
 	for i, g := range h.Gens {
 		used[g.Slot] = true
-		f := fillOf(&h, g.Slot, counts[g.Slot])
-		sumFPR += f.FPR
 		age := "-"
 		if !g.Start.IsZero() && !h.Created.IsZero() {
 			age = h.Created.Sub(g.Start).Round(time.Millisecond).String()
 		}
+		if rep.unknown != nil && rep.unknown[g.Slot] {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t-\t-\t-\t\n", i, g.Number, g.Slot, fmtTime(g.Start), age)
+			continue
+		}
+		f := fillOf(h, g.Slot, rep.counts[g.Slot])
+		sumFPR += f.FPR
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%.4f\t%.0f\t%.3g\t\n", i, g.Number, g.Slot, fmtTime(g.Start), age, f.Fill, f.EstimatedKeys, f.FPR)
 	}
 	if err := tw.Flush(); err != nil {
@@ -130,8 +189,8 @@ func Inspect(w io.Writer, r io.Reader) error {
 	}
 	var spare []string
 	for s, u := range used {
-		if !u {
-			spare = append(spare, fmt.Sprintf("slot %d fill %.4f", s, fillOf(&h, s, counts[s]).Fill))
+		if !u && !h.Manifest() {
+			spare = append(spare, fmt.Sprintf("slot %d fill %.4f", s, fillOf(h, s, rep.counts[s]).Fill))
 		}
 	}
 	if len(spare) > 0 {
@@ -139,10 +198,16 @@ func Inspect(w io.Writer, r io.Reader) error {
 	}
 	fmt.Fprintf(ew, "estimated FPR: %.3g (sum of fill^k over generations, configured %g; a union bound that ignores block-to-block variance, so a blocked filter runs somewhat higher)\n",
 		sumFPR, h.FalsePositiveRate)
-
+	if h.Manifest() {
+		writeObjects(ew, h, rep.objects)
+	}
 	printOffsets(ew, "input offsets (next offset to consume)", h.InputOffsets, false)
 	printOffsets(ew, "output offsets (high-water at snapshot)", h.OutputOffsets, h.Version < VersionV2)
+	return nil
+}
 
+// writeChecks writes the status of the checksums and of the file length.
+func writeChecks(ew *errWriter, d *Decoder, readErr error) {
 	fmt.Fprintln(ew)
 	status := func(err error) string {
 		if err == nil {
@@ -160,13 +225,6 @@ func Inspect(w io.Writer, r io.Reader) error {
 	default:
 		fmt.Fprintf(ew, "file checksum: %s\n", status(d.finErr))
 	}
-	if ew.err != nil {
-		return ew.err
-	}
-	if readErr != nil {
-		return readErr
-	}
-	return verr
 }
 
 // countSlots streams the data of d and counts the set data bits per slot;
@@ -178,6 +236,9 @@ func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
 	wpb := h.BlockBits / 64
 	slot, inBlock := 0, 0
 	buf := make([]byte, int(min(h.DataBytes(), 1<<20)))
+	if len(buf) == 0 {
+		return counts, 0
+	}
 	for {
 		n, err := io.ReadFull(d, buf)
 		for i := 0; i+8 <= n; i += 8 {

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,5 +167,97 @@ func TestGoldenV6(t *testing.T) {
 	}
 	if len(modes) != 2 {
 		t.Error("golden generation object lacks a raw or an empty chunk")
+	}
+}
+
+// manifestWithObjects returns a manifest of goldenHeaderV4's filter whose generation objects are
+// in the returned map: generation 1234 (with its stage) has one key's bits set, the others none.
+func manifestWithObjects(t *testing.T) ([]byte, map[string][]byte) {
+	t.Helper()
+	h := goldenHeaderV4()
+	objs := map[string][]byte{}
+	for _, g := range h.Gens {
+		secs := h.GenSections(g.Number)
+		words := make([]uint64, sum(secs))
+		if g.Number == 1234 {
+			words[3], words[9] = 0b1011, 1<<62
+		}
+		b := encodeGen(t, g.Number, secs, words, len(words))
+		_, _, crc, err := decodeGen(b, int64(len(b)), len(words))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("orders.p3.00000000000000000009.g%03d.gen", g.Number%1000)
+		objs[name] = b
+		h.Refs = append(h.Refs, GenRef{Object: name, Size: int64(len(b)), Checksum: crc})
+	}
+	return encodeManifest(t, h), objs
+}
+
+func opener(objs map[string][]byte) ObjectOpener {
+	return func(name string) (io.ReadCloser, int64, error) {
+		b, ok := objs[name]
+		if !ok {
+			return nil, 0, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+		}
+		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+	}
+}
+
+func TestInspectManifest(t *testing.T) {
+	m, objs := manifestWithObjects(t)
+	var out bytes.Buffer
+	if err := InspectManifest(&out, bytes.NewReader(m), opener(objs)); err != nil {
+		t.Fatalf("InspectManifest: %v\n%s", err, out.String())
+	}
+	report := squeeze(out.String())
+	t.Logf("report:\n%s", out.String())
+	for _, want := range []string{"KDDPSNAP version 6 (manifest", "generation objects:",
+		"1234 orders.p3.00000000000000000009.g234.gen", "OK", "file checksum: OK"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if rows := genRows(out.String()); len(rows) != 3 || rows[0][6] == "-" || rows[0][5] == "0.0000" {
+		t.Errorf("generation rows %q: want generation 1234's fill read from its object", rows)
+	}
+
+	damaged := maps.Clone(objs)
+	name := "orders.p3.00000000000000000009.g233.gen"
+	bad := bytes.Clone(objs[name])
+	bad[len(bad)-3] ^= 0x40
+	damaged[name] = bad
+	delete(damaged, "orders.p3.00000000000000000009.g232.gen")
+	out.Reset()
+	err := InspectManifest(&out, bytes.NewReader(m), opener(damaged))
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged object: err = %v, want ErrCorrupt", err)
+	}
+	for _, want := range []string{"DAMAGED: snapshot: snapshot corrupt", "DAMAGED: orders.p3.00000000000000000009.g232.gen: file does not exist"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := Inspect(&out, bytes.NewReader(m)); err != nil || !strings.Contains(out.String(), "not read") {
+		t.Errorf("Inspect of a manifest without objects: %v\n%s", err, out.String())
+	}
+}
+
+func TestInspectGen(t *testing.T) {
+	words, sections := goldenGenWords()
+	b := encodeGen(t, 1234, sections, words, 100)
+	var out bytes.Buffer
+	if err := InspectGen(&out, bytes.NewReader(b)); err != nil {
+		t.Fatalf("InspectGen: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"generation:  1234", "section 0:   stage 0, 1124 words", "section 1:   grown stage 1, 8 words", "checksum:    OK"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := InspectGen(&out, bytes.NewReader(b[:len(b)-1])); !errors.Is(err, ErrCorrupt) || !strings.Contains(out.String(), "NOT VERIFIED") {
+		t.Errorf("truncated object: %v\n%s", err, out.String())
 	}
 }

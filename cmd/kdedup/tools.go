@@ -7,13 +7,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
-// runInspect prints a snapshot file's header, generations and checksum status. It exits 1 when
-// the file is damaged (after printing what it could read) and 2 on usage errors.
+// runInspect prints a snapshot file's header, generations and checksum status. For a manifest
+// (format v6) it reads the generation objects it references from the manifest's directory, where
+// the directory store keeps them (copy them beside it to inspect a checkpoint of an S3 store); for
+// a generation object (a .gen file) it prints its sections. It exits 1 when the file or an object
+// it references is damaged or missing (after printing what it could read) and 2 on usage errors.
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "usage: kdedup inspect FILE")
@@ -25,11 +29,36 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer f.Close()
-	if err := snapshot.Inspect(stdout, f); err != nil {
+	magic := make([]byte, len(snapshot.GenMagic))
+	if n, _ := f.ReadAt(magic, 0); n == len(magic) && string(magic) == snapshot.GenMagic {
+		err = snapshot.InspectGen(stdout, f)
+	} else {
+		err = snapshot.InspectManifest(stdout, f, openBeside(filepath.Dir(args[0])))
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "kdedup: %s: %v\n", args[0], err)
 		return 1
 	}
 	return 0
+}
+
+// openBeside opens the generation objects a manifest references from dir.
+func openBeside(dir string) snapshot.ObjectOpener {
+	return func(name string) (io.ReadCloser, int64, error) {
+		if filepath.Base(name) != name {
+			return nil, 0, fmt.Errorf("object name %q is not a file name", name)
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return nil, 0, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, 0, err
+		}
+		return f, fi.Size(), nil
+	}
 }
 
 // runHealthcheck asks the local worker's /healthz (on HTTP_ADDR's port) whether it is alive, for

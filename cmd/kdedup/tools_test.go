@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/window"
 )
 
 func TestInspectCommand(t *testing.T) {
@@ -76,5 +82,48 @@ func TestHealthcheckCommand(t *testing.T) {
 	// Nothing listening.
 	if code := run(context.Background(), []string{"healthcheck"}, map[string]string{"HTTP_ADDR": "127.0.0.1:1"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 1 {
 		t.Errorf("no server: exit %d, want 1", code)
+	}
+}
+
+// TestInspectManifestCommand inspects a checkpoint the directory store holds: its manifest, with
+// the generation objects beside it, and one generation object; a manifest whose object is gone
+// exits 1 and says which.
+func TestInspectManifestCommand(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{Keep: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := window.New(window.Config{Generations: 3, Interval: time.Minute, Capacity: 1000, FalsePositiveRate: 1e-3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.TestAndAdd([]byte("a"))
+	p := dedup.NewCheckpointPersister(store, slog.New(slog.DiscardHandler))
+	info := dedup.SnapshotInfo{Scope: dedup.ScopePartition, Topic: "orders", InputOffsets: map[int32]int64{}}
+	ref, _, err := p.Save(ctx, "orders.p0", f, info, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens, _ := filepath.Glob(filepath.Join(dir, "*.gen"))
+	if len(gens) != 1 {
+		t.Fatalf("store holds generation objects %v, want one", gens)
+	}
+	manifest := filepath.Join(dir, ref.Name)
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, []string{"inspect", manifest}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "generation objects:") {
+		t.Fatalf("inspect manifest: exit %d, stderr %s\n%s", code, stderr.String(), stdout.String())
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", gens[0]}, nil, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "generation object") {
+		t.Fatalf("inspect generation object: exit %d, stderr %s\n%s", code, stderr.String(), stdout.String())
+	}
+	if err := os.Remove(gens[0]); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", manifest}, nil, &stdout, &stderr); code != 1 || !strings.Contains(stdout.String(), "DAMAGED") {
+		t.Fatalf("inspect manifest without its object: exit %d, want 1 and the object DAMAGED\n%s", code, stdout.String())
 	}
 }
