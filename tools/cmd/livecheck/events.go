@@ -106,6 +106,7 @@ var events = []event{
 	{"Partition handover time", "B", "handover", nil, bound{op: ">", v: 0}, "the worker releases its partitions at each rebalance"},
 	{"Partition handover time", "C", "handover", nil, bound{op: ">", v: 0}, "the worker prepares the partitions it gets"},
 	{"Partition handover time", "D", "handover", nil, bound{op: ">", v: 0}, "the worker prepares the partitions it gets"},
+	{"Checkpoint size", "B", "healthy", nil, bound{op: ">", v: 0}, "checkpoints every second write the current generations and a manifest"},
 	{"Handover snapshot size", "A", "handover", nil, bound{op: ">", v: 0}, "checkpoints every second"},
 	{"Handover snapshot size", "B", "handover", nil, bound{op: ">", v: 0}, "the worker saves the final snapshots of the partitions it releases"},
 	{"Rebuilds from the output topic", "B", "", nil, none, "no rebuild fails"},
