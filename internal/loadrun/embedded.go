@@ -390,6 +390,7 @@ var workerMetrics = []string{
 	"kdedup_records_unkeyed_total", "kdedup_filter_false_positive_rate_estimated", "kdedup_filter_capacity_bytes",
 	"kdedup_filter_rotations_total", "kdedup_checkpoint_restore_duration_seconds_sum", "kdedup_checkpoint_restore_duration_seconds_count",
 	"kdedup_checkpoint_rewarmed_records_total", "kdedup_checkpoint_restores_total",
+	"kdedup_checkpoint_written_bytes_total", "kdedup_checkpoint_size_bytes",
 	"kdedup_rebalances_total", "kdedup_partition_release_duration_seconds_count", "kdedup_rebuild_records_total",
 	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total", "kdedup_filter_late_records_total",
 	"kdedup_filter_stages", "kdedup_filter_growths_total", "kdedup_filter_at_memory_cap",
