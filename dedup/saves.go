@@ -6,6 +6,7 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,4 +113,17 @@ func (l *releaseLog) logArgs() ([]any, bool) {
 	return []any{"units", l.units, "saved", l.written, "unchanged", l.skipped, "failed", l.failed,
 		"bytes_written", l.bytes, "objects_written", l.created, "objects_reused", l.reused,
 		"took", l.last.Sub(l.first).String()}, l.units > 0
+}
+
+// revokeAll revokes every partition left, in parallel (the saves wait for their slots), and
+// returns the errors joined.
+func (s *Set) revokeAll(ctx context.Context) error {
+	parts := s.Partitions()
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Go(func() { errs[i] = s.Revoke(ctx, p) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

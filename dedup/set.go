@@ -224,7 +224,8 @@ func filterStats(name string, f *window.Filter, ev *eventClock) FilterStats {
 }
 
 // Close stops the background checkpoints, then saves and drops every filter that is left (the
-// worker should have revoked its partitions first) and drops the parked ones. Later Assign calls
+// worker should have revoked its partitions first; the saves run in parallel, up to
+// Config.SaveConcurrency) and drops the parked ones. Later Assign calls
 // fail; Seen passes records of dropped partitions. It returns the saving errors joined.
 func (s *Set) Close(ctx context.Context) error {
 	s.mu.Lock()
@@ -253,9 +254,7 @@ func (s *Set) Close(ctx context.Context) error {
 			s.remove(p)
 		}
 	}
-	for _, p := range s.Partitions() {
-		errs = append(errs, s.Revoke(ctx, p))
-	}
+	errs = append(errs, s.revokeAll(ctx))
 	if args, ok := s.releases.logArgs(); ok && s.cfg.Persister != nil {
 		s.cfg.Logger.Info("final checkpoints", args...)
 	}
