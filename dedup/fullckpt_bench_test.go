@@ -1,0 +1,122 @@
+package dedup
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/window"
+)
+
+var (
+	fullOnce   sync.Once
+	fullFilter *window.Filter
+	fullCfg    window.Config
+)
+
+// fullDefaultFilter returns the default window's filter with every generation at capacity (1M keys
+// in each of its 8 generations), built once.
+func fullDefaultFilter(b *testing.B) (*window.Filter, window.Config) {
+	fullOnce.Do(func() {
+		now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+		fullCfg = handoverWindow
+		fullCfg.Clock = func() time.Time { return now }
+		fullCfg.SingleWriter = true
+		f, err := window.New(fullCfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := make([]byte, 8)
+		for g := range uint64(fullCfg.Generations) {
+			if g > 0 {
+				now = now.Add(fullCfg.Interval)
+				f.AdvanceTo(now)
+			}
+			for i := range fullCfg.Capacity {
+				binary.LittleEndian.PutUint64(key, g<<40|i)
+				f.TestAndAdd(key)
+			}
+		}
+		fullFilter = f
+	})
+	return fullFilter, fullCfg
+}
+
+// BenchmarkFullCheckpoint compares, for a full default-window filter (every generation at
+// capacity: no sparse chunk to gain on), an incremental checkpoint of a filter the persister has
+// not saved before (every generation object and the manifest: the most a save writes) with the
+// single-file snapshot every save wrote before (snapshot.Encode of the whole filter), and the
+// restores of both, on a directory store. The ratio sub-benchmark runs the four in every
+// iteration, rotating their order, and reports best times:
+//
+//	go test ./dedup -run '^$' -bench FullCheckpoint -benchtime 5x -count 6
+func BenchmarkFullCheckpoint(b *testing.B) {
+	ctx := context.Background()
+	f, cfg := fullDefaultFilter(b)
+	store, err := checkpoint.Open(ctx, "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	info := SnapshotInfo{Scope: ScopePartition, Topic: "bench", InputOffsets: map[int32]int64{}}
+	noSeal := func(context.Context) error { return nil }
+	fns := map[string]func(){
+		"incremental-save": func() {
+			if _, _, err := NewCheckpointPersister(store, log).Save(ctx, "incr", f, info, noSeal); err != nil {
+				b.Fatal(err)
+			}
+		},
+		"incremental-restore": func() {
+			if r, _, err := NewCheckpointPersister(store, log).Restore(ctx, "incr", cfg); err != nil || r == nil {
+				b.Fatalf("restore: %v", err)
+			}
+		},
+		"single-file-save": func() {
+			if _, err := store.Save(ctx, "whole", func(w io.Writer) error {
+				return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
+					return snapshot.Encode(w, headerFromMeta(m, info), func(dw io.Writer) error {
+						_, err := writeData(dw)
+						return err
+					})
+				})
+			}); err != nil {
+				b.Fatal(err)
+			}
+		},
+		"single-file-restore": func() {
+			r, _, err := checkpoint.Load(ctx, store, "whole", func(h snapshot.Header, d *snapshot.Decoder) (*window.Filter, error) {
+				return window.Restore(cfg, metaFromHeader(h), d)
+			})
+			if err != nil || r == nil {
+				b.Fatalf("restore: %v", err)
+			}
+		},
+	}
+	names := []string{"incremental-save", "single-file-save", "incremental-restore", "single-file-restore"}
+	fns["incremental-save"]()
+	fns["single-file-save"]()
+	best := map[string]time.Duration{}
+	i := 0
+	for b.Loop() {
+		for j := range names {
+			n := names[(i+j)%len(names)]
+			start := time.Now()
+			fns[n]()
+			if d := time.Since(start); best[n] == 0 || d < best[n] {
+				best[n] = d
+			}
+		}
+		i++
+	}
+	for _, n := range names {
+		b.ReportMetric(best[n].Seconds()*1e3, n+"-ms")
+	}
+	b.ReportMetric(float64(best["incremental-save"])/float64(best["single-file-save"]), "save-x-vs-single-file")
+	b.ReportMetric(float64(best["incremental-restore"])/float64(best["single-file-restore"]), "restore-x-vs-single-file")
+}
