@@ -101,22 +101,7 @@ func BenchmarkFullCheckpoint(b *testing.B) {
 	names := []string{"incremental-save", "single-file-save", "incremental-restore", "single-file-restore"}
 	fns["incremental-save"]()
 	fns["single-file-save"]()
-	best := map[string]time.Duration{}
-	i := 0
-	for b.Loop() {
-		for j := range names {
-			n := names[(i+j)%len(names)]
-			start := time.Now()
-			fns[n]()
-			if d := time.Since(start); best[n] == 0 || d < best[n] {
-				best[n] = d
-			}
-		}
-		i++
-	}
-	for _, n := range names {
-		b.ReportMetric(best[n].Seconds()*1e3, n+"-ms")
-	}
+	best := bestTimes(b, names, fns)
 	b.ReportMetric(float64(best["incremental-save"])/float64(best["single-file-save"]), "save-x-vs-single-file")
 	b.ReportMetric(float64(best["incremental-restore"])/float64(best["single-file-restore"]), "restore-x-vs-single-file")
 }

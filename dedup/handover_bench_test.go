@@ -144,25 +144,31 @@ func benchHandover(b *testing.B, store *checkpoint.Store) {
 	}
 	b.Run("ratio", func(b *testing.B) {
 		fns := map[string]func(){"handover": handover, "retained": retained, "copy": copyBytes}
-		names := []string{"handover", "retained", "copy"}
-		best := map[string]time.Duration{}
-		i := 0
-		for b.Loop() {
-			for j := range names {
-				n := names[(i+j)%len(names)]
-				start := time.Now()
-				fns[n]()
-				if d := time.Since(start); best[n] == 0 || d < best[n] {
-					best[n] = d
-				}
-			}
-			i++
-		}
-		for _, n := range names {
-			b.ReportMetric(best[n].Seconds()*1e3, n+"-ms")
-		}
+		best := bestTimes(b, []string{"handover", "retained", "copy"}, fns)
 		b.ReportMetric(float64(best["handover"])/float64(best["copy"]), "handover-x-vs-copy")
 		b.ReportMetric(float64(best["retained"])/float64(best["copy"]), "retained-x-vs-copy")
 	})
 	owner.Close(ctx)
+}
+
+// bestTimes runs fns in every iteration of b, in the order of names rotated by one each time, and
+// reports and returns each one's best time.
+func bestTimes(b *testing.B, names []string, fns map[string]func()) map[string]time.Duration {
+	best := map[string]time.Duration{}
+	i := 0
+	for b.Loop() {
+		for j := range names {
+			n := names[(i+j)%len(names)]
+			start := time.Now()
+			fns[n]()
+			if d := time.Since(start); best[n] == 0 || d < best[n] {
+				best[n] = d
+			}
+		}
+		i++
+	}
+	for _, n := range names {
+		b.ReportMetric(best[n].Seconds()*1e3, n+"-ms")
+	}
+	return best
 }
