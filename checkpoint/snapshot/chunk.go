@@ -44,6 +44,13 @@ const (
 // saves less than an eighth is not worth its slower decoding.
 const riceWorthIt = 7.0 / 8
 
+// riceMaxDensity is the share of set bits above which a chunk is not Rice-coded: the entropy of
+// bits spread at random at that density, H(0.295) = 0.875 bits per bit, is riceWorthIt, so no
+// code of their gaps saves an eighth (a Rice code of geometric gaps comes within a few percent of
+// it). A Bloom filter's bits are spread at random; a generation near its capacity is 40-50% set,
+// and skipping the attempt keeps its encoding at the speed of a copy.
+const riceMaxDensity = 0.295
+
 // chunkEncoder encodes chunks; it keeps its scratch buffers between chunks.
 type chunkEncoder struct {
 	gaps   []uint32
@@ -54,7 +61,7 @@ type chunkEncoder struct {
 // dst.
 func (c *chunkEncoder) encode(dst []byte, words []uint64, ones int) []byte {
 	raw := len(words) * 8
-	if float64(ones)*2 < float64(raw*8)*riceWorthIt { // a Rice code takes over 2 bits per set bit
+	if float64(ones) < float64(raw*8)*riceMaxDensity {
 		c.gaps = c.gaps[:0]
 		last := -1
 		for i, x := range words {

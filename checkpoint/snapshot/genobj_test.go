@@ -259,7 +259,7 @@ func BenchmarkGenDecode(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		density float64
-	}{{"empty", 0}, {"sparse", 0.001}, {"medium", 0.05}, {"dense", 0.15}, {"full", 1}} {
+	}{{"empty", 0}, {"sparse", 0.001}, {"medium", 0.05}, {"dense", 0.15}, {"capacity", 0.5}, {"full", 1}} {
 		words := genWords(n, tc.density, 1)
 		enc := encodeGen(b, 1, []uint64{n}, words, 4096)
 		dst := make([]uint64, n)
@@ -297,7 +297,7 @@ func BenchmarkGenEncode(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		density float64
-	}{{"empty", 0}, {"sparse", 0.001}, {"medium", 0.05}, {"dense", 0.15}, {"full", 1}} {
+	}{{"empty", 0}, {"sparse", 0.001}, {"medium", 0.05}, {"dense", 0.15}, {"capacity", 0.5}, {"full", 1}} {
 		words := genWords(n, tc.density, 1)
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(n * 8)
