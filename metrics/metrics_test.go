@@ -226,7 +226,11 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.checkpointLastSuccess }, float64(fixedNow.Unix())},
 		{"CheckpointFailed", func(m *Metrics) { m.CheckpointFailed() },
 			func(m *Metrics) prometheus.Collector { return m.checkpointFailures }, 1},
-		{"CheckpointWritten", func(m *Metrics) { m.CheckpointWritten("s3", 100); m.CheckpointWritten("s3", 0); m.CheckpointWritten("s3", 20) },
+		{"CheckpointWritten", func(m *Metrics) {
+			m.CheckpointWritten("s3", 100)
+			m.CheckpointWritten("s3", 0)
+			m.CheckpointWritten("s3", 20)
+		},
 			func(m *Metrics) prometheus.Collector { return m.checkpointWritten.WithLabelValues("s3") }, 120},
 		{"CheckpointWritten without a kind", func(m *Metrics) { m.CheckpointWritten("", 7) },
 			func(m *Metrics) prometheus.Collector { return m.checkpointWritten.WithLabelValues(unknown) }, 7},
