@@ -90,6 +90,21 @@
 // never after it, or a later record of the same input partition, was seen in the output); a copy
 // whose fate these bounds cannot decide is counted as ambiguous ("not judged"), never as a failure.
 //
+// # Oversized records
+//
+// -oversize N (Config.Oversize) sends N oversized records: unique events without duplicates whose
+// value has -oversize-bytes (default 2 MiB), the i-th on input partition i mod the partition
+// count, after a share (i+1)/(N+1) of the records. The input topic must take them: the embedded
+// mode raises its max.message.bytes to 16 MiB and leaves the output topic at the 1 MiB default, so
+// the output refuses them. The verifier then finds, for each: delivered (an output topic that
+// takes it); refused while its partition went on, which passes only when the worker wrote it to
+// its dead-letter topic (-dead-letter-topic names it; the embedded mode creates it and sets the
+// worker's KAFKA_DEAD_LETTER_TOPIC) with the worker's headers; or blocked, when neither it nor
+// anything after it on its partition appeared. A block is what the worker does without a
+// dead-letter topic: everything before the record is judged as usual, the records behind it are
+// reported as held and not judged, and the run settles (-settle) without the partition's end
+// marker.
+//
 // # Determinism
 //
 // The plan (which records are originals, how many duplicates each gets, of which kind, with which
