@@ -263,7 +263,7 @@ func waitOutput(ctx, runCtx context.Context, cfg Config, client *kafka.Client, s
 				return fmt.Sprintf("nothing of this run arrived in the output topic within %v after the last record was sent: is the worker running and consuming %q?",
 					cfg.Settle, cfg.InputTopic), true
 			}
-			return fmt.Sprintf("only %d of %d end markers arrived (nothing new for %v; DEDUP_UNKEYED_POLICY=drop drops them): records near the end are judged with looser bounds",
+			return fmt.Sprintf("only %d of %d end markers arrived (nothing new for %v; DEDUP_UNKEYED_POLICY=drop drops them, and a partition blocked at a refused record never delivers its own): records near the end are judged with looser bounds",
 				st.nMarkers.Load(), inParts, cfg.Settle), true
 		}
 	}

@@ -197,6 +197,7 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"-field", "body"}, nil, "want key, value"},
 		{[]string{"-scope", "cluster"}, nil, "want partition or global"},
 		{[]string{"-brokers", "127.0.0.1:1", "-passthrough"}, nil, "embedded"},
+		{[]string{"-passthrough", "-oversize", "1"}, nil, "-oversize needs the worker"},
 		{[]string{"-brokers", "127.0.0.1:1"}, nil, "needs -input and -output"},
 		{[]string{"-count", "0"}, nil, "count"},
 		{[]string{"-worker-env", "NOVALUE"}, nil, "NAME=VALUE"},
