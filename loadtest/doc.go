@@ -58,6 +58,8 @@
 //     how fast it drains the input.
 //   - -restart-at F: embedded: restart the worker gracefully after a fraction F of the records
 //     (with -worker-env CHECKPOINT_DIR=…).
+//   - -oversize N, -oversize-bytes, -dead-letter-topic (defaults 0, 2 MiB, $KAFKA_DEAD_LETTER_TOPIC
+//     in the external mode): records the output refuses (see Oversized records).
 //   - -sizing: print memory per key against theory for FPR 1e-2…1e-9 and exit.
 //   - -settle, -timeout, -quiet, -v (defaults 5s, none): stop waiting after this much silence;
 //     bound the run; no progress; worker logs.
