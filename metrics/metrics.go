@@ -89,7 +89,7 @@ type Options struct {
 	ProducerResetReasons []string
 
 	// RefusalReasons are the values of the reason label of
-	// kdedup_dead_letters_total and kdedup_partition_blocked (cmd/kdedup
+	// kdedup_dead_letters_total and kdedup_partition_blocked (internal/app
 	// passes consumer.RefusalReasons()). Any other reason is counted as
 	// "other". Default: none.
 	RefusalReasons []string
