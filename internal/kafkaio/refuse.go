@@ -125,24 +125,18 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // Refusals returns the RefusedErrors that err holds: err itself, or the errors ProduceParts
 // joined. It returns nil when err holds none.
 func Refusals(err error) []*RefusedError {
-	var out []*RefusedError
-	var walk func(error)
-	walk = func(err error) {
-		var re *RefusedError
-		switch x := err.(type) {
-		case nil:
-		case interface{ Unwrap() []error }:
-			for _, e := range x.Unwrap() {
-				walk(e)
-			}
-		default:
-			if errors.As(err, &re) {
-				out = append(out, re)
-			}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []*RefusedError
+		for _, e := range joined.Unwrap() {
+			out = append(out, Refusals(e)...)
 		}
+		return out
 	}
-	walk(err)
-	return out
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return []*RefusedError{re}
+	}
+	return nil
 }
 
 // topicLimit is what a Producer knows of a topic's max.message.bytes: 0 while it knows nothing.

@@ -3,14 +3,10 @@ package loadrun
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kdedup/kdedup/loadtest"
 )
 
 // TestLoadtestOversize runs issue 24's run, scaled down: an input topic that takes 16MiB, an
@@ -41,14 +37,7 @@ func TestLoadtestOversize(t *testing.T) {
 			if code := Loadtest(ctx, args, map[string]string{}, &stdout, &stderr); code != 0 {
 				t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 			}
-			var r loadtest.Report
-			data, err := os.ReadFile(jsonPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(data, &r); err != nil {
-				t.Fatal(err)
-			}
+			r := readReport(t, jsonPath)
 			v := r.Verdict
 			if !r.Pass || v.Leaked != 0 || v.Lost != 0 || v.Oversize != 2 || len(v.Blocked) != tt.blocked || v.DeadLetters != tt.deadLetter ||
 				v.Markers != v.MarkersSent-tt.blocked {
