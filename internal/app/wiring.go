@@ -202,6 +202,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
 		CheckpointStore:         checkpointKind(cfg.Checkpoint),
 		ProducerResetReasons:    consumer.ResetReasons(),
+		RefusalReasons:          consumer.RefusalReasons(),
 	})
 }
 
