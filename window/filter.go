@@ -10,15 +10,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Claim words serialise the insertion of new keys into a group without a lock. The low 48 bits
-// hold the tag of the key being inserted (0 when the group is idle); the high 16 bits hold the
-// generation the key goes to (see claimGen in eventtime.go) and count completed insertions, so
-// that a claim taken from an idle word proves that no insertion happened since the word was read.
-const (
-	tagBits = 48
-	tagMask = 1<<tagBits - 1
-)
-
 // Filter is a sliding-window Bloom filter of N rotating generations.
 //
 // TestAndAdd, Test and their Hash variants never block, never allocate, and take no lock. Test

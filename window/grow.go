@@ -1,48 +1,9 @@
 package window
 
 import (
-	"fmt"
-	"io"
-	"math"
 	"math/bits"
 	"sync/atomic"
 )
-
-// GrowthShare is ε, the share of a generation's false-positive budget that its grown stages may
-// use together. Stage 0 counts as full when its own rate reaches (1-ε) of the generation's share
-// p_g of the target, and stage i ≥ 1 is sized for ε·p_g·2^-i, so the generation's rate stays at
-// or under (1-ε)·p_g + ε·p_g·Σ2^-i < p_g at any load.
-const GrowthShare = 1.0 / 8
-
-// maxShardBits bounds the number of fill-counter shards per stage: 64.
-const maxShardBits = 6
-
-// keysPerShard is the least number of keys a stage-0 shard should hold before the filter splits
-// its count further. A shard is full at its share of GrowAt, and keys spread over shards by
-// chance (Poisson), so the first shard fills early by about two standard deviations of its count:
-// 4096 keys per shard keep that under 3% of GrowAt.
-const keysPerShard = 4096
-
-// OverloadPolicy says what a filter does with new keys once its memory cap stops it from growing
-// and the last stage of the current generation is full.
-type OverloadPolicy int
-
-const (
-	// OverloadDrop keeps adding new keys to the full last stage: every key is remembered, and the
-	// false-positive rate rises above the target (real events may be reported as seen).
-	OverloadDrop OverloadPolicy = iota
-	// OverloadPass stops adding new keys to a full last stage at the cap: the false-positive
-	// rate stays at the target, and a later duplicate of a key that was not added is reported new.
-	OverloadPass
-)
-
-// String returns "drop" or "pass".
-func (p OverloadPolicy) String() string {
-	if p == OverloadPass {
-		return "pass"
-	}
-	return "drop"
-}
 
 // stage is a grown stage of one generation: a blocked Bloom filter of its own (one block of
 // sectors per group, no use tags: its words are fresh and die with the generation), with fill
@@ -302,36 +263,6 @@ func (f *Filter) reserve(n uint64) bool {
 	}
 }
 
-// stageLayout is the layout of stage i ≥ 1 of a generation.
-type stageLayout struct {
-	index    int
-	groups   uint64
-	layout   layoutParams
-	capacity uint64
-	target   float64
-	bytes    uint64
-}
-
-// stageLayout returns the layout of stage i ≥ 1: capacity Capacity·2^(i-1) at false-positive rate
-// GrowthShare·p_g·2^-i, p_g being what stage 0 is sized for.
-func (f *Filter) stageLayout(i int) stageLayout {
-	return growthStage(f.cfg.Capacity, f.sizing.ShareFPR, i, f.shardBits)
-}
-
-func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLayout {
-	target := GrowthShare * share * math.Ldexp(1, -i)
-	bp := bestLayout(target)
-	c := capacity << (i - 1)
-	if i-1 >= 64 || c>>(i-1) != capacity {
-		c = math.MaxUint64 / 2
-	}
-	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
-	return stageLayout{
-		index: i, groups: groups, layout: bp, capacity: c, target: target,
-		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,
-	}
-}
-
 // newStage allocates an empty stage.
 func newStage(l stageLayout, shardBits uint) *stage {
 	s := Sizing{K: l.layout.k, Sectors: l.layout.sectors}
@@ -381,118 +312,4 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 			return
 		}
 	}
-}
-
-// shardLayout returns how many bits of a stage hash select a fill-counter shard for a stage 0
-// that is full at growAt keys: up to 64 shards, each holding at least keysPerShard keys.
-func shardLayout(growAt uint64) uint {
-	b := uint(0)
-	for b < maxShardBits && growAt>>(b+1) >= keysPerShard {
-		b++
-	}
-	return b
-}
-
-// restoreStages reads the grown stages m describes from r, after stage 0's words, and publishes
-// them in f, which is not shared yet. A stage whose layout differs from what the Config gives
-// for its index is incompatible; one of a generation that is not live is corrupt.
-func (f *Filter) restoreStages(m Meta, r io.Reader) error {
-	if len(m.Stages) == 0 {
-		return nil
-	}
-	if m.ShardBits != int(f.shardBits) {
-		return fmt.Errorf("%w: snapshot has %d shard bits, layout needs %d", ErrIncompatible, m.ShardBits, f.shardBits)
-	}
-	var gens []*grownGen
-	for _, sm := range m.Stages {
-		if err := f.checkStage(m, sm); err != nil {
-			return err
-		}
-		var gg *grownGen
-		if n := len(gens); n > 0 && gens[n-1].epoch == sm.Epoch {
-			gg = gens[n-1]
-		} else {
-			gg = &grownGen{epoch: sm.Epoch}
-			gg.stages.Store(new([]*stage))
-			gens = append(gens, gg)
-		}
-		if len(*gg.stages.Load())+1 != sm.Index {
-			return fmt.Errorf("%w: generation %d: stage %d out of order", ErrIncompatible, sm.Epoch, sm.Index)
-		}
-		lay := f.stageLayout(sm.Index)
-		st := newStage(lay, f.shardBits)
-		if err := readWords(r, st.words); err != nil {
-			return fmt.Errorf("window: reading snapshot data: %w", err)
-		}
-		for j, c := range sm.Counts {
-			st.count[j].n = c
-		}
-		sts := append(*gg.stages.Load(), st)
-		gg.stages.Store(&sts)
-		f.stageBytes.Add(int64(lay.bytes))
-	}
-	f.grown.Store(&grownSet{gens: gens})
-	return nil
-}
-
-// checkStage checks a stage description against the filter's layout and live generations.
-func (f *Filter) checkStage(m Meta, sm StageMeta) error {
-	live := false
-	for _, e := range m.SlotEpochs {
-		live = live || (e >= 0 && uint64(e) == sm.Epoch)
-	}
-	if !live || sm.Index < 1 || sm.Index > 64 || len(sm.Counts) != 1<<f.shardBits {
-		return fmt.Errorf("%w: stage %d of generation %d does not fit the generation table", ErrIncompatible, sm.Index, sm.Epoch)
-	}
-	lay := f.stageLayout(sm.Index)
-	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.Sectors != lay.layout.sectors ||
-		sm.Words != lay.groups*uint64(lay.layout.sectors)*sectorWords {
-		return fmt.Errorf("%w: stage %d has %d groups, k %d, %d sectors and %d words; layout needs %d, %d, %d",
-			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.sectors)
-	}
-	return nil
-}
-
-// restoreFill sets the stage-0 fill counters from m, or, for a snapshot without them, spreads
-// each live generation's estimated keys evenly over its shards.
-func (f *Filter) restoreFill(m Meta) {
-	if len(m.Fill) == len(f.fill) && m.ShardBits == int(f.shardBits) {
-		for i, c := range m.Fill {
-			f.fill[i].n = c
-		}
-		return
-	}
-	stride := max(f.groups/statsSampleGroups, 1)
-	for s, e := range f.slotEpoch {
-		if e < 0 {
-			continue
-		}
-		per := uint64(f.generationStats(s, stride).EstimatedKeys) >> f.shardBits
-		for j := range 1 << f.shardBits {
-			f.fill[s<<f.shardBits+j].n = per
-		}
-	}
-}
-
-// GrowthCost returns the memory one generation of a filter for cfg takes when it receives
-// load × Capacity distinct keys in its interval: its share of stage 0 (TotalBytes / N) plus the
-// grown stages that many keys need, and the number of those stages. It ignores the memory cap
-// and the early growth of a fill-counter shard that fills before the others (a few percent of
-// GrowAt), and allocates nothing. It returns Size's error for a bad cfg.
-func GrowthCost(cfg Config, load float64) (bytes uint64, stages int, err error) {
-	s, err := Size(cfg)
-	if err != nil {
-		return 0, 0, err
-	}
-	bytes = s.TotalBytes / uint64(s.Slots)
-	keys := load * float64(cfg.Capacity)
-	room := float64(s.GrowAt)
-	shardBits := shardLayout(s.GrowAt)
-	for i := 1; room < keys && i < 64; i++ {
-		l := growthStage(cfg.Capacity, s.ShareFPR, i, shardBits)
-		bytes += l.bytes
-		room += float64(l.capacity)
-		stages = i
-	}
-	return bytes, stages, nil
 }

@@ -86,6 +86,27 @@ type Config struct {
 	Clock func() time.Time
 }
 
+// OverloadPolicy says what a filter does with new keys once its memory cap stops it from growing
+// and the last stage of the current generation is full.
+type OverloadPolicy int
+
+const (
+	// OverloadDrop keeps adding new keys to the full last stage: every key is remembered, and the
+	// false-positive rate rises above the target (real events may be reported as seen).
+	OverloadDrop OverloadPolicy = iota
+	// OverloadPass stops adding new keys to a full last stage at the cap: the false-positive
+	// rate stays at the target, and a later duplicate of a key that was not added is reported new.
+	OverloadPass
+)
+
+// String returns "drop" or "pass".
+func (p OverloadPolicy) String() string {
+	if p == OverloadPass {
+		return "pass"
+	}
+	return "drop"
+}
+
 // Sizing is the memory layout derived from a Config by Size.
 type Sizing struct {
 	// Generations is N.
@@ -329,4 +350,84 @@ func sectorizedFPR(lambda float64, k, sectors int) float64 {
 		sum += math.Exp(logP + logMatch)
 	}
 	return sum
+}
+
+// Growth sizing: the stages a generation grows beyond stage 0, and the fill counters.
+
+// GrowthShare is ε, the share of a generation's false-positive budget that its grown stages may
+// use together. Stage 0 counts as full when its own rate reaches (1-ε) of the generation's share
+// p_g of the target, and stage i ≥ 1 is sized for ε·p_g·2^-i, so the generation's rate stays at
+// or under (1-ε)·p_g + ε·p_g·Σ2^-i < p_g at any load.
+const GrowthShare = 1.0 / 8
+
+// maxShardBits bounds the number of fill-counter shards per stage: 64.
+const maxShardBits = 6
+
+// keysPerShard is the least number of keys a stage-0 shard should hold before the filter splits
+// its count further. A shard is full at its share of GrowAt, and keys spread over shards by
+// chance (Poisson), so the first shard fills early by about two standard deviations of its count:
+// 4096 keys per shard keep that under 3% of GrowAt.
+const keysPerShard = 4096
+
+// stageLayout is the layout of stage i ≥ 1 of a generation.
+type stageLayout struct {
+	index    int
+	groups   uint64
+	layout   layoutParams
+	capacity uint64
+	target   float64
+	bytes    uint64
+}
+
+// stageLayout returns the layout of stage i ≥ 1: capacity Capacity·2^(i-1) at false-positive rate
+// GrowthShare·p_g·2^-i, p_g being what stage 0 is sized for.
+func (f *Filter) stageLayout(i int) stageLayout {
+	return growthStage(f.cfg.Capacity, f.sizing.ShareFPR, i, f.shardBits)
+}
+
+func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLayout {
+	target := GrowthShare * share * math.Ldexp(1, -i)
+	bp := bestLayout(target)
+	c := capacity << (i - 1)
+	if i-1 >= 64 || c>>(i-1) != capacity {
+		c = math.MaxUint64 / 2
+	}
+	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
+	return stageLayout{
+		index: i, groups: groups, layout: bp, capacity: c, target: target,
+		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,
+	}
+}
+
+// shardLayout returns how many bits of a stage hash select a fill-counter shard for a stage 0
+// that is full at growAt keys: up to 64 shards, each holding at least keysPerShard keys.
+func shardLayout(growAt uint64) uint {
+	b := uint(0)
+	for b < maxShardBits && growAt>>(b+1) >= keysPerShard {
+		b++
+	}
+	return b
+}
+
+// GrowthCost returns the memory one generation of a filter for cfg takes when it receives
+// load × Capacity distinct keys in its interval: its share of stage 0 (TotalBytes / N) plus the
+// grown stages that many keys need, and the number of those stages. It ignores the memory cap
+// and the early growth of a fill-counter shard that fills before the others (a few percent of
+// GrowAt), and allocates nothing. It returns Size's error for a bad cfg.
+func GrowthCost(cfg Config, load float64) (bytes uint64, stages int, err error) {
+	s, err := Size(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	bytes = s.TotalBytes / uint64(s.Slots)
+	keys := load * float64(cfg.Capacity)
+	room := float64(s.GrowAt)
+	shardBits := shardLayout(s.GrowAt)
+	for i := 1; room < keys && i < 64; i++ {
+		l := growthStage(cfg.Capacity, s.ShareFPR, i, shardBits)
+		bytes += l.bytes
+		room += float64(l.capacity)
+		stages = i
+	}
+	return bytes, stages, nil
 }

@@ -398,3 +398,84 @@ var nativeLittleEndian = func() bool {
 	x := uint16(1)
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
+
+// restoreStages reads the grown stages m describes from r, after stage 0's words, and publishes
+// them in f, which is not shared yet. A stage whose layout differs from what the Config gives
+// for its index is incompatible; one of a generation that is not live is corrupt.
+func (f *Filter) restoreStages(m Meta, r io.Reader) error {
+	if len(m.Stages) == 0 {
+		return nil
+	}
+	if m.ShardBits != int(f.shardBits) {
+		return fmt.Errorf("%w: snapshot has %d shard bits, layout needs %d", ErrIncompatible, m.ShardBits, f.shardBits)
+	}
+	var gens []*grownGen
+	for _, sm := range m.Stages {
+		if err := f.checkStage(m, sm); err != nil {
+			return err
+		}
+		var gg *grownGen
+		if n := len(gens); n > 0 && gens[n-1].epoch == sm.Epoch {
+			gg = gens[n-1]
+		} else {
+			gg = &grownGen{epoch: sm.Epoch}
+			gg.stages.Store(new([]*stage))
+			gens = append(gens, gg)
+		}
+		if len(*gg.stages.Load())+1 != sm.Index {
+			return fmt.Errorf("%w: generation %d: stage %d out of order", ErrIncompatible, sm.Epoch, sm.Index)
+		}
+		lay := f.stageLayout(sm.Index)
+		st := newStage(lay, f.shardBits)
+		if err := readWords(r, st.words); err != nil {
+			return fmt.Errorf("window: reading snapshot data: %w", err)
+		}
+		for j, c := range sm.Counts {
+			st.count[j].n = c
+		}
+		sts := append(*gg.stages.Load(), st)
+		gg.stages.Store(&sts)
+		f.stageBytes.Add(int64(lay.bytes))
+	}
+	f.grown.Store(&grownSet{gens: gens})
+	return nil
+}
+
+// checkStage checks a stage description against the filter's layout and live generations.
+func (f *Filter) checkStage(m Meta, sm StageMeta) error {
+	live := false
+	for _, e := range m.SlotEpochs {
+		live = live || (e >= 0 && uint64(e) == sm.Epoch)
+	}
+	if !live || sm.Index < 1 || sm.Index > 64 || len(sm.Counts) != 1<<f.shardBits {
+		return fmt.Errorf("%w: stage %d of generation %d does not fit the generation table", ErrIncompatible, sm.Index, sm.Epoch)
+	}
+	lay := f.stageLayout(sm.Index)
+	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.Sectors != lay.layout.sectors ||
+		sm.Words != lay.groups*uint64(lay.layout.sectors)*sectorWords {
+		return fmt.Errorf("%w: stage %d has %d groups, k %d, %d sectors and %d words; layout needs %d, %d, %d",
+			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.sectors)
+	}
+	return nil
+}
+
+// restoreFill sets the stage-0 fill counters from m, or, for a snapshot without them, spreads
+// each live generation's estimated keys evenly over its shards.
+func (f *Filter) restoreFill(m Meta) {
+	if len(m.Fill) == len(f.fill) && m.ShardBits == int(f.shardBits) {
+		for i, c := range m.Fill {
+			f.fill[i].n = c
+		}
+		return
+	}
+	stride := max(f.groups/statsSampleGroups, 1)
+	for s, e := range f.slotEpoch {
+		if e < 0 {
+			continue
+		}
+		per := uint64(f.generationStats(s, stride).EstimatedKeys) >> f.shardBits
+		for j := range 1 << f.shardBits {
+			f.fill[s<<f.shardBits+j].n = per
+		}
+	}
+}

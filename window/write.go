@@ -5,53 +5,6 @@ import (
 	"sync/atomic"
 )
 
-// testAndAdd is TestAndAddHash in shared mode: it tests the probe and, if it is new, claims its
-// group and sets its bits.
-//
-// The claim word is read before the membership test, and a claim is only taken by a
-// compare-and-swap from that idle word. Every insertion sets a tag in the word and bumps its
-// counter on release, so a successful swap proves that no insertion touched the group between the
-// read and the swap: the "not seen" answer of the test is still true, and no other goroutine can
-// give it for the same key. A goroutine that finds the claim taken completes that insertion itself
-// (sets the claimed key's bits and releases the claim) and tries again, so no goroutine ever waits
-// for another.
-func (f *Filter) testAndAdd(p *probe) (seen bool) {
-	c := &f.claims[p.group]
-	for {
-		cw := c.Load()
-		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		if f.contains(v, p) || f.grownHas(p) {
-			return true
-		}
-		if cw&tagMask != 0 {
-			f.help(v, p.group, cw)
-			continue
-		}
-		if !c.CompareAndSwap(cw, cw|p.tag) {
-			continue
-		}
-		f.insert(v, p)
-		c.CompareAndSwap(cw|p.tag, cw+f.seqOne())
-		return false
-	}
-}
-
-// help completes another goroutine's claimed insertion, into the generation the claim names (see
-// claimGen), and releases its claim. A key for the current generation goes to its newest stage
-// (stage 0 unless the generation grew); the claimant adds and counts it where the key's shard
-// says.
-func (f *Filter) help(v *view, group, cw uint64) {
-	var hp probe
-	f.probeFor(&hp, group, cw&tagMask)
-	gm := f.claimGenMask()
-	if cw&gm != 0 {
-		f.helpOld(v, &hp, cw&gm)
-	} else {
-		f.putNewest(v, &hp)
-	}
-	f.claims[group].CompareAndSwap(cw, cw&^(tagMask|gm)+f.seqOne())
-}
-
 // set writes the probe's bits into the current generation and, if a rotation happened meanwhile,
 // into the new current generation too, so the key is never left only in a slot being retired.
 func (f *Filter) set(v *view, p *probe) {
