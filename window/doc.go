@@ -18,15 +18,19 @@
 //
 // # Growth
 //
-// Config.Capacity is the size of a generation's first stage (stage 0, the interleaved layout
-// below), not a hard limit. Stage 0 is sized for p_g = 1-(1-p)^(1/N) at Capacity and counts as full
-// at Sizing.GrowAt, the load at which its rate reaches (1-GrowthShare)·p_g (about 0.98·Capacity).
-// Further keys go to stage 1, a separate blocked filter for Capacity keys at GrowthShare·p_g/2;
-// stage i holds Capacity·2^(i-1) keys at GrowthShare·p_g·2^-i, so a generation's rate stays under
-// (1-GrowthShare)·p_g + GrowthShare·p_g·Σ2^-i < p_g at any load, and the window's under p. A stage
-// counts the keys it takes in padded counters sharded by the hash's top bits (no shared counter);
-// it is allocated by the first writer that needs it and published with a compare-and-swap of an
-// immutable stage list before any key is added to it, so a reader never misses a key. Every
+// Config.Capacity is what a generation's first stage (stage 0, the interleaved layout below)
+// holds: a generation grows only once it has taken more than Capacity new keys, never at or below
+// it. Stage 0 is sized so that its rate at Capacity keys is (1-GrowthShare)·p_g, p_g being the
+// generation's share 1-(1-p)^(1/N) of the target, and it takes exactly Sizing.GrowAt = Capacity
+// keys: it counts them in padded counters sharded by the hash's top bits (no shared counter on the
+// hot path), and adds up the shards only when one passes its share, so that the shards' chance
+// differences never make a generation grow early. Further keys go to stage 1, a separate blocked
+// filter for Capacity keys at GrowthShare·p_g/2; stage i holds Capacity·2^(i-1) keys at
+// GrowthShare·p_g·2^-i, so a generation's rate stays under (1-GrowthShare)·p_g +
+// GrowthShare·p_g·Σ2^-i < p_g at any load, and the window's under p. A grown stage counts its keys
+// per shard, and a shard is full at its share of the stage's capacity. A stage is allocated by the
+// first writer that needs it and published with a compare-and-swap of an immutable stage list
+// before any key is added to it, so a reader never misses a key. Every
 // insertion, into any stage, holds the key's stage-0 claim word in shared mode, which keeps exactly
 // one winner among concurrent offers of a new key across a stage's creation. Lookups test stage 0
 // as before and load one pointer, nil until a generation grows; only grown generations cost more.

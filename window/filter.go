@@ -49,7 +49,8 @@ type Filter struct {
 	rotations atomic.Uint64
 
 	// Growth (see grow.go). fill counts the keys offered to each slot's stage 0, per shard of the
-	// key hash's top shardBits bits; a shard is full at limit0 keys.
+	// key hash's top shardBits bits; a shard past limit0 keys (its share of GrowAt) makes insert
+	// add up the slot's shards.
 	fill       []fillCounter
 	shardBits  uint
 	shardShift uint
@@ -140,7 +141,7 @@ func newFilter(cfg Config, s Sizing) *Filter {
 	f.offs = maskOffsets(s)
 	f.shardBits = shardLayout(s.GrowAt)
 	f.shardShift = 64 - f.shardBits
-	f.limit0 = max(s.GrowAt>>f.shardBits, 1)
+	f.limit0 = max(s.GrowAt>>f.shardBits, 1) // shards·limit0 ≤ GrowAt: the sum decides
 	f.fill = make([]fillCounter, s.Slots<<f.shardBits)
 	f.maxBytes = cfg.MaxBytes
 	if f.maxBytes == 0 {

@@ -24,10 +24,13 @@ type stage struct {
 	count    []fillCounter // per shard: keys the stage was offered
 }
 
-// fillCounter counts keys offered to one shard of a stage, alone on its cache line.
+// fillCounter counts keys offered to one shard of a stage, alone on its cache line. full is set
+// (to 1) on every stage-0 shard of a slot once the slot's stage 0 has taken GrowAt keys; it shares
+// the line with the count, so the hot path reads no further line to learn it.
 type fillCounter struct {
-	n uint64
-	_ [56]byte
+	n    uint64
+	full uint32
+	_    [52]byte
 }
 
 // grownGen is the growth of one generation: its stages after stage 0, and whether it wanted a
@@ -128,18 +131,54 @@ func (f *Filter) bump(c *fillCounter) uint64 {
 	return atomic.AddUint64(&c.n, 1)
 }
 
-// insert adds a new key to v's current generation: to stage 0 while the key's shard of it is
-// below its limit, else to the first grown stage with room (see addGrown). In shared mode the
-// caller holds the key's claim.
+// insert adds a new key to v's current generation: to stage 0 until it has taken GrowAt keys,
+// else to the first grown stage with room (see addGrown). In shared mode the caller holds the
+// key's claim.
+//
+// Stage 0 counts its keys in shards by the hash's top bits, so that writers share no counter, but
+// is full when their sum passes GrowAt: a shard is only a share of the count, not of the
+// capacity, so a shard that draws more keys than its share by chance does not make the
+// generation grow early. A shard within its share (limit0, GrowAt/shards) takes the key at once;
+// past it, stage0Room adds up the slot's shards, and marks them all full once the sum passes
+// GrowAt. Only keys of the last few percent before GrowAt (a shard's count is within a few
+// standard deviations of its share) and of a full stage 0 take that path.
 func (f *Filter) insert(v *view, p *probe) {
-	if f.bump(&f.fill[v.cur<<f.shardBits+int(p.shard)]) <= f.limit0 {
+	c := &f.fill[v.cur<<f.shardBits+int(p.shard)]
+	if atomic.LoadUint32(&c.full) == 0 && (f.bump(c) <= f.limit0 || f.stage0Room(v.cur)) {
 		f.set(v, p)
 		return
 	}
 	f.addGrown(v, p)
 }
 
-// addGrown adds a key whose stage-0 shard is full to the first stage of v's current generation
+// stage0Room reports whether slot's stage 0 has taken at most GrowAt keys, counting the key being
+// inserted. Once it has not, it marks every shard of the slot full. Concurrent writers may each
+// find room for their key at the boundary: stage 0 takes at most one key per writer more.
+func (f *Filter) stage0Room(slot int) bool {
+	if f.stage0Keys(slot) <= f.sizing.GrowAt {
+		return true
+	}
+	f.markFull(slot, 1)
+	return false
+}
+
+// stage0Keys returns the keys slot's stage 0 was offered: the sum of its shards' counts.
+func (f *Filter) stage0Keys(slot int) uint64 {
+	var sum uint64
+	for i := range f.fill[slot<<f.shardBits : (slot+1)<<f.shardBits] {
+		sum += atomic.LoadUint64(&f.fill[slot<<f.shardBits+i].n)
+	}
+	return sum
+}
+
+// markFull sets the full flag of every stage-0 shard of slot to full (0 or 1).
+func (f *Filter) markFull(slot int, full uint32) {
+	for i := range f.fill[slot<<f.shardBits : (slot+1)<<f.shardBits] {
+		atomic.StoreUint32(&f.fill[slot<<f.shardBits+i].full, full)
+	}
+}
+
+// addGrown adds a key that stage 0 has no room for to the first stage of v's current generation
 // whose shard has room, growing the generation if every stage is full. At the memory cap it adds
 // the key to the last stage (OverloadDrop) or nowhere (OverloadPass). If a rotation happened
 // meanwhile, the key is added to the new current generation too, as set does.

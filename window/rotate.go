@@ -75,6 +75,7 @@ func (f *Filter) advanceLocked(target uint64) {
 	for i := range f.fill[cur<<f.shardBits : (cur+1)<<f.shardBits] {
 		atomic.StoreUint64(&f.fill[cur<<f.shardBits+i].n, 0)
 	}
+	f.markFull(cur, 0)
 	f.publishLocked(target, append([]int{cur}, kept...))
 	f.rotations.Add(target - v.epoch)
 }

@@ -130,18 +130,27 @@ type Sizing struct {
 	BitsPerKey float64
 	// TotalBytes is the memory the filter allocates: all slots plus one claim word per group.
 	TotalBytes uint64
-	// GenerationFPR is the predicted false-positive rate of one full generation.
+	// GenerationFPR is the predicted false-positive rate of one generation holding Capacity keys
+	// in stage 0: at most (1-GrowthShare)·ShareFPR.
 	GenerationFPR float64
 	// PredictedFPR is the predicted false-positive rate of the window when all N generations hold
-	// Capacity keys.
+	// Capacity keys: at most (1-GrowthShare)·FalsePositiveRate, about 0.88 of it.
 	PredictedFPR float64
-	// ShareFPR is p_g = 1-(1-p)^(1/N), each generation's share of the target rate: stage 0 is
-	// sized for it, and a grown generation's stages together stay under it.
+	// ShareFPR is p_g = 1-(1-p)^(1/N), each generation's share of the target rate: stage 0 takes
+	// (1-GrowthShare) of it at Capacity, and a grown generation's stages the rest.
 	ShareFPR float64
-	// GrowAt is n₀, the number of keys at which a generation's stage 0 counts as full and further
-	// keys go to a grown stage: the load at which its predicted rate reaches (1-GrowthShare)·p_g,
-	// slightly under Capacity.
+	// GrowAt is the number of keys a generation's stage 0 takes before further keys go to a grown
+	// stage: Capacity. A generation grows only once it has taken more than Capacity keys.
 	GrowAt uint64
+}
+
+// sectorKs returns sectorBits of every sector.
+func (s Sizing) sectorKs() []int {
+	ks := make([]int, s.Sectors)
+	for i := range ks {
+		ks[i] = s.sectorBits(i)
+	}
+	return ks
 }
 
 // sectorBits returns how many of the K bits a key sets in sector i of a block.
@@ -164,10 +173,14 @@ var (
 // it returns an error wrapping ErrConfig (or ErrMemory when the layout exceeds the memory cap) that
 // names every problem found.
 //
-// A key is tested against every active generation, so each generation is sized for a
-// false-positive rate of 1-(1-p)^(1/N): the union of N full generations then stays at or under p.
-// The per-generation rate of a sectorized blocked filter is computed exactly from the Poisson
-// distribution of keys per group, not from the textbook formula, which underestimates it. The
+// A key is tested against every active generation, so each generation gets a share
+// p_g = 1-(1-p)^(1/N) of the target: the union of N generations then stays at or under p. Stage 0
+// is sized so that its rate at Capacity keys is (1-GrowthShare)·p_g, which leaves GrowthShare·p_g
+// to the stages a generation grows beyond Capacity (see the package documentation); it costs
+// about log2(1/(1-GrowthShare))/log2(1/p_g) more bits than sizing stage 0 for p_g (1.5% at
+// p_g = 1.25e-4). The per-generation rate of a sectorized blocked filter is computed exactly from
+// the Poisson distribution of keys per group and the distribution of set bits per sector
+// (poissonLoadFPR), not from the textbook formula, which underestimates it. The
 // number of sectors S is the smallest in 1..MaxSectors whose successor would save less than 5%
 // memory: every sector is another cache line that an insert writes and a hit reads.
 func Size(cfg Config) (Sizing, error) {
@@ -176,11 +189,9 @@ func Size(cfg Config) (Sizing, error) {
 	}
 	n, p := cfg.Generations, cfg.FalsePositiveRate
 	pg := -math.Expm1(math.Log1p(-p) / float64(n)) // 1-(1-p)^(1/N), accurate for tiny p
-	bp := bestLayout(pg)
-	groups := uint64(math.Ceil(float64(cfg.Capacity) / bp.lambda))
-	if groups == 0 {
-		groups = 1
-	}
+	target := (1 - GrowthShare) * pg               // stage 0's rate at Capacity: the rest is the stages'
+	bp := bestLayout(target)
+	groups := max(uint64(math.Ceil(float64(cfg.Capacity)/exactLambda(bp, target))), 1)
 	s := Sizing{
 		Generations:       n,
 		Slots:             n,
@@ -191,10 +202,10 @@ func Size(cfg Config) (Sizing, error) {
 		BitsPerGeneration: groups * uint64(bp.sectors) * SectorBits,
 	}
 	s.BitsPerKey = float64(s.BitsPerGeneration) / float64(cfg.Capacity)
-	s.GenerationFPR = sectorizedFPR(float64(cfg.Capacity)/float64(groups), s.K, s.Sectors)
+	s.GenerationFPR = poissonLoadFPR(float64(cfg.Capacity)/float64(groups), s.sectorKs())
 	s.PredictedFPR = -math.Expm1(float64(n) * math.Log1p(-s.GenerationFPR))
 	s.ShareFPR = pg
-	s.GrowAt = growAt(groups, bp, (1-GrowthShare)*pg)
+	s.GrowAt = cfg.Capacity
 
 	maxBytes := cfg.MaxBytes
 	if maxBytes == 0 {
@@ -210,17 +221,20 @@ func Size(cfg Config) (Sizing, error) {
 	return s, nil
 }
 
-// growAt returns the largest load at which a stage-0 generation of the given groups and layout
-// stays at or under the rate target. It uses the rate Stats computes for a Poisson load
-// (poissonLoadFPR, the exact distribution of set bits per sector), not sectorizedFPR: the latter
-// puts the expected fill under the power and reads 2-5% low near capacity, which would leave
-// the generation's total a few percent over its share once stages add theirs.
-func growAt(groups uint64, bp layoutParams, target float64) uint64 {
-	s := Sizing{K: bp.k, Sectors: bp.sectors}
-	ks := make([]int, bp.sectors)
-	for i := range ks {
-		ks[i] = s.sectorBits(i)
+// exactLambdas memoises exactLambda: [3]float64{k, sectors, target} → float64.
+var exactLambdas sync.Map
+
+// exactLambda returns the largest mean number of keys per group at which a generation of layout
+// bp stays at or under the rate target, by the rate Stats computes for a Poisson load
+// (poissonLoadFPR, the exact distribution of set bits per sector). bp.lambda comes from
+// sectorizedFPR, which puts the expected fill under the power and reads 2-5% low near capacity;
+// sizing groups from it would leave a full generation a few percent over its target.
+func exactLambda(bp layoutParams, target float64) float64 {
+	id := [3]float64{float64(bp.k), float64(bp.sectors), target}
+	if v, ok := exactLambdas.Load(id); ok {
+		return v.(float64)
 	}
+	ks := (Sizing{K: bp.k, Sectors: bp.sectors}).sectorKs()
 	lo, hi := 0.0, bp.lambda
 	for range 50 {
 		mid := (lo + hi) / 2
@@ -230,7 +244,9 @@ func growAt(groups uint64, bp layoutParams, target float64) uint64 {
 			hi = mid
 		}
 	}
-	return max(uint64(lo*float64(groups)), 1)
+	lo = max(lo, 1e-3)
+	exactLambdas.Store(id, lo)
+	return lo
 }
 
 // validate reports every problem with cfg at once, wrapped in ErrConfig.
@@ -355,18 +371,19 @@ func sectorizedFPR(lambda float64, k, sectors int) float64 {
 // Growth sizing: the stages a generation grows beyond stage 0, and the fill counters.
 
 // GrowthShare is ε, the share of a generation's false-positive budget that its grown stages may
-// use together. Stage 0 counts as full when its own rate reaches (1-ε) of the generation's share
-// p_g of the target, and stage i ≥ 1 is sized for ε·p_g·2^-i, so the generation's rate stays at
-// or under (1-ε)·p_g + ε·p_g·Σ2^-i < p_g at any load.
+// use together. Stage 0 is sized for (1-ε) of the generation's share p_g of the target at
+// Capacity keys and takes no more, and stage i ≥ 1 is sized for ε·p_g·2^-i, so the generation's
+// rate stays at or under (1-ε)·p_g + ε·p_g·Σ2^-i < p_g at any load.
 const GrowthShare = 1.0 / 8
 
 // maxShardBits bounds the number of fill-counter shards per stage: 64.
 const maxShardBits = 6
 
-// keysPerShard is the least number of keys a stage-0 shard should hold before the filter splits
-// its count further. A shard is full at its share of GrowAt, and keys spread over shards by
-// chance (Poisson), so the first shard fills early by about two standard deviations of its count:
-// 4096 keys per shard keep that under 3% of GrowAt.
+// keysPerShard is the least number of keys a fill-counter shard should hold before the filter
+// splits its count further. Keys spread over shards by chance (Poisson): a grown stage's shard is
+// full at its share of the stage's capacity, so its first shard fills early by about two standard
+// deviations of its count, and 4096 keys per shard keep that under 3%. Stage 0 counts its shards
+// against GrowAt together (see Filter.insert), so it is full at GrowAt exactly.
 const keysPerShard = 4096
 
 // stageLayout is the layout of stage i ≥ 1 of a generation.
@@ -392,7 +409,7 @@ func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLay
 	if i-1 >= 64 || c>>(i-1) != capacity {
 		c = math.MaxUint64 / 2
 	}
-	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
+	groups := max(uint64(math.Ceil(float64(c)/exactLambda(bp, target))), 1)
 	return stageLayout{
 		index: i, groups: groups, layout: bp, capacity: c, target: target,
 		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,
@@ -412,8 +429,8 @@ func shardLayout(growAt uint64) uint {
 // GrowthCost returns the memory one generation of a filter for cfg takes when it receives
 // load × Capacity distinct keys in its interval: its share of stage 0 (TotalBytes / N) plus the
 // grown stages that many keys need, and the number of those stages. It ignores the memory cap
-// and the early growth of a fill-counter shard that fills before the others (a few percent of
-// GrowAt), and allocates nothing. It returns Size's error for a bad cfg.
+// and the early growth of a grown stage's fill-counter shard that fills before the others (a few
+// percent of the stage's capacity), and allocates nothing. It returns Size's error for a bad cfg.
 func GrowthCost(cfg Config, load float64) (bytes uint64, stages int, err error) {
 	s, err := Size(cfg)
 	if err != nil {

@@ -460,22 +460,28 @@ func (f *Filter) checkStage(m Meta, sm StageMeta) error {
 }
 
 // restoreFill sets the stage-0 fill counters from m, or, for a snapshot without them, spreads
-// each live generation's estimated keys evenly over its shards.
+// each live generation's estimated keys evenly over its shards; then it marks full every slot
+// whose stage 0 has taken more than GrowAt keys, as insert would have.
 func (f *Filter) restoreFill(m Meta) {
 	if len(m.Fill) == len(f.fill) && m.ShardBits == int(f.shardBits) {
 		for i, c := range m.Fill {
 			f.fill[i].n = c
 		}
-		return
-	}
-	stride := max(f.groups/statsSampleGroups, 1)
-	for s, e := range f.slotEpoch {
-		if e < 0 {
-			continue
+	} else {
+		stride := max(f.groups/statsSampleGroups, 1)
+		for s, e := range f.slotEpoch {
+			if e < 0 {
+				continue
+			}
+			per := uint64(f.generationStats(s, stride).EstimatedKeys) >> f.shardBits
+			for j := range 1 << f.shardBits {
+				f.fill[s<<f.shardBits+j].n = per
+			}
 		}
-		per := uint64(f.generationStats(s, stride).EstimatedKeys) >> f.shardBits
-		for j := range 1 << f.shardBits {
-			f.fill[s<<f.shardBits+j].n = per
+	}
+	for s := range f.slots {
+		if f.stage0Keys(s) > f.sizing.GrowAt {
+			f.markFull(s, 1)
 		}
 	}
 }
