@@ -20,13 +20,14 @@ import (
 // CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
-// The byte layout of a version 3 snapshot (all integers little-endian;
+// The byte layout of a version 5 snapshot (all integers little-endian;
+// version 4 lacks the first-word bits, version 3 also the v4 tables,
 // version 2 is identical up to the output-offset table and ends there;
 // version 1 also lacks the output-offset table):
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
-//	8           2      format version (uint16) = 3
+//	8           2      format version (uint16) = 5
 //	10          4      H = header body length in bytes (uint32, <= MaxHeaderBytes)
 //	14          H      header body:
 //	  +0        4        generations N (uint32)
@@ -61,9 +62,12 @@ import (
 //	                     slot's first stage (uint64)
 //	            4+…      stage table (v4): uint32 count T, then per grown stage:
 //	                     generation number (uint64), index (uint32, from 1),
-//	                     groups (uint64), K (uint32), sectors (uint32), words
-//	                     (uint64) = groups × sectors × blockBits/64, then
-//	                     2^B shard counts (uint64)
+//	                     groups (uint64), K (uint32), first-word bits (v5;
+//	                     uint32, 1..K), sectors (uint32), words (uint64) =
+//	                     groups × sectors × blockBits/64, then 2^B shard
+//	                     counts (uint64)
+//	            4        first-word bits F (v5; uint32, 1..K): bits a key
+//	                     sets in one word of its block's sector 0
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count (uint64), must equal W
 //	26+H        8W     data: W uint64 words, little-endian (v4: W is the
@@ -74,7 +78,11 @@ import (
 // Data layout, which the format treats as opaque except in Inspect: the
 // words form Groups groups; each group holds, for each of its Sectors
 // sectors, one BlockBits/64-word sector per slot; word w of sector i of
-// slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w.
+// slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w,
+// except in version 5 for sector 0, which is stored word-major: its word w
+// of slot s in group g is word g×Sectors×Slots×BlockBits/64 + w×Slots + s
+// (a key sets F bits in one of these words, and the rest of its K bits in
+// the other sectors). A grown stage is laid out as one slot.
 // Each generation of the table owns the sectors of its slot; slots not in
 // the table are free. In version 3 the top bit of every word is a use tag:
 // the parity of the slot use that last wrote the word. A word whose tag
@@ -84,8 +92,9 @@ import (
 // stage in the order of the stage table: word w of sector i of group g of a
 // stage is its word (g×Sectors + i)×BlockBits/64 + w; stage words carry no
 // tag (bit 63 is 0).
-// Versions 1 and 2 have one sector of 512 data bits per block and no tags:
-// the layout of an older kdedup, which the current filter refuses.
+// Versions 1 and 2 have one sector of 512 data bits per block and no tags,
+// versions 3 and 4 spread a key's bits over all sectors: layouts of an older
+// kdedup, which the current filter refuses.
 //
 // Every failure caused by the file's contents wraps ErrCorrupt (checksum
 // mismatch, truncation, trailing bytes, lengths or parameters that cannot be
@@ -294,6 +303,9 @@ func minBodyLen(version uint16) uint32 {
 	if version >= VersionV4 {
 		n += 4 + 4 + 4 // shard bits, fill and stage counts
 	}
+	if version >= VersionV5 {
+		n += 4 // first-word bits
+	}
 	return n
 }
 
@@ -386,9 +398,10 @@ func (c *cursor) slotUses(n int) []uint64 {
 	return u
 }
 
-// stages reads the version 4 tables into h, checking each length against
-// what is left of the header first.
-func (c *cursor) stages(h *Header) {
+// stages reads the version 4 tables into h (with the stages' first-word
+// bits in version 5), checking each length against what is left of the
+// header first.
+func (c *cursor) stages(h *Header, version uint16) {
 	h.ShardBits = int(c.u32())
 	if c.err == nil && h.ShardBits > MaxShardBits {
 		c.err = fmt.Errorf("shard bits %d out of range [0,%d]", h.ShardBits, MaxShardBits)
@@ -403,7 +416,11 @@ func (c *cursor) stages(h *Header) {
 		h.Fill[i] = c.u64()
 	}
 	shards := 1 << h.ShardBits
-	if n := c.count("stage", MaxStages, 36+8*shards); n > 0 {
+	entry := 36 + 8*shards
+	if version >= VersionV5 {
+		entry += 4
+	}
+	if n := c.count("stage", MaxStages, entry); n > 0 {
 		h.Stages = make([]Stage, n)
 	}
 	for i := range h.Stages {
@@ -412,6 +429,9 @@ func (c *cursor) stages(h *Header) {
 		st.Index = int(c.u32())
 		st.Groups = c.u64()
 		st.K = int(c.u32())
+		if version >= VersionV5 {
+			st.FirstBits = int(c.u32())
+		}
 		st.Sectors = int(c.u32())
 		st.Words = c.u64()
 		st.Counts = make([]uint64, shards)
@@ -459,7 +479,10 @@ func parseBody(body []byte, version uint16) (Header, error) {
 		h.SlotUses = c.slotUses(h.Slots)
 	}
 	if version >= VersionV4 {
-		c.stages(&h)
+		c.stages(&h, version)
+	}
+	if version >= VersionV5 {
+		h.FirstBits = int(c.u32())
 	}
 	if c.err != nil {
 		return Header{}, c.err
