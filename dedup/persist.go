@@ -18,8 +18,8 @@ import (
 // Policy on restore: the newest usable snapshot wins; a corrupt, truncated or foreign file falls
 // back to the previous one. A snapshot taken with a configuration that changes the filter's layout
 // or hashing (window count, interval, capacity, false-positive rate or hash seed), or written in
-// the filter layout of an older kdedup (snapshot format v1 or v2), cannot be used: the unit starts
-// cold and a warning says why.
+// the filter layout of an older kdedup (snapshot format v1 to v4), cannot be used: the unit starts
+// cold (and is rebuilt from the output topic where that is possible) and a warning says why.
 type CheckpointPersister struct {
 	store checkpoint.Store
 	log   *slog.Logger
@@ -39,7 +39,7 @@ func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *Checkpoin
 // read the directory).
 func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
 	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h checkpoint.Header, d *checkpoint.Decoder) (*window.Filter, error) {
-		if h.Version < checkpoint.VersionV3 {
+		if h.Version < checkpoint.VersionV5 {
 			return nil, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
 				checkpoint.ErrIncompatible, h.Version)
 		}
@@ -118,6 +118,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 		FalsePositiveRate: m.FalsePositiveRate,
 		Seed:              m.Seed,
 		K:                 m.K,
+		FirstBits:         m.FirstBits,
 		BlockBits:         m.SectorBits,
 		Sectors:           m.Sectors,
 		Groups:            m.Groups,
@@ -138,8 +139,8 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 	}
 	for _, st := range m.Stages {
 		h.Stages = append(h.Stages, checkpoint.Stage{
-			Generation: st.Epoch, Index: st.Index, Groups: st.Groups, K: st.K, Sectors: st.Sectors,
-			Words: st.Words, Counts: st.Counts,
+			Generation: st.Epoch, Index: st.Index, Groups: st.Groups, K: st.K, FirstBits: st.FirstBits,
+			Sectors: st.Sectors, Words: st.Words, Counts: st.Counts,
 		})
 		h.Words += st.Words // the stages' words follow the slots'
 	}
@@ -168,6 +169,7 @@ func metaFromHeader(h checkpoint.Header) window.Meta {
 		FalsePositiveRate: h.FalsePositiveRate,
 		Seed:              h.Seed,
 		K:                 h.K,
+		FirstBits:         h.FirstBits,
 		SectorBits:        h.BlockBits,
 		Sectors:           h.Sectors,
 		Groups:            h.Groups,
@@ -183,8 +185,8 @@ func metaFromHeader(h checkpoint.Header) window.Meta {
 	}
 	for _, st := range h.Stages {
 		m.Stages = append(m.Stages, window.StageMeta{
-			Epoch: st.Generation, Index: st.Index, Groups: st.Groups, K: st.K, Sectors: st.Sectors,
-			Words: st.Words, Counts: st.Counts,
+			Epoch: st.Generation, Index: st.Index, Groups: st.Groups, K: st.K, FirstBits: st.FirstBits,
+			Sectors: st.Sectors, Words: st.Words, Counts: st.Counts,
 		})
 	}
 	for i := range m.SlotEpochs {

@@ -139,13 +139,5 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // before it reuses a slot, and the reused slot becomes the current one), so every word carries
 // the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it.
 func (f *Filter) writeOld(s int, p *probe) {
-	i := p.base + uint64(s)*sectorWords
-	for sec := range f.sectors {
-		if f.single {
-			storeSector(f.sector(i), p.sectorMask(sec))
-		} else {
-			orSector(f.sector(i), p.sectorMask(sec))
-		}
-		i += f.sectorStride
-	}
+	f.put(p, s, f.single)
 }

@@ -5,18 +5,14 @@ import (
 	"sync/atomic"
 )
 
-// stage is a grown stage of one generation: a blocked Bloom filter of its own (one block of
-// sectors per group, no use tags: its words are fresh and die with the generation), with fill
-// counters sharded by the high bits of the key's stage hash. Its layout is immutable; its words
-// and counters are written with atomics (shared mode) or by the single writer.
+// stage is a grown stage of one generation: a blocked Bloom filter of its own (blocks of one
+// slot, in the layout of stage 0 but without use tags: its words are fresh and die with the
+// generation), with fill counters sharded by the high bits of the key's stage hash. Its layout is
+// immutable; its words and counters are written with atomics (shared mode) or by the single
+// writer.
 type stage struct {
+	blocks
 	index    int
-	words    []uint64
-	groups   uint64
-	sectors  int
-	k        int
-	ks       [MaxSectors]int
-	offs     [maxK]uint8
 	limit    uint64 // keys per shard at which the stage is full
 	capacity uint64
 	target   float64
@@ -61,36 +57,10 @@ func (f *Filter) stageProbe(sp *probe, st *stage, p *probe) uint64 {
 	x := stageHash(p.group, p.tag, st.index)
 	g, _ := bits.Mul64(x, st.groups)
 	sp.group = g
-	sp.base = g * uint64(st.sectors) * sectorWords
+	sp.base = g * st.groupWords
 	sp.tag = x&tagMask | 1
-	fillMask(&sp.mask, &st.offs, st.k, sp.tag)
+	st.fillPattern(sp)
 	return x >> f.shardShift
-}
-
-// has reports whether all of the probe's bits are set in st.
-func (st *stage) has(sp *probe) bool {
-	i := sp.base
-	for sec := range st.sectors {
-		if missing((*[sectorWords]uint64)(st.words[i:i+sectorWords]), sp.sectorMask(sec)) != 0 {
-			return false
-		}
-		i += sectorWords
-	}
-	return true
-}
-
-// put sets the probe's bits in st: atomic ORs, or the single writer's plain stores.
-func (st *stage) put(sp *probe, single bool) {
-	i := sp.base
-	for sec := range st.sectors {
-		b := (*[sectorWords]uint64)(st.words[i : i+sectorWords])
-		if single {
-			storeSector(b, sp.sectorMask(sec))
-		} else {
-			orSector(b, sp.sectorMask(sec))
-		}
-		i += sectorWords
-	}
 }
 
 // grownHas reports whether the key is in a grown stage of a live generation. It costs one atomic
@@ -105,14 +75,14 @@ func (f *Filter) grownHas(p *probe) bool {
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
 			g, _ := bits.Mul64(stageHash(p.group, p.tag, st.index), st.groups)
-			atomic.LoadUint64(&st.words[g*uint64(st.sectors)*sectorWords])
+			atomic.LoadUint64(&st.words[g*st.groupWords])
 		}
 	}
 	var sp probe
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
 			f.stageProbe(&sp, st, p)
-			if st.has(&sp) {
+			if st.has(&sp, 0) {
 				return true
 			}
 		}
@@ -200,7 +170,7 @@ func (f *Filter) addGrown(v *view, p *probe) {
 		if atomic.LoadUint64(&c.n) >= st.limit || f.bump(c) > st.limit {
 			continue
 		}
-		st.put(&sp, f.single)
+		st.put(&sp, 0, f.single)
 		f.recheckRotation(v, p)
 		return
 	}
@@ -210,7 +180,7 @@ func (f *Filter) addGrown(v *view, p *probe) {
 	}
 	if last != nil && f.cfg.Overload == OverloadDrop {
 		f.stageProbe(&sp, last, p)
-		last.put(&sp, f.single)
+		last.put(&sp, 0, f.single)
 		f.recheckRotation(v, p)
 	}
 }
@@ -234,7 +204,7 @@ func (f *Filter) putNewest(v *view, p *probe) {
 				var sp probe
 				st := sts[len(sts)-1]
 				f.stageProbe(&sp, st, p)
-				st.put(&sp, f.single)
+				st.put(&sp, 0, f.single)
 				f.recheckRotation(v, p)
 				return
 			}
@@ -304,19 +274,12 @@ func (f *Filter) reserve(n uint64) bool {
 
 // newStage allocates an empty stage.
 func newStage(l stageLayout, shardBits uint) *stage {
-	s := Sizing{K: l.layout.k, Sectors: l.layout.sectors}
-	st := &stage{
-		index: l.index, groups: l.groups, sectors: l.layout.sectors, k: l.layout.k,
-		capacity: l.capacity, target: l.target, bytes: l.bytes,
-		words: alignedWords(l.groups * uint64(l.layout.sectors) * sectorWords),
+	return &stage{
+		blocks: newBlocks(l.groups, 1, l.layout),
+		index:  l.index, capacity: l.capacity, target: l.target, bytes: l.bytes,
 		limit: max(l.capacity>>shardBits, 1),
 		count: make([]fillCounter, 1<<shardBits),
 	}
-	st.offs = maskOffsets(s)
-	for j := range s.Sectors {
-		st.ks[j] = s.sectorBits(j)
-	}
-	return st
 }
 
 // dropGrownLocked forgets the growth of generations that are no longer live at epoch and returns

@@ -115,12 +115,16 @@ type Sizing struct {
 	// that expires is reused at once by the next generation (see the package documentation).
 	Slots int
 	// Sectors is S, the number of cache-line sectors one generation's block is split into. A key
-	// sets K/S of its bits in each (the first K mod S sectors get one more).
+	// sets FirstBits of its bits in one word of sector 0 and spreads the others evenly over the
+	// words of sectors 1 … S-1 (the first (K-FirstBits) mod (S-1) of them get one more).
 	Sectors int
 	// SectorBits is the size of a sector in bits (SectorBits), including its eight tag bits.
 	SectorBits int
 	// K is the number of bits a key sets in one generation, over all its sectors.
 	K int
+	// FirstBits is how many of the K bits go to one word of sector 0 (the word the key's pattern
+	// picks among the sector's eight); the other K-FirstBits spread over sectors 1 … S-1.
+	FirstBits int
 	// Groups is the number of key groups; a key hashes to one group and uses one block of S
 	// sectors of it per generation.
 	Groups uint64
@@ -155,11 +159,14 @@ func (s Sizing) sectorKs() []int {
 
 // sectorBits returns how many of the K bits a key sets in sector i of a block.
 func (s Sizing) sectorBits(i int) int {
-	n := s.K / s.Sectors
-	if i < s.K%s.Sectors {
-		n++
+	if i == 0 {
+		return s.FirstBits
 	}
-	return n
+	rest, n := s.K-s.FirstBits, s.Sectors-1
+	if i-1 < rest%n {
+		return rest/n + 1
+	}
+	return rest / n
 }
 
 // Errors returned by Size and New for bad configuration. They are wrapped with details; test for
@@ -191,13 +198,14 @@ func Size(cfg Config) (Sizing, error) {
 	pg := -math.Expm1(math.Log1p(-p) / float64(n)) // 1-(1-p)^(1/N), accurate for tiny p
 	target := (1 - GrowthShare) * pg               // stage 0's rate at Capacity: the rest is the stages'
 	bp := bestLayout(target)
-	groups := max(uint64(math.Ceil(float64(cfg.Capacity)/exactLambda(bp, target))), 1)
+	groups := max(uint64(math.Ceil(float64(cfg.Capacity)/bp.lambda)), 1)
 	s := Sizing{
 		Generations:       n,
 		Slots:             n,
 		Sectors:           bp.sectors,
 		SectorBits:        SectorBits,
 		K:                 bp.k,
+		FirstBits:         bp.first,
 		Groups:            groups,
 		BitsPerGeneration: groups * uint64(bp.sectors) * SectorBits,
 	}
@@ -219,34 +227,6 @@ func Size(cfg Config) (Sizing, error) {
 	}
 	s.TotalBytes = groups * perGroup
 	return s, nil
-}
-
-// exactLambdas memoises exactLambda: [3]float64{k, sectors, target} → float64.
-var exactLambdas sync.Map
-
-// exactLambda returns the largest mean number of keys per group at which a generation of layout
-// bp stays at or under the rate target, by the rate Stats computes for a Poisson load
-// (poissonLoadFPR, the exact distribution of set bits per sector). bp.lambda comes from
-// sectorizedFPR, which puts the expected fill under the power and reads 2-5% low near capacity;
-// sizing groups from it would leave a full generation a few percent over its target.
-func exactLambda(bp layoutParams, target float64) float64 {
-	id := [3]float64{float64(bp.k), float64(bp.sectors), target}
-	if v, ok := exactLambdas.Load(id); ok {
-		return v.(float64)
-	}
-	ks := (Sizing{K: bp.k, Sectors: bp.sectors}).sectorKs()
-	lo, hi := 0.0, bp.lambda
-	for range 50 {
-		mid := (lo + hi) / 2
-		if poissonLoadFPR(mid, ks) <= target {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	lo = max(lo, 1e-3)
-	exactLambdas.Store(id, lo)
-	return lo
 }
 
 // validate reports every problem with cfg at once, wrapped in ErrConfig.
@@ -280,92 +260,111 @@ func saturatingMul(a, b uint64) uint64 {
 	return a * b
 }
 
-// layoutParams is a block layout for one per-generation target: sectors, bits per key, and the
-// largest mean number of keys per group that stays at or under the target.
+// layoutParams is a block layout for one per-generation target: sectors, bits per key, of which
+// first in one word of sector 0, and the largest mean number of keys per group that stays at or
+// under the target.
 type layoutParams struct {
-	sectors, k int
-	lambda     float64
+	sectors, k, first int
+	lambda            float64
 }
+
+// ks returns the bits a key sets in each sector (Sizing.sectorBits).
+func (lp layoutParams) ks() []int {
+	return (Sizing{K: lp.k, Sectors: lp.sectors, FirstBits: lp.first}).sectorKs()
+}
+
+// maxFirst bounds layoutParams.first: more bits than this in one 63-bit word never pay.
+const maxFirst = 16
 
 // layouts memoises bestLayout, which takes tens of milliseconds.
 var layouts sync.Map // float64 target → layoutParams
 
-// bestLayout returns the layout Size uses for a per-generation false-positive rate target.
+// bestLayout returns the layout Size uses for a per-generation false-positive rate target: for
+// each number of sectors, the split of bits that holds the most keys per group at the target
+// (searchParams), and of those the fewest sectors whose successor would save less than
+// sectorGain of the memory. The rate of a layout is the exact Poisson model of poissonLoadFPR,
+// the one Stats uses.
 func bestLayout(target float64) layoutParams {
 	if v, ok := layouts.Load(target); ok {
 		return v.(layoutParams)
 	}
 	var best layoutParams
 	for sectors := 1; sectors <= MaxSectors; sectors++ {
-		k, lambda := searchParams(target, sectors)
+		lp := searchParams(target, sectors)
 		// Memory per key is proportional to sectors/lambda; a further sector must save at least
 		// sectorGain of it, or the search stops.
-		if best.sectors != 0 && float64(sectors)/lambda > (1-sectorGain)*float64(best.sectors)/best.lambda {
+		if best.sectors != 0 && float64(sectors)/lp.lambda > (1-sectorGain)*float64(best.sectors)/best.lambda {
 			break
 		}
-		best = layoutParams{sectors: sectors, k: k, lambda: lambda}
+		best = lp
 	}
 	layouts.Store(target, best)
 	return best
 }
 
-// searchParams returns the k and the largest mean number of keys per group (lambda) for which a
-// group of the given number of sectors stays at or under the false-positive rate target.
-func searchParams(target float64, sectors int) (k int, lambda float64) {
-	bestK, bestL := sectors, 0.0
-	for k := sectors; k <= maxK; k++ {
-		lo, hi := 0.0, float64(sectors*UsableSectorBits)
-		if sectorizedFPR(1e-9, k, sectors) > target {
-			continue
+// searchParams returns the split of bits over a block of the given number of sectors that holds
+// the most keys per group at the target. The keys a layout holds rise and then fall with the bits
+// in sector 0's word and with the bits in the other sectors, so each search stops after a few
+// splits that do worse than the best.
+func searchParams(target float64, sectors int) layoutParams {
+	best := layoutParams{sectors: sectors, k: sectors, first: 1, lambda: 1e-3}
+	worse := 0
+	for first := 1; first <= maxFirst && worse < 2; first++ {
+		lp := layoutParams{sectors: sectors, first: first, k: first}
+		if sectors > 1 {
+			lp = bestRest(target, sectors, first)
+		} else {
+			lp.lambda = maxLambda(target, lp.ks(), 0)
 		}
-		for range 60 {
-			mid := (lo + hi) / 2
-			if sectorizedFPR(mid, k, sectors) <= target {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		if lo > bestL {
-			bestK, bestL = k, lo
+		if lp.lambda > best.lambda {
+			best, worse = lp, 0
+		} else {
+			worse++
 		}
 	}
-	if bestL == 0 { // unreachable for target >= 1e-15, kept as a guard
-		bestL = 1e-3
-	}
-	return bestK, bestL
+	return best
 }
 
-// sectorizedFPR is the false-positive rate of one generation whose key groups hold a
-// Poisson(lambda) number of keys, each setting k bits split over the group's sectors as
-// Sizing.sectorBits does, at independent positions among each sector's UsableSectorBits bits.
-// A key that was never added matches only if all its bits are set in every sector.
-func sectorizedFPR(lambda float64, k, sectors int) float64 {
-	if lambda <= 0 {
-		return 0
-	}
-	s := Sizing{K: k, Sectors: sectors}
-	q := math.Log1p(-1.0 / UsableSectorBits) // log of the chance one set bit misses a given bit
-	limit := int(lambda + 12*math.Sqrt(lambda) + 30)
-	logP := -lambda // log Poisson(0)
-	sum := 0.0
-	for j := 0; j <= limit; j++ {
-		if j > 0 {
-			logP += math.Log(lambda) - math.Log(float64(j))
+// bestRest returns, for a block of sectors ≥ 2 sectors with first bits in sector 0's word, the
+// number of further bits that holds the most keys per group at the target.
+func bestRest(target float64, sectors, first int) layoutParams {
+	best := layoutParams{sectors: sectors, first: first, k: first + sectors - 1}
+	worse := 0
+	for k := first + sectors - 1; k <= maxK && worse < 3; k++ {
+		lp := layoutParams{sectors: sectors, first: first, k: k}
+		lp.lambda = maxLambda(target, lp.ks(), best.lambda)
+		if lp.lambda > best.lambda {
+			best, worse = lp, 0
+		} else {
+			worse++
 		}
-		logMatch := 0.0
-		for i := range sectors {
-			ks := s.sectorBits(i)
-			fill := -math.Expm1(float64(j*ks) * q)
-			if fill <= 0 {
-				logMatch = math.Inf(-1)
-				break
-			}
-			logMatch += float64(ks) * math.Log(fill)
-		}
-		sum += math.Exp(logP + logMatch)
 	}
-	return sum
+	return best
+}
+
+// maxLambda returns the largest mean number of keys per group at which a generation whose keys
+// set ks[s] bits in sector s stays at or under the target (0 if none does), or a value at most
+// floor when that is not above floor.
+func maxLambda(target float64, ks []int, floor float64) float64 {
+	if floor > 0 && poissonLoadFPR(floor, ks) > target {
+		return floor
+	}
+	lo, hi := floor, max(2*floor, 1.0)
+	for poissonLoadFPR(hi, ks) <= target {
+		lo, hi = hi, 2*hi
+		if hi > 1e6 {
+			return lo
+		}
+	}
+	for range 50 {
+		mid := (lo + hi) / 2
+		if poissonLoadFPR(mid, ks) <= target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // Growth sizing: the stages a generation grows beyond stage 0, and the fill counters.
@@ -409,7 +408,7 @@ func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLay
 	if i-1 >= 64 || c>>(i-1) != capacity {
 		c = math.MaxUint64 / 2
 	}
-	groups := max(uint64(math.Ceil(float64(c)/exactLambda(bp, target))), 1)
+	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
 	return stageLayout{
 		index: i, groups: groups, layout: bp, capacity: c, target: target,
 		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,

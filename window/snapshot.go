@@ -26,6 +26,10 @@ type Meta struct {
 	Seed              uint64
 	// K is the number of bits a key sets in one generation, over all sectors.
 	K int
+	// FirstBits is how many of them go to one word of sector 0 (Sizing.FirstBits). 0 marks the
+	// layout of an older kdedup (every sector of a block stored side by side, K spread evenly),
+	// which Restore refuses.
+	FirstBits int
 	// Sectors is the number of sectors of one generation's block.
 	Sectors int
 	// SectorBits is the size of a sector in bits (SectorBits).
@@ -45,8 +49,10 @@ type Meta struct {
 	// parity differs from its slot's use is stale and reads as empty.
 	SlotUses []uint64
 	// Words is the number of 64-bit data words of stage 0 that WriteSnapshot writes first:
-	// Groups × Sectors × Slots × SectorBits/64. Word ((g·Sectors + i)·Slots + s)·SectorBits/64 + w
-	// is word w of sector i of slot s's block in group g.
+	// Groups × Sectors × Slots × SectorBits/64, group after group. In group g, which starts at word
+	// G = g·Sectors·Slots·SectorBits/64, sector 0 is stored word-major and the other sectors
+	// sector-major: word w of sector 0 of slot s's block is word G + w·Slots + s, and word w of
+	// sector i ≥ 1 is word G + (i·Slots + s)·SectorBits/64 + w.
 	Words uint64
 	// ShardBits is how many top bits of a key's hash select its fill-counter shard: each stage
 	// has 2^ShardBits counters.
@@ -61,18 +67,20 @@ type Meta struct {
 }
 
 // StageMeta describes one grown stage of a generation: a blocked Bloom filter of Groups blocks
-// of Sectors sectors (no use tags), whose word (g·Sectors + i)·SectorBits/64 + w is word w of
-// sector i of group g's block.
+// of Sectors sectors (no use tags), laid out as stage 0 with one slot: word w of sector i of
+// group g's block is its word (g·Sectors + i)·SectorBits/64 + w.
 type StageMeta struct {
 	// Epoch is the number of the generation the stage belongs to.
 	Epoch uint64
 	// Index is the stage's number in its generation, from 1: stage i holds up to
 	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i.
 	Index int
-	// Groups, K and Sectors are the stage's layout, which Restore checks against the Config.
-	Groups  uint64
-	K       int
-	Sectors int
+	// Groups, K, FirstBits and Sectors are the stage's layout, which Restore checks against the
+	// Config.
+	Groups    uint64
+	K         int
+	FirstBits int
+	Sectors   int
 	// Counts holds the keys offered to each of the stage's 2^ShardBits shards.
 	Counts []uint64
 	// Words is Groups × Sectors × SectorBits/64.
@@ -208,6 +216,7 @@ func (f *Filter) metaLocked() Meta {
 		FalsePositiveRate: f.cfg.FalsePositiveRate,
 		Seed:              f.seed,
 		K:                 f.sizing.K,
+		FirstBits:         f.sizing.FirstBits,
 		Sectors:           f.sectors,
 		SectorBits:        SectorBits,
 		Groups:            f.groups,
@@ -273,17 +282,13 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 // can take a generation without a new use.
 func (f *Filter) settleSlot(s int) {
 	tag := tagOf(f.uses[s].Load())
-	for g := range f.groups {
-		i := g*f.groupWords + uint64(s)*sectorWords
-		for range f.sectors {
-			b := f.sector(i)
-			for w := range b {
-				if !f.dirty[s] || b[w]&tagBit != tag {
-					b[w] = tag
-				}
-			}
-			i += f.sectorStride
+	settle := func(w *uint64) {
+		if !f.dirty[s] || *w&tagBit != tag {
+			*w = tag
 		}
+	}
+	for g := range f.groups {
+		f.slotWords(g, s, settle)
 	}
 }
 
@@ -304,7 +309,7 @@ func (f *Filter) liveStages(v *view) ([]*stage, []StageMeta) {
 			}
 			stages = append(stages, st)
 			metas = append(metas, StageMeta{
-				Epoch: v.epochs[i], Index: st.index, Groups: st.groups, K: st.k, Sectors: st.sectors,
+				Epoch: v.epochs[i], Index: st.index, Groups: st.groups, K: st.k, FirstBits: st.first, Sectors: st.sectors,
 				Counts: counts, Words: uint64(len(st.words)),
 			})
 		}
@@ -313,8 +318,8 @@ func (f *Filter) liveStages(v *view) ([]*stage, []StageMeta) {
 }
 
 func compatible(cfg Config, s Sizing, m Meta) error {
-	if m.Sectors == 0 || len(m.SlotUses) == 0 {
-		return fmt.Errorf("%w: the snapshot holds the filter layout of an older kdedup (no sectors or slot uses)", ErrIncompatible)
+	if m.Sectors == 0 || len(m.SlotUses) == 0 || m.FirstBits == 0 {
+		return fmt.Errorf("%w: the snapshot holds the filter layout of an older kdedup (no sectors, slot uses or first-word bits)", ErrIncompatible)
 	}
 	var errs []error
 	check := func(name string, snap, now any) {
@@ -332,6 +337,7 @@ func compatible(cfg Config, s Sizing, m Meta) error {
 	if len(errs) == 0 {
 		// Same parameters but a different layout means a snapshot from another sizing algorithm.
 		check("k", m.K, s.K)
+		check("first-word bits", m.FirstBits, s.FirstBits)
 		check("sectors", m.Sectors, s.Sectors)
 		check("sector bits", m.SectorBits, s.SectorBits)
 		check("groups", m.Groups, s.Groups)
@@ -451,10 +457,10 @@ func (f *Filter) checkStage(m Meta, sm StageMeta) error {
 		return fmt.Errorf("%w: stage %d of generation %d does not fit the generation table", ErrIncompatible, sm.Index, sm.Epoch)
 	}
 	lay := f.stageLayout(sm.Index)
-	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.Sectors != lay.layout.sectors ||
+	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.FirstBits != lay.layout.first || sm.Sectors != lay.layout.sectors ||
 		sm.Words != lay.groups*uint64(lay.layout.sectors)*sectorWords {
-		return fmt.Errorf("%w: stage %d has %d groups, k %d, %d sectors and %d words; layout needs %d, %d, %d",
-			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.sectors)
+		return fmt.Errorf("%w: stage %d has %d groups, k %d (%d in the first word), %d sectors and %d words; layout needs %d, %d (%d), %d",
+			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.FirstBits, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.first, lay.layout.sectors)
 	}
 	return nil
 }

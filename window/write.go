@@ -30,32 +30,47 @@ func (f *Filter) set(v *view, p *probe) {
 // after writing some of them, if that slot has been reused since v was made (shared mode only;
 // see convert).
 func (f *Filter) writeBlock(v *view, p *probe) bool {
-	i := p.base + uint64(v.cur)*sectorWords
-	for sec := range f.sectors {
-		b, m := f.sector(i), p.sectorMask(sec)
-		switch {
-		case f.single && !v.curTagged:
-			storeSector(b, m)
-		case f.single:
-			storeSectorTagged(b, m, v.curTag)
-		case !v.curTagged:
-			orSector(b, m)
-		default:
-			if !f.orSectorTagged(v, b, m) {
+	if !v.curTagged {
+		f.put(p, v.cur, f.single)
+		return true
+	}
+	if !p.rest {
+		f.fillRest(p)
+	}
+	w, m := f.firstWord(p, v.cur), p.mask[p.w0&(sectorWords-1)]
+	if f.single {
+		storeWordTagged(w, m, v.curTag)
+	} else if !f.orWordTagged(v, w, m) {
+		return false
+	}
+	for sec := 1; sec < f.sectors; sec++ {
+		b, m := f.sector(f.restSector(p.base, v.cur, sec)), p.sectorMask(sec)
+		if f.single {
+			for w := range sectorWords {
+				storeWordTagged(&b[w], m[w], v.curTag)
+			}
+			continue
+		}
+		for w := range sectorWords {
+			if !f.orWordTagged(v, &b[w], m[w]) {
 				return false
 			}
 		}
-		i += f.sectorStride
 	}
 	return true
+}
+
+// orWord sets m's bits in the word at w with an atomic OR, unless it holds them already.
+func orWord(w *uint64, m uint64) {
+	if m != 0 && m&^atomic.LoadUint64(w) != 0 {
+		atomic.OrUint64(w, m)
+	}
 }
 
 // orSector sets m's bits in b with atomic ORs, skipping words that already hold them.
 func orSector(b, m *[sectorWords]uint64) {
 	for w := range sectorWords {
-		if mw := m[w]; mw != 0 && mw&^atomic.LoadUint64(&b[w]) != 0 {
-			atomic.OrUint64(&b[w], mw)
-		}
+		orWord(&b[w], m[w])
 	}
 }
 
@@ -69,46 +84,41 @@ func storeSector(b, m *[sectorWords]uint64) {
 	}
 }
 
-// storeSectorTagged is storeSector for a slot whose sweep is unfinished: a word with a stale tag
-// is replaced by tag|m. The sweeper may convert the same word concurrently; it stores tag|0,
-// which the single writer's tag|m contains, so either order leaves the right value.
-func storeSectorTagged(b, m *[sectorWords]uint64, tag uint64) {
-	for w := range sectorWords {
-		mw := m[w]
-		if mw == 0 {
-			continue
-		}
-		x := atomic.LoadUint64(&b[w])
-		switch {
-		case x&tagBit != tag:
-			storeWord(&b[w], tag|mw)
-		case mw&^x != 0:
-			storeWord(&b[w], x|mw)
-		}
+// storeWordTagged is the single writer's store of m's bits into the word at w of a slot whose
+// sweep is unfinished: a word with a stale tag is replaced by tag|m. The sweeper may convert the
+// same word concurrently; it stores tag|0, which the single writer's tag|m contains, so either
+// order leaves the right value.
+func storeWordTagged(w *uint64, m, tag uint64) {
+	if m == 0 {
+		return
+	}
+	x := atomic.LoadUint64(w)
+	switch {
+	case x&tagBit != tag:
+		storeWord(w, tag|m)
+	case m&^x != 0:
+		storeWord(w, x|m)
 	}
 }
 
-// orSectorTagged is orSector for a slot whose sweep is unfinished, in shared mode: a word with the
+// orWordTagged is orWord for a slot whose sweep is unfinished, in shared mode: a word with the
 // slot's tag gets an atomic OR, a word with a stale tag is converted by convert. It returns false
 // if the slot has been reused since v was made.
-func (f *Filter) orSectorTagged(v *view, b, m *[sectorWords]uint64) bool {
-	for w := range sectorWords {
-		mw := m[w]
-		for mw != 0 {
-			x := atomic.LoadUint64(&b[w])
-			if x&tagBit == v.curTag {
-				if mw&^x != 0 {
-					atomic.OrUint64(&b[w], mw)
-				}
-				break
+func (f *Filter) orWordTagged(v *view, w *uint64, m uint64) bool {
+	for m != 0 {
+		x := atomic.LoadUint64(w)
+		if x&tagBit == v.curTag {
+			if m&^x != 0 {
+				atomic.OrUint64(w, m)
 			}
-			done, ok := f.convert(v, &b[w], x, mw)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
+			return true
+		}
+		done, ok := f.convert(v, w, x, m)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
 		}
 	}
 	return true
