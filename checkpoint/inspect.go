@@ -93,10 +93,7 @@ func Inspect(w io.Writer, r io.Reader) error {
 	p("window:\t%d generations × %v = %v\n", h.Generations, h.Interval, time.Duration(h.Generations)*h.Interval)
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
-	p("hashing:\tk=%d seed=%#016x\n", h.K, h.Seed)
-	if h.Version >= VersionV5 {
-		p("first word:\t%d of the k bits in one word of sector 0 (stored word-major)\n", h.FirstBits)
-	}
+	p("hashing:\tk=%d%s seed=%#016x\n", h.K, firstWordNote(&h), h.Seed)
 	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
 		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.DataBytes()), h.BitsPerGeneration())
 	if h.Tagged() {
@@ -170,6 +167,14 @@ func Inspect(w io.Writer, r io.Reader) error {
 		return readErr
 	}
 	return verr
+}
+
+// firstWordNote describes where a version 5 key puts its first bits.
+func firstWordNote(h *Header) string {
+	if h.Version < VersionV5 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d in one word of sector 0, stored word-major)", h.FirstBits)
 }
 
 // countSlots streams the data of d and counts the set data bits per slot;
