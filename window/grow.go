@@ -52,14 +52,16 @@ func stageHash(group, tag uint64, i int) uint64 {
 	return z ^ z>>31
 }
 
-// stageProbe fills sp with the key's position in st and returns its shard.
+// stageProbe fills sp with the key's position in st, the bits in its word of sector 0 only, and
+// returns its shard.
 func (f *Filter) stageProbe(sp *probe, st *stage, p *probe) uint64 {
 	x := stageHash(p.group, p.tag, st.index)
 	g, _ := bits.Mul64(x, st.groups)
 	sp.group = g
 	sp.base = g * st.groupWords
 	sp.tag = x&tagMask | 1
-	st.fillPattern(sp)
+	sp.rest = false
+	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
 	return x >> f.shardShift
 }
 
