@@ -19,23 +19,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/kdedup/kdedup/checkpoint/s3test"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
-// The store contract: every Store implementation passes the same table of
-// tests, run against DirStore, S3Store on the in-process fake and S3Store on
-// a moto_server process.
+// The store contract: the one Store policy passes the same table of tests over every Backend:
+// DirBackend, MemBackend, S3Backend on the in-process fake and S3Backend on a moto_server process.
 
 // storeUnderTest is one Store prepared for the contract tests.
 type storeUnderTest struct {
-	Store
-	// replica opens another store over the same location, as a second
-	// process would.
-	replica func(t *testing.T) Store
-	// plant stores raw bytes under a snapshot name, bypassing Save.
+	*Store
+	// replica opens another store over the same location, as a second process would.
+	replica func(t *testing.T) *Store
+	// plant stores raw bytes under an object name, bypassing Save.
 	plant func(t *testing.T, name string, data []byte)
-	// contents lists every name at the location and counts partial writes
-	// (temporary files, pending multipart uploads).
+	// contents lists every name at the location and counts partial writes (temporary files,
+	// pending multipart uploads, Creates in progress).
 	contents func(t *testing.T) (names []string, partial int)
 }
 
@@ -44,12 +44,12 @@ type storeKind struct {
 	open func(t *testing.T, keep int) *storeUnderTest
 }
 
-// storeKinds returns the kinds under test. The moto kind starts one
-// moto_server for the calling test (skipped without moto unless
-// KDEDUP_REQUIRE_MOTO=1) and gives every store its own bucket.
+// storeKinds returns the kinds under test. The moto kind starts one moto_server for the calling
+// test (skipped without moto unless KDEDUP_REQUIRE_MOTO=1) and gives every store its own bucket.
 func storeKinds(t *testing.T) []storeKind {
 	kinds := []storeKind{
 		{"dir", openDirUnderTest},
+		{"mem", openMemUnderTest},
 		{"fakes3", func(t *testing.T, keep int) *storeUnderTest {
 			fake := s3test.NewFake()
 			t.Cleanup(fake.Close)
@@ -81,19 +81,16 @@ func storeKinds(t *testing.T) []storeKind {
 
 func openDirUnderTest(t *testing.T, keep int) *storeUnderTest {
 	dir := filepath.Join(t.TempDir(), "snaps")
-	s, err := NewDirStore(dir, keep)
-	if err != nil {
-		t.Fatal(err)
+	open := func(t *testing.T) *Store {
+		b, err := NewDirBackend(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewStore(b, keep)
 	}
 	return &storeUnderTest{
-		Store: s,
-		replica: func(t *testing.T) Store {
-			r, err := NewDirStore(dir, keep)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		},
+		Store:   open(t),
+		replica: open,
 		plant: func(t *testing.T, name string, data []byte) {
 			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 				t.Fatal(err)
@@ -114,82 +111,107 @@ func openDirUnderTest(t *testing.T, keep int) *storeUnderTest {
 	}
 }
 
-// testS3Options are the options of test stores: static dummy credentials
-// (which must never show in errors) and two attempts per request.
+func openMemUnderTest(t *testing.T, keep int) *storeUnderTest {
+	s, b := newMemStore(keep)
+	return &storeUnderTest{
+		Store:   s,
+		replica: func(*testing.T) *Store { return NewStore(b, keep) },
+		plant:   func(_ *testing.T, name string, data []byte) { b.Put(name, data) },
+		contents: func(t *testing.T) ([]string, int) {
+			objs, err := b.List(context.Background(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, o := range objs {
+				names = append(names, o.Name)
+			}
+			slices.Sort(names)
+			return names, b.Pending()
+		},
+	}
+}
+
+// dirNames lists the directory, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// testS3Options are the options of test stores: static dummy credentials (which must never show
+// in errors) and two attempts per request.
 func testS3Options(endpoint string) S3Options {
 	return S3Options{Endpoint: endpoint, Region: "us-east-1", AccessKeyID: "AKIDKDEDUPTEST",
 		SecretAccessKey: "kdedup-secret-never-in-errors", MaxAttempts: 2}
 }
 
-// newTestS3Store opens an S3Store on url at endpoint; partSize > 0
-// overrides the part size (below S3's minimum, for servers that allow it).
-func newTestS3Store(t testing.TB, endpoint, url string, keep int, partSize int) *S3Store {
+// newTestS3Backend opens an S3Backend on url at endpoint; partSize > 0 overrides the part size
+// (below S3's minimum, for servers that allow it).
+func newTestS3Backend(t testing.TB, endpoint, url string, partSize int) *S3Backend {
 	t.Helper()
 	loc, err := ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewS3Store(context.Background(), loc, keep, testS3Options(endpoint))
+	b, err := NewS3Backend(context.Background(), loc, testS3Options(endpoint))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if partSize > 0 {
-		s.partSize = partSize
+		b.partSize = partSize
 	}
 	// Retry at once: the tests inject failures, and the SDK's backoff of up to seconds would
 	// only make them slow.
-	s.client = s3.New(s.client.Options(), func(o *s3.Options) {
+	b.client = s3.New(b.client.Options(), func(o *s3.Options) {
 		o.Retryer = retry.AddWithMaxBackoffDelay(o.Retryer, time.Millisecond)
 	})
-	return s
+	return b
 }
 
 func openS3UnderTest(t *testing.T, endpoint, url string, keep, partSize int) *storeUnderTest {
-	s := newTestS3Store(t, endpoint, url, keep, partSize)
+	b := newTestS3Backend(t, endpoint, url, partSize)
 	return &storeUnderTest{
-		Store:   s,
-		replica: func(t *testing.T) Store { return newTestS3Store(t, endpoint, url, keep, partSize) },
+		Store:   NewStore(b, keep),
+		replica: func(t *testing.T) *Store { return NewStore(newTestS3Backend(t, endpoint, url, partSize), keep) },
 		plant: func(t *testing.T, name string, data []byte) {
-			_, err := s.client.PutObject(context.Background(), &s3.PutObjectInput{
-				Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(name)), Body: bytes.NewReader(data),
+			_, err := b.client.PutObject(context.Background(), &s3.PutObjectInput{
+				Bucket: aws.String(b.loc.Bucket), Key: aws.String(b.key(name)), Body: bytes.NewReader(data),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 		},
-		contents: func(t *testing.T) ([]string, int) { return s3Contents(t, s) },
+		contents: func(t *testing.T) ([]string, int) { return s3Contents(t, b) },
 	}
 }
 
-// s3Contents lists the store's bucket (all of it, prefix stripped) and its
-// pending multipart uploads.
-func s3Contents(t *testing.T, s *S3Store) ([]string, int) {
+// s3Contents lists the backend's bucket (all of it, prefix stripped) and its pending multipart
+// uploads.
+func s3Contents(t *testing.T, b *S3Backend) ([]string, int) {
 	t.Helper()
 	ctx := context.Background()
-	out, err := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(s.loc.Bucket)})
+	out, err := b.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(b.loc.Bucket)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, o := range out.Contents {
-		names = append(names, strings.TrimPrefix(aws.ToString(o.Key), s.loc.Prefix))
+		names = append(names, strings.TrimPrefix(aws.ToString(o.Key), b.loc.Prefix))
 	}
-	ups, err := s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.loc.Bucket)})
+	ups, err := b.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(b.loc.Bucket)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(names)
 	return names, len(ups.Uploads)
-}
-
-// encodeSnap returns a write function encoding a snapshot of testHeader(groups)
-// with words from wordSeed.
-func encodeSnap(groups, wordSeed uint64) (func(io.Writer) error, []uint64) {
-	h := testHeader(groups)
-	words := testWords(h.Words, wordSeed)
-	return func(w io.Writer) error {
-		return Encode(w, h, func(w io.Writer) error { return WriteWords(w, words) })
-	}, words
 }
 
 func TestStoreContract(t *testing.T) {
@@ -206,6 +228,7 @@ func TestStoreContract(t *testing.T) {
 		{"load falls back", contractLoadFallback},
 		{"large snapshot streams", contractLarge},
 		{"two replicas", contractReplicas},
+		{"numbering", contractNumbering},
 	}
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
@@ -253,7 +276,7 @@ func contractRetention(t *testing.T, open func(*testing.T, int) *storeUnderTest)
 				if info.Name != want.Name || info.Seq != want.Seq || info.Size != want.Size {
 					t.Errorf("list[%d] = %+v, want %+v", i, info, want)
 				}
-				if got := readAll(t, s, info); got != fmt.Sprintf("snapshot %d", tc.saves-1-i) {
+				if got := readAll(t, s.Store, info); got != fmt.Sprintf("snapshot %d", tc.saves-1-i) {
 					t.Errorf("list[%d] holds %q", i, got)
 				}
 				wantNames = append(wantNames, info.Name)
@@ -302,7 +325,7 @@ func contractFailedSave(t *testing.T, open func(*testing.T, int) *storeUnderTest
 		{"encode with bad data length", func(func()) func(io.Writer) error {
 			h := testHeader(1)
 			return func(w io.Writer) error {
-				return Encode(w, h, func(w io.Writer) error { return WriteWords(w, make([]uint64, h.Words-1)) })
+				return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, make([]uint64, h.Words-1)) })
 			}
 		}, nil},
 	}
@@ -320,7 +343,7 @@ func contractFailedSave(t *testing.T, open func(*testing.T, int) *storeUnderTest
 				t.Fatalf("Save = %v, want %v", err, tc.wantErr)
 			}
 			expectOnly(t, s, "u", prev)
-			if got := readAll(t, s, prev); got != "previous" {
+			if got := readAll(t, s.Store, prev); got != "previous" {
 				t.Fatalf("previous snapshot now holds %q", got)
 			}
 		})
@@ -381,7 +404,7 @@ func contractUnits(t *testing.T, open func(*testing.T, int) *storeUnderTest) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) != 1 || readAll(t, s, list[0]) != u {
+		if len(list) != 1 || readAll(t, s.Store, list[0]) != u {
 			t.Errorf("unit %s: List = %+v", u, list)
 			continue
 		}
@@ -453,14 +476,14 @@ func contractLoadFallback(t *testing.T, open func(*testing.T, int) *storeUnderTe
 				t.Fatal(err)
 			}
 			s.plant(t, snapName("u", good.Seq+1), tc.damage(buf.Bytes()))
-			got, res, err := Load(ctx, s, "u", consumeWords(testHeader(2).Seed))
+			got, res, err := Load(ctx, s.Store, "u", consumeWords(testHeader(2).Seed))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Outcome != OutcomeFallback || res.Snapshot.Name != good.Name || len(res.Failures) != 1 {
 				t.Fatalf("Load = %s from %s with %d failures, want fallback to %s", res.Outcome, res.Snapshot.Name, len(res.Failures), good.Name)
 			}
-			if !errors.Is(res.Failures[0].Err, ErrCorrupt) {
+			if !errors.Is(res.Failures[0].Err, snapshot.ErrCorrupt) {
 				t.Errorf("failure %v does not wrap ErrCorrupt", res.Failures[0].Err)
 			}
 			if !slices.Equal(got.words, words) {
@@ -482,7 +505,7 @@ func contractLarge(t *testing.T, open func(*testing.T, int) *storeUnderTest) {
 	if info.Size < 20<<20 {
 		t.Fatalf("saved %d bytes", info.Size)
 	}
-	got, res, err := Load(ctx, s, "big.p0", consumeWords(testHeader(1).Seed))
+	got, res, err := Load(ctx, s.Store, "big.p0", consumeWords(testHeader(1).Seed))
 	if err != nil || res.Outcome != OutcomeWarm {
 		t.Fatalf("Load = %v, %v", res.Outcome, err)
 	}
@@ -496,7 +519,7 @@ func contractLarge(t *testing.T, open func(*testing.T, int) *storeUnderTest) {
 
 func contractReplicas(t *testing.T, open func(*testing.T, int) *storeUnderTest) {
 	s := open(t, 2)
-	stores := []Store{s, s.replica(t)}
+	stores := []*Store{s.Store, s.replica(t)}
 	ctx := context.Background()
 	const units, saves = 3, 4
 	var wg sync.WaitGroup
@@ -539,7 +562,7 @@ func contractReplicas(t *testing.T, open func(*testing.T, int) *storeUnderTest) 
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := decodeAll(rc); err != nil {
+			if err := verify(rc); err != nil {
 				t.Errorf("%s: %v", info.Name, err)
 			}
 			rc.Close()
@@ -547,5 +570,46 @@ func contractReplicas(t *testing.T, open func(*testing.T, int) *storeUnderTest) 
 	}
 	if _, partial := s.contents(t); partial != 0 {
 		t.Errorf("%d partial writes left", partial)
+	}
+}
+
+// contractNumbering checks what Info.Seq guarantees: numbers increase with every save of a
+// store even when its clock stands still or goes back, across a restart (a new Store over the
+// location whose clock is behind the old one's), and across replicas sharing the location whose
+// clocks disagree by a day.
+func contractNumbering(t *testing.T, open func(*testing.T, int) *storeUnderTest) {
+	ctx := context.Background()
+	s := open(t, 2)
+	base := time.Now()
+	at := func(st *Store, tm time.Time) { st.now = func() time.Time { return tm } }
+	var last uint64
+	save := func(st *Store, what string) {
+		t.Helper()
+		info, err := st.Save(ctx, "u", writeString(what))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Seq <= last {
+			t.Fatalf("%s: Seq %d not above the previous %d", what, info.Seq, last)
+		}
+		last = info.Seq
+		if list, err := st.List(ctx, "u"); err != nil || list[0].Name != info.Name {
+			t.Fatalf("%s: List = %v, %v; want %s first", what, list, err, info.Name)
+		}
+	}
+	at(s.Store, base)
+	save(s.Store, "first")
+	save(s.Store, "same clock")
+	at(s.Store, base.Add(-time.Hour))
+	save(s.Store, "clock went back")
+	restarted := s.replica(t)
+	at(restarted, base.Add(-2*time.Hour))
+	save(restarted, "after a restart with a clock behind")
+	lagging, ahead := s.replica(t), s.replica(t)
+	at(lagging, base.Add(-24*time.Hour))
+	at(ahead, base.Add(24*time.Hour))
+	for i := range 3 {
+		save(ahead, fmt.Sprintf("replica ahead %d", i))
+		save(lagging, fmt.Sprintf("replica lagging %d", i))
 	}
 }

@@ -14,31 +14,34 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/errorfs"
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
-// faultyStore is a DirStore over an errorfs.FS in a fresh directory.
-func faultyStore(t *testing.T, keep int) (*checkpoint.DirStore, *errorfs.FS) {
+// faultyStore is a Store over a DirBackend over an errorfs.FS in a fresh directory.
+func faultyStore(t *testing.T, keep int) (*checkpoint.Store, string, *errorfs.FS) {
 	t.Helper()
 	efs := errorfs.New(nil)
-	s, err := checkpoint.NewDirStoreFS(efs, filepath.Join(t.TempDir(), "snaps"), keep)
+	dir := filepath.Join(t.TempDir(), "snaps")
+	b, err := checkpoint.NewDirBackendFS(efs, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, efs
+	return checkpoint.NewStore(b, keep), dir, efs
 }
 
 // saveWords saves a snapshot whose words are WordsForTest(…, seed).
-func saveWords(s checkpoint.Store, seed uint64) (checkpoint.Info, error) {
+func saveWords(s *checkpoint.Store, seed uint64) (checkpoint.Info, error) {
 	h := checkpoint.HeaderForTest(2)
-	words := checkpoint.WordsForTest(h.Words, seed)
+	words := ckpttest.Words(h.Words, seed)
 	return s.Save(context.Background(), "u", func(w io.Writer) error {
-		return checkpoint.Encode(w, h, func(w io.Writer) error { return checkpoint.WriteWords(w, words) })
+		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
 	})
 }
 
 // loadSeed loads unit "u" and returns which saveWords seed its words came from.
-func loadSeed(s checkpoint.Store, seeds ...uint64) (uint64, checkpoint.LoadResult, error) {
-	words, res, err := checkpoint.Load(context.Background(), s, "u", func(h checkpoint.Header, d *checkpoint.Decoder) ([]uint64, error) {
+func loadSeed(s *checkpoint.Store, seeds ...uint64) (uint64, checkpoint.LoadResult, error) {
+	words, res, err := checkpoint.Load(context.Background(), s, "u", func(h snapshot.Header, d *snapshot.Decoder) ([]uint64, error) {
 		w := make([]uint64, h.Words)
 		if err := d.ReadWords(w); err != nil {
 			return nil, fmt.Errorf("reading words: %w", err)
@@ -49,17 +52,17 @@ func loadSeed(s checkpoint.Store, seeds ...uint64) (uint64, checkpoint.LoadResul
 		return 0, res, err
 	}
 	for _, seed := range seeds {
-		if slices.Equal(words, checkpoint.WordsForTest(uint64(len(words)), seed)) {
+		if slices.Equal(words, ckpttest.Words(uint64(len(words)), seed)) {
 			return seed, res, nil
 		}
 	}
 	return 0, res, errors.New("the loaded words are none of the saved snapshots")
 }
 
-// tempFiles returns the temporary files left in the store's directory.
-func tempFiles(t *testing.T, s *checkpoint.DirStore) []string {
+// tempFiles returns the temporary files left in dir.
+func tempFiles(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(s.Dir())
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +75,12 @@ func tempFiles(t *testing.T, s *checkpoint.DirStore) []string {
 	return tmp
 }
 
-// TestDirStoreSaveFaults fails each file system operation of a save and proves the store's
+// TestDirSaveFaults fails each file system operation of a save and proves the store's
 // contract: the previous snapshot stays, complete and loadable; nothing partial becomes visible
 // and no temporary file is left behind; a failure after the rename is reported as what it is
 // (ErrNotDurable, ErrPrune) with the valid Info; and once the disk recovers, the next save works
 // and prunes.
-func TestDirStoreSaveFaults(t *testing.T) {
+func TestDirSaveFaults(t *testing.T) {
 	const prevSeed, newSeed, laterSeed = 1, 2, 3
 	tests := []struct {
 		name    string
@@ -91,14 +94,14 @@ func TestDirStoreSaveFaults(t *testing.T) {
 		{"write, I/O error", errorfs.OpWrite, syscall.EIO, nil, false},
 		{"fsync", errorfs.OpSync, syscall.EIO, nil, false},
 		{"close", errorfs.OpClose, syscall.EIO, nil, false},
-		{"list before the rename", errorfs.OpList, syscall.EIO, nil, false},
+		{"list before the write", errorfs.OpList, syscall.EIO, nil, false},
 		{"rename", errorfs.OpRename, syscall.EIO, nil, false},
 		{"directory fsync after the rename", errorfs.OpSyncDir, syscall.EIO, checkpoint.ErrNotDurable, true},
 		{"remove while pruning", errorfs.OpRemove, syscall.EACCES, checkpoint.ErrPrune, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, efs := faultyStore(t, 1)
+			s, dir, efs := faultyStore(t, 1)
 			prev, err := saveWords(s, prevSeed)
 			if err != nil {
 				t.Fatal(err)
@@ -112,7 +115,7 @@ func TestDirStoreSaveFaults(t *testing.T) {
 			if !errors.Is(err, tt.err) || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Save = %v, want an error wrapping %v and %v", err, tt.err, tt.wantErr)
 			}
-			if tmp := tempFiles(t, s); len(tmp) > 0 {
+			if tmp := tempFiles(t, dir); len(tmp) > 0 {
 				t.Errorf("temporary files left behind: %v", tmp)
 			}
 			list, err := s.List(context.Background(), "u")
@@ -141,9 +144,9 @@ func TestDirStoreSaveFaults(t *testing.T) {
 	}
 }
 
-// TestDirStoreLoadFaults fails the reads of a restore: Load must return the error, never a cold
+// TestDirLoadFaults fails the reads of a restore: Load must return the error, never a cold
 // start that would forget the snapshot's keys, and return the newest snapshot once reads work.
-func TestDirStoreLoadFaults(t *testing.T) {
+func TestDirLoadFaults(t *testing.T) {
 	tests := []struct {
 		name string
 		op   errorfs.Op
@@ -155,7 +158,7 @@ func TestDirStoreLoadFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, efs := faultyStore(t, 2)
+			s, _, efs := faultyStore(t, 2)
 			for _, seed := range []uint64{1, 2} {
 				if _, err := saveWords(s, seed); err != nil {
 					t.Fatal(err)

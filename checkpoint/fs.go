@@ -8,7 +8,7 @@ import (
 	"syscall"
 )
 
-// FS is the part of a file system a DirStore uses: it creates temporary files, writes and fsyncs
+// FS is the part of a file system a DirBackend uses: it creates temporary files, writes and fsyncs
 // them, renames them into place, fsyncs the directory, lists it, opens snapshots and removes
 // files. Paths are as the os package takes them. OSFS is the real one; checkpoint/errorfs wraps an
 // FS to fail chosen operations in tests. Implementations must be safe for concurrent use.
@@ -46,7 +46,7 @@ type File interface {
 	Chmod(mode fs.FileMode) error
 }
 
-// OSFS is the FS of the operating system, through the os package: DirStore's default. It is safe
+// OSFS is the FS of the operating system, through the os package: DirBackend's default. It is safe
 // for concurrent use.
 type OSFS struct{}
 

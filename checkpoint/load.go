@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
 // Outcome says how a restore went; its string values are the values of
@@ -59,7 +60,7 @@ type LoadResult struct {
 	// Snapshot is the snapshot restored (zero for OutcomeCold).
 	Snapshot Info
 	// Header is the restored snapshot's header (zero for OutcomeCold).
-	Header Header
+	Header snapshot.Header
 	// Failures lists, newest first, every snapshot rejected before the
 	// outcome was reached; callers should log them.
 	Failures []Failure
@@ -83,22 +84,9 @@ func (r LoadResult) Err() error {
 // skippable reports whether err condemns one snapshot (so the previous one
 // should be tried) rather than the whole restore attempt.
 func skippable(err error) bool {
-	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotSnapshot) ||
-		errors.Is(err, ErrUnknownVersion) || errors.Is(err, ErrIncompatible) ||
+	return errors.Is(err, snapshot.ErrCorrupt) || errors.Is(err, snapshot.ErrNotSnapshot) ||
+		errors.Is(err, snapshot.ErrUnknownVersion) || errors.Is(err, ErrIncompatible) ||
 		errors.Is(err, fs.ErrNotExist)
-}
-
-// ctxReader fails reads once ctx is done, so a cancelled restore stops.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // Load restores unit from s with the fallback policy: it tries the
@@ -126,8 +114,8 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // forgets keys the snapshot would have remembered.
 //
 // consume may be called several times (once per snapshot tried) and must
-// not publish anything itself. Load is safe for concurrent use if s is.
-func Load[T any](ctx context.Context, s Store, unit string, consume func(h Header, d *Decoder) (T, error)) (T, LoadResult, error) {
+// not publish anything itself. Load is safe for concurrent use.
+func Load[T any](ctx context.Context, s *Store, unit string, consume func(h snapshot.Header, d *snapshot.Decoder) (T, error)) (T, LoadResult, error) {
 	var zero T
 	res := LoadResult{Outcome: OutcomeCold}
 	snaps, err := s.List(ctx, unit)
@@ -136,7 +124,7 @@ func Load[T any](ctx context.Context, s Store, unit string, consume func(h Heade
 	}
 	for i, snap := range snaps {
 		if err := ctx.Err(); err != nil {
-			return zero, res, fmt.Errorf("checkpoint: load %s: %w", unit, err)
+			return zero, res, s.errorf("load %s: %w", unit, err)
 		}
 		v, h, err := loadOne(ctx, s, snap, consume)
 		if err == nil {
@@ -148,14 +136,14 @@ func Load[T any](ctx context.Context, s Store, unit string, consume func(h Heade
 			return v, res, nil
 		}
 		if !skippable(err) || ctx.Err() != nil {
-			return zero, res, fmt.Errorf("checkpoint: load %s from %s: %w", unit, snap.Name, err)
+			return zero, res, s.errorf("load %s from %s: %w", unit, snap.Name, err)
 		}
 		res.Failures = append(res.Failures, Failure{Snapshot: snap, Err: err})
 	}
 	return zero, res, nil
 }
 
-func loadOne[T any](ctx context.Context, s Store, snap Info, consume func(h Header, d *Decoder) (T, error)) (v T, h Header, err error) {
+func loadOne[T any](ctx context.Context, s *Store, snap Info, consume func(h snapshot.Header, d *snapshot.Decoder) (T, error)) (v T, h snapshot.Header, err error) {
 	rc, err := s.Open(ctx, snap)
 	if err != nil {
 		return v, h, err
@@ -165,7 +153,7 @@ func loadOne[T any](ctx context.Context, s Store, snap Info, consume func(h Head
 			err = fmt.Errorf("checkpoint: close: %w", cerr)
 		}
 	}()
-	d := newDecoder(ctxReader{ctx, rc}, rc, false)
+	d := snapshot.NewDecoderSize(ctxReader{ctx, rc}, rc.Size())
 	if h, err = d.Header(); err != nil {
 		return v, h, err
 	}

@@ -2,13 +2,15 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
 // restored is what the test consume functions build.
@@ -19,8 +21,8 @@ type restored struct {
 
 // consumeWords is a consume function in the style dedup will use: check the
 // configuration, allocate, read.
-func consumeWords(wantSeed uint64) func(h Header, d *Decoder) (restored, error) {
-	return func(h Header, d *Decoder) (restored, error) {
+func consumeWords(wantSeed uint64) func(h snapshot.Header, d *snapshot.Decoder) (restored, error) {
+	return func(h snapshot.Header, d *snapshot.Decoder) (restored, error) {
 		if h.Seed != wantSeed {
 			return restored{}, fmt.Errorf("%w: seed %x, configured %x", ErrIncompatible, h.Seed, wantSeed)
 		}
@@ -34,25 +36,27 @@ func consumeWords(wantSeed uint64) func(h Header, d *Decoder) (restored, error) 
 
 // consumeViaReader reads the data the way window.Restore would: exactly the
 // declared bytes through io.ReadFull, never seeing the checksum result.
-func consumeViaReader(h Header, d *Decoder) (restored, error) {
+func consumeViaReader(h snapshot.Header, d *snapshot.Decoder) (restored, error) {
 	buf := make([]byte, h.DataBytes())
 	if _, err := io.ReadFull(d, buf); err != nil {
 		return restored{}, fmt.Errorf("restore: %w", err)
 	}
 	words := make([]uint64, h.Words)
-	getWords(words, buf)
+	for i := range words {
+		words[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
 	return restored{seed: h.Seed, words: words}, nil
 }
 
 // saveSnap stores a snapshot of testHeader(2) with the given seed and word
 // seed, returning its words.
-func saveSnap(t *testing.T, s Store, unit string, seed, wordSeed uint64) []uint64 {
+func saveSnap(t *testing.T, s *Store, unit string, seed, wordSeed uint64) []uint64 {
 	t.Helper()
 	h := testHeader(2)
 	h.Seed = seed
-	words := testWords(h.Words, wordSeed)
+	words := ckpttest.Words(h.Words, wordSeed)
 	_, err := s.Save(context.Background(), unit, func(w io.Writer) error {
-		return Encode(w, h, func(w io.Writer) error { return WriteWords(w, words) })
+		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,21 +64,20 @@ func saveSnap(t *testing.T, s Store, unit string, seed, wordSeed uint64) []uint6
 	return words
 }
 
-// damage rewrites the file of the unit's n-th newest snapshot.
-func damage(t *testing.T, s *DirStore, unit string, n int, f func([]byte) []byte) {
+// memStore is a Store over the MemBackend b.
+type memStore struct {
+	*Store
+	b *MemBackend
+}
+
+// damage rewrites the unit's n-th newest snapshot.
+func damage(t *testing.T, s memStore, unit string, n int, f func([]byte) []byte) {
 	t.Helper()
 	list, err := s.List(context.Background(), unit)
 	if err != nil || len(list) <= n {
 		t.Fatalf("List = %v, %v", list, err)
 	}
-	p := filepath.Join(s.Dir(), list[n].Name)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, f(b), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	s.b.Put(list[n].Name, f([]byte(readAll(t, s.Store, list[n]))))
 }
 
 func flipByte(off int) func([]byte) []byte {
@@ -89,79 +92,79 @@ func flipByte(off int) func([]byte) []byte {
 
 func TestLoad(t *testing.T) {
 	const seed = 77
-	type setup func(t *testing.T, s *DirStore) (want []uint64)
+	type setup func(t *testing.T, s memStore) (want []uint64)
 	tests := []struct {
 		name         string
 		setup        setup
-		consume      func(h Header, d *Decoder) (restored, error)
+		consume      func(h snapshot.Header, d *snapshot.Decoder) (restored, error)
 		wantOutcome  Outcome
 		wantFailures []error
 	}{
 		{
 			name:        "no snapshots",
-			setup:       func(*testing.T, *DirStore) []uint64 { return nil },
+			setup:       func(*testing.T, memStore) []uint64 { return nil },
 			wantOutcome: OutcomeCold,
 		},
 		{
 			name: "newest is good",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				saveSnap(t, s, "u", seed, 1)
-				return saveSnap(t, s, "u", seed, 2)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				saveSnap(t, s.Store, "u", seed, 1)
+				return saveSnap(t, s.Store, "u", seed, 2)
 			},
 			wantOutcome: OutcomeWarm,
 		},
 		{
 			name: "newest has a bad data byte",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				want := saveSnap(t, s, "u", seed, 1)
-				saveSnap(t, s, "u", seed, 2)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				want := saveSnap(t, s.Store, "u", seed, 1)
+				saveSnap(t, s.Store, "u", seed, 2)
 				damage(t, s, "u", 0, flipByte(-9))
 				return want
 			},
 			wantOutcome:  OutcomeFallback,
-			wantFailures: []error{ErrCorrupt},
+			wantFailures: []error{snapshot.ErrCorrupt},
 		},
 		{
 			name: "bad checksum, consumer reads via io.ReadFull",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				want := saveSnap(t, s, "u", seed, 1)
-				saveSnap(t, s, "u", seed, 2)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				want := saveSnap(t, s.Store, "u", seed, 1)
+				saveSnap(t, s.Store, "u", seed, 2)
 				damage(t, s, "u", 0, flipByte(-1))
 				return want
 			},
 			consume:      consumeViaReader,
 			wantOutcome:  OutcomeFallback,
-			wantFailures: []error{ErrCorrupt},
+			wantFailures: []error{snapshot.ErrCorrupt},
 		},
 		{
 			name: "newest truncated, next foreign, third good",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				want := saveSnap(t, s, "u", seed, 1)
-				saveSnap(t, s, "u", seed, 2)
-				saveSnap(t, s, "u", seed, 3)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				want := saveSnap(t, s.Store, "u", seed, 1)
+				saveSnap(t, s.Store, "u", seed, 2)
+				saveSnap(t, s.Store, "u", seed, 3)
 				damage(t, s, "u", 0, func(b []byte) []byte { return b[:len(b)/2] })
 				damage(t, s, "u", 1, func([]byte) []byte { return []byte("PK\x03\x04 not a snapshot") })
 				return want
 			},
 			wantOutcome:  OutcomeFallback,
-			wantFailures: []error{ErrCorrupt, ErrNotSnapshot},
+			wantFailures: []error{snapshot.ErrCorrupt, snapshot.ErrNotSnapshot},
 		},
 		{
 			name: "newest from a newer kdedup",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				want := saveSnap(t, s, "u", seed, 1)
-				saveSnap(t, s, "u", seed, 2)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				want := saveSnap(t, s.Store, "u", seed, 1)
+				saveSnap(t, s.Store, "u", seed, 2)
 				damage(t, s, "u", 0, func(b []byte) []byte { b[8] = 9; return b })
 				return want
 			},
 			wantOutcome:  OutcomeFallback,
-			wantFailures: []error{ErrUnknownVersion},
+			wantFailures: []error{snapshot.ErrUnknownVersion},
 		},
 		{
 			name: "newest incompatible (other seed)",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				want := saveSnap(t, s, "u", seed, 1)
-				saveSnap(t, s, "u", seed+1, 2)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				want := saveSnap(t, s.Store, "u", seed, 1)
+				saveSnap(t, s.Store, "u", seed+1, 2)
 				return want
 			},
 			wantOutcome:  OutcomeFallback,
@@ -169,25 +172,26 @@ func TestLoad(t *testing.T) {
 		},
 		{
 			name: "all unusable",
-			setup: func(t *testing.T, s *DirStore) []uint64 {
-				saveSnap(t, s, "u", seed, 1)
-				saveSnap(t, s, "u", seed+1, 2)
+			setup: func(t *testing.T, s memStore) []uint64 {
+				saveSnap(t, s.Store, "u", seed, 1)
+				saveSnap(t, s.Store, "u", seed+1, 2)
 				damage(t, s, "u", 1, flipByte(30))
 				return nil
 			},
 			wantOutcome:  OutcomeCold,
-			wantFailures: []error{ErrIncompatible, ErrCorrupt},
+			wantFailures: []error{ErrIncompatible, snapshot.ErrCorrupt},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestStore(t, 3)
+			st, b := newMemStore(3)
+			s := memStore{st, b}
 			want := tc.setup(t, s)
 			consume := tc.consume
 			if consume == nil {
 				consume = consumeWords(seed)
 			}
-			got, res, err := Load(context.Background(), s, "u", consume)
+			got, res, err := Load(context.Background(), s.Store, "u", consume)
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
@@ -226,24 +230,24 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// flakyStore wraps a Store, failing List or Open with a given error.
-type flakyStore struct {
-	Store
+// flakyBackend wraps a Backend, failing List or Open with a given error.
+type flakyBackend struct {
+	Backend
 	listErr, openErr error
 }
 
-func (f flakyStore) List(ctx context.Context, unit string) ([]Info, error) {
+func (f flakyBackend) List(ctx context.Context, prefix string) ([]Object, error) {
 	if f.listErr != nil {
 		return nil, f.listErr
 	}
-	return f.Store.List(ctx, unit)
+	return f.Backend.List(ctx, prefix)
 }
 
-func (f flakyStore) Open(ctx context.Context, snap Info) (io.ReadCloser, error) {
+func (f flakyBackend) Open(ctx context.Context, name string) (ObjectReader, error) {
 	if f.openErr != nil {
 		return nil, f.openErr
 	}
-	return f.Store.Open(ctx, snap)
+	return f.Backend.Open(ctx, name)
 }
 
 // TestLoadAborts covers errors that must not be mistaken for "no usable
@@ -256,22 +260,21 @@ func TestLoadAborts(t *testing.T) {
 	tests := []struct {
 		name    string
 		ctx     context.Context
-		wrap    func(Store) Store
-		consume func(Header, *Decoder) (restored, error)
+		wrap    func(Backend) Backend
+		consume func(snapshot.Header, *snapshot.Decoder) (restored, error)
 		want    error
 	}{
-		{"list fails", context.Background(), func(s Store) Store { return flakyStore{Store: s, listErr: errIO} }, nil, errIO},
-		{"open fails", context.Background(), func(s Store) Store { return flakyStore{Store: s, openErr: errIO} }, nil, errIO},
-		{"consume fails", context.Background(), nil, func(Header, *Decoder) (restored, error) { return restored{}, errOOM }, errOOM},
+		{"list fails", context.Background(), func(b Backend) Backend { return flakyBackend{Backend: b, listErr: errIO} }, nil, errIO},
+		{"open fails", context.Background(), func(b Backend) Backend { return flakyBackend{Backend: b, openErr: errIO} }, nil, errIO},
+		{"consume fails", context.Background(), nil, func(snapshot.Header, *snapshot.Decoder) (restored, error) { return restored{}, errOOM }, errOOM},
 		{"context cancelled", cancelled, nil, nil, context.Canceled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ds := newTestStore(t, 3)
-			saveSnap(t, ds, "u", 1, 1)
-			var s Store = ds
+			s, b := newMemStore(3)
+			saveSnap(t, s, "u", 1, 1)
 			if tc.wrap != nil {
-				s = tc.wrap(ds)
+				s = NewStore(tc.wrap(b), 3)
 			}
 			consume := tc.consume
 			if consume == nil {
@@ -291,11 +294,11 @@ func TestLoadAborts(t *testing.T) {
 // TestLoadCancelledDuringRead cancels the context while the consumer reads:
 // the read fails and Load reports the cancellation, not corruption.
 func TestLoadCancelledDuringRead(t *testing.T) {
-	s := newTestStore(t, 3)
+	s, _ := newMemStore(3)
 	saveSnap(t, s, "u", 1, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, res, err := Load(ctx, s, "u", func(h Header, d *Decoder) (restored, error) {
+	_, res, err := Load(ctx, s, "u", func(h snapshot.Header, d *snapshot.Decoder) (restored, error) {
 		cancel()
 		words := make([]uint64, h.Words)
 		if err := d.ReadWords(words); err != nil {

@@ -15,9 +15,9 @@ var ErrBadURL = errors.New("checkpoint: invalid store URL")
 
 // The schemes of a store URL.
 const (
-	// SchemeFile is a DirStore over a local (or mounted) directory.
+	// SchemeFile is a DirBackend over a local (or mounted) directory.
 	SchemeFile = "file"
-	// SchemeS3 is an S3Store over an S3 bucket or an S3-compatible service.
+	// SchemeS3 is an S3Backend over an S3 bucket or an S3-compatible service.
 	SchemeS3 = "s3"
 )
 
@@ -63,8 +63,8 @@ func DirLocation(dir string) (Location, error) {
 
 // ParseURL parses a store URL:
 //
-//	file:///var/lib/kdedup        a directory (DirStore); the path must be absolute
-//	s3://bucket                   a bucket, objects at its root (S3Store)
+//	file:///var/lib/kdedup        a directory (DirBackend); the path must be absolute
+//	s3://bucket                   a bucket, objects at its root (S3Backend)
 //	s3://bucket/some/prefix       objects under "some/prefix/"
 //
 // User information (credentials), query strings and fragments are refused:
@@ -161,11 +161,11 @@ type Options struct {
 	S3 S3Options
 }
 
-// Open returns the Store for a store URL (see ParseURL): a *DirStore for
-// file://, creating the directory if needed, or an *S3Store for s3://. It
-// does no network I/O; call S3Store.Check to verify access early. Errors
-// name the URL (without credentials); a bad URL wraps ErrBadURL.
-func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
+// Open returns the Store for a store URL (see ParseURL): over a DirBackend for file://, creating
+// the directory if needed, or over an S3Backend for s3://. It does no network I/O; call
+// Store.Check to verify access early. Errors name the URL (without credentials); a bad URL wraps
+// ErrBadURL.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	loc, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -174,16 +174,21 @@ func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
 }
 
 // OpenLocation is Open for an already parsed Location.
-func OpenLocation(ctx context.Context, loc Location, opts Options) (Store, error) {
+func OpenLocation(ctx context.Context, loc Location, opts Options) (*Store, error) {
+	var b Backend
+	var err error
 	switch loc.Scheme {
 	case SchemeFile:
-		s, err := NewDirStore(loc.Dir, opts.Keep)
+		b, err = NewDirBackend(loc.Dir)
 		if err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, loc)
 		}
-		return s, nil
 	case SchemeS3:
-		return NewS3Store(ctx, loc, opts.Keep, opts.S3)
+		if b, err = NewS3Backend(ctx, loc, opts.S3); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: scheme %q is not supported", ErrBadURL, loc.Scheme)
 	}
-	return nil, fmt.Errorf("%w: scheme %q is not supported", ErrBadURL, loc.Scheme)
+	return NewStore(b, opts.Keep), nil
 }

@@ -8,11 +8,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 	"github.com/kdedup/kdedup/checkpoint/s3test"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
 // BenchmarkS3Snapshot saves and loads one 55 MB snapshot (the size of a
-// filter with the default window settings) through an S3Store, beside a
+// filter with the default window settings) through a Store over an S3Backend, beside a
 // plain PUT and GET of the same number of bytes over the same client and
 // server, on the in-process fake and on moto_server:
 //
@@ -42,28 +45,29 @@ func BenchmarkS3Snapshot(b *testing.B) {
 	for _, srv := range servers {
 		b.Run("server="+srv.name, func(b *testing.B) {
 			endpoint, bucket := srv.start(b)
-			benchS3Snapshot(b, newTestS3Store(b, endpoint, "s3://"+bucket+"/bench", 1, 0))
+			benchS3Snapshot(b, newTestS3Backend(b, endpoint, "s3://"+bucket+"/bench", 0))
 		})
 	}
 }
 
-func benchS3Snapshot(b *testing.B, s *S3Store) {
+func benchS3Snapshot(b *testing.B, be *S3Backend) {
 	ctx := context.Background()
+	s := NewStore(be, 1)
 	h := testHeader(55_000_000 / 256) // 32 words per group
-	words := testWords(h.Words, 5)
+	words := ckpttest.Words(h.Words, 5)
 	dst := make([]uint64, h.Words)
 	raw := make([]byte, h.DataBytes())
-	_ = WriteWords(bytes.NewBuffer(raw[:0]), words)
+	_ = snapshot.WriteWords(bytes.NewBuffer(raw[:0]), words)
 	size := int64(len(raw))
 
 	snapshot := func() {
 		_, err := s.Save(ctx, "bench.p0", func(w io.Writer) error {
-			return Encode(w, h, func(w io.Writer) error { return WriteWords(w, words) })
+			return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, res, err := Load(ctx, s, "bench.p0", func(h Header, d *Decoder) (struct{}, error) {
+		_, res, err := Load(ctx, s, "bench.p0", func(h snapshot.Header, d *snapshot.Decoder) (struct{}, error) {
 			return struct{}{}, d.ReadWords(dst)
 		})
 		if err != nil || res.Outcome != OutcomeWarm {
@@ -71,13 +75,13 @@ func benchS3Snapshot(b *testing.B, s *S3Store) {
 		}
 	}
 	plain := func() {
-		key := aws.String(s.key("plain.bin"))
-		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.loc.Bucket), Key: key,
+		key := aws.String(be.key("plain.bin"))
+		_, err := be.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(be.loc.Bucket), Key: key,
 			Body: bytes.NewReader(raw), ContentLength: aws.Int64(size)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.loc.Bucket), Key: key})
+		out, err := be.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(be.loc.Bucket), Key: key})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,6 +105,6 @@ func benchS3Snapshot(b *testing.B, s *S3Store) {
 		}
 	})
 	b.Run("ratio", func(b *testing.B) {
-		ratio(b, size, map[string]func(){"save+load": snapshot, "put+get": plain}, "save+load", "put+get")
+		ckpttest.Ratio(b, size, map[string]func(){"save+load": snapshot, "put+get": plain}, "save+load", "put+get")
 	})
 }

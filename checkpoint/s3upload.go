@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
-// upload is the io.Writer of one S3Store.Save: it fills a part buffer and,
+// upload is the io.Writer of one S3Backend.Create: it fills a part buffer and,
 // when the buffer is full and more data comes, hands it to a goroutine that
 // uploads it as the next part of a multipart upload (created with the first
 // part) while the writer fills another buffer. At most concurrency parts are
@@ -23,7 +23,7 @@ import (
 // An upload is used by one goroutine (the Save), apart from its part
 // goroutines, which only touch parts, err and the buffer pool under mu.
 type upload struct {
-	s   *S3Store
+	b   *S3Backend
 	ctx context.Context
 	key string
 
@@ -39,17 +39,17 @@ type upload struct {
 	err   error // first part failure
 }
 
-func (s *S3Store) newUpload(ctx context.Context, key string) *upload {
-	return &upload{s: s, ctx: ctx, key: key, next: 1, sem: make(chan struct{}, s.concurrency)}
+func (b *S3Backend) newUpload(ctx context.Context, key string) *upload {
+	return &upload{b: b, ctx: ctx, key: key, next: 1, sem: make(chan struct{}, b.concurrency)}
 }
 
-func (s *S3Store) getBuf() *[]byte {
-	if b, ok := s.bufs.Get().(*[]byte); ok {
-		*b = (*b)[:0]
-		return b
+func (b *S3Backend) getBuf() *[]byte {
+	if buf, ok := b.bufs.Get().(*[]byte); ok {
+		*buf = (*buf)[:0]
+		return buf
 	}
-	b := make([]byte, 0, s.partSize)
-	return &b
+	buf := make([]byte, 0, b.partSize)
+	return &buf
 }
 
 func (u *upload) failed() error {
@@ -63,7 +63,7 @@ func (u *upload) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		if u.buf == nil {
-			u.buf = u.s.getBuf()
+			u.buf = u.b.getBuf()
 		}
 		b := *u.buf
 		if len(b) == cap(b) {
@@ -87,11 +87,11 @@ func (u *upload) sendPart() error {
 		return err
 	}
 	if u.id == "" {
-		in := &s3.CreateMultipartUploadInput{Bucket: aws.String(u.s.loc.Bucket), Key: aws.String(u.key)}
-		if u.s.partCRC {
+		in := &s3.CreateMultipartUploadInput{Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key)}
+		if u.b.partCRC {
 			in.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32
 		}
-		out, err := u.s.client.CreateMultipartUpload(u.ctx, in)
+		out, err := u.b.client.CreateMultipartUpload(u.ctx, in)
 		if err != nil {
 			return fmt.Errorf("creating the multipart upload: %w", err)
 		}
@@ -110,7 +110,7 @@ func (u *upload) sendPart() error {
 		if err == nil {
 			// Only now is the HTTP transport surely done with the bytes: after a failure it may
 			// still be writing the body of an abandoned attempt.
-			u.s.bufs.Put(buf)
+			u.b.bufs.Put(buf)
 		}
 		if err != nil {
 			u.mu.Lock()
@@ -126,13 +126,13 @@ func (u *upload) sendPart() error {
 // putPart uploads one part and records it.
 func (u *upload) putPart(num int32, data []byte) error {
 	in := &s3.UploadPartInput{
-		Bucket: aws.String(u.s.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
+		Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
 		PartNumber: aws.Int32(num), Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
 	}
-	if u.s.partCRC {
+	if u.b.partCRC {
 		in.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32
 	}
-	out, err := u.s.client.UploadPart(u.ctx, in)
+	out, err := u.b.client.UploadPart(u.ctx, in)
 	if err != nil {
 		return fmt.Errorf("uploading part %d: %w", num, err)
 	}
@@ -146,18 +146,18 @@ func (u *upload) putPart(num int32, data []byte) error {
 // CompleteMultipartUpload — and returns its size. On failure it aborts.
 func (u *upload) finish() (int64, error) {
 	if u.buf == nil {
-		u.buf = u.s.getBuf() // an empty snapshot is still an object
+		u.buf = u.b.getBuf() // an empty snapshot is still an object
 	}
 	if u.id == "" {
-		_, err := u.s.client.PutObject(u.ctx, &s3.PutObjectInput{
-			Bucket: aws.String(u.s.loc.Bucket), Key: aws.String(u.key),
+		_, err := u.b.client.PutObject(u.ctx, &s3.PutObjectInput{
+			Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key),
 			Body: bytes.NewReader(*u.buf), ContentLength: aws.Int64(int64(len(*u.buf))),
 		})
 		if err != nil {
 			u.buf = nil // not reused: see sendPart
 			return 0, fmt.Errorf("putting the object: %w", err)
 		}
-		u.s.bufs.Put(u.buf)
+		u.b.bufs.Put(u.buf)
 		u.buf = nil
 		return u.n, nil
 	}
@@ -169,8 +169,8 @@ func (u *upload) finish() (int64, error) {
 		return 0, u.abort(err)
 	}
 	slices.SortFunc(u.parts, func(a, b types.CompletedPart) int { return int(aws.ToInt32(a.PartNumber) - aws.ToInt32(b.PartNumber)) })
-	_, err := u.s.client.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(u.s.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
+	_, err := u.b.client.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
 	})
 	if err != nil {
@@ -185,7 +185,7 @@ func (u *upload) finish() (int64, error) {
 func (u *upload) abort(cause error) error {
 	u.wg.Wait()
 	if u.buf != nil {
-		u.s.bufs.Put(u.buf)
+		u.b.bufs.Put(u.buf)
 		u.buf = nil
 	}
 	if u.id == "" {
@@ -193,8 +193,8 @@ func (u *upload) abort(cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), abortTimeout)
 	defer cancel()
-	_, err := u.s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
-		Bucket: aws.String(u.s.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
+	_, err := u.b.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
 	})
 	u.id = ""
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -49,9 +50,13 @@ func BenchmarkEndToEnd(b *testing.B) {
 // nopDeduper keeps no state and finds no duplicates: the worker's plumbing alone.
 type nopDeduper struct{}
 
-func (nopDeduper) Assign(context.Context, int32) error { return nil }
-func (nopDeduper) Revoke(context.Context, int32) error { return nil }
-func (nopDeduper) Seen(int32, []byte, time.Time) bool  { return false }
+func (nopDeduper) Assign(context.Context, int32) error  { return nil }
+func (nopDeduper) Revoke(context.Context, int32) error  { return nil }
+func (nopDeduper) Seen(int32, []byte, time.Time) bool   { return false }
+func (nopDeduper) Generation([]int32)                   {}
+func (nopDeduper) Processing(int32, int64)              {}
+func (nopDeduper) Acked(int32, int64)                   {}
+func (nopDeduper) Discard(context.Context, int32) error { return nil }
 
 type pipeline func(ctx context.Context, cl *embedkafka.Cluster) error
 
@@ -128,7 +133,7 @@ func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
 			d = newMapDeduper(false, nil)
 		}
 		w, err := consumer.New(consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // offsetCommitter is the part of *kafka.Generation the committer needs.
@@ -26,7 +28,7 @@ type committer struct {
 	topic    string
 	interval time.Duration
 	obs      Observer
-	log      *sampler
+	log      *kafkaio.Sampler
 
 	kick chan struct{} // capacity 1: "commit soon"
 	stop chan struct{}
@@ -44,7 +46,7 @@ type commitWaiter struct {
 	ch        chan error // capacity 1
 }
 
-func newCommitter(gen offsetCommitter, topic string, interval time.Duration, obs Observer, log *sampler) *committer {
+func newCommitter(gen offsetCommitter, topic string, interval time.Duration, obs Observer, log *kafkaio.Sampler) *committer {
 	return &committer{
 		gen: gen, topic: topic, interval: interval, obs: obs, log: log,
 		kick:      make(chan struct{}, 1),

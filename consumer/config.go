@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 )
 
 // Mode says what happens to a duplicate.
@@ -56,8 +54,9 @@ const DefaultMarkHeader = "kdedup-duplicate"
 // (the documented operator-facing defaults live in its struct tags). Fields documented as
 // "default X" take X when zero.
 type Config struct {
-	// Brokers are the bootstrap broker addresses (host:port). Required.
-	Brokers []string
+	// Conn is the cluster: Brokers (required), ClientID (default "kdedup"), TLS and SASL. Every
+	// connection of the Worker and the OutputReader is made from it.
+	kafkaio.Conn
 	// InputTopic is consumed. Required.
 	InputTopic string
 	// OutputTopic receives the deduplicated stream. Required; must differ from InputTopic.
@@ -67,8 +66,6 @@ type Config struct {
 	DuplicatesTopic string
 	// GroupID is the consumer group. Default "kdedup".
 	GroupID string
-	// ClientID is sent to the brokers. Default "kdedup".
-	ClientID string
 	// StartFromLatest starts a partition without committed offset at its end instead of its
 	// beginning.
 	StartFromLatest bool
@@ -125,11 +122,6 @@ type Config struct {
 	// retried batch can be duplicated in the output topic.
 	DisableIdempotence bool
 
-	// TLS, when not nil, is used for every broker connection.
-	TLS *tls.Config
-	// SASL, when not nil, authenticates every broker connection.
-	SASL sasl.Mechanism
-
 	// ShutdownTimeout bounds the drain after Run's context is cancelled. Default 30s.
 	ShutdownTimeout time.Duration
 	// ProduceTimeout bounds one produce request. Default 10s.
@@ -164,9 +156,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GroupID == "" {
 		c.GroupID = "kdedup"
-	}
-	if c.ClientID == "" {
-		c.ClientID = "kdedup"
 	}
 	def(&c.SessionTimeout, 10*time.Second)
 	def(&c.HeartbeatInterval, 3*time.Second)

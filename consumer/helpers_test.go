@@ -17,6 +17,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -63,7 +64,7 @@ func newMapDeduper(global bool, st *store) *mapDeduper {
 	}
 }
 
-// Generation implements consumer.GenerationTracker: every partition of the previous generation
+// Generation checks the Deduper contract: every partition of the previous generation
 // must be released by now, and the generation's Assigns must be for the partitions listed.
 func (d *mapDeduper) Generation(parts []int32) {
 	d.mu.Lock()
@@ -141,6 +142,10 @@ func (d *mapDeduper) Seen(p int32, id []byte, _ time.Time) bool {
 	m[string(id)] = struct{}{}
 	return false
 }
+
+// Processing and Acked do nothing: progressDeduper checks them.
+func (d *mapDeduper) Processing(int32, int64) {}
+func (d *mapDeduper) Acked(int32, int64)      {}
 
 func (d *mapDeduper) check(t *testing.T) {
 	t.Helper()
@@ -220,6 +225,8 @@ func (o *countingObserver) Produced(_ int32, n int)    { o.produced.Add(int64(n)
 func (o *countingObserver) Duplicates(_ int32, n int)  { o.duplicates.Add(int64(n)) }
 func (o *countingObserver) Unkeyed(_ int32, n int)     { o.unkeyed.Add(int64(n)) }
 func (o *countingObserver) ProduceError()              { o.produceErrors.Add(1) }
+func (o *countingObserver) ProducerReset(string)       {}
+func (o *countingObserver) UncertainRetry()            {}
 func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
 func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
 func (o *countingObserver) Lag(int32, int64)           {}
@@ -274,7 +281,7 @@ func newEnv(t *testing.T, inParts, outParts int, opts embedkafka.Options) *env {
 // config returns a Worker config with timeouts small enough for tests.
 func (e *env) config() consumer.Config {
 	return consumer.Config{
-		Brokers:           e.cl.Addrs(),
+		Conn:              kafkaio.Conn{Brokers: e.cl.Addrs()},
 		InputTopic:        e.in,
 		OutputTopic:       e.out,
 		GroupID:           e.group,

@@ -8,13 +8,14 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
-// BenchmarkProducePath compares the idempotent produce path (the default) with the one it
-// replaced (Config.DisableIdempotence: kafka-go Client.Produce without producer id), on
-// BenchmarkEndToEnd's pipeline with a Deduper that finds nothing, so every record is produced:
-// consume, produce with acks=all, commit after every batch, 4 input partitions on an in-process
-// kfake broker over TCP. Sub-benchmarks cover batch sizes 100 and 1000 and both partitionings
+// BenchmarkProducePath compares idempotent production (the default) with production without
+// producer id (Config.DisableIdempotence: the same kafkaio.Producer, batches without producer id
+// and sequence), so it measures what idempotence costs, on BenchmarkEndToEnd's pipeline with a
+// Deduper that finds nothing, so every record is produced: consume, produce with acks=all, commit
+// after every batch, 4 input partitions on an in-process kfake broker over TCP. Sub-benchmarks cover batch sizes 100 and 1000 and both partitionings
 // (hash: 4 input partitions feed 4 output partitions, every output partition from all of them).
 // Both paths run in the same process, one after the other for each setting; compare them with
 // interleaved runs, e.g.
@@ -40,7 +41,7 @@ func BenchmarkProducePath(b *testing.B) {
 func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence bool) pipeline {
 	return func(ctx context.Context, cl *embedkafka.Cluster) error {
 		w, err := consumer.New(consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
 			DisableIdempotence: disableIdempotence,

@@ -1,11 +1,8 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // fakeGen records commits and fails the test's expectations if two commits ever overlap.
@@ -58,8 +55,8 @@ func (g *fakeGen) CommitOffsets(offsets map[string]map[int]int64) error {
 	return nil
 }
 
-func discardSampler() *sampler {
-	return newSampler(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Second)
+func discardSampler() *kafkaio.Sampler {
+	return kafkaio.NewSampler(nil, time.Second)
 }
 
 func TestCommitterCoalescesAndFlushes(t *testing.T) {
@@ -192,73 +189,6 @@ type countObs struct {
 
 func (o *countObs) CommitError() { o.commitErrors.Add(1) }
 
-func TestSampler(t *testing.T) {
-	var buf bytes.Buffer
-	s := newSampler(slog.New(slog.NewTextHandler(&buf, nil)), 10*time.Second)
-	now := time.Unix(1000, 0)
-	s.now = func() time.Time { return now }
-	steps := []struct {
-		advance time.Duration
-		key     string
-		logged  bool
-	}{
-		{0, "a", true},
-		{time.Second, "a", false},
-		{time.Second, "b", true},
-		{5 * time.Second, "a", false},
-		{3 * time.Second, "a", true}, // 10s after the first "a"
-		{0, "a", false},
-	}
-	for i, st := range steps {
-		now = now.Add(st.advance)
-		if got := s.Log(slog.LevelWarn, st.key, "msg-"+st.key); got != st.logged {
-			t.Errorf("step %d: logged=%v, want %v", i, got, st.logged)
-		}
-	}
-	if !strings.Contains(buf.String(), "suppressed_since_last=2") {
-		t.Errorf("log does not report the 2 suppressed lines:\n%s", buf.String())
-	}
-	// Disabled levels are not logged and not counted.
-	quiet := newSampler(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError})), time.Second)
-	if quiet.Log(slog.LevelWarn, "x", "m") {
-		t.Error("logged below the handler's level")
-	}
-}
-
-func TestMessageRecords(t *testing.T) {
-	ts := time.UnixMilli(1_700_000_000_123)
-	msgs := []kafka.Message{
-		{Key: []byte("k"), Value: []byte("v"), Headers: []kafka.Header{{Key: "h", Value: []byte("x")}}, Time: ts},
-		{Key: nil, Value: []byte{}, Time: ts},
-		{Key: []byte{}, Value: nil},
-	}
-	r := &messageRecords{msgs: msgs}
-	for i, m := range msgs {
-		rec, err := r.ReadRecord()
-		if err != nil {
-			t.Fatal(err)
-		}
-		read := func(b kafka.Bytes) []byte {
-			if b == nil {
-				return nil
-			}
-			out, err := io.ReadAll(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return out
-		}
-		k, v := read(rec.Key), read(rec.Value)
-		if (k == nil) != (m.Key == nil) || !bytes.Equal(k, m.Key) || (v == nil) != (m.Value == nil) || !bytes.Equal(v, m.Value) ||
-			!rec.Time.Equal(m.Time) || len(rec.Headers) != len(m.Headers) {
-			t.Errorf("record %d: got key %q value %q time %v headers %v, want %+v", i, k, v, rec.Time, rec.Headers, m)
-		}
-	}
-	if _, err := r.ReadRecord(); err != io.EOF {
-		t.Errorf("after the last record: %v, want io.EOF", err)
-	}
-}
-
 func TestHashPartitionerNullKeys(t *testing.T) {
 	h := newHashPartitioner(3)
 	for in := range 7 {
@@ -275,7 +205,7 @@ func TestHashPartitionerNullKeys(t *testing.T) {
 // TestConfigValidate checks that Validate reports every problem as a FieldError naming the field
 // at fault, and accepts what the defaults fill in.
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
+	ok := Config{Conn: kafkaio.Conn{Brokers: []string{"b:9092"}}, InputTopic: "in", OutputTopic: "out"}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -331,30 +261,6 @@ func TestReleaseBudget(t *testing.T) {
 		c := Config{RebalanceTimeout: tc.rebalance, HeartbeatInterval: tc.heartbeat}
 		if got := c.releaseBudget(); got != tc.want {
 			t.Errorf("releaseBudget(rebalance %v, heartbeat %v) = %v, want %v", tc.rebalance, tc.heartbeat, got, tc.want)
-		}
-	}
-}
-
-// TestBackoff checks the wrapper over the retry policy (kafkaio.Backoff, tested there): 100ms
-// doubling per attempt with ±20% jitter, never above max.
-func TestBackoff(t *testing.T) {
-	for _, tc := range []struct {
-		attempt int
-		max     time.Duration
-		nominal time.Duration
-	}{
-		{0, 5 * time.Second, 100 * time.Millisecond},
-		{1, 5 * time.Second, 200 * time.Millisecond},
-		{5, 5 * time.Second, 3200 * time.Millisecond},
-		{6, 5 * time.Second, 5 * time.Second},
-		{100, 5 * time.Second, 5 * time.Second},
-		{3, 50 * time.Millisecond, 50 * time.Millisecond},
-	} {
-		lo, hi := tc.nominal*8/10, min(tc.nominal*12/10, tc.max)
-		for range 100 {
-			if got := backoff(tc.attempt, tc.max); got < lo || got > hi {
-				t.Fatalf("backoff(%d, %v) = %v, want within [%v, %v]", tc.attempt, tc.max, got, lo, hi)
-			}
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
-// and dedup.OutputHistory (cmd/kdedup wires it in: consumer does not import dedup). End tells
+// (cmd/kdedup wires it in: consumer does not import dedup). End tells
 // where the output partitions end before a snapshot is copied, and Rewarm feeds the identities of
 // the records produced after a snapshot back into the restored filter. OffsetsAt and Read serve a
 // rebuild of a filter that has no usable snapshot: where the window starts in the output topic by
@@ -22,11 +22,10 @@ import (
 // client ID, TLS and SASL settings as the Worker of the same Config. It is safe for concurrent use;
 // create it with NewOutputReader.
 type OutputReader struct {
-	cfg       Config
-	key       KeyFunc
-	log       *slog.Logger
-	transport *kafka.Transport
-	client    *kafka.Client
+	cfg    Config
+	key    KeyFunc
+	log    *slog.Logger
+	client *kafka.Client
 
 	// fetchWait bounds how long one fetch waits on the broker when no record is available.
 	fetchWait time.Duration
@@ -44,13 +43,11 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 	if log == nil {
 		log = slog.Default()
 	}
-	tr := newTransport(cfg)
 	return &OutputReader{
 		cfg:          cfg,
 		key:          key,
 		log:          log,
-		transport:    tr,
-		client:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.ProduceTimeout},
+		client:       cfg.Conn.Client(cfg.ProduceTimeout),
 		fetchWait:    100 * time.Millisecond,
 		emptyFetches: 5,
 	}
@@ -58,7 +55,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 
 // Close releases the reader's idle broker connections. A later call opens new ones.
 func (r *OutputReader) Close() error {
-	r.transport.CloseIdleConnections()
+	kafkaio.CloseIdle(r.client)
 	return nil
 }
 
@@ -104,7 +101,7 @@ func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add fun
 
 // Read is Rewarm with an upper bound: it reads each output partition q of from from offset from[q]
 // up to to[q] (not included), or up to the partition's end at the time of the call if that comes
-// first or to has no entry for q. It implements dedup.OutputHistory, with OffsetsAt.
+// first or to has no entry for q. It serves dedup.OutputLog's rebuild, with OffsetsAt.
 func (r *OutputReader) Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
 	return r.read(ctx, from, to, add)
 }
@@ -112,7 +109,7 @@ func (r *OutputReader) Read(ctx context.Context, from, to map[int32]int64, add f
 // OffsetsAt returns, for the output partitions that can hold records of inputPartition (those End
 // returns offsets of), the offset of the first record whose timestamp is at or after t, or the
 // partition's end offset when no record is. On failure it returns a "consumer: ..." error and no
-// offsets. It implements dedup.OutputHistory: a filter is rebuilt from the records after
+// offsets. It serves dedup.OutputLog's rebuild: a filter is rebuilt from the records after
 // OffsetsAt(now - window).
 func (r *OutputReader) OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error) {
 	parts, err := r.outputPartitions(ctx, inputPartition)

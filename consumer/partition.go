@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -57,29 +56,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.pendingAssign.Add(-1)
 	w.updateReady()
 
-	info, errs := kafkaLoggers(w.log, w.sample, "kafka-reader")
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        w.cfg.Brokers,
-		Topic:          w.cfg.InputTopic,
-		Partition:      int(p),
-		Dialer:         w.dialer,
-		QueueCapacity:  w.cfg.QueueCapacity,
-		MinBytes:       1,
-		MaxBytes:       w.cfg.FetchMaxBytes,
-		MaxWait:        readerMaxWait(w.cfg.FetchMaxWait),
-		ReadBackoffMin: 100 * time.Millisecond,
-		ReadBackoffMax: w.cfg.RetryBackoffMax,
-		MaxAttempts:    3,
-		Logger:         info,
-		ErrorLogger:    errs,
+	r, err := kafkaio.NewPartitionReader(w.cfg.Conn, kafkaio.PartitionReaderConfig{
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset,
+		MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait, QueueCapacity: w.cfg.QueueCapacity,
+		Backoff: w.cfg.retry(), Log: w.sample,
 	})
-	readerClosed := make(chan struct{})
-	closeReader := func() {
-		go func() { _ = r.Close(); close(readerClosed) }()
-	}
-	if err := r.SetOffset(offset); err != nil {
-		closeReader()
-		<-readerClosed
+	if err != nil {
 		w.release(pctx, hard, p, true, since)
 		return
 	}
@@ -91,9 +73,9 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 
-	drained, fetchFailures := true, 0
+	drained := true
 	for gctx.Err() == nil {
-		batch, consumeStart, err := w.fetchBatch(gctx, r, st.in[:0])
+		batch, consumeStart, err := r.Fetch(gctx, st.in[:0], w.cfg.BatchSize, w.cfg.BatchTimeout)
 		st.in = batch
 		if len(batch) > 0 {
 			if perr := w.handleBatch(pctx, c, st, tc, consumeStart); perr != nil {
@@ -101,16 +83,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 				break
 			}
 		}
-		if err == nil || gctx.Err() != nil {
-			fetchFailures = 0
-			continue
+		if err != nil && gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
+			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
+				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
 		}
-		w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
-			"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
-		sleepCtx(gctx, backoff(fetchFailures, time.Second))
-		fetchFailures++
 	}
-	closeReader() // stop fetching; prefetched records are simply not committed
+	readerClosed := r.Close() // stop fetching; prefetched records are simply not committed
 
 	if drained && st.next >= 0 {
 		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {
@@ -141,22 +119,6 @@ func sinceDone(ctx context.Context) (since func() time.Duration, stop func() boo
 	}, stop
 }
 
-// readerSlack is how much longer than FetchMaxWait the partition's Reader waits for the answer to
-// a fetch.
-const readerSlack = time.Second
-
-// readerMaxWait returns the MaxWait of a partition's kafka-go Reader: fetchMaxWait+readerSlack,
-// so that the broker holds an idle fetch for fetchMaxWait and the answer may come readerSlack
-// later. The Reader sets the read deadline of a fetch to MaxWait after sending it and asks the
-// broker to hold the fetch for MaxWait less an allowance for the round trip (a quarter of MaxWait
-// below one second, else one second). Given MaxWait = fetchMaxWait, an answer slower than
-// fetchMaxWait (or, for an idle fetch, a quarter of it after the broker stopped waiting) ended in
-// an i/o timeout, a new connection and the same fetch again, and a broker that always answered
-// that slowly stalled the partition for good.
-func readerMaxWait(fetchMaxWait time.Duration) time.Duration {
-	return fetchMaxWait + readerSlack
-}
-
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
 // gctx ends (false).
 func (w *Worker) assign(gctx context.Context, p int32) bool {
@@ -172,16 +134,13 @@ func (w *Worker) assign(gctx context.Context, p int32) bool {
 }
 
 // release hands the partition's deduplication state back: Revoke when every record passed to
-// Seen was acknowledged by the output topic, otherwise Discard (if the Deduper has it) so that no
-// snapshot claims records the output never got. The fallback Revoke gets an already-cancelled
-// context for the same reason. since returns the time since the generation ended; the release is
-// logged and reported to a ReleaseObserver with it.
+// Seen was acknowledged by the output topic, otherwise Discard so that no snapshot claims records
+// the output never got. since returns the time since the generation ended; the release is
+// logged and reported to the Observer with it.
 func (w *Worker) release(pctx, hard context.Context, p int32, drained bool, since func() time.Duration) {
 	outcome := w.handBack(pctx, hard, p, drained)
 	took := since()
-	if w.released != nil {
-		w.released.Released(took)
-	}
+	w.obs.Released(took)
 	w.log.Info("partition released", "partition", p, "state", outcome, "took", took.String(),
 		"budget", w.cfg.releaseBudget().String())
 }
@@ -206,43 +165,14 @@ func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) str
 	w.log.Warn("partition released with records that were processed but not acknowledged by the output topic; "+
 		"they will be re-consumed by the next owner and their deduplication state is discarded",
 		"partition", p)
-	if d, ok := w.dedup.(Discarder); ok {
-		if err := d.Discard(hard, p); err != nil {
-			w.log.Error("discard failed", "partition", p, "error", err.Error())
-		}
-		return "discarded"
-	}
-	if err := w.dedup.Revoke(pctx, p); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		w.log.Error("revoke failed", "partition", p, "error", err.Error())
+	if err := w.dedup.Discard(hard, p); err != nil {
+		w.log.Error("discard failed", "partition", p, "error", err.Error())
 	}
 	return "discarded"
 }
 
-// fetchBatch appends up to BatchSize records to batch: it waits for the first one as long as
-// gctx allows, then for BatchTimeout at most. It returns the time the first record arrived.
-func (w *Worker) fetchBatch(gctx context.Context, r *kafka.Reader, batch []kafka.Message) ([]kafka.Message, time.Time, error) {
-	m, err := r.FetchMessage(gctx)
-	if err != nil {
-		return batch, time.Time{}, err
-	}
-	start := time.Now()
-	batch = append(batch, m)
-	if w.cfg.BatchSize > 1 {
-		bctx, cancel := context.WithDeadline(gctx, start.Add(w.cfg.BatchTimeout))
-		for len(batch) < w.cfg.BatchSize {
-			m, err := r.FetchMessage(bctx)
-			if err != nil {
-				break
-			}
-			batch = append(batch, m)
-		}
-		cancel()
-	}
-	return batch, start, nil
-}
-
 // handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.
-// A ProgressTracker hears Processing before the first Seen of the batch and Acked after its last
+// The Deduper hears Processing before the first Seen of the batch and Acked after its last
 // acknowledged write. It returns an error only when pctx ended before every output write was
 // acknowledged.
 func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, consumeStart time.Time) error {
@@ -253,9 +183,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
 	last := &st.in[len(st.in)-1]
-	if w.progress != nil {
-		w.progress.Processing(p, last.Offset+1)
-	}
+	w.dedup.Processing(p, last.Offset+1)
 	for i := range st.in {
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
@@ -300,7 +228,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		return err
 	}
 	if len(dups) > 0 {
-		if err := w.prod.produce(pctx, w.cfg.DuplicatesTopic, int(p)%tc.duplicates, dups); err != nil {
+		if err := w.prod.Produce(pctx, w.cfg.DuplicatesTopic, int(p)%tc.duplicates, dups); err != nil {
 			return err
 		}
 	}
@@ -316,9 +244,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	}
 	st.next = last.Offset + 1
 	w.obs.Lag(p, max(0, last.HighWaterMark-st.next))
-	if w.progress != nil {
-		w.progress.Acked(p, st.next)
-	}
+	w.dedup.Acked(p, st.next)
 	c.mark(int(p), st.next)
 	clear(st.in) // drop references to record bytes until the slices are reused
 	clear(st.out)
@@ -332,7 +258,7 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		return nil
 	}
 	if st.hash == nil {
-		return w.prod.produce(pctx, w.cfg.OutputTopic, int(st.p), out)
+		return w.prod.Produce(pctx, w.cfg.OutputTopic, int(st.p), out)
 	}
 	for i := range st.byPart {
 		st.byPart[i] = st.byPart[i][:0]
@@ -341,21 +267,31 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		q := st.hash.partition(out[i].Key, int(st.p))
 		st.byPart[q] = append(st.byPart[q], out[i])
 	}
-	if w.prod.idem != nil { // all output partitions at once; each one keeps its order
-		err := w.prod.idem.produceParts(pctx, w.cfg.OutputTopic, st.byPart)
-		for _, msgs := range st.byPart {
-			clear(msgs)
-		}
-		return err
-	}
-	for q, msgs := range st.byPart {
-		if len(msgs) == 0 {
-			continue
-		}
-		if err := w.prod.produce(pctx, w.cfg.OutputTopic, q, msgs); err != nil {
-			return err
-		}
+	err := w.prod.ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
+	for _, msgs := range st.byPart {
 		clear(msgs)
 	}
-	return nil
+	return err
+}
+
+// hashPartitioner places records like the Java client's default partitioner does for keyed
+// records: murmur2(key) & 0x7fffffff % n. Records with a null key go to input partition % n,
+// which keeps them in input order and spreads them like the input.
+type hashPartitioner struct {
+	ids []int // 0..n-1, reused for every call
+}
+
+func newHashPartitioner(n int) *hashPartitioner {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i
+	}
+	return &hashPartitioner{ids: ids}
+}
+
+func (h *hashPartitioner) partition(key []byte, input int) int {
+	if key == nil {
+		return input % len(h.ids)
+	}
+	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, h.ids...)
 }

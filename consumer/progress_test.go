@@ -36,7 +36,7 @@ func parseProgressKey(key []byte) (id string, p int32, offset int64, err error) 
 	return string(parts[0]), int32(pp), off, nil
 }
 
-// progressDeduper is a Deduper and ProgressTracker double that checks the ProgressTracker
+// progressDeduper is a Deduper double that checks the Processing and Acked
 // contract against the records themselves: every Seen must be about a record of the batch the
 // last Processing announced, and at every Acked(p, next) each record of p below next that was not
 // a duplicate must already be readable from the output topic, and each duplicate from the
@@ -163,7 +163,7 @@ func (d *progressDeduper) Acked(p int32, next int64) {
 	d.acked[p] = next
 }
 
-// TestProgressTrackerOrdering proves the ProgressTracker contract against a real broker, in both
+// TestProgressTrackerOrdering proves the Processing and Acked contract against a real broker, in both
 // modes: Processing(p, next) comes before any Seen of the batch's records and covers exactly
 // them, and Acked(p, next) comes only once every record of the batch is readable from the output
 // topic (survivors, or every record in mark mode) and the duplicates topic, and before the next
@@ -221,7 +221,7 @@ func TestProgressTrackerOrdering(t *testing.T) {
 	}
 }
 
-// unackedTracker records the ProgressTracker calls of a gatedDeduper.
+// unackedTracker records the Processing and Acked calls of a gatedDeduper.
 type unackedTracker struct {
 	*gatedDeduper
 	mu         sync.Mutex

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -154,7 +154,7 @@ func TestStickyAssignmentOnJoin(t *testing.T) {
 // recordingSticky is a StickyBalancer that counts the assignments it computed as group leader for
 // more than one member.
 type recordingSticky struct {
-	consumer.StickyBalancer
+	kafkaio.StickyBalancer
 	calls atomic.Int32
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,23 +19,27 @@ import (
 // topic does not have as many partitions as the input topic.
 var ErrPartitionMismatch = errors.New("consumer: output topic partition count differs from input topic")
 
+// ErrIdempotenceUnsupported is returned by Run when idempotent production is enabled (the
+// default; see Config.DisableIdempotence) and the brokers cannot serve it; it is
+// kafkaio.ErrIdempotenceUnsupported.
+var ErrIdempotenceUnsupported = kafkaio.ErrIdempotenceUnsupported
+
+// ResetReasons returns every reason Observer.ProducerReset can be given (kafkaio.ResetReasons).
+func ResetReasons() []string { return kafkaio.ResetReasons() }
+
 // Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
 // Ready and the Observer it was given are safe to use concurrently with Run.
 type Worker struct {
-	cfg      Config
-	dedup    Deduper
-	progress ProgressTracker // nil unless dedup implements it
-	released ReleaseObserver // nil unless obs implements it
-	key      KeyFunc
-	obs      Observer
-	log      *slog.Logger
-	sample   *sampler
+	cfg    Config
+	dedup  Deduper
+	key    KeyFunc
+	obs    Observer
+	log    *slog.Logger
+	sample *kafkaio.Sampler
 
-	dialer    *kafka.Dialer
-	transport *kafka.Transport
-	client    *kafka.Client
-	prod      *producer
-	balancer  *StickyBalancer
+	client   *kafka.Client
+	prod     *kafkaio.Producer
+	balancer *kafkaio.StickyBalancer
 
 	inGeneration  atomic.Bool
 	pendingAssign atomic.Int64
@@ -61,73 +64,35 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: newSampler(log, 10*time.Second)}
-	w.progress, _ = d.(ProgressTracker)
-	w.released, _ = obs.(ReleaseObserver)
-	w.balancer = &StickyBalancer{}
-	w.dialer = newDialer(cfg)
-	w.transport = newTransport(cfg)
-	w.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: w.transport, Timeout: cfg.ProduceTimeout}
-	w.prod = &producer{
-		client:      w.client,
-		compression: cfg.Compression,
-		batchBytes:  cfg.BatchBytes,
-		backoffMax:  cfg.RetryBackoffMax,
-		obs:         obs,
-		log:         w.sample,
-		notify:      w.updateReady,
-	}
-	if !cfg.DisableIdempotence {
-		w.prod.idem = newIdempotent(w.prod)
-	}
+	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second)}
+	w.balancer = &kafkaio.StickyBalancer{}
+	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
+	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
+		Idempotent:  !cfg.DisableIdempotence,
+		Compression: cfg.Compression,
+		BatchBytes:  cfg.BatchBytes,
+		Backoff:     cfg.retry(),
+		Observer:    obs,
+		Log:         w.sample,
+		OnFailing:   w.updateReady,
+	})
 	return w, nil
-}
-
-// newDialer returns the dialer of the Reader and consumer group connections, with cfg's client
-// ID, TLS and SASL settings.
-func newDialer(cfg Config) *kafka.Dialer {
-	return &kafka.Dialer{
-		ClientID:      cfg.ClientID,
-		Timeout:       10 * time.Second,
-		DualStack:     true,
-		TLS:           cfg.TLS,
-		SASLMechanism: cfg.SASL,
-	}
-}
-
-// newTransport returns the transport of kafka.Client requests (metadata, produce, list offsets,
-// fetch), with cfg's client ID, TLS and SASL settings.
-func newTransport(cfg Config) *kafka.Transport {
-	return &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		DialTimeout: 5 * time.Second,
-		// Topic lookups and produce routing read the transport's cached metadata; a short TTL
-		// notices created topics and moved leaders quickly.
-		MetadataTTL: 2 * time.Second,
-		ClientID:    cfg.ClientID,
-		TLS:         cfg.TLS,
-		SASL:        cfg.SASL,
-	}
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
 // partition of that generation has been assigned (Deduper.Assign returned), and no output write
 // is currently failing. A member that got no partitions (more workers than partitions) is ready.
 func (w *Worker) Ready() bool {
-	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && w.prod.failing.Load() == 0
+	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing()
 }
 
-// updateReady tells a ReadyObserver about readiness changes.
+// updateReady tells the Observer about readiness changes.
 func (w *Worker) updateReady() {
-	ro, ok := w.obs.(ReadyObserver)
-	if !ok {
-		return
-	}
 	w.readyMu.Lock()
 	defer w.readyMu.Unlock()
 	if r := w.Ready(); r != w.lastReady {
 		w.lastReady = r
-		ro.SetReady(r)
+		w.obs.SetReady(r)
 	}
 }
 
@@ -135,7 +100,8 @@ func (w *Worker) updateReady() {
 // commits, calls Revoke for every partition and leaves the group, all within
 // Config.ShutdownTimeout, and returns nil. Broker outages and missing topics are logged and
 // retried with backoff. Run returns an error only for problems retrying cannot fix: an
-// ErrPartitionMismatch, an ErrIdempotenceUnsupported, or a consumer group that cannot be created.
+// ErrPartitionMismatch, an ErrIdempotenceUnsupported, a kafkaio.ErrProduceUnsupported (brokers
+// before Kafka 0.11), or a consumer group that cannot be created.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
@@ -144,7 +110,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Info("shutdown requested: draining", "timeout", w.cfg.ShutdownTimeout.String())
 	})
 	defer stopLog()
-	defer w.transport.CloseIdleConnections()
+	defer kafkaio.CloseIdle(w.client)
 	defer w.updateReady()
 
 	if _, err := w.topicInfo(ctx); err != nil {
@@ -153,14 +119,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := w.prod.start(ctx); err != nil {
+	if err := w.prod.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 
-	info, errs := kafkaLoggers(w.log, w.sample, "kafka-group")
+	info, errs := w.sample.KafkaLoggers("kafka-group")
 	start := kafka.FirstOffset
 	if w.cfg.StartFromLatest {
 		start = kafka.LastOffset
@@ -168,7 +134,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                    w.cfg.GroupID,
 		Brokers:               w.cfg.Brokers,
-		Dialer:                w.dialer,
+		Dialer:                w.cfg.Dialer(),
 		Topics:                []string{w.cfg.InputTopic},
 		HeartbeatInterval:     w.cfg.HeartbeatInterval,
 		SessionTimeout:        w.cfg.SessionTimeout,
@@ -281,14 +247,12 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Claimed in the UserData of the next JoinGroup, which kafka-go sends after this generation
 	// (and every partition of it) ended: the partitions stay here if the group allows.
 	w.balancer.SetOwned(gen.ID, map[string][]int{w.cfg.InputTopic: ids})
-	if gt, ok := w.dedup.(GenerationTracker); ok {
-		parts := make([]int32, len(ids))
-		for i, id := range ids {
-			parts[i] = int32(id)
-		}
-		slices.Sort(parts)
-		gt.Generation(parts)
+	parts := make([]int32, len(ids))
+	for i, id := range ids {
+		parts[i] = int32(id)
 	}
+	slices.Sort(parts)
+	w.dedup.Generation(parts)
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))
 	w.pendingAssign.Store(int64(len(assigned)))
@@ -324,7 +288,9 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// Returning ends the generation (kafka-go's Generation.Start), so wait for its end even when
 	// no partition was assigned: an early return would make the group rebalance endlessly.
 	<-gctx.Done()
-	stopHeartbeats := w.keepAlive(gen)
+	// kafka-go stopped heartbeating; keep the membership while the partitions are released.
+	stopHeartbeats := kafkaio.Heartbeats(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
+		w.cfg.HeartbeatInterval, w.sample)
 	wg.Wait()
 	c.close()
 	stopHeartbeats()

@@ -4,11 +4,16 @@
 // input partition, or one global filter). It knows nothing of Kafka clients; the consumer package
 // feeds it partitions and record bytes.
 //
+// Files by concern: config.go (Config and its defaults), set.go (the Set: routing and the hot
+// path), assign.go (preparing a partition's state on Assign, giving it up on Revoke), snapshot.go
+// (the snapshot protocol and the interfaces it works through), persist.go (the checkpoint-backed
+// Persister), retain.go, rebuild.go, eventtime.go, and extract.go with jsonpath.go (identity).
+//
 // With a Persister a Set snapshots its filters (persist.go) and re-warms restored ones from the
 // output topic through an OutputLog, so that a partition's state follows it to another replica.
 // Across rebalances it keeps the filters of revoked partitions that may come straight back
 // (retain.go), and rebuilds a filter that has no usable snapshot from the output records of the
-// window through an OutputHistory (rebuild.go).
+// window, read from the OutputLog by time (rebuild.go).
 //
 // # Event time
 //

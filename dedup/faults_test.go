@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/errorfs"
 	"github.com/kdedup/kdedup/metrics"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // faultySet is a Set whose checkpoints go through an errorfs.FS, reporting to real metrics and
@@ -26,7 +27,7 @@ type faultySet struct {
 	log *bytes.Buffer
 }
 
-func newFaultySet(t *testing.T, store checkpoint.Store) faultySet {
+func newFaultySet(t *testing.T, store *checkpoint.Store) faultySet {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	var buf bytes.Buffer
@@ -42,20 +43,20 @@ func newFaultySet(t *testing.T, store checkpoint.Store) faultySet {
 	return faultySet{s, reg, &buf}
 }
 
-// faultyStore is a DirStore keeping keep snapshots per unit, over an errorfs.FS in a fresh
-// directory.
-func faultyStore(t *testing.T, keep int) (*checkpoint.DirStore, *errorfs.FS) {
+// faultyStore is a Store keeping keep snapshots per unit in a fresh directory, over an
+// errorfs.FS.
+func faultyStore(t *testing.T, keep int) (*checkpoint.Store, *errorfs.FS) {
 	t.Helper()
 	efs := errorfs.New(nil)
-	store, err := checkpoint.NewDirStoreFS(efs, filepath.Join(t.TempDir(), "snaps"), keep)
+	b, err := checkpoint.NewDirBackendFS(efs, filepath.Join(t.TempDir(), "snaps"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store, efs
+	return checkpoint.NewStore(b, keep), efs
 }
 
 // assignedSet is a faultySet over store with partition 0 assigned.
-func assignedSet(t *testing.T, store checkpoint.Store) faultySet {
+func assignedSet(t *testing.T, store *checkpoint.Store) faultySet {
 	t.Helper()
 	s := newFaultySet(t, store)
 	if err := s.Assign(context.Background(), 0); err != nil {

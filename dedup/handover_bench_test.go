@@ -33,16 +33,16 @@ var handoverWindow = window.Config{Generations: 8, Interval: 15 * time.Minute, C
 func BenchmarkHandover(b *testing.B) {
 	stores := []struct {
 		name string
-		open func(b *testing.B) checkpoint.Store
+		open func(b *testing.B) *checkpoint.Store
 	}{
-		{"dir", func(b *testing.B) checkpoint.Store {
-			s, err := checkpoint.NewDirStore(b.TempDir(), 2)
+		{"dir", func(b *testing.B) *checkpoint.Store {
+			s, err := checkpoint.Open(context.Background(), "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"moto", func(b *testing.B) checkpoint.Store {
+		{"moto", func(b *testing.B) *checkpoint.Store {
 			m := s3test.StartMoto(b)
 			m.CreateBucket(b, "handover")
 			s, err := checkpoint.Open(context.Background(), "s3://handover/bench", checkpoint.Options{Keep: 2, S3: checkpoint.S3Options{
@@ -60,7 +60,7 @@ func BenchmarkHandover(b *testing.B) {
 	}
 }
 
-func benchHandover(b *testing.B, store checkpoint.Store) {
+func benchHandover(b *testing.B, store *checkpoint.Store) {
 	ctx := context.Background()
 	sizing, err := window.Size(handoverWindow)
 	if err != nil {

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 	"github.com/kdedup/kdedup/window"
 )
 
 // CheckpointPersister is the Persister that keeps snapshots in a checkpoint.Store, in the
-// checkpoint package's file format. It is safe for concurrent use.
+// checkpoint/snapshot file format. It is safe for concurrent use.
 //
 // Policy on restore: the newest usable snapshot wins; a corrupt, truncated or foreign file falls
 // back to the previous one. A snapshot taken with a configuration that changes the filter's layout
@@ -21,12 +22,12 @@ import (
 // the filter layout of an older kdedup (snapshot format v1 to v4), cannot be used: the unit starts
 // cold (and is rebuilt from the output topic where that is possible) and a warning says why.
 type CheckpointPersister struct {
-	store checkpoint.Store
+	store *checkpoint.Store
 	log   *slog.Logger
 }
 
 // NewCheckpointPersister returns a Persister over store. A nil logger means slog.Default().
-func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *CheckpointPersister {
+func NewCheckpointPersister(store *checkpoint.Store, log *slog.Logger) *CheckpointPersister {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -38,8 +39,8 @@ func NewCheckpointPersister(store checkpoint.Store, log *slog.Logger) *Checkpoin
 // rejected. It returns an error only when the store itself fails (for example it cannot list or
 // read the directory).
 func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error) {
-	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h checkpoint.Header, d *checkpoint.Decoder) (*window.Filter, error) {
-		if h.Version < checkpoint.VersionV5 {
+	f, res, err := checkpoint.Load(ctx, p.store, unit, func(h snapshot.Header, d *snapshot.Decoder) (*window.Filter, error) {
+		if h.Version < snapshot.VersionV5 {
 			return nil, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
 				checkpoint.ErrIncompatible, h.Version)
 		}
@@ -92,7 +93,7 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 	snap, err := p.store.Save(ctx, unit, func(w io.Writer) error {
 		return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
 			h := headerFromMeta(m, info)
-			return checkpoint.Encode(w, h, func(dw io.Writer) error {
+			return snapshot.Encode(w, h, func(dw io.Writer) error {
 				if _, err := writeData(dw); err != nil {
 					return err
 				}
@@ -110,8 +111,8 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 	return refOf(snap), nil
 }
 
-func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
-	h := checkpoint.Header{
+func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {
+	h := snapshot.Header{
 		Generations:       m.Generations,
 		Interval:          m.Interval,
 		Capacity:          m.Capacity,
@@ -138,7 +139,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 		Created:           time.Now(),
 	}
 	for _, st := range m.Stages {
-		h.Stages = append(h.Stages, checkpoint.Stage{
+		h.Stages = append(h.Stages, snapshot.Stage{
 			Generation: st.Epoch, Index: st.Index, Groups: st.Groups, K: st.K, FirstBits: st.FirstBits,
 			Sectors: st.Sectors, Words: st.Words, Counts: st.Counts,
 		})
@@ -146,7 +147,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 	}
 	for slot, e := range m.SlotEpochs {
 		if e >= 0 {
-			h.Gens = append(h.Gens, checkpoint.Generation{Number: uint64(e), Start: m.GenerationStart(uint64(e)), Slot: slot})
+			h.Gens = append(h.Gens, snapshot.Generation{Number: uint64(e), Start: m.GenerationStart(uint64(e)), Slot: slot})
 		}
 	}
 	// Newest first, as the format wants.
@@ -161,7 +162,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) checkpoint.Header {
 	return h
 }
 
-func metaFromHeader(h checkpoint.Header) window.Meta {
+func metaFromHeader(h snapshot.Header) window.Meta {
 	m := window.Meta{
 		Generations:       h.Generations,
 		Interval:          h.Interval,

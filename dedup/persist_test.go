@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -21,32 +21,30 @@ import (
 // Restoring one must not fail: the snapshot is rejected as incompatible with a warning that says
 // why, and the unit starts cold.
 func TestOldLayoutSnapshotRefused(t *testing.T) {
-	for _, version := range []uint16{checkpoint.VersionV2, checkpoint.VersionV4} {
+	for _, version := range []uint16{snapshot.VersionV2, snapshot.VersionV4} {
 		ctx := context.Background()
-		store, err := checkpoint.NewDirStore(t.TempDir(), 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+		store, dir := dirStore(t)
 		var logs bytes.Buffer
 		p := NewCheckpointPersister(store, slog.New(slog.NewTextHandler(&logs, nil)))
-		old, err := os.ReadFile(filepath.Join("..", "checkpoint", "testdata", fmt.Sprintf("golden-v%d.snap", version)))
+		old, err := os.ReadFile(filepath.Join("..", "checkpoint", "snapshot", "testdata", fmt.Sprintf("golden-v%d.snap", version)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := checkpoint.DecodeHeader(bytes.NewReader(old))
+		h, err := snapshot.DecodeHeader(bytes.NewReader(old))
 		if err != nil || h.Version != version {
 			t.Fatalf("golden v%d header: version %d, %v", version, h.Version, err)
 		}
-		if err := os.WriteFile(filepath.Join(store.Dir(), h.Unit()+".00000000000000000001.snap"), old, 0o644); err != nil {
+		const unit = "orders.p3"
+		if err := os.WriteFile(filepath.Join(dir, unit+".00000000000000000001.snap"), old, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if infos, err := store.List(ctx, h.Unit()); err != nil || len(infos) != 1 {
-			t.Fatalf("the store lists %d snapshots of %s (%v), want the v%d one", len(infos), h.Unit(), err, version)
+		if infos, err := store.List(ctx, unit); err != nil || len(infos) != 1 {
+			t.Fatalf("the store lists %d snapshots of %s (%v), want the v%d one", len(infos), unit, err, version)
 		}
 		// The configuration the snapshot was taken with: only its layout is refused.
 		cfg := window.Config{Generations: h.Generations, Interval: h.Interval, Capacity: h.Capacity,
 			FalsePositiveRate: h.FalsePositiveRate, Seed: h.Seed, Clock: func() time.Time { return h.Created }}
-		f, r, err := p.Restore(ctx, h.Unit(), cfg)
+		f, r, err := p.Restore(ctx, unit, cfg)
 		if err != nil || f != nil || r.Outcome != "cold" {
 			t.Fatalf("Restore of a v%d snapshot: filter %v, outcome %q, error %v; want a cold start", version, f != nil, r.Outcome, err)
 		}

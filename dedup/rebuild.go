@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync/atomic"
 	"time"
@@ -10,36 +11,9 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// OutputHistory is the output topic read by time: what a Set needs, besides OutputLog, to rebuild
-// the filter of a unit that has no usable snapshot from the output records of the window.
-// consumer.OutputReader implements it; Config.Output must implement it when
-// Config.RebuildMaxRecords is positive. Implementations must be safe for concurrent use.
-type OutputHistory interface {
-	// OffsetsAt returns, for each output partition that can hold records of inputPartition (those
-	// OutputLog.End returns offsets of), the offset of its first record whose timestamp is at or
-	// after t, or its end offset when it has none. On failure it returns an error and no offsets.
-	OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error)
-	// Read is OutputLog.Rewarm bounded above: it reads each output partition q of from, from
-	// offset from[q] up to (not including) to[q] or the partition's end, whichever comes first,
-	// and calls add as Rewarm does, with the record's identity and timestamp. It returns the
-	// number of records passed to add, and an error as Rewarm does.
-	Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
-}
-
-// RebuildObserver is an optional interface of a CheckpointObserver (metrics.Metrics implements it)
-// that hears about rebuilds from the output topic. Its methods are called from the goroutines of
-// Assign and NewSet, several at once, so they must be safe for concurrent use and quick.
-type RebuildObserver interface {
-	// RebuildStarted reports that a unit started rebuilding.
-	RebuildStarted()
-	// RebuildRecords reports n more output records added to a filter being rebuilt.
-	RebuildRecords(n int)
-	// RebuildDone ends what RebuildStarted began: how long the rebuild took, how many output
-	// records of the window it skipped because of Config.RebuildMaxRecords, and how it ended: err
-	// is nil for a complete rebuild, wraps the context's error when the assignment was called off
-	// (the generation ended), and is another error when it failed (the caller of Assign retries).
-	RebuildDone(d time.Duration, skipped int64, err error)
-}
+// rebuilds reports whether a unit without a usable snapshot is rebuilt from the output topic
+// (Config.RebuildMaxRecords) rather than started empty.
+func (s *Set) rebuilds() bool { return s.cfg.RebuildMaxRecords > 0 }
 
 // rebuildProgressEvery is how often a long rebuild logs its progress.
 const rebuildProgressEvery = 10 * time.Second
@@ -50,7 +24,7 @@ const rebuildProgressEvery = 10 * time.Second
 //
 // Each generation gets the records of its own interval. The filter's generation 0 starts at
 // now - N·Interval; for k = 1 … N-1 the records between the output offsets where the interval of
-// generation k starts and where it ends (by record timestamp, OutputHistory.OffsetsAt) are added
+// generation k starts and where it ends (by record timestamp, OutputLog.OffsetsAt) are added
 // after the filter was rotated to generation k, and the filter is then rotated to now. So the
 // rebuilt filter forgets each record when a filter that saw it live would have, and no generation
 // holds more than its interval's records: adding the whole window to the current generation would
@@ -61,7 +35,7 @@ const rebuildProgressEvery = 10 * time.Second
 //
 // Bound: when the window holds more than Config.RebuildMaxRecords output records, only the newest
 // RebuildMaxRecords are read, each output partition giving up its oldest records in proportion.
-// The others are skipped, logged and reported to a RebuildObserver: duplicates of them can pass
+// The others are skipped, logged and reported to the CheckpointObserver: duplicates of them can pass
 // until they would have left the window.
 //
 // Under ClockEvent (ev not nil) the window ends at the stream time the output shows instead of
@@ -74,7 +48,7 @@ const rebuildProgressEvery = 10 * time.Second
 // caller's goroutine; a long rebuild logs its progress every rebuildProgressEvery.
 func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eventClock) (f *window.Filter, end map[int32]int64, err error) {
 	start := time.Now()
-	ro, _ := s.cfg.Observer.(RebuildObserver)
+	ro := s.cfg.Observer
 	var plan rebuildPlan
 	if ro != nil {
 		ro.RebuildStarted()
@@ -108,7 +82,7 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eve
 	switch {
 	case ev != nil:
 		add := s.addFunc(f, ev)
-		_, err = s.history.Read(ctx, plan.bounds[0], plan.end, func(id []byte, ts time.Time) {
+		_, err = s.cfg.Output.Read(ctx, plan.bounds[0], plan.end, func(id []byte, ts time.Time) {
 			add(id, ts)
 			prog.add()
 		})
@@ -139,7 +113,7 @@ const anchorTail = 64
 // output shows it: the newest timestamp among the last anchorTail records of the output
 // partitions that hold the input partition's records, capped at the wall clock plus
 // Config.MaxAhead as a live record is; the wall clock when they hold none. It returns the
-// OutputLog's or OutputHistory's error.
+// OutputLog's error.
 func (s *Set) rebuildAnchor(ctx context.Context, partition int32, ev *eventClock) (time.Time, error) {
 	now := s.now()
 	if ev == nil {
@@ -154,7 +128,7 @@ func (s *Set) rebuildAnchor(ctx context.Context, partition int32, ev *eventClock
 		from[q] = max(e-anchorTail, 0)
 	}
 	var newest time.Time
-	if _, err := s.history.Read(ctx, from, end, func(_ []byte, ts time.Time) {
+	if _, err := s.cfg.Output.Read(ctx, from, end, func(_ []byte, ts time.Time) {
 		if ts.After(newest) {
 			newest = ts
 		}
@@ -184,7 +158,7 @@ func (s *Set) readByGeneration(ctx context.Context, f *window.Filter, plan rebui
 	}
 	for k := 1; k < len(plan.bounds); k++ {
 		f.AdvanceTo(origin.Add(time.Duration(k) * s.cfg.Window.Interval))
-		if _, err := s.history.Read(ctx, plan.bounds[k-1], plan.bounds[k], add); err != nil {
+		if _, err := s.cfg.Output.Read(ctx, plan.bounds[k-1], plan.bounds[k], add); err != nil {
 			return err
 		}
 	}
@@ -208,7 +182,7 @@ func (s *Set) readInOnePass(ctx context.Context, f *window.Filter, plan rebuildP
 		f.TestAndAdd(id)
 		prog.add()
 	}
-	_, err := s.history.Read(ctx, plan.bounds[0], plan.end, add)
+	_, err := s.cfg.Output.Read(ctx, plan.bounds[0], plan.end, add)
 	return err
 }
 
@@ -231,7 +205,7 @@ func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time
 	}
 	p := rebuildPlan{bounds: make([]map[int32]int64, gens), end: end}
 	for k := 1; k < gens; k++ {
-		if p.bounds[k-1], err = s.history.OffsetsAt(ctx, partition, origin.Add(time.Duration(k)*iv)); err != nil {
+		if p.bounds[k-1], err = s.cfg.Output.OffsetsAt(ctx, partition, origin.Add(time.Duration(k)*iv)); err != nil {
 			return rebuildPlan{}, err
 		}
 	}
@@ -290,8 +264,8 @@ func newFilterAt(cfg window.Config, origin time.Time) (*window.Filter, error) {
 // rebuildProgress counts the records of a rebuild, reports them to the observer in batches and
 // logs progress every rebuildProgressEvery. It is used from one goroutine.
 type rebuildProgress struct {
-	log         interface{ Info(string, ...any) }
-	obs         RebuildObserver
+	log         *slog.Logger
+	obs         CheckpointObserver
 	total, done int64
 	unreported  int
 	last        time.Time

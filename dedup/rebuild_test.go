@@ -16,7 +16,7 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// fakeTopic is an output topic in memory: an OutputLog and OutputHistory whose offsets are indexes
+// fakeTopic is an output topic in memory: an OutputLog whose offsets are indexes
 // into each partition's records. Under the global scope (input partition -1) every output
 // partition serves; otherwise the partition with the input partition's number.
 type fakeTopic struct {
@@ -243,11 +243,11 @@ func TestRebuildThenSnapshot(t *testing.T) {
 	}
 }
 
-// TestRebuildNeedsHistory: a rebuild needs an Output that can be read by time.
-func TestRebuildNeedsHistory(t *testing.T) {
-	_, err := NewSet(context.Background(), Config{Window: testWindow(), Output: &fakeOutput{}, RebuildMaxRecords: 10})
-	if err == nil || err.Error() != "dedup: RebuildMaxRecords needs an Output that implements OutputHistory" {
-		t.Errorf("NewSet = %v, want the OutputHistory error", err)
+// TestRebuildNeedsOutput: a rebuild reads the output topic.
+func TestRebuildNeedsOutput(t *testing.T) {
+	_, err := NewSet(context.Background(), Config{Window: testWindow(), RebuildMaxRecords: 10})
+	if err == nil || err.Error() != "dedup: RebuildMaxRecords needs an Output" {
+		t.Errorf("NewSet = %v, want the missing Output error", err)
 	}
 }
 

@@ -99,8 +99,8 @@ func (s *Set) park(partition int32, pt *part) {
 }
 
 // Generation drops the parked filters of the partitions that are not in partitions, the ones the
-// new consumer group generation assigns to this worker. It implements consumer.GenerationTracker:
-// the worker calls it before the generation's Assign calls. It is safe for concurrent use.
+// new consumer group generation assigns to this worker. It is part of consumer.Deduper: the
+// worker calls it before the generation's Assign calls. It is safe for concurrent use.
 func (s *Set) Generation(partitions []int32) {
 	keep := make(map[int32]bool, len(partitions))
 	for _, p := range partitions {
@@ -164,7 +164,7 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 			s.cfg.Observer.Rewarmed(n)
 		}
 	}
-	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.history != nil) {
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
 		s.cfg.Observer.Restored(checkpoint.OutcomeRetained, time.Since(start))
 	}
 	s.cfg.Logger.Info("state restored", "unit", unit, "outcome", checkpoint.OutcomeRetained, "snapshot", lin.snap.Name,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"sync"
@@ -15,38 +14,33 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// countingStore counts the calls of a checkpoint.Store.
-type countingStore struct {
-	checkpoint.Store
-	mu                  sync.Mutex
-	opens, lists, saves int
+// countingBackend counts the reads and listings of a checkpoint.Backend.
+type countingBackend struct {
+	checkpoint.Backend
+	mu           sync.Mutex
+	opens, lists int
 }
 
-func (c *countingStore) count(n *int) {
+func (c *countingBackend) count(n *int) {
 	c.mu.Lock()
 	*n++
 	c.mu.Unlock()
 }
 
-func (c *countingStore) Open(ctx context.Context, snap checkpoint.Info) (io.ReadCloser, error) {
+func (c *countingBackend) Open(ctx context.Context, name string) (checkpoint.ObjectReader, error) {
 	c.count(&c.opens)
-	return c.Store.Open(ctx, snap)
+	return c.Backend.Open(ctx, name)
 }
 
-func (c *countingStore) List(ctx context.Context, unit string) ([]checkpoint.Info, error) {
+func (c *countingBackend) List(ctx context.Context, prefix string) ([]checkpoint.Object, error) {
 	c.count(&c.lists)
-	return c.Store.List(ctx, unit)
+	return c.Backend.List(ctx, prefix)
 }
 
-func (c *countingStore) Save(ctx context.Context, unit string, write func(io.Writer) error) (checkpoint.Info, error) {
-	c.count(&c.saves)
-	return c.Store.Save(ctx, unit, write)
-}
-
-func (c *countingStore) counts() (opens, lists, saves int) {
+func (c *countingBackend) counts() (opens, lists int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.opens, c.lists, c.saves
+	return c.opens, c.lists
 }
 
 // faultyPersister wraps a Persister: its Save can fail before or after the snapshot became visible,
@@ -134,10 +128,10 @@ func (o *recordingObserver) outcomes() map[checkpoint.Outcome]int {
 	return maps.Clone(o.restores)
 }
 
-// retainEnv is a Set over a counted directory store and a fake output topic whose partitions all
+// retainEnv is a Set over a directory store with counted reads and a fake output topic whose partitions all
 // end at end; rewarms records where each Rewarm started.
 type retainEnv struct {
-	store   *countingStore
+	store   *countingBackend
 	persist *faultyPersister
 	out     *fakeOutput
 	obs     *recordingObserver
@@ -146,12 +140,12 @@ type retainEnv struct {
 
 func newRetainEnv(t *testing.T) *retainEnv {
 	t.Helper()
-	dir, err := checkpoint.NewDirStore(t.TempDir(), 3)
+	dir, err := checkpoint.NewDirBackend(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &retainEnv{store: &countingStore{Store: dir}, obs: &recordingObserver{}}
-	e.persist = &faultyPersister{Persister: NewCheckpointPersister(e.store, slog.New(slog.DiscardHandler))}
+	e := &retainEnv{store: &countingBackend{Backend: dir}, obs: &recordingObserver{}}
+	e.persist = &faultyPersister{Persister: NewCheckpointPersister(checkpoint.NewStore(e.store, 3), slog.New(slog.DiscardHandler))}
 	e.out = &fakeOutput{end: 100, rewarm: func(from map[int32]int64, _ func([]byte, time.Time)) {
 		e.rewarms = append(e.rewarms, maps.Clone(from))
 	}}
@@ -197,11 +191,11 @@ func TestRetainedPartitionIsNotDownloaded(t *testing.T) {
 		t.Fatalf("%d filters parked after Revoke, want 1", s.Parked())
 	}
 	s.Generation([]int32{3})
-	opens, lists, _ := e.store.counts()
+	opens, lists := e.store.counts()
 	if err := s.Assign(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	opens2, lists2, _ := e.store.counts()
+	opens2, lists2 := e.store.counts()
 	if opens2 != opens || lists2 != lists+1 {
 		t.Errorf("assigning the retained partition opened %d snapshots and listed %d times; want 0 and 1", opens2-opens, lists2-lists)
 	}
@@ -236,11 +230,11 @@ func TestParkedFilterDroppedWhenNotReassigned(t *testing.T) {
 	if s.Parked() != 1 {
 		t.Fatalf("%d filters parked, want only partition 2's", s.Parked())
 	}
-	opens, _, _ := e.store.counts()
+	opens, _ := e.store.counts()
 	if err := s.Assign(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if o, _, _ := e.store.counts(); o != opens+1 {
+	if o, _ := e.store.counts(); o != opens+1 {
 		t.Errorf("partition 1 opened %d snapshots, want 1 (loaded from the store)", o-opens)
 	}
 	seeAll(t, s, 1, "id", 10, true)
@@ -280,11 +274,11 @@ func TestPartitionMovedAwayAndBack(t *testing.T) {
 	if err := b.Revoke(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	opens, _, _ := e.store.counts()
+	opens, _ := e.store.counts()
 	if err := a.Assign(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if o, _, _ := e.store.counts(); o != opens+1 {
+	if o, _ := e.store.counts(); o != opens+1 {
 		t.Errorf("A opened %d snapshots, want 1: B's newer snapshot", o-opens)
 	}
 	seeAll(t, a, 0, "b", 100, true)
@@ -339,7 +333,7 @@ func TestParkedFilterAfterFailedSave(t *testing.T) {
 			}
 			e.rewarms = nil
 			s.Generation([]int32{0})
-			opens, _, _ := e.store.counts()
+			opens, _ := e.store.counts()
 			err = s.Assign(ctx, 0)
 			if tc.wantErr {
 				if err == nil || s.Parked() != 1 {
@@ -355,7 +349,7 @@ func TestParkedFilterAfterFailedSave(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o, _, _ := e.store.counts()
+			o, _ := e.store.counts()
 			if reused := o == opens; reused != tc.wantReuse {
 				t.Errorf("kept filter reused: %v (%d snapshots opened), want %v", reused, o-opens, tc.wantReuse)
 			}

@@ -106,12 +106,20 @@ func TestUnassignedPasses(t *testing.T) {
 	}
 }
 
-func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.DirStore) {
+// dirStore returns a Store keeping 3 snapshots per unit in a fresh directory, and the directory.
+func dirStore(t testing.TB) (*checkpoint.Store, string) {
 	t.Helper()
-	store, err := checkpoint.NewDirStore(t.TempDir(), 3)
+	dir := t.TempDir()
+	store, err := checkpoint.Open(context.Background(), "file://"+dir, checkpoint.Options{Keep: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store, dir
+}
+
+func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.Store) {
+	t.Helper()
+	store, _ := dirStore(t)
 	return NewCheckpointPersister(store, slog.New(slog.DiscardHandler)), store
 }
 
@@ -130,8 +138,8 @@ func (f failingPersister) Newest(context.Context, string) (SnapshotRef, error) {
 	return SnapshotRef{}, nil
 }
 
-// fakeOutput is an OutputLog whose partitions all end at end and whose Rewarm calls rewarm once
-// and reports one record.
+// fakeOutput is an OutputLog whose partitions all end at end, and whose reads (Rewarm, Read) call
+// rewarm once and report one record.
 type fakeOutput struct {
 	end    int64
 	rewarm func(from map[int32]int64, add func([]byte, time.Time))
@@ -144,6 +152,14 @@ func (o *fakeOutput) End(_ context.Context, in int32) (map[int32]int64, error) {
 func (o *fakeOutput) Rewarm(_ context.Context, from map[int32]int64, add func([]byte, time.Time)) (int, error) {
 	o.rewarm(from, add)
 	return 1, nil
+}
+
+func (o *fakeOutput) OffsetsAt(ctx context.Context, in int32, _ time.Time) (map[int32]int64, error) {
+	return o.End(ctx, in)
+}
+
+func (o *fakeOutput) Read(ctx context.Context, from, _ map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	return o.Rewarm(ctx, from, add)
 }
 
 // TestStateFollowsPartition revokes a partition from one Set and assigns it to another sharing
@@ -278,7 +294,8 @@ func TestSnapshotWaitsForAcks(t *testing.T) {
 // then changes the configuration (cold start).
 func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 	ctx := context.Background()
-	p, store := dirPersister(t)
+	store, dir := dirStore(t)
+	p := NewCheckpointPersister(store, slog.New(slog.DiscardHandler))
 	cfg := Config{Window: testWindow(), Persister: p}
 	s, err := NewSet(ctx, cfg)
 	if err != nil {
@@ -296,7 +313,7 @@ func TestRestoreFallsBackAndStartsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	infos, _ := store.List(ctx, s.Unit(0))
-	newest := filepath.Join(store.Dir(), infos[0].Name)
+	newest := filepath.Join(dir, infos[0].Name)
 	data, err := os.ReadFile(newest)
 	if err != nil {
 		t.Fatal(err)

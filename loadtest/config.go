@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go/sasl"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // Kind classifies a generated record.
@@ -159,12 +158,9 @@ func (f Field) String() string {
 
 // Config configures a Run. Fields documented "default X" take X when zero.
 type Config struct {
-	// Brokers are the bootstrap brokers (host:port). Required.
-	Brokers []string
-	// TLS, when not nil, is used for every broker connection.
-	TLS *tls.Config
-	// SASL, when not nil, authenticates every broker connection.
-	SASL sasl.Mechanism
+	// Conn is the cluster: brokers (required), TLS and SASL. Its client ID defaults to
+	// "kdedup-loadtest".
+	kafkaio.Conn
 	// InputTopic receives the generated records; it must exist. Required.
 	InputTopic string
 	// OutputTopic is read and verified; it must exist. Required.

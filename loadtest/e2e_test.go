@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -86,7 +87,7 @@ func runPipeline(t *testing.T, cfg Config, keep func(int, []byte, []byte, []kafk
 	pipeCtx, stopPipe := context.WithCancel(ctx)
 	pipeErr := make(chan error, 1)
 	go func() {
-		pipeErr <- Pipe(pipeCtx, PipeConfig{Brokers: cl.Addrs(), InputTopic: "lt-in", OutputTopic: "lt-out", FromEarliest: true, Keep: keep})
+		pipeErr <- Pipe(pipeCtx, PipeConfig{Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "lt-in", OutputTopic: "lt-out", FromEarliest: true, Keep: keep})
 	}()
 	cfg.Brokers, cfg.InputTopic, cfg.OutputTopic = cl.Addrs(), "lt-in", "lt-out"
 	cfg.Timeout = 45 * time.Second

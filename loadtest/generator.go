@@ -38,14 +38,6 @@ type sentRec struct {
 	late   bool // Kafka timestamp LateAge before the creation time (Config.Late)
 }
 
-// rawRec is one record waiting to be produced. It is kept raw so that a failed produce request
-// can be retried (kafka.Record readers are consumed by an attempt).
-type rawRec struct {
-	key, value []byte
-	headers    []kafka.Header
-	time       time.Time
-}
-
 // pendingDup is a planned duplicate waiting for its due time.
 type pendingDup struct {
 	due int64 // nanoseconds since start
@@ -76,7 +68,7 @@ func (h *dupHeap) Pop() any {
 // creation order per partition, with one request in flight per partition.
 type generator struct {
 	cfg        Config
-	client     *kafka.Client
+	producer   *kafkaio.Producer
 	partitions int
 	start      time.Time
 	plan       *planner
@@ -94,16 +86,15 @@ type generator struct {
 	filler     []byte
 	jsonPrefix []byte // {"a":{"b":"
 	jsonSuffix []byte // "}}
-	bufs       [][]rawRec
+	bufs       [][]kafka.Message
 	bufBytes   []int
 	oldest     time.Time // creation time of the oldest buffered record
-	chans      []chan []rawRec
+	chans      []chan []kafka.Message
 }
 
 func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.Time) *generator {
 	g := &generator{
 		cfg:        cfg,
-		client:     client,
 		partitions: partitions,
 		start:      start,
 		plan:       newPlanner(cfg, partitions),
@@ -111,10 +102,11 @@ func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.T
 		ids:        newIDMaker(cfg.RunID),
 		runID:      []byte(cfg.RunID),
 		log:        make([]sentRec, 0, cfg.Count+partitions),
-		bufs:       make([][]rawRec, partitions),
+		bufs:       make([][]kafka.Message, partitions),
 		bufBytes:   make([]int, partitions),
-		chans:      make([]chan []rawRec, partitions),
+		chans:      make([]chan []kafka.Message, partitions),
 	}
+	g.producer = newProducer(client, generatorErrors{g})
 	g.filler = []byte(strings.Repeat("x", cfg.ValueSize))
 	if cfg.Field.Kind == FieldJSON {
 		var b strings.Builder
@@ -132,39 +124,39 @@ func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.T
 }
 
 // buildRecord builds the record of send log entry s with sequence number seq.
-func (g *generator) buildRecord(seq int, s sentRec) rawRec {
+func (g *generator) buildRecord(seq int, s sentRec) kafka.Message {
 	t := g.start.Add(time.Duration(s.at))
-	r := rawRec{time: t}
+	r := kafka.Message{Time: t}
 	if s.late {
-		r.time = t.Add(-LateAge)
+		r.Time = t.Add(-LateAge)
 	}
-	r.headers = make([]kafka.Header, 3, 4)
-	r.headers[0] = kafka.Header{Key: HeaderRun, Value: g.runID}
-	r.headers[1] = kafka.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
-	r.headers[2] = kafka.Header{Key: HeaderSent, Value: strconv.AppendInt(nil, t.UnixNano(), 10)}
+	r.Headers = make([]kafka.Header, 3, 4)
+	r.Headers[0] = kafka.Header{Key: HeaderRun, Value: g.runID}
+	r.Headers[1] = kafka.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
+	r.Headers[2] = kafka.Header{Key: HeaderSent, Value: strconv.AppendInt(nil, t.UnixNano(), 10)}
 	if s.kind == KindMarker {
 		// No key, no value, no id header: the worker cannot extract an identity and passes it.
-		r.headers = append(r.headers, kafka.Header{Key: HeaderEnd, Value: []byte("1")})
+		r.Headers = append(r.Headers, kafka.Header{Key: HeaderEnd, Value: []byte("1")})
 		return r
 	}
 	f := g.cfg.Field
 	if f.Kind == FieldKey {
-		r.key = g.ids.key(make([]byte, 0, max(16, g.cfg.KeySize)), s.ord, g.cfg.KeySize)
+		r.Key = g.ids.key(make([]byte, 0, max(16, g.cfg.KeySize)), s.ord, g.cfg.KeySize)
 	} else {
-		r.key = entityKey(make([]byte, 0, max(12, g.cfg.KeySize)), s.entity, g.cfg.KeySize)
+		r.Key = entityKey(make([]byte, 0, max(12, g.cfg.KeySize)), s.entity, g.cfg.KeySize)
 	}
 	switch f.Kind {
 	case FieldKey:
-		r.value = g.filler
+		r.Value = g.filler
 	case FieldHeader:
-		r.value = g.filler
-		r.headers = append(r.headers, kafka.Header{Key: f.Name, Value: g.ids.id(make([]byte, 0, 16), s.ord)})
+		r.Value = g.filler
+		r.Headers = append(r.Headers, kafka.Header{Key: f.Name, Value: g.ids.id(make([]byte, 0, 16), s.ord)})
 	case FieldValue:
 		v := g.ids.id(make([]byte, 0, max(16, g.cfg.ValueSize)), s.ord)
 		for len(v) < g.cfg.ValueSize {
 			v = append(v, '.')
 		}
-		r.value = v
+		r.Value = v
 	case FieldJSON:
 		const padOpen, padClose = `,"lt_pad":"`, `"}`
 		base := len(g.jsonPrefix) + 16 + len(g.jsonSuffix) - 1 + len(padOpen) + len(padClose)
@@ -177,7 +169,7 @@ func (g *generator) buildRecord(seq int, s sentRec) rawRec {
 			v = append(v, 'x')
 		}
 		v = append(v, padClose...)
-		r.value = v
+		r.Value = v
 	}
 	return r
 }
@@ -189,7 +181,7 @@ func (g *generator) run(ctx context.Context) error {
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	for p := range g.partitions {
-		ch := make(chan []rawRec, 8)
+		ch := make(chan []kafka.Message, 8)
 		g.chans[p] = ch
 		wg.Add(1)
 		go func() {
@@ -293,8 +285,8 @@ func (g *generator) emit(ctx context.Context, s sentRec) error {
 	}
 	r := g.buildRecord(seq, s)
 	g.bufs[p] = append(g.bufs[p], r)
-	g.bufBytes[p] += len(r.key) + len(r.value) + 96
-	// Brokers cap the size of a request (1MiB by default): stay well below.
+	g.bufBytes[p] += len(r.Key) + len(r.Value) + 96
+	// The producer splits requests; this bounds the memory a partition's queue holds.
 	if len(g.bufs[p]) >= g.cfg.ProduceBatch || g.bufBytes[p] >= 512<<10 {
 		return g.flush(ctx, int(p))
 	}
@@ -310,7 +302,7 @@ func (g *generator) flush(ctx context.Context, p int) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	g.bufs[p] = make([]rawRec, 0, g.cfg.ProduceBatch)
+	g.bufs[p] = make([]kafka.Message, 0, g.cfg.ProduceBatch)
 	g.bufBytes[p] = 0
 	return nil
 }
@@ -339,53 +331,34 @@ func (g *generator) wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// produce sends the batches of partition p in order, one request at a time, with acks=all,
-// retrying a failed request up to 10 times.
-func (g *generator) produce(ctx context.Context, p int, ch <-chan []rawRec) error {
-	var recs []kafka.Record
+// produce sends the batches of partition p in order, one at a time (see newProducer).
+func (g *generator) produce(ctx context.Context, p int, ch <-chan []kafka.Message) error {
 	for batch := range ch {
-		if err := produceBatch(ctx, g.client, g.cfg.InputTopic, p, batch, &recs, func() { g.errors.Add(1) }); err != nil {
-			return err
+		if err := g.producer.Produce(ctx, g.cfg.InputTopic, p, batch); err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("loadtest: %w", err)
 		}
 		g.acked.Add(int64(len(batch)))
 	}
 	return nil
 }
 
-// produceBatch produces batch to topic/partition in one request with acks=all, retrying a failed
-// request up to 10 times under kafkaio.Backoff (50ms to 2s apart); failed (if not nil) is called
-// after each failed attempt. recs is reused scratch space. It returns the cause of ctx when ctx
-// ends first.
-func produceBatch(ctx context.Context, client *kafka.Client, topic string, p int, batch []rawRec, recs *[]kafka.Record, failed func()) error {
-	err := kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}.Retry(ctx, 10, func(int) error {
-		*recs = (*recs)[:0]
-		for _, r := range batch {
-			kr := kafka.Record{Time: r.time, Headers: r.headers}
-			if r.key != nil {
-				kr.Key = kafka.NewBytes(r.key)
-			}
-			if r.value != nil {
-				kr.Value = kafka.NewBytes(r.value)
-			}
-			*recs = append(*recs, kr)
-		}
-		res, err := client.Produce(ctx, &kafka.ProduceRequest{
-			Topic: topic, Partition: p, RequiredAcks: kafka.RequireAll,
-			Records: kafka.NewRecordReader(*recs...),
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err != nil && failed != nil {
-			failed()
-		}
-		return err
+// newProducer returns the loadtest's producer: acks=all, without idempotence (the verifier
+// counts what a retry duplicates), a failed request tried up to 10 times, 50ms to 2s apart. obs,
+// if not nil, hears about failed attempts.
+func newProducer(client *kafka.Client, obs kafkaio.ProduceObserver) *kafkaio.Producer {
+	return kafkaio.NewProducer(client, kafkaio.ProducerConfig{
+		Backoff:  kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
+		Attempts: 10,
+		Observer: obs,
 	})
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	}
-	return fmt.Errorf("loadtest: produce to %s/%d: %w", topic, p, err)
 }
+
+// generatorErrors counts the generator's failed produce attempts.
+type generatorErrors struct{ g *generator }
+
+func (e generatorErrors) ProduceError()      { e.g.errors.Add(1) }
+func (generatorErrors) ProducerReset(string) {}
+func (generatorErrors) UncertainRetry()      {}

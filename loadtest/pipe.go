@@ -1,9 +1,7 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,14 +9,12 @@ import (
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 )
 
 // PipeConfig configures Pipe.
 type PipeConfig struct {
-	Brokers     []string
-	TLS         *tls.Config
-	SASL        sasl.Mechanism
+	// Conn is the cluster: brokers (required), TLS and SASL.
+	kafkaio.Conn
 	InputTopic  string
 	OutputTopic string
 	// FromEarliest starts at the beginning of the input partitions instead of their end.
@@ -35,8 +31,8 @@ type PipeConfig struct {
 // same number of partitions. It returns an error when the topics cannot be looked up or a produce
 // request fails 10 times in a row.
 func Pipe(ctx context.Context, cfg PipeConfig) error {
-	client := newClient(Config{Brokers: cfg.Brokers, TLS: cfg.TLS, SASL: cfg.SASL})
-	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
+	client := newClient(cfg.Conn)
+	defer kafkaio.CloseIdle(client)
 	counts, err := kafkaio.PartitionCounts(ctx, client, cfg.InputTopic, cfg.OutputTopic)
 	if err != nil {
 		return err
@@ -53,6 +49,7 @@ func Pipe(ctx context.Context, cfg PipeConfig) error {
 	if cfg.FromEarliest {
 		starts = first
 	}
+	producer := newProducer(client, nil)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
@@ -60,7 +57,7 @@ func Pipe(ctx context.Context, cfg PipeConfig) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := pipePartition(ctx, client, cfg, p, starts[p]); err != nil {
+			if err := pipePartition(ctx, client, producer, cfg, p, starts[p]); err != nil {
 				cancel(err)
 			}
 		}()
@@ -74,9 +71,8 @@ func Pipe(ctx context.Context, cfg PipeConfig) error {
 
 // pipePartition copies partition p from offset on until ctx ends (then it returns nil), producing
 // what each fetch returned before the next fetch.
-func pipePartition(ctx context.Context, client *kafka.Client, cfg PipeConfig, p int, offset int64) error {
-	var recs []kafka.Record
-	var batch []rawRec
+func pipePartition(ctx context.Context, client *kafka.Client, producer *kafkaio.Producer, cfg PipeConfig, p int, offset int64) error {
+	var batch []kafka.Message
 	err := kafkaio.Read(ctx, client, kafkaio.Range{
 		Topic: cfg.InputTopic, Partition: p, Start: offset, End: -1, Backoff: kafkaio.Backoff{Max: time.Second},
 	}, func(fetched []kafkaio.Record) error {
@@ -85,24 +81,12 @@ func pipePartition(ctx context.Context, client *kafka.Client, cfg PipeConfig, p 
 			if cfg.Keep != nil && !cfg.Keep(p, r.Key, r.Value, r.Headers) {
 				continue
 			}
-			batch = append(batch, rawRec{key: bytes.Clone(r.Key), value: bytes.Clone(r.Value), headers: r.Headers, time: r.Time})
+			// The records stay valid until this function returns, and Produce is done with them then.
+			batch = append(batch, kafka.Message{Key: r.Key, Value: r.Value, Headers: r.Headers, Time: r.Time})
 		}
-		// Produce in requests of at most 1000 records and about 512KiB (brokers cap requests).
-		for len(batch) > 0 {
-			n, size := 0, 0
-			for n < len(batch) && n < 1000 && (n == 0 || size < 512<<10) {
-				size += len(batch[n].key) + len(batch[n].value) + 64
-				for _, h := range batch[n].headers {
-					size += len(h.Key) + len(h.Value)
-				}
-				n++
-			}
-			if err := produceBatch(ctx, client, cfg.OutputTopic, p, batch[:n], &recs, nil); err != nil {
-				return err
-			}
-			batch = batch[n:]
-		}
-		return nil
+		err := producer.Produce(ctx, cfg.OutputTopic, p, batch)
+		clear(batch)
+		return err
 	})
 	if ctx.Err() != nil {
 		return nil

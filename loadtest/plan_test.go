@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
 func testConfig() Config {
 	return Config{
-		Brokers: []string{"127.0.0.1:1"}, InputTopic: "in", OutputTopic: "out",
+		Conn: kafkaio.Conn{Brokers: []string{"127.0.0.1:1"}}, InputTopic: "in", OutputTopic: "out",
 		Count: 20000, Entities: 500, DupRatio: 0.3,
 		Mix:         Mix{Immediate: 1, Within: 2, Beyond: 1, Cross: 1},
 		Field:       Field{Kind: FieldHeader, Name: "event-id"},
@@ -205,8 +206,8 @@ func checkLateRecords(t *testing.T, cfg Config, plan []planned, late int) {
 		if o.late {
 			wantTime = created.Add(-LateAge)
 		}
-		if !r.time.Equal(wantTime) || string(r.headers[2].Value) != strconv.FormatInt(created.UnixNano(), 10) {
-			t.Fatalf("event %d (late %v): timestamp %v, lt-sent %s; want %v and %d", o.ord, o.late, r.time, r.headers[2].Value, wantTime, created.UnixNano())
+		if !r.Time.Equal(wantTime) || string(r.Headers[2].Value) != strconv.FormatInt(created.UnixNano(), 10) {
+			t.Fatalf("event %d (late %v): timestamp %v, lt-sent %s; want %v and %d", o.ord, o.late, r.Time, r.Headers[2].Value, wantTime, created.UnixNano())
 		}
 		out[o.part] = append(out[o.part], Obs{Seq: int64(len(sent)), At: s.at + int64(time.Millisecond)})
 		sent = append(sent, s)
@@ -272,7 +273,7 @@ func TestRecordsCarryTheIdentity(t *testing.T) {
 				{at: 3000, ord: 123456, entity: 499, part: 2, kind: KindCross},
 			} {
 				r := g.buildRecord(seq, s)
-				id, ok := ks.Extract(r.key, r.value, headerIter(r.headers))
+				id, ok := ks.Extract(r.Key, r.Value, headerIter(r.Headers))
 				want := g.ids.id(nil, s.ord)
 				switch f.Kind {
 				case FieldKey: // the whole key is the identity: the id, padded
@@ -283,14 +284,14 @@ func TestRecordsCarryTheIdentity(t *testing.T) {
 				if !ok || !bytes.Equal(id, want) {
 					t.Fatalf("extracted %q (ok %v), want %q", id, ok, want)
 				}
-				if len(r.key) != 24 || len(r.value) != 120 {
-					t.Errorf("key %d bytes, value %d bytes; want 24 and 120", len(r.key), len(r.value))
+				if len(r.Key) != 24 || len(r.Value) != 120 {
+					t.Errorf("key %d bytes, value %d bytes; want 24 and 120", len(r.Key), len(r.Value))
 				}
-				if f.Kind == FieldJSON && !json.Valid(r.value) {
-					t.Errorf("value is not JSON: %s", r.value)
+				if f.Kind == FieldJSON && !json.Valid(r.Value) {
+					t.Errorf("value is not JSON: %s", r.Value)
 				}
 				hdr := map[string]string{}
-				for _, h := range r.headers {
+				for _, h := range r.Headers {
 					hdr[h.Key] = string(h.Value)
 				}
 				if hdr[HeaderRun] != cfg.RunID || hdr[HeaderSeq] != strconv.Itoa(seq) ||
@@ -299,7 +300,7 @@ func TestRecordsCarryTheIdentity(t *testing.T) {
 				}
 			}
 			m := g.buildRecord(9, sentRec{part: 3, kind: KindMarker})
-			if _, ok := ks.Extract(m.key, m.value, headerIter(m.headers)); ok {
+			if _, ok := ks.Extract(m.Key, m.Value, headerIter(m.Headers)); ok {
 				t.Error("the end marker has an identity")
 			}
 		})
@@ -327,9 +328,9 @@ func TestGeneratorSchedule(t *testing.T) {
 			const parts = 3
 			g := newGenerator(cfg, nil, parts, time.Now())
 			var wg sync.WaitGroup
-			got := make([][]rawRec, parts)
+			got := make([][]kafka.Message, parts)
 			for p := range parts {
-				g.chans[p] = make(chan []rawRec, 1)
+				g.chans[p] = make(chan []kafka.Message, 1)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -391,13 +392,13 @@ func TestGeneratorSchedule(t *testing.T) {
 			for p, recs := range got {
 				last := int64(-1)
 				for i, r := range recs {
-					seq, _ := strconv.ParseInt(string(r.headers[1].Value), 10, 64)
+					seq, _ := strconv.ParseInt(string(r.Headers[1].Value), 10, 64)
 					if seq <= last || g.log[seq].part != int32(p) {
 						t.Fatalf("partition %d record %d has seq %d after %d", p, i, seq, last)
 					}
 					last = seq
 				}
-				if n := len(recs); n == 0 || string(recs[n-1].headers[len(recs[n-1].headers)-1].Key) != HeaderEnd {
+				if n := len(recs); n == 0 || string(recs[n-1].Headers[len(recs[n-1].Headers)-1].Key) != HeaderEnd {
 					t.Fatalf("partition %d does not end with its marker", p)
 				}
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,17 +13,13 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// newClient returns a kafka-go client for cfg's brokers, TLS and SASL settings.
-func newClient(cfg Config) *kafka.Client {
-	tr := &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		DialTimeout: 5 * time.Second,
-		MetadataTTL: 2 * time.Second,
-		ClientID:    "kdedup-loadtest",
-		TLS:         cfg.TLS,
-		SASL:        cfg.SASL,
+// newClient returns a kafka-go client of conn whose requests time out after 30s; its client ID
+// defaults to "kdedup-loadtest".
+func newClient(conn kafkaio.Conn) *kafka.Client {
+	if conn.ClientID == "" {
+		conn.ClientID = "kdedup-loadtest"
 	}
-	return &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: 30 * time.Second}
+	return conn.Client(30 * time.Second)
 }
 
 // endOffsets returns the high watermark of partitions 0..n-1 of topic.
@@ -50,8 +45,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.RunID == "" {
 		cfg.RunID = strconv.FormatUint(cfg.Seed, 36) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	client := newClient(cfg)
-	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
+	client := newClient(cfg.Conn)
+	defer kafkaio.CloseIdle(client)
 
 	runCtx := ctx
 	var cancelRun context.CancelFunc = func() {}

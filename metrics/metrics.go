@@ -2,10 +2,10 @@
 //
 // New builds every metric of the kdedup metric contract on a registry that the
 // caller passes in (never the global default registry). The returned *Metrics
-// implements the method set of consumer.Observer without importing the consumer
-// package, plus consumer.ReadyObserver, consumer.ProducerObserver and
-// consumer.ReleaseObserver, hooks for checkpoint events, rebuilds from the
-// output topic (dedup.RebuildObserver) and the sliding-window filter statistics.
+// implements the method set of consumer.Observer (readiness, releases and the
+// producer's resets and uncertain retries included) without importing the
+// consumer package, plus hooks for checkpoint events and rebuilds from the
+// output topic (dedup.CheckpointObserver) and the sliding-window filter statistics.
 //
 // The hot-path methods (Consumed, Produced, Duplicates, Unkeyed, Lag, Latency,
 // ProduceError, CommitError) do not allocate once a partition has been seen:
@@ -83,7 +83,7 @@ type Options struct {
 	SkipRuntimeCollectors bool
 
 	// ProducerResetReasons are the values of the reason label of
-	// kdedup_producer_resets_total (cmd/kdedup passes consumer.ResetReasons()).
+	// kdedup_producer_resets_total (internal/app passes consumer.ResetReasons()).
 	// Any other reason is counted as "other". Default: none, so every reset
 	// is counted as "other".
 	ProducerResetReasons []string
@@ -574,7 +574,7 @@ func (m *Metrics) RebuildDone(d time.Duration, skipped int64, err error) {
 	}
 }
 
-// Released observes how long the release of one revoked partition took (consumer.ReleaseObserver).
+// Released observes how long the release of one revoked partition took (consumer.Observer).
 // It is safe for concurrent use.
 func (m *Metrics) Released(d time.Duration) { m.releaseDuration.Observe(max(d, 0).Seconds()) }
 

@@ -41,7 +41,7 @@ type observer interface {
 
 var _ observer = (*Metrics)(nil)
 
-// producerObserver mirrors consumer.ProducerObserver.
+// producerObserver mirrors the producer methods of consumer.Observer.
 type producerObserver interface {
 	ProducerReset(reason string)
 	UncertainRetry()
@@ -51,7 +51,7 @@ var _ producerObserver = (*Metrics)(nil)
 
 var fixedNow = time.Unix(1_700_000_000, 0)
 
-// testResetReasons stand in for consumer.ResetReasons(), which cmd/kdedup passes.
+// testResetReasons stand in for consumer.ResetReasons(), which internal/app passes.
 var testResetReasons = []string{"out_of_order_sequence", "unknown_producer_id"}
 
 func newTest(t testing.TB, opts Options) (*Metrics, *prometheus.Registry) {

@@ -1,7 +1,7 @@
 // Package errorfs wraps a checkpoint.FS and fails the operations a test chooses, in the manner of
 // pebble's vfs/errorfs: a write that runs out of space half-way, an fsync, a rename or a directory
-// fsync that fails, a read that hits an I/O error. Tests use it to prove what a checkpoint.DirStore,
-// and what is built on it, does when the disk fails.
+// fsync that fails, a read that hits an I/O error. Tests use it to prove what a checkpoint.Store
+// over a checkpoint.DirBackend, and what is built on it, does when the disk fails.
 package errorfs
 
 import (

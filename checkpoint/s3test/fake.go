@@ -1,22 +1,18 @@
-// Package s3test provides S3-compatible servers for tests: Fake, a small
-// in-process server (httptest) with fault injection, and StartMoto, which
-// runs a separate moto_server process. Both speak path-style S3 over plain
-// HTTP on 127.0.0.1 and accept any credentials.
+// Package s3test provides S3-compatible servers for tests: Fake, gofakes3's in-process server
+// (httptest) behind a fault-injection handler, and StartMoto, which runs a separate moto_server
+// process. Both speak path-style S3 over plain HTTP on 127.0.0.1 and accept any credentials.
 //
-// StartMoto reads KDEDUP_REQUIRE_MOTO: when it is "1" (as in CI) a missing
-// moto_server fails the test instead of skipping it.
+// StartMoto reads KDEDUP_REQUIRE_MOTO: when it is "1" (as in CI) a missing moto_server fails the
+// test instead of skipping it.
 package s3test
 
 import (
 	"bytes"
-	"crypto/md5"
-	"encoding/base64"
-	"encoding/binary"
-	"encoding/hex"
+	"cmp"
 	"encoding/xml"
 	"fmt"
-	"hash/crc32"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -24,12 +20,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
 
-// Op names one S3 operation the Fake serves.
+// Op names one S3 operation, as the Fake classifies requests for its faults and counters.
 type Op string
 
-// The operations the Fake serves.
+// The operations the Fake tells apart.
 const (
 	CreateBucket            Op = "CreateBucket"
 	HeadBucket              Op = "HeadBucket"
@@ -47,57 +46,62 @@ const (
 
 // Fault changes how the Fake answers requests of one operation.
 type Fault struct {
-	// Status, when not 0, answers with this HTTP status and an S3 error
-	// document (code Code, default "InternalError") instead of serving the
-	// request. A request body is read (and dropped) first.
+	// Status, when not 0, answers with this HTTP status and an S3 error document (code Code,
+	// default "InternalError") instead of serving the request. A request body is read (and
+	// dropped) first.
 	Status int
 	Code   string
-	// Delay holds the request this long (or until the client gives up)
-	// before it is served or failed.
+	// Delay holds the request this long (or until the client gives up) before it is served or
+	// failed.
 	Delay time.Duration
-	// Truncate, for GetObject, announces the object's full length but sends
-	// only this many bytes, then drops the connection.
+	// Truncate, for GetObject, announces the object's full length but sends only this many
+	// bytes, then drops the connection.
 	Truncate int64
-	// Times is the number of requests the fault applies to; 0 means every
-	// request until Clear.
+	// Times is the number of requests the fault applies to; 0 means every request until Clear.
 	Times int
 }
 
-type object struct {
-	data     []byte
-	etag     string
-	modified time.Time
-}
-
-type multipart struct {
-	bucket, key string
-	initiated   time.Time
-	parts       map[int32]object
-}
-
-// Fake is an in-process S3 server. Create it with NewFake and Close it when
-// done. Its methods are safe for concurrent use.
+// Fake is an in-process S3 server: github.com/johannesboyne/gofakes3 over its in-memory backend,
+// behind a handler that injects faults, counts requests and caps listing pages. Create it with
+// NewFake and Close it when done. Its methods are safe for concurrent use.
 type Fake struct {
-	srv *httptest.Server
+	srv     *httptest.Server
+	s3      http.Handler
+	backend *s3mem.Backend
+	clock   *clock
 
 	mu       sync.Mutex
-	buckets  map[string]map[string]object // bucket → key → object
-	uploads  map[string]*multipart        // upload ID → upload
 	faults   map[Op][]*Fault
 	counts   map[Op]int
 	active   map[Op]int
 	peak     map[Op]int
-	nextID   int
-	now      func() time.Time
 	pageSize int
 }
 
+// clock is the Fake's time: the wall clock moved by an offset (SetClock).
+type clock struct {
+	mu  sync.Mutex
+	now func() time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now().UTC()
+}
+
+func (c *clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 // NewFake starts a Fake on 127.0.0.1 with no buckets.
 func NewFake() *Fake {
+	c := &clock{now: time.Now}
+	backend := s3mem.New(s3mem.WithTimeSource(c))
+	// No time-skew check: SetClock may date uploads hours back while the client signs with the
+	// wall clock.
+	faker := gofakes3.New(backend, gofakes3.WithTimeSource(c), gofakes3.WithTimeSkewLimit(0))
 	f := &Fake{
-		buckets: map[string]map[string]object{}, uploads: map[string]*multipart{},
-		faults: map[Op][]*Fault{}, counts: map[Op]int{},
-		active: map[Op]int{}, peak: map[Op]int{}, now: time.Now, pageSize: 1000,
+		s3: faker.Server(), backend: backend, clock: c,
+		faults: map[Op][]*Fault{}, counts: map[Op]int{}, active: map[Op]int{}, peak: map[Op]int{}, pageSize: 1000,
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	return f
@@ -111,18 +115,16 @@ func (f *Fake) Close() { f.srv.Close() }
 
 // CreateBucket creates an empty bucket (no-op if it exists).
 func (f *Fake) CreateBucket(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.buckets[name] == nil {
-		f.buckets[name] = map[string]object{}
+	if ok, _ := f.backend.BucketExists(name); !ok {
+		_ = f.backend.CreateBucket(name)
 	}
 }
 
 // SetClock makes the Fake date objects and uploads with now.
 func (f *Fake) SetClock(now func() time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = now
+	f.clock.mu.Lock()
+	defer f.clock.mu.Unlock()
+	f.clock.now = now
 }
 
 // SetPageSize caps the keys of one ListObjectsV2 page (default 1000).
@@ -136,8 +138,7 @@ func (f *Fake) SetPageSize(n int) {
 func (f *Fake) Inject(op Op, fault Fault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fc := fault
-	f.faults[op] = append(f.faults[op], &fc)
+	f.faults[op] = append(f.faults[op], &fault)
 }
 
 // Clear removes every fault.
@@ -154,8 +155,8 @@ func (f *Fake) Count(op Op) int {
 	return f.counts[op]
 }
 
-// PeakConcurrent returns the largest number of requests of op the Fake was
-// serving at the same time.
+// PeakConcurrent returns the largest number of requests of op the Fake was serving at the same
+// time.
 func (f *Fake) PeakConcurrent(op Op) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -164,33 +165,37 @@ func (f *Fake) PeakConcurrent(op Op) int {
 
 // Keys returns the bucket's object keys, sorted.
 func (f *Fake) Keys(bucket string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	list, err := f.backend.ListBucket(bucket, nil, gofakes3.ListBucketPage{})
+	if err != nil {
+		return nil
+	}
 	var keys []string
-	for k := range f.buckets[bucket] {
-		keys = append(keys, k)
+	for _, c := range list.Contents {
+		keys = append(keys, c.Key)
 	}
 	slices.Sort(keys)
 	return keys
 }
 
-// Object returns an object's bytes.
-func (f *Fake) Object(bucket, key string) ([]byte, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	o, ok := f.buckets[bucket][key]
-	return o.data, ok
-}
-
-// PendingUploads returns the number of multipart uploads neither completed
-// nor aborted.
+// PendingUploads returns the number of multipart uploads, in every bucket, neither completed nor
+// aborted.
 func (f *Fake) PendingUploads() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.uploads)
+	buckets, _ := f.backend.ListBuckets()
+	n := 0
+	for _, b := range buckets {
+		rec := httptest.NewRecorder()
+		f.listUploads(rec, httptest.NewRequest(http.MethodGet, "/"+b.Name+"?uploads", nil))
+		var res gofakes3.ListMultipartUploadsResult
+		if err := xml.Unmarshal(rec.Body.Bytes(), &res); err != nil {
+			panic(fmt.Sprintf("s3test: listing the uploads of %s: HTTP %d: %v", b.Name, rec.Code, err))
+		}
+		n += len(res.Uploads)
+	}
+	return n
 }
 
-// takeFault counts a request of op (the caller decrements active when done) and returns the fault to apply, if any.
+// takeFault counts a request of op (the caller decrements active when done) and returns the
+// fault to apply, if any.
 func (f *Fake) takeFault(op Op) *Fault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -210,50 +215,40 @@ func (f *Fake) takeFault(op Op) *Fault {
 	return &fc
 }
 
-// classify maps a path-style request to its operation, bucket and key.
-func classify(r *http.Request) (op Op, bucket, key string) {
-	path := strings.TrimPrefix(r.URL.Path, "/")
-	bucket, key, _ = strings.Cut(path, "/")
+// classify maps a path-style request to its operation.
+func classify(r *http.Request) Op {
+	_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	q := r.URL.Query()
 	switch {
 	case key == "" && r.Method == http.MethodPut:
-		return CreateBucket, bucket, ""
+		return CreateBucket
 	case key == "" && r.Method == http.MethodHead:
-		return HeadBucket, bucket, ""
+		return HeadBucket
 	case key == "" && r.Method == http.MethodGet && q.Has("uploads"):
-		return ListMultipartUploads, bucket, ""
+		return ListMultipartUploads
 	case key == "" && r.Method == http.MethodGet:
-		return ListObjectsV2, bucket, ""
+		return ListObjectsV2
 	case r.Method == http.MethodPut && q.Has("uploadId"):
-		return UploadPart, bucket, key
+		return UploadPart
 	case r.Method == http.MethodPut:
-		return PutObject, bucket, key
+		return PutObject
 	case r.Method == http.MethodPost && q.Has("uploads"):
-		return CreateMultipartUpload, bucket, key
+		return CreateMultipartUpload
 	case r.Method == http.MethodPost && q.Has("uploadId"):
-		return CompleteMultipartUpload, bucket, key
+		return CompleteMultipartUpload
 	case r.Method == http.MethodDelete && q.Has("uploadId"):
-		return AbortMultipartUpload, bucket, key
+		return AbortMultipartUpload
 	case r.Method == http.MethodDelete:
-		return DeleteObject, bucket, key
+		return DeleteObject
 	case r.Method == http.MethodHead:
-		return HeadObject, bucket, key
-	case r.Method == http.MethodGet:
-		return GetObject, bucket, key
+		return HeadObject
 	}
-	return "", bucket, key
+	return GetObject
 }
 
+// serve applies the faults of the request's operation, then lets gofakes3 answer it.
 func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
-	op, bucket, key := classify(r)
-	if op == "" {
-		writeError(w, http.StatusNotImplemented, "NotImplemented", r.Method+" "+r.URL.Path)
-		return
-	}
-	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
-		writeError(w, http.StatusNotImplemented, "NotImplemented", "aws-chunked bodies are not supported by the fake")
-		return
-	}
+	op := classify(r)
 	fault := f.takeFault(op)
 	defer func() {
 		f.mu.Lock()
@@ -275,301 +270,76 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if fault != nil && fault.Status != 0 {
 		_, _ = io.Copy(io.Discard, r.Body)
-		code := fault.Code
-		if code == "" {
-			code = "InternalError"
-		}
-		writeError(w, fault.Status, code, "injected fault")
-		return
-	}
-	truncate := int64(-1)
-	if fault != nil && fault.Truncate > 0 {
-		truncate = fault.Truncate
-	}
-	f.handle(w, r, op, bucket, key, truncate)
-}
-
-func (f *Fake) handle(w http.ResponseWriter, r *http.Request, op Op, bucket, key string, truncate int64) {
-	if op == CreateBucket {
-		f.CreateBucket(bucket)
-		return
-	}
-	f.mu.Lock()
-	_, exists := f.buckets[bucket]
-	f.mu.Unlock()
-	if !exists {
-		writeError(w, http.StatusNotFound, "NoSuchBucket", bucket)
+		writeError(w, fault.Status, cmp.Or(fault.Code, "InternalError"))
 		return
 	}
 	switch op {
-	case HeadBucket:
-	case PutObject:
-		f.putObject(w, r, bucket, key)
-	case GetObject, HeadObject:
-		f.getObject(w, r, bucket, key, truncate)
-	case DeleteObject:
-		f.mu.Lock()
-		delete(f.buckets[bucket], key)
-		f.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
 	case ListObjectsV2:
-		f.listObjects(w, r, bucket)
-	case CreateMultipartUpload:
-		f.createUpload(w, bucket, key)
-	case UploadPart:
-		f.uploadPart(w, r)
-	case CompleteMultipartUpload:
-		f.completeUpload(w, r, bucket, key)
-	case AbortMultipartUpload:
-		f.mu.Lock()
-		_, ok := f.uploads[r.URL.Query().Get("uploadId")]
-		delete(f.uploads, r.URL.Query().Get("uploadId"))
-		f.mu.Unlock()
-		if !ok {
-			writeError(w, http.StatusNotFound, "NoSuchUpload", "no such upload")
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		f.capPage(r)
 	case ListMultipartUploads:
-		f.listUploads(w, r, bucket)
-	}
-}
-
-// readBody reads a request body and checks the CRC32 checksum header if
-// the client sent one.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+1))
-	_, err := buf.ReadFrom(r.Body)
-	data := buf.Bytes()
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "IncompleteBody", err.Error())
-		return nil, false
-	}
-	if want := r.Header.Get("X-Amz-Checksum-Crc32"); want != "" {
-		var sum [4]byte
-		binary.BigEndian.PutUint32(sum[:], crc32.ChecksumIEEE(data))
-		if got := base64.StdEncoding.EncodeToString(sum[:]); got != want {
-			writeError(w, http.StatusBadRequest, "BadDigest", "CRC32 mismatch")
-			return nil, false
-		}
-		w.Header().Set("X-Amz-Checksum-Crc32", want)
-	}
-	return data, true
-}
-
-func etag(data []byte) string {
-	sum := md5.Sum(data)
-	return `"` + hex.EncodeToString(sum[:]) + `"`
-}
-
-func (f *Fake) putObject(w http.ResponseWriter, r *http.Request, bucket, key string) {
-	data, ok := readBody(w, r)
-	if !ok {
+		f.listUploads(w, r)
 		return
 	}
+	if fault != nil && fault.Truncate > 0 {
+		w = &truncatingWriter{ResponseWriter: w, left: fault.Truncate}
+	}
+	f.s3.ServeHTTP(w, r)
+}
+
+// listUploads serves ListMultipartUploads. gofakes3 answers NoSuchUpload for a bucket that never
+// had a multipart upload, where S3 returns an empty list: the list is made empty here.
+func (f *Fake) listUploads(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	f.s3.ServeHTTP(rec, r)
+	if rec.Code == http.StatusNotFound && strings.Contains(rec.Body.String(), "NoSuchUpload") {
+		bucket, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		w.Header().Set("Content-Type", "application/xml")
+		_ = xml.NewEncoder(w).Encode(gofakes3.ListMultipartUploadsResult{Bucket: bucket, Prefix: r.URL.Query().Get("prefix")})
+		return
+	}
+	maps.Copy(w.Header(), rec.Header())
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// capPage lowers the max-keys of a listing to the page size.
+func (f *Fake) capPage(r *http.Request) {
 	f.mu.Lock()
-	o := object{data: data, etag: etag(data), modified: f.now()}
-	f.buckets[bucket][key] = o
+	size := f.pageSize
 	f.mu.Unlock()
-	w.Header().Set("ETag", o.etag)
-}
-
-func (f *Fake) getObject(w http.ResponseWriter, r *http.Request, bucket, key string, truncate int64) {
-	f.mu.Lock()
-	o, ok := f.buckets[bucket][key]
-	f.mu.Unlock()
-	if !ok {
-		writeError(w, http.StatusNotFound, "NoSuchKey", key)
-		return
-	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(o.data)))
-	w.Header().Set("ETag", o.etag)
-	w.Header().Set("Last-Modified", o.modified.UTC().Format(http.TimeFormat))
-	if r.Method == http.MethodHead {
-		return
-	}
-	if truncate >= 0 && truncate < int64(len(o.data)) {
-		_, _ = w.Write(o.data[:truncate])
-		if fl, ok := w.(http.Flusher); ok {
-			fl.Flush()
-		}
-		panic(http.ErrAbortHandler) // drop the connection mid-body
-	}
-	_, _ = w.Write(o.data)
-}
-
-type listResult struct {
-	XMLName               xml.Name      `xml:"ListBucketResult"`
-	Name                  string        `xml:"Name"`
-	Prefix                string        `xml:"Prefix"`
-	KeyCount              int           `xml:"KeyCount"`
-	MaxKeys               int           `xml:"MaxKeys"`
-	IsTruncated           bool          `xml:"IsTruncated"`
-	NextContinuationToken string        `xml:"NextContinuationToken,omitempty"`
-	Contents              []listContent `xml:"Contents"`
-}
-
-type listContent struct {
-	Key          string `xml:"Key"`
-	LastModified string `xml:"LastModified"`
-	ETag         string `xml:"ETag"`
-	Size         int    `xml:"Size"`
-}
-
-func (f *Fake) listObjects(w http.ResponseWriter, r *http.Request, bucket string) {
 	q := r.URL.Query()
-	prefix, after := q.Get("prefix"), q.Get("continuation-token")
-	maxKeys := 1000
-	if mk, err := strconv.Atoi(q.Get("max-keys")); err == nil && mk >= 0 {
-		maxKeys = mk
-	}
-	f.mu.Lock()
-	maxKeys = min(maxKeys, f.pageSize)
-	var keys []string
-	for k := range f.buckets[bucket] {
-		if strings.HasPrefix(k, prefix) && k > after {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	res := listResult{Name: bucket, Prefix: prefix, MaxKeys: maxKeys}
-	for i, k := range keys {
-		if i == maxKeys {
-			res.IsTruncated, res.NextContinuationToken = true, keys[i-1]
-			break
-		}
-		o := f.buckets[bucket][k]
-		res.Contents = append(res.Contents, listContent{Key: k, LastModified: o.modified.UTC().Format(time.RFC3339Nano),
-			ETag: o.etag, Size: len(o.data)})
-	}
-	f.mu.Unlock()
-	res.KeyCount = len(res.Contents)
-	writeXML(w, res)
-}
-
-func (f *Fake) createUpload(w http.ResponseWriter, bucket, key string) {
-	f.mu.Lock()
-	f.nextID++
-	id := fmt.Sprintf("upload-%d", f.nextID)
-	f.uploads[id] = &multipart{bucket: bucket, key: key, initiated: f.now(), parts: map[int32]object{}}
-	f.mu.Unlock()
-	writeXML(w, struct {
-		XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
-		Bucket   string   `xml:"Bucket"`
-		Key      string   `xml:"Key"`
-		UploadID string   `xml:"UploadId"`
-	}{Bucket: bucket, Key: key, UploadID: id})
-}
-
-func (f *Fake) uploadPart(w http.ResponseWriter, r *http.Request) {
-	num, err := strconv.Atoi(r.URL.Query().Get("partNumber"))
-	if err != nil || num < 1 || num > 10000 {
-		writeError(w, http.StatusBadRequest, "InvalidArgument", "bad part number")
+	if n, err := strconv.Atoi(q.Get("max-keys")); err == nil && n <= size {
 		return
 	}
-	data, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	part := object{data: data, etag: etag(data)}
-	f.mu.Lock()
-	u, ok := f.uploads[r.URL.Query().Get("uploadId")]
-	if ok {
-		u.parts[int32(num)] = part
-	}
-	f.mu.Unlock()
-	if !ok {
-		writeError(w, http.StatusNotFound, "NoSuchUpload", "no such upload")
-		return
-	}
-	w.Header().Set("ETag", part.etag)
+	q.Set("max-keys", strconv.Itoa(size))
+	r.URL.RawQuery = q.Encode()
 }
 
-func (f *Fake) completeUpload(w http.ResponseWriter, r *http.Request, bucket, key string) {
-	var req struct {
-		Parts []struct {
-			PartNumber int32  `xml:"PartNumber"`
-			ETag       string `xml:"ETag"`
-		} `xml:"Part"`
-	}
-	if err := xml.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "MalformedXML", err.Error())
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := r.URL.Query().Get("uploadId")
-	u, ok := f.uploads[id]
-	if !ok || u.bucket != bucket || u.key != key {
-		writeError(w, http.StatusNotFound, "NoSuchUpload", "no such upload")
-		return
-	}
-	total := 0
-	for _, p := range u.parts {
-		total += len(p.data)
-	}
-	all := bytes.NewBuffer(make([]byte, 0, total))
-	for i, p := range req.Parts {
-		part, ok := u.parts[p.PartNumber]
-		if !ok || part.etag != p.ETag || (i > 0 && p.PartNumber <= req.Parts[i-1].PartNumber) {
-			writeError(w, http.StatusBadRequest, "InvalidPart", fmt.Sprintf("part %d", p.PartNumber))
-			return
-		}
-		all.Write(part.data)
-	}
-	delete(f.uploads, id)
-	// Like S3: the ETag of a multipart object is the MD5 of the parts' MD5s, a dash and the count.
-	var sums []byte
-	for _, p := range req.Parts {
-		sum, _ := hex.DecodeString(strings.Trim(p.ETag, `"`))
-		sums = append(sums, sum...)
-	}
-	o := object{data: all.Bytes(), etag: strings.TrimSuffix(etag(sums), `"`) + fmt.Sprintf(`-%d"`, len(req.Parts)), modified: f.now()}
-	f.buckets[bucket][key] = o
-	writeXML(w, struct {
-		XMLName xml.Name `xml:"CompleteMultipartUploadResult"`
-		Bucket  string   `xml:"Bucket"`
-		Key     string   `xml:"Key"`
-		ETag    string   `xml:"ETag"`
-	}{Bucket: bucket, Key: key, ETag: o.etag})
+// truncatingWriter passes a response through until left body bytes were written, then drops the
+// connection, as a transfer that breaks half-way.
+type truncatingWriter struct {
+	http.ResponseWriter
+	left int64
 }
 
-func (f *Fake) listUploads(w http.ResponseWriter, r *http.Request, bucket string) {
-	type upload struct {
-		Key       string `xml:"Key"`
-		UploadID  string `xml:"UploadId"`
-		Initiated string `xml:"Initiated"`
+func (t *truncatingWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) <= t.left {
+		t.left -= int64(len(p))
+		return t.ResponseWriter.Write(p)
 	}
-	prefix := r.URL.Query().Get("prefix")
-	res := struct {
-		XMLName     xml.Name `xml:"ListMultipartUploadsResult"`
-		Bucket      string   `xml:"Bucket"`
-		IsTruncated bool     `xml:"IsTruncated"`
-		Uploads     []upload `xml:"Upload"`
-	}{Bucket: bucket}
-	f.mu.Lock()
-	for id, u := range f.uploads {
-		if u.bucket == bucket && strings.HasPrefix(u.key, prefix) {
-			res.Uploads = append(res.Uploads, upload{Key: u.key, UploadID: id, Initiated: u.initiated.UTC().Format(time.RFC3339Nano)})
-		}
+	_, _ = t.ResponseWriter.Write(p[:t.left])
+	if fl, ok := t.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
 	}
-	f.mu.Unlock()
-	slices.SortFunc(res.Uploads, func(a, b upload) int { return strings.Compare(a.Key+a.UploadID, b.Key+b.UploadID) })
-	writeXML(w, res)
+	panic(http.ErrAbortHandler) // drop the connection mid-body
 }
 
-func writeXML(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/xml")
-	_, _ = io.WriteString(w, xml.Header)
-	_ = xml.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+func writeError(w http.ResponseWriter, status int, code string) {
 	w.Header().Set("Content-Type", "application/xml")
 	w.WriteHeader(status)
 	_ = xml.NewEncoder(w).Encode(struct {
 		XMLName xml.Name `xml:"Error"`
 		Code    string   `xml:"Code"`
 		Message string   `xml:"Message"`
-	}{Code: code, Message: msg})
+	}{Code: code, Message: "injected fault"})
 }

@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
 // runInspect prints a snapshot file's header, generations and checksum status. It exits 1 when
@@ -25,7 +25,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer f.Close()
-	if err := checkpoint.Inspect(stdout, f); err != nil {
+	if err := snapshot.Inspect(stdout, f); err != nil {
 		fmt.Fprintf(stderr, "kdedup: %s: %v\n", args[0], err)
 		return 1
 	}

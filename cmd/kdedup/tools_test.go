@@ -13,7 +13,7 @@ import (
 )
 
 func TestInspectCommand(t *testing.T) {
-	golden := filepath.Join("..", "..", "checkpoint", "testdata", "golden-v2.snap")
+	golden := filepath.Join("..", "..", "checkpoint", "snapshot", "testdata", "golden-v2.snap")
 	data, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)

@@ -50,9 +50,10 @@ type Cluster struct {
 	opts  Options
 	ports []int
 
-	mu sync.Mutex
-	c  *kfake.Cluster
-	tr *kafka.Transport // replaced on every start: pooled connections do not survive a restart
+	mu       sync.Mutex
+	c        *kfake.Cluster
+	client   *kafka.Client // replaced on every start: pooled connections do not survive a restart
+	producer *kafkaio.Producer
 }
 
 // Start starts a cluster on random free ports of 127.0.0.1.
@@ -93,14 +94,12 @@ func (cl *Cluster) start(seed bool) error {
 		}
 	}
 	var c *kfake.Cluster
-	var err error
-	// A port freed by Stop can take a moment to be reusable.
-	for attempt := 0; attempt < 50; attempt++ {
-		if c, err = kfake.NewCluster(kopts...); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// A port freed by Stop can take a moment to be reusable: retry for about 5s.
+	err := kafkaio.Backoff{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}.Retry(context.Background(), 50, func(int) error {
+		var err error
+		c, err = kfake.NewCluster(kopts...)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("embedkafka: start cluster: %w", err)
 	}
@@ -116,7 +115,8 @@ func (cl *Cluster) start(seed bool) error {
 	}
 	cl.mu.Lock()
 	cl.c, cl.ports = c, ports
-	cl.tr = &kafka.Transport{}
+	cl.client = kafkaio.Conn{Brokers: cl.Addrs(), ClientID: "embedkafka"}.Client(10 * time.Second)
+	cl.producer = kafkaio.NewProducer(cl.client, kafkaio.ProducerConfig{Attempts: 1})
 	cl.mu.Unlock()
 	return nil
 }
@@ -134,14 +134,14 @@ func (cl *Cluster) Addrs() []string {
 // is lost.
 func (cl *Cluster) Stop() {
 	cl.mu.Lock()
-	c, tr := cl.c, cl.tr
+	c, client := cl.c, cl.client
 	cl.c = nil
 	cl.mu.Unlock()
 	if c != nil {
 		c.Close()
 	}
-	if tr != nil {
-		tr.CloseIdleConnections()
+	if client != nil {
+		kafkaio.CloseIdle(client)
 	}
 }
 
@@ -216,12 +216,12 @@ func (cl *Cluster) Delay(key kmsg.Key, d time.Duration) (stop func()) {
 // Close stops the cluster for good.
 func (cl *Cluster) Close() { cl.Stop() }
 
-// Client returns a kafka-go client for the cluster.
+// Client returns a kafka-go client for the cluster (see kafkaio.Conn.Client), safe for
+// concurrent use, whose requests time out after 10s.
 func (cl *Cluster) Client() *kafka.Client {
 	cl.mu.Lock()
-	tr := cl.tr
-	cl.mu.Unlock()
-	return &kafka.Client{Addr: kafka.TCP(cl.Addrs()...), Timeout: 10 * time.Second, Transport: tr}
+	defer cl.mu.Unlock()
+	return cl.client
 }
 
 // CreateTopic creates a topic with the given number of partitions.
@@ -243,33 +243,15 @@ func (cl *Cluster) Partitions(ctx context.Context, topic string) (int, error) {
 	return kafkaio.PartitionCount(ctx, cl.Client(), topic)
 }
 
-// Produce writes msgs, in order, to topic/partition in requests of at most 500 records, with
-// acks=all. Only Key, Value, Headers and Time of msgs are used.
+// Produce writes msgs, in order, to topic/partition with acks=all (see kafkaio.Producer: requests
+// of at most kafkaio.DefaultBatchBytes, no idempotence, no retry). Only Key, Value, Headers and
+// Time of msgs are used.
 func (cl *Cluster) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
-	client := cl.Client()
-	for len(msgs) > 0 {
-		n := min(len(msgs), 500)
-		recs := make([]kafka.Record, n)
-		for i, m := range msgs[:n] {
-			recs[i] = kafka.Record{Time: m.Time, Headers: m.Headers}
-			if m.Key != nil {
-				recs[i].Key = kafka.NewBytes(m.Key)
-			}
-			if m.Value != nil {
-				recs[i].Value = kafka.NewBytes(m.Value)
-			}
-		}
-		res, err := client.Produce(ctx, &kafka.ProduceRequest{
-			Topic: topic, Partition: partition, RequiredAcks: kafka.RequireAll,
-			Records: kafka.NewRecordReader(recs...),
-		})
-		if err == nil && res.Error != nil {
-			err = res.Error
-		}
-		if err != nil {
-			return fmt.Errorf("embedkafka: produce to %s/%d: %w", topic, partition, err)
-		}
-		msgs = msgs[n:]
+	cl.mu.Lock()
+	p := cl.producer
+	cl.mu.Unlock()
+	if err := p.Produce(ctx, topic, partition, msgs); err != nil {
+		return fmt.Errorf("embedkafka: %w", err)
 	}
 	return nil
 }

@@ -1,13 +1,8 @@
-// Package kafkaio is kdedup's shared Kafka I/O: the one retry policy (Backoff), topic metadata
-// (PartitionCounts, ListOffsets, TopicOffsets, OffsetsAfter) and the one way to read a range of a
-// partition (Read). The consumer, the loadtest and the embedded broker use it over kafka-go's Client.
-//
-// Errors carry the "kafkaio: " prefix and wrap kafka-go's errors, so errors.Is works with
-// kafka.Error values such as kafka.UnknownTopicOrPartition.
 package kafkaio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -31,13 +26,7 @@ type Backoff struct {
 // Delay returns how long to wait before retry attempt (0 for the first retry). A negative attempt
 // counts as 0.
 func (b Backoff) Delay(attempt int) time.Duration {
-	lo, hi := b.Min, b.Max
-	if lo <= 0 {
-		lo = 100 * time.Millisecond
-	}
-	if hi <= 0 {
-		hi = 5 * time.Second
-	}
+	lo, hi := b.bounds()
 	d := lo
 	for i := 0; i < attempt && d < hi; i++ {
 		d *= 2
@@ -49,16 +38,33 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	return min(time.Duration(float64(d)*(0.8+0.4*r())), hi)
 }
 
+// bounds returns Min and Max with their defaults.
+func (b Backoff) bounds() (lo, hi time.Duration) {
+	lo, hi = b.Min, b.Max
+	if lo <= 0 {
+		lo = 100 * time.Millisecond
+	}
+	if hi <= 0 {
+		hi = 5 * time.Second
+	}
+	return lo, hi
+}
+
 // Retry calls op with attempt 0, 1, 2, … until it returns nil, attempts calls failed (attempts <= 0
-// means no limit) or ctx ends, and sleeps Delay(attempt) after each failure. It returns nil once op
-// succeeds; op's last error when the attempts ran out; and, when ctx ended first, an error
-// wrapping op's last error and ctx.Err(). op runs on the calling goroutine; it may log its failure,
-// but should check ctx.Err() first if a cancelled call must stay quiet.
+// means no limit), op returned a Permanent error, or ctx ends, and sleeps Delay(attempt) after each
+// failure. It returns nil once op succeeds; op's last error when the attempts ran out; the error
+// Permanent was given; and, when ctx ended first, an error wrapping op's last error and
+// ctx.Err(). op runs on the calling goroutine; it may log its failure, but should check ctx.Err()
+// first if a cancelled call must stay quiet.
 func (b Backoff) Retry(ctx context.Context, attempts int, op func(attempt int) error) error {
 	for attempt := 0; ; attempt++ {
 		err := op(attempt)
 		if err == nil {
 			return nil
+		}
+		var pe *permanentError
+		if errors.As(err, &pe) {
+			return pe.err
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
@@ -71,6 +77,20 @@ func (b Backoff) Retry(ctx context.Context, attempts int, op func(attempt int) e
 		}
 	}
 }
+
+// Permanent marks err as a failure no retry can fix, so that Retry returns err at once. The
+// result wraps err (errors.Is and errors.As see through it); Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
 
 // Sleep waits d and reports whether ctx is still live afterwards; it returns false as soon as ctx
 // ends.

@@ -109,6 +109,26 @@ func TestRetry(t *testing.T) {
 	}
 }
 
+// TestRetryPermanent proves that a Permanent error ends Retry at once, unwrapped, and that
+// errors.Is sees through the mark.
+func TestRetryPermanent(t *testing.T) {
+	errFail := errors.New("fail")
+	if !errors.Is(kafkaio.Permanent(errFail), errFail) || kafkaio.Permanent(nil) != nil {
+		t.Fatal("Permanent hides its error")
+	}
+	calls := 0
+	err := kafkaio.Backoff{}.Retry(context.Background(), 0, func(attempt int) error {
+		calls++
+		if attempt == 0 {
+			return errors.New("transient")
+		}
+		return kafkaio.Permanent(fmt.Errorf("wrapped: %w", errFail))
+	})
+	if calls != 2 || err == nil || err.Error() != "wrapped: fail" || !errors.Is(err, errFail) {
+		t.Errorf("Retry = %v after %d calls, want the permanent error after 2", err, calls)
+	}
+}
+
 func TestSleep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -132,37 +152,30 @@ func cluster(t *testing.T) (*kfake.Cluster, *kafka.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &kafka.Transport{}
+	client := kafkaio.Conn{Brokers: c.ListenAddrs()}.Client(10 * time.Second)
 	t.Cleanup(func() {
-		tr.CloseIdleConnections()
+		kafkaio.CloseIdle(client)
 		c.Close()
 	})
-	return c, &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Transport: tr, Timeout: 10 * time.Second}
+	return c, client
 }
 
 // produce writes n records to topic/partition with keys "k<i>", values "v<i>" and a header; every
 // fifth record has a null key and every seventh an empty value.
 func produce(t *testing.T, c *kafka.Client, topic string, partition, from, n int, at time.Time) {
 	t.Helper()
-	var recs []kafka.Record
+	var msgs []kafka.Message
 	for i := from; i < from+n; i++ {
-		r := kafka.Record{Time: at, Value: kafka.NewBytes(fmt.Appendf(nil, "v%d", i)),
-			Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+		m := kafka.Message{Time: at, Value: fmt.Appendf(nil, "v%d", i), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
 		if i%5 != 4 {
-			r.Key = kafka.NewBytes(fmt.Appendf(nil, "k%d", i))
+			m.Key = fmt.Appendf(nil, "k%d", i)
 		}
 		if i%7 == 6 {
-			r.Value = kafka.NewBytes([]byte{})
+			m.Value = []byte{}
 		}
-		recs = append(recs, r)
+		msgs = append(msgs, m)
 	}
-	res, err := c.Produce(context.Background(), &kafka.ProduceRequest{
-		Topic: topic, Partition: partition, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...),
-	})
-	if err == nil {
-		err = res.Error
-	}
-	if err != nil {
+	if err := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Attempts: 1}).Produce(context.Background(), topic, partition, msgs); err != nil {
 		t.Fatal(err)
 	}
 }

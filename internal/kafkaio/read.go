@@ -67,29 +67,12 @@ func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error
 	r = r.withDefaults()
 	var d decoder
 	offset := r.Start
-	failures, stalls := 0, 0
+	stalls := 0
 	for r.End < 0 || offset < r.End {
-		next, err := d.fetch(ctx, c, &r, offset)
+		next, err := r.fetch(ctx, c, &d, offset)
 		if err != nil {
-			if ctx.Err() != nil {
-				return r.errorf(offset, ctx.Err())
-			}
-			if first, ok := r.retained(ctx, c, offset, err); ok {
-				offset = first
-				continue
-			}
-			if failures++; r.Failures > 0 && failures >= r.Failures {
-				return r.errorf(offset, err)
-			}
-			if r.OnRetry != nil {
-				r.OnRetry(failures, err)
-			}
-			if !Sleep(ctx, r.Backoff.Delay(failures-1)) {
-				return r.errorf(offset, ctx.Err())
-			}
-			continue
+			return err
 		}
-		failures = 0
 		if len(d.recs) > 0 {
 			if err := fn(d.recs); err != nil {
 				return err
@@ -104,6 +87,35 @@ func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error
 		}
 	}
 	return nil
+}
+
+// fetch fetches from offset into d under the retry policy (r.Backoff, r.Failures) and returns the
+// offset to go on from. When retention deleted the records at offset, it returns the earliest
+// offset left, without records.
+func (r *Range) fetch(ctx context.Context, c *kafka.Client, d *decoder, offset int64) (int64, error) {
+	var next int64
+	err := r.Backoff.Retry(ctx, r.Failures, func(attempt int) error {
+		var err error
+		next, err = d.fetch(ctx, c, r, offset)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if first, ok := r.retained(ctx, c, offset, err); ok {
+			next = first
+			return nil
+		}
+		if r.OnRetry != nil && (r.Failures <= 0 || attempt+1 < r.Failures) {
+			r.OnRetry(attempt+1, err)
+		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return next, nil
+	case ctx.Err() != nil:
+		return offset, r.errorf(offset, ctx.Err())
+	}
+	return offset, r.errorf(offset, err)
 }
 
 func (r Range) withDefaults() Range {

@@ -1,6 +1,0 @@
-//go:build !(linux && (amd64 || arm64))
-
-package checkpoint
-
-// syncFS is a no-op where the benchmarks do not control the page cache.
-func syncFS() {}

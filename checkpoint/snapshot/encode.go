@@ -1,0 +1,235 @@
+package snapshot
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"slices"
+)
+
+// appendBody appends the header body of the given version to b.
+func appendBody(b []byte, h *Header, version uint16) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(h.Generations))
+	b = le.AppendUint64(b, uint64(h.Interval))
+	b = le.AppendUint64(b, h.Capacity)
+	b = le.AppendUint64(b, math.Float64bits(h.FalsePositiveRate))
+	b = le.AppendUint64(b, h.Seed)
+	b = le.AppendUint32(b, uint32(h.K))
+	b = le.AppendUint32(b, uint32(h.BlockBits))
+	b = le.AppendUint64(b, h.Groups)
+	b = le.AppendUint32(b, uint32(h.Slots))
+	b = le.AppendUint64(b, h.Words)
+	b = le.AppendUint64(b, uint64(timeNS(h.Origin)))
+	b = le.AppendUint64(b, h.Epoch)
+	b = le.AppendUint64(b, h.Rotations)
+	b = le.AppendUint64(b, uint64(timeNS(h.Created)))
+	b = le.AppendUint16(b, uint16(len(h.Scope)))
+	b = append(b, h.Scope...)
+	b = le.AppendUint16(b, uint16(len(h.Topic)))
+	b = append(b, h.Topic...)
+	b = le.AppendUint32(b, uint32(h.Partition))
+	b = le.AppendUint32(b, uint32(len(h.Gens)))
+	for _, g := range h.Gens {
+		b = le.AppendUint64(b, g.Number)
+		b = le.AppendUint64(b, uint64(timeNS(g.Start)))
+		b = le.AppendUint32(b, uint32(g.Slot))
+	}
+	b = appendOffsets(b, h.InputOffsets)
+	if version >= VersionV2 {
+		b = appendOffsets(b, h.OutputOffsets)
+	}
+	if version >= VersionV3 {
+		b = le.AppendUint32(b, uint32(h.Sectors))
+		for _, u := range h.SlotUses {
+			b = le.AppendUint64(b, u)
+		}
+	}
+	if version >= VersionV4 {
+		b = appendStages(b, h, version)
+	}
+	if version >= VersionV5 {
+		b = le.AppendUint32(b, uint32(h.FirstBits))
+	}
+	return b
+}
+
+// appendStages appends the version 4 tables: shard bits, fill, stages (with
+// their first-word bits in version 5).
+func appendStages(b []byte, h *Header, version uint16) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(h.ShardBits))
+	b = le.AppendUint32(b, uint32(len(h.Fill)))
+	for _, c := range h.Fill {
+		b = le.AppendUint64(b, c)
+	}
+	b = le.AppendUint32(b, uint32(len(h.Stages)))
+	for _, st := range h.Stages {
+		b = le.AppendUint64(b, st.Generation)
+		b = le.AppendUint32(b, uint32(st.Index))
+		b = le.AppendUint64(b, st.Groups)
+		b = le.AppendUint32(b, uint32(st.K))
+		if version >= VersionV5 {
+			b = le.AppendUint32(b, uint32(st.FirstBits))
+		}
+		b = le.AppendUint32(b, uint32(st.Sectors))
+		b = le.AppendUint64(b, st.Words)
+		for _, c := range st.Counts {
+			b = le.AppendUint64(b, c)
+		}
+	}
+	return b
+}
+
+// appendOffsets appends an offset table sorted by partition, so equal
+// headers always encode to equal bytes.
+func appendOffsets(b []byte, m map[int32]int64) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, uint32(len(m)))
+	keys := make([]int32, 0, len(m))
+	for p := range m {
+		keys = append(keys, p)
+	}
+	slices.Sort(keys)
+	for _, p := range keys {
+		b = le.AppendUint32(b, uint32(p))
+		b = le.AppendUint64(b, uint64(m[p]))
+	}
+	return b
+}
+
+// Encode writes a snapshot in the CurrentVersion format to w: the header h,
+// then the bit data produced by data, then the checksum. data must write
+// exactly h.Words×8 bytes (the words in little-endian order, see
+// WriteWords); it is called once, and everything it writes is streamed to w
+// through a buffer while the CRC is computed on the fly, so the data is never
+// held twice. Encode flushes its buffer before returning.
+//
+// Encode is safe for concurrent use on different writers. On failure the
+// returned error wraps ErrInvalidHeader (nothing was written), the error
+// returned by data, or the error from w; in the last two cases w has
+// received a partial, unusable snapshot, which is why the checkpoint stores
+// make an object visible only once it is complete.
+func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
+	return encode(w, &h, CurrentVersion, data)
+}
+
+// encode writes h in the given version. Only tests write old versions.
+func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error) error {
+	if err := h.check(version); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidHeader, err)
+	}
+	if data == nil {
+		return fmt.Errorf("%w: nil data function", ErrInvalidHeader)
+	}
+	head := make([]byte, preambleLen, preambleLen+fixedBodyLen+64+genEntryLen*len(h.Gens)+12*(len(h.InputOffsets)+len(h.OutputOffsets))+8*len(h.SlotUses)+4+8+12+8*len(h.Fill))
+	copy(head, Magic)
+	binary.LittleEndian.PutUint16(head[8:], version)
+	head = appendBody(head, h, version)
+	bodyLen := len(head) - preambleLen
+	if bodyLen > MaxHeaderBytes {
+		return fmt.Errorf("%w: header body is %d bytes, max %d", ErrInvalidHeader, bodyLen, MaxHeaderBytes)
+	}
+	binary.LittleEndian.PutUint32(head[10:], uint32(bodyLen))
+	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(head, castagnoli))
+	head = binary.LittleEndian.AppendUint64(head, h.Words)
+
+	bw := bufio.NewWriterSize(w, 64<<10)
+	cw := &crcWriter{w: bw}
+	if _, err := cw.Write(head); err != nil {
+		return fmt.Errorf("snapshot: writing header: %w", err)
+	}
+	dw := &dataWriter{cw: cw, remaining: h.DataBytes()}
+	if err := data(dw); err != nil {
+		return fmt.Errorf("snapshot: writing data: %w", err)
+	}
+	if dw.err != nil {
+		return dw.err
+	}
+	if dw.remaining != 0 {
+		return fmt.Errorf("snapshot: data function wrote %d bytes, header declares %d", h.DataBytes()-dw.remaining, h.DataBytes())
+	}
+	var tail [4]byte
+	binary.LittleEndian.PutUint32(tail[:], cw.crc)
+	if _, err := bw.Write(tail[:]); err != nil {
+		return fmt.Errorf("snapshot: writing checksum: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("snapshot: flushing: %w", err)
+	}
+	return nil
+}
+
+// crcWriter forwards writes and folds them into a running CRC32C.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	return n, err
+}
+
+// dataWriter is what Encode hands to the data function: it refuses to write
+// more than the header declares.
+type dataWriter struct {
+	cw        *crcWriter
+	remaining uint64
+	err       error
+}
+
+func (d *dataWriter) Write(p []byte) (int, error) {
+	if d.err != nil {
+		return 0, d.err
+	}
+	if uint64(len(p)) > d.remaining {
+		d.err = fmt.Errorf("snapshot: data function wrote more than the %d bytes the header declares", d.remaining)
+		return 0, d.err
+	}
+	n, err := d.cw.Write(p)
+	d.remaining -= uint64(n)
+	if err != nil {
+		d.err = fmt.Errorf("snapshot: writing data: %w", err)
+	}
+	return n, err
+}
+
+// wordChunk is the number of words moved per bulk step (256 KiB: large
+// enough to amortize calls, small enough to stay in cache while the CRC and
+// the copy touch it).
+const wordChunk = 32 << 10
+
+// WriteWords writes words to w as little-endian uint64 values in 256 KiB
+// chunks: on little-endian hosts straight from the slice's memory, elsewhere
+// through a bulk conversion into one scratch buffer. It is the natural body
+// of Encode's data function for a caller holding a []uint64. It returns the
+// first error from w; w must not retain the slices it is given (as io.Writer
+// requires).
+func WriteWords(w io.Writer, words []uint64) error {
+	if raw := wordBytes(words); raw != nil {
+		for len(raw) > 0 {
+			n := min(len(raw), wordChunk*8)
+			if _, err := w.Write(raw[:n]); err != nil {
+				return err
+			}
+			raw = raw[n:]
+		}
+		return nil
+	}
+	buf := make([]byte, min(len(words), wordChunk)*8)
+	for len(words) > 0 {
+		n := min(len(words), wordChunk)
+		b := buf[:n*8]
+		putWords(b, words[:n])
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		words = words[n:]
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+package dedup
+
+// Assignment: preparing the state of a partition when it is assigned (kept, restored, rebuilt or
+// cold, then re-warmed) and giving it up when it is revoked or discarded.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/window"
+)
+
+// Unit returns the snapshot unit name of a partition's state: "<topic>.p<partition>", or "global"
+// under ScopeGlobal.
+func (s *Set) Unit(partition int32) string {
+	if s.cfg.Scope == ScopeGlobal {
+		return globalUnit
+	}
+	return s.cfg.Topic + ".p" + strconv.Itoa(int(partition))
+}
+
+// open prepares the unit's filter from the store: it restores the newest usable snapshot and
+// re-warms it from the output topic; without one it rebuilds the filter from the output topic
+// (Config.RebuildMaxRecords) or starts it empty, and snapshots it at once, so that a crash before
+// the first periodic checkpoint can still re-warm from the output offsets of this moment. It
+// starts the filter's rotation (under ClockProcessing; under ClockEvent the records rotate it,
+// through ev) and returns what the filter covers.
+func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, lineage, error) {
+	start := time.Now()
+	f, r, err := s.restore(ctx, unit, ev)
+	if err != nil {
+		return nil, lineage{}, err
+	}
+	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets}
+	cold := f == nil
+	if cold {
+		r.Outcome = checkpoint.OutcomeCold
+		if f, lin.out, err = s.coldFilter(ctx, unit, partition, ev); err != nil {
+			return nil, lineage{}, err
+		}
+	}
+	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
+		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
+	}
+	if cold && s.cfg.Persister != nil {
+		// The baseline: a filter that covers the output up to now. Failing to write it only
+		// weakens crash recovery (counted and logged), so consumption is not held up.
+		res, err := s.save(ctx, unit, f, partition, map[int32]*part{})
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
+				"unit", unit, "error", err.Error())
+		}
+		lin = lin.after(res, err)
+	}
+	if err := ctx.Err(); err != nil && partition >= 0 {
+		// The assignment was called off (the generation ended) after the filter was prepared:
+		// it is as current as a revoked one, so it is parked for the next generation.
+		s.park(partition, newPart(f, ev, lin))
+		return nil, lineage{}, fmt.Errorf("dedup: preparing %s: %w", unit, err)
+	}
+	if ev == nil {
+		f.Start()
+	}
+	return f, lin, nil
+}
+
+// restore returns the unit's newest usable snapshot, restored and re-warmed from the output
+// topic, or a nil filter when there is none (or no Persister). Under ClockEvent the filter resumes
+// at the stream time of its current generation (eventClock.resume), and the re-warm places each
+// output record in the generation of its timestamp.
+func (s *Set) restore(ctx context.Context, unit string, ev *eventClock) (*window.Filter, Restored, error) {
+	if s.cfg.Persister == nil {
+		return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
+	}
+	start := time.Now()
+	f, r, err := s.cfg.Persister.Restore(ctx, unit, s.windowFor(ev))
+	if err != nil {
+		return nil, r, fmt.Errorf("dedup: restoring %s: %w", unit, err)
+	}
+	if f != nil && ev != nil {
+		ev.resume(f)
+	}
+	if f != nil && s.cfg.Output != nil && r.OutputOffsets != nil {
+		n, err := s.cfg.Output.Rewarm(ctx, r.OutputOffsets, s.addFunc(f, ev))
+		if err != nil {
+			return nil, r, fmt.Errorf("dedup: re-warming %s from the output topic: %w", unit, err)
+		}
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.Rewarmed(n)
+		}
+		s.cfg.Logger.Info("state restored", "unit", unit, "outcome", r.Outcome, "snapshot", r.Snapshot.Name,
+			"rewarmed_records", n, "duration", time.Since(start).String())
+	}
+	return f, r, nil
+}
+
+// coldFilter returns the filter of a unit without a usable snapshot: rebuilt from the output
+// topic when Config.RebuildMaxRecords is set (with the output offsets it covers), else empty.
+func (s *Set) coldFilter(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, map[int32]int64, error) {
+	if s.rebuilds() {
+		return s.rebuild(ctx, unit, partition, ev)
+	}
+	f, err := window.New(s.windowFor(ev))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dedup: %w", err)
+	}
+	return f, nil, nil
+}
+
+// Assign prepares the state of a newly assigned partition: it reuses the filter kept since the
+// partition's Revoke when the store holds nothing newer (see Revoke), or restores the partition's
+// snapshot through the Persister, or rebuilds it from the output topic, or starts a cold filter;
+// and re-warms it from the output topic. A restored, rebuilt or cold filter is snapshotted at
+// once. Assigning a partition that is already assigned does nothing. Under ScopeGlobal it only
+// starts tracking the partition's progress. It returns the Persister's or Output's error, wrapped,
+// if the state could not be prepared; the caller should retry.
+func (s *Set) Assign(ctx context.Context, partition int32) error {
+	s.mu.Lock()
+	closed := s.closed
+	_, assigned := (*s.parts.Load())[partition]
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return errClosed
+	case assigned:
+		return nil
+	}
+	// Restoring and re-warming can take a while; other partitions restore meanwhile.
+	f, ev, lin := s.global, s.globalEv, lineage{}
+	if f == nil {
+		var err error
+		if f, ev, lin, err = s.prepare(ctx, s.Unit(partition), partition); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.parts.Load()
+	_, assigned = cur[partition]
+	if s.closed || assigned {
+		if f != s.global {
+			f.Close()
+		}
+		if s.closed {
+			return errClosed
+		}
+		return nil
+	}
+	next := maps.Clone(cur)
+	next[partition] = newPart(f, ev, lin)
+	s.parts.Store(&next)
+	return nil
+}
+
+// prepare returns the filter of a newly assigned partition and its stream time (nil under
+// ClockProcessing): the parked one if it may serve (see unpark), else the one open prepares from
+// the store.
+func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*window.Filter, *eventClock, lineage, error) {
+	if f, ev, lin, ok, err := s.unpark(ctx, unit, partition); ok || err != nil {
+		return f, ev, lin, err
+	}
+	ev := s.newEventClock()
+	f, lin, err := s.open(ctx, unit, partition, ev)
+	return f, ev, lin, err
+}
+
+// Revoke saves the partition's state through the Persister, stops its filter and parks it, in
+// case the partition comes back to this Set (see "Retained partitions" in retain.go). The caller
+// must have produced every record it passed to Seen for the partition. Revoking a partition that
+// is not assigned does nothing. Under ScopeGlobal it only stops tracking the partition: the global
+// filter is saved periodically and on Close. The state is parked even if saving fails; the error
+// is returned.
+func (s *Set) Revoke(ctx context.Context, partition int32) error {
+	pt := s.remove(partition)
+	if pt == nil || s.global != nil {
+		return nil
+	}
+	pt.f.Close()
+	var res saveResult
+	var err error
+	if s.cfg.Persister != nil {
+		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt})
+	} else if s.cfg.Output != nil {
+		res.out, err = s.cfg.Output.End(ctx, partition)
+		if err != nil {
+			err = fmt.Errorf("dedup: revoking %s: reading output end offsets: %w", s.Unit(partition), err)
+		}
+	}
+	pt.saved(res, err)
+	s.park(partition, pt)
+	return err
+}
+
+// Discard drops the partition's state without saving it. The worker calls it instead of Revoke
+// when records it passed to Seen never reached the output topic: a snapshot would make the next
+// owner drop them as duplicates. Under ScopeGlobal the shared filter holds those identities too,
+// so no snapshot is taken from then on; the next start re-warms from the last good one.
+func (s *Set) Discard(_ context.Context, partition int32) error {
+	pt := s.remove(partition)
+	if pt == nil {
+		return nil
+	}
+	if s.global != nil {
+		if !s.tainted.Swap(true) {
+			s.cfg.Logger.Warn("the global filter holds identities of records that were not produced; it will not be snapshotted again until restart",
+				"partition", partition)
+		}
+		return nil
+	}
+	pt.f.Close()
+	return nil
+}
+
+func (s *Set) remove(partition int32) *part {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.parts.Load()
+	pt, ok := cur[partition]
+	if !ok {
+		return nil
+	}
+	next := maps.Clone(cur)
+	delete(next, partition)
+	s.parts.Store(&next)
+	pt.gone.Store(true)
+	return pt
+}

@@ -1,0 +1,140 @@
+package dedup
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/window"
+)
+
+// Scope says which records share a filter.
+type Scope string
+
+// The scopes a Set offers. Their names are those snapshots record (snapshot.Header.Scope).
+const (
+	// ScopePartition keeps one filter per input partition. A partition's state can move to another
+	// replica on rebalance, and duplicates are only caught within a partition. It is the default.
+	ScopePartition Scope = snapshot.ScopePartition
+	// ScopeGlobal keeps one filter for all partitions, so that duplicates that arrive on different
+	// partitions are caught too. It suits single-replica deployments: replicas do not share it.
+	ScopeGlobal Scope = snapshot.ScopeGlobal
+)
+
+// globalUnit names the global filter: its snapshot unit and its metrics label.
+const globalUnit = string(ScopeGlobal)
+
+// ParseScope returns the Scope named s (ScopePartition or ScopeGlobal).
+func ParseScope(s string) (Scope, error) {
+	return parseChoice("scope", s, ScopePartition, ScopeGlobal)
+}
+
+// parseChoice returns s as a T if it names a or b, else an error that names what, s and both
+// choices. It parses the two-valued settings of a Set (Scope, Clock, LatePolicy).
+func parseChoice[T ~string](what, s string, a, b T) (T, error) {
+	if v := T(s); v == a || v == b {
+		return v, nil
+	}
+	return "", fmt.Errorf("dedup: unknown %s %q (want %s or %s)", what, s, a, b)
+}
+
+// Config configures a Set.
+type Config struct {
+	// Scope selects per-partition or global filters. Default: ScopePartition.
+	Scope Scope
+	// Window configures each filter. Under ScopePartition, Capacity is per partition and
+	// SingleWriter is set (one goroutine writes each partition's filter, see Set.Seen); under
+	// ScopeGlobal SingleWriter is cleared. Window.Clock is the wall clock: it rotates filters under
+	// ClockProcessing, and bounds stream time (MaxAhead) and places the rebuild under ClockEvent,
+	// where each filter gets its stream time as its own Clock.
+	Window window.Config
+	// Topic names the input topic; it prefixes snapshot unit names. Default: "input".
+	Topic string
+	// Persister saves and restores filters. Default: nil, no persistence; every filter starts cold.
+	Persister Persister
+	// CheckpointInterval is how often every filter is snapshotted in the background, besides on
+	// Revoke and Close. Default: 0, only on Revoke and Close.
+	CheckpointInterval time.Duration
+	// SealTimeout bounds how long a snapshot waits for the records it may contain to be
+	// acknowledged by the output topic. Default: 30s.
+	SealTimeout time.Duration
+	// Output is the output topic: snapshots record its end offsets, a restored filter is re-warmed
+	// from the records after them, and a rebuild reads it. Default: nil, snapshots record no
+	// output offsets, restored filters are not re-warmed and nothing is rebuilt.
+	Output OutputLog
+	// Observer receives checkpoint measurements. Default: none.
+	Observer CheckpointObserver
+	// Logger receives lifecycle messages (never one per record). Default: slog.Default().
+	Logger *slog.Logger
+	// RebuildMaxRecords, when positive, makes a unit that has no usable snapshot (or no Persister)
+	// rebuild its filter from the output records of the window instead of starting empty, reading
+	// at most this many records: the newest; the older ones are skipped, logged and counted, and
+	// their duplicates can pass (see Set.rebuild). It needs an Output. Default: 0, no rebuild.
+	RebuildMaxRecords int64
+	// Clock selects the time the windows follow: the worker's wall clock or the records'
+	// timestamps (see "Event time" in the package documentation). Default: ClockProcessing.
+	Clock Clock
+	// LateRecords says what happens under ClockEvent to a record stamped before its filter's
+	// oldest live generation, which cannot be judged: under LateDrop, Seen reports it as a
+	// duplicate. Default: LatePass.
+	LateRecords LatePolicy
+	// MaxAhead caps, under ClockEvent, how far ahead of the wall clock (Window.Clock) a record's
+	// timestamp may advance a filter's stream time; a record stamped later is judged at the cap.
+	// Default: Window.Interval.
+	MaxAhead time.Duration
+}
+
+// defaultClock fills in and checks the event-time settings.
+func (cfg *Config) defaultClock() error {
+	if cfg.Clock == "" {
+		cfg.Clock = ClockProcessing
+	}
+	if cfg.LateRecords == "" {
+		cfg.LateRecords = LatePass
+	}
+	if cfg.MaxAhead <= 0 {
+		cfg.MaxAhead = cfg.Window.Interval
+	}
+	if _, err := ParseClock(string(cfg.Clock)); err != nil {
+		return err
+	}
+	_, err := ParseLatePolicy(string(cfg.LateRecords))
+	return err
+}
+
+// setDefaults fills in cfg's defaults and checks it: the scope, the window (window.Size), the
+// event-time settings and what a rebuild needs. It returns the first problem.
+func (cfg *Config) setDefaults() error {
+	if cfg.Scope == "" {
+		cfg.Scope = ScopePartition
+	}
+	if _, err := ParseScope(string(cfg.Scope)); err != nil {
+		return err
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = "input"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SealTimeout <= 0 {
+		cfg.SealTimeout = 30 * time.Second
+	}
+	if err := cfg.defaultClock(); err != nil {
+		return err
+	}
+	if _, err := window.Size(cfg.Window); err != nil {
+		return fmt.Errorf("dedup: %w", err)
+	}
+	if cfg.RebuildMaxRecords > 0 && cfg.Output == nil {
+		return errors.New("dedup: RebuildMaxRecords needs an Output")
+	}
+	// A partition's records reach Seen from one goroutine, after Assign's re-warm or rebuild (which
+	// run in the caller of Assign, the partition's goroutine): its filter can skip the atomic
+	// read-modify-writes. A filter kept across a rebalance is written by the next generation's
+	// goroutine only after the previous one returned.
+	cfg.Window.SingleWriter = cfg.Scope == ScopePartition
+	return nil
+}

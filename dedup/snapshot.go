@@ -1,0 +1,279 @@
+package dedup
+
+// The snapshot protocol: what a Set saves, when a snapshot may become visible (seal), and the
+// interfaces it saves through (Persister) and re-warms from (OutputLog).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/window"
+)
+
+// Restored describes where a restored filter came from.
+type Restored struct {
+	// Outcome says which snapshot was restored: the newest (checkpoint.OutcomeWarm), an older
+	// one (OutcomeFallback), or none, so that the filter starts empty (OutcomeCold).
+	Outcome checkpoint.Outcome
+	// OutputOffsets are the output partitions' end offsets when the snapshot was taken: every
+	// output record before them is in the snapshot, the ones after must be re-warmed.
+	OutputOffsets map[int32]int64
+	// Snapshot names the snapshot restored (zero for OutcomeCold).
+	Snapshot SnapshotRef
+}
+
+// SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
+// the store, checkpoint.Info.Name), its place in the unit's order (checkpoint.Info.Seq: a later
+// save has a larger Seq) and its size. The zero SnapshotRef stands for no snapshot.
+type SnapshotRef struct {
+	Name string
+	Seq  uint64
+	Size int64
+}
+
+// SnapshotInfo is what a Set knows about a snapshot besides the filter.
+type SnapshotInfo struct {
+	Scope     Scope
+	Topic     string
+	Partition int32 // -1 under ScopeGlobal
+	// InputOffsets maps input partitions to the offset before which every record is covered.
+	InputOffsets map[int32]int64
+	// OutputOffsets maps output partitions to their end offsets taken before the copy.
+	OutputOffsets map[int32]int64
+}
+
+// Persister saves and restores a filter's state. NewCheckpointPersister returns the
+// checkpoint-backed one. Implementations must be safe for concurrent use.
+type Persister interface {
+	// Restore returns the filter saved for unit, restored into cfg and aged to now, or a nil
+	// filter with Outcome checkpoint.OutcomeCold when no snapshot is usable. An error means the state could not be
+	// read at all (for example an I/O error) and the caller should retry.
+	Restore(ctx context.Context, unit string, cfg window.Config) (*window.Filter, Restored, error)
+	// Save writes f's state for unit. It calls seal after the data is written and before the
+	// snapshot becomes visible; if seal fails, nothing is saved. It returns the saved snapshot, or
+	// an error when it could not be saved durably.
+	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, error)
+	// Newest returns the newest snapshot of unit, without reading it, or the zero SnapshotRef when
+	// there is none. A Set calls it when a partition it kept in memory comes back, to learn whether
+	// anyone saved a newer state of it meanwhile; it should be cheap (one listing).
+	Newest(ctx context.Context, unit string) (SnapshotRef, error)
+}
+
+// CheckpointObserver receives checkpoint measurements; metrics.Metrics implements it. A Set calls
+// it from Assign, Revoke, Close and its checkpoint loop at once, so methods must be safe for
+// concurrent use; they should return quickly, as they run on those paths.
+type CheckpointObserver interface {
+	// CheckpointSaved reports a snapshot that became visible: how long saving it took, from
+	// reading the output end offsets to the store's commit (including the wait for the seal), and
+	// its size in bytes.
+	CheckpointSaved(duration time.Duration, sizeBytes int64)
+	// CheckpointFailed reports a snapshot that was not saved: the output end offsets could not be
+	// read, the seal timed out or the Persister failed. The previous snapshots stay usable.
+	CheckpointFailed()
+	// Restored reports how the state of a unit was prepared (the snapshot restored, the filter
+	// kept in memory, or none: a cold start, rebuilt or empty) and how long restoring, rebuilding
+	// and re-warming took. Only a Set with a Persister or a rebuild calls it: once per Assign under
+	// ScopePartition, once in NewSet under ScopeGlobal.
+	Restored(outcome checkpoint.Outcome, duration time.Duration)
+	// Rewarmed reports how many output records were read back into a restored filter.
+	Rewarmed(n int)
+	// RebuildStarted reports that a unit started rebuilding from the output topic.
+	RebuildStarted()
+	// RebuildRecords reports n more output records added to a filter being rebuilt.
+	RebuildRecords(n int)
+	// RebuildDone ends what RebuildStarted began: how long the rebuild took, how many output
+	// records of the window it skipped because of Config.RebuildMaxRecords, and how it ended: err
+	// is nil for a complete rebuild, wraps the context's error when the assignment was called off
+	// (the generation ended), and is another error when it failed (the caller of Assign retries).
+	RebuildDone(d time.Duration, skipped int64, err error)
+}
+
+// OutputLog is the output topic as the snapshot protocol sees it: where it ends when a snapshot is
+// taken, what was produced after that (to re-warm a restored filter), and, read by time, what the
+// window holds (to rebuild the filter of a unit that has no usable snapshot, see Set.rebuild).
+// consumer.OutputReader implements it; cmd/kdedup joins the two, so that dedup imports no Kafka
+// client. Implementations must be safe for concurrent use: a Set calls them from Assign, Revoke,
+// Close and its checkpoint loop at once.
+type OutputLog interface {
+	// End returns the end offsets (high watermarks) of the output partitions that can hold
+	// records of inputPartition, by output partition; inputPartition -1 (ScopeGlobal) means every
+	// input partition, so every output partition. A snapshot records them before its copy
+	// starts: every output record below them is then covered by the snapshot. On failure it
+	// returns an error and no offsets, and the snapshot is not taken.
+	End(ctx context.Context, inputPartition int32) (map[int32]int64, error)
+	// Rewarm reads each output partition q of from, from offset from[q] up to the partition's
+	// end at the time of the call, and calls add with the identity and the timestamp of every
+	// record that has an identity. add is called on the calling goroutine, one record at a time,
+	// in offset order within a partition; id is only valid during the call. Records that are
+	// duplicates themselves (marked in ModeMark) may be skipped. Rewarm returns the number of
+	// records passed to add; on failure also an error, and the Set does not use the filter (the
+	// caller of Assign retries). Records already deleted by retention are skipped, not an error.
+	Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
+	// OffsetsAt returns, for each output partition that can hold records of inputPartition (those
+	// End returns offsets of), the offset of its first record whose timestamp is at or after t, or
+	// its end offset when it has none. On failure it returns an error and no offsets.
+	OffsetsAt(ctx context.Context, inputPartition int32, t time.Time) (map[int32]int64, error)
+	// Read is Rewarm bounded above: it reads each output partition q of from, from offset from[q]
+	// up to (not including) to[q] or the partition's end, whichever comes first, and calls add as
+	// Rewarm does, with the record's identity and timestamp. It returns the number of records
+	// passed to add, and an error as Rewarm does.
+	Read(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error)
+}
+
+// saveResult is what a save attempt learned: the snapshot saved (zero unless it succeeded) and the
+// output end offsets read before the copy (nil unless they could be read), below which every
+// identity of the output is in the filter.
+type saveResult struct {
+	snap SnapshotRef
+	out  map[int32]int64
+}
+
+// save snapshots f as unit. parts are the partitions whose records f holds; the snapshot is only
+// sealed once each has acknowledged everything it had processed when the copy ended.
+func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part) (saveResult, error) {
+	var res saveResult
+	if s.cfg.Persister == nil {
+		return res, nil
+	}
+	if s.tainted.Load() {
+		return res, nil
+	}
+	start := time.Now()
+	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
+	if s.cfg.Output != nil {
+		out, err := s.cfg.Output.End(ctx, partition)
+		if err != nil {
+			s.failed()
+			return res, fmt.Errorf("dedup: saving %s: reading output end offsets: %w", unit, err)
+		}
+		info.OutputOffsets, res.out = out, out
+	}
+	for p, pt := range parts {
+		if a := pt.acked.Load(); a >= 0 {
+			info.InputOffsets[p] = a
+		}
+	}
+	seal := func(ctx context.Context) error { return s.seal(ctx, parts) }
+	snap, err := s.cfg.Persister.Save(ctx, unit, f, info, seal)
+	if err != nil {
+		s.failed()
+		return res, fmt.Errorf("dedup: saving %s: %w", unit, err)
+	}
+	res.snap = snap
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.CheckpointSaved(time.Since(start), snap.Size)
+	}
+	return res, nil
+}
+
+func (s *Set) failed() {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.CheckpointFailed()
+	}
+}
+
+// errSealTimeout is returned when records that a snapshot may contain were not acknowledged in
+// time; the snapshot is dropped.
+var errSealTimeout = errors.New("dedup: records in the snapshot were not acknowledged by the output topic in time")
+
+// seal waits until every partition acknowledged what it had processed when seal was called.
+// Under ScopeGlobal every partition assigned by then feeds the shared filter, so it waits for those
+// too: a partition assigned while the copy ran may have records in it.
+func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
+	targets := make(map[*part]int64, len(parts))
+	add := func(m map[int32]*part) {
+		for _, pt := range m {
+			targets[pt] = pt.processed.Load()
+		}
+	}
+	add(parts)
+	if s.global != nil {
+		add(*s.parts.Load())
+	}
+	deadline := time.Now().Add(s.cfg.SealTimeout)
+	wait := 100 * time.Microsecond
+	for {
+		if s.tainted.Load() {
+			return errors.New("dedup: the filter holds identities of records that were not produced")
+		}
+		pending := false
+		for pt, target := range targets {
+			if pt.acked.Load() < target {
+				pending = true
+				break
+			}
+		}
+		if !pending {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errSealTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
+}
+
+// checkpointLoop snapshots every filter each CheckpointInterval until Close.
+func (s *Set) checkpointLoop() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.CheckpointInterval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.checkpointAll(ctx)
+	}
+}
+
+// Checkpoint snapshots every filter now. It returns the errors joined; a failed unit does not stop
+// the others.
+func (s *Set) Checkpoint(ctx context.Context) error {
+	return s.checkpointAll(ctx)
+}
+
+func (s *Set) checkpointAll(ctx context.Context) error {
+	cur := *s.parts.Load()
+	if s.global != nil {
+		_, err := s.save(ctx, globalUnit, s.global, -1, cur)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
+		}
+		return err
+	}
+	var errs []error
+	for _, p := range slices.Sorted(maps.Keys(cur)) {
+		pt := cur[p]
+		if pt.gone.Load() {
+			continue
+		}
+		unit := s.Unit(p)
+		res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt})
+		pt.saved(res, err)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,25 @@
+// Package kafkaio is kdedup's Kafka wire layer: every Kafka byte kdedup sends or receives is
+// encoded, decoded or requested here, on top of kafka-go's Client, Transport and Dialer (the
+// project's Kafka client), which it builds and which it fills in where kafka-go lacks something.
+// The consumer (the worker), the loadtest and the embedded broker's tooling use it; it imports
+// nothing of kdedup.
+//
+//   - conn.go: Conn, the one connection config (brokers, client ID, TLS, SASL), and the Client,
+//     Transport and Dialer every connection is made with.
+//   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
+//     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
+//     production (producer ids, sequence numbers, resets).
+//   - batch.go: record batches (format v2) encoded for the producer and decoded in place
+//     (BatchDecoder), with franz-go's kmsg.
+//   - input.go: PartitionReader, the worker's input fetch path (kafka-go's Reader, configured here
+//     until a fetch loop of our own on protocol/fetch replaces it); read.go: Read, the one way to
+//     read a range of a partition; metadata.go: partition counts and offsets.
+//   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;
+//     heartbeat.go: Heartbeats, which keep a member in its group while it releases partitions
+//     after kafka-go stopped heartbeating.
+//   - backoff.go: Backoff, the one retry policy; log.go: Sampler, the sampled log of retried
+//     failures.
+//
+// Errors carry the "kafkaio: " prefix and wrap kafka-go's errors, so errors.Is works with
+// kafka.Error values such as kafka.UnknownTopicOrPartition.
+package kafkaio

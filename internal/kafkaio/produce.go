@@ -1,0 +1,328 @@
+package kafkaio
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
+)
+
+// DefaultBatchBytes is ProducerConfig.BatchBytes's default: a broker's default message.max.bytes
+// (1 MiB) less room for the request around the batch.
+const DefaultBatchBytes = 1<<20 - 64<<10
+
+// ProduceObserver hears about the produce path's failures and delivery risks (metrics.Metrics
+// implements it, as part of consumer.Observer). Its methods must be safe for concurrent use.
+type ProduceObserver interface {
+	// ProduceError counts one failed produce attempt.
+	ProduceError()
+	// ProducerReset counts one batch that the brokers rejected for its producer state and that
+	// was re-sent under a new producer id (reason is one of the Reset* constants). Only such a
+	// batch can be written twice with idempotent production; see Producer.
+	ProducerReset(reason string)
+	// UncertainRetry counts one produce retry of a batch whose previous attempt may have been
+	// written (a timeout, a lost connection, REQUEST_TIMED_OUT). With idempotent production the
+	// broker drops the copy; without it each one can be a duplicate in the topic.
+	UncertainRetry()
+}
+
+type nopProduceObserver struct{}
+
+func (nopProduceObserver) ProduceError()        {}
+func (nopProduceObserver) ProducerReset(string) {}
+func (nopProduceObserver) UncertainRetry()      {}
+
+// ProducerConfig configures a Producer. The zero value produces without idempotence, retrying
+// every failed request until the caller's context ends.
+type ProducerConfig struct {
+	// Idempotent makes the producer idempotent (KIP-98): batches carry a producer id and sequence
+	// numbers, so that a retried batch the broker already appended is not appended again. The
+	// brokers must support it (see Producer.Start). Default: false.
+	Idempotent bool
+	// Compression of produced batches. Default: none.
+	Compression kafka.Compression
+	// BatchBytes caps the estimated size of one produce request (keys, values, headers and a
+	// per-record overhead); a single larger record goes alone. Default: DefaultBatchBytes.
+	BatchBytes int
+	// Backoff spaces the retries of a failed request. Default: the zero Backoff's defaults.
+	Backoff Backoff
+	// Attempts is how often one request is tried before the records it carries fail; 0 means
+	// until every caller whose records it carries stopped waiting. Default: 0.
+	Attempts int
+	// Observer, when not nil, hears about failed attempts and delivery risks.
+	Observer ProduceObserver
+	// Log, when not nil, receives the producer's log lines: failed attempts (sampled per topic),
+	// recoveries, producer ids and resets.
+	Log *Sampler
+	// OnFailing, when not nil, is called after every change of Failing, on the goroutine that
+	// changed it.
+	OnFailing func()
+}
+
+// Producer writes records to topic partitions with explicit partition numbers: the one produce
+// path of kdedup, used by the worker, the loadtest and the embedded broker's tooling. It encodes
+// record batches itself (see batch.go: format v2, kmsg) and sends them with kafka-go's RawProduce
+// and acks=all, so it needs brokers of Kafka 0.11 or later.
+//
+// Each output partition has a sequencer that keeps exactly one batch in flight and merges what
+// callers queued meanwhile into one request of at most BatchBytes (see sequencer). A failed
+// request is re-sent as the same bytes under the retry policy (ProducerConfig.Backoff), so with
+// idempotence the broker recognises a batch it already appended and answers with the original
+// offsets (or DUPLICATE_SEQUENCE_NUMBER, taken as success) instead of appending a copy.
+//
+// Producer resets (idempotence only). OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID and
+// INVALID_PRODUCER_EPOCH on a partition's in-flight batch mean that the broker no longer holds the
+// producer state that batch continues. The batch is then re-sealed under a new producer id (one
+// InitProducerId shared by all partitions that reset together) with sequence 0 and re-sent;
+// nothing is dropped and order is kept, because it is the only batch in flight and the next one
+// waits for its ack. Other partitions keep their current id until their own in-flight batch is
+// acknowledged and switch to the new one with their next batch, so their retries are still
+// recognised.
+//
+// The residual duplicate: a reset batch that the broker had already appended under the old id
+// whose acknowledgement was lost (a timeout, then the retry was rejected as above) is appended a
+// second time, because nothing ties the new id to the old append. That is at most one batch
+// (BatchBytes) per partition per reset, counted in ProduceObserver.ProducerReset. A batch that is
+// given up on (every caller whose records it carries stopped waiting, or Attempts ran out) is
+// assumed written: the sequence continues after it, and if it was not, the next batch gets
+// OUT_OF_ORDER_SEQUENCE_NUMBER and resets. Its callers got an error and must not treat its
+// records as written: the worker does not commit their input offsets.
+//
+// Its methods are safe for concurrent use.
+type Producer struct {
+	client *kafka.Client
+	cfg    ProducerConfig
+	ids    *producerIDs // nil without idempotence
+
+	// failing counts the requests currently being retried.
+	failing atomic.Int64
+
+	mu   sync.Mutex
+	seqs map[topicPartition]*sequencer
+}
+
+// topicPartition names a partition.
+type topicPartition struct {
+	topic     string
+	partition int
+}
+
+// NewProducer returns a Producer that sends through client (whose Timeout bounds one request). It
+// does not connect; see Start.
+func NewProducer(client *kafka.Client, cfg ProducerConfig) *Producer {
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = DefaultBatchBytes
+	}
+	if cfg.Log == nil {
+		cfg.Log = NewSampler(nil, 0)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopProduceObserver{}
+	}
+	p := &Producer{client: client, cfg: cfg, seqs: make(map[topicPartition]*sequencer)}
+	if cfg.Idempotent {
+		p.ids = &producerIDs{p: p, renewing: make(chan struct{}, 1)}
+	}
+	return p
+}
+
+// Start checks that the brokers can take what the producer writes and, with idempotence, takes
+// the first producer id. Unreachable brokers and coordinator errors are logged and retried under
+// the retry policy until ctx ends (then it returns ctx's error); brokers that cannot serve the
+// producer are an ErrProduceUnsupported or ErrIdempotenceUnsupported at once. Calling Start is
+// optional: without it, the first batch of an idempotent producer takes a producer id, and
+// unsupported brokers fail every request.
+func (p *Producer) Start(ctx context.Context) error {
+	err := p.cfg.Backoff.Retry(ctx, 0, func(int) error {
+		err := p.start(ctx)
+		switch {
+		case errors.Is(err, ErrIdempotenceUnsupported), errors.Is(err, ErrProduceUnsupported):
+			return Permanent(err)
+		case err != nil && ctx.Err() == nil:
+			p.cfg.Log.Log(slog.LevelWarn, "producer-start", "producer: cannot check the brokers or get a producer id; retrying",
+				"error", err.Error())
+		}
+		return err
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// start checks the brokers' API versions and, with idempotence, takes a producer id.
+func (p *Producer) start(ctx context.Context) error {
+	av, err := p.client.ApiVersions(ctx, &kafka.ApiVersionsRequest{})
+	if err == nil && av.Error != nil {
+		err = av.Error
+	}
+	if err != nil {
+		return fmt.Errorf("kafkaio: api versions: %w", err)
+	}
+	const apiProduce, apiInitProducerID = 0, 22
+	produceMax, initOK := -1, false
+	for _, k := range av.ApiKeys {
+		switch k.ApiKey {
+		case apiProduce:
+			produceMax = k.MaxVersion
+		case apiInitProducerID:
+			initOK = true
+		}
+	}
+	switch {
+	case produceMax < 3 && p.ids != nil:
+		return fmt.Errorf("%w: %w", ErrIdempotenceUnsupported, ErrProduceUnsupported)
+	case produceMax < 3:
+		return ErrProduceUnsupported
+	case p.ids == nil:
+		return nil
+	case !initOK:
+		return fmt.Errorf("%w: the brokers lack InitProducerId; Kafka 0.11 or later is needed", ErrIdempotenceUnsupported)
+	}
+	return p.ids.init(ctx)
+}
+
+// Failing reports whether a request is currently being retried: the brokers refuse or do not
+// answer produce requests.
+func (p *Producer) Failing() bool { return p.failing.Load() > 0 }
+
+func (p *Producer) setFailing(delta int64) {
+	p.failing.Add(delta)
+	if p.cfg.OnFailing != nil {
+		p.cfg.OnFailing()
+	}
+}
+
+// sequencer returns the sequencer of topic/partition, creating it on first use.
+func (p *Producer) sequencer(topic string, partition int) *sequencer {
+	tp := topicPartition{topic, partition}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.seqs[tp]
+	if s == nil {
+		s = &sequencer{p: p, tp: tp, enc: batchEncoder{compression: p.cfg.Compression}}
+		p.seqs[tp] = s
+	}
+	return s
+}
+
+// Produce writes msgs, in order, to topic/partition and returns nil once every record was
+// acknowledged by all in-sync replicas. Only Key, Value, Headers and Time of the messages are
+// used; a zero Time means now. Records are split into requests of at most BatchBytes, sent one
+// at a time, and merged with records other callers queued for the same partition meanwhile.
+//
+// It returns an error once ctx ended, or once a request carrying msgs failed Attempts times
+// (wrapping the last attempt's error). Some leading records may have been written then: the
+// caller must not treat any of msgs as written. It keeps no reference to msgs after it returned.
+func (p *Producer) Produce(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	s := p.sequencer(topic, partition)
+	return s.wait(s.submit(ctx, msgs, true))
+}
+
+// ProduceParts writes parts[q] to partition q of topic for every q, all partitions at once, and
+// returns like Produce once all of them are done (with the first error). Order is kept per
+// partition.
+func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]kafka.Message) error {
+	type pending struct {
+		s   *sequencer
+		sub *submission
+	}
+	last := -1
+	for q, msgs := range parts {
+		if len(msgs) > 0 {
+			last = q
+		}
+	}
+	var subs []pending
+	for q, msgs := range parts {
+		if len(msgs) > 0 {
+			// The caller's goroutine may send the last partition's records itself (see
+			// sequencer.submit) after the others were handed to send loops.
+			s := p.sequencer(topic, q)
+			subs = append(subs, pending{s, s.submit(ctx, msgs, q == last)})
+		}
+	}
+	slices.Reverse(subs) // the inline one first: the others proceed meanwhile
+	var first error
+	for _, x := range subs {
+		if err := x.s.wait(x.sub); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// send makes one attempt to produce the sealed batch b to tp. DUPLICATE_SEQUENCE_NUMBER counts as
+// success: the broker already has the batch.
+func (p *Producer) send(ctx context.Context, tp topicPartition, b *recordBatch) error {
+	res, err := p.client.RawProduce(ctx, &kafka.RawProduceRequest{
+		Topic:        tp.topic,
+		Partition:    tp.partition,
+		RequiredAcks: kafka.RequireAll,
+		RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(b.raw)},
+	})
+	if err == nil && res != nil && res.Error != nil {
+		err = res.Error
+	}
+	if err == nil && res == nil {
+		err = errors.New("no produce response")
+	}
+	if errors.Is(err, kafka.DuplicateSequenceNumber) {
+		return nil
+	}
+	return err
+}
+
+// nextRequest returns how many leading records of msgs (at least one) go into one request of at
+// most batchBytes, and their estimated size.
+func nextRequest(msgs []kafka.Message, batchBytes int) (n, size int) {
+	for n < len(msgs) {
+		s := messageSize(&msgs[n])
+		if n > 0 && size+s > batchBytes {
+			break
+		}
+		size += s
+		n++
+	}
+	return n, size
+}
+
+// messageSize estimates the encoded size of m in a record batch.
+func messageSize(m *kafka.Message) int {
+	n := len(m.Key) + len(m.Value) + 24
+	for i := range m.Headers {
+		n += len(m.Headers[i].Key) + len(m.Headers[i].Value) + 4
+	}
+	return n
+}
+
+// uncertain reports whether a failed produce attempt may have been written anyway: the broker
+// timed out waiting for replicas after appending, or the answer never arrived.
+func uncertain(err error) bool {
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		return ke == kafka.RequestTimedOut || ke == kafka.NotEnoughReplicasAfterAppend
+	}
+	var routing *rawproduce.Error // no leader known: nothing was sent
+	return !errors.As(err, &routing) && !errors.Is(err, context.Canceled)
+}
+
+// idempotenceHint returns a log hint for produce errors that mean the brokers refuse idempotent
+// production, or "".
+func idempotenceHint(err error) string {
+	if errors.Is(err, kafka.ClusterAuthorizationFailed) || errors.Is(err, kafka.UnsupportedForMessageFormat) {
+		return "the brokers refuse idempotent production (IDEMPOTENT_WRITE permission, message format v2); disable idempotence if they cannot support it"
+	}
+	return ""
+}
