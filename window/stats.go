@@ -181,15 +181,21 @@ func (f *Filter) generationStats(slot int, stride uint64) GenerationStats {
 // slotFill reads every stride-th group of slot s, counting only words that carry tag, and returns
 // the data bits set, the groups read, and the sum over them of the chance that a key never added
 // matches: the mean over sector 0's words of (c_w/wordBits)^ks[0], times (c_s/UsableSectorBits)^ks[s]
-// for each further sector, c being the bits set.
+// for each further sector, c being the bits set. The powers come from tables built once per call,
+// so a group costs its bit counts and a few lookups.
 func (b *blocks) slotFill(s int, tag, stride uint64) (set, groups uint64, exact float64) {
+	var pow [MaxSectors][]float64
+	pow[0] = powTable(b.ks[0], wordBits)
+	for sec := 1; sec < b.sectors; sec++ {
+		pow[sec] = powTable(b.ks[sec], UsableSectorBits)
+	}
 	for g := uint64(0); g < b.groups; g += stride {
 		base := g * b.groupWords
 		var first float64
 		for w := range uint64(sectorWords) {
 			c := validBits(&b.words[base+w*uint64(b.slots)+uint64(s)], tag)
 			set += uint64(c)
-			first += math.Pow(float64(c)/wordBits, float64(b.ks[0]))
+			first += pow[0][c]
 		}
 		match := first / sectorWords
 		for sec := 1; sec < b.sectors; sec++ {
@@ -199,12 +205,21 @@ func (b *blocks) slotFill(s int, tag, stride uint64) (set, groups uint64, exact 
 				c += validBits(&sw[w], tag)
 			}
 			set += uint64(c)
-			match *= math.Pow(float64(c)/UsableSectorBits, float64(b.ks[sec]))
+			match *= pow[sec][c]
 		}
 		exact += match
 		groups++
 	}
 	return set, groups, exact
+}
+
+// powTable returns (c/bits)^k for c = 0 .. bits.
+func powTable(k, bits int) []float64 {
+	t := make([]float64, bits+1)
+	for c := range t {
+		t[c] = math.Pow(float64(c)/float64(bits), float64(k))
+	}
+	return t
 }
 
 // validBits returns the number of data bits set in the word at w if it carries tag, else 0: a
