@@ -272,11 +272,7 @@ func (l *layout) testTransposed(h uint64) bool {
 		if miss != 0 {
 			continue
 		}
-		ok := true
-		for sec := 1; sec < l.sectors && ok; sec++ {
-			ok = missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) == 0
-		}
-		if ok {
+		if l.restHas(base, s, &mask) {
 			return true
 		}
 	}
@@ -299,15 +295,21 @@ func (l *layout) testInterleaved(h uint64) bool {
 		if m&^row[s] != 0 {
 			continue
 		}
-		ok := true
-		for sec := 1; sec < l.sectors && ok; sec++ {
-			ok = missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) == 0
-		}
-		if ok {
+		if l.restHas(base, s, &mask) {
 			return true
 		}
 	}
 	return false
+}
+
+// restHas reports whether slot s's sectors 1 … S-1 of the group at base have mask's bits.
+func (l *layout) restHas(base uint64, s int, mask *[window.MaxSectors * 8]uint64) bool {
+	for sec := 1; sec < l.sectors; sec++ {
+		if missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *layout) testOrder(h uint64) bool {
