@@ -3,6 +3,7 @@ package window
 import (
 	"bytes"
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -301,11 +302,9 @@ func TestPatternUniform(t *testing.T) {
 					if sec == 0 && w != int(pr.w0) && x != 0 {
 						t.Fatalf("sector 0: bits in word %d, the key's word is %d", w, pr.w0)
 					}
-					for bit := range wordBits {
-						if x&(1<<bit) != 0 {
-							counts[sec][w*wordBits+bit]++
-							n++
-						}
+					for ; x != 0; x &= x - 1 { // each set bit
+						counts[sec][w*wordBits+bits.TrailingZeros64(x)]++
+						n++
 					}
 				}
 				if n > b.ks[sec] || n == 0 {
