@@ -118,12 +118,18 @@ func runCalibration(t *testing.T, c calibration) calibrationResult {
 	}
 	m.probesPerInstant = c.probes / (measured * calibrationSteps)
 	perStep := int(c.fill * float64(c.capacity) / calibrationSteps)
+	var after float64
 	for iv := range n + measured {
 		for s := range calibrationSteps {
 			step := start.Add(time.Duration(iv)*time.Second + time.Duration(s)*time.Second/calibrationSteps)
 			clock.Set(step)
 			f.AdvanceTo(step) // rotates at the first step of an interval
-			before := f.Stats().EstimatedFPR
+			// Stats only in the measured intervals. Nothing changes the filter between one step's
+			// after and the next step's before but a rotation, at the first step of an interval.
+			before := after
+			if s == 0 && iv >= n {
+				before = f.Stats().EstimatedFPR
+			}
 			lost := 0
 			for range perStep {
 				if f.TestAndAdd(key(1, m.keys)) {
@@ -131,11 +137,11 @@ func runCalibration(t *testing.T, c calibration) calibrationResult {
 				}
 				m.keys++
 			}
-			clock.Set(step.Add(time.Second/calibrationSteps - time.Nanosecond))
-			after := f.Stats().EstimatedFPR
 			if iv < n {
 				continue
 			}
+			clock.Set(step.Add(time.Second/calibrationSteps - time.Nanosecond))
+			after = f.Stats().EstimatedFPR
 			m.arrivals += perStep
 			m.lost += lost
 			m.lostWant += (before + after) / 2 * float64(perStep) // the rate the keys faced as they arrived
@@ -219,6 +225,7 @@ func poissonTail(mean float64, k int) float64 {
 // against a simulation of sectors and words, and firstMatch (the word of sector 0 a key picks
 // among eight) against a simulation of groups.
 func TestMatchGivenKeys(t *testing.T) {
+	t.Parallel() // the tables are computed once, with a compare-and-swap
 	for _, b := range []int{UsableSectorBits, wordBits} {
 		for _, k := range []int{1, 4, 7, 11} {
 			if got := matchGivenKeys(k, 0, b); got != 0 {
@@ -282,6 +289,7 @@ func simulateMatch(rng *rand.Rand, k, b, trials int, keys func() int) float64 {
 // TestKeysPerGroup checks that keysPerGroup inverts expectedSetBits, and that the estimated keys
 // of a filter loaded with a known number of keys match it, sampled or not.
 func TestKeysPerGroup(t *testing.T) {
+	t.Parallel() // its own filters
 	for _, ks := range [][]int{{11}, {4, 8}, {4, 4, 4}, {5, 5, 5, 5}} {
 		for _, lambda := range []float64{0.5, 10, 40, 120} {
 			if got := keysPerGroup(expectedSetBits(lambda, ks), ks); math.Abs(got-lambda)/lambda > 1e-9 {
