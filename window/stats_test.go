@@ -24,7 +24,7 @@ const calibrationSteps = 16
 // TestEstimatedFPRCalibration checks that Stats.EstimatedFPR is the rate a new key faces now, on
 // the arrival pattern of a live worker: keys arrive at a constant rate, generations rotate every
 // interval, and the current generation is partly full at any instant. After N intervals of
-// warm-up it measures 10 intervals (4 for sampled filters), at 16 instants each, and compares
+// warm-up it measures 10 intervals (2 for sampled filters), at 16 instants each, and compares
 //
 //   - "now": the false positives of absent keys tested at each instant with what the estimate
 //     read at that instant predicts (the sum of estimate × keys tested);
@@ -114,7 +114,7 @@ func runCalibration(t *testing.T, c calibration) calibrationResult {
 	m := calibrationResult{sampled: f.groups > statsSampleGroups}
 	measured := 10
 	if m.sampled {
-		measured = 4 // millions of keys per interval; and every group is read for the exact rate
+		measured = 2 // millions of keys per interval; and every group is read for the exact rate
 	}
 	m.probesPerInstant = c.probes / (measured * calibrationSteps)
 	perStep := int(c.fill * float64(c.capacity) / calibrationSteps)
