@@ -23,6 +23,8 @@ type partitionState struct {
 	hdr    headerSource
 	hdrSeq func(yield func(string, []byte) bool)
 
+	src SourceTally // nil unless Config.SourceKey is set
+
 	next int64 // next offset to commit; -1 until a batch was handled
 }
 
@@ -68,6 +70,9 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 
 	st := &partitionState{p: p, next: -1}
 	st.hdrSeq = st.hdr.all
+	if w.cfg.SourceKey != nil {
+		st.src = w.cfg.Sources()
+	}
 	if w.cfg.Partitioning == PartitionHash {
 		st.hash = newHashPartitioner(tc.output)
 		st.byPart = make([][]kafka.Message, tc.output)
@@ -188,8 +193,15 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
 		id, ok := w.key(m.Key, m.Value, st.hdrSeq)
+		var src []byte
+		if st.src != nil {
+			src, _ = w.cfg.SourceKey(m.Key, m.Value, st.hdrSeq)
+		}
 		st.hdr.cur = nil
 		if !ok {
+			if st.src != nil {
+				st.src.Record(src, false)
+			}
 			nUnkeyed++
 			if nUnkeyed == 1 {
 				w.sample.Log(slog.LevelWarn, "unkeyed", "record without an extractable deduplication key",
@@ -200,7 +212,11 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 			}
 			continue
 		}
-		if !w.dedup.Seen(p, id, m.Time) {
+		dup := w.dedup.Seen(p, id, m.Time)
+		if st.src != nil {
+			st.src.Record(src, dup)
+		}
+		if !dup {
 			out = append(out, *m)
 			continue
 		}
@@ -217,6 +233,9 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		}
 	}
 	st.out, st.dups = out, dups
+	if st.src != nil {
+		st.src.Flush()
+	}
 	if nDup > 0 {
 		w.obs.Duplicates(p, nDup)
 	}

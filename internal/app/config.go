@@ -83,6 +83,10 @@ type DedupConfig struct {
 	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
 	OverloadPolicy    string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
 	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
+
+	// Per-source metrics (metrics.Sources).
+	MetricsSource      string `env:"METRICS_SOURCE" desc:"Where a record's source (producer, tenant, library) is read for kdedup_source_records_total and kdedup_source_duplicates_total: the forms of DEDUP_KEY (key, value, header:NAME, json:PATH) or key-prefix:SEP (the Kafka key up to the first SEP). Empty: no per-source metrics, and no cost. See docs/operations.md, Duplicates by source."`
+	MetricsSourceLimit int    `env:"METRICS_SOURCE_LIMIT" envDefault:"50" desc:"With DEDUP_METRICS_SOURCE: the most sources with a source label of their own (the heaviest, found by a heavy-hitters sketch); the others count as source=\"other\", records without a source as source=\"none\". At most 1000."`
 }
 
 // CheckpointConfig is the CHECKPOINT_* section.

@@ -47,6 +47,10 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("invalid Kafka configuration", "error", err.Error())
 		return 2
 	}
+	if err := withSources(reg, cfg.Dedup, &ccfg); err != nil {
+		log.Error("invalid DEDUP_METRICS_SOURCE", "error", err.Error())
+		return 2
+	}
 	dd, closeDedup, err := newDeduper(ctx, cfg, ccfg, kf, log, obs)
 	if err != nil {
 		log.Error("cannot create the deduplication state", "error", err.Error())

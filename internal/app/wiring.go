@@ -50,6 +50,14 @@ func validateDedup(d DedupConfig) []problem {
 	if _, err := dedup.ParseLatePolicy(d.LateRecords); err != nil {
 		ps = append(ps, problem{"DEDUP_LATE_RECORDS", err.Error()})
 	}
+	if d.MetricsSource != "" {
+		if _, err := dedup.ParseSourceSpec(d.MetricsSource); err != nil {
+			ps = append(ps, problem{"DEDUP_METRICS_SOURCE", err.Error()})
+		}
+	}
+	if d.MetricsSourceLimit < 1 || d.MetricsSourceLimit > maxSourceLimit {
+		ps = append(ps, problem{"DEDUP_METRICS_SOURCE_LIMIT", fmt.Sprintf("must be between 1 and %d, got %d", maxSourceLimit, d.MetricsSourceLimit)})
+	}
 	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.WindowCapacity >= 1 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
 		if _, err := window.Size(windowConfig(d)); err != nil {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
@@ -191,6 +199,29 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 		return nil, err
 	}
 	return ks.Extract, nil
+}
+
+// maxSourceLimit bounds DEDUP_METRICS_SOURCE_LIMIT: the source label takes at most this many
+// values plus other and none.
+const maxSourceLimit = 1000
+
+// sourceHold is metrics.SourceOptions.Hold; tests shorten it. Zero means the default.
+var sourceHold time.Duration
+
+// withSources sets up the per-source counters of DEDUP_METRICS_SOURCE on reg and hands the worker
+// their extractor and tallies; it does nothing when the setting is empty.
+func withSources(reg prometheus.Registerer, d DedupConfig, ccfg *consumer.Config) error {
+	if d.MetricsSource == "" {
+		return nil
+	}
+	spec, err := dedup.ParseSourceSpec(d.MetricsSource)
+	if err != nil {
+		return err
+	}
+	src := metrics.NewSources(reg, metrics.SourceOptions{Limit: d.MetricsSourceLimit, Hold: sourceHold})
+	ccfg.SourceKey = spec.Extract
+	ccfg.Sources = func() consumer.SourceTally { return src.NewTally() }
+	return nil
 }
 
 // newObserver builds the metrics on reg.
