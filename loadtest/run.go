@@ -185,7 +185,7 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 		width = niceWidth(time.Duration(end))
 	}
 	vo := verify(verifyInput{
-		sent: gen.log, obs: obs, end: end, width: width,
+		sent: gen.log, obs: obs, end: end, width: width, sources: cfg.Sources, seed: cfg.Seed,
 		expect: Expect{
 			WindowCount: cfg.WindowCount, WindowInterval: cfg.WindowInterval, Global: cfg.Global,
 			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate,

@@ -32,6 +32,9 @@ type Verdict struct {
 	// Records is the number of planned records sent (end markers excluded), by kind in ByKind.
 	Records int            `json:"records"`
 	ByKind  map[string]int `json:"by_kind"`
+	// BySource counts the records sent and the records never delivered (dropped as duplicates,
+	// or lost) per source, with Config.Sources; nil without.
+	BySource map[string]*SourceCount `json:"by_source,omitempty"`
 	// Late is the number of the originals that were sent with a Kafka timestamp LateAge before
 	// their creation (Config.Late): unique events, each expected once.
 	Late int `json:"late"`
@@ -118,6 +121,9 @@ type verifyInput struct {
 	end    int64     // when reading stopped, ns since start: bounds records with no later evidence
 	expect Expect
 	width  time.Duration // time series bucket width; 0 means no time series
+	// sources and seed are Config.Sources and Config.Seed, for Verdict.BySource.
+	sources int
+	seed    uint64
 }
 
 // verifyOutput is the verifier's result.
@@ -272,6 +278,7 @@ func (vr *verifier) countSent() (maxOrd uint32) {
 		}
 		v.Records++
 		v.ByKind[r.kind.String()]++
+		vr.countSource(r, vr.delivered[s] == 0)
 		if r.late {
 			v.Late++
 		}
@@ -293,6 +300,34 @@ func (vr *verifier) countSent() (maxOrd uint32) {
 		}
 	}
 	return maxOrd
+}
+
+// SourceCount is what the verifier counted for one source (Verdict.BySource).
+type SourceCount struct {
+	Records int `json:"records"`
+	// Dropped counts the records that never appeared in the output: what the worker's
+	// kdedup_source_duplicates_total{source} counts, its false positives included.
+	Dropped int `json:"dropped"`
+}
+
+// countSource counts a record of r's source, dropped if it was never delivered.
+func (vr *verifier) countSource(r sentRec, dropped bool) {
+	if vr.in.sources <= 0 {
+		return
+	}
+	if vr.v.BySource == nil {
+		vr.v.BySource = map[string]*SourceCount{}
+	}
+	name := SourceOf(r.ord, vr.in.sources, vr.in.seed)
+	c := vr.v.BySource[name]
+	if c == nil {
+		c = &SourceCount{}
+		vr.v.BySource[name] = c
+	}
+	c.Records++
+	if dropped {
+		c.Dropped++
+	}
 }
 
 // judgeAllOnce judges a pipeline that does not deduplicate: every record is unique.

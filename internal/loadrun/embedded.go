@@ -222,6 +222,9 @@ func embeddedWorkerEnv(lt loadtest.Config, brokers []string, capacity uint64, ov
 		"HTTP_ADDR":                 "127.0.0.1:0",
 		"SHUTDOWN_TIMEOUT":          "10s",
 	}
+	if lt.Sources > 0 {
+		env["DEDUP_METRICS_SOURCE"] = "header:" + loadtest.SourceHeader
+	}
 	for _, kv := range overrides {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -419,6 +422,19 @@ func addWorkerReport(report *loadtest.Report, base string, cfg app.Config, units
 		report.Notes = append(report.Notes, note)
 	}
 	report.Filter = filterInfo(cfg.Dedup, units, metrics)
+	report.Settings.Worker = workerSettings(cfg.Dedup)
+}
+
+// workerSettings returns the worker settings the report shows beside the loadtest's own: those
+// that change what the worker drops or what its metrics show, when set.
+func workerSettings(d app.DedupConfig) map[string]string {
+	if d.MetricsSource == "" {
+		return nil
+	}
+	return map[string]string{
+		"DEDUP_METRICS_SOURCE":       d.MetricsSource,
+		"DEDUP_METRICS_SOURCE_LIMIT": strconv.Itoa(d.MetricsSourceLimit),
+	}
 }
 
 // filterInfo returns the sizing of the worker's filters against theory, with the worker's own

@@ -33,7 +33,7 @@ type loadtestFlags struct {
 
 	embedded, passthrough, preload, quiet, verbose, sizing bool
 
-	partitions, count, entities, keySize, valueSize, windowCount int
+	partitions, count, entities, keySize, valueSize, windowCount, sources int
 
 	restartAt, rate, dups, late, fpr float64
 
@@ -69,6 +69,7 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.keySize, "key-size", 16, "Kafka key size in bytes")
 	fs.IntVar(&f.valueSize, "value-size", 100, "value size in bytes")
 	fs.Float64Var(&f.dups, "dups", 0.2, "fraction of the records that are duplicates, 0 to 0.95")
+	fs.IntVar(&f.sources, "sources", 0, "stamp every record with one of this many sources in header "+loadtest.SourceHeader+" (src-000 the heaviest); embedded mode sets the worker's DEDUP_METRICS_SOURCE=header:"+loadtest.SourceHeader+", and the report counts records and drops per source")
 	fs.Float64Var(&f.late, "late", 0, "fraction of the records that are late: unique events stamped 24h before their creation (counted late under DEDUP_WINDOW_CLOCK=event)")
 	fs.StringVar(&f.mix, "mix", loadtest.DefaultMix.String(), "relative weights of the duplicate kinds")
 	fs.DurationVar(&f.withinMax, "within-max", 0, "largest delay of within and cross duplicates (default (N-1)*interval/2)")
@@ -274,7 +275,7 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 	lt := loadtest.Config{
 		InputTopic: f.input, OutputTopic: f.output,
 		Count: f.count, Rate: f.rate, Entities: f.entities, KeySize: f.keySize, ValueSize: f.valueSize,
-		DupRatio: f.dups, Late: f.late, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
+		DupRatio: f.dups, Late: f.late, Sources: f.sources, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
 		Field: fld, Global: dedup.Scope(f.scope) == dedup.ScopeGlobal, WindowCount: f.windowCount, WindowInterval: f.windowInterval,
 		FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
 		Settle: f.settle, Timeout: f.timeout, TTY: tty,
