@@ -212,6 +212,9 @@ type Config struct {
 	Field Field
 	// Global is true when the worker runs with DEDUP_SCOPE=global.
 	Global bool
+	// Refresh is true when the worker runs with DEDUP_WINDOW_REFRESH=true: the verifier then
+	// judges a copy beyond the window from the event's last copy (Expect.Refresh).
+	Refresh bool
 	// WindowCount and WindowInterval must match the worker's DEDUP_WINDOW_COUNT and
 	// DEDUP_WINDOW_INTERVAL. Required.
 	WindowCount    int

@@ -188,7 +188,7 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 		sent: gen.log, obs: obs, end: end, width: width, sources: cfg.Sources, seed: cfg.Seed,
 		expect: Expect{
 			WindowCount: cfg.WindowCount, WindowInterval: cfg.WindowInterval, Global: cfg.Global,
-			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate,
+			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate, Refresh: cfg.Refresh,
 		},
 	})
 	r := newReport(cfg, inParts, len(fetchers), start, time.Duration(end), vo, width)

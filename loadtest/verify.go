@@ -18,6 +18,9 @@ type Expect struct {
 	ExpectAll bool
 	// FalsePositiveRate is the configured target, for the loss bound.
 	FalsePositiveRate float64
+	// Refresh is true under DEDUP_WINDOW_REFRESH=true: every copy re-arms its identity, so a
+	// beyond-window copy is judged against the event's last copy in its unit, not its first.
+	Refresh bool
 }
 
 // LossQuantile is the confidence of the loss bound: a correct filter loses more than the bound
@@ -511,6 +514,13 @@ func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
 	}
 	lo := time.Duration(sent[b].at - e.lastIns)  // lower bound of the gap
 	hiGap := time.Duration(vr.hi[b] - e.minSent) // upper bound of the gap
+	if vr.in.expect.Refresh {                    // from the last copy the unit's filter judged, delivered or not
+		last, lastSent := e.lastIns, e.minSent
+		for _, m := range e.members {
+			last, lastSent = max(last, vr.hi[m]), max(lastSent, sent[m].at)
+		}
+		lo, hiGap = time.Duration(sent[b].at-last), time.Duration(vr.hi[b]-lastSent)
+	}
 	switch {
 	case lo > vr.forgotten:
 		v.Uniques++

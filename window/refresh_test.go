@@ -263,3 +263,43 @@ func refreshSlotKeys(f *Filter, slot int) uint64 {
 	}
 	return sum
 }
+
+// BenchmarkRefresh compares TestAndRefresh with TestAndAdd on a single-writer filter small
+// enough to stay in cache, so that the difference is the work, not the memory: "new" offers
+// unique keys; "dup" offers keys of an older generation, each re-armed in the current one by its
+// first offer and found there afterwards (a producer that keeps re-sending).
+//
+//	go test ./window -run '^$' -bench 'Refresh$' -count 6
+func BenchmarkRefresh(b *testing.B) {
+	const pool = 1 << 14
+	for _, load := range []string{"new", "dup"} {
+		for _, method := range []string{"TestAndAdd", "TestAndRefresh"} {
+			b.Run(load+"/"+method, func(b *testing.B) {
+				clk := newFakeClock()
+				f := mustNew(b, Config{Generations: 4, Interval: time.Second, Capacity: 1 << 20, FalsePositiveRate: 1e-3,
+					Clock: clk.Now, SingleWriter: true})
+				for i := range pool {
+					f.TestAndAdd(key(8, uint64(i)))
+				}
+				clk.Set(clk.Now().Add(time.Second))
+				f.AdvanceTo(clk.Now())
+				keys := make([][]byte, pool)
+				for i := range keys {
+					keys[i] = key(8, uint64(i))
+				}
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					k := keys[i%pool]
+					if load == "new" {
+						k = key(9, uint64(i))
+					}
+					if method == "TestAndAdd" {
+						f.TestAndAdd(k)
+					} else {
+						f.TestAndRefresh(k)
+					}
+				}
+			})
+		}
+	}
+}

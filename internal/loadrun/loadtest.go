@@ -31,7 +31,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 type loadtestFlags struct {
 	brokers, input, output, mix, field, scope, markHeader, runID, jsonOut, htmlOut string
 
-	embedded, passthrough, preload, quiet, verbose, sizing bool
+	embedded, passthrough, preload, quiet, verbose, sizing, refresh bool
 
 	partitions, count, entities, keySize, valueSize, windowCount, sources int
 
@@ -79,6 +79,7 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.scope, "scope", string(dedup.ScopePartition), "the worker's DEDUP_SCOPE: partition or global (external default $DEDUP_SCOPE)")
 	fs.IntVar(&f.windowCount, "window-count", 3, "the worker's DEDUP_WINDOW_COUNT (external default $DEDUP_WINDOW_COUNT)")
 	fs.DurationVar(&f.windowInterval, "window-interval", time.Second, "the worker's DEDUP_WINDOW_INTERVAL (external default $DEDUP_WINDOW_INTERVAL)")
+	fs.BoolVar(&f.refresh, "refresh", false, "the worker's DEDUP_WINDOW_REFRESH: the verifier judges copies beyond the window from the event's last copy (external default $DEDUP_WINDOW_REFRESH)")
 	fs.Float64Var(&f.fpr, "fpr", 1e-6, "the worker's DEDUP_FALSE_POSITIVE_RATE (external default $DEDUP_FALSE_POSITIVE_RATE)")
 	fs.Uint64Var(&f.capacity, "capacity", 0, "embedded mode: DEDUP_WINDOW_CAPACITY (0: sized from -rate, or -count, per filter)")
 	fs.StringVar(&f.markHeader, "mark-header", "", "external mode: the worker's DEDUP_MARK_HEADER when it runs with DEDUP_MODE=mark (default from $DEDUP_MODE/$DEDUP_MARK_HEADER)")
@@ -242,6 +243,7 @@ func (f *loadtestFlags) fromWorkerEnv(environ map[string]string) error {
 		fromEnv("scope", "DEDUP_SCOPE", func(v string) error { f.scope = v; return nil }),
 		fromEnv("window-count", "DEDUP_WINDOW_COUNT", func(v string) (err error) { f.windowCount, err = strconv.Atoi(v); return }),
 		fromEnv("window-interval", "DEDUP_WINDOW_INTERVAL", func(v string) (err error) { f.windowInterval, err = time.ParseDuration(v); return }),
+		fromEnv("refresh", "DEDUP_WINDOW_REFRESH", func(v string) (err error) { f.refresh, err = strconv.ParseBool(v); return }),
 		fromEnv("fpr", "DEDUP_FALSE_POSITIVE_RATE", func(v string) (err error) { f.fpr, err = strconv.ParseFloat(v, 64); return }),
 	}
 	if consumer.Mode(environ["DEDUP_MODE"]) == consumer.ModeMark && !f.set["mark-header"] {
@@ -277,7 +279,7 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 		Count: f.count, Rate: f.rate, Entities: f.entities, KeySize: f.keySize, ValueSize: f.valueSize,
 		DupRatio: f.dups, Late: f.late, Sources: f.sources, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
 		Field: fld, Global: dedup.Scope(f.scope) == dedup.ScopeGlobal, WindowCount: f.windowCount, WindowInterval: f.windowInterval,
-		FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
+		Refresh: f.refresh, FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
 		Settle: f.settle, Timeout: f.timeout, TTY: tty,
 	}
 	if !f.quiet {
