@@ -193,15 +193,10 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
 		id, ok := w.key(m.Key, m.Value, st.hdrSeq)
-		var src []byte
-		if st.src != nil {
-			src, _ = w.cfg.SourceKey(m.Key, m.Value, st.hdrSeq)
-		}
+		src := w.source(st, m.Key, m.Value)
 		st.hdr.cur = nil
 		if !ok {
-			if st.src != nil {
-				st.src.Record(src, false)
-			}
+			st.counted(src, false)
 			nUnkeyed++
 			if nUnkeyed == 1 {
 				w.sample.Log(slog.LevelWarn, "unkeyed", "record without an extractable deduplication key",
@@ -212,11 +207,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 			}
 			continue
 		}
-		dup := w.dedup.Seen(p, id, m.Time)
-		if st.src != nil {
-			st.src.Record(src, dup)
-		}
-		if !dup {
+		if !st.counted(src, w.dedup.Seen(p, id, m.Time)) {
 			out = append(out, *m)
 			continue
 		}
@@ -233,9 +224,7 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		}
 	}
 	st.out, st.dups = out, dups
-	if st.src != nil {
-		st.src.Flush()
-	}
+	st.flushSources()
 	if nDup > 0 {
 		w.obs.Duplicates(p, nDup)
 	}
@@ -269,6 +258,32 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	clear(st.out)
 	clear(st.dups)
 	return nil
+}
+
+// source returns the source of the record with key and value (its headers are st.hdr's), for the
+// per-source counts: nil when they are off (Config.SourceKey unset) or the record has none.
+func (w *Worker) source(st *partitionState, key, value []byte) []byte {
+	if st.src == nil {
+		return nil
+	}
+	src, _ := w.cfg.SourceKey(key, value, st.hdrSeq)
+	return src
+}
+
+// counted counts a record of source src, a duplicate if dup, when the per-source counts are on,
+// and returns dup.
+func (st *partitionState) counted(src []byte, dup bool) bool {
+	if st.src != nil {
+		st.src.Record(src, dup)
+	}
+	return dup
+}
+
+// flushSources publishes the batch's per-source counts, when they are on.
+func (st *partitionState) flushSources() {
+	if st.src != nil {
+		st.src.Flush()
+	}
 }
 
 // produceOut writes out to the output topic, keeping order per output partition.

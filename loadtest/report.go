@@ -260,6 +260,17 @@ func kindList(m map[string]int, kinds ...Kind) string {
 	return strings.Join(parts, ", ")
 }
 
+// writeSourceRows writes the summary rows of Config.Sources and of the worker's settings, when
+// there are any.
+func (r *Report) writeSourceRows(row func(name, format string, a ...any)) {
+	if s := r.Settings; s.Sources > 0 {
+		row("sources", "%d in header %s; heaviest: %s", s.Sources, SourceHeader, r.Verdict.topSources(5))
+	}
+	if len(r.Settings.Worker) > 0 {
+		row("worker", "%s", workerSettings(r.Settings.Worker))
+	}
+}
+
 // topSources describes the n sources with the most records: records and dropped ones.
 func (v Verdict) topSources(n int) string {
 	names := slices.Collect(maps.Keys(v.BySource))
@@ -329,12 +340,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		row("", "leaked by kind: %s", kindList(v.LeakedByKind, allKinds...))
 	}
 	row("order", "%d per-key order violations", v.OrderViolations)
-	if s.Sources > 0 {
-		row("sources", "%d in header %s; heaviest: %s", s.Sources, SourceHeader, v.topSources(5))
-	}
-	if len(s.Worker) > 0 {
-		row("worker", "%s", workerSettings(s.Worker))
-	}
+	r.writeSourceRows(row)
 	l := r.Latency
 	row("latency", "p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d records, creation -> read from output)",
 		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), l.Count)

@@ -55,7 +55,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -263,7 +262,7 @@ func runPhases(ctx context.Context, r runner, o options, log io.Writer) ([]*phas
 	phases := []phase{
 		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true, env: eventTimeEnv, args: eventTimeArgs},
 		{name: "handover", duration: o.handover, args: handoverArgs, silent: true},
-		{name: "degraded", duration: o.degraded, env: append(slices.Clip(o.overfill), "DEDUP_WINDOW_REFRESH=true"), breakStore: true, mayLose: true, args: faultArgs, compare: true},
+		{name: "degraded", duration: o.degraded, env: o.overfill, breakStore: true, mayLose: true, args: faultArgs, compare: true},
 	}
 	runs := make([]*phaseRun, len(phases))
 	for i, p := range phases {
