@@ -144,6 +144,9 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"s3 secret without key", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "AWS_SECRET_ACCESS_KEY": "secret"}),
 			[]string{"AWS_ACCESS_KEY_ID"}},
 		{"rebuild bound", withEnv(map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "-1"}), []string{"CHECKPOINT_REBUILD_MAX_RECORDS"}},
+		{"source metrics", withEnv(map[string]string{"DEDUP_METRICS_SOURCE": "key-prefix:", "DEDUP_METRICS_SOURCE_LIMIT": "0",
+			"DEDUP_WINDOW_REFRESH": "sometimes"}),
+			[]string{"DEDUP_METRICS_SOURCE", "DEDUP_METRICS_SOURCE_LIMIT", "DEDUP_WINDOW_REFRESH"}},
 		{"rebalance within a heartbeat", withEnv(map[string]string{"KAFKA_REBALANCE_TIMEOUT": "2s"}), []string{"KAFKA_REBALANCE_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
