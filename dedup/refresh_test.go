@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -89,17 +88,7 @@ func BenchmarkSeenRefresh(b *testing.B) {
 	for _, load := range []string{"new", "dup"} {
 		for _, refresh := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/refresh=%v", load, refresh), func(b *testing.B) {
-				w := testWindow()
-				w.Capacity = 1 << 22
-				w.FalsePositiveRate = 1e-3
-				s, err := NewSet(context.Background(), Config{Window: w, Refresh: refresh})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close(context.Background())
-				if err := s.Assign(context.Background(), 0); err != nil {
-					b.Fatal(err)
-				}
+				s := newBenchSet(b, Config{Refresh: refresh})
 				f := s.Filter(0)
 				var key [8]byte
 				const pool = 1 << 20
