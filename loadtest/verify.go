@@ -90,6 +90,17 @@ type Verdict struct {
 	// record of the same Kafka key from the same input partition.
 	OrderViolations int `json:"order_violations"`
 
+	// Oversize is the number of oversized records sent (Config.Oversize); OversizeDelivered of
+	// them reached the output. Refused of them did not, but their partitions went on (the worker
+	// wrote them to its dead-letter topic: DeadLetters of them were found there); at the others
+	// their partitions blocked (Blocked). Refused records and the records behind a block are not
+	// judged as events.
+	Oversize          int     `json:"oversize,omitempty"`
+	OversizeDelivered int     `json:"oversize_delivered,omitempty"`
+	Refused           int     `json:"refused,omitempty"`
+	DeadLetters       int     `json:"dead_letters,omitempty"`
+	Blocked           []Block `json:"blocked,omitempty"`
+
 	// Examples describes up to 20 failures, for debugging.
 	Examples []string `json:"examples,omitempty"`
 }
@@ -124,6 +135,8 @@ type verifyInput struct {
 	end    int64     // when reading stopped, ns since start: bounds records with no later evidence
 	expect Expect
 	width  time.Duration // time series bucket width; 0 means no time series
+	// deadLetters holds the lt-seq of the records found in the worker's dead-letter topic.
+	deadLetters map[int64]bool
 	// sources and seed are Config.Sources and Config.Seed, for Verdict.BySource.
 	sources int
 	seed    uint64
@@ -149,6 +162,7 @@ func verify(in verifyInput) verifyOutput {
 	vr := newVerifier(in)
 	vr.readDeliveries()
 	vr.boundProcessing()
+	vr.refusals()
 	maxOrd := vr.countSent()
 	switch {
 	case in.expect.ExpectAll:
@@ -182,6 +196,8 @@ type verifier struct {
 	anyAt     []int64
 	hi        []int64
 	mustDrop  []bool
+	// excluded: not judged (an oversized record the output refused, or behind one that blocked).
+	excluded []bool
 }
 
 func newVerifier(in verifyInput) *verifier {
@@ -336,7 +352,7 @@ func (vr *verifier) countSource(r sentRec, dropped bool) {
 // judgeAllOnce judges a pipeline that does not deduplicate: every record is unique.
 func (vr *verifier) judgeAllOnce() {
 	for s, r := range vr.in.sent {
-		if r.kind == KindMarker {
+		if r.kind == KindMarker || vr.excluded[s] {
 			continue
 		}
 		vr.v.Uniques++
@@ -383,8 +399,8 @@ func (vr *verifier) judgeEvents(maxOrd uint32) {
 // seqs[start[ord]:start[ord+1]] (a counting sort by ordinal).
 func (vr *verifier) eventIndex(maxOrd uint32) (start, seqs []int) {
 	start = make([]int, int(maxOrd)+2)
-	for _, r := range vr.in.sent {
-		if r.kind != KindMarker {
+	for s, r := range vr.in.sent {
+		if r.kind != KindMarker && !vr.excluded[s] {
 			start[r.ord+1]++
 		}
 	}
@@ -392,9 +408,9 @@ func (vr *verifier) eventIndex(maxOrd uint32) (start, seqs []int) {
 		start[i] += start[i-1]
 	}
 	fill := append([]int(nil), start...)
-	seqs = make([]int, vr.v.Records)
+	seqs = make([]int, start[len(start)-1])
 	for s, r := range vr.in.sent {
-		if r.kind != KindMarker {
+		if r.kind != KindMarker && !vr.excluded[s] {
 			seqs[fill[r.ord]] = s
 			fill[r.ord]++
 		}

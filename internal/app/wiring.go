@@ -208,20 +208,22 @@ const maxSourceLimit = 1000
 // sourceHold is metrics.SourceOptions.Hold; tests shorten it. Zero means the default.
 var sourceHold time.Duration
 
-// withSources sets up the per-source counters of DEDUP_METRICS_SOURCE on reg and hands the worker
-// their extractor and tallies; it does nothing when the setting is empty.
-func withSources(reg prometheus.Registerer, d DedupConfig, ccfg *consumer.Config) error {
+// withSources returns ccfg with the per-source counts of DEDUP_METRICS_SOURCE: the counters on reg,
+// the extractor and the tallies. It returns ccfg unchanged when the setting is empty, and, logging
+// why, when it does not parse (Load rejects such a configuration).
+func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config, log *slog.Logger) consumer.Config {
 	if d.MetricsSource == "" {
-		return nil
+		return ccfg
 	}
 	spec, err := dedup.ParseSourceSpec(d.MetricsSource)
 	if err != nil {
-		return err
+		log.Error("invalid DEDUP_METRICS_SOURCE: no per-source metrics", "error", err.Error())
+		return ccfg
 	}
 	src := metrics.NewSources(reg, metrics.SourceOptions{Limit: d.MetricsSourceLimit, Hold: sourceHold})
 	ccfg.SourceKey = spec.Extract
 	ccfg.Sources = func() consumer.SourceTally { return src.NewTally() }
-	return nil
+	return ccfg
 }
 
 // newObserver builds the metrics on reg.
@@ -232,6 +234,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
 		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
 		ProducerResetReasons:    consumer.ResetReasons(),
+		RefusalReasons:          consumer.RefusalReasons(),
 	})
 }
 
