@@ -18,7 +18,6 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
 )
 
 // Config is everything kdedup reads from the environment. The struct tags are the single source
@@ -60,7 +59,8 @@ type KafkaConfig struct {
 	TLSCAFile         string        `env:"TLS_CA_FILE" desc:"PEM file of the CA certificates that verify the brokers (default: the system pool). Needs KAFKA_TLS_ENABLED=true."`
 	TLSCertFile       string        `env:"TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS, with KAFKA_TLS_KEY_FILE. Needs KAFKA_TLS_ENABLED=true."`
 	TLSKeyFile        string        `env:"TLS_KEY_FILE" desc:"PEM private key of KAFKA_TLS_CERT_FILE."`
-	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism: empty (none) or plain. SCRAM is not built in."`
+	TLSServerName     string        `env:"TLS_SERVER_NAME" desc:"Name the brokers' certificates are verified against, for brokers reached through an address their certificates do not hold (a proxy, a tunnel, an IP address). Empty: the host of each broker address. Needs KAFKA_TLS_ENABLED=true."`
+	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism, any case: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Use it with KAFKA_TLS_ENABLED=true: PLAIN sends the password as is."`
 	SASLUsername      string        `env:"SASL_USERNAME" desc:"SASL user name."`
 	SASLPassword      string        `env:"SASL_PASSWORD" desc:"SASL password (never logged)."`
 }
@@ -360,20 +360,35 @@ func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) 
 	} else if _, name, err := k.TLSConfig(); err != nil {
 		add(name, "%v", err)
 	}
-	switch strings.ToLower(k.SASLMechanism) {
-	case "":
+	if !k.TLSEnabled && k.TLSServerName != "" {
+		add("KAFKA_TLS_SERVER_NAME", "is set but KAFKA_TLS_ENABLED is false")
+	}
+	k.validateSASL(add)
+}
+
+// validateSASL checks KAFKA_SASL_*: a known mechanism and the credentials it needs.
+func (k KafkaConfig) validateSASL(add func(name, format string, args ...any)) {
+	if k.SASLMechanism == "" {
 		if k.SASLUsername != "" || k.SASLPassword != "" {
-			add("KAFKA_SASL_MECHANISM", "must be set (plain) when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is")
+			add("KAFKA_SASL_MECHANISM", "must be set when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is (one of %s)", strings.Join(kafkaio.Mechanisms, ", "))
 		}
-	case "plain":
-		if k.SASLUsername == "" {
-			add("KAFKA_SASL_USERNAME", "required with KAFKA_SASL_MECHANISM=plain")
+		return
+	}
+	mech, ok := kafkaio.CanonicalMechanism(k.SASLMechanism)
+	if !ok {
+		add("KAFKA_SASL_MECHANISM", "%q is not one of %s", k.SASLMechanism, strings.Join(kafkaio.Mechanisms, ", "))
+		return
+	}
+	if k.SASLUsername == "" {
+		add("KAFKA_SASL_USERNAME", "required with KAFKA_SASL_MECHANISM=%s", mech)
+	}
+	if k.SASLPassword == "" {
+		add("KAFKA_SASL_PASSWORD", "required with KAFKA_SASL_MECHANISM=%s", mech)
+	}
+	if k.SASLUsername != "" && k.SASLPassword != "" {
+		if _, err := k.SASL(); err != nil {
+			add("KAFKA_SASL_PASSWORD", "%v", err)
 		}
-		if k.SASLPassword == "" {
-			add("KAFKA_SASL_PASSWORD", "required with KAFKA_SASL_MECHANISM=plain")
-		}
-	default:
-		add("KAFKA_SASL_MECHANISM", "%q is not supported (empty or plain)", k.SASLMechanism)
 	}
 }
 
@@ -394,7 +409,7 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	if !k.TLSEnabled {
 		return nil, "", nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.TLSServerName}
 	if k.TLSCAFile != "" {
 		pem, err := os.ReadFile(k.TLSCAFile)
 		if err != nil {
@@ -419,12 +434,17 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	return tc, "", nil
 }
 
-// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one.
-func (k KafkaConfig) SASL() sasl.Mechanism {
-	if strings.ToLower(k.SASLMechanism) == "plain" {
-		return plain.Mechanism{Username: k.SASLUsername, Password: k.SASLPassword}
+// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one. The error (an unknown
+// mechanism, credentials SCRAM cannot prepare) never holds the password.
+func (k KafkaConfig) SASL() (sasl.Mechanism, error) {
+	if k.SASLMechanism == "" {
+		return nil, nil
 	}
-	return nil
+	m, err := kafkaio.NewSASL(kafkaio.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // consumerFields converts the configuration into the worker's, except for TLS and SASL (see
@@ -468,7 +488,11 @@ func (c Config) consumerConfig() (consumer.Config, error) {
 	if err != nil {
 		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
 	}
+	mech, err := c.Kafka.SASL()
+	if err != nil {
+		return consumer.Config{}, fmt.Errorf("KAFKA_SASL_MECHANISM: %w", err)
+	}
 	cc := c.consumerFields()
-	cc.TLS, cc.SASL = tc, c.Kafka.SASL()
+	cc.TLS, cc.SASL = tc, mech
 	return cc, nil
 }

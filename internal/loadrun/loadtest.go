@@ -295,6 +295,7 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 		TLSCAFile:     environ["KAFKA_TLS_CA_FILE"],
 		TLSCertFile:   environ["KAFKA_TLS_CERT_FILE"],
 		TLSKeyFile:    environ["KAFKA_TLS_KEY_FILE"],
+		TLSServerName: environ["KAFKA_TLS_SERVER_NAME"],
 		SASLMechanism: environ["KAFKA_SASL_MECHANISM"],
 		SASLUsername:  environ["KAFKA_SASL_USERNAME"],
 		SASLPassword:  environ["KAFKA_SASL_PASSWORD"],
@@ -303,7 +304,11 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 	if err != nil {
 		return nil, loadtestUsage(stderr, "%s: %v", name, err)
 	}
-	lt.TLS, lt.SASL = tc, kc.SASL()
+	mech, err := kc.SASL()
+	if err != nil {
+		return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
+	}
+	lt.TLS, lt.SASL = tc, mech
 	if err := lt.Validate(); err != nil {
 		return nil, loadtestUsage(stderr, "%v", err)
 	}
