@@ -101,7 +101,9 @@ func (w *Worker) updateReady() {
 // Config.ShutdownTimeout, and returns nil. Broker outages and missing topics are logged and
 // retried with backoff. Run returns an error only for problems retrying cannot fix: an
 // ErrPartitionMismatch, an ErrIdempotenceUnsupported, a kafkaio.ErrProduceUnsupported (brokers
-// before Kafka 0.11), or a consumer group that cannot be created.
+// before Kafka 0.11), an authentication, TLS or authorization failure (kafkaio.Fatal: wrong
+// credentials, a certificate that does not verify, a topic or group the ACLs deny), or a
+// consumer group that cannot be created.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
@@ -170,6 +172,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				break
 			}
+			if err = kafkaio.Denied(err, "READ", fmt.Sprintf("group %q", w.cfg.GroupID)); kafkaio.Fatal(err) {
+				fatal = err
+				break
+			}
 			w.sample.Log(slog.LevelWarn, "group-next", "consumer group: cannot join, retrying",
 				"group", w.cfg.GroupID, "error", err.Error())
 			continue
@@ -187,15 +193,20 @@ type topicCounts struct {
 	input, output, duplicates int
 }
 
-// topicInfo looks the topics up, retrying under the retry policy until they all exist or ctx
-// ends (then it returns ctx's error). In PartitionSame mode a partition count mismatch is an
-// ErrPartitionMismatch.
+// topicInfo checks the connection (kafkaio.Conn.Check) and looks the topics up, retrying under
+// the retry policy until they all exist or ctx ends (then it returns ctx's error). An
+// authentication, TLS or authorization failure (kafkaio.Fatal) is returned at once. In
+// PartitionSame mode a partition count mismatch is an ErrPartitionMismatch.
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	var tc topicCounts
 	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
-		var err error
-		tc, err = w.lookupTopics(ctx)
+		err := w.cfg.Check(ctx, w.topicNames()...)
+		if err == nil {
+			tc, err = w.lookupTopics(ctx)
+		}
 		switch {
+		case kafkaio.Fatal(err):
+			return kafkaio.Permanent(err)
 		case err != nil && ctx.Err() == nil:
 			w.sample.Log(slog.LevelWarn, "topics", "waiting for Kafka topics; retrying", "error", err.Error(),
 				"brokers", w.cfg.Brokers)
@@ -204,6 +215,9 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 		}
 		return err
 	})
+	if kafkaio.Fatal(err) {
+		return tc, err
+	}
 	if err != nil {
 		return tc, ctx.Err()
 	}
@@ -216,12 +230,18 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	return tc, nil
 }
 
-// lookupTopics reads the partition counts of the worker's topics with one metadata request.
-func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
+// topicNames returns the worker's topics: input, output and, if set, duplicates.
+func (w *Worker) topicNames() []string {
 	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic}
 	if w.cfg.DuplicatesTopic != "" {
 		names = append(names, w.cfg.DuplicatesTopic)
 	}
+	return names
+}
+
+// lookupTopics reads the partition counts of the worker's topics with one metadata request.
+func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
+	names := w.topicNames()
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	counts, err := kafkaio.PartitionCounts(mctx, w.client, names...)

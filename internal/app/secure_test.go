@@ -12,6 +12,7 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // secureSetup is a secured embedded cluster and the files and variables a worker needs to
@@ -29,7 +30,7 @@ type secureOptions struct {
 	mech, user, password string
 	mutual               bool
 	certName             string
-	listen               []kfake.Opt // more options (ACLs, users)
+	acls                 []kfake.ACL // with acls not nil: ACLs are enforced and user has only these
 }
 
 // startSecure starts a 4-partition cluster that requires TLS with a test CA and SASL, and
@@ -54,9 +55,12 @@ func startSecure(t *testing.T, o secureOptions) secureSetup {
 	mech, err := kafkaio.NewSASL(kafkaio.SASLConfig{Mechanism: o.mech, Username: "admin", Password: "admin-pw"})
 	must(t, err)
 	tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{client.TLS}, ServerName: o.certName}
-	listen := append([]kfake.Opt{kfake.TLS(testpki.ServerTLS(broker, clientCAs)), kfake.EnableSASL(),
-		kfake.Superuser(o.mech, "admin", "admin-pw")}, o.listen...)
-	if o.user != "admin" {
+	listen := []kfake.Opt{kfake.TLS(testpki.ServerTLS(broker, clientCAs)), kfake.EnableSASL(),
+		kfake.Superuser(o.mech, "admin", "admin-pw")}
+	switch {
+	case o.acls != nil:
+		listen = append(listen, kfake.EnableACLs(), kfake.User(o.mech, o.user, o.password, o.acls...))
+	case o.user != "admin":
 		listen = append(listen, kfake.Superuser(o.mech, o.user, o.password))
 	}
 	cl, err := embedkafka.Start(embedkafka.Options{
@@ -131,6 +135,78 @@ func TestBinarySecured(t *testing.T) {
 			}
 			if strings.Contains(seen+w.log(), o.password) {
 				t.Errorf("the password appears in the log or the HTTP endpoints")
+			}
+		})
+	}
+}
+
+// TestBinaryConnectFailures proves that the binary exits non-zero within 20s with a log line
+// that names the failure, and never the password, when it cannot authenticate (wrong password,
+// wrong user), cannot verify the broker (a CA that did not sign its certificate), speaks
+// plaintext to a TLS listener, or is denied a topic or its group by the ACLs.
+func TestBinaryConnectFailures(t *testing.T) {
+	t.Parallel()
+	allow := func(rt kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: rt, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	topicsOnly := []kfake.ACL{
+		allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationAll),
+		allow(kmsg.ACLResourceTypeTopic, "out", kmsg.ACLOperationAll),
+		allow(kmsg.ACLResourceTypeCluster, "kafka-cluster", kmsg.ACLOperationIdempotentWrite),
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   secureOptions
+		change func(s secureSetup, e map[string]string)
+		says   []string
+	}{
+		{"wrong password", secureOptions{mech: kafkaio.MechanismSCRAM512, user: "dedup", password: "pw-Zq9-right"},
+			func(_ secureSetup, e map[string]string) { e["KAFKA_SASL_PASSWORD"] = "pw-Zq9-wrong" },
+			[]string{"SASL authentication failed", "SCRAM-SHA-512", `\"dedup\"`}},
+		{"wrong user", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right"},
+			func(_ secureSetup, e map[string]string) { e["KAFKA_SASL_USERNAME"] = "nobody" },
+			[]string{"SASL authentication failed", "PLAIN", `\"nobody\"`}},
+		{"wrong CA", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right"},
+			func(s secureSetup, e map[string]string) {
+				other, err := testpki.NewCA("another CA")
+				must(t, err)
+				e["KAFKA_TLS_CA_FILE"], err = testpki.WriteFile(t.TempDir(), "other.pem", other.PEM)
+				must(t, err)
+			},
+			[]string{"TLS connection failed", "unknown authority"}},
+		{"plaintext against TLS", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right"},
+			func(_ secureSetup, e map[string]string) {
+				delete(e, "KAFKA_TLS_ENABLED")
+				delete(e, "KAFKA_TLS_CA_FILE")
+			},
+			[]string{"TLS connection failed", "KAFKA_TLS_ENABLED=true"}},
+		{"topic ACL missing", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right",
+			acls: []kfake.ACL{allow(kmsg.ACLResourceTypeGroup, "kdedup", kmsg.ACLOperationAll)}},
+			nil, []string{"not authorized", "DESCRIBE", `topic \"in\"`}},
+		{"group ACL missing", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right", acls: topicsOnly},
+			nil, []string{"not authorized", "READ", `group \"kdedup\"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startSecure(t, tc.opts)
+			if tc.change != nil {
+				tc.change(s, s.environ)
+			}
+			w := startWorker(t, s.environ) // builds the binary first, once
+			begin := time.Now()
+			code := w.wait(t, 20*time.Second)
+			log := w.log()
+			if code == 0 {
+				t.Errorf("exit status 0")
+			}
+			t.Logf("exit status %d after %v", code, time.Since(begin).Round(time.Millisecond))
+			for _, want := range tc.says {
+				if !strings.Contains(log, want) {
+					t.Errorf("the log does not say %s:\n%s", want, tail(log, 10))
+				}
+			}
+			if strings.Contains(log, "pw-Zq9") {
+				t.Errorf("the log shows a password")
 			}
 		})
 	}
