@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,8 +62,8 @@ type KafkaConfig struct {
 	TLSKeyFile        string        `env:"TLS_KEY_FILE" desc:"PEM private key of KAFKA_TLS_CERT_FILE."`
 	TLSServerName     string        `env:"TLS_SERVER_NAME" desc:"Name the brokers' certificates are verified against, for brokers reached through an address their certificates do not hold (a proxy, a tunnel, an IP address). Empty: the host of each broker address. Needs KAFKA_TLS_ENABLED=true."`
 	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism, any case: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Use it with KAFKA_TLS_ENABLED=true: PLAIN sends the password as is."`
-	SASLUsername      string        `env:"SASL_USERNAME" desc:"SASL user name."`
-	SASLPassword      string        `env:"SASL_PASSWORD" desc:"SASL password (never logged)."`
+	SASLUsername      string        `env:"SASL_USERNAME" secret:"true" desc:"SASL user name (shown in authentication errors)."`
+	SASLPassword      string        `env:"SASL_PASSWORD" secret:"true" desc:"SASL password (never logged)."`
 }
 
 // DedupConfig is the DEDUP_* section.
@@ -82,7 +83,7 @@ type DedupConfig struct {
 	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
 	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
 	OverloadPolicy    string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
-	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
+	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
 }
 
 // CheckpointConfig is the CHECKPOINT_* section.
@@ -101,9 +102,9 @@ type CheckpointConfig struct {
 // the environment.
 type AWSConfig struct {
 	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
-	AccessKeyID     string `env:"ACCESS_KEY_ID" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
-	SecretAccessKey string `env:"SECRET_ACCESS_KEY" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
-	SessionToken    string `env:"SESSION_TOKEN" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
+	AccessKeyID     string `env:"ACCESS_KEY_ID" secret:"true" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
+	SecretAccessKey string `env:"SECRET_ACCESS_KEY" secret:"true" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
+	SessionToken    string `env:"SESSION_TOKEN" secret:"true" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
 	EndpointURLS3   string `env:"ENDPOINT_URL_S3" desc:"Endpoint of an S3-compatible store (MinIO, R2, Ceph, moto), such as http://minio:9000; objects are then addressed path-style (endpoint/bucket/key). Empty: AWS S3."`
 	EndpointURL     string `env:"ENDPOINT_URL" desc:"Endpoint for all AWS services; used for S3 (path-style) when AWS_ENDPOINT_URL_S3 is empty."`
 }
@@ -145,11 +146,12 @@ func (e *ConfigError) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-// Load parses environ (as from env.ToMap(os.Environ())) into a Config and validates it. It
-// returns a *ConfigError with all problems at once.
+// Load parses environ (as from env.ToMap(os.Environ())) into a Config and validates it, with the
+// secret variables read from their NAME_FILE files (ResolveFiles). It returns a *ConfigError with
+// all problems at once.
 func Load(environ map[string]string) (Config, error) {
 	var cfg Config
-	var problems []string
+	environ, problems := ResolveFiles(environ)
 	failed := map[string]bool{} // variables whose value did not parse: no further checks
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
 		vars := fieldVars()
@@ -195,6 +197,9 @@ func describeEnvError(err error, vars map[string]string, environ map[string]stri
 		if errors.As(inner, &ne) { // strconv repeats the input; keep the reason
 			inner = ne.Err
 		}
+		if slices.Contains(SecretVars(), name) {
+			return name, fmt.Sprintf("cannot parse the value: %v", inner) // never show a secret
+		}
 		return name, fmt.Sprintf("cannot parse %q: %v", environ[name], inner)
 	}
 	return "environment", err.Error()
@@ -209,10 +214,12 @@ func fieldVars() map[string]string {
 	return out
 }
 
-// EnvVar describes one environment variable of Config.
+// EnvVar describes one environment variable of Config. Secret is set for the fields tagged
+// secret:"true": their value is never shown and may come from a file (NAME_FILE, ResolveFiles).
 type EnvVar struct {
 	Name, Field, Default, Desc string
 	Required, HasDefault       bool
+	Secret                     bool
 }
 
 // EnvVars lists Config's environment variables in declaration order. The names (with their
@@ -237,7 +244,7 @@ func EnvVars() []EnvVar {
 		}
 		out[i] = EnvVar{
 			Name: p.Key, Field: f.Name, Default: p.DefaultValue, HasDefault: p.HasDefaultValue,
-			Desc: f.Tag.Get("desc"), Required: p.Required,
+			Desc: f.Tag.Get("desc"), Required: p.Required, Secret: f.Tag.Get("secret") == "true",
 		}
 	}
 	return out

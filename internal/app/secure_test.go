@@ -95,7 +95,7 @@ func must(t *testing.T, err error) {
 }
 
 // TestBinarySecured runs the real binary against brokers that require TLS and SASL, one per
-// mechanism (SCRAM-SHA-512 with mutual TLS, PLAIN with a broker certificate that only holds a
+// mechanism (SCRAM-SHA-512 with mutual TLS and KAFKA_SASL_PASSWORD_FILE, PLAIN with a broker certificate that only holds a
 // name other than its address, SCRAM-SHA-256 with a custom CA): a stream with duplicates comes
 // out with nothing lost and nothing leaked, and the password shows in no log line, /metrics,
 // /readyz or /healthz.
@@ -109,6 +109,12 @@ func TestBinarySecured(t *testing.T) {
 		t.Run(o.mech, func(t *testing.T) {
 			t.Parallel()
 			s := startSecure(t, o)
+			if o.mutual { // the password from a file, as Kubernetes mounts a Secret
+				pw, err := testpki.WriteFile(t.TempDir(), "password", []byte(o.password+"\n"))
+				must(t, err)
+				delete(s.environ, "KAFKA_SASL_PASSWORD")
+				s.environ["KAFKA_SASL_PASSWORD_FILE"] = pw
+			}
 			recs, unique := genStream(rand.New(rand.NewPCG(1, 2)), 4000, 0.25, false)
 			done := make(chan error, 1)
 			produceStream(t.Context(), s.cl, recs, len(recs), 0, done)

@@ -290,6 +290,10 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 // exit status when the run could not happen.
 func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags, environ map[string]string, stdout, stderr io.Writer) (*loadtest.Report, int) {
 	lt.Brokers = splitBrokers(f.brokers)
+	environ, problems := app.ResolveFiles(environ)
+	if len(problems) > 0 {
+		return nil, loadtestUsage(stderr, "%s", strings.Join(problems, "\n"))
+	}
 	kc := app.KafkaConfig{
 		TLSEnabled:    environ["KAFKA_TLS_ENABLED"] == "true",
 		TLSCAFile:     environ["KAFKA_TLS_CA_FILE"],
