@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
@@ -61,7 +63,7 @@ type KafkaConfig struct {
 	TLSCertFile       string        `env:"TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS, with KAFKA_TLS_KEY_FILE. Needs KAFKA_TLS_ENABLED=true."`
 	TLSKeyFile        string        `env:"TLS_KEY_FILE" desc:"PEM private key of KAFKA_TLS_CERT_FILE."`
 	TLSServerName     string        `env:"TLS_SERVER_NAME" desc:"Name the brokers' certificates are verified against, for brokers reached through an address their certificates do not hold (a proxy, a tunnel, an IP address). Empty: the host of each broker address. Needs KAFKA_TLS_ENABLED=true."`
-	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism, any case: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Use it with KAFKA_TLS_ENABLED=true: PLAIN sends the password as is."`
+	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism, any case: empty (none), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (with KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD) or AWS_MSK_IAM (signed with the AWS credentials the S3 checkpoint store uses: AWS_ACCESS_KEY_ID, else the SDK's default chain such as EKS IRSA or the instance role; region AWS_REGION). Use it with KAFKA_TLS_ENABLED=true: PLAIN sends the password as is."`
 	SASLUsername      string        `env:"SASL_USERNAME" secret:"true" desc:"SASL user name (shown in authentication errors)."`
 	SASLPassword      string        `env:"SASL_PASSWORD" secret:"true" desc:"SASL password (never logged)."`
 }
@@ -101,7 +103,7 @@ type CheckpointConfig struct {
 // AWS_CA_BUNDLE, ...) and ~/.aws itself: the one exception to cmd/kdedup being the only reader of
 // the environment.
 type AWSConfig struct {
-	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
+	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket, and of the MSK cluster with KAFKA_SASL_MECHANISM=AWS_MSK_IAM. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
 	AccessKeyID     string `env:"ACCESS_KEY_ID" secret:"true" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
 	SecretAccessKey string `env:"SECRET_ACCESS_KEY" secret:"true" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
 	SessionToken    string `env:"SESSION_TOKEN" secret:"true" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
@@ -288,6 +290,11 @@ func (c Config) validate() []problem {
 	}
 	c.validateZeros(add)
 	c.Kafka.validateClient(add)
+	if mech, _ := kafkaio.CanonicalMechanism(c.Kafka.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
+		if _, err := c.Kafka.SASL(c.AWS); err != nil {
+			add("KAFKA_SASL_MECHANISM", "%v", err)
+		}
+	}
 
 	d := c.Dedup
 	if d.WindowCount < 1 {
@@ -386,6 +393,17 @@ func (k KafkaConfig) validateSASL(add func(name, format string, args ...any)) {
 		add("KAFKA_SASL_MECHANISM", "%q is not one of %s", k.SASLMechanism, strings.Join(kafkaio.Mechanisms, ", "))
 		return
 	}
+	if mech == kafkaio.MechanismAWSMSKIAM {
+		for name, v := range map[string]string{"KAFKA_SASL_USERNAME": k.SASLUsername, "KAFKA_SASL_PASSWORD": k.SASLPassword} {
+			if v != "" {
+				add(name, "not used with KAFKA_SASL_MECHANISM=AWS_MSK_IAM, which signs with the AWS credentials (AWS_* or the SDK's default chain); unset it")
+			}
+		}
+		if !k.TLSEnabled {
+			add("KAFKA_SASL_MECHANISM", "AWS_MSK_IAM needs KAFKA_TLS_ENABLED=true (MSK serves IAM on its TLS listener, port 9098)")
+		}
+		return
+	}
 	if k.SASLUsername == "" {
 		add("KAFKA_SASL_USERNAME", "required with KAFKA_SASL_MECHANISM=%s", mech)
 	}
@@ -393,7 +411,7 @@ func (k KafkaConfig) validateSASL(add func(name, format string, args ...any)) {
 		add("KAFKA_SASL_PASSWORD", "required with KAFKA_SASL_MECHANISM=%s", mech)
 	}
 	if k.SASLUsername != "" && k.SASLPassword != "" {
-		if _, err := k.SASL(); err != nil {
+		if _, err := k.SASL(AWSConfig{}); err != nil {
 			add("KAFKA_SASL_PASSWORD", "%v", err)
 		}
 	}
@@ -441,13 +459,28 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	return tc, "", nil
 }
 
-// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one. The error (an unknown
-// mechanism, credentials SCRAM cannot prepare) never holds the password.
-func (k KafkaConfig) SASL() (sasl.Mechanism, error) {
+// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one. AWS_MSK_IAM signs with
+// the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3 checkpoint store uses);
+// its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the shared profile). The error
+// (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a secret.
+func (k KafkaConfig) SASL(a AWSConfig) (sasl.Mechanism, error) {
 	if k.SASLMechanism == "" {
 		return nil, nil
 	}
-	m, err := kafkaio.NewSASL(kafkaio.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword})
+	c := kafkaio.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword}
+	if mech, _ := kafkaio.CanonicalMechanism(k.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
+		opts := s3Options(a, nil)
+		opts.Endpoint = ""
+		ac, err := checkpoint.LoadAWSConfig(context.Background(), opts)
+		if err != nil {
+			return nil, err
+		}
+		if ac.Region == "" {
+			return nil, errors.New("AWS_MSK_IAM needs the cluster's region: set AWS_REGION")
+		}
+		c.AWSCredentials, c.AWSRegion = ac.Credentials, ac.Region
+	}
+	m, err := kafkaio.NewSASL(c)
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +528,7 @@ func (c Config) consumerConfig() (consumer.Config, error) {
 	if err != nil {
 		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
 	}
-	mech, err := c.Kafka.SASL()
+	mech, err := c.Kafka.SASL(c.AWS)
 	if err != nil {
 		return consumer.Config{}, fmt.Errorf("KAFKA_SASL_MECHANISM: %w", err)
 	}

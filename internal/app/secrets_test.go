@@ -52,3 +52,31 @@ func TestSecretFiles(t *testing.T) {
 		t.Errorf("a problem shows a secret:\n%v", err)
 	}
 }
+
+// TestMSKIAMConfig proves that KAFKA_SASL_MECHANISM=AWS_MSK_IAM (any case) signs with the AWS_*
+// credentials and region, needs TLS, and refuses a user name or password.
+func TestMSKIAMConfig(t *testing.T) {
+	cfg, err := Load(withEnv(map[string]string{
+		"KAFKA_SASL_MECHANISM": "aws_msk_iam", "KAFKA_TLS_ENABLED": "true", "AWS_REGION": "eu-west-1",
+		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret-Zq9",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.consumerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.SASL == nil || cc.SASL.Name() != "AWS_MSK_IAM" || cc.Transport().SASL != cc.SASL || cc.Dialer().SASLMechanism != cc.SASL {
+		t.Errorf("SASL %v is not AWS_MSK_IAM on every connection", cc.SASL)
+	}
+	_, err = Load(withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "AWS_MSK_IAM", "AWS_REGION": "eu-west-1", "KAFKA_SASL_PASSWORD": "pw-Zq9"}))
+	for _, want := range []string{"KAFKA_SASL_PASSWORD: not used", "KAFKA_TLS_ENABLED=true"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load = %v, want a problem saying %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "Zq9") {
+		t.Errorf("a problem shows a secret: %v", err)
+	}
+}

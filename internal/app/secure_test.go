@@ -217,3 +217,27 @@ func TestBinaryConnectFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaryMSKIAMWired proves that the worker authenticates its connections with AWS_MSK_IAM
+// when configured: kfake does not speak it, and the worker exits naming the mechanism the broker
+// refused in the SASL handshake.
+func TestBinaryMSKIAMWired(t *testing.T) {
+	t.Parallel()
+	s := startSecure(t, secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9"})
+	e := s.environ
+	delete(e, "KAFKA_SASL_USERNAME")
+	delete(e, "KAFKA_SASL_PASSWORD")
+	e["KAFKA_SASL_MECHANISM"], e["AWS_REGION"] = "AWS_MSK_IAM", "eu-west-1"
+	e["AWS_ACCESS_KEY_ID"], e["AWS_SECRET_ACCESS_KEY"] = "AKIDEXAMPLE", "secret-Zq9"
+	w := startWorker(t, e)
+	if code := w.wait(t, 20*time.Second); code == 0 {
+		t.Errorf("exit status 0")
+	}
+	log := w.log()
+	if !strings.Contains(log, "SASL authentication failed") || !strings.Contains(log, "does not enable mechanism AWS_MSK_IAM") {
+		t.Errorf("the log does not name the mechanism:\n%s", tail(log, 10))
+	}
+	if strings.Contains(log, "Zq9") {
+		t.Errorf("the log shows a secret")
+	}
+}

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	signer "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/segmentio/kafka-go/sasl"
+	awsmskiam "github.com/segmentio/kafka-go/sasl/aws_msk_iam_v2"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 )
@@ -19,7 +22,7 @@ const (
 )
 
 // Mechanisms lists the SASL mechanisms NewSASL accepts.
-var Mechanisms = []string{MechanismPlain, MechanismSCRAM256, MechanismSCRAM512}
+var Mechanisms = []string{MechanismPlain, MechanismSCRAM256, MechanismSCRAM512, MechanismAWSMSKIAM}
 
 // CanonicalMechanism returns the Kafka spelling of a mechanism name given in any case, and
 // whether it is one of Mechanisms.
@@ -38,6 +41,12 @@ type SASLConfig struct {
 	Mechanism string
 	// Username and Password are the credentials of PLAIN and SCRAM.
 	Username, Password string
+	// AWSCredentials and AWSRegion sign AWS_MSK_IAM authentication (AWS SigV4, service
+	// kafka-cluster, action kafka-cluster:Connect); both are required with it. The credentials
+	// are retrieved on every new connection, so refreshed ones (web identity, instance role) are
+	// used as they change.
+	AWSCredentials aws.CredentialsProvider
+	AWSRegion      string
 }
 
 // SASL is a SASL mechanism that knows the user it authenticates as, so that an authentication
@@ -64,6 +73,13 @@ func NewSASL(c SASLConfig) (*SASL, error) {
 		s.mech, err = scram.Mechanism(scram.SHA256, c.Username, c.Password)
 	case MechanismSCRAM512:
 		s.mech, err = scram.Mechanism(scram.SHA512, c.Username, c.Password)
+	case MechanismAWSMSKIAM:
+		if c.AWSCredentials == nil || c.AWSRegion == "" {
+			return nil, fmt.Errorf("kafkaio: SASL %s needs AWS credentials and a region", name)
+		}
+		s.user = "AWS credentials, region " + c.AWSRegion
+		s.mech = &awsmskiam.Mechanism{Signer: signer.NewSigner(), Credentials: c.AWSCredentials, Region: c.AWSRegion}
+		return s, nil
 	}
 	if err != nil { // scram: a user name or password that SASLprep refuses; never repeat them
 		return nil, fmt.Errorf("kafkaio: SASL %s: the user name or password is not valid UTF-8 text (SASLprep)", name)
@@ -74,7 +90,8 @@ func NewSASL(c SASLConfig) (*SASL, error) {
 // Name returns the mechanism's name, in Kafka's spelling.
 func (s *SASL) Name() string { return s.name }
 
-// User returns the user the mechanism authenticates as.
+// User returns the user the mechanism authenticates as (for AWS_MSK_IAM, a description of the
+// credentials: the role is the broker's to tell).
 func (s *SASL) User() string { return s.user }
 
 // Start starts an exchange; see sasl.Mechanism.
@@ -91,6 +108,9 @@ func (s *SASL) Format(f fmt.State, _ rune) { fmt.Fprint(f, s.String()) }
 
 // describeSASL returns the mechanism and user of m for an error message.
 func describeSASL(m sasl.Mechanism) string {
+	if s, ok := m.(*SASL); ok && s.name == MechanismAWSMSKIAM {
+		return fmt.Sprintf("mechanism %s (%s: check the role's kafka-cluster:Connect permission)", s.name, s.user)
+	}
 	if s, ok := m.(*SASL); ok {
 		return fmt.Sprintf("mechanism %s, user %q", s.name, s.user)
 	}

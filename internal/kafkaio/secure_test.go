@@ -43,7 +43,7 @@ func newSecurePKI(t *testing.T) securePKI {
 func TestConnSecure(t *testing.T) {
 	t.Parallel()
 	pki := newSecurePKI(t)
-	for _, mech := range kafkaio.Mechanisms {
+	for _, mech := range []string{kafkaio.MechanismPlain, kafkaio.MechanismSCRAM256, kafkaio.MechanismSCRAM512} {
 		t.Run(mech, func(t *testing.T) {
 			t.Parallel()
 			c, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(1, "t"), kfake.EnableSASL(),

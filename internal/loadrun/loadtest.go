@@ -308,7 +308,10 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 	if err != nil {
 		return nil, loadtestUsage(stderr, "%s: %v", name, err)
 	}
-	mech, err := kc.SASL()
+	mech, err := kc.SASL(app.AWSConfig{
+		Region: environ["AWS_REGION"], AccessKeyID: environ["AWS_ACCESS_KEY_ID"],
+		SecretAccessKey: environ["AWS_SECRET_ACCESS_KEY"], SessionToken: environ["AWS_SESSION_TOKEN"],
+	})
 	if err != nil {
 		return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
 	}
