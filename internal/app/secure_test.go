@@ -220,7 +220,8 @@ func TestBinaryConnectFailures(t *testing.T) {
 
 // TestBinaryMSKIAMWired proves that the worker authenticates its connections with AWS_MSK_IAM
 // when configured: kfake does not speak it, and the worker exits naming the mechanism the broker
-// refused in the SASL handshake.
+// refused in the SASL handshake. It also proves that a mistyped variable is warned about with the
+// closest known one.
 func TestBinaryMSKIAMWired(t *testing.T) {
 	t.Parallel()
 	s := startSecure(t, secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9"})
@@ -229,6 +230,7 @@ func TestBinaryMSKIAMWired(t *testing.T) {
 	delete(e, "KAFKA_SASL_PASSWORD")
 	e["KAFKA_SASL_MECHANISM"], e["AWS_REGION"] = "AWS_MSK_IAM", "eu-west-1"
 	e["AWS_ACCESS_KEY_ID"], e["AWS_SECRET_ACCESS_KEY"] = "AKIDEXAMPLE", "secret-Zq9"
+	e["DEDUP_WINDOW_CONT"] = "4"
 	w := startWorker(t, e)
 	if code := w.wait(t, 20*time.Second); code == 0 {
 		t.Errorf("exit status 0")
@@ -239,5 +241,8 @@ func TestBinaryMSKIAMWired(t *testing.T) {
 	}
 	if strings.Contains(log, "Zq9") {
 		t.Errorf("the log shows a secret")
+	}
+	if !strings.Contains(log, "unknown variable DEDUP_WINDOW_CONT is ignored; did you mean DEDUP_WINDOW_COUNT?") {
+		t.Errorf("no warning about DEDUP_WINDOW_CONT:\n%s", tail(log, 10))
 	}
 }
