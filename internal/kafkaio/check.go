@@ -178,7 +178,7 @@ func (c Conn) classify(ctx context.Context, addr string, err error, tr *trackedS
 	switch {
 	case errors.Is(err, kafka.UnsupportedSASLMechanism):
 		return &ConnError{Kind: ErrAuthentication, Broker: addr, Err: err,
-			Detail: fmt.Sprintf("the broker does not enable %s (KAFKA_SASL_MECHANISM)", who)}
+			Detail: fmt.Sprintf("the broker does not enable mechanism %s (KAFKA_SASL_MECHANISM)", c.SASL.Name())}
 	case errors.Is(err, kafka.SASLAuthenticationFailed) || (tr != nil && tr.started.Load() && closed(err)):
 		return &ConnError{Kind: ErrAuthentication, Broker: addr, Err: err,
 			Detail: fmt.Sprintf("%s: the broker refused the credentials or closed the connection during the exchange; check the user and password", who)}
