@@ -193,7 +193,8 @@ type topicCounts struct {
 	input, output, duplicates int
 }
 
-// topicInfo checks the connection (kafkaio.Conn.Check) and looks the topics up, retrying under
+// topicInfo checks the connection (kafkaio.Conn.Check), looks the topics up and checks that the
+// input topic may be read (kafkaio.CheckRead), retrying under
 // the retry policy until they all exist or ctx ends (then it returns ctx's error). An
 // authentication, TLS or authorization failure (kafkaio.Fatal) is returned at once. In
 // PartitionSame mode a partition count mismatch is an ErrPartitionMismatch.
@@ -203,6 +204,9 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 		err := w.cfg.Check(ctx, w.topicNames()...)
 		if err == nil {
 			tc, err = w.lookupTopics(ctx)
+		}
+		if err == nil {
+			err = kafkaio.CheckRead(ctx, w.client, w.cfg.InputTopic)
 		}
 		switch {
 		case kafkaio.Fatal(err):

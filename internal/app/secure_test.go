@@ -149,7 +149,8 @@ func TestBinarySecured(t *testing.T) {
 // TestBinaryConnectFailures proves that the binary exits non-zero within 20s with a log line
 // that names the failure, and never the password, when it cannot authenticate (wrong password,
 // wrong user), cannot verify the broker (a CA that did not sign its certificate), speaks
-// plaintext to a TLS listener, or is denied a topic or its group by the ACLs.
+// plaintext to a TLS listener, or is denied describing a topic, reading the input topic or its
+// group by the ACLs.
 func TestBinaryConnectFailures(t *testing.T) {
 	t.Parallel()
 	allow := func(rt kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
@@ -191,6 +192,11 @@ func TestBinaryConnectFailures(t *testing.T) {
 			nil, []string{"not authorized", "DESCRIBE", `topic \"in\"`}},
 		{"group ACL missing", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right", acls: topicsOnly},
 			nil, []string{"not authorized", "READ", `group \"kdedup\"`}},
+		{"read ACL missing", secureOptions{mech: kafkaio.MechanismPlain, user: "dedup", password: "pw-Zq9-right", acls: []kfake.ACL{
+			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe), allow(kmsg.ACLResourceTypeTopic, "out", kmsg.ACLOperationAll),
+			allow(kmsg.ACLResourceTypeGroup, "kdedup", kmsg.ACLOperationAll),
+			allow(kmsg.ACLResourceTypeCluster, "kafka-cluster", kmsg.ACLOperationIdempotentWrite)}},
+			nil, []string{"not authorized", "READ", `topic \"in\"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -152,6 +152,22 @@ func (c Conn) connectOnce(ctx context.Context, addr string, topics []string) (an
 	return answered, tr, err
 }
 
+// CheckRead returns a *ConnError of kind ErrAuthorization naming READ on topic if the ACLs do
+// not let the client read it, and nil otherwise: it fetches at most one byte of partition 0 from
+// offset 0, which consumes nothing (an offset out of range means reading is allowed). Other
+// failures are left to the reads themselves.
+func CheckRead(ctx context.Context, c *kafka.Client, topic string) error {
+	res, err := c.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: 0, Offset: 0, MinBytes: 1, MaxBytes: 1,
+		MaxWait: 10 * time.Millisecond})
+	if err == nil {
+		err = res.Error
+	}
+	if errors.Is(err, kafka.TopicAuthorizationFailed) {
+		return Denied(err, "READ", fmt.Sprintf("topic %q", topic))
+	}
+	return nil
+}
+
 // trackedSASL is a SASL mechanism that records that an exchange started, so that a connection
 // closed during it is known to be an authentication failure.
 type trackedSASL struct {
