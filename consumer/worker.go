@@ -128,28 +128,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	info, errs := w.sample.KafkaLoggers("kafka-group")
-	start := kafka.FirstOffset
-	if w.cfg.StartFromLatest {
-		start = kafka.LastOffset
-	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                    w.cfg.GroupID,
-		Brokers:               w.cfg.Brokers,
-		Dialer:                w.cfg.Dialer(),
-		Topics:                []string{w.cfg.InputTopic},
-		HeartbeatInterval:     w.cfg.HeartbeatInterval,
-		SessionTimeout:        w.cfg.SessionTimeout,
-		RebalanceTimeout:      w.cfg.RebalanceTimeout,
-		JoinGroupBackoff:      time.Second,
-		WatchPartitionChanges: true,
-		// Sticky first; range is what every kdedup version supports, so a group that mixes
-		// versions during a rolling upgrade agrees on it.
-		GroupBalancers: []kafka.GroupBalancer{w.balancer, kafka.RangeGroupBalancer{}},
-		StartOffset:    start,
-		Logger:         info,
-		ErrorLogger:    errs,
-	})
+	cg, err := kafka.NewConsumerGroup(w.groupConfig())
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -186,6 +165,32 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	closeGroup()
 	return fatal
+}
+
+// groupConfig returns the configuration of the worker's consumer group.
+func (w *Worker) groupConfig() kafka.ConsumerGroupConfig {
+	info, errs := w.sample.KafkaLoggers("kafka-group")
+	start := kafka.FirstOffset
+	if w.cfg.StartFromLatest {
+		start = kafka.LastOffset
+	}
+	return kafka.ConsumerGroupConfig{
+		ID:                    w.cfg.GroupID,
+		Brokers:               w.cfg.Brokers,
+		Dialer:                w.cfg.Dialer(),
+		Topics:                []string{w.cfg.InputTopic},
+		HeartbeatInterval:     w.cfg.HeartbeatInterval,
+		SessionTimeout:        w.cfg.SessionTimeout,
+		RebalanceTimeout:      w.cfg.RebalanceTimeout,
+		JoinGroupBackoff:      time.Second,
+		WatchPartitionChanges: true,
+		// Sticky first; range is what every kdedup version supports, so a group that mixes
+		// versions during a rolling upgrade agrees on it.
+		GroupBalancers: []kafka.GroupBalancer{w.balancer, kafka.RangeGroupBalancer{}},
+		StartOffset:    start,
+		Logger:         info,
+		ErrorLogger:    errs,
+	}
 }
 
 // topicCounts holds the partition counts of the topics the worker uses.

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +38,7 @@ func TestLoadtestExternalSecured(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var workerLog syncWriter
+			var workerLog bytes.Buffer // slog's handler serializes the writes; read after Serve returned
 			wctx, stop := context.WithCancel(ctx)
 			served := make(chan int, 1)
 			go func() { served <- app.Serve(wctx, cfg, ln, slog.New(slog.NewJSONHandler(&workerLog, nil))) }()
@@ -107,22 +106,4 @@ func startSecured(t *testing.T, mech string) map[string]string {
 		"DEDUP_KEY": "header:event-id", "DEDUP_WINDOW_COUNT": "8", "DEDUP_WINDOW_INTERVAL": "2s",
 		"DEDUP_WINDOW_CAPACITY": "100000", "HTTP_ADDR": "127.0.0.1:0", "SHUTDOWN_TIMEOUT": "10s",
 	}
-}
-
-// syncWriter is an io.Writer safe for concurrent use that keeps what is written.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
