@@ -137,6 +137,7 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 			[]string{"KAFKA_SASL_PASSWORD"}},
 		{"server name without tls", withEnv(map[string]string{"KAFKA_TLS_SERVER_NAME": "broker"}), []string{"KAFKA_TLS_SERVER_NAME"}},
 		{"dups topic", withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "events-dedup"}), []string{"DEDUP_DUPLICATES_TOPIC"}},
+		{"dead-letter topic", withEnv(map[string]string{"KAFKA_DEAD_LETTER_TOPIC": "events-dedup"}), []string{"KAFKA_DEAD_LETTER_TOPIC"}},
 		{"checkpoint url with credentials", withEnv(map[string]string{"CHECKPOINT_URL": "s3://AKID:secret@bucket/p", "CHECKPOINT_KEEP": "0"}),
 			[]string{"CHECKPOINT_URL", "CHECKPOINT_KEEP"}},
 		{"checkpoint url and dir disagree", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "CHECKPOINT_DIR": "/var/lib/kdedup"}),
@@ -241,7 +242,7 @@ func TestConfigConversion(t *testing.T) {
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
 		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
-		"KAFKA_IDEMPOTENT": "false",
+		"KAFKA_IDEMPOTENT": "false", "KAFKA_DEAD_LETTER_TOPIC": "dlq",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestConfigConversion(t *testing.T) {
 	}
 	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafka.Zstd ||
 		cc.Mode != consumer.ModeMark || cc.MarkHeader != "x-dup" || cc.Unkeyed != consumer.UnkeyedDrop ||
-		cc.DuplicatesTopic != "dups" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence {
+		cc.DuplicatesTopic != "dups" || cc.DeadLetterTopic != "dlq" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}
 	wc := windowConfig(cfg.Dedup)

@@ -12,12 +12,14 @@
 //     Fatal, Denied).
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
-//     production (producer ids, sequence numbers, resets).
+//     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse
+//     (batches bounded by the topic's max.message.bytes, split when refused, RefusedError for a
+//     record refused on its own).
 //   - batch.go: record batches (format v2) encoded for the producer and decoded in place
 //     (BatchDecoder), with franz-go's kmsg.
 //   - input.go: PartitionReader, the worker's input fetch path (kafka-go's Reader, configured here
 //     until a fetch loop of our own on protocol/fetch replaces it); read.go: Read, the one way to
-//     read a range of a partition; metadata.go: partition counts and offsets.
+//     read a range of a partition; metadata.go: partition counts, offsets and topic configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;
 //     heartbeat.go: Heartbeats, which keep a member in its group while it releases partitions
 //     after kafka-go stopped heartbeating.
