@@ -302,11 +302,16 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 // exit status when the run could not happen.
 func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags, environ map[string]string, stdout, stderr io.Writer) (*loadtest.Report, int) {
 	lt.Brokers = splitBrokers(f.brokers)
+	environ, problems := app.ResolveFiles(environ)
+	if len(problems) > 0 {
+		return nil, loadtestUsage(stderr, "%s", strings.Join(problems, "\n"))
+	}
 	kc := app.KafkaConfig{
 		TLSEnabled:    environ["KAFKA_TLS_ENABLED"] == "true",
 		TLSCAFile:     environ["KAFKA_TLS_CA_FILE"],
 		TLSCertFile:   environ["KAFKA_TLS_CERT_FILE"],
 		TLSKeyFile:    environ["KAFKA_TLS_KEY_FILE"],
+		TLSServerName: environ["KAFKA_TLS_SERVER_NAME"],
 		SASLMechanism: environ["KAFKA_SASL_MECHANISM"],
 		SASLUsername:  environ["KAFKA_SASL_USERNAME"],
 		SASLPassword:  environ["KAFKA_SASL_PASSWORD"],
@@ -315,7 +320,14 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 	if err != nil {
 		return nil, loadtestUsage(stderr, "%s: %v", name, err)
 	}
-	lt.TLS, lt.SASL = tc, kc.SASL()
+	mech, err := kc.SASL(app.AWSConfig{
+		Region: environ["AWS_REGION"], AccessKeyID: environ["AWS_ACCESS_KEY_ID"],
+		SecretAccessKey: environ["AWS_SECRET_ACCESS_KEY"], SessionToken: environ["AWS_SESSION_TOKEN"],
+	})
+	if err != nil {
+		return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
+	}
+	lt.TLS, lt.SASL = tc, mech
 	if err := lt.Validate(); err != nil {
 		return nil, loadtestUsage(stderr, "%v", err)
 	}
