@@ -13,7 +13,7 @@ import (
 // partitionState is the reusable per-partition working memory.
 type partitionState struct {
 	p    int32
-	in   []kafka.Message
+	in   []kafka.Message // the records of the batch in hand: the reader's, valid until its next Fetch
 	out  []kafka.Message
 	dups []kafka.Message
 
@@ -75,15 +75,13 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 
 	drained := true
 	for gctx.Err() == nil {
-		batch, consumeStart, err := r.Fetch(gctx, st.in[:0], w.cfg.BatchSize, w.cfg.BatchTimeout)
-		st.in = batch
-		if len(batch) > 0 {
-			if perr := w.handleBatch(pctx, c, st, tc, consumeStart); perr != nil {
+		b, err := r.Fetch(gctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
+		if err == nil {
+			if perr := w.handleBatch(pctx, c, st, tc, b); perr != nil {
 				drained = false
 				break
 			}
-		}
-		if err != nil && gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
+		} else if gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
 			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
 				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
 		}
@@ -171,19 +169,20 @@ func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) str
 	return "discarded"
 }
 
-// handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.
-// The Deduper hears Processing before the first Seen of the batch and Acked after its last
-// acknowledged write. It returns an error only when pctx ended before every output write was
-// acknowledged.
-func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, consumeStart time.Time) error {
+// handleBatch deduplicates the records of b, produces the result and marks the batch's offsets
+// (up to b.Next, which may be past its last record) for commit. The Deduper hears Processing
+// before the first Seen of the batch and Acked after its last acknowledged write; a batch without
+// records only moves the offsets. It returns an error only when pctx ended before every output
+// write was acknowledged.
+func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
+	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
 	out, dups := st.out[:0], st.dups[:0]
 	nDup, nUnkeyed := 0, 0
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
-	last := &st.in[len(st.in)-1]
-	w.dedup.Processing(p, last.Offset+1)
+	w.dedup.Processing(p, b.Next)
 	for i := range st.in {
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
@@ -235,19 +234,19 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	ack := time.Now()
 	if len(out) > 0 {
 		w.obs.Produced(p, len(out))
-		sinceConsume := ack.Sub(consumeStart)
+		sinceConsume := ack.Sub(b.Start)
 		for i := range out {
 			if !out[i].Time.IsZero() {
 				w.obs.Latency(ack.Sub(out[i].Time), sinceConsume)
 			}
 		}
 	}
-	st.next = last.Offset + 1
-	w.obs.Lag(p, max(0, last.HighWaterMark-st.next))
+	st.next = b.Next
+	w.obs.Lag(p, max(0, b.End-st.next))
 	w.dedup.Acked(p, st.next)
 	c.mark(int(p), st.next)
-	clear(st.in) // drop references to record bytes until the slices are reused
-	clear(st.out)
+	st.in = nil   // the reader's records: valid until the next Fetch
+	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
 	return nil
 }

@@ -35,7 +35,8 @@ type PartitionReaderConfig struct {
 // kafka-go's protocol/fetch behind the same methods. Fetch must not be called concurrently;
 // Close may be called concurrently with Fetch.
 type PartitionReader struct {
-	r *kafka.Reader
+	r     *kafka.Reader
+	batch Batch
 }
 
 // readerSlack is how much longer than MaxWait a PartitionReader waits for the answer to a fetch.
@@ -87,30 +88,55 @@ func NewPartitionReader(conn Conn, cfg PartitionReaderConfig) (*PartitionReader,
 	return &PartitionReader{r: r}, nil
 }
 
-// Fetch appends up to max records (at least one) to batch: it waits for the first one as long as
-// ctx allows, then linger at most for more. It returns the time the first record arrived. An
-// error means that no record came before ctx ended, or that the reader reports a failure; the
-// reader keeps retrying by itself (under its backoff, handing an error over only between its
-// attempts), so the next Fetch waits for its retry.
-func (r *PartitionReader) Fetch(ctx context.Context, batch []kafka.Message, max int, linger time.Duration) ([]kafka.Message, time.Time, error) {
+// Batch is what PartitionReader.Fetch hands out: the next records of the partition, in offset
+// order, and how far the partition was read.
+type Batch struct {
+	// Records are the data records of the batch. Their keys, values and headers must not be
+	// changed, and are only valid until the next Fetch or Close.
+	Records []kafka.Message
+	// Next is the offset to commit once Records are handled: the offset after the last offset
+	// the batch covers. It can be past the last record (records that are not data were skipped
+	// after it), and a batch can have no records at all and only move Next.
+	Next int64
+	// End is where the readable part of the partition ended when the batch was fetched; End -
+	// Next is the consumer lag.
+	End int64
+	// Aborted is the number of records of aborted transactions skipped in the batch's range.
+	Aborted int
+	// Start is when the batch's first record was taken.
+	Start time.Time
+}
+
+// Fetch returns the next batch: up to max records (at least one) or, with no record, a move of
+// Next. It waits for the first record as long as ctx allows, then linger at most for more. The
+// batch and its records are only valid until the next Fetch or Close. An error means that
+// nothing came before ctx ended, or that the reader reports a failure; the reader keeps retrying
+// by itself (under its backoff, handing an error over only between its attempts), so the next
+// Fetch waits for its retry.
+func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Duration) (*Batch, error) {
+	b := &r.batch
+	clear(b.Records)
+	b.Records = b.Records[:0]
 	m, err := r.r.FetchMessage(ctx)
 	if err != nil {
-		return batch, time.Time{}, err
+		return nil, err
 	}
-	start := time.Now()
-	batch = append(batch, m)
+	b.Start = time.Now()
+	b.Records = append(b.Records, m)
 	if max > 1 {
-		bctx, cancel := context.WithDeadline(ctx, start.Add(linger))
-		for len(batch) < max {
+		bctx, cancel := context.WithDeadline(ctx, b.Start.Add(linger))
+		for len(b.Records) < max {
 			m, err := r.r.FetchMessage(bctx)
 			if err != nil {
 				break
 			}
-			batch = append(batch, m)
+			b.Records = append(b.Records, m)
 		}
 		cancel()
 	}
-	return batch, start, nil
+	last := &b.Records[len(b.Records)-1]
+	b.Next, b.End = last.Offset+1, last.HighWaterMark
+	return b, nil
 }
 
 // Close stops fetching in the background (closing an idle reader takes up to MaxWait) and returns
