@@ -56,15 +56,11 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.pendingAssign.Add(-1)
 	w.updateReady()
 
-	r, err := kafkaio.NewPartitionReader(w.cfg.Conn, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset,
-		MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait, QueueCapacity: w.cfg.QueueCapacity,
+	r := kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
+		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample,
 	})
-	if err != nil {
-		w.release(pctx, hard, p, true, since)
-		return
-	}
 
 	st := &partitionState{p: p, next: -1}
 	st.hdrSeq = st.hdr.all
@@ -86,7 +82,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
 		}
 	}
-	readerClosed := r.Close() // stop fetching; prefetched records are simply not committed
+	readerClosed := r.Close() // stop fetching; records fetched and not handled are simply not committed
 
 	if drained && st.next >= 0 {
 		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {

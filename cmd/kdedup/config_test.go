@@ -309,7 +309,7 @@ func TestWorkerProblemsNameVariables(t *testing.T) {
 	bad := consumer.Config{
 		Conn: kafkaio.Conn{Brokers: []string{"nohostport"}}, OutputTopic: "in", InputTopic: "in", DuplicatesTopic: "in",
 		SessionTimeout: -1, HeartbeatInterval: -1, RebalanceTimeout: -1, BatchSize: -1, BatchBytes: -1,
-		BatchTimeout: -1, CommitInterval: -1, FetchMaxWait: -1, FetchMaxBytes: -1, QueueCapacity: -1,
+		BatchTimeout: -1, CommitInterval: -1, FetchMaxWait: -1, FetchMaxBytes: -1,
 		Partitioning: "x", Mode: "x", MarkHeader: " ", Unkeyed: "x",
 		ShutdownTimeout: -1, ProduceTimeout: -1, RetryBackoffMax: -1,
 	}
