@@ -10,76 +10,30 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/txntest"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// scribe writes a partition's log for the transaction tests: records of transactional producers
-// (franz-go's kgo, a test-only dependency; kafka-go has no transactions), by name, and records
-// written outside transactions. Every send is its own produce request, so records of producers
-// interleave in the log in the order of the calls.
-type scribe struct {
-	t         *testing.T
-	addrs     []string
-	topic     string
-	partition int32
-	clients   map[string]*kgo.Client
+// scribe writes the log of partition 0 of "t" for the transaction tests (see txntest): each value
+// is its own produce request, so the records of producers that send in turn interleave.
+type scribe struct{ w *txntest.Writer }
+
+func newScribe(t *testing.T, addrs []string) *scribe {
+	return &scribe{txntest.New(t, addrs, "t")}
 }
 
-func newScribe(t *testing.T, addrs []string, topic string, partition int32) *scribe {
-	return &scribe{t: t, addrs: addrs, topic: topic, partition: partition, clients: map[string]*kgo.Client{}}
-}
+func (s *scribe) begin(who string)            { s.w.Begin(who) }
+func (s *scribe) end(who string, commit bool) { s.w.End(who, commit) }
 
-// client returns producer who's client, transactional unless who is "".
-func (s *scribe) client(who string) *kgo.Client {
-	s.t.Helper()
-	if c, ok := s.clients[who]; ok {
-		return c
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(s.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner())}
-	if who != "" {
-		opts = append(opts, kgo.TransactionalID("txn-"+who))
-	}
-	c, err := kgo.NewClient(opts...)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(c.Close)
-	s.clients[who] = c
-	return c
-}
-
-// begin starts a transaction of who.
-func (s *scribe) begin(who string) {
-	s.t.Helper()
-	if err := s.client(who).BeginTransaction(); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-// send writes values (one produce request each) as who: inside who's transaction, or outside
-// any for who "".
+// send writes values (key: the value up to "@") as who, in its transaction unless who is "".
 func (s *scribe) send(who string, values ...string) {
-	s.t.Helper()
 	for _, v := range values {
-		r := &kgo.Record{Topic: s.topic, Partition: s.partition, Key: []byte(strings.SplitN(v, "@", 2)[0]), Value: []byte(v)}
-		if err := s.client(who).ProduceSync(context.Background(), r).FirstErr(); err != nil {
-			s.t.Fatal(err)
-		}
-	}
-}
-
-// end ends who's transaction.
-func (s *scribe) end(who string, commit bool) {
-	s.t.Helper()
-	if err := s.client(who).EndTransaction(context.Background(), kgo.TransactionEndTry(commit)); err != nil {
-		s.t.Fatal(err)
+		s.w.Send(who, txntest.Record{Key: []byte(strings.SplitN(v, "@", 2)[0]), Value: []byte(v)})
 	}
 }
 
 // txn writes values in one transaction of who and commits or aborts it.
 func (s *scribe) txn(who string, commit bool, values ...string) {
-	s.t.Helper()
 	s.begin(who)
 	s.send(who, values...)
 	s.end(who, commit)
@@ -150,7 +104,7 @@ func TestTransactions(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			kc, c := cluster(t)
-			sc.write(newScribe(t, kc.ListenAddrs(), "t", 0))
+			sc.write(newScribe(t, kc.ListenAddrs()))
 			end := endOffset(t, c, "t", 0)
 			for _, iso := range kafkaio.Isolations() {
 				want, wantAborted := sc.all, 0
@@ -231,7 +185,7 @@ func readRange(t *testing.T, c *kafka.Client, iso kafkaio.Isolation, end int64) 
 func TestOpenTransactionHolds(t *testing.T) {
 	t.Parallel()
 	kc, c := cluster(t)
-	s := newScribe(t, kc.ListenAddrs(), "t", 0)
+	s := newScribe(t, kc.ListenAddrs())
 	s.send("", "p1")
 	s.begin("a")
 	s.send("a", "o1")
