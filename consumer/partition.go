@@ -60,6 +60,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
 		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample,
+		OnHeld: func(d time.Duration) { w.obs.TransactionHeld(p, d) },
 	})
 
 	st := &partitionState{p: p, next: -1}
@@ -174,6 +175,9 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	p := st.p
 	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
+	if b.Aborted > 0 {
+		w.obs.Aborted(p, b.Aborted)
+	}
 	out, dups := st.out[:0], st.dups[:0]
 	nDup, nUnkeyed := 0, 0
 	mark := w.cfg.Mode == ModeMark
