@@ -4,8 +4,8 @@
 // Poisson bound for the configured false-positive rate), per-key order violations, end-to-end
 // latency and sustained throughput.
 //
-// The package never reads environment variables; cmd/kdedup builds a Config from flags and the
-// environment. This comment is also the manual of that command, kdedup loadtest.
+// The package never reads environment variables; internal/loadrun builds a Config from the flags
+// and the environment that cmd/kdedup passes it. This comment is also the manual of that command, kdedup loadtest.
 //
 // # Running it
 //
@@ -126,7 +126,7 @@
 // faulty one whose injected leaks and loss are counted exactly.
 //
 //	go test ./loadtest/
-//	go test ./cmd/kdedup/ -run Loadtest
+//	go test ./internal/loadrun/ -run Loadtest
 //
 // The second runs the subcommand with the real worker (header/partition with all duplicate kinds,
 // key/global, json/pass-through, a restart with checkpoints) and against a broker without a worker

@@ -83,7 +83,7 @@ type Options struct {
 	SkipRuntimeCollectors bool
 
 	// ProducerResetReasons are the values of the reason label of
-	// kdedup_producer_resets_total (cmd/kdedup passes consumer.ResetReasons()).
+	// kdedup_producer_resets_total (internal/app passes consumer.ResetReasons()).
 	// Any other reason is counted as "other". Default: none, so every reset
 	// is counted as "other".
 	ProducerResetReasons []string

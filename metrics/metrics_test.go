@@ -53,7 +53,7 @@ var _ producerObserver = (*Metrics)(nil)
 
 var fixedNow = time.Unix(1_700_000_000, 0)
 
-// testResetReasons stand in for consumer.ResetReasons(), which cmd/kdedup passes.
+// testResetReasons stand in for consumer.ResetReasons(), which internal/app passes.
 var testResetReasons = []string{"out_of_order_sequence", "unknown_producer_id"}
 
 func newTest(t testing.TB, opts Options) (*Metrics, *prometheus.Registry) {

@@ -206,7 +206,7 @@ func TestAlertRulesHaveAnnotations(t *testing.T) {
 				continue
 			}
 			alerts++
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[a]) == "" {
 					t.Errorf("alert %s has no %s annotation", r.Alert, a)
 				}

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kdedup/kdedup/internal/app"
+	"github.com/kdedup/kdedup/internal/docs"
 )
 
 // TestREADMEEnvTable fails when the README's configuration table is not the one generated from
@@ -15,56 +18,47 @@ func TestREADMEEnvTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := currentEnvTable(doc)
+	got, err := docs.Block(doc, app.EnvTableBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := envTable(); got != want {
+	if want := app.EnvTable(); got != want {
 		t.Errorf("README.md's env table is stale; run: go run ./cmd/kdedup envdoc -update README.md\n--- README\n%s\n--- generated\n%s", got, want)
 	}
 }
 
-// TestEnvTable proves the table lists every variable once with its default, marks required ones,
-// and escapes pipes inside cells.
-func TestEnvTable(t *testing.T) {
-	table := envTable()
-	for _, v := range envVars() {
-		if n := strings.Count(table, "| `"+v.Name+"` |"); n != 1 {
-			t.Errorf("%s appears %d times", v.Name, n)
-		}
+// TestEnvDocCommand runs envdoc: the table, the names, and -update on a copy of a document, which
+// must then hold the table between its markers and nothing else changed.
+func TestEnvDocCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"envdoc"}, nil, &stdout, &stderr); code != 0 || stdout.String() != app.EnvTable() {
+		t.Errorf("envdoc: status %d, output %q", code, stdout.String())
 	}
-	for _, want := range []string{
-		"| `KAFKA_BROKERS` | *required* |",
-		"| `KAFKA_BATCH_TIMEOUT` | `5ms` |",
-		"| `DEDUP_WINDOW_COUNT` | `8` |",
-		"| `DEDUP_DUPLICATES_TOPIC` | *empty* |",
-	} {
-		if !strings.Contains(table, want) {
-			t.Errorf("table lacks %q", want)
-		}
+	stdout.Reset()
+	if code := run(t.Context(), []string{"envdoc", "-names"}, nil, &stdout, &stderr); code != 0 || stdout.String() != app.EnvNames() {
+		t.Errorf("envdoc -names: status %d, output %q", code, stdout.String())
 	}
-	for i, line := range strings.Split(strings.TrimSpace(table), "\n") {
-		if cells := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|"); cells != 4 {
-			t.Errorf("line %d has %d unescaped pipes, want 4: %s", i, cells, line)
-		}
-	}
-}
-
-func TestReplaceEnvTable(t *testing.T) {
-	doc := []byte("# T\n\n<!-- env-table:start -->\nold\n<!-- env-table:end -->\nafter\n")
-	out, err := replaceEnvTable(doc, "| new |\n")
-	if err != nil {
+	path := filepath.Join(t.TempDir(), "doc.md")
+	doc := "# T\n\n<!-- env-table:start -->\nold\n<!-- env-table:end -->\nafter\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := "# T\n\n<!-- env-table:start -->\n| new |\n<!-- env-table:end -->\nafter\n"
-	if string(out) != want {
-		t.Errorf("got %q, want %q", out, want)
+	if code := run(t.Context(), []string{"envdoc", "-update", path}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("envdoc -update: status %d: %s", code, &stderr)
 	}
-	if got, _ := currentEnvTable(out); got != "| new |\n" {
-		t.Errorf("currentEnvTable = %q", got)
+	got, _ := os.ReadFile(path)
+	if want := strings.Replace(doc, "old\n", app.EnvTable(), 1); string(got) != want {
+		t.Errorf("envdoc -update wrote %q, want %q", got, want)
 	}
-	if _, err := replaceEnvTable(bytes.ReplaceAll(doc, []byte("start"), []byte("begin")), "x"); err == nil {
-		t.Error("missing marker not reported")
+	if err := os.WriteFile(path, []byte("# no markers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := run(t.Context(), []string{"envdoc", "-update", path}, nil, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "env-table:start") {
+		t.Errorf("envdoc -update without markers: status %d, stderr %q; want 1 and the markers", code, &stderr)
+	}
+	if code := run(t.Context(), []string{"envdoc", "-bogus"}, nil, &stdout, &stderr); code != 2 {
+		t.Errorf("envdoc -bogus: status %d, want 2", code)
 	}
 }
 
@@ -76,7 +70,7 @@ func TestDeployEnvVars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(got) != envNames() {
-		t.Errorf("deploy/env-vars.txt is out of date; run: go run ./cmd/kdedup envdoc -names > deploy/env-vars.txt\nhave:\n%s\nwant:\n%s", got, envNames())
+	if string(got) != app.EnvNames() {
+		t.Errorf("deploy/env-vars.txt is out of date; run: go run ./cmd/kdedup envdoc -names > deploy/env-vars.txt\nhave:\n%s\nwant:\n%s", got, app.EnvNames())
 	}
 }

@@ -18,26 +18,26 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/caarlos0/env/v11"
-	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/app"
 	"github.com/kdedup/kdedup/internal/grace"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/kdedup/kdedup/internal/loadrun"
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
+	app.Version = version
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], env.ToMap(os.Environ()), os.Stdout, os.Stderr))
@@ -50,9 +50,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	}
 	switch args[0] {
 	case "demo":
-		return runDemo(ctx, args[1:], stdout, stderr)
+		return loadrun.Demo(ctx, args[1:], stdout, stderr)
 	case "loadtest":
-		return runLoadtest(ctx, args[1:], environ, stdout, stderr)
+		return loadrun.Loadtest(ctx, args[1:], environ, stdout, stderr)
 	case "inspect":
 		return runInspect(args[1:], stdout, stderr)
 	case "healthcheck":
@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return runEnvDoc(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usage+"\n\nWithout arguments kdedup runs the worker, configured by environment variables:")
-		fmt.Fprint(stdout, envTable())
+		fmt.Fprint(stdout, app.EnvTable())
 		return 0
 	}
 	fmt.Fprintf(stderr, "kdedup: unknown command %q\n%s\n", args[0], usage)
@@ -73,12 +73,12 @@ const usage = "usage: kdedup [demo [flags] | loadtest [flags] | inspect FILE | h
 
 // runWorker runs the worker until ctx is cancelled (SIGTERM/SIGINT).
 func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer) int {
-	cfg, err := loadConfig(environ)
+	cfg, err := app.Load(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "kdedup: %v\n", err)
 		return 2
 	}
-	level, _ := cfg.logLevel()
+	level, _ := cfg.Level()
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	// A drain that overruns SHUTDOWN_TIMEOUT (plus a margin for leaving the group) ends the
@@ -94,111 +94,5 @@ func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer)
 		log.Error("cannot listen", "addr", cfg.HTTPAddr, "error", err.Error())
 		return 1
 	}
-	return serve(ctx, cfg, ln, log)
-}
-
-// serve runs the worker and the HTTP server on ln until ctx is cancelled or the worker fails. The
-// HTTP server starts first, not ready, so that /healthz answers while the state is prepared (under
-// DEDUP_SCOPE=global the filter is restored or rebuilt before the worker starts).
-func serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) int {
-	reg := prometheus.NewRegistry()
-	obs := newObserver(reg, cfg)
-	var worker atomic.Pointer[consumer.Worker]
-	ready := func() bool {
-		w := worker.Load()
-		return w != nil && w.Ready()
-	}
-	srv := &http.Server{Handler: newHTTPHandler(reg, ready), ReadHeaderTimeout: 5 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
-	defer func() {
-		shutCtx, shutCancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = srv.Shutdown(shutCtx)
-		shutCancel()
-	}()
-	kf, err := newKeyFunc(cfg.Dedup.Key)
-	if err != nil {
-		log.Error("invalid DEDUP_KEY", "error", err.Error())
-		return 2
-	}
-	ccfg, err := cfg.consumerConfig()
-	if err != nil {
-		log.Error("invalid Kafka configuration", "error", err.Error())
-		return 2
-	}
-	dd, closeDedup, err := newDeduper(ctx, cfg, ccfg, kf, log, obs)
-	if err != nil {
-		log.Error("cannot create the deduplication state", "error", err.Error())
-		return 1
-	}
-	w, err := consumer.New(ccfg, dd, kf, obs, log)
-	if err != nil {
-		log.Error("invalid worker configuration", "error", err.Error())
-		return 2
-	}
-	worker.Store(w)
-	log.Info("kdedup started", "version", version, "http", ln.Addr().String(),
-		"input", cfg.Kafka.InputTopic, "output", cfg.Kafka.OutputTopic, "group", cfg.Kafka.GroupID,
-		"key", cfg.Dedup.Key, "scope", cfg.Dedup.Scope, "mode", cfg.Dedup.Mode,
-		"window", (time.Duration(cfg.Dedup.WindowCount) * cfg.Dedup.WindowInterval).String())
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- w.Run(runCtx) }()
-	var werr error
-	select {
-	case werr = <-runErr:
-	case err := <-srvErr:
-		log.Error("HTTP server failed; shutting down", "error", err.Error())
-		cancel()
-		werr = <-runErr
-		if werr == nil {
-			werr = err
-		}
-	}
-
-	// Save what the worker left (the global filter); partitions were revoked by Run.
-	closeCtx, closeCancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	if err := closeDedup(closeCtx); err != nil {
-		log.Error("saving deduplication state failed", "error", err.Error())
-	}
-	closeCancel()
-
-	if werr != nil {
-		if errors.Is(werr, consumer.ErrPartitionMismatch) {
-			log.Error("cannot run: "+werr.Error(),
-				"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash")
-		} else if errors.Is(werr, consumer.ErrIdempotenceUnsupported) {
-			log.Error("cannot run: "+werr.Error(),
-				"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+
-					"to produce without idempotence (a produce retry may then duplicate records in the output)")
-		} else {
-			log.Error("worker failed", "error", werr.Error())
-		}
-		return 1
-	}
-	log.Info("kdedup stopped")
-	return 0
-}
-
-// newHTTPHandler serves /healthz (the process is alive), /readyz (ready() is true) and /metrics
-// (reg, and only reg, in the Prometheus text format).
-func newHTTPHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "not ready\n")
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
+	return app.Serve(ctx, cfg, ln, log)
 }

@@ -77,7 +77,7 @@ type options struct {
 	degraded                 time.Duration
 	overfill                 stringList
 	keep                     bool
-	panels                   string // -panels: the page of the README's panels
+	panels                   string // -panels: the page of docs/operations.md's panels
 }
 
 // defaultOverfill is the worker environment that overfills the filter in the degraded phase:
@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.degraded, "degraded", 20*time.Second, "constant-rate sending of the degraded phase")
 	fs.Var(&o.overfill, "overfill", "worker NAME=VALUE (repeatable) that pushes the filter past capacity in the degraded phase (default "+strings.Join(defaultOverfill, " ")+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, reports, Prometheus data)")
-	fs.StringVar(&o.panels, "panels", "", "write an HTML page of the README's dashboard panels, as Prometheus evaluated them in this run, to this file")
+	fs.StringVar(&o.panels, "panels", "", "write an HTML page of the dashboard panels docs/operations.md shows, as Prometheus evaluated them in this run, to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -15,7 +15,7 @@ import (
 )
 
 // pagePanels are the dashboard panels the -panels page draws, by id, in order: the ones the
-// README's Monitoring table names. The estimated false-positive rate gets a log scale: it spans
+// Monitoring table of docs/operations.md names. The estimated false-positive rate gets a log scale: it spans
 // decades between a healthy and an overfilled filter.
 var pagePanels = []struct {
 	id  uint32

@@ -1,0 +1,474 @@
+package app
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+)
+
+// Config is everything kdedup reads from the environment. The struct tags are the single source
+// of truth for variable names (env, envPrefix), defaults (envDefault) and documentation (desc):
+// the README's configuration table is generated from them (EnvTable, go run ./cmd/kdedup envdoc).
+// Leaf field names are unique across the sections, so parse errors can name their variable.
+type Config struct {
+	Kafka      KafkaConfig      `envPrefix:"KAFKA_"`
+	Dedup      DedupConfig      `envPrefix:"DEDUP_"`
+	Checkpoint CheckpointConfig `envPrefix:"CHECKPOINT_"`
+	AWS        AWSConfig        `envPrefix:"AWS_"`
+
+	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":8080" desc:"Listen address of the HTTP server: /healthz, /readyz and /metrics."`
+	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" desc:"Minimum log level: debug, info, warn or error. Logs are JSON lines on stderr; nothing is logged per record at info."`
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM/SIGINT: time allowed to stop fetching, produce what is in flight, commit, save state and leave the group before exiting."`
+}
+
+// KafkaConfig is the KAFKA_* section.
+type KafkaConfig struct {
+	Brokers           []string      `env:"BROKERS,required,notEmpty" envSeparator:"," desc:"Comma-separated bootstrap brokers, host:port."`
+	InputTopic        string        `env:"INPUT_TOPIC,required,notEmpty" desc:"Topic to deduplicate."`
+	OutputTopic       string        `env:"OUTPUT_TOPIC,required,notEmpty" desc:"Topic the deduplicated stream is produced to. It must exist; kdedup never creates topics."`
+	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
+	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
+	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
+	SessionTimeout    time.Duration `env:"SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout: a replica that stops heartbeating for this long loses its partitions."`
+	HeartbeatInterval time.Duration `env:"HEARTBEAT_INTERVAL" envDefault:"3s" desc:"Consumer group heartbeat interval; must be shorter than KAFKA_SESSION_TIMEOUT."`
+	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance. It also bounds the release of a revoked partition (drain, commit, save its final snapshot): KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin of a tenth (at most 1s); the worker keeps heartbeating meanwhile. Raise it when large filters go to a slow checkpoint store."`
+	BatchSize         int           `env:"BATCH_SIZE" envDefault:"1000" desc:"Maximum records per partition processed and produced together (one produce request per output partition)."`
+	BatchBytes        int           `env:"BATCH_BYTES" envDefault:"983040" desc:"Maximum bytes of one produce request; keep it below the brokers' message.max.bytes."`
+	BatchTimeout      time.Duration `env:"BATCH_TIMEOUT" envDefault:"5ms" desc:"How long a partition waits to fill a batch once it has a record: the latency added for throughput."`
+	CommitInterval    time.Duration `env:"COMMIT_INTERVAL" envDefault:"1s" desc:"How often acknowledged input offsets are committed (0: after every batch). A crash re-delivers at most this much; a graceful stop commits everything."`
+	FetchMaxWait      time.Duration `env:"FETCH_MAX_WAIT" envDefault:"500ms" desc:"How long a fetch waits on the broker for new records when a partition is idle."`
+	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"16777216" desc:"Maximum bytes of one fetch response per partition."`
+	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
+	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
+	Idempotent        bool          `env:"IDEMPOTENT" envDefault:"true" desc:"Idempotent production (producer id and sequence numbers, as Kafka's Java producer does): a produce retry whose first attempt was written is not written twice. Needs Kafka 0.11+ and, with ACLs, IDEMPOTENT_WRITE on the cluster; kdedup exits at startup if the brokers refuse it. false: retries can duplicate records in the output."`
+	TLSEnabled        bool          `env:"TLS_ENABLED" envDefault:"false" desc:"Connect to the brokers with TLS."`
+	TLSCAFile         string        `env:"TLS_CA_FILE" desc:"PEM file of the CA certificates that verify the brokers (default: the system pool). Needs KAFKA_TLS_ENABLED=true."`
+	TLSCertFile       string        `env:"TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS, with KAFKA_TLS_KEY_FILE. Needs KAFKA_TLS_ENABLED=true."`
+	TLSKeyFile        string        `env:"TLS_KEY_FILE" desc:"PEM private key of KAFKA_TLS_CERT_FILE."`
+	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism: empty (none) or plain. SCRAM is not built in."`
+	SASLUsername      string        `env:"SASL_USERNAME" desc:"SASL user name."`
+	SASLPassword      string        `env:"SASL_PASSWORD" desc:"SASL password (never logged)."`
+}
+
+// DedupConfig is the DEDUP_* section.
+type DedupConfig struct {
+	Key               string        `env:"KEY" envDefault:"key" desc:"Identity of a record: key (the Kafka key), value (the whole value), header:NAME (the first header NAME) or json:PATH (a dotted path into a JSON object value, such as json:meta.id)."`
+	Scope             string        `env:"SCOPE" envDefault:"partition" desc:"partition: one filter per input partition, which moves with the partition between replicas; duplicates are caught within a partition. global: one filter for all partitions, catching duplicates across partitions; only for a single replica."`
+	Mode              string        `env:"MODE" envDefault:"drop" desc:"drop: duplicates are not produced. mark: every record is produced and duplicates carry the DEDUP_MARK_HEADER header with value 1."`
+	MarkHeader        string        `env:"MARK_HEADER" envDefault:"kdedup-duplicate" desc:"Header added (value \"1\") to duplicates in mark mode, after the record's own headers."`
+	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional topic that also receives every duplicate, unchanged (partition: input partition modulo its partition count)."`
+	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records whose identity cannot be extracted (no key, header missing, value not JSON or path missing): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total either way."`
+	WindowCount       int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
+	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the clock DEDUP_WINDOW_CLOCK names."`
+	WindowClock       string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See docs/design.md, Which window clock."`
+	LateRecords       string        `env:"LATE_RECORDS" envDefault:"pass" desc:"With DEDUP_WINDOW_CLOCK=event: a record stamped before its filter's oldest live generation cannot be judged. pass: produce it as new; drop: treat it as a duplicate (dropped, or marked under DEDUP_MODE=mark). Counted in kdedup_filter_late_records_total either way."`
+	EventTimeMaxAhead time.Duration `env:"EVENT_TIME_MAX_AHEAD" envDefault:"1h" desc:"With DEDUP_WINDOW_CLOCK=event: how far ahead of the worker's wall clock a record's timestamp may move stream time. A record stamped later (a producer's clock off) is judged as if stamped at the cap, so it cannot expire the window."`
+	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval, per partition with DEDUP_SCOPE=partition: the size of each generation's first stage, the expected load, not a hard limit. A generation that takes more grows by stages of twice the size at tighter rates, so the false-positive rate stays at target while DEDUP_MAX_MEMORY allows (kdedup_filter_stages)."`
+	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
+	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
+	OverloadPolicy    string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
+	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
+}
+
+// CheckpointConfig is the CHECKPOINT_* section.
+type CheckpointConfig struct {
+	URL               string        `env:"URL" desc:"Where filter snapshots are kept, so a restarted or rebalanced worker keeps its window: file:///path (a directory, possibly a shared volume) or s3://bucket/prefix (S3 or an S3-compatible store; see the AWS_* variables). Empty, with CHECKPOINT_DIR empty too, disables checkpoints (state starts empty)."`
+	Dir               string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
+	Interval          time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
+	Keep              int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	RebuildMaxRecords int64         `env:"REBUILD_MAX_RECORDS" envDefault:"10000000" desc:"A partition with no usable snapshot (no store, per-pod disks, lost bucket, first start, snapshot of an incompatible configuration) is rebuilt from the output records of the last (DEDUP_WINDOW_COUNT-1) x DEDUP_WINDOW_INTERVAL (before the wall clock, or with DEDUP_WINDOW_CLOCK=event before the newest output record's timestamp), found by record timestamp, reading at most this many records; the worker is not ready meanwhile. Past the bound the oldest records of the window are skipped: their duplicates can pass until they would have left the window; the rebuild logs a warning and counts them in kdedup_rebuild_skipped_records_total. 0 disables the rebuild (such a partition starts empty). Not done under KAFKA_PARTITIONING=hash with DEDUP_SCOPE=partition, where every output partition mixes all input partitions."`
+}
+
+// AWSConfig is the AWS_* section: the standard AWS variables kdedup itself reads for an s3://
+// CHECKPOINT_URL. The AWS SDK's default chain also reads the others (AWS_PROFILE,
+// AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN, AWS_CONTAINER_CREDENTIALS_*, AWS_MAX_ATTEMPTS,
+// AWS_CA_BUNDLE, ...) and ~/.aws itself: the one exception to cmd/kdedup being the only reader of
+// the environment.
+type AWSConfig struct {
+	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
+	AccessKeyID     string `env:"ACCESS_KEY_ID" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
+	SecretAccessKey string `env:"SECRET_ACCESS_KEY" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
+	SessionToken    string `env:"SESSION_TOKEN" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
+	EndpointURLS3   string `env:"ENDPOINT_URL_S3" desc:"Endpoint of an S3-compatible store (MinIO, R2, Ceph, moto), such as http://minio:9000; objects are then addressed path-style (endpoint/bucket/key). Empty: AWS S3."`
+	EndpointURL     string `env:"ENDPOINT_URL" desc:"Endpoint for all AWS services; used for S3 (path-style) when AWS_ENDPOINT_URL_S3 is empty."`
+}
+
+// ByteSize is a number of bytes that parses "1048576", "512MiB", "2GiB", "500MB".
+type ByteSize uint64
+
+// UnmarshalText parses a byte size.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	units := []struct {
+		suffix string
+		mult   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	mult := uint64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a byte size (like 1073741824, 512MiB or 2GiB)", text)
+	}
+	if n != 0 && n*mult/mult != n {
+		return fmt.Errorf("%q overflows", text)
+	}
+	*b = ByteSize(n * mult)
+	return nil
+}
+
+// ConfigError lists every configuration problem, one per line, each naming its variable.
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// Load parses environ (as from env.ToMap(os.Environ())) into a Config and validates it. It
+// returns a *ConfigError with all problems at once.
+func Load(environ map[string]string) (Config, error) {
+	var cfg Config
+	var problems []string
+	failed := map[string]bool{} // variables whose value did not parse: no further checks
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
+		vars := fieldVars()
+		var agg env.AggregateError
+		errs := []error{err}
+		if errors.As(err, &agg) {
+			errs = agg.Errors
+		}
+		for _, e := range errs {
+			name, msg := describeEnvError(e, vars, environ)
+			failed[name] = true
+			problems = append(problems, name+": "+msg)
+		}
+	}
+	for _, p := range cfg.validate() {
+		if !failed[p.name] {
+			problems = append(problems, p.name+": "+p.msg)
+		}
+	}
+	if len(problems) > 0 {
+		return cfg, &ConfigError{Problems: problems}
+	}
+	return cfg, nil
+}
+
+// describeEnvError turns one caarlos0/env error into the variable it concerns and a message.
+func describeEnvError(err error, vars map[string]string, environ map[string]string) (name, msg string) {
+	var notSet env.VarIsNotSetError
+	var empty env.EmptyVarError
+	var parse env.ParseError
+	switch {
+	case errors.As(err, &notSet):
+		return notSet.Key, "required but not set"
+	case errors.As(err, &empty):
+		return empty.Key, "must not be empty"
+	case errors.As(err, &parse):
+		name = vars[parse.Name]
+		if name == "" {
+			name = parse.Name
+		}
+		inner := parse.Err
+		var ne *strconv.NumError
+		if errors.As(inner, &ne) { // strconv repeats the input; keep the reason
+			inner = ne.Err
+		}
+		return name, fmt.Sprintf("cannot parse %q: %v", environ[name], inner)
+	}
+	return "environment", err.Error()
+}
+
+// fieldVars maps every leaf field name of Config to its environment variable.
+func fieldVars() map[string]string {
+	out := map[string]string{}
+	for _, v := range EnvVars() {
+		out[v.Field] = v.Name
+	}
+	return out
+}
+
+// EnvVar describes one environment variable of Config.
+type EnvVar struct {
+	Name, Field, Default, Desc string
+	Required, HasDefault       bool
+}
+
+// EnvVars lists Config's environment variables in declaration order. The names (with their
+// section prefixes), defaults and required flags are what caarlos0/env itself parses
+// (env.GetFieldParams); the Go field name and the desc tag, which env does not report, come from
+// the leaf field at the same position. It panics if the two disagree: the tags are static, and
+// every test that renders the table would catch it.
+func EnvVars() []EnvVar {
+	params, err := env.GetFieldParams(&Config{})
+	if err != nil {
+		panic("kdedup: Config's env tags: " + err.Error())
+	}
+	fields := envFields(reflect.TypeFor[Config]())
+	if len(fields) != len(params) {
+		panic(fmt.Sprintf("kdedup: Config has %d env fields, caarlos0/env reports %d", len(fields), len(params)))
+	}
+	out := make([]EnvVar, len(params))
+	for i, p := range params {
+		f := fields[i]
+		if own, _, _ := strings.Cut(f.Tag.Get("env"), ","); own != p.OwnKey {
+			panic(fmt.Sprintf("kdedup: field %s is %s, caarlos0/env reports %s", f.Name, own, p.OwnKey))
+		}
+		out[i] = EnvVar{
+			Name: p.Key, Field: f.Name, Default: p.DefaultValue, HasDefault: p.HasDefaultValue,
+			Desc: f.Tag.Get("desc"), Required: p.Required,
+		}
+	}
+	return out
+}
+
+// envFields returns the fields of t that have an env tag, in declaration order, descending into
+// the sections (the struct fields without one): the order of env.GetFieldParams.
+func envFields(t reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for f := range t.Fields() {
+		switch {
+		case f.Tag.Get("env") != "":
+			out = append(out, f)
+		case f.Type.Kind() == reflect.Struct:
+			out = append(out, envFields(f.Type)...)
+		}
+	}
+	return out
+}
+
+type problem struct{ name, msg string }
+
+// validate checks what parsing cannot: ranges, enumerations, files, cross-field rules. The rules of
+// the worker's settings are consumer.Config.Validate's and those of the key, scope and window
+// sizing are dedup's and window's (validateDedup); validate reports them against the variables.
+func (c Config) validate() []problem {
+	var ps []problem
+	add := func(name, format string, args ...any) { ps = append(ps, problem{name, fmt.Sprintf(format, args...)}) }
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			add(name, "must be positive, got %v", d)
+		}
+	}
+	vars := fieldVars()
+	for _, fe := range consumer.FieldErrors(c.consumerFields().Validate()) {
+		name := vars[fe.Field]
+		if name == "" {
+			name = "worker setting " + fe.Field
+		}
+		add(name, "%s", fe.Problem)
+	}
+	c.validateZeros(add)
+	c.Kafka.validateClient(add)
+
+	d := c.Dedup
+	if d.WindowCount < 1 {
+		add("DEDUP_WINDOW_COUNT", "must be at least 1, got %d", d.WindowCount)
+	}
+	positive("DEDUP_WINDOW_INTERVAL", d.WindowInterval)
+	positive("DEDUP_EVENT_TIME_MAX_AHEAD", d.EventTimeMaxAhead)
+	if d.WindowCapacity < 1 {
+		add("DEDUP_WINDOW_CAPACITY", "must be at least 1")
+	}
+	if !(d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1) {
+		add("DEDUP_FALSE_POSITIVE_RATE", "must be between 0 and 1 (exclusive), got %v", d.FalsePositiveRate)
+	}
+	if d.OverloadPolicy != "drop" && d.OverloadPolicy != "pass" {
+		add("DEDUP_OVERLOAD_POLICY", "%q is not one of drop, pass", d.OverloadPolicy)
+	}
+	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
+
+	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
+	if c.Checkpoint.RebuildMaxRecords < 0 {
+		add("CHECKPOINT_REBUILD_MAX_RECORDS", "must be >= 0 (0 disables the rebuild), got %d", c.Checkpoint.RebuildMaxRecords)
+	}
+	if c.Checkpoint.URL != "" || c.Checkpoint.Dir != "" {
+		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)
+		if c.Checkpoint.Keep < 1 {
+			add("CHECKPOINT_KEEP", "must be >= 1, got %d", c.Checkpoint.Keep)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		add("HTTP_ADDR", "%q is not a listen address like :8080", c.HTTPAddr)
+	}
+	if _, err := c.Level(); err != nil {
+		add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	return ps
+}
+
+// validateZeros refuses 0 for the variables whose 0 consumer.Config replaces by a built-in
+// default ("Default X when zero"): set explicitly, 0 would silently become something else.
+func (c Config) validateZeros(add func(name, format string, args ...any)) {
+	k := c.Kafka
+	for _, v := range []struct {
+		name string
+		zero bool
+	}{
+		{"KAFKA_SESSION_TIMEOUT", k.SessionTimeout == 0},
+		{"KAFKA_HEARTBEAT_INTERVAL", k.HeartbeatInterval == 0},
+		{"KAFKA_REBALANCE_TIMEOUT", k.RebalanceTimeout == 0},
+		{"KAFKA_BATCH_SIZE", k.BatchSize == 0},
+		{"KAFKA_BATCH_BYTES", k.BatchBytes == 0},
+		{"KAFKA_BATCH_TIMEOUT", k.BatchTimeout == 0},
+		{"KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait == 0},
+		{"KAFKA_FETCH_MAX_BYTES", k.FetchMaxBytes == 0},
+		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout == 0},
+	} {
+		if v.zero {
+			add(v.name, "must not be 0 (unset it for the default)")
+		}
+	}
+}
+
+// validateClient checks the settings that only this package turns into the worker's: the start
+// offset, compression, TLS files and SASL.
+func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) {
+	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
+		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
+	}
+	if _, ok := compressions[k.Compression]; !ok {
+		add("KAFKA_COMPRESSION", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
+	}
+	if !k.TLSEnabled {
+		for name, v := range map[string]string{"KAFKA_TLS_CA_FILE": k.TLSCAFile, "KAFKA_TLS_CERT_FILE": k.TLSCertFile, "KAFKA_TLS_KEY_FILE": k.TLSKeyFile} {
+			if v != "" {
+				add(name, "is set but KAFKA_TLS_ENABLED is false")
+			}
+		}
+	} else if _, name, err := k.TLSConfig(); err != nil {
+		add(name, "%v", err)
+	}
+	switch strings.ToLower(k.SASLMechanism) {
+	case "":
+		if k.SASLUsername != "" || k.SASLPassword != "" {
+			add("KAFKA_SASL_MECHANISM", "must be set (plain) when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is")
+		}
+	case "plain":
+		if k.SASLUsername == "" {
+			add("KAFKA_SASL_USERNAME", "required with KAFKA_SASL_MECHANISM=plain")
+		}
+		if k.SASLPassword == "" {
+			add("KAFKA_SASL_PASSWORD", "required with KAFKA_SASL_MECHANISM=plain")
+		}
+	default:
+		add("KAFKA_SASL_MECHANISM", "%q is not supported (empty or plain)", k.SASLMechanism)
+	}
+}
+
+var compressions = map[string]kafka.Compression{
+	"none": 0, "gzip": kafka.Gzip, "snappy": kafka.Snappy, "lz4": kafka.Lz4, "zstd": kafka.Zstd,
+}
+
+// Level returns LOG_LEVEL as a slog level; the error reports a name that is not one.
+func (c Config) Level() (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(c.LogLevel))
+	return l, err
+}
+
+// TLSConfig returns the TLS configuration, or nil when TLS is disabled. On failure it also
+// returns the variable at fault.
+func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
+	if !k.TLSEnabled {
+		return nil, "", nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if k.TLSCAFile != "" {
+		pem, err := os.ReadFile(k.TLSCAFile)
+		if err != nil {
+			return nil, "KAFKA_TLS_CA_FILE", err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, "KAFKA_TLS_CA_FILE", fmt.Errorf("%s holds no PEM certificate", k.TLSCAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if (k.TLSCertFile == "") != (k.TLSKeyFile == "") {
+		return nil, "KAFKA_TLS_CERT_FILE", errors.New("KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE must be set together")
+	}
+	if k.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(k.TLSCertFile, k.TLSKeyFile)
+		if err != nil {
+			return nil, "KAFKA_TLS_CERT_FILE", err
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, "", nil
+}
+
+// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one.
+func (k KafkaConfig) SASL() sasl.Mechanism {
+	if strings.ToLower(k.SASLMechanism) == "plain" {
+		return plain.Mechanism{Username: k.SASLUsername, Password: k.SASLPassword}
+	}
+	return nil
+}
+
+// consumerFields converts the configuration into the worker's, except for TLS and SASL (see
+// consumerConfig). Its field names are those of Config's leaves, so that fieldVars names the
+// variable of every field consumer.Config.Validate may report.
+func (c Config) consumerFields() consumer.Config {
+	k, d := c.Kafka, c.Dedup
+	brokers := make([]string, len(k.Brokers))
+	for i, b := range k.Brokers {
+		brokers[i] = strings.TrimSpace(b)
+	}
+	return consumer.Config{
+		Conn:               kafkaio.Conn{Brokers: brokers, ClientID: k.ClientID},
+		InputTopic:         k.InputTopic,
+		OutputTopic:        k.OutputTopic,
+		DuplicatesTopic:    d.DuplicatesTopic,
+		GroupID:            k.GroupID,
+		StartFromLatest:    k.StartOffset == "latest",
+		SessionTimeout:     k.SessionTimeout,
+		HeartbeatInterval:  k.HeartbeatInterval,
+		RebalanceTimeout:   k.RebalanceTimeout,
+		BatchSize:          k.BatchSize,
+		BatchBytes:         k.BatchBytes,
+		BatchTimeout:       k.BatchTimeout,
+		CommitInterval:     k.CommitInterval,
+		FetchMaxWait:       k.FetchMaxWait,
+		FetchMaxBytes:      k.FetchMaxBytes,
+		Partitioning:       consumer.Partitioning(k.Partitioning),
+		Mode:               consumer.Mode(d.Mode),
+		MarkHeader:         d.MarkHeader,
+		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
+		Compression:        compressions[k.Compression],
+		ShutdownTimeout:    c.ShutdownTimeout,
+		DisableIdempotence: !k.Idempotent,
+	}
+}
+
+// consumerConfig converts the validated configuration into the worker's, loading the TLS files.
+func (c Config) consumerConfig() (consumer.Config, error) {
+	tc, name, err := c.Kafka.TLSConfig()
+	if err != nil {
+		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
+	}
+	cc := c.consumerFields()
+	cc.TLS, cc.SASL = tc, c.Kafka.SASL()
+	return cc, nil
+}

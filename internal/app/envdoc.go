@@ -1,0 +1,38 @@
+package app
+
+import (
+	"fmt"
+	"strings"
+)
+
+// EnvTableBlock names the generated block of README.md that holds EnvTable, between the markers
+// <!-- env-table:start --> and <!-- env-table:end --> (see docs.ReplaceBlock).
+const EnvTableBlock = "env-table"
+
+// EnvTable renders Config's environment variables as a markdown table, from the struct tags:
+// name, default (*required* or *empty* when there is none) and description, pipes escaped.
+func EnvTable() string {
+	var b strings.Builder
+	b.WriteString("| Variable | Default | Description |\n|---|---|---|\n")
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	for _, v := range EnvVars() {
+		def := "`" + cell(v.Default) + "`"
+		switch {
+		case v.Required:
+			def = "*required*"
+		case !v.HasDefault || v.Default == "":
+			def = "*empty*"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, cell(v.Desc))
+	}
+	return b.String()
+}
+
+// EnvNames lists Config's environment variables, one per line (deploy/env-vars.txt).
+func EnvNames() string {
+	var b strings.Builder
+	for _, v := range EnvVars() {
+		b.WriteString(v.Name + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,131 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Serve runs the worker and the HTTP server on ln until ctx is cancelled or the worker fails. The
+// HTTP server starts first, not ready, so that /healthz answers while the state is prepared (under
+// DEDUP_SCOPE=global the filter is restored or rebuilt before the worker starts). It logs to log
+// and returns the exit status: 0 after a clean stop, 1 on a runtime failure (including a state
+// that cannot be created and mismatched partition counts), 2 on a configuration that fails only
+// when the worker is built. The HTTP server, and with it ln, is shut down when Serve returns.
+func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) int {
+	reg := prometheus.NewRegistry()
+	obs := newObserver(reg, cfg)
+	var worker atomic.Pointer[consumer.Worker]
+	ready := func() bool {
+		w := worker.Load()
+		return w != nil && w.Ready()
+	}
+	srv := &http.Server{Handler: newHTTPHandler(reg, ready), ReadHeaderTimeout: 5 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+	defer func() {
+		shutCtx, shutCancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(shutCtx)
+		shutCancel()
+	}()
+	kf, err := newKeyFunc(cfg.Dedup.Key)
+	if err != nil {
+		log.Error("invalid DEDUP_KEY", "error", err.Error())
+		return 2
+	}
+	ccfg, err := cfg.consumerConfig()
+	if err != nil {
+		log.Error("invalid Kafka configuration", "error", err.Error())
+		return 2
+	}
+	dd, closeDedup, err := newDeduper(ctx, cfg, ccfg, kf, log, obs)
+	if err != nil {
+		log.Error("cannot create the deduplication state", "error", err.Error())
+		return 1
+	}
+	w, err := consumer.New(ccfg, dd, kf, obs, log)
+	if err != nil {
+		log.Error("invalid worker configuration", "error", err.Error())
+		return 2
+	}
+	worker.Store(w)
+	log.Info("kdedup started", "version", Version, "http", ln.Addr().String(),
+		"input", cfg.Kafka.InputTopic, "output", cfg.Kafka.OutputTopic, "group", cfg.Kafka.GroupID,
+		"key", cfg.Dedup.Key, "scope", cfg.Dedup.Scope, "mode", cfg.Dedup.Mode,
+		"window", (time.Duration(cfg.Dedup.WindowCount) * cfg.Dedup.WindowInterval).String())
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(runCtx) }()
+	var werr error
+	select {
+	case werr = <-runErr:
+	case err := <-srvErr:
+		log.Error("HTTP server failed; shutting down", "error", err.Error())
+		cancel()
+		werr = <-runErr
+		if werr == nil {
+			werr = err
+		}
+	}
+
+	// Save what the worker left (the global filter); partitions were revoked by Run.
+	closeCtx, closeCancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	if err := closeDedup(closeCtx); err != nil {
+		log.Error("saving deduplication state failed", "error", err.Error())
+	}
+	closeCancel()
+
+	if werr != nil {
+		logFailure(log, werr)
+		return 1
+	}
+	log.Info("kdedup stopped")
+	return 0
+}
+
+// logFailure logs why the worker failed, with a hint for the failures a setting fixes.
+func logFailure(log *slog.Logger, err error) {
+	switch {
+	case errors.Is(err, consumer.ErrPartitionMismatch):
+		log.Error("cannot run: "+err.Error(),
+			"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash")
+	case errors.Is(err, consumer.ErrIdempotenceUnsupported):
+		log.Error("cannot run: "+err.Error(),
+			"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+
+				"to produce without idempotence (a produce retry may then duplicate records in the output)")
+	default:
+		log.Error("worker failed", "error", err.Error())
+	}
+}
+
+// newHTTPHandler serves /healthz (the process is alive), /readyz (ready() is true) and /metrics
+// (reg, and only reg, in the Prometheus text format).
+func newHTTPHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "not ready\n")
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
