@@ -1,8 +1,10 @@
 package consumer_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/txntest"
+	"github.com/segmentio/kafka-go"
 )
 
 // txnFate is what becomes of one transaction of txnScenario.
@@ -210,3 +213,84 @@ func TestReadUncommittedInput(t *testing.T) {
 	}
 }
 
+// TestRestartInAbortedTransaction stops the worker while it is held at an open transaction,
+// aborts that transaction, and restarts the worker twice from inside it: once gracefully from the
+// offset it committed (the transaction's first offset) and once as after a crash that had
+// committed half-way through the aborted records (skipped, as a read_committed reader commits
+// past them). The transaction's ids are then retried in a committed transaction. The filter is
+// restored from the state saved at each revoke, so an aborted record that had reached it would
+// turn its retry into a "duplicate": the output must hold the plain records and the retries,
+// once each, and no aborted record or marker.
+func TestRestartInAbortedTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	w := txntest.New(t, e.cl.Addrs(), e.in)
+	rec := func(id string, attempt int) txntest.Record {
+		return txntest.Record{Key: []byte(id), Value: fmt.Appendf(nil, "%s@%d", id, attempt)}
+	}
+	w.Send("", rec("p1", 1))
+	w.Begin("a")
+	for i := range 30 {
+		w.Send("a", rec(fmt.Sprintf("x%02d", i), 1)) // offsets 1-30, one batch each
+	}
+	w.Send("", rec("p2", 1))
+	st := newStore()
+	cfg := e.config()
+	cfg.FetchMaxBytes = 1024 // a few batches per fetch: the aborted transaction spans fetches
+	r := e.start(cfg, newMapDeduper(false, st), keyFuncFor(t, "key"))
+	eventually(t, 10*time.Second, "p1 committed and the partition held", func() bool {
+		com, err := e.cl.Committed(context.Background(), e.group, e.in)
+		return err == nil && com[0] == 1 && r.obs.held.Load() > 0
+	})
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	w.End("a", false)
+	retries := make([]txntest.Record, 30)
+	for i := range retries {
+		retries[i] = rec(fmt.Sprintf("x%02d", i), 2)
+	}
+	w.Txn("b", true, retries...)
+	w.Send("", rec("p3", 1))
+	for _, from := range []int64{-1, 16} { // -1: the committed offset
+		if from >= 0 {
+			commitOffset(t, e, 0, from)
+		}
+		r := e.start(cfg, newMapDeduper(false, st), keyFuncFor(t, "key"))
+		e.waitAllCommitted(20 * time.Second)
+		if err := r.stop(t, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.obs.aborted.Load(), 30-max(from-1, 0); got != want {
+			t.Errorf("restart at %d: %d aborted records counted, want %d", from, got, want)
+		}
+	}
+	var got []string
+	for _, m := range e.readOut(e.out)[0] {
+		got = append(got, string(m.Value))
+	}
+	want := []string{"p1@1", "p2@1"}
+	for i := range 30 {
+		want = append(want, fmt.Sprintf("x%02d@2", i))
+	}
+	want = append(want, "p3@1")
+	if !slices.Equal(got, want) {
+		t.Errorf("output %q,\nwant %q", got, want)
+	}
+}
+
+// commitOffset commits offset for partition p of e's input in e's group, outside any generation
+// (the group must be empty), as a worker that crashed after committing it would have left it.
+func commitOffset(t *testing.T, e *env, p int, offset int64) {
+	t.Helper()
+	res, err := e.cl.Client().OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{
+		GroupID: e.group, GenerationID: -1,
+		Topics: map[string][]kafka.OffsetCommit{e.in: {{Partition: p, Offset: offset}}},
+	})
+	if err == nil {
+		err = res.Topics[e.in][0].Error
+	}
+	if err != nil {
+		t.Fatalf("committing offset %d: %v", offset, err)
+	}
+}
