@@ -116,8 +116,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"enumerations", withEnv(map[string]string{
 			"KAFKA_START_OFFSET": "middle", "KAFKA_PARTITIONING": "random", "KAFKA_COMPRESSION": "rar",
 			"DEDUP_SCOPE": "cluster", "DEDUP_MODE": "delete", "DEDUP_UNKEYED_POLICY": "keep", "LOG_LEVEL": "chatty",
-			"DEDUP_OVERLOAD_POLICY": "block",
-		}), []string{"KAFKA_START_OFFSET", "KAFKA_PARTITIONING", "KAFKA_COMPRESSION", "DEDUP_SCOPE", "DEDUP_MODE", "DEDUP_UNKEYED_POLICY", "LOG_LEVEL", "DEDUP_OVERLOAD_POLICY"}},
+			"DEDUP_OVERLOAD_POLICY": "block", "KAFKA_ISOLATION_LEVEL": "read_some",
+		}), []string{"KAFKA_START_OFFSET", "KAFKA_PARTITIONING", "KAFKA_COMPRESSION", "DEDUP_SCOPE", "DEDUP_MODE", "DEDUP_UNKEYED_POLICY", "LOG_LEVEL", "DEDUP_OVERLOAD_POLICY", "KAFKA_ISOLATION_LEVEL"}},
 		{"key spec", withEnv(map[string]string{"DEDUP_KEY": "json:"}), []string{"DEDUP_KEY"}},
 		{"ranges and rules", withEnv(map[string]string{
 			"KAFKA_OUTPUT_TOPIC": "events", "KAFKA_HEARTBEAT_INTERVAL": "20s", "KAFKA_BATCH_SIZE": "0",
@@ -238,7 +238,7 @@ func TestConfigConversion(t *testing.T) {
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
 		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
-		"KAFKA_IDEMPOTENT": "false",
+		"KAFKA_IDEMPOTENT": "false", "KAFKA_ISOLATION_LEVEL": "read_uncommitted",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +249,8 @@ func TestConfigConversion(t *testing.T) {
 	}
 	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafka.Zstd ||
 		cc.Mode != consumer.ModeMark || cc.MarkHeader != "x-dup" || cc.Unkeyed != consumer.UnkeyedDrop ||
-		cc.DuplicatesTopic != "dups" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence {
+		cc.DuplicatesTopic != "dups" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence ||
+		cc.Isolation != kafkaio.ReadUncommitted {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}
 	wc := windowConfig(cfg.Dedup)
