@@ -143,6 +143,25 @@ func (s *txnScenario) check(t *testing.T, e *env) txnOutcome {
 	return o
 }
 
+// run writes the scenario to a new broker while a worker reading with iso (and an exact Deduper)
+// consumes it, until every input offset is committed, and returns what the output holds and the
+// aborted records the worker counted.
+func (s *txnScenario) run(t *testing.T, rng *rand.Rand, iso kafkaio.Isolation) (txnOutcome, int64) {
+	t.Helper()
+	e := newEnv(t, txnPartitions, txnPartitions, embedkafka.Options{})
+	cfg := e.config()
+	cfg.BatchSize, cfg.Isolation = 1000, iso
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	s.write(t, e.cl.Addrs(), rng)
+	e.waitAllCommitted(60 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	o := s.check(t, e)
+	t.Logf("%+v", o)
+	return o, r.obs.aborted.Load()
+}
+
 // TestTransactionalInput runs issue 25's scenario (300 transactions of 200 records, 10% aborted,
 // 20% aborted and retried, 6,000 re-sends) through a worker reading committed data while the
 // producers write: no aborted record, no marker and no lost retry may reach the output, every
@@ -152,17 +171,7 @@ func TestTransactionalInput(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(25, 1))
 	s := newTxnScenario(rng, 300, 200, 6000)
-	e := newEnv(t, txnPartitions, txnPartitions, embedkafka.Options{})
-	cfg := e.config()
-	cfg.BatchSize = 1000
-	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
-	s.write(t, e.cl.Addrs(), rng)
-	e.waitAllCommitted(60 * time.Second)
-	if err := r.stop(t, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	o := s.check(t, e)
-	t.Logf("%+v", o)
+	o, counted := s.run(t, rng, kafkaio.ReadCommitted)
 	abortedRecords := 0
 	for _, f := range s.fates {
 		if f != committed {
@@ -173,8 +182,8 @@ func TestTransactionalInput(t *testing.T) {
 		t.Errorf("aborted records in the output %d, markers %d, lost retries %d, lost %d, leaked %d; want all 0",
 			o.outputAborted, o.markers, o.lostRetries, o.lost, o.leaked)
 	}
-	if n := r.obs.aborted.Load(); n != int64(abortedRecords) {
-		t.Errorf("%d aborted records counted, want %d", n, abortedRecords)
+	if counted != int64(abortedRecords) {
+		t.Errorf("%d aborted records counted, want %d", counted, abortedRecords)
 	}
 }
 
@@ -184,17 +193,7 @@ func TestReadUncommittedInput(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(25, 2))
 	s := newTxnScenario(rng, 30, 60, 300)
-	e := newEnv(t, txnPartitions, txnPartitions, embedkafka.Options{})
-	cfg := e.config()
-	cfg.Isolation = kafkaio.ReadUncommitted
-	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
-	s.write(t, e.cl.Addrs(), rng)
-	e.waitAllCommitted(60 * time.Second)
-	if err := r.stop(t, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	o := s.check(t, e)
-	t.Logf("%+v", o)
+	o, counted := s.run(t, rng, kafkaio.ReadUncommitted)
 	retried, abortedOnly := 0, 0
 	for _, f := range s.fates {
 		switch f {
@@ -208,8 +207,8 @@ func TestReadUncommittedInput(t *testing.T) {
 		t.Errorf("markers %d, lost %d, leaked %d, aborted records in the output %d, lost retries %d; want 0, 0, 0, %d, %d",
 			o.markers, o.lost, o.leaked, o.outputAborted, o.lostRetries, retried+abortedOnly, retried)
 	}
-	if n := r.obs.aborted.Load(); n != 0 {
-		t.Errorf("%d aborted records counted under read_uncommitted", n)
+	if counted != 0 {
+		t.Errorf("%d aborted records counted under read_uncommitted", counted)
 	}
 }
 

@@ -155,16 +155,7 @@ func TestPartitionReaderLeaderMoves(t *testing.T) {
 func TestPartitionReaderOffsetReset(t *testing.T) {
 	t.Parallel()
 	kc, c := cluster(t)
-	res, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: "r", NumPartitions: 1, ReplicationFactor: 1,
-		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "retention.ms", ConfigValue: "3600000"}},
-	}}})
-	if err == nil {
-		err = res.Errors["r"]
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	retentionTopic(t, c, "r")
 	for i := range 100 {
 		at := time.Now()
 		if i < 40 {
