@@ -91,9 +91,9 @@ type Deduper interface {
 type KeyFunc func(key, value []byte, headers func(yield func(name string, value []byte) bool)) (id []byte, ok bool)
 
 // Observer receives the Worker's measurements; metrics.Metrics implements it. Every method must be
-// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Aborted, Lag,
-// TransactionHeld and Latency are called on the record path. It includes the produce path's kafkaio.ProduceObserver (ProduceError,
-// ProducerReset, UncertainRetry).
+// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Aborted, Lag and
+// Latency are called on the record path, TransactionHeld after every fetch. It includes the produce
+// path's kafkaio.ProduceObserver (ProduceError, ProducerReset, UncertainRetry).
 type Observer interface {
 	// Consumed counts n records read from the input partition.
 	Consumed(partition int32, n int)
