@@ -64,6 +64,15 @@ type Config struct {
 	// DuplicatesTopic, when set, also receives every duplicate (in both modes), written to
 	// partition input partition % its partition count.
 	DuplicatesTopic string
+	// DeadLetterTopic, when set, receives every record that the output (or duplicates) topic
+	// refuses on its own for what it is (kafkaio.RefusalReasons: too large for the topic's
+	// max.message.bytes, invalid), unchanged plus the DeadLetterHeader* headers, written to
+	// partition input partition % its partition count; the partition then goes on, and the input
+	// offset is committed past the record once the dead letter was acknowledged. The record's
+	// identity stays in the deduplication state, so its duplicates within the window are dropped
+	// as for any record. When unset (the default), or when the dead-letter topic refuses the
+	// record too, the partition blocks at the record: see Worker.Blocked.
+	DeadLetterTopic string
 	// GroupID is the consumer group. Default "kdedup".
 	GroupID string
 	// StartFromLatest starts a partition without committed offset at its end instead of its
@@ -302,6 +311,10 @@ func (c Config) validateTopics(bad func(field, format string, args ...any)) {
 	}
 	if c.DuplicatesTopic != "" && (c.DuplicatesTopic == c.InputTopic || c.DuplicatesTopic == c.OutputTopic) {
 		bad("DuplicatesTopic", "%q must differ from the input and output topics", c.DuplicatesTopic)
+	}
+	if c.DeadLetterTopic != "" && (c.DeadLetterTopic == c.InputTopic || c.DeadLetterTopic == c.OutputTopic ||
+		c.DeadLetterTopic == c.DuplicatesTopic) {
+		bad("DeadLetterTopic", "%q must differ from the input, output and duplicates topics", c.DeadLetterTopic)
 	}
 }
 

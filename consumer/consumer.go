@@ -78,7 +78,9 @@ type Deduper interface {
 	// records it passed to Seen were not acknowledged by the output topic (the drain at the end
 	// of a generation ran out of time, for example because the brokers are down): the state must
 	// be dropped without being snapshotted, because a snapshot would make the next owner drop
-	// those records as duplicates although they never reached the output topic.
+	// those records as duplicates although they never reached the output topic. The Worker also
+	// calls it when the partition blocks at a record the output refuses (see Worker.Blocked),
+	// and calls Assign again if the block lifts.
 	Discard(ctx context.Context, partition int32) error
 }
 
@@ -118,6 +120,14 @@ type Observer interface {
 	UncertainRetry()
 	// CommitError counts one failed offset commit.
 	CommitError()
+	// DeadLetter counts one record of the input partition that the output (or duplicates) topic
+	// refused and that was written to Config.DeadLetterTopic; reason is one of
+	// kafkaio.RefusalReasons.
+	DeadLetter(partition int32, reason string)
+	// PartitionBlocked reports that the input partition blocked at a record that was refused
+	// for reason (one of kafkaio.RefusalReasons), with blocked true, and that it no longer is,
+	// with blocked false and the same reason: the block lifted, or the partition was released.
+	PartitionBlocked(partition int32, reason string, blocked bool)
 	// Latency observes one produced record: time since its Kafka timestamp and since its batch
 	// was consumed, both measured when the output write was acknowledged.
 	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
@@ -175,6 +185,12 @@ func (NopObserver) UncertainRetry() {}
 
 // CommitError does nothing.
 func (NopObserver) CommitError() {}
+
+// DeadLetter does nothing.
+func (NopObserver) DeadLetter(int32, string) {}
+
+// PartitionBlocked does nothing.
+func (NopObserver) PartitionBlocked(int32, string, bool) {}
 
 // Latency does nothing.
 func (NopObserver) Latency(time.Duration, time.Duration) {}

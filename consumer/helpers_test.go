@@ -219,6 +219,8 @@ type countingObserver struct {
 	released                                atomic.Int64
 	releaseMax                              atomic.Int64 // nanoseconds
 	ready                                   atomic.Bool
+	deadLetters                             atomic.Int64
+	blocked                                 sync.Map // partition → reason, while blocked
 }
 
 func (o *countingObserver) Consumed(_ int32, n int)    { o.consumed.Add(int64(n)) }
@@ -235,9 +237,17 @@ func (o *countingObserver) Aborted(_ int32, n int)     { o.aborted.Add(int64(n))
 func (o *countingObserver) TransactionHeld(_ int32, d time.Duration) {
 	o.held.Store(int64(d))
 }
-func (o *countingObserver) Rebalance()      { o.rebalances.Add(1) }
-func (o *countingObserver) Assigned(n int)  { o.assigned.Store(int64(n)) }
-func (o *countingObserver) SetReady(r bool) { o.ready.Store(r) }
+func (o *countingObserver) Rebalance()               { o.rebalances.Add(1) }
+func (o *countingObserver) Assigned(n int)           { o.assigned.Store(int64(n)) }
+func (o *countingObserver) SetReady(r bool)          { o.ready.Store(r) }
+func (o *countingObserver) DeadLetter(int32, string) { o.deadLetters.Add(1) }
+func (o *countingObserver) PartitionBlocked(p int32, reason string, blocked bool) {
+	if blocked {
+		o.blocked.Store(p, reason)
+	} else {
+		o.blocked.CompareAndDelete(p, reason)
+	}
+}
 func (o *countingObserver) Released(d time.Duration) {
 	o.released.Add(1)
 	for {

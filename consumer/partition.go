@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,12 @@ type partitionState struct {
 	hdrSeq func(yield func(string, []byte) bool)
 
 	next int64 // next offset to commit; -1 until a batch was handled
+
+	// Refused records (see refuse.go).
+	lanes     []lane            // what a refusal left to write of the current batch
+	diverted  int               // records of the batch's output written to the dead-letter topic
+	blocked   *BlockedPartition // where the partition is blocked; nil while it is not
+	discarded bool              // the state was discarded at a block and not assigned again
 }
 
 // headerSource adapts the current record's headers to the iterator a KeyFunc takes. One is kept
@@ -70,22 +77,10 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 
-	drained := true
-	for gctx.Err() == nil {
-		b, err := r.Fetch(gctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
-		if err == nil {
-			if perr := w.handleBatch(pctx, c, st, tc, b); perr != nil {
-				drained = false
-				break
-			}
-		} else if gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
-			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
-				"topic", w.cfg.InputTopic, "partition", p, "error", err.Error())
-		}
-	}
+	drained, stopped := w.consume(gctx, pctx, r, c, st, tc)
 	readerClosed := r.Close() // stop fetching; records fetched and not handled are simply not committed
 
-	if drained && st.next >= 0 {
+	if (drained || stopped) && st.next >= 0 {
 		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {
 			return c.flush(pctx, int(p), st.next)
 		})
@@ -98,7 +93,25 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		}
 	}
 	<-readerClosed
-	w.release(pctx, hard, p, drained, since)
+	w.release(pctx, hard, st, drained, since)
+}
+
+// consume handles the batches of r until gctx ends (drained: every record passed to Seen was
+// acknowledged) or a batch could not be written before pctx ended (neither), or ended blocked
+// at a refused record (stopped: committed up to it, no state held; see refuse.go).
+func (w *Worker) consume(gctx, pctx context.Context, r *kafkaio.PartitionReader, c *committer, st *partitionState, tc topicCounts) (drained, stopped bool) {
+	for gctx.Err() == nil {
+		b, err := r.Fetch(gctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
+		if err == nil {
+			if perr := w.handleBatch(gctx, pctx, c, st, tc, b); perr != nil {
+				return false, errors.Is(perr, errStopped)
+			}
+		} else if gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
+			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
+				"topic", w.cfg.InputTopic, "partition", st.p, "error", err.Error())
+		}
+	}
+	return true, false
 }
 
 // sinceDone returns a function that tells how long ago ctx ended (0 while it has not), and one
@@ -130,10 +143,23 @@ func (w *Worker) assign(gctx context.Context, p int32) bool {
 
 // release hands the partition's deduplication state back: Revoke when every record passed to
 // Seen was acknowledged by the output topic, otherwise Discard so that no snapshot claims records
-// the output never got. since returns the time since the generation ended; the release is
-// logged and reported to the Observer with it.
-func (w *Worker) release(pctx, hard context.Context, p int32, drained bool, since func() time.Duration) {
-	outcome := w.handBack(pctx, hard, p, drained)
+// the output never got; nothing when a block discarded it (and the block is no longer reported).
+// since returns the time since the generation ended; the release is logged and reported to the
+// Observer with it.
+func (w *Worker) release(pctx, hard context.Context, st *partitionState, drained bool, since func() time.Duration) {
+	p := st.p
+	var outcome string
+	switch {
+	case st.discarded:
+		outcome = "discarded at the block"
+		if b := st.blocked; b != nil {
+			w.setBlocked(p, b, nil)
+			w.log.Warn("partition released while blocked at a refused record; its next owner blocks at the same offset "+
+				"unless the topic takes the record by then", "partition", p, "offset", b.Offset, "refused_by", b.Topic, "reason", b.Reason)
+		}
+	default:
+		outcome = w.handBack(pctx, hard, p, drained)
+	}
 	took := since()
 	w.obs.Released(took)
 	w.log.Info("partition released", "partition", p, "state", outcome, "took", took.String(),
@@ -170,8 +196,9 @@ func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) str
 // (up to b.Next, which may be past its last record) for commit. The Deduper hears Processing
 // before the first Seen of the batch and Acked after its last acknowledged write; a batch without
 // records only moves the offsets. It returns an error only when pctx ended before every output
-// write was acknowledged.
-func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
+// write was acknowledged, or errStopped when gctx ended while the partition was blocked at a
+// record the output refuses (then the input is committed up to that record; see refuse.go).
+func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
 	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
@@ -223,17 +250,12 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 		w.obs.Unkeyed(p, nUnkeyed)
 	}
 
-	if err := w.produceOut(pctx, st, out); err != nil {
+	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
-	}
-	if len(dups) > 0 {
-		if err := w.prod.Produce(pctx, w.cfg.DuplicatesTopic, int(p)%tc.duplicates, dups); err != nil {
-			return err
-		}
 	}
 	ack := time.Now()
 	if len(out) > 0 {
-		w.obs.Produced(p, len(out))
+		w.obs.Produced(p, len(out)-st.diverted)
 		sinceConsume := ack.Sub(b.Start)
 		for i := range out {
 			if !out[i].Time.IsZero() {
@@ -248,6 +270,10 @@ func (w *Worker) handleBatch(pctx context.Context, c *committer, st *partitionSt
 	st.in = nil   // the reader's records: valid until the next Fetch
 	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
+	for _, msgs := range st.byPart {
+		clear(msgs)
+	}
+	clear(st.lanes)
 	return nil
 }
 
@@ -266,11 +292,7 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		q := st.hash.partition(out[i].Key, int(st.p))
 		st.byPart[q] = append(st.byPart[q], out[i])
 	}
-	err := w.prod.ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
-	for _, msgs := range st.byPart {
-		clear(msgs)
-	}
-	return err
+	return w.prod.ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
 }
 
 // hashPartitioner places records like the Java client's default partitioner does for keyed

@@ -27,6 +27,10 @@ var ErrIdempotenceUnsupported = kafkaio.ErrIdempotenceUnsupported
 // ResetReasons returns every reason Observer.ProducerReset can be given (kafkaio.ResetReasons).
 func ResetReasons() []string { return kafkaio.ResetReasons() }
 
+// RefusalReasons returns every reason Observer.DeadLetter and Observer.PartitionBlocked can be
+// given (kafkaio.RefusalReasons).
+func RefusalReasons() []string { return kafkaio.RefusalReasons() }
+
 // Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
 // Ready and the Observer it was given are safe to use concurrently with Run.
 type Worker struct {
@@ -45,6 +49,11 @@ type Worker struct {
 	pendingAssign atomic.Int64
 	readyMu       sync.Mutex
 	lastReady     bool
+
+	blockedMu sync.Mutex
+	blocked   map[int32]BlockedPartition // see Blocked
+
+	limits map[string]int // max.message.bytes last read per topic; used by Run's goroutines in turn
 }
 
 // New validates cfg and returns a Worker that deduplicates with d, extracts identities with key,
@@ -64,7 +73,8 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second)}
+	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
+		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int)}
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
 	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
@@ -184,12 +194,12 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // topicCounts holds the partition counts of the topics the worker uses.
 type topicCounts struct {
-	input, output, duplicates int
+	input, output, duplicates, deadLetters int
 }
 
 // topicInfo looks the topics up, retrying under the retry policy until they all exist or ctx
-// ends (then it returns ctx's error). In PartitionSame mode a partition count mismatch is an
-// ErrPartitionMismatch.
+// ends (then it returns ctx's error), and reads their limits (readLimits). In PartitionSame mode
+// a partition count mismatch is an ErrPartitionMismatch.
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	var tc topicCounts
 	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
@@ -207,6 +217,7 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	if err != nil {
 		return tc, ctx.Err()
 	}
+	w.readLimits(ctx)
 	if w.cfg.Partitioning == PartitionSame && tc.input != tc.output {
 		return tc, fmt.Errorf("%w: output topic %q has %d partitions, input topic %q has %d; "+
 			"partitioning \"same\" writes every record to the output partition with the number of its input partition, "+
@@ -218,10 +229,8 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 
 // lookupTopics reads the partition counts of the worker's topics with one metadata request.
 func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
-	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic}
-	if w.cfg.DuplicatesTopic != "" {
-		names = append(names, w.cfg.DuplicatesTopic)
-	}
+	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic, w.cfg.DuplicatesTopic, w.cfg.DeadLetterTopic}
+	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	counts, err := kafkaio.PartitionCounts(mctx, w.client, names...)
@@ -229,10 +238,41 @@ func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
 		return topicCounts{}, err
 	}
 	tc := topicCounts{input: counts[0], output: counts[1]}
-	if len(counts) > 2 {
-		tc.duplicates = counts[2]
+	counts = counts[2:]
+	if w.cfg.DuplicatesTopic != "" {
+		tc.duplicates, counts = counts[0], counts[1:]
+	}
+	if w.cfg.DeadLetterTopic != "" {
+		tc.deadLetters = counts[0]
 	}
 	return tc, nil
+}
+
+// readLimits reads the max.message.bytes of the topics the worker writes and bounds the
+// producer's batches by them (kafkaio.Producer.SetMaxMessageBytes). A change is logged; a
+// failure (a principal without DESCRIBE_CONFIGS on the topics, for example) is logged, sampled,
+// and leaves the bounds as they were: batches are then bounded by BatchBytes and split when
+// refused.
+func (w *Worker) readLimits(ctx context.Context) {
+	names := []string{w.cfg.OutputTopic, w.cfg.DuplicatesTopic, w.cfg.DeadLetterTopic}
+	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	limits, err := kafkaio.MaxMessageBytes(mctx, w.client, names...)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.sample.Log(slog.LevelWarn, "topic-limits", "cannot read max.message.bytes of the topics the worker writes; "+
+				"batches are bounded by the batch size and split when refused", "topics", names, "error", err.Error())
+		}
+		return
+	}
+	for i, name := range names {
+		w.prod.SetMaxMessageBytes(name, limits[i])
+		if w.limits[name] != limits[i] {
+			w.limits[name] = limits[i]
+			w.log.Info("topic limit", "topic", name, "max_message_bytes", limits[i])
+		}
+	}
 }
 
 // generation runs one consumer group generation: one goroutine per assigned partition plus the

@@ -5,7 +5,7 @@
 #   deploy/ci-checks.sh                    install what is missing, then run every static check
 #   deploy/ci-checks.sh check_metrics URL  lint a live /metrics endpoint with promtool
 #   deploy/ci-checks.sh live_check [FLAGS] the dashboard and alerts evaluated by a real Prometheus
-#                                          on a live worker (about 90s; tools/README.md)
+#                                          on a live worker (about 110s; tools/README.md)
 #   source deploy/ci-checks.sh             define the functions only (for .ci/run)
 #
 # Needs root (or the tools already installed) for apt-get, and Go for helm and tools/.

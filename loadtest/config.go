@@ -201,6 +201,19 @@ type Config struct {
 	// Verdict.Late says how many were sent. The duplicates stay a share DupRatio of the records.
 	Late float64
 
+	// Oversize is the number of oversized records: unique events without duplicates whose value
+	// has OversizeBytes, the i-th on input partition i % partitions, after a share (i+1)/(Oversize+1)
+	// of the records. The input topic must take them (max.message.bytes); an output topic that
+	// does not makes the worker block the partition at them, or write them to its dead-letter
+	// topic (DeadLetterTopic). See "Oversized records" in the package documentation.
+	Oversize int
+	// OversizeBytes is the value size of an oversized record. Default DefaultOversizeBytes.
+	OversizeBytes int
+	// DeadLetterTopic is the worker's KAFKA_DEAD_LETTER_TOPIC, if it has one: the verifier then
+	// expects every oversized record that the output did not take there, and no blocked
+	// partition.
+	DeadLetterTopic string
+
 	// Field is where the event id is written; it must match the worker's DEDUP_KEY.
 	Field Field
 	// Global is true when the worker runs with DEDUP_SCOPE=global.
@@ -301,6 +314,9 @@ func (c Config) withDefaults() Config {
 	if c.Linger == 0 {
 		c.Linger = 5 * time.Millisecond
 	}
+	if c.OversizeBytes == 0 {
+		c.OversizeBytes = DefaultOversizeBytes
+	}
 	return c
 }
 
@@ -366,6 +382,12 @@ func (c Config) Validate() error {
 	}
 	if c.ProduceBatch < 1 {
 		bad("produce batch must be positive")
+	}
+	if c.Oversize < 0 || c.Oversize > c.Count/2 || c.OversizeBytes < 1<<10 || c.OversizeBytes > 64<<20 {
+		bad("oversized records must be in [0, count/2] (got %d), of a size in [1KiB, 64MiB] (got %d)", c.Oversize, c.OversizeBytes)
+	}
+	if c.DeadLetterTopic != "" && (c.DeadLetterTopic == c.InputTopic || c.DeadLetterTopic == c.OutputTopic) {
+		bad("the dead-letter topic %q must differ from the input and output topics", c.DeadLetterTopic)
 	}
 	return errors.Join(errs...)
 }

@@ -58,6 +58,8 @@
 //     how fast it drains the input.
 //   - -restart-at F: embedded: restart the worker gracefully after a fraction F of the records
 //     (with -worker-env CHECKPOINT_DIR=…).
+//   - -oversize N, -oversize-bytes, -dead-letter-topic (defaults 0, 2 MiB, $KAFKA_DEAD_LETTER_TOPIC
+//     in the external mode): records the output refuses (see Oversized records).
 //   - -sizing: print memory per key against theory for FPR 1e-2…1e-9 and exit.
 //   - -settle, -timeout, -quiet, -v (defaults 5s, none): stop waiting after this much silence;
 //     bound the run; no progress; worker logs.
@@ -89,6 +91,21 @@
 // judgement uses sound bounds on the worker's processing time (never before a record was created,
 // never after it, or a later record of the same input partition, was seen in the output); a copy
 // whose fate these bounds cannot decide is counted as ambiguous ("not judged"), never as a failure.
+//
+// # Oversized records
+//
+// -oversize N (Config.Oversize) sends N oversized records: unique events without duplicates whose
+// value has -oversize-bytes (default 2 MiB), the i-th on input partition i mod the partition
+// count, after a share (i+1)/(N+1) of the records. The input topic must take them: the embedded
+// mode raises its max.message.bytes to 16 MiB and leaves the output topic at the 1 MiB default, so
+// the output refuses them. The verifier then finds, for each: delivered (an output topic that
+// takes it); refused while its partition went on, which passes only when the worker wrote it to
+// its dead-letter topic (-dead-letter-topic names it; the embedded mode creates it and sets the
+// worker's KAFKA_DEAD_LETTER_TOPIC) with the worker's headers; or blocked, when neither it nor
+// anything after it on its partition appeared. A block is what the worker does without a
+// dead-letter topic: everything before the record is judged as usual, the records behind it are
+// reported as held and not judged, and the run settles (-settle) without the partition's end
+// marker.
 //
 // # Determinism
 //

@@ -36,6 +36,8 @@ type sentRec struct {
 	part   int32
 	kind   Kind
 	late   bool // Kafka timestamp LateAge before the creation time (Config.Late)
+	// oversize: the value has Config.OversizeBytes (Config.Oversize)
+	oversize bool
 }
 
 // pendingDup is a planned duplicate waiting for its due time.
@@ -171,6 +173,9 @@ func (g *generator) buildRecord(seq int, s sentRec) kafka.Message {
 		v = append(v, padClose...)
 		r.Value = v
 	}
+	if s.oversize {
+		r.Value = oversized(r.Value, g.cfg)
+	}
 	return r
 }
 
@@ -249,7 +254,7 @@ func (g *generator) generate(ctx context.Context) error {
 				}
 				continue
 			}
-			s = sentRec{ord: o.ord, entity: o.entity, part: o.part, kind: KindOriginal, late: o.late}
+			s = sentRec{ord: o.ord, entity: o.entity, part: o.part, kind: KindOriginal, late: o.late, oversize: o.oversize}
 			for _, d := range o.dups {
 				heap.Push(&pending, pendingDup{due: int64(now + d.delay), tie: tie, ord: o.ord, dup: d})
 				tie++

@@ -24,7 +24,9 @@ type planned struct {
 	entity uint32 // entity (Kafka key index); the ordinal under FieldKey
 	part   int32
 	late   bool // stamped LateAge before its creation (Config.Late); never has duplicates
-	dups   []plannedDup
+	// oversize: its value has Config.OversizeBytes (Config.Oversize); never has duplicates
+	oversize bool
+	dups     []plannedDup
 }
 
 // planner draws the plan one original at a time from a PRNG seeded with the configuration's
@@ -40,6 +42,7 @@ type planner struct {
 	remaining  int     // records not planned yet
 	next       uint32  // next ordinal
 	late       int     // late records planned so far
+	oversize   int     // oversized records planned so far
 	perOrig    float64 // mean number of duplicates per original that is not late
 	scratch    []byte
 }
@@ -82,7 +85,11 @@ func (p *planner) nextOriginal() (planned, bool) {
 	if p.remaining <= 0 {
 		return planned{}, false
 	}
-	if k := p.cfg.Count - p.remaining + 1; p.cfg.Late > 0 && float64(p.late+1) <= p.cfg.Late*float64(k) {
+	k := p.cfg.Count - p.remaining + 1
+	if p.oversize < p.cfg.Oversize && k*(p.cfg.Oversize+1) >= p.cfg.Count*(p.oversize+1) {
+		return p.nextOversize(), true
+	}
+	if p.cfg.Late > 0 && float64(p.late+1) <= p.cfg.Late*float64(k) {
 		return p.nextLate(), true
 	}
 	o := planned{ord: p.next}
@@ -115,13 +122,30 @@ func (p *planner) nextOriginal() (planned, bool) {
 	return o, true
 }
 
-// nextLate returns a late record: a unique event without duplicates, on the entity of its ordinal
-// (no PRNG draw), whose Kafka timestamp the generator sets LateAge before its creation.
+// nextLate returns a late record: a unique event (see nextUnique) whose Kafka timestamp the
+// generator sets LateAge before its creation.
 func (p *planner) nextLate() planned {
-	o := planned{ord: p.next, late: true}
+	o := p.nextUnique()
+	o.late = true
+	p.late++
+	return o
+}
+
+// nextOversize returns the i-th oversized record: a unique event (see nextUnique) on input
+// partition i % partitions, whose value the generator pads to Config.OversizeBytes.
+func (p *planner) nextOversize() planned {
+	o := p.nextUnique()
+	o.oversize, o.part = true, int32(p.oversize%p.partitions)
+	p.oversize++
+	return o
+}
+
+// nextUnique returns a unique event without duplicates, on the entity of its ordinal (no PRNG
+// draw).
+func (p *planner) nextUnique() planned {
+	o := planned{ord: p.next}
 	p.next++
 	p.remaining--
-	p.late++
 	if p.keyIsID {
 		o.entity = o.ord
 		p.scratch = p.ids.key(p.scratch[:0], o.ord, p.cfg.KeySize)

@@ -31,6 +31,9 @@ type Settings struct {
 	MarkHeader        string  `json:"mark_header,omitempty"`
 	ExpectAll         bool    `json:"expect_all"`
 	Seed              uint64  `json:"seed"`
+	Oversize          int     `json:"oversize,omitempty"`
+	OversizeBytes     int     `json:"oversize_bytes,omitempty"`
+	DeadLetterTopic   string  `json:"dead_letter_topic,omitempty"`
 }
 
 // Throughput is the run's speed. Rates are records per second.
@@ -150,6 +153,7 @@ func newReport(cfg Config, inParts, outParts int, start time.Time, elapsed time.
 			WithinMaxSeconds: cfg.WithinMax.Seconds(), BeyondMinSeconds: cfg.BeyondMin.Seconds(), BeyondMaxSeconds: cfg.BeyondMax.Seconds(),
 			Field: cfg.Field.String(), Scope: scope, WindowCount: cfg.WindowCount, WindowSeconds: cfg.WindowInterval.Seconds(),
 			FalsePositiveRate: cfg.FalsePositiveRate, MarkHeader: cfg.MarkHeader, ExpectAll: cfg.ExpectAll, Seed: cfg.Seed,
+			Oversize: cfg.Oversize, OversizeBytes: cfg.OversizeBytes, DeadLetterTopic: cfg.DeadLetterTopic,
 		},
 		Verdict:       vo.verdict,
 		Latency:       summarize(vo.latencies),
@@ -174,7 +178,8 @@ func newReport(cfg Config, inParts, outParts int, start time.Time, elapsed time.
 
 // Judge sets Failures and Pass from the verdict: a run fails when a duplicate leaked (or a
 // record was delivered twice), when more unique events were lost than the loss bound, on any
-// order violation, when it is incomplete, and for every failure added with AddFailure.
+// order violation, when it is incomplete, when oversized records went astray (see
+// oversizeFailures), and for every failure added with AddFailure.
 func (r *Report) Judge() {
 	v := r.Verdict
 	var f []string
@@ -194,6 +199,7 @@ func (r *Report) Judge() {
 	if v.Records == 0 {
 		f = append(f, "no records were sent")
 	}
+	f = append(f, r.oversizeFailures()...)
 	f = append(f, r.extra...)
 	r.Failures = f
 	if r.Failures == nil {
@@ -293,6 +299,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		row("", "leaked by kind: %s", kindList(v.LeakedByKind, allKinds...))
 	}
 	row("order", "%d per-key order violations", v.OrderViolations)
+	r.writeOversize(row)
 	l := r.Latency
 	row("latency", "p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d records, creation -> read from output)",
 		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), l.Count)

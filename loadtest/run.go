@@ -56,12 +56,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancelRun()
 
 	setupCtx, cancelSetup := context.WithTimeout(runCtx, 30*time.Second)
-	counts, err := kafkaio.PartitionCounts(setupCtx, client, cfg.InputTopic, cfg.OutputTopic)
+	topics := []string{cfg.InputTopic, cfg.OutputTopic}
+	if cfg.DeadLetterTopic != "" {
+		topics = append(topics, cfg.DeadLetterTopic)
+	}
+	counts, err := kafkaio.PartitionCounts(setupCtx, client, topics...)
 	if err == nil {
-		var starts []int64
-		if starts, err = endOffsets(setupCtx, client, cfg.OutputTopic, counts[1]); err == nil {
+		var starts, dlStarts []int64
+		starts, err = endOffsets(setupCtx, client, cfg.OutputTopic, counts[1])
+		if err == nil && len(counts) > 2 {
+			dlStarts, err = endOffsets(setupCtx, client, cfg.DeadLetterTopic, counts[2])
+		}
+		if err == nil {
 			cancelSetup()
-			return run(ctx, runCtx, cfg, client, counts[0], starts)
+			return run(ctx, runCtx, cfg, client, counts[0], starts, dlStarts)
 		}
 	}
 	cancelSetup()
@@ -72,9 +80,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // run is Run once the topics are known: it starts reading the output (startFetchers) and
-// sending (send), runs the AfterSend hook, waits for the output (waitOutput), stops reading and
-// verifies what arrived (buildReport).
-func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts []int64) (*Report, error) {
+// sending (send), runs the AfterSend hook, waits for the output (waitOutput), stops reading,
+// reads the dead-letter topic from dlStarts (readDeadLetters) and verifies what arrived
+// (buildReport).
+func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts, dlStarts []int64) (*Report, error) {
 	start := time.Now()
 	st := &outputState{markers: make([]atomic.Bool, inParts)}
 	fetchers, stopFetch := startFetchers(ctx, cfg, client, st, starts, start)
@@ -115,9 +124,13 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 	}
 	end := int64(time.Since(start))
 	stopFetch()
+	deadLetters, err := readDeadLetters(ctx, cfg, client, dlStarts)
+	if err != nil {
+		return abort(err)
+	}
 	prog.stop("done")
 
-	r := buildReport(cfg, gen, st, fetchers, inParts, start, end, drainStart)
+	r := buildReport(cfg, gen, st, fetchers, inParts, start, end, drainStart, deadLetters)
 	r.Incomplete = incomplete
 	if note != "" {
 		r.Notes = append(r.Notes, note)
@@ -173,9 +186,11 @@ func send(ctx, runCtx context.Context, cfg Config, gen *generator, start time.Ti
 	return fmt.Sprintf("timed out after %v while sending (%d of %d records created)", cfg.Timeout, gen.created.Load(), cfg.Count), genEnd, nil
 }
 
-// buildReport verifies what the fetchers read until end against what gen sent and returns the
-// report, not yet judged. drainStart (-1: none) is when the AfterSend hook returned.
-func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetcher, inParts int, start time.Time, end, drainStart int64) *Report {
+// buildReport verifies what the fetchers read until end (and deadLetters, what the dead-letter
+// topic held) against what gen sent and returns the report, not yet judged. drainStart (-1:
+// none) is when the AfterSend hook returned.
+func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetcher, inParts int, start time.Time, end, drainStart int64,
+	deadLetters map[int64]bool) *Report {
 	obs := make([][]Obs, len(fetchers))
 	for i, f := range fetchers {
 		obs[i] = f.out
@@ -185,7 +200,7 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 		width = niceWidth(time.Duration(end))
 	}
 	vo := verify(verifyInput{
-		sent: gen.log, obs: obs, end: end, width: width,
+		sent: gen.log, obs: obs, end: end, width: width, deadLetters: deadLetters,
 		expect: Expect{
 			WindowCount: cfg.WindowCount, WindowInterval: cfg.WindowInterval, Global: cfg.Global,
 			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate,
@@ -248,7 +263,7 @@ func waitOutput(ctx, runCtx context.Context, cfg Config, client *kafka.Client, s
 				return fmt.Sprintf("nothing of this run arrived in the output topic within %v after the last record was sent: is the worker running and consuming %q?",
 					cfg.Settle, cfg.InputTopic), true
 			}
-			return fmt.Sprintf("only %d of %d end markers arrived (nothing new for %v; DEDUP_UNKEYED_POLICY=drop drops them): records near the end are judged with looser bounds",
+			return fmt.Sprintf("only %d of %d end markers arrived (nothing new for %v; DEDUP_UNKEYED_POLICY=drop drops them, and a partition blocked at a refused record never delivers its own): records near the end are judged with looser bounds",
 				st.nMarkers.Load(), inParts, cfg.Settle), true
 		}
 	}

@@ -84,6 +84,17 @@ type Verdict struct {
 	// record of the same Kafka key from the same input partition.
 	OrderViolations int `json:"order_violations"`
 
+	// Oversize is the number of oversized records sent (Config.Oversize); OversizeDelivered of
+	// them reached the output. Refused of them did not, but their partitions went on (the worker
+	// wrote them to its dead-letter topic: DeadLetters of them were found there); at the others
+	// their partitions blocked (Blocked). Refused records and the records behind a block are not
+	// judged as events.
+	Oversize          int     `json:"oversize,omitempty"`
+	OversizeDelivered int     `json:"oversize_delivered,omitempty"`
+	Refused           int     `json:"refused,omitempty"`
+	DeadLetters       int     `json:"dead_letters,omitempty"`
+	Blocked           []Block `json:"blocked,omitempty"`
+
 	// Examples describes up to 20 failures, for debugging.
 	Examples []string `json:"examples,omitempty"`
 }
@@ -118,6 +129,8 @@ type verifyInput struct {
 	end    int64     // when reading stopped, ns since start: bounds records with no later evidence
 	expect Expect
 	width  time.Duration // time series bucket width; 0 means no time series
+	// deadLetters holds the lt-seq of the records found in the worker's dead-letter topic.
+	deadLetters map[int64]bool
 }
 
 // verifyOutput is the verifier's result.
@@ -140,6 +153,7 @@ func verify(in verifyInput) verifyOutput {
 	vr := newVerifier(in)
 	vr.readDeliveries()
 	vr.boundProcessing()
+	vr.refusals()
 	maxOrd := vr.countSent()
 	switch {
 	case in.expect.ExpectAll:
@@ -173,6 +187,8 @@ type verifier struct {
 	anyAt     []int64
 	hi        []int64
 	mustDrop  []bool
+	// excluded: not judged (an oversized record the output refused, or behind one that blocked).
+	excluded []bool
 }
 
 func newVerifier(in verifyInput) *verifier {
@@ -298,7 +314,7 @@ func (vr *verifier) countSent() (maxOrd uint32) {
 // judgeAllOnce judges a pipeline that does not deduplicate: every record is unique.
 func (vr *verifier) judgeAllOnce() {
 	for s, r := range vr.in.sent {
-		if r.kind == KindMarker {
+		if r.kind == KindMarker || vr.excluded[s] {
 			continue
 		}
 		vr.v.Uniques++
@@ -345,8 +361,8 @@ func (vr *verifier) judgeEvents(maxOrd uint32) {
 // seqs[start[ord]:start[ord+1]] (a counting sort by ordinal).
 func (vr *verifier) eventIndex(maxOrd uint32) (start, seqs []int) {
 	start = make([]int, int(maxOrd)+2)
-	for _, r := range vr.in.sent {
-		if r.kind != KindMarker {
+	for s, r := range vr.in.sent {
+		if r.kind != KindMarker && !vr.excluded[s] {
 			start[r.ord+1]++
 		}
 	}
@@ -354,9 +370,9 @@ func (vr *verifier) eventIndex(maxOrd uint32) (start, seqs []int) {
 		start[i] += start[i-1]
 	}
 	fill := append([]int(nil), start...)
-	seqs = make([]int, vr.v.Records)
+	seqs = make([]int, start[len(start)-1])
 	for s, r := range vr.in.sent {
-		if r.kind != KindMarker {
+		if r.kind != KindMarker && !vr.excluded[s] {
 			seqs[fill[r.ord]] = s
 			fill[r.ord]++
 		}

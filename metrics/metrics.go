@@ -88,6 +88,12 @@ type Options struct {
 	// is counted as "other".
 	ProducerResetReasons []string
 
+	// RefusalReasons are the values of the reason label of
+	// kdedup_dead_letters_total and kdedup_partition_blocked (internal/app
+	// passes consumer.RefusalReasons()). Any other reason is counted as
+	// "other". Default: none.
+	RefusalReasons []string
+
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -198,6 +204,8 @@ type Metrics struct {
 
 	dyn *dynamicCollector
 
+	refusals *refusals
+
 	// parts is a copy-on-write table of partitions indexed by partition
 	// number; a nil entry means not seen yet. Writers hold mu.
 	parts atomic.Pointer[[]*partition]
@@ -296,6 +304,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.newRebalanceMetrics(durationBuckets)
 
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
+	m.refusals = newRefusals(reg, opts.RefusalReasons)
 
 	for _, c := range []prometheus.Collector{
 		m.consumed, m.produced, m.duplicates, m.unkeyed, m.aborted,

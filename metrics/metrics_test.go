@@ -65,6 +65,9 @@ func newTest(t testing.TB, opts Options) (*Metrics, *prometheus.Registry) {
 	if opts.ProducerResetReasons == nil {
 		opts.ProducerResetReasons = testResetReasons
 	}
+	if opts.RefusalReasons == nil {
+		opts.RefusalReasons = testRefusalReasons
+	}
 	return New(reg, opts), reg
 }
 
@@ -108,6 +111,8 @@ func populate(m *Metrics) {
 	m.RebuildRecords(100)
 	m.RebuildDone(time.Second, 3, nil)
 	m.Released(time.Second)
+	m.DeadLetter(0, "message_too_large")
+	m.PartitionBlocked(1, "message_too_large", true)
 	m.RegisterFilterSource(fakeSource)
 	m.RegisterFilterSource(fakeEventSource)
 }

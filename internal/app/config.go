@@ -41,6 +41,7 @@ type KafkaConfig struct {
 	Brokers           []string      `env:"BROKERS,required,notEmpty" envSeparator:"," desc:"Comma-separated bootstrap brokers, host:port."`
 	InputTopic        string        `env:"INPUT_TOPIC,required,notEmpty" desc:"Topic to deduplicate."`
 	OutputTopic       string        `env:"OUTPUT_TOPIC,required,notEmpty" desc:"Topic the deduplicated stream is produced to. It must exist; kdedup never creates topics."`
+	DeadLetterTopic   string        `env:"DEAD_LETTER_TOPIC" desc:"Optional topic for records the output (or duplicates) topic refuses for good: larger than its max.message.bytes, or invalid for it. Such a record is written there unchanged plus kdedup-* headers (error, source topic, partition and offset, refusing topic), and its partition goes on. Unset: the partition stops at the record (kdedup_partition_blocked) until the topic takes it. See docs/operations.md, Refused records."`
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
@@ -442,6 +443,7 @@ func (c Config) consumerFields() consumer.Config {
 		InputTopic:         k.InputTopic,
 		OutputTopic:        k.OutputTopic,
 		DuplicatesTopic:    d.DuplicatesTopic,
+		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		StartFromLatest:    k.StartOffset == "latest",
 		Isolation:          kafkaio.Isolation(k.Isolation),

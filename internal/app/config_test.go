@@ -134,6 +134,7 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"scram", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-512", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "secret"}),
 			[]string{"KAFKA_SASL_MECHANISM"}},
 		{"dups topic", withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "events-dedup"}), []string{"DEDUP_DUPLICATES_TOPIC"}},
+		{"dead-letter topic", withEnv(map[string]string{"KAFKA_DEAD_LETTER_TOPIC": "events-dedup"}), []string{"KAFKA_DEAD_LETTER_TOPIC"}},
 		{"checkpoint url with credentials", withEnv(map[string]string{"CHECKPOINT_URL": "s3://AKID:secret@bucket/p", "CHECKPOINT_KEEP": "0"}),
 			[]string{"CHECKPOINT_URL", "CHECKPOINT_KEEP"}},
 		{"checkpoint url and dir disagree", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "CHECKPOINT_DIR": "/var/lib/kdedup"}),
@@ -238,7 +239,7 @@ func TestConfigConversion(t *testing.T) {
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
 		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
-		"KAFKA_IDEMPOTENT": "false", "KAFKA_ISOLATION_LEVEL": "read_uncommitted",
+		"KAFKA_IDEMPOTENT": "false", "KAFKA_ISOLATION_LEVEL": "read_uncommitted", "KAFKA_DEAD_LETTER_TOPIC": "dlq",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +250,7 @@ func TestConfigConversion(t *testing.T) {
 	}
 	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafka.Zstd ||
 		cc.Mode != consumer.ModeMark || cc.MarkHeader != "x-dup" || cc.Unkeyed != consumer.UnkeyedDrop ||
-		cc.DuplicatesTopic != "dups" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence ||
+		cc.DuplicatesTopic != "dups" || cc.DeadLetterTopic != "dlq" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence ||
 		cc.Isolation != kafkaio.ReadUncommitted {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/kdedup/kdedup/consumer"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -23,7 +25,9 @@ func TestHTTPHandler(t *testing.T) {
 	defer prometheus.Unregister(global)
 
 	var ready atomic.Bool
-	srv := httptest.NewServer(newHTTPHandler(reg, ready.Load))
+	var blocked atomic.Pointer[[]consumer.BlockedPartition]
+	blocked.Store(&[]consumer.BlockedPartition{})
+	srv := httptest.NewServer(newHTTPHandler(reg, ready.Load, func() []consumer.BlockedPartition { return *blocked.Load() }))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
@@ -55,5 +59,16 @@ func TestHTTPHandler(t *testing.T) {
 	}
 	if _, body := get("/metrics"); strings.Contains(body, "kdedup_test_global_total") {
 		t.Error("/metrics serves the global default registry")
+	}
+
+	// A blocked partition is listed, whatever the readiness.
+	blocked.Store(&[]consumer.BlockedPartition{{Partition: 2, Offset: 3245, Topic: "out", Reason: "message_too_large",
+		Error: "Message Size Too Large", Since: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}})
+	want := "partition 2 blocked at offset 3245 since 2026-11-26T09:00:00Z: topic \"out\" refuses the record (message_too_large: Message Size Too Large)\n"
+	for _, r := range []bool{true, false} {
+		ready.Store(r)
+		if _, body := get("/readyz"); !strings.HasSuffix(body, want) {
+			t.Errorf("/readyz (ready=%v) = %q, want it to end with %q", r, body, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -29,7 +30,13 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		w := worker.Load()
 		return w != nil && w.Ready()
 	}
-	srv := &http.Server{Handler: newHTTPHandler(reg, ready), ReadHeaderTimeout: 5 * time.Second}
+	blocked := func() []consumer.BlockedPartition {
+		if w := worker.Load(); w != nil {
+			return w.Blocked()
+		}
+		return nil
+	}
+	srv := &http.Server{Handler: newHTTPHandler(reg, ready, blocked), ReadHeaderTimeout: 5 * time.Second}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	defer func() {
@@ -110,8 +117,10 @@ func logFailure(log *slog.Logger, err error) {
 }
 
 // newHTTPHandler serves /healthz (the process is alive), /readyz (ready() is true) and /metrics
-// (reg, and only reg, in the Prometheus text format).
-func newHTTPHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+// (reg, and only reg, in the Prometheus text format). /readyz lists the partitions blocked()
+// returns, one line each, after its status line: a blocked partition does not make the worker
+// unready, since a restart would block it again, but an operator looking at /readyz sees it.
+func newHTTPHandler(reg *prometheus.Registry, ready func() bool, blocked func() []consumer.BlockedPartition) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -119,12 +128,16 @@ func newHTTPHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		status := "ready\n"
 		if !ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "not ready\n")
-			return
+			status = "not ready\n"
 		}
-		io.WriteString(w, "ready\n")
+		io.WriteString(w, status)
+		for _, b := range blocked() {
+			fmt.Fprintf(w, "partition %d blocked at offset %d since %s: topic %q refuses the record (%s: %s)\n",
+				b.Partition, b.Offset, b.Since.UTC().Format(time.RFC3339), b.Topic, b.Reason, b.Error)
+		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux

@@ -201,6 +201,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
 		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
 		ProducerResetReasons:    consumer.ResetReasons(),
+		RefusalReasons:          consumer.RefusalReasons(),
 	})
 }
 

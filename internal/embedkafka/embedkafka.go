@@ -237,6 +237,15 @@ func (cl *Cluster) CreateTopic(ctx context.Context, name string, partitions int)
 	return nil
 }
 
+// SetTopicConfig sets configs (name → value, such as "max.message.bytes") of topic; settings it
+// does not name keep their values.
+func (cl *Cluster) SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error {
+	if err := kafkaio.AlterTopicConfig(ctx, cl.Client(), topic, configs); err != nil {
+		return fmt.Errorf("embedkafka: %w", err)
+	}
+	return nil
+}
+
 // Partitions returns the number of partitions of topic.
 func (cl *Cluster) Partitions(ctx context.Context, topic string) (int, error) {
 	return kafkaio.PartitionCount(ctx, cl.Client(), topic)

@@ -8,7 +8,9 @@
 //     Transport and Dialer every connection is made with.
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
-//     production (producer ids, sequence numbers, resets).
+//     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse
+//     (batches bounded by the topic's max.message.bytes, split when refused, RefusedError for a
+//     record refused on its own).
 //   - batch.go: record batches (format v2) encoded for the producer and decoded in place
 //     (BatchDecoder), with franz-go's kmsg.
 //   - fetch.go: raw Fetch requests through kafka-go's Transport (one response buffer each, decoded
@@ -16,8 +18,8 @@
 //     (control records never data, aborted transactions skipped under ReadCommitted).
 //   - input.go: PartitionReader, the worker's input fetch path: a fetch loop of our own, one fetch
 //     in flight, records handed out as slices into recycled buffers; read.go: Read, the one way to
-//     read a range of a partition, on the same fetch; metadata.go: partition counts and offsets
-//     (the last stable offset under ReadCommitted).
+//     read a range of a partition, on the same fetch; metadata.go: partition counts, offsets (the
+//     last stable offset under ReadCommitted) and topic configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;
 //     heartbeat.go: Heartbeats, which keep a member in its group while it releases partitions
 //     after kafka-go stopped heartbeating.

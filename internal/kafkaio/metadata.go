@@ -3,6 +3,7 @@ package kafkaio
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -140,4 +141,72 @@ func OffsetsAfter(ctx context.Context, c *kafka.Client, topic string, partitions
 		}
 	}
 	return out, nil
+}
+
+// MaxMessageBytes returns the max.message.bytes of each of topics, in the order given, from one
+// DescribeConfigs request: the largest record batch the brokers accept for the topic (the
+// topic's setting, or the broker's message.max.bytes when the topic has none). It fails if the
+// request fails or any topic carries an error (kafka.TopicAuthorizationFailed when the client
+// may not describe its configuration) or lacks the setting; the error names the topic. Producer
+// bounds its batches by it (SetMaxMessageBytes). It is safe for concurrent use, as c is.
+func MaxMessageBytes(ctx context.Context, c *kafka.Client, topics ...string) ([]int, error) {
+	const name = "max.message.bytes"
+	req := &kafka.DescribeConfigsRequest{}
+	for _, t := range topics {
+		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: t, ConfigNames: []string{name},
+		})
+	}
+	res, err := c.DescribeConfigs(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: configuration of %q: %w", topics, err)
+	}
+	out := make([]int, len(topics))
+	for i, t := range topics {
+		out[i] = -1
+		for _, r := range res.Resources {
+			if r.ResourceName != t {
+				continue
+			}
+			if r.Error != nil {
+				return nil, fmt.Errorf("kafkaio: configuration of topic %q: %w", t, r.Error)
+			}
+			for _, e := range r.ConfigEntries {
+				if n, err := strconv.Atoi(e.ConfigValue); e.ConfigName == name && err == nil && n > 0 {
+					out[i] = n
+				}
+			}
+		}
+		if out[i] < 0 {
+			return nil, fmt.Errorf("kafkaio: configuration of topic %q: no %s", t, name)
+		}
+	}
+	return out, nil
+}
+
+// AlterTopicConfig sets configs (name → value) of topic with one IncrementalAlterConfigs request;
+// settings it does not name keep their values. The error names the topic and wraps the broker's.
+// The embedded broker's tooling and tests use it to give topics limits such as
+// max.message.bytes. It is safe for concurrent use, as c is.
+func AlterTopicConfig(ctx context.Context, c *kafka.Client, topic string, configs map[string]string) error {
+	res := kafka.IncrementalAlterConfigsRequestResource{ResourceType: kafka.ResourceTypeTopic, ResourceName: topic}
+	for name, value := range configs {
+		res.Configs = append(res.Configs, kafka.IncrementalAlterConfigsRequestConfig{
+			Name: name, Value: value, ConfigOperation: kafka.ConfigOperationSet,
+		})
+	}
+	out, err := c.IncrementalAlterConfigs(ctx, &kafka.IncrementalAlterConfigsRequest{
+		Resources: []kafka.IncrementalAlterConfigsRequestResource{res},
+	})
+	if err == nil {
+		for _, r := range out.Resources {
+			if r.Error != nil {
+				err = r.Error
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("kafkaio: configuring topic %q: %w", topic, err)
+	}
+	return nil
 }

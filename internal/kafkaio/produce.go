@@ -22,7 +22,8 @@ const DefaultBatchBytes = 1<<20 - 64<<10
 // ProduceObserver hears about the produce path's failures and delivery risks (metrics.Metrics
 // implements it, as part of consumer.Observer). Its methods must be safe for concurrent use.
 type ProduceObserver interface {
-	// ProduceError counts one failed produce attempt.
+	// ProduceError counts one failed produce attempt that will be retried (a refusal, see
+	// RefusedError, is not retried and not counted).
 	ProduceError()
 	// ProducerReset counts one batch that the brokers rejected for its producer state and that
 	// was re-sent under a new producer id (reason is one of the Reset* constants). Only such a
@@ -76,7 +77,10 @@ type ProducerConfig struct {
 // callers queued meanwhile into one request of at most BatchBytes (see sequencer). A failed
 // request is re-sent as the same bytes under the retry policy (ProducerConfig.Backoff), so with
 // idempotence the broker recognises a batch it already appended and answers with the original
-// offsets (or DUPLICATE_SEQUENCE_NUMBER, taken as success) instead of appending a copy.
+// offsets (or DUPLICATE_SEQUENCE_NUMBER, taken as success) instead of appending a copy. A request
+// the brokers refuse for what it carries (too large for the topic, an invalid record) is not
+// retried but split, down to the record they refuse on its own (see "Refused records" in
+// refuse.go).
 //
 // Producer resets (idempotence only). OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID and
 // INVALID_PRODUCER_EPOCH on a partition's in-flight batch mean that the broker no longer holds the
@@ -105,8 +109,9 @@ type Producer struct {
 	// failing counts the requests currently being retried.
 	failing atomic.Int64
 
-	mu   sync.Mutex
-	seqs map[topicPartition]*sequencer
+	mu     sync.Mutex
+	seqs   map[topicPartition]*sequencer
+	limits map[string]*topicLimit // per topic
 }
 
 // topicPartition names a partition.
@@ -127,7 +132,7 @@ func NewProducer(client *kafka.Client, cfg ProducerConfig) *Producer {
 	if cfg.Observer == nil {
 		cfg.Observer = nopProduceObserver{}
 	}
-	p := &Producer{client: client, cfg: cfg, seqs: make(map[topicPartition]*sequencer)}
+	p := &Producer{client: client, cfg: cfg, seqs: make(map[topicPartition]*sequencer), limits: make(map[string]*topicLimit)}
 	if cfg.Idempotent {
 		p.ids = &producerIDs{p: p, renewing: make(chan struct{}, 1)}
 	}
@@ -208,7 +213,7 @@ func (p *Producer) sequencer(topic string, partition int) *sequencer {
 	defer p.mu.Unlock()
 	s := p.seqs[tp]
 	if s == nil {
-		s = &sequencer{p: p, tp: tp, enc: batchEncoder{compression: p.cfg.Compression}}
+		s = &sequencer{p: p, tp: tp, lim: p.limitLocked(topic), enc: batchEncoder{compression: p.cfg.Compression}}
 		p.seqs[tp] = s
 	}
 	return s
@@ -221,7 +226,10 @@ func (p *Producer) sequencer(topic string, partition int) *sequencer {
 //
 // It returns an error once ctx ended, or once a request carrying msgs failed Attempts times
 // (wrapping the last attempt's error). Some leading records may have been written then: the
-// caller must not treat any of msgs as written. It keeps no reference to msgs after it returned.
+// caller must not treat any of msgs as written. A record the brokers refuse for what it is
+// (too large for the topic, invalid) is not retried: it fails the call with a *RefusedError
+// that says which record it is; the records before it were written, the ones after it were not
+// (see "Refused records" in refuse.go). It keeps no reference to msgs after it returned.
 func (p *Producer) Produce(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -231,8 +239,9 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int, msg
 }
 
 // ProduceParts writes parts[q] to partition q of topic for every q, all partitions at once, and
-// returns like Produce once all of them are done (with the first error). Order is kept per
-// partition.
+// returns like Produce once all of them are done: with the first error that is not a
+// *RefusedError, else with the RefusedErrors of all partitions that refused a record, joined
+// (see Refusals). Order is kept per partition.
 func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]kafka.Message) error {
 	type pending struct {
 		s   *sequencer
@@ -255,10 +264,19 @@ func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]kaf
 	}
 	slices.Reverse(subs) // the inline one first: the others proceed meanwhile
 	var first error
+	var refused []error
 	for _, x := range subs {
-		if err := x.s.wait(x.sub); err != nil && first == nil {
+		var re *RefusedError
+		switch err := x.s.wait(x.sub); {
+		case err == nil:
+		case errors.As(err, &re):
+			refused = append(refused, err)
+		case first == nil:
 			first = err
 		}
+	}
+	if first == nil && len(refused) > 0 {
+		first = errors.Join(refused...)
 	}
 	return first
 }

@@ -37,6 +37,8 @@ type sequencer struct {
 	p  *Producer
 	tp topicPartition
 
+	lim *topicLimit // the topic's max.message.bytes, shared by its sequencers
+
 	mu      sync.Mutex
 	queue   []chunk           // submitted, not encoded yet, in submission order
 	running bool              // a sender (a leading caller or the send loop) is active
@@ -55,9 +57,10 @@ var batchMemory sync.Pool
 
 // chunk is a run of one submission's records small enough for one request.
 type chunk struct {
-	msgs []kafka.Message
-	size int
-	sub  *submission
+	msgs  []kafka.Message
+	size  int // estimated (messageSize); only set for queued chunks
+	first int // index of msgs[0] in the submission's records
+	sub   *submission
 }
 
 // submission is one caller's records for the partition, split into chunks.
@@ -74,9 +77,9 @@ type submission struct {
 type batch struct {
 	rb      recordBatch
 	records int32
-	subs    []*submission // per chunk, in order (a submission may repeat)
-	id      *producerID   // nil until sealed; noProducer without idempotence
-	err     error         // encoding failed
+	chunks  []chunk     // in order (a submission may have several)
+	id      *producerID // nil until sealed; noProducer without idempotence
+	err     error       // encoding failed
 }
 
 // submit queues msgs and makes sure they will be sent. With inline set, a caller that finds the
@@ -87,12 +90,13 @@ type batch struct {
 // returned.
 func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message, inline bool) *submission {
 	sub := &submission{ctx: ctx, done: make(chan error, 1)}
+	limit := s.batchBytes()
 	s.mu.Lock()
-	for len(msgs) > 0 {
-		n, size := nextRequest(msgs, s.p.cfg.BatchBytes)
-		s.queue = append(s.queue, chunk{msgs: msgs[:n], size: size, sub: sub})
+	for first := 0; first < len(msgs); {
+		n, size := nextRequest(msgs[first:], limit)
+		s.queue = append(s.queue, chunk{msgs: msgs[first : first+n], size: size, first: first, sub: sub})
 		sub.pending++
-		msgs = msgs[n:]
+		first += n
 	}
 	start := !s.running
 	s.running = true
@@ -153,7 +157,7 @@ func (s *sequencer) lead(sub *submission) error {
 		b := s.next(sub) // nil only if sub finished meanwhile: its chunks lead the queue until then
 		s.mu.Unlock()
 		if b != nil {
-			s.finish(b, s.deliver(b))
+			s.settle(b)
 		}
 	}
 }
@@ -177,7 +181,7 @@ func (s *sequencer) loop() {
 			return
 		}
 		s.mu.Unlock()
-		s.finish(b, s.deliver(b))
+		s.settle(b)
 	}
 }
 
@@ -185,8 +189,28 @@ func (s *sequencer) loop() {
 // returns nil when nothing is queued. With only set, it takes only leading chunks of that
 // submission. Chunks of callers that gave up are dropped. s.mu is held.
 func (s *sequencer) next(only *submission) *batch {
-	kept := s.queue[:0]
-	for _, c := range s.queue {
+	s.queue = s.live(s.queue)
+	if len(s.queue) == 0 || only != nil && s.queue[0].sub != only {
+		return nil
+	}
+	limit := s.batchBytes()
+	n, size := 1, s.queue[0].size
+	for n < len(s.queue) && size+s.queue[n].size <= limit && (only == nil || s.queue[n].sub == only) {
+		size += s.queue[n].size
+		n++
+	}
+	b := s.encode(append([]chunk(nil), s.queue[:n]...))
+	rest := copy(s.queue, s.queue[n:])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
+	return b
+}
+
+// live returns the chunks of cs whose callers still wait, in cs's memory; a caller whose context
+// ended meanwhile is finished with the error of giving up. s.mu is held.
+func (s *sequencer) live(cs []chunk) []chunk {
+	kept := cs[:0]
+	for _, c := range cs {
 		switch {
 		case c.sub.finished:
 		case c.sub.ctx.Err() != nil:
@@ -196,21 +220,19 @@ func (s *sequencer) next(only *submission) *batch {
 			kept = append(kept, c)
 		}
 	}
-	clear(s.queue[len(kept):])
-	s.queue = kept
-	if len(s.queue) == 0 || only != nil && s.queue[0].sub != only {
+	clear(cs[len(kept):])
+	return kept
+}
+
+// encode returns a batch of chunks (which it keeps), or nil for none. s.mu is held.
+func (s *sequencer) encode(chunks []chunk) *batch {
+	if len(chunks) == 0 {
 		return nil
 	}
-	n, size := 1, s.queue[0].size
-	for n < len(s.queue) && size+s.queue[n].size <= s.p.cfg.BatchBytes && (only == nil || s.queue[n].sub == only) {
-		size += s.queue[n].size
-		n++
-	}
-	b := &batch{subs: make([]*submission, n)}
+	b := &batch{chunks: chunks}
 	s.parts = s.parts[:0]
-	for i, c := range s.queue[:n] {
+	for _, c := range chunks {
 		s.parts = append(s.parts, c.msgs)
-		b.subs[i] = c.sub
 		b.records += int32(len(c.msgs))
 	}
 	var mem []byte
@@ -219,9 +241,6 @@ func (s *sequencer) next(only *submission) *batch {
 	}
 	b.rb, b.err = s.enc.encode(mem, s.parts)
 	clear(s.parts)
-	rest := copy(s.queue, s.queue[n:])
-	clear(s.queue[rest:])
-	s.queue = s.queue[:rest]
 	return b
 }
 
@@ -230,7 +249,8 @@ func (s *sequencer) next(only *submission) *batch {
 func (s *sequencer) finish(b *batch, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sub := range b.subs {
+	for _, c := range b.chunks {
+		sub := c.sub
 		if sub.finished {
 			continue
 		}
@@ -249,7 +269,8 @@ func (s *sequencer) finish(b *batch, err error) {
 // deliver seals b and sends it until the brokers acknowledge it, re-sending the same bytes after
 // retriable errors and re-sealing it under a new producer id after a reset error, under the retry
 // policy. It gives up when every caller whose records b carries stopped waiting, or after
-// ProducerConfig.Attempts failed attempts.
+// ProducerConfig.Attempts failed attempts. A refusal (see refusalReason) ends it at once with the
+// broker's error.
 func (s *sequencer) deliver(b *batch) error {
 	if b.err != nil {
 		return b.err
@@ -268,6 +289,8 @@ func (s *sequencer) deliver(b *batch) error {
 		raw := b.rb.raw[:0]
 		batchMemory.Put(&raw)
 		return nil
+	case refusalReason(err) != "":
+		return err // not retried: settle splits b or refuses its record
 	case ctx.Err() != nil:
 		return s.giveUpLocked(ctx.Err())
 	}
@@ -311,6 +334,8 @@ func (d *delivery) attempt(attempt int) error {
 		return nil
 	case d.ctx.Err() != nil:
 		return err
+	case refusalReason(err) != "":
+		return Permanent(err) // the same bytes would be refused again
 	}
 	if !d.failing {
 		d.failing = true
@@ -400,9 +425,9 @@ func (s *sequencer) reset(ctx context.Context, b *batch, reason string, cause er
 // context returns a context that is done when the contexts of all of b's callers are.
 func (b *batch) context() (context.Context, context.CancelFunc) {
 	var subs []*submission
-	for _, sub := range b.subs {
-		if len(subs) == 0 || subs[len(subs)-1] != sub {
-			subs = append(subs, sub)
+	for _, c := range b.chunks {
+		if len(subs) == 0 || subs[len(subs)-1] != c.sub {
+			subs = append(subs, c.sub)
 		}
 	}
 	if len(subs) == 1 {

@@ -89,12 +89,43 @@ func startEmbedded(lt *loadtest.Config, o embeddedOptions, stderr io.Writer) (*e
 	}
 	lt.Brokers = cl.Addrs()
 	cfg, code, err := embeddedConfig(lt, o)
+	if err == nil {
+		code = 1
+		err = prepareOversize(cl, *lt, o.partitions)
+	}
 	if err != nil {
 		cl.Close()
 		fmt.Fprintf(stderr, "kdedup loadtest: %v\n", err)
 		return nil, app.Config{}, code
 	}
 	return cl, cfg, 0
+}
+
+// largeTopicBytes is the max.message.bytes prepareOversize gives the input and dead-letter topics:
+// 16MiB, as an input topic made for large payloads may have, or more for larger records.
+func largeTopicBytes(lt loadtest.Config) int {
+	return max(16<<20, lt.OversizeBytes+1<<20)
+}
+
+// prepareOversize lets the input topic take the oversized records of lt (-oversize) and creates
+// the dead-letter topic (-dead-letter-topic) with partitions partitions, taking them too. The
+// output topic keeps the broker's default limit (1MiB).
+func prepareOversize(cl *embedkafka.Cluster, lt loadtest.Config, partitions int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	limit := map[string]string{"max.message.bytes": strconv.Itoa(largeTopicBytes(lt))}
+	if lt.DeadLetterTopic != "" {
+		if err := cl.CreateTopic(ctx, lt.DeadLetterTopic, partitions); err != nil {
+			return err
+		}
+		if err := cl.SetTopicConfig(ctx, lt.DeadLetterTopic, limit); err != nil {
+			return err
+		}
+	}
+	if lt.Oversize == 0 {
+		return nil
+	}
+	return cl.SetTopicConfig(ctx, lt.InputTopic, limit)
 }
 
 // embeddedConfig returns the worker's configuration for lt and makes lt expect it. On failure the
@@ -141,6 +172,9 @@ func runWorkerLoadtest(ctx context.Context, lt loadtest.Config, o embeddedOption
 	addWorkerReport(report, w.url(), w.cfg, filters(lt, o.partitions), rs)
 	addEstimateAverage(report, samples)
 	w.finish(report)
+	if lt.Oversize > 0 {
+		checkCommitted(ctx, cl, report, lt, w.cfg.Kafka.GroupID)
+	}
 	return report, 0
 }
 
@@ -222,6 +256,9 @@ func embeddedWorkerEnv(lt loadtest.Config, brokers []string, capacity uint64, ov
 		"HTTP_ADDR":                 "127.0.0.1:0",
 		"SHUTDOWN_TIMEOUT":          "10s",
 	}
+	if lt.DeadLetterTopic != "" {
+		env["KAFKA_DEAD_LETTER_TOPIC"] = lt.DeadLetterTopic
+	}
 	for _, kv := range overrides {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -247,6 +284,7 @@ func expectWorker(lt *loadtest.Config, cfg app.Config, passthrough bool) error {
 	lt.Field = fld
 	lt.Global = dedup.Scope(d.Scope) == dedup.ScopeGlobal
 	lt.WindowCount, lt.WindowInterval, lt.FalsePositiveRate = d.WindowCount, d.WindowInterval, d.FalsePositiveRate
+	lt.DeadLetterTopic = cfg.Kafka.DeadLetterTopic
 	if consumer.Mode(d.Mode) == consumer.ModeMark {
 		lt.MarkHeader = d.MarkHeader
 	}
@@ -393,6 +431,7 @@ var workerMetrics = []string{
 	"kdedup_rebalances_total", "kdedup_partition_release_duration_seconds_count", "kdedup_rebuild_records_total",
 	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total", "kdedup_filter_late_records_total",
 	"kdedup_filter_stages", "kdedup_filter_growths_total", "kdedup_filter_at_memory_cap",
+	"kdedup_dead_letters_total", "kdedup_partition_blocked",
 }
 
 // addWorkerReport adds what the worker at base says to the report: its metrics, the restart

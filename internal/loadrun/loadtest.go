@@ -30,10 +30,12 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // loadtestFlags are the flags of `kdedup loadtest`.
 type loadtestFlags struct {
 	brokers, input, output, mix, field, scope, markHeader, runID, jsonOut, htmlOut string
+	deadLetterTopic                                                                string
 
 	embedded, passthrough, preload, quiet, verbose, sizing bool
 
 	partitions, count, entities, keySize, valueSize, windowCount int
+	oversize, oversizeBytes                                      int
 
 	restartAt, rate, dups, late, fpr float64
 
@@ -69,6 +71,9 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.keySize, "key-size", 16, "Kafka key size in bytes")
 	fs.IntVar(&f.valueSize, "value-size", 100, "value size in bytes")
 	fs.Float64Var(&f.dups, "dups", 0.2, "fraction of the records that are duplicates, 0 to 0.95")
+	fs.IntVar(&f.oversize, "oversize", 0, "oversized records: unique events whose value has -oversize-bytes, the i-th on input partition i; the output refuses them above its max.message.bytes, so the worker blocks their partitions or, with -dead-letter-topic, dead-letters them (embedded mode: the input and dead-letter topics take 16MiB, the output keeps the default 1MiB)")
+	fs.IntVar(&f.oversizeBytes, "oversize-bytes", loadtest.DefaultOversizeBytes, "value size of an oversized record (-oversize)")
+	fs.StringVar(&f.deadLetterTopic, "dead-letter-topic", "", "the worker's KAFKA_DEAD_LETTER_TOPIC: the verifier expects every refused record there (embedded mode: created and given to the worker; external default $KAFKA_DEAD_LETTER_TOPIC)")
 	fs.Float64Var(&f.late, "late", 0, "fraction of the records that are late: unique events stamped 24h before their creation (counted late under DEDUP_WINDOW_CLOCK=event)")
 	fs.StringVar(&f.mix, "mix", loadtest.DefaultMix.String(), "relative weights of the duplicate kinds")
 	fs.DurationVar(&f.withinMax, "within-max", 0, "largest delay of within and cross duplicates (default (N-1)*interval/2)")
@@ -184,6 +189,9 @@ func (f *loadtestFlags) resolve(environ map[string]string, isEmbedded bool) erro
 	if f.restartAt != 0 && (f.passthrough || f.preload || !(f.restartAt > 0 && f.restartAt < 1)) {
 		return errors.New("-restart-at must be between 0 and 1 and cannot be combined with -passthrough or -preload")
 	}
+	if f.passthrough && f.oversize > 0 {
+		return errors.New("-oversize needs the worker: the pass-through pipe has no dead-letter topic and does not block")
+	}
 	if err := f.checkHooks(isEmbedded); err != nil {
 		return err
 	}
@@ -237,6 +245,7 @@ func (f *loadtestFlags) fromWorkerEnv(environ map[string]string) error {
 	errs := []error{
 		fromEnv("input", "KAFKA_INPUT_TOPIC", func(v string) error { f.input = v; return nil }),
 		fromEnv("output", "KAFKA_OUTPUT_TOPIC", func(v string) error { f.output = v; return nil }),
+		fromEnv("dead-letter-topic", "KAFKA_DEAD_LETTER_TOPIC", func(v string) error { f.deadLetterTopic = v; return nil }),
 		fromEnv("field", "DEDUP_KEY", func(v string) error { f.field = v; return nil }),
 		fromEnv("scope", "DEDUP_SCOPE", func(v string) error { f.scope = v; return nil }),
 		fromEnv("window-count", "DEDUP_WINDOW_COUNT", func(v string) (err error) { f.windowCount, err = strconv.Atoi(v); return }),
@@ -274,7 +283,7 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 	lt := loadtest.Config{
 		InputTopic: f.input, OutputTopic: f.output,
 		Count: f.count, Rate: f.rate, Entities: f.entities, KeySize: f.keySize, ValueSize: f.valueSize,
-		DupRatio: f.dups, Late: f.late, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
+		DupRatio: f.dups, Late: f.late, Oversize: f.oversize, OversizeBytes: f.oversizeBytes, DeadLetterTopic: f.deadLetterTopic, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
 		Field: fld, Global: dedup.Scope(f.scope) == dedup.ScopeGlobal, WindowCount: f.windowCount, WindowInterval: f.windowInterval,
 		FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
 		Settle: f.settle, Timeout: f.timeout, TTY: tty,

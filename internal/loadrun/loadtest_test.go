@@ -99,14 +99,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit status %d\nstderr:\n%s", code, stderr.String())
 			}
-			var r loadtest.Report
-			data, err := os.ReadFile(jsonPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(data, &r); err != nil {
-				t.Fatal(err)
-			}
+			r := readReport(t, jsonPath)
 			v := r.Verdict
 			if !r.Pass || r.Mode != tt.mode || v.Leaked != 0 || v.Lost > v.LossBound || v.OrderViolations != 0 || v.Markers != v.MarkersSent {
 				t.Fatalf("report: pass %v mode %s verdict %+v failures %q", r.Pass, r.Mode, v, r.Failures)
@@ -143,6 +136,20 @@ func TestLoadtestEmbedded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readReport reads the loadtest's JSON report at path.
+func readReport(t *testing.T, path string) loadtest.Report {
+	t.Helper()
+	var r loadtest.Report
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // checkHookRuns checks that the report names the hooks, in order and without errors, and that the
@@ -197,6 +204,7 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"-field", "body"}, nil, "want key, value"},
 		{[]string{"-scope", "cluster"}, nil, "want partition or global"},
 		{[]string{"-brokers", "127.0.0.1:1", "-passthrough"}, nil, "embedded"},
+		{[]string{"-passthrough", "-oversize", "1"}, nil, "-oversize needs the worker"},
 		{[]string{"-brokers", "127.0.0.1:1"}, nil, "needs -input and -output"},
 		{[]string{"-count", "0"}, nil, "count"},
 		{[]string{"-worker-env", "NOVALUE"}, nil, "NAME=VALUE"},

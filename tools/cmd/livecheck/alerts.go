@@ -40,6 +40,8 @@ var mayFire = map[string]string{
 	"KdedupGenerationOverfilled": "a generation's first stage overfills only when the cap left it no stage: in each filter one generation in three holds the grown stage, so the fill series of a generation position may drop below 60% within the shortened for:",
 	"KdedupFilterGrowing":        "the overfilled filters grow a stage as soon as the phase starts; its for: of 30m shortened to 18s may or may not end within the phase",
 	"KdedupProduceErrors":        "the produce faults are failed produce attempts; its [5m] rate stays above 0 for longer than its for: shortened to 3s",
+	"KdedupRestarting":           "each phase's loadtest is a new process: the degraded phase's is the third restart within the rule's hour (changes(process_start_time_seconds[1h]) > 2)",
+	"KdedupPartitionBlocked":     "the refused phase's block ends with its worker, which exits as the degraded phase's loadtest starts: the alert may still be firing at the phase's first evaluations",
 }
 
 // firstFiring returns, for every alert with a firing ALERTS series in [from, to], the first
@@ -77,6 +79,8 @@ func checkAlerts(ctx context.Context, api promAPI, alerts []string, runs []*phas
 			checks = append(checks, checkSilent(ctx, api, len(alerts), run))
 		case run.name == "degraded":
 			checks = append(checks, checkDegradedAlerts(ctx, api, run)...)
+		case run.name == refusedPhase:
+			checks = append(checks, checkRefusedAlerts(ctx, api, run)...)
 		}
 	}
 	return checks

@@ -113,6 +113,11 @@ var events = []event{
 	{"Rebuild read rate", "B", "", nil, none, "CHECKPOINT_REBUILD_MAX_RECORDS (10M) is far above the window's records"},
 	{"Rebuild time", "A", "handover", nil, bound{op: ">", v: 0}, "the worker restarted with an empty store rebuilds its filters"},
 	{"Rebuild time", "B", "handover", nil, bound{op: ">", v: 0}, "the worker restarted with an empty store rebuilds its filters"},
+	{refusedPanel, "A", refusedPhase, map[string]string{"partition": "0", "reason": "message_too_large"}, bound{op: ">=", v: 1},
+		"the output refuses the oversized record of input partition 0 and no dead-letter topic is set"},
+	{refusedPanel, "B", eventTimePhase, map[string]string{"reason": "message_too_large"}, some,
+		"the healthy phase's oversized record goes to the dead-letter topic"},
+	{refusedPanel, "B", refusedPhase, nil, none, "without a dead-letter topic nothing is dead-lettered"},
 }
 
 // checkEvents evaluates every event's targets over its phase (the loadtest process's lifetime,

@@ -2,7 +2,7 @@
 //
 // It starts Prometheus (Debian's prometheus package; scrape and rule evaluation every second, a
 // free port, its own data directory) with a test copy of deploy/prometheus/alerts.yml whose for:
-// durations and time thresholds are 100 times shorter, and runs three embedded loadtests
+// durations and time thresholds are 100 times shorter, and runs four embedded loadtests
 // (`kdedup loadtest`: kfake, the real worker and the verifier in one process) one after the
 // other on the same worker address, so that all are the same Prometheus target. Their window is
 // 3 generations of 1.25s, not a multiple of the scrape interval, so that the scrapes see the
@@ -11,12 +11,15 @@
 //   - healthy: mixed duplicates (immediate, within, beyond and cross-partition), checkpoints
 //     every second, and a worker restart after 20% of the records (drain, save, restore), under
 //     event time (DEDUP_WINDOW_CLOCK=event) with 1% of the records late (-late: unique events
-//     stamped 24h before their creation; see eventTimePhase);
+//     stamped 24h before their creation; see eventTimePhase), and one oversized record that the
+//     output refuses and that goes to a dead-letter topic (see refusedPhase);
 //   - handover: a second worker (same process and broker, not scraped) joins the group after
 //     25% of the records and leaves after 50%, so that the scraped worker releases its
 //     partitions, gets half back as retained filters, then takes the other half back from the
 //     second worker's snapshots; after 75% the worker restarts with its checkpoint store emptied
 //     and rebuilds its filters from the output topic;
+//   - refused: one oversized record without a dead-letter topic, so that input partition 0
+//     blocks at it halfway through (-refused, 8s by default);
 //   - degraded: the filter pushed past capacity and its memory cap (-overfill, by default
 //     DEDUP_WINDOW_CAPACITY=250 and DEDUP_MAX_MEMORY=8KiB for about 700 new keys per partition
 //     and interval: the filter grows one stage, then stops at the cap), the checkpoint directory replaced by a
@@ -33,8 +36,9 @@
 // matches the late records the loadtest sent, that the stream lag stays small there, and that
 // both event-time panels are empty in the other phases (checkEventTime); that the estimated false-positive rate of the overfilled
 // filters, averaged over the scrapes, is within 1.3x of the measured loss (estimateVsLoss); that
-// no alert fires in the healthy and handover phases; and that the false-positive, overfill,
-// checkpoint and producer alerts fire in the degraded phase, and no other (but mayFire).
+// no alert fires in the healthy and handover phases; that KdedupPartitionBlocked, and no other
+// alert, fires in the refused phase; and that the false-positive, overfill, checkpoint and
+// producer alerts fire in the degraded phase, and no other (but mayFire).
 //
 // It prints a summary table and exits 0 when every check passed, 1 when one failed (each failure
 // is named on stderr) and 2 on bad flags. Every process it starts is stopped on return, on
@@ -55,6 +59,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -74,7 +79,7 @@ type options struct {
 	repo, kdedup, prometheus string
 	rate, dups               float64
 	healthy, handover        time.Duration
-	degraded                 time.Duration
+	degraded, refused        time.Duration
 	overfill                 stringList
 	keep                     bool
 	panels                   string // -panels: the page of docs/operations.md's panels
@@ -112,6 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.healthy, "healthy", 20*time.Second, "constant-rate sending of the healthy phase")
 	fs.DurationVar(&o.handover, "handover", 20*time.Second, "constant-rate sending of the handover phase")
 	fs.DurationVar(&o.degraded, "degraded", 20*time.Second, "constant-rate sending of the degraded phase")
+	fs.DurationVar(&o.refused, "refused", 8*time.Second, "constant-rate sending of the refused phase")
 	fs.Var(&o.overfill, "overfill", "worker NAME=VALUE (repeatable) that pushes the filter past capacity in the degraded phase (default "+strings.Join(defaultOverfill, " ")+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, reports, Prometheus data)")
 	fs.StringVar(&o.panels, "panels", "", "write an HTML page of the dashboard panels docs/operations.md shows, as Prometheus evaluated them in this run, to this file")
@@ -257,11 +263,13 @@ func writePanels(ctx context.Context, path string, api promAPI, targets []tools.
 	return f.Close()
 }
 
-// runPhases runs the healthy phase, the handover phase and the degraded one, in this order.
+// runPhases runs the healthy, handover, refused and degraded phases, in this order.
 func runPhases(ctx context.Context, r runner, o options, log io.Writer) ([]*phaseRun, error) {
 	phases := []phase{
-		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true, env: eventTimeEnv, args: eventTimeArgs},
+		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true, env: eventTimeEnv,
+			args: append(slices.Clone(eventTimeArgs), deadLetterArgs...)},
 		{name: "handover", duration: o.handover, args: handoverArgs, silent: true},
+		{name: refusedPhase, duration: o.refused, args: refusedArgs},
 		{name: "degraded", duration: o.degraded, env: o.overfill, breakStore: true, mayLose: true, args: faultArgs, compare: true},
 	}
 	runs := make([]*phaseRun, len(phases))

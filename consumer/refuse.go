@@ -1,0 +1,399 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+)
+
+// Refused records.
+//
+// The output topic can refuse a record for good: larger than its max.message.bytes, or invalid
+// for it (kafkaio.RefusalReasons). The Producer splits refused batches, so that every record the
+// topic takes is written and only a record refused on its own fails, with a
+// kafkaio.RefusedError (see "Refused records" in kafkaio). handleBatch produces a batch as
+// usual; only when a produce call reports a refusal does resolve take over, with the batch's
+// records that were not written as lanes: one per topic partition, in input order, the refused
+// record first.
+//
+//   - With Config.DeadLetterTopic, a refused record is written to the dead-letter topic (see
+//     deadLetter) and its lane goes on. The batch's offsets are committed, as always, once every
+//     lane is written, so past the record only once its dead letter was acknowledged. Its
+//     identity stays in the deduplication state: Bloom filters cannot forget, and its duplicates
+//     are then dropped within the window rather than sent to the dead-letter topic again.
+//   - Without it, or when the dead-letter topic refuses the record too, the partition blocks at
+//     the lowest refused offset. Each lane was written up to its own refusal, so everything
+//     before that offset was, and the input is committed up to it. The partition's state is
+//     discarded (Deduper.Discard): it holds identities of the batch's unwritten records, so no
+//     snapshot may be taken of it. The block is reported once (a log line with the offset and
+//     what to change, Observer.PartitionBlocked, Worker.Blocked), and the refused records are
+//     tried again under a backoff of up to blockedRetryMax, without a log line per attempt.
+//     Raising the topic's limit thus lifts the block: the rest of the batch is written, the
+//     state is assigned again (restored, and re-warmed from the output topic, which now holds
+//     the batch) and the partition goes on. A blocked partition that is released has committed
+//     up to the refused record and hands no state back; its next owner blocks at the same offset.
+//
+// The batch's records point into the PartitionReader's fetch buffers, valid only until its next
+// Fetch (kafkaio.Batch), and the lanes first share them. A refused record outlives the batch's
+// ordinary path, so refused records own what they carry: a dead letter is built from copies of
+// the record's key, value and headers (deadLetterMessage), and once the partition blocks, its
+// lanes are copied (ownLanes) before it waits, so that nothing it holds while blocked, or writes
+// once the block lifts, depends on the reader's buffers.
+//
+// Lanes are written one after another, each as far as it goes, so a lane's records after the
+// lowest refusal may be written while the input is committed only up to it: records of other
+// output partitions (PartitionHash, whose partitions are written at once anyway) or duplicates
+// for the duplicates topic. If the partition is released while blocked, its next owner reads
+// them again: output records are found in the re-warmed state and dropped as duplicates (ModeMark
+// writes them again, marked), and the duplicates topic gets its records again.
+
+// blockedRetryMax caps the backoff between attempts to write a blocked partition's refused
+// records.
+const blockedRetryMax = 30 * time.Second
+
+// errStopped is returned by handleBatch when the generation ended while the partition was blocked
+// or its state was being assigned again after a block: the input is committed up to st.next and
+// the partition holds no state.
+var errStopped = errors.New("consumer: partition stopped while blocked")
+
+// Headers added to a record written to Config.DeadLetterTopic.
+const (
+	// DeadLetterHeaderError holds the reason of the refusal: one of kafkaio.RefusalReasons.
+	DeadLetterHeaderError = "kdedup-error"
+	// DeadLetterHeaderErrorMessage holds the broker's error.
+	DeadLetterHeaderErrorMessage = "kdedup-error-message"
+	// DeadLetterHeaderSourceTopic, DeadLetterHeaderSourcePartition and
+	// DeadLetterHeaderSourceOffset name the input record (partition and offset in decimal).
+	DeadLetterHeaderSourceTopic     = "kdedup-source-topic"
+	DeadLetterHeaderSourcePartition = "kdedup-source-partition"
+	DeadLetterHeaderSourceOffset    = "kdedup-source-offset"
+	// DeadLetterHeaderOutputTopic and DeadLetterHeaderOutputPartition name where the record was
+	// refused: the output topic, or the duplicates topic.
+	DeadLetterHeaderOutputTopic     = "kdedup-output-topic"
+	DeadLetterHeaderOutputPartition = "kdedup-output-partition"
+)
+
+// BlockedPartition is an input partition that stopped at a record the output refuses (see
+// Worker.Blocked).
+type BlockedPartition struct {
+	// Partition is the input partition.
+	Partition int32
+	// Offset is the refused record's: everything before it was written and committed.
+	Offset int64
+	// Topic refused the record: the output or duplicates topic, or the dead-letter topic.
+	Topic string
+	// Reason is one of kafkaio.RefusalReasons; Error is the broker's error.
+	Reason, Error string
+	// Since is when the partition blocked at this record.
+	Since time.Time
+}
+
+// Blocked returns the worker's partitions that are blocked at a record the output refuses, in
+// partition order: the output (or duplicates) topic refuses it, and no dead-letter topic is
+// configured or it refuses the record too. Everything before the record was written and
+// committed; nothing after it is processed until the record is written. It is safe for
+// concurrent use.
+func (w *Worker) Blocked() []BlockedPartition {
+	w.blockedMu.Lock()
+	defer w.blockedMu.Unlock()
+	out := make([]BlockedPartition, 0, len(w.blocked))
+	for _, b := range w.blocked {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b BlockedPartition) int { return int(a.Partition - b.Partition) })
+	return out
+}
+
+// lane is a run of a batch's records still to be written to one topic partition, in input order.
+type lane struct {
+	topic     string
+	partition int
+	output    bool // the output topic's: its dead letters are not counted as produced
+	msgs      []kafka.Message
+	refused   *kafkaio.RefusedError // msgs[0] was refused (by the dead-letter topic, if Topic says so)
+}
+
+// addRefused appends to st.lanes a lane for each refusal err holds, whose records are msgsOf(its
+// partition) from the refused one on, and reports whether err held any.
+func (st *partitionState) addRefused(err error, topic string, output bool, msgsOf func(q int) []kafka.Message) bool {
+	rs := kafkaio.Refusals(err)
+	for _, re := range rs {
+		st.lanes = append(st.lanes, lane{topic: topic, partition: re.Partition, output: output,
+			msgs: msgsOf(re.Partition)[re.Index:], refused: re})
+	}
+	return len(rs) > 0
+}
+
+// write produces out to the output topic and dups to the duplicates topic. When a record is
+// refused, resolve writes what is left; next is the offset after the batch. It returns an error
+// only when pctx ended first, or errStopped.
+func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
+	st.lanes, st.diverted = st.lanes[:0], 0
+	dupPart := 0
+	if len(dups) > 0 {
+		dupPart = int(st.p) % tc.duplicates
+	}
+	err := w.produceOut(pctx, st, out)
+	switch {
+	case err == nil && len(dups) > 0:
+		if err = w.prod.Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil &&
+			!st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafka.Message { return dups }) {
+			return err
+		}
+	case err != nil:
+		refused := st.addRefused(err, w.cfg.OutputTopic, true, func(q int) []kafka.Message {
+			if st.hash == nil {
+				return out
+			}
+			return st.byPart[q]
+		})
+		if !refused {
+			return err
+		}
+		if len(dups) > 0 {
+			st.lanes = append(st.lanes, lane{topic: w.cfg.DuplicatesTopic, partition: dupPart, msgs: dups})
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	return w.resolve(gctx, pctx, c, st, tc, next)
+}
+
+// resolve writes st.lanes: it dead-letters or blocks at their refused records (see "Refused
+// records"), and while blocked tries them again until every lane is written or gctx ends (then
+// it returns errStopped). It returns pctx's error when a write was cut short.
+func (w *Worker) resolve(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, next int64) error {
+	retry := kafkaio.Backoff{Max: blockedRetryMax}
+	for attempt := 0; ; attempt++ {
+		b, err := w.drain(pctx, st, tc)
+		switch {
+		case err != nil:
+			return err
+		case b == nil:
+			return w.unblock(gctx, c, st, next)
+		}
+		if attempt == 0 {
+			st.ownLanes() // held while blocked: not the reader's buffers, before the block is seen
+		}
+		w.block(pctx, c, st, b)
+		if !kafkaio.Sleep(gctx, retry.Delay(attempt)) {
+			return errStopped
+		}
+		for i := range st.lanes {
+			st.lanes[i].refused = nil // try the refused records again
+		}
+	}
+}
+
+// drain writes each lane as far as it goes and returns where the partition blocks: at the lowest
+// record refused on its own that could not be dead-lettered (nil when every lane was written).
+func (w *Worker) drain(pctx context.Context, st *partitionState, tc topicCounts) (*BlockedPartition, error) {
+	var low *lane
+	for i := range st.lanes {
+		l := &st.lanes[i]
+		if err := w.drainLane(pctx, st, tc, l); err != nil {
+			return nil, err
+		}
+		if l.refused != nil && (low == nil || l.msgs[0].Offset < low.msgs[0].Offset) {
+			low = l
+		}
+	}
+	if low == nil {
+		return nil, nil
+	}
+	re := low.refused
+	return &BlockedPartition{Partition: st.p, Offset: low.msgs[0].Offset, Topic: re.Topic, Reason: re.Reason, Error: re.Err.Error()}, nil
+}
+
+// drainLane writes l up to its end, or up to a refused record that cannot be dead-lettered.
+func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
+	for len(l.msgs) > 0 {
+		if l.refused == nil {
+			err := w.prod.Produce(pctx, l.topic, l.partition, l.msgs)
+			if err == nil {
+				l.msgs = nil
+				return nil
+			}
+			rs := kafkaio.Refusals(err)
+			if len(rs) == 0 {
+				return err
+			}
+			l.msgs, l.refused = l.msgs[rs[0].Index:], rs[0]
+		}
+		if w.cfg.DeadLetterTopic == "" || l.refused.Topic == w.cfg.DeadLetterTopic {
+			return nil
+		}
+		if err := w.deadLetter(pctx, st, tc, l); err != nil {
+			rs := kafkaio.Refusals(err)
+			if len(rs) == 0 {
+				return err
+			}
+			l.refused = rs[0] // the dead-letter topic refuses it too
+			return nil
+		}
+		if l.output {
+			st.diverted++
+		}
+		l.msgs, l.refused = l.msgs[1:], nil
+	}
+	return nil
+}
+
+// deadLetter writes l's refused first record to the dead-letter topic, unchanged plus the
+// DeadLetterHeader* headers, and counts it. It returns the Producer's error: a RefusedError when
+// the dead-letter topic refuses the record too.
+func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
+	m, re := &l.msgs[0], l.refused
+	dl := []kafka.Message{w.deadLetterMessage(st.p, l, m)}
+	if err := w.prod.Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
+		return err
+	}
+	w.obs.DeadLetter(st.p, re.Reason)
+	w.sample.Log(slog.LevelWarn, "dead-letter", "record refused by the output written to the dead-letter topic",
+		"topic", w.cfg.InputTopic, "partition", st.p, "offset", m.Offset, "refused_by", l.topic, "reason", re.Reason,
+		"error", re.Err.Error(), "dead_letter_topic", w.cfg.DeadLetterTopic)
+	return nil
+}
+
+// deadLetterMessage returns the dead letter of m, input partition p's record refused in l: a copy
+// of its key, value, headers and timestamp that owns its bytes (m may point into the reader's
+// fetch buffers), plus the DeadLetterHeader* headers.
+func (w *Worker) deadLetterMessage(p int32, l *lane, m *kafka.Message) kafka.Message {
+	re := l.refused
+	o := ownedMessage(m, 7)
+	dl := kafka.Message{Key: o.Key, Value: o.Value, Headers: o.Headers, Time: m.Time}
+	dl.Headers = append(dl.Headers,
+		kafka.Header{Key: DeadLetterHeaderError, Value: []byte(re.Reason)},
+		kafka.Header{Key: DeadLetterHeaderErrorMessage, Value: []byte(re.Err.Error())},
+		kafka.Header{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},
+		kafka.Header{Key: DeadLetterHeaderSourcePartition, Value: strconv.AppendInt(nil, int64(p), 10)},
+		kafka.Header{Key: DeadLetterHeaderSourceOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
+		kafka.Header{Key: DeadLetterHeaderOutputTopic, Value: []byte(l.topic)},
+		kafka.Header{Key: DeadLetterHeaderOutputPartition, Value: strconv.AppendInt(nil, int64(l.partition), 10)},
+	)
+	return dl
+}
+
+// ownLanes replaces the records of st.lanes with copies that own their bytes (ownedMessage).
+func (st *partitionState) ownLanes() {
+	for i := range st.lanes {
+		l := &st.lanes[i]
+		msgs := make([]kafka.Message, len(l.msgs))
+		for j := range l.msgs {
+			msgs[j] = ownedMessage(&l.msgs[j], 0)
+		}
+		l.msgs = msgs
+	}
+}
+
+// ownedMessage returns a copy of m whose key, value and header values are copies in one
+// allocation (a nil key or value stays nil), with room for extra more headers. Header names are
+// not copied: the reader interns them, they do not point into its buffers.
+func ownedMessage(m *kafka.Message, extra int) kafka.Message {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	own := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, b...) // within n: never reallocates
+		return buf[start:len(buf):len(buf)]
+	}
+	o := *m
+	o.Key, o.Value, o.Headers = own(m.Key), own(m.Value), nil
+	if len(m.Headers)+extra > 0 {
+		o.Headers = make([]kafka.Header, len(m.Headers), len(m.Headers)+extra)
+		for i, h := range m.Headers {
+			o.Headers[i] = kafka.Header{Key: h.Key, Value: own(h.Value)}
+		}
+	}
+	return o
+}
+
+// block reports the partition blocked at b, once per offset, reason and topic; commits the input
+// up to the refused record; and discards the partition's state, which holds identities of records
+// that were not written.
+func (w *Worker) block(pctx context.Context, c *committer, st *partitionState, b *BlockedPartition) {
+	if cur := st.blocked; cur != nil {
+		if cur.Offset == b.Offset && cur.Reason == b.Reason && cur.Topic == b.Topic {
+			return
+		}
+		w.setBlocked(st.p, cur, nil)
+	}
+	b.Since = time.Now()
+	st.blocked = b
+	st.next = b.Offset
+	c.mark(int(st.p), b.Offset)
+	if !st.discarded {
+		st.discarded = true
+		if err := w.dedup.Discard(pctx, st.p); err != nil {
+			w.log.Error("discard failed", "partition", st.p, "error", err.Error())
+		}
+	}
+	w.setBlocked(st.p, nil, b)
+	w.log.Error("partition blocked: a record is refused for good; everything before it was written and committed, "+
+		"nothing after it is processed until it is written (the worker tries again every "+blockedRetryMax.String()+" at most)",
+		"topic", w.cfg.InputTopic, "partition", st.p, "offset", b.Offset, "refused_by", b.Topic, "reason", b.Reason,
+		"error", b.Error, "hint", w.blockedHint(b))
+}
+
+// blockedHint says what an operator can change to lift the block b.
+func (w *Worker) blockedHint(b *BlockedPartition) string {
+	switch {
+	case b.Topic == w.cfg.DeadLetterTopic:
+		return "the dead-letter topic refuses the record too: raise its max.message.bytes (or fix what it refuses); the partition resumes by itself"
+	case b.Reason == kafkaio.RefusalMessageTooLarge || b.Reason == kafkaio.RefusalRecordListTooLarge:
+		return "raise max.message.bytes (and segment.bytes) of topic " + strconv.Quote(b.Topic) +
+			" above the record's size: the partition resumes by itself; or configure a dead-letter topic for such records and restart"
+	}
+	return "topic " + strconv.Quote(b.Topic) + " refuses the record (for example a record without key on a compacted topic, or a timestamp " +
+		"outside message.timestamp.*.max.ms): change the topic's configuration, or configure a dead-letter topic and restart"
+}
+
+// unblock, once every lane was written, ends a block: the state is assigned again (restored, and
+// re-warmed from the output topic, which now holds the batch) and the block is no longer
+// reported. It returns errStopped, with the batch committed, when gctx ended before the state was
+// assigned.
+func (w *Worker) unblock(gctx context.Context, c *committer, st *partitionState, next int64) error {
+	b := st.blocked
+	if b == nil {
+		return nil
+	}
+	st.blocked = nil
+	w.setBlocked(st.p, b, nil)
+	w.log.Info("partition unblocked: the refused record was written; the partition goes on",
+		"topic", w.cfg.InputTopic, "partition", st.p, "offset", b.Offset, "blocked_for", time.Since(b.Since).Round(time.Second).String())
+	if !w.assign(gctx, st.p) {
+		st.next = next
+		c.mark(int(st.p), next)
+		return errStopped
+	}
+	st.discarded = false
+	w.dedup.Processing(st.p, next) // handleBatch acknowledges the batch next
+	return nil
+}
+
+// setBlocked replaces the report of partition p's block old (nil: none) with b (nil: none).
+func (w *Worker) setBlocked(p int32, old, b *BlockedPartition) {
+	w.blockedMu.Lock()
+	defer w.blockedMu.Unlock()
+	if old != nil {
+		delete(w.blocked, p)
+		w.obs.PartitionBlocked(p, old.Reason, false)
+	}
+	if b != nil {
+		w.blocked[p] = *b
+		w.obs.PartitionBlocked(p, b.Reason, true)
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Records the output refuses (issue 24). Every loadtest's output topic keeps the embedded
+// broker's default max.message.bytes (1MiB) while its input takes 16MiB, so an oversized record
+// (-oversize, 2MiB) is refused on its own:
+//
+//   - in the healthy phase one goes to the dead-letter topic (deadLetterArgs): the refused-records
+//     panel counts it, and no alert fires;
+//   - the refused phase, between the handover and degraded phases, sends one without a dead-letter
+//     topic: input partition 0 blocks at it halfway through, kdedup_partition_blocked shows it and
+//     KdedupPartitionBlocked must fire, and no other alert. The block ends with the phase's worker.
+
+// refusedPhase is the name of the phase whose partition 0 blocks at a refused record.
+const refusedPhase = "refused"
+
+// refusedPanel is the dashboard panel of refused records: A blocked partitions, B dead letters.
+const refusedPanel = "Refused records: blocked partitions and dead letters"
+
+// deadLetterArgs are the loadtest flags of the healthy phase's dead letter; refusedArgs those of
+// the refused phase's block.
+var (
+	deadLetterArgs = []string{"-oversize", "1", "-dead-letter-topic", "loadtest-dlq"}
+	refusedArgs    = []string{"-oversize", "1"}
+)
+
+// checkRefusedAlerts checks that KdedupPartitionBlocked fired while run (the refused phase) ran,
+// and no other alert, from silentFrom on (before it, the worker of the phase was not scraped yet).
+func checkRefusedAlerts(ctx context.Context, api promAPI, run *phaseRun) []check {
+	const alert = "KdedupPartitionBlocked"
+	from, err := silentFrom(ctx, api, run)
+	var fired map[string]time.Time
+	if err == nil {
+		fired, err = firstFiring(ctx, api, "firing", from, run.ended.Add(2*scrapeInterval))
+	}
+	if err != nil {
+		return []check{{name: "alerts", phase: run.name, got: "ALERTS: " + err.Error()}}
+	}
+	c := check{name: "alert " + alert, phase: run.name, want: "firing", got: "never fired"}
+	half := run.start.Add(run.duration / 2) // the oversized record is sent halfway
+	if t, ok := fired[alert]; ok {
+		c.got, c.ok = "firing", true
+		c.detail = fmt.Sprintf("%.1fs after the oversized record was sent", t.Sub(half).Seconds())
+	}
+	delete(fired, alert)
+	other := check{name: "no other alert fires", phase: run.name, want: "only " + alert, got: "none", ok: true}
+	if len(fired) > 0 {
+		other.got, other.ok = "firing: "+strings.Join(sortedKeys(fired), ", "), false
+	}
+	return []check{c, other}
+}
