@@ -138,6 +138,15 @@ type Config struct {
 	// retried batch can be duplicated in the output topic.
 	DisableIdempotence bool
 
+	// SourceKey, with Sources, reads each record's source for the per-source counts: the worker
+	// calls it on every record consumed (keyed or not) and hands what it returns to a SourceTally
+	// with the record's verdict. Default nil: no source is read. It has the contract of KeyFunc;
+	// ok=false means the record has no source.
+	SourceKey KeyFunc
+	// Sources returns a new SourceTally; the worker keeps one per partition goroutine and flushes
+	// it after every batch. Required with SourceKey, ignored without.
+	Sources func() SourceTally
+
 	// ShutdownTimeout bounds the drain after Run's context is cancelled. Default 30s.
 	ShutdownTimeout time.Duration
 	// ProduceTimeout bounds one produce request. Default 10s.
@@ -261,6 +270,9 @@ func (c Config) Validate() error {
 		}
 	}
 	c.validateTopics(bad)
+	if c.SourceKey != nil && c.Sources == nil {
+		bad("Sources", "required with SourceKey")
+	}
 	positive := func(field string, d time.Duration) {
 		if d < 0 {
 			bad(field, "must be positive, got %v", d)

@@ -92,6 +92,17 @@ type Deduper interface {
 // called concurrently from one goroutine per partition and must be safe for that.
 type KeyFunc func(key, value []byte, headers func(yield func(name string, value []byte) bool)) (id []byte, ok bool)
 
+// SourceTally counts the records of one partition goroutine by source (metrics.SourceTally
+// implements it). Record is called for every record consumed, Flush after every batch; one tally is
+// never used by two goroutines at once.
+type SourceTally interface {
+	// Record counts one record of source src (empty: the record has none), a duplicate if dup. src
+	// is only valid during the call.
+	Record(src []byte, dup bool)
+	// Flush publishes what was recorded since the last Flush.
+	Flush()
+}
+
 // Observer receives the Worker's measurements; metrics.Metrics implements it. Every method must be
 // safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Aborted, Lag and
 // Latency are called on the record path, TransactionHeld after every fetch. It includes the produce

@@ -24,6 +24,8 @@ type partitionState struct {
 	hdr    headerSource
 	hdrSeq func(yield func(string, []byte) bool)
 
+	src SourceTally // nil unless Config.SourceKey is set
+
 	next int64 // next offset to commit; -1 until a batch was handled
 
 	// Refused records (see refuse.go).
@@ -72,6 +74,9 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 
 	st := &partitionState{p: p, next: -1}
 	st.hdrSeq = st.hdr.all
+	if w.cfg.SourceKey != nil {
+		st.src = w.cfg.Sources()
+	}
 	if w.cfg.Partitioning == PartitionHash {
 		st.hash = newHashPartitioner(tc.output)
 		st.byPart = make([][]kafka.Message, tc.output)
@@ -214,8 +219,10 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
 		id, ok := w.key(m.Key, m.Value, st.hdrSeq)
+		src := w.source(st, m.Key, m.Value)
 		st.hdr.cur = nil
 		if !ok {
+			st.counted(src, false)
 			nUnkeyed++
 			if nUnkeyed == 1 {
 				w.sample.Log(slog.LevelWarn, "unkeyed", "record without an extractable deduplication key",
@@ -226,7 +233,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 			}
 			continue
 		}
-		if !w.dedup.Seen(p, id, m.Time) {
+		if !st.counted(src, w.dedup.Seen(p, id, m.Time)) {
 			out = append(out, *m)
 			continue
 		}
@@ -243,6 +250,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		}
 	}
 	st.out, st.dups = out, dups
+	st.flushSources()
 	if nDup > 0 {
 		w.obs.Duplicates(p, nDup)
 	}
@@ -275,6 +283,32 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 	}
 	clear(st.lanes)
 	return nil
+}
+
+// source returns the source of the record with key and value (its headers are st.hdr's), for the
+// per-source counts: nil when they are off (Config.SourceKey unset) or the record has none.
+func (w *Worker) source(st *partitionState, key, value []byte) []byte {
+	if st.src == nil {
+		return nil
+	}
+	src, _ := w.cfg.SourceKey(key, value, st.hdrSeq)
+	return src
+}
+
+// counted counts a record of source src, a duplicate if dup, when the per-source counts are on,
+// and returns dup.
+func (st *partitionState) counted(src []byte, dup bool) bool {
+	if st.src != nil {
+		st.src.Record(src, dup)
+	}
+	return dup
+}
+
+// flushSources publishes the batch's per-source counts, when they are on.
+func (st *partitionState) flushSources() {
+	if st.src != nil {
+		st.src.Flush()
+	}
 }
 
 // produceOut writes out to the output topic, keeping order per output partition.

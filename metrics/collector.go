@@ -25,6 +25,7 @@ type dynamicCollector struct {
 	rotations    *prometheus.Desc
 	stages       *prometheus.Desc
 	growths      *prometheus.Desc
+	refreshes    *prometheus.Desc
 	atCap        *prometheus.Desc
 	streamTime   *prometheus.Desc
 	streamLag    *prometheus.Desc
@@ -61,6 +62,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 			"Stages the filter's live generations grew past DEDUP_WINDOW_CAPACITY (0 while every generation is within it). Each stage doubles the generation's room at a tighter rate, so the false-positive rate stays at target.", filter, nil),
 		growths: prometheus.NewDesc(name("filter_growths_total"),
 			"Stages the filter added since it was created or restored: generations that took more identities than DEDUP_WINDOW_CAPACITY.", filter, nil),
+		refreshes: prometheus.NewDesc(name("filter_refreshes_total"),
+			"Duplicates that re-armed their identity in the filter's current generation (DEDUP_WINDOW_REFRESH=true; under DEDUP_WINDOW_CLOCK=event, the generation of their timestamp), at most one per identity and generation, since the filter was created or restored. Re-armed identities count against DEDUP_WINDOW_CAPACITY.", filter, nil),
 		atCap: prometheus.NewDesc(name("filter_at_memory_cap"),
 			"1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.", filter, nil),
 		streamTime: prometheus.NewDesc(name("filter_stream_time_seconds"),
@@ -80,7 +83,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
-		d.stages, d.growths, d.atCap, d.streamTime, d.streamLag, d.late} {
+		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late} {
 		ch <- desc
 	}
 }
@@ -114,6 +117,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.rotations, prometheus.CounterValue, float64(s.Rotations), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.stages, prometheus.GaugeValue, float64(s.Stages), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.growths, prometheus.CounterValue, float64(s.Growths), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.refreshes, prometheus.CounterValue, float64(s.Refreshes), s.Filter)
 		atCap := 0.0
 		if s.AtCap {
 			atCap = 1

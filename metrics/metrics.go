@@ -129,6 +129,8 @@ type FilterStat struct {
 	Stages int
 	// Growths counts the stages the filter added since it was created or restored.
 	Growths uint64
+	// Refreshes counts the duplicates that re-armed their identity (window.Stats.Refreshes).
+	Refreshes uint64
 	// AtCap is true when a live generation needed a further stage and the memory cap refused it.
 	AtCap bool
 	// Generations lists the generations, newest first (index 0).

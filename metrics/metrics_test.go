@@ -117,6 +117,12 @@ func populate(m *Metrics) {
 	m.RegisterFilterSource(fakeEventSource)
 }
 
+// populateSources registers the per-source counters on reg and counts a record, so that their
+// series exist.
+func populateSources(reg prometheus.Registerer) {
+	feed(NewSources(reg, SourceOptions{}).NewTally(), []sourceRecord{{src: "a", dup: true}}, 1)
+}
+
 // fakeEventSource reports two event-time filters: one 90 minutes behind fixedNow with 5 late
 // records, and one that has seen no record yet.
 func fakeEventSource() []FilterStat {
@@ -156,6 +162,7 @@ func TestGatherAndLint(t *testing.T) {
 		t.Run(fmt.Sprintf("skipRuntime=%v", skip), func(t *testing.T) {
 			m, reg := newTest(t, Options{Mode: "mark", Version: "v1.2.3", SkipRuntimeCollectors: skip, Checkpointing: true})
 			populate(m)
+			populateSources(reg)
 			problems, err := testutil.GatherAndLint(reg)
 			if err != nil {
 				t.Fatalf("GatherAndLint: %v", err)
@@ -603,6 +610,7 @@ func TestMetricNamesFile(t *testing.T) {
 	}
 	m, reg := newTest(t, Options{Checkpointing: true})
 	populate(m)
+	populateSources(reg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

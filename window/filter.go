@@ -67,6 +67,7 @@ type Filter struct {
 	grown      atomic.Pointer[grownSet] // nil until a generation grows
 	stageBytes atomic.Int64             // bytes of the live grown stages
 	growths    atomic.Uint64            // stages added since the filter was made
+	refreshes  fillCounter              // re-arms of seen keys (refresh.go), on a line of its own
 	snapStages []*stage                 // the stages the snapshot under way writes; guarded by mu
 
 	mu         sync.Mutex // serialises rotation, sweeping and snapshots

@@ -35,6 +35,9 @@ type Stats struct {
 	Stages int
 	// Growths counts the stages added since the filter was created (not carried by snapshots).
 	Growths uint64
+	// Refreshes counts the seen keys re-armed by the TestAndRefresh methods since the filter was
+	// created or restored (see refresh.go).
+	Refreshes uint64
 	// AtCap is true when a live generation needed a further stage and the memory cap refused it:
 	// from then on Config.Overload applies, and with OverloadDrop EstimatedFPR rises above the
 	// target as keys arrive. It clears when that generation expires.
@@ -99,6 +102,7 @@ func (f *Filter) Stats() Stats {
 		TotalBytes:    f.sizing.TotalBytes + uint64(max(f.stageBytes.Load(), 0)),
 		MaxBytes:      f.maxBytes,
 		Growths:       f.growths.Load(),
+		Refreshes:     atomic.LoadUint64(&f.refreshes.n),
 		Rotations:     f.rotations.Load(),
 		Generations:   make([]GenerationStats, 0, len(v.active)),
 	}

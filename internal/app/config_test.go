@@ -131,8 +131,11 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"tls without tls", withEnv(map[string]string{"KAFKA_TLS_CA_FILE": "/ca.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"tls missing file", withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CA_FILE": "/does/not/exist.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"sasl", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "plain"}), []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"}},
-		{"scram", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-512", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "secret"}),
+		{"unknown mechanism", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-1", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "secret"}),
 			[]string{"KAFKA_SASL_MECHANISM"}},
+		{"scram without password", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-256", "KAFKA_SASL_USERNAME": "u"}),
+			[]string{"KAFKA_SASL_PASSWORD"}},
+		{"server name without tls", withEnv(map[string]string{"KAFKA_TLS_SERVER_NAME": "broker"}), []string{"KAFKA_TLS_SERVER_NAME"}},
 		{"dups topic", withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "events-dedup"}), []string{"DEDUP_DUPLICATES_TOPIC"}},
 		{"dead-letter topic", withEnv(map[string]string{"KAFKA_DEAD_LETTER_TOPIC": "events-dedup"}), []string{"KAFKA_DEAD_LETTER_TOPIC"}},
 		{"checkpoint url with credentials", withEnv(map[string]string{"CHECKPOINT_URL": "s3://AKID:secret@bucket/p", "CHECKPOINT_KEEP": "0"}),
@@ -145,6 +148,9 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"s3 secret without key", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "AWS_SECRET_ACCESS_KEY": "secret"}),
 			[]string{"AWS_ACCESS_KEY_ID"}},
 		{"rebuild bound", withEnv(map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "-1"}), []string{"CHECKPOINT_REBUILD_MAX_RECORDS"}},
+		{"source metrics", withEnv(map[string]string{"DEDUP_METRICS_SOURCE": "key-prefix:", "DEDUP_METRICS_SOURCE_LIMIT": "0",
+			"DEDUP_WINDOW_REFRESH": "sometimes"}),
+			[]string{"DEDUP_METRICS_SOURCE", "DEDUP_METRICS_SOURCE_LIMIT", "DEDUP_WINDOW_REFRESH"}},
 		{"rebalance within a heartbeat", withEnv(map[string]string{"KAFKA_REBALANCE_TIMEOUT": "2s"}), []string{"KAFKA_REBALANCE_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

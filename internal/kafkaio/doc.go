@@ -5,7 +5,11 @@
 // nothing of kdedup.
 //
 //   - conn.go: Conn, the one connection config (brokers, client ID, TLS, SASL), and the Client,
-//     Transport and Dialer every connection is made with.
+//     Transport and Dialer every connection is made with; sasl.go: NewSASL, the SASL mechanisms
+//     (PLAIN, SCRAM-SHA-256/512, AWS_MSK_IAM) as a *SASL that names its user and never prints
+//     its credentials; check.go: Conn.Check and CheckRead, the one classification of connection
+//     failures retrying cannot fix (*ConnError: ErrAuthentication, ErrTLS, ErrAuthorization;
+//     Fatal, Denied).
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
 //     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse

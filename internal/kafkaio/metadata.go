@@ -12,7 +12,8 @@ import (
 // PartitionCounts returns the number of partitions of each of topics, in the order given, from one
 // metadata request. It fails if the request fails or any topic is missing, carries an error or has
 // no partitions; the error names the topic and wraps the broker's (kafka.UnknownTopicOrPartition
-// for a topic the metadata does not list). It is safe for concurrent use, as c is.
+// for a topic the metadata does not list; for a topic the ACLs hide, a *ConnError of kind
+// ErrAuthorization that wraps kafka.TopicAuthorizationFailed). It is safe for concurrent use, as c is.
 func PartitionCounts(ctx context.Context, c *kafka.Client, topics ...string) ([]int, error) {
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
 	if err != nil {
@@ -27,7 +28,7 @@ func PartitionCounts(ctx context.Context, c *kafka.Client, topics ...string) ([]
 			}
 			switch {
 			case t.Error != nil:
-				return nil, fmt.Errorf("kafkaio: topic %q: %w", name, t.Error)
+				return nil, fmt.Errorf("kafkaio: topic %q: %w", name, Denied(t.Error, "DESCRIBE", fmt.Sprintf("topic %q", name)))
 			case len(t.Partitions) == 0:
 				return nil, fmt.Errorf("kafkaio: topic %q has no partitions", name)
 			}
