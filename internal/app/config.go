@@ -47,6 +47,7 @@ type KafkaConfig struct {
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
+	Isolation         string        `env:"ISOLATION_LEVEL" envDefault:"read_committed" desc:"Which records of transactional producers are read, from the input topic and, for the rebuild and re-warm, the output topic: read_committed (records of committed transactions and non-transactional records, up to the last stable offset; aborted records are skipped, and a transaction left open holds the partition until it ends) or read_uncommitted (every record up to the high watermark, those of aborted and open transactions included). Transaction markers are never records in either."`
 	SessionTimeout    time.Duration `env:"SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout: a replica that stops heartbeating for this long loses its partitions."`
 	HeartbeatInterval time.Duration `env:"HEARTBEAT_INTERVAL" envDefault:"3s" desc:"Consumer group heartbeat interval; must be shorter than KAFKA_SESSION_TIMEOUT."`
 	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance. It also bounds the release of a revoked partition (drain, commit, save its final snapshot): KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin of a tenth (at most 1s); the worker keeps heartbeating meanwhile. Raise it when large filters go to a slow checkpoint store."`
@@ -512,6 +513,7 @@ func (c Config) consumerFields() consumer.Config {
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		StartFromLatest:    k.StartOffset == "latest",
+		Isolation:          kafkaio.Isolation(k.Isolation),
 		SessionTimeout:     k.SessionTimeout,
 		HeartbeatInterval:  k.HeartbeatInterval,
 		RebalanceTimeout:   k.RebalanceTimeout,

@@ -9,7 +9,6 @@
 package embedkafka
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -360,11 +359,8 @@ func (cl *Cluster) ReadPartition(ctx context.Context, topic string, partition in
 	var msgs []kafka.Message
 	err := kafkaio.Read(ctx, cl.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
 		func(recs []kafkaio.Record) error {
-			for _, r := range recs {
-				msgs = append(msgs, kafka.Message{
-					Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time, Headers: r.Headers,
-					Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value),
-				})
+			for i := range recs {
+				msgs = append(msgs, recs[i].Message(topic, partition))
 			}
 			return nil
 		})

@@ -17,9 +17,13 @@
 //     record refused on its own).
 //   - batch.go: record batches (format v2) encoded for the producer and decoded in place
 //     (BatchDecoder), with franz-go's kmsg.
-//   - input.go: PartitionReader, the worker's input fetch path (kafka-go's Reader, configured here
-//     until a fetch loop of our own on protocol/fetch replaces it); read.go: Read, the one way to
-//     read a range of a partition; metadata.go: partition counts, offsets and topic configuration.
+//   - fetch.go: raw Fetch requests through kafka-go's Transport (one response buffer each, decoded
+//     in place with kmsg) and Isolation; records.go: the walk of a fetched partition's batches
+//     (control records never data, aborted transactions skipped under ReadCommitted).
+//   - input.go: PartitionReader, the worker's input fetch path: a fetch loop of our own, one fetch
+//     in flight, records handed out as slices into recycled buffers; read.go: Read, the one way to
+//     read a range of a partition, on the same fetch; metadata.go: partition counts, offsets (the
+//     last stable offset under ReadCommitted) and topic configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;
 //     heartbeat.go: Heartbeats, which keep a member in its group while it releases partitions
 //     after kafka-go stopped heartbeating.
