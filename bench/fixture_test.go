@@ -179,7 +179,13 @@ func (fx *fixture) fill(tb testing.TB) {
 			fx.epoch++
 			f.AdvanceTo(start.Add(time.Duration(fx.epoch) * interval))
 		}
-		fx.win, fx.bytes = f, f.Sizing().TotalBytes
+		// Design load is Capacity keys per generation: stage 0 alone must hold them, and the
+		// memory is what kdedup_filter_capacity_bytes reports.
+		st := f.Stats()
+		if st.Stages != 0 {
+			tb.Fatalf("%+v: %d grown stages at design load: the comparison would not measure stage 0", id, st.Stages)
+		}
+		fx.win, fx.bytes = f, st.TotalBytes
 	case "blobloom":
 		f := blobloom.NewSyncOptimized(blobloom.Config{Capacity: totalKeys, FPRate: id.p})
 		for i := range n {

@@ -13,12 +13,14 @@ import (
 )
 
 // BenchmarkLayout prototypes ways to lay out and test window.Filter's blocks (N=8, 1.25M keys per
-// generation, 8 full generations, the K, sectors and groups that window.Size gives, 63 data bits
-// per word), to tell which layout and which membership test pay. It is a replica, not the window
-// package: it never touches Filter, its bit patterns are its own (uniform positions), and it has
-// no tags to check (a swept filter has none either).
+// generation, 8 full generations, 63 data bits per word), to tell which layout and which
+// membership test pay. It is a replica, not the window package: it never touches Filter, its bit
+// patterns are its own (uniform positions), and it has no tags to check (a swept filter has none
+// either). The variants up to onegen are issue #12's layout, a key's K bits spread evenly over S
+// sectors, with the parameters window.Size gave before issue #20 (oldLayouts); interleaved is the
+// layout of issue #20, with the parameters window.Size gives now.
 //
-//	sector-major: what window does: a group stores the first sectors of all N slots side by side,
+//	sector-major: window before #20: a group stores the first sectors of all N slots side by side,
 //	              then the second sectors; a miss reads N adjacent lines
 //	slot-major:   a group stores each slot's S sectors side by side; a miss reads every S-th line
 //	transposed:   the first sectors are stored word-major: word w of every slot's first sector side
@@ -30,11 +32,14 @@ import (
 //	probeonly:    only the hash-to-mask computation, no memory read (the floor of every variant)
 //	onegen:       sector-major, the newest generation's first sector only (what one line costs;
 //	              not a valid test)
+//	interleaved:  window since #20: a key sets FirstBits bits in one word of sector 0 and spreads
+//	              the rest over sectors 1 … S-1; sector 0 is stored word-major, so a miss reads
+//	              the one line that holds the key's word of all 8 generations
 //
 // op=miss probes keys never added; op=hit probes added keys (uniform over the generations).
 func BenchmarkLayout(b *testing.B) {
 	for _, p := range fprs {
-		for _, order := range []string{"sector-major", "slot-major", "transposed"} {
+		for _, order := range []string{"sector-major", "slot-major", "transposed", "interleaved"} {
 			lay := getLayout(b, p, order)
 			variants := []string{order}
 			if order == "sector-major" {
@@ -75,6 +80,7 @@ type layout struct {
 	slots     int
 	sectors   int
 	k         int
+	first     int // interleaved: bits in one word of sector 0
 	order     string
 	active    []int // newest first
 	hit, miss []uint64
@@ -87,14 +93,19 @@ func getLayout(b *testing.B, p float64, order string) *layout {
 	if v, ok := layouts.Load(id); ok {
 		return v.(*layout)
 	}
-	s, err := window.Size(window.Config{Generations: generations, Interval: time.Minute, Capacity: genCapacity, FalsePositiveRate: p})
-	if err != nil {
-		b.Fatal(err)
+	s, ok := oldLayouts[p]
+	if order == "interleaved" || !ok {
+		var err error
+		s, err = window.Size(window.Config{Generations: generations, Interval: time.Minute, Capacity: genCapacity, FalsePositiveRate: p})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
-	n := s.Groups * uint64(s.Slots*s.Sectors) * 8
+	n := s.Groups * uint64(generations*s.Sectors) * 8
 	buf := make([]uint64, n+8)
 	off := (64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8
-	l := &layout{words: buf[off : off+uintptr(n)], groups: s.Groups, slots: s.Slots, sectors: s.Sectors, k: s.K, order: order}
+	l := &layout{words: buf[off : off+uintptr(n)], groups: s.Groups, slots: generations, sectors: s.Sectors, k: s.K,
+		first: s.FirstBits, order: order}
 	for g := generations - 1; g >= 0; g-- {
 		l.active = append(l.active, g)
 	}
@@ -120,9 +131,21 @@ func getLayout(b *testing.B, p float64, order string) *layout {
 	return l
 }
 
+// oldLayouts are the parameters window.Size gave before issue #20 for N=8, 1.25M keys per
+// generation (from the code at commit 9490416).
+var oldLayouts = map[float64]window.Sizing{
+	1e-3: {Sectors: 2, K: 12, Groups: 24827},
+	1e-6: {Sectors: 3, K: 21, Groups: 31607},
+}
+
 // probe maps a hash to its group's first word and its masks: K positions split evenly over the
-// sectors (any remainder to the last), each a word and one of its 63 data bits, as window does.
+// sectors (any remainder to the last), each a word and one of its 63 data bits, as window did
+// before #20; for interleaved, the first bits in the word of sector 0 the first position picks
+// and the rest over sectors 1 … S-1.
 func (l *layout) probe(h uint64) (base uint64, mask [window.MaxSectors * 8]uint64) {
+	if l.first > 0 {
+		return l.probeInterleaved(h)
+	}
 	g, _ := bits.Mul64(h, l.groups)
 	z, sec, left := h, 0, l.k/l.sectors
 	for i := range l.k {
@@ -135,6 +158,29 @@ func (l *layout) probe(h uint64) (base uint64, mask [window.MaxSectors * 8]uint6
 		mask[sec*8+int(z&7)] |= 1 << ((z >> 3 & 8191) * 63 >> 13)
 		z >>= 16
 		left--
+	}
+	return g * uint64(l.slots*l.sectors) * 8, mask
+}
+
+func (l *layout) probeInterleaved(h uint64) (base uint64, mask [window.MaxSectors * 8]uint64) {
+	g, _ := bits.Mul64(h, l.groups)
+	z := splitmix(h)
+	w0 := z & 7
+	for i := range l.first {
+		if i%4 == 0 && i > 0 {
+			z = splitmix(h + uint64(i))
+		}
+		mask[w0] |= 1 << ((z >> 3 & 8191) * 63 >> 13)
+		z >>= 16
+	}
+	rest := l.k - l.first
+	for i := range rest {
+		if i%4 == 0 {
+			z = splitmix(h + 64 + uint64(i))
+		}
+		sec := 1 + i*(l.sectors-1)/rest
+		mask[sec*8+int(z&7)] |= 1 << ((z >> 3 & 8191) * 63 >> 13)
+		z >>= 16
 	}
 	return g * uint64(l.slots*l.sectors) * 8, mask
 }
@@ -158,7 +204,7 @@ func (l *layout) sector(base uint64, s, sec int) *[8]uint64 {
 
 // word returns word w of sector sec of slot s in the group at base.
 func (l *layout) word(base uint64, s, sec, w int) *uint64 {
-	if l.order == "transposed" && sec == 0 {
+	if (l.order == "transposed" || l.order == "interleaved") && sec == 0 {
 		return &l.words[base+uint64(w*l.slots+s)]
 	}
 	return &l.sector(base, s, sec)[w]
@@ -180,6 +226,8 @@ func (l *layout) variant(v string) func(uint64) bool {
 		return l.testOrder
 	case "transposed":
 		return l.testTransposed
+	case "interleaved":
+		return l.testInterleaved
 	case "touch":
 		return l.testTouch
 	case "probeonly":
@@ -224,15 +272,44 @@ func (l *layout) testTransposed(h uint64) bool {
 		if miss != 0 {
 			continue
 		}
-		ok := true
-		for sec := 1; sec < l.sectors && ok; sec++ {
-			ok = missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) == 0
-		}
-		if ok {
+		if l.restHas(base, s, &mask) {
 			return true
 		}
 	}
 	return false
+}
+
+// testInterleaved reads the key's word of sector 0 for every generation from one row, and the
+// other sectors of a generation whose word has the first bits.
+func (l *layout) testInterleaved(h uint64) bool {
+	base, mask := l.probe(h)
+	var w0 int
+	for w := range 8 {
+		if mask[w] != 0 {
+			w0 = w
+		}
+	}
+	row := l.words[base+uint64(w0*l.slots):][:l.slots:l.slots]
+	m := mask[w0]
+	for _, s := range l.active {
+		if m&^row[s] != 0 {
+			continue
+		}
+		if l.restHas(base, s, &mask) {
+			return true
+		}
+	}
+	return false
+}
+
+// restHas reports whether slot s's sectors 1 … S-1 of the group at base have mask's bits.
+func (l *layout) restHas(base uint64, s int, mask *[window.MaxSectors * 8]uint64) bool {
+	for sec := 1; sec < l.sectors; sec++ {
+		if missing(l.sector(base, s, sec), mask[sec*8:sec*8+8]) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *layout) testOrder(h uint64) bool {

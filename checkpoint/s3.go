@@ -115,9 +115,9 @@ func NewS3Backend(ctx context.Context, loc Location, opts S3Options) (*S3Backend
 	if err != nil {
 		return fail(err)
 	}
-	cfg, err := config.LoadDefaultConfig(ctx, opts.loadOptions()...)
+	cfg, err := LoadAWSConfig(ctx, opts)
 	if err != nil {
-		return fail(fmt.Errorf("loading the AWS configuration: %w", err))
+		return fail(err)
 	}
 	if cfg.Region == "" {
 		cfg.Region = DefaultS3Region
@@ -135,6 +135,19 @@ func NewS3Backend(ctx context.Context, loc Location, opts S3Options) (*S3Backend
 		concurrency: opts.PartConcurrency,
 		partCRC:     cfg.RequestChecksumCalculation != aws.RequestChecksumCalculationWhenRequired,
 	}, nil
+}
+
+// LoadAWSConfig returns the AWS configuration the S3 store uses, from opts' region, static
+// credentials and logger, else the SDK's default chain (environment, web identity as with EKS
+// IRSA, container credentials, shared profiles, EC2 instance profile). Other AWS clients of
+// kdedup (the AWS_MSK_IAM Kafka mechanism) sign with it, so that one set of AWS_* settings
+// serves both. It does no network I/O; Region may be empty.
+func LoadAWSConfig(ctx context.Context, opts S3Options) (aws.Config, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, opts.loadOptions()...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	return cfg, nil
 }
 
 func (o S3Options) withDefaults() (S3Options, error) {

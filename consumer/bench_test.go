@@ -11,6 +11,8 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -31,6 +33,9 @@ const (
 //   - worker-drop / worker-mark: consumer.Worker with a mutex+map Deduper (drop mode produces
 //     75% of the records, mark mode all of them), producing idempotently (the default; see
 //     BenchmarkProducePath for the comparison with the non-idempotent produce path).
+//   - worker-sources: worker-drop with per-source counts (DEDUP_METRICS_SOURCE): every record's
+//     source (100 sources, read from the key) is counted by metrics.Sources with the default
+//     limit of 50, so half the sources go through its sketch. Compare it with worker-drop.
 //   - worker-nodedup: consumer.Worker with a Deduper that finds nothing (all records produced):
 //     the worker's plumbing alone, a pass-through built on the same code.
 //
@@ -44,6 +49,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("passthrough", func(b *testing.B) { benchPipeline(b, runPassthrough) })
 	b.Run("worker-drop", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeDrop)) })
 	b.Run("worker-mark", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeMark)) })
+	b.Run("worker-sources", func(b *testing.B) { benchPipeline(b, sourcesRunner()) })
 	b.Run("worker-nodedup", func(b *testing.B) { benchPipeline(b, workerRunnerWith(consumer.ModeDrop, nopDeduper{})) })
 }
 
@@ -128,15 +134,32 @@ func workerRunner(mode consumer.Mode) pipeline {
 }
 
 func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
+	return workerRunnerCfg(mode, d, func(*consumer.Config) {})
+}
+
+// sourcesRunner is worker-drop counting by source: the last two digits of the key.
+func sourcesRunner() pipeline {
+	return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
+		src := metrics.NewSources(prometheus.NewRegistry(), metrics.SourceOptions{})
+		c.SourceKey = func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
+			return k[max(0, len(k)-2):], len(k) > 0
+		}
+		c.Sources = func() consumer.SourceTally { return src.NewTally() }
+	})
+}
+
+func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer.Config)) pipeline {
 	return func(ctx context.Context, cl *embedkafka.Cluster) error {
 		if d == nil {
 			d = newMapDeduper(false, nil)
 		}
-		w, err := consumer.New(consumer.Config{
+		cfg := consumer.Config{
 			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
-		}, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
+		}
+		edit(&cfg)
+		w, err := consumer.New(cfg, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
 			return k, k != nil
 		}, nil, testLog)
 		if err != nil {

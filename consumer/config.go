@@ -76,8 +76,17 @@ type Config struct {
 	// GroupID is the consumer group. Default "kdedup".
 	GroupID string
 	// StartFromLatest starts a partition without committed offset at its end instead of its
-	// beginning.
+	// beginning, and restarts a partition whose offset is past the end of its log (the log was
+	// truncated, or the topic recreated) at its end instead of its beginning. A partition whose
+	// records at the offset were deleted by retention goes on at its beginning either way.
 	StartFromLatest bool
+	// Isolation says which records of transactional producers are read, from the input topic by
+	// the Worker and from the output topic by the OutputReader. Under kafkaio.ReadCommitted only
+	// committed records are read, up to the last stable offset: a transaction left open holds the
+	// partition back until it ends (or the broker aborts it at its transaction timeout). Under
+	// kafkaio.ReadUncommitted the records of aborted transactions are read (and deduplicated, and
+	// produced) like any other. Transaction markers are never read. Default kafkaio.ReadCommitted.
+	Isolation kafkaio.Isolation
 
 	// SessionTimeout is the group session timeout. Default 10s.
 	SessionTimeout time.Duration
@@ -104,15 +113,13 @@ type Config struct {
 	// revoked.
 	CommitInterval time.Duration
 	// FetchMaxWait is how long a fetch waits on the broker for new records. Default 500ms. The
-	// worker waits one second more for the broker's answer before it gives up on the fetch and
-	// its connection, so a broker must answer a fetch within FetchMaxWait plus one second.
-	// Closing an idle partition reader takes up to FetchMaxWait (plus that second when the broker
-	// is slow).
+	// worker waits kafkaio.FetchSlack (5s) more for the broker's answer before it gives up on the
+	// fetch and its connection, so a broker must answer a fetch within FetchMaxWait plus that.
 	FetchMaxWait time.Duration
-	// FetchMaxBytes is the maximum size of one fetch response. Default 16 MiB.
+	// FetchMaxBytes is the maximum size of one fetch response. Each partition holds up to three
+	// responses at once (the one being processed, the next one, one more while a batch spans
+	// two). Default 16 MiB.
 	FetchMaxBytes int
-	// QueueCapacity is the number of prefetched records buffered per partition. Default 2*BatchSize.
-	QueueCapacity int
 
 	// Partitioning chooses the output partition. Default PartitionSame.
 	Partitioning Partitioning
@@ -130,6 +137,15 @@ type Config struct {
 	// brokers cannot do that. With true, batches are produced as kafka-go's Writer does and a
 	// retried batch can be duplicated in the output topic.
 	DisableIdempotence bool
+
+	// SourceKey, with Sources, reads each record's source for the per-source counts: the worker
+	// calls it on every record consumed (keyed or not) and hands what it returns to a SourceTally
+	// with the record's verdict. Default nil: no source is read. It has the contract of KeyFunc;
+	// ok=false means the record has no source.
+	SourceKey KeyFunc
+	// Sources returns a new SourceTally; the worker keeps one per partition goroutine and flushes
+	// it after every batch. Required with SourceKey, ignored without.
+	Sources func() SourceTally
 
 	// ShutdownTimeout bounds the drain after Run's context is cancelled. Default 30s.
 	ShutdownTimeout time.Duration
@@ -180,8 +196,8 @@ func (c Config) withDefaults() Config {
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 16 << 20
 	}
-	if c.QueueCapacity == 0 {
-		c.QueueCapacity = 2 * max(c.BatchSize, 1) // an invalid BatchSize is reported once
+	if c.Isolation == "" {
+		c.Isolation = kafkaio.ReadCommitted
 	}
 	if c.Partitioning == "" {
 		c.Partitioning = PartitionSame
@@ -254,6 +270,9 @@ func (c Config) Validate() error {
 		}
 	}
 	c.validateTopics(bad)
+	if c.SourceKey != nil && c.Sources == nil {
+		bad("Sources", "required with SourceKey")
+	}
 	positive := func(field string, d time.Duration) {
 		if d < 0 {
 			bad(field, "must be positive, got %v", d)
@@ -279,7 +298,6 @@ func (c Config) Validate() error {
 	}
 	atLeast("BatchBytes", c.BatchBytes, 1024)
 	atLeast("FetchMaxBytes", c.FetchMaxBytes, 1024)
-	atLeast("QueueCapacity", c.QueueCapacity, 1)
 	positive("BatchTimeout", c.BatchTimeout)
 	positive("FetchMaxWait", c.FetchMaxWait)
 	positive("ShutdownTimeout", c.ShutdownTimeout)
@@ -328,6 +346,9 @@ func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	case UnkeyedPass, UnkeyedDrop:
 	default:
 		bad("Unkeyed", "%q is not one of %s, %s", c.Unkeyed, UnkeyedPass, UnkeyedDrop)
+	}
+	if !c.Isolation.Valid() {
+		bad("Isolation", "%q is not one of %s, %s", c.Isolation, kafkaio.ReadCommitted, kafkaio.ReadUncommitted)
 	}
 	if strings.TrimSpace(c.MarkHeader) == "" {
 		bad("MarkHeader", "must not be blank")

@@ -92,10 +92,21 @@ type Deduper interface {
 // called concurrently from one goroutine per partition and must be safe for that.
 type KeyFunc func(key, value []byte, headers func(yield func(name string, value []byte) bool)) (id []byte, ok bool)
 
+// SourceTally counts the records of one partition goroutine by source (metrics.SourceTally
+// implements it). Record is called for every record consumed, Flush after every batch; one tally is
+// never used by two goroutines at once.
+type SourceTally interface {
+	// Record counts one record of source src (empty: the record has none), a duplicate if dup. src
+	// is only valid during the call.
+	Record(src []byte, dup bool)
+	// Flush publishes what was recorded since the last Flush.
+	Flush()
+}
+
 // Observer receives the Worker's measurements; metrics.Metrics implements it. Every method must be
-// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Lag and Latency are
-// called on the record path. It includes the produce path's kafkaio.ProduceObserver (ProduceError,
-// ProducerReset, UncertainRetry).
+// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Aborted, Lag and
+// Latency are called on the record path, TransactionHeld after every fetch. It includes the produce
+// path's kafkaio.ProduceObserver (ProduceError, ProducerReset, UncertainRetry).
 type Observer interface {
 	// Consumed counts n records read from the input partition.
 	Consumed(partition int32, n int)
@@ -105,6 +116,9 @@ type Observer interface {
 	Duplicates(partition int32, n int)
 	// Unkeyed counts n records of the input partition without an extractable key.
 	Unkeyed(partition int32, n int)
+	// Aborted counts n records of aborted transactions skipped in the input partition (under
+	// kafkaio.ReadCommitted): they are neither passed to the Deduper nor produced.
+	Aborted(partition int32, n int)
 	// ProduceError counts one failed produce attempt.
 	ProduceError()
 	// ProducerReset counts one output batch re-sent under a new producer id after the brokers
@@ -128,8 +142,13 @@ type Observer interface {
 	// Latency observes one produced record: time since its Kafka timestamp and since its batch
 	// was consumed, both measured when the output write was acknowledged.
 	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
-	// Lag reports the number of records behind the partition's high watermark.
+	// Lag reports the number of records behind the end of the partition: its last stable offset
+	// under kafkaio.ReadCommitted, its high watermark under kafkaio.ReadUncommitted.
 	Lag(partition int32, lag int64)
+	// TransactionHeld reports, after every fetch of the partition, for how long reading it has
+	// been held at its last stable offset by a transaction left open (0: it is not). It is called
+	// on the partition's fetch goroutine.
+	TransactionHeld(partition int32, d time.Duration)
 	// Rebalance counts one new consumer group generation.
 	Rebalance()
 	// Assigned reports the number of input partitions assigned to this worker.
@@ -159,6 +178,12 @@ func (NopObserver) Duplicates(int32, int) {}
 
 // Unkeyed does nothing.
 func (NopObserver) Unkeyed(int32, int) {}
+
+// Aborted does nothing.
+func (NopObserver) Aborted(int32, int) {}
+
+// TransactionHeld does nothing.
+func (NopObserver) TransactionHeld(int32, time.Duration) {}
 
 // ProduceError does nothing.
 func (NopObserver) ProduceError() {}

@@ -212,6 +212,7 @@ func keyFuncFor(t *testing.T, spec string) consumer.KeyFunc {
 
 type countingObserver struct {
 	consumed, produced, duplicates, unkeyed atomic.Int64
+	aborted, held                           atomic.Int64 // held: the last TransactionHeld, nanoseconds
 	produceErrors, commitErrors             atomic.Int64
 	rebalances, latencies                   atomic.Int64
 	assigned                                atomic.Int64
@@ -232,10 +233,14 @@ func (o *countingObserver) UncertainRetry()            {}
 func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
 func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
 func (o *countingObserver) Lag(int32, int64)           {}
-func (o *countingObserver) Rebalance()                 { o.rebalances.Add(1) }
-func (o *countingObserver) Assigned(n int)             { o.assigned.Store(int64(n)) }
-func (o *countingObserver) SetReady(r bool)            { o.ready.Store(r) }
-func (o *countingObserver) DeadLetter(int32, string)   { o.deadLetters.Add(1) }
+func (o *countingObserver) Aborted(_ int32, n int)     { o.aborted.Add(int64(n)) }
+func (o *countingObserver) TransactionHeld(_ int32, d time.Duration) {
+	o.held.Store(int64(d))
+}
+func (o *countingObserver) Rebalance()               { o.rebalances.Add(1) }
+func (o *countingObserver) Assigned(n int)           { o.assigned.Store(int64(n)) }
+func (o *countingObserver) SetReady(r bool)          { o.ready.Store(r) }
+func (o *countingObserver) DeadLetter(int32, string) { o.deadLetters.Add(1) }
 func (o *countingObserver) PartitionBlocked(p int32, reason string, blocked bool) {
 	if blocked {
 		o.blocked.Store(p, reason)

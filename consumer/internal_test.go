@@ -227,6 +227,10 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"Partitioning", "Mode", "Unkeyed", "MarkHeader"}},
 		{"ranges", func(c *Config) { c.BatchSize = 1_000_001; c.BatchBytes = 1000; c.FetchMaxBytes = 10 },
 			[]string{"BatchSize", "BatchBytes", "FetchMaxBytes"}},
+		{"source key without tallies", func(c *Config) {
+			c.SourceKey = func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) { return k, true }
+		},
+			[]string{"Sources"}},
 		{"negative", func(c *Config) { c.BatchSize = -1; c.BatchTimeout = -1; c.CommitInterval = -1; c.SessionTimeout = -1 },
 			[]string{"SessionTimeout", "BatchSize", "BatchTimeout", "CommitInterval"}},
 	} {

@@ -59,16 +59,18 @@ func (r *OutputReader) Close() error {
 	return nil
 }
 
-// End returns the end offsets (high watermarks) of the output partitions that can hold records of
-// inputPartition: {inputPartition} under PartitionSame, every output partition under
-// PartitionHash or when inputPartition < 0 (global scope). On failure it returns a "consumer: ..."
-// error wrapping the broker's and no offsets.
+// End returns the end offsets of the output partitions that can hold records of inputPartition:
+// {inputPartition} under PartitionSame, every output partition under PartitionHash or when
+// inputPartition < 0 (global scope). The end is where Config.Isolation reads up to: the last
+// stable offset under kafkaio.ReadCommitted (the high watermark unless another producer holds a
+// transaction open on the output topic), the high watermark under kafkaio.ReadUncommitted. On
+// failure it returns a "consumer: ..." error wrapping the broker's and no offsets.
 func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32]int64, error) {
 	parts, err := r.outputPartitions(ctx, inputPartition)
 	if err != nil {
 		return nil, err
 	}
-	offs, err := kafkaio.ListOffsets(ctx, r.client, r.cfg.OutputTopic, parts)
+	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, parts, r.cfg.Isolation)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: end offsets of the output topic: %w", err)
 	}
@@ -84,10 +86,12 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 }
 
 // Rewarm reads each output partition q of from, from offset from[q] up to the partition's end
-// offset at the time of the call (records produced during the call are not read), and calls add
-// with the identity and the timestamp of every record that has an identity (the KeyFunc's ok). In
-// ModeMark, records carrying the mark header are skipped: they are duplicates, so their identities
-// are already known. It returns the number of records passed to add.
+// offset (see End) at the time of the call (records produced during the call are not read), and
+// calls add with the identity and the timestamp of every record that has an identity (the
+// KeyFunc's ok). It reads with Config.Isolation: transaction markers are never read, nor under
+// kafkaio.ReadCommitted the records of aborted transactions. In ModeMark, records carrying the
+// mark header are skipped: they are duplicates, so their identities are already known. It returns
+// the number of records passed to add.
 //
 // add is called from the calling goroutine only, one record at a time, partition by partition;
 // its id is only valid during the call. A partition with nothing to read (from[q] at or past its
@@ -147,7 +151,7 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 	for i, q := range parts {
 		ids[i] = int(q)
 	}
-	offs, err := kafkaio.ListOffsets(ctx, r.client, r.cfg.OutputTopic, ids)
+	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, r.cfg.Isolation)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: offsets of the output topic: %w", err)
 	}
@@ -226,7 +230,7 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 	r := s.r
 	began, added := time.Now(), s.added
 	err := kafkaio.Read(ctx, r.client, kafkaio.Range{
-		Topic: r.cfg.OutputTopic, Partition: q, Start: start, End: end,
+		Topic: r.cfg.OutputTopic, Partition: q, Start: start, End: end, Isolation: r.cfg.Isolation,
 		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait,
 		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
 		OnSkip: func(from, to int64) {

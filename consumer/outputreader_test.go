@@ -12,6 +12,8 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/txntest"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -380,4 +382,57 @@ func TestOutputReaderOffsetsAt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOutputReaderTransactions proves that the output topic is read with Config.Isolation: under
+// read_committed End stops at the last stable offset and Rewarm and Read pass neither markers nor
+// records of aborted or open transactions; under read_uncommitted they pass every data record,
+// and never a marker.
+func TestOutputReaderTransactions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	w := txntest.New(t, e.cl.Addrs(), e.out)
+	rec := func(id string) txntest.Record { return txntest.Record{Key: []byte(id), Value: []byte(id)} }
+	w.Send("", rec("p1"))
+	w.Txn("a", true, rec("c1"), rec("c2"))
+	w.Txn("a", false, rec("x1"))
+	w.Send("", rec("p2"))
+	w.Begin("b")
+	w.Send("b", rec("y1")) // left open: the last stable offset is its offset, 7
+	w.Send("", rec("p3"))
+	for _, tc := range []struct {
+		iso  kafkaio.Isolation
+		end  int64
+		want []string
+	}{
+		{kafkaio.ReadCommitted, 7, []string{"p1", "c1", "c2", "p2"}},
+		{kafkaio.ReadUncommitted, 9, []string{"p1", "c1", "c2", "x1", "p2", "y1", "p3"}},
+	} {
+		t.Run(string(tc.iso), func(t *testing.T) {
+			cfg := e.config()
+			cfg.Isolation = tc.iso
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			end, err := r.End(context.Background(), 0)
+			if err != nil || end[0] != tc.end {
+				t.Fatalf("End = %v, %v; want %d", end, err, tc.end)
+			}
+			var got []string
+			add := func(id []byte, _ time.Time) { got = append(got, string(id)) }
+			if _, err := r.Rewarm(context.Background(), map[int32]int64{0: 0}, add); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Rewarm added %q, want %q", got, tc.want)
+			}
+			got = nil
+			if _, err := r.Read(context.Background(), map[int32]int64{0: 0}, map[int32]int64{0: 100}, add); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Read added %q, want %q", got, tc.want)
+			}
+		})
+	}
+	w.End("b", false)
 }

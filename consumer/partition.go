@@ -14,7 +14,7 @@ import (
 // partitionState is the reusable per-partition working memory.
 type partitionState struct {
 	p    int32
-	in   []kafka.Message
+	in   []kafka.Message // the records of the batch in hand: the reader's, valid until its next Fetch
 	out  []kafka.Message
 	dups []kafka.Message
 
@@ -23,6 +23,8 @@ type partitionState struct {
 
 	hdr    headerSource
 	hdrSeq func(yield func(string, []byte) bool)
+
+	src SourceTally // nil unless Config.SourceKey is set
 
 	next int64 // next offset to commit; -1 until a batch was handled
 
@@ -63,25 +65,25 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.pendingAssign.Add(-1)
 	w.updateReady()
 
-	r, err := kafkaio.NewPartitionReader(w.cfg.Conn, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset,
-		MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait, QueueCapacity: w.cfg.QueueCapacity,
+	r := kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
+		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample,
+		OnHeld: func(d time.Duration) { w.obs.TransactionHeld(p, d) },
 	})
-	if err != nil {
-		w.release(pctx, hard, &partitionState{p: p}, true, since)
-		return
-	}
 
 	st := &partitionState{p: p, next: -1}
 	st.hdrSeq = st.hdr.all
+	if w.cfg.SourceKey != nil {
+		st.src = w.cfg.Sources()
+	}
 	if w.cfg.Partitioning == PartitionHash {
 		st.hash = newHashPartitioner(tc.output)
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 
 	drained, stopped := w.consume(gctx, pctx, r, c, st, tc)
-	readerClosed := r.Close() // stop fetching; prefetched records are simply not committed
+	readerClosed := r.Close() // stop fetching; records fetched and not handled are simply not committed
 
 	if (drained || stopped) && st.next >= 0 {
 		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {
@@ -104,14 +106,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 // at a refused record (stopped: committed up to it, no state held; see refuse.go).
 func (w *Worker) consume(gctx, pctx context.Context, r *kafkaio.PartitionReader, c *committer, st *partitionState, tc topicCounts) (drained, stopped bool) {
 	for gctx.Err() == nil {
-		batch, consumeStart, err := r.Fetch(gctx, st.in[:0], w.cfg.BatchSize, w.cfg.BatchTimeout)
-		st.in = batch
-		if len(batch) > 0 {
-			if perr := w.handleBatch(gctx, pctx, c, st, tc, consumeStart); perr != nil {
+		b, err := r.Fetch(gctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
+		if err == nil {
+			if perr := w.handleBatch(gctx, pctx, c, st, tc, b); perr != nil {
 				return false, errors.Is(perr, errStopped)
 			}
-		}
-		if err != nil && gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
+		} else if gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
 			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
 				"topic", w.cfg.InputTopic, "partition", st.p, "error", err.Error())
 		}
@@ -197,26 +197,32 @@ func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) str
 	return "discarded"
 }
 
-// handleBatch deduplicates st.in, produces the result and marks the batch's offsets for commit.
-// The Deduper hears Processing before the first Seen of the batch and Acked after its last
-// acknowledged write. It returns an error only when pctx ended before every output write was
-// acknowledged, or errStopped when gctx ended while the partition was blocked at a record the
-// output refuses (see refuse.go).
-func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, consumeStart time.Time) error {
+// handleBatch deduplicates the records of b, produces the result and marks the batch's offsets
+// (up to b.Next, which may be past its last record) for commit. The Deduper hears Processing
+// before the first Seen of the batch and Acked after its last acknowledged write; a batch without
+// records only moves the offsets. It returns an error only when pctx ended before every output
+// write was acknowledged, or errStopped when gctx ended while the partition was blocked at a
+// record the output refuses (then the input is committed up to that record; see refuse.go).
+func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
+	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
+	if b.Aborted > 0 {
+		w.obs.Aborted(p, b.Aborted)
+	}
 	out, dups := st.out[:0], st.dups[:0]
 	nDup, nUnkeyed := 0, 0
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
-	last := &st.in[len(st.in)-1]
-	w.dedup.Processing(p, last.Offset+1)
+	w.dedup.Processing(p, b.Next)
 	for i := range st.in {
 		m := &st.in[i]
 		st.hdr.cur = m.Headers
 		id, ok := w.key(m.Key, m.Value, st.hdrSeq)
+		src := w.source(st, m.Key, m.Value)
 		st.hdr.cur = nil
 		if !ok {
+			st.counted(src, false)
 			nUnkeyed++
 			if nUnkeyed == 1 {
 				w.sample.Log(slog.LevelWarn, "unkeyed", "record without an extractable deduplication key",
@@ -227,7 +233,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 			}
 			continue
 		}
-		if !w.dedup.Seen(p, id, m.Time) {
+		if !st.counted(src, w.dedup.Seen(p, id, m.Time)) {
 			out = append(out, *m)
 			continue
 		}
@@ -244,6 +250,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		}
 	}
 	st.out, st.dups = out, dups
+	st.flushSources()
 	if nDup > 0 {
 		w.obs.Duplicates(p, nDup)
 	}
@@ -251,31 +258,57 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		w.obs.Unkeyed(p, nUnkeyed)
 	}
 
-	if err := w.write(gctx, pctx, c, st, tc, out, dups, last.Offset+1); err != nil {
+	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
 	}
 	ack := time.Now()
 	if len(out) > 0 {
 		w.obs.Produced(p, len(out)-st.diverted)
-		sinceConsume := ack.Sub(consumeStart)
+		sinceConsume := ack.Sub(b.Start)
 		for i := range out {
 			if !out[i].Time.IsZero() {
 				w.obs.Latency(ack.Sub(out[i].Time), sinceConsume)
 			}
 		}
 	}
-	st.next = last.Offset + 1
-	w.obs.Lag(p, max(0, last.HighWaterMark-st.next))
+	st.next = b.Next
+	w.obs.Lag(p, max(0, b.End-st.next))
 	w.dedup.Acked(p, st.next)
 	c.mark(int(p), st.next)
-	clear(st.in) // drop references to record bytes until the slices are reused
-	clear(st.out)
+	st.in = nil   // the reader's records: valid until the next Fetch
+	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
 	for _, msgs := range st.byPart {
 		clear(msgs)
 	}
 	clear(st.lanes)
 	return nil
+}
+
+// source returns the source of the record with key and value (its headers are st.hdr's), for the
+// per-source counts: nil when they are off (Config.SourceKey unset) or the record has none.
+func (w *Worker) source(st *partitionState, key, value []byte) []byte {
+	if st.src == nil {
+		return nil
+	}
+	src, _ := w.cfg.SourceKey(key, value, st.hdrSeq)
+	return src
+}
+
+// counted counts a record of source src, a duplicate if dup, when the per-source counts are on,
+// and returns dup.
+func (st *partitionState) counted(src []byte, dup bool) bool {
+	if st.src != nil {
+		st.src.Record(src, dup)
+	}
+	return dup
+}
+
+// flushSources publishes the batch's per-source counts, when they are on.
+func (st *partitionState) flushSources() {
+	if st.src != nil {
+		st.src.Flush()
+	}
 }
 
 // produceOut writes out to the output topic, keeping order per output partition.

@@ -39,6 +39,13 @@ import (
 //     the batch) and the partition goes on. A blocked partition that is released has committed
 //     up to the refused record and hands no state back; its next owner blocks at the same offset.
 //
+// The batch's records point into the PartitionReader's fetch buffers, valid only until its next
+// Fetch (kafkaio.Batch), and the lanes first share them. A refused record outlives the batch's
+// ordinary path, so refused records own what they carry: a dead letter is built from copies of
+// the record's key, value and headers (deadLetterMessage), and once the partition blocks, its
+// lanes are copied (ownLanes) before it waits, so that nothing it holds while blocked, or writes
+// once the block lifts, depends on the reader's buffers.
+//
 // Lanes are written one after another, each as far as it goes, so a lane's records after the
 // lowest refusal may be written while the input is committed only up to it: records of other
 // output partitions (PartitionHash, whose partitions are written at once anyway) or duplicates
@@ -172,6 +179,9 @@ func (w *Worker) resolve(gctx, pctx context.Context, c *committer, st *partition
 		case b == nil:
 			return w.unblock(gctx, c, st, next)
 		}
+		if attempt == 0 {
+			st.ownLanes() // held while blocked: not the reader's buffers, before the block is seen
+		}
 		w.block(pctx, c, st, b)
 		if !kafkaio.Sleep(gctx, retry.Delay(attempt)) {
 			return errStopped
@@ -241,18 +251,7 @@ func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCou
 // the dead-letter topic refuses the record too.
 func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
 	m, re := &l.msgs[0], l.refused
-	hs := make([]kafka.Header, len(m.Headers), len(m.Headers)+7)
-	copy(hs, m.Headers)
-	hs = append(hs,
-		kafka.Header{Key: DeadLetterHeaderError, Value: []byte(re.Reason)},
-		kafka.Header{Key: DeadLetterHeaderErrorMessage, Value: []byte(re.Err.Error())},
-		kafka.Header{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},
-		kafka.Header{Key: DeadLetterHeaderSourcePartition, Value: strconv.AppendInt(nil, int64(st.p), 10)},
-		kafka.Header{Key: DeadLetterHeaderSourceOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
-		kafka.Header{Key: DeadLetterHeaderOutputTopic, Value: []byte(l.topic)},
-		kafka.Header{Key: DeadLetterHeaderOutputPartition, Value: strconv.AppendInt(nil, int64(l.partition), 10)},
-	)
-	dl := []kafka.Message{{Key: m.Key, Value: m.Value, Headers: hs, Time: m.Time}}
+	dl := []kafka.Message{w.deadLetterMessage(st.p, l, m)}
 	if err := w.prod.Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
 		return err
 	}
@@ -261,6 +260,65 @@ func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCo
 		"topic", w.cfg.InputTopic, "partition", st.p, "offset", m.Offset, "refused_by", l.topic, "reason", re.Reason,
 		"error", re.Err.Error(), "dead_letter_topic", w.cfg.DeadLetterTopic)
 	return nil
+}
+
+// deadLetterMessage returns the dead letter of m, input partition p's record refused in l: a copy
+// of its key, value, headers and timestamp that owns its bytes (m may point into the reader's
+// fetch buffers), plus the DeadLetterHeader* headers.
+func (w *Worker) deadLetterMessage(p int32, l *lane, m *kafka.Message) kafka.Message {
+	re := l.refused
+	o := ownedMessage(m, 7)
+	dl := kafka.Message{Key: o.Key, Value: o.Value, Headers: o.Headers, Time: m.Time}
+	dl.Headers = append(dl.Headers,
+		kafka.Header{Key: DeadLetterHeaderError, Value: []byte(re.Reason)},
+		kafka.Header{Key: DeadLetterHeaderErrorMessage, Value: []byte(re.Err.Error())},
+		kafka.Header{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},
+		kafka.Header{Key: DeadLetterHeaderSourcePartition, Value: strconv.AppendInt(nil, int64(p), 10)},
+		kafka.Header{Key: DeadLetterHeaderSourceOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
+		kafka.Header{Key: DeadLetterHeaderOutputTopic, Value: []byte(l.topic)},
+		kafka.Header{Key: DeadLetterHeaderOutputPartition, Value: strconv.AppendInt(nil, int64(l.partition), 10)},
+	)
+	return dl
+}
+
+// ownLanes replaces the records of st.lanes with copies that own their bytes (ownedMessage).
+func (st *partitionState) ownLanes() {
+	for i := range st.lanes {
+		l := &st.lanes[i]
+		msgs := make([]kafka.Message, len(l.msgs))
+		for j := range l.msgs {
+			msgs[j] = ownedMessage(&l.msgs[j], 0)
+		}
+		l.msgs = msgs
+	}
+}
+
+// ownedMessage returns a copy of m whose key, value and header values are copies in one
+// allocation (a nil key or value stays nil), with room for extra more headers. Header names are
+// not copied: the reader interns them, they do not point into its buffers.
+func ownedMessage(m *kafka.Message, extra int) kafka.Message {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	own := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, b...) // within n: never reallocates
+		return buf[start:len(buf):len(buf)]
+	}
+	o := *m
+	o.Key, o.Value, o.Headers = own(m.Key), own(m.Value), nil
+	if len(m.Headers)+extra > 0 {
+		o.Headers = make([]kafka.Header, len(m.Headers), len(m.Headers)+extra)
+		for i, h := range m.Headers {
+			o.Headers[i] = kafka.Header{Key: h.Key, Value: own(h.Value)}
+		}
+	}
+	return o
 }
 
 // block reports the partition blocked at b, once per offset, reason and topic; commits the input

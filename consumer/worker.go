@@ -111,7 +111,9 @@ func (w *Worker) updateReady() {
 // Config.ShutdownTimeout, and returns nil. Broker outages and missing topics are logged and
 // retried with backoff. Run returns an error only for problems retrying cannot fix: an
 // ErrPartitionMismatch, an ErrIdempotenceUnsupported, a kafkaio.ErrProduceUnsupported (brokers
-// before Kafka 0.11), or a consumer group that cannot be created.
+// before Kafka 0.11), an authentication, TLS or authorization failure (kafkaio.Fatal: wrong
+// credentials, a certificate that does not verify, a topic or group the ACLs deny), or a
+// consumer group that cannot be created.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
@@ -136,28 +138,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	info, errs := w.sample.KafkaLoggers("kafka-group")
-	start := kafka.FirstOffset
-	if w.cfg.StartFromLatest {
-		start = kafka.LastOffset
-	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                    w.cfg.GroupID,
-		Brokers:               w.cfg.Brokers,
-		Dialer:                w.cfg.Dialer(),
-		Topics:                []string{w.cfg.InputTopic},
-		HeartbeatInterval:     w.cfg.HeartbeatInterval,
-		SessionTimeout:        w.cfg.SessionTimeout,
-		RebalanceTimeout:      w.cfg.RebalanceTimeout,
-		JoinGroupBackoff:      time.Second,
-		WatchPartitionChanges: true,
-		// Sticky first; range is what every kdedup version supports, so a group that mixes
-		// versions during a rolling upgrade agrees on it.
-		GroupBalancers: []kafka.GroupBalancer{w.balancer, kafka.RangeGroupBalancer{}},
-		StartOffset:    start,
-		Logger:         info,
-		ErrorLogger:    errs,
-	})
+	cg, err := kafka.NewConsumerGroup(w.groupConfig())
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -180,6 +161,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				break
 			}
+			if err = kafkaio.Denied(err, "READ", fmt.Sprintf("group %q", w.cfg.GroupID)); kafkaio.Fatal(err) {
+				fatal = err
+				break
+			}
 			w.sample.Log(slog.LevelWarn, "group-next", "consumer group: cannot join, retrying",
 				"group", w.cfg.GroupID, "error", err.Error())
 			continue
@@ -192,20 +177,55 @@ func (w *Worker) Run(ctx context.Context) error {
 	return fatal
 }
 
+// groupConfig returns the configuration of the worker's consumer group.
+func (w *Worker) groupConfig() kafka.ConsumerGroupConfig {
+	info, errs := w.sample.KafkaLoggers("kafka-group")
+	start := kafka.FirstOffset
+	if w.cfg.StartFromLatest {
+		start = kafka.LastOffset
+	}
+	return kafka.ConsumerGroupConfig{
+		ID:                    w.cfg.GroupID,
+		Brokers:               w.cfg.Brokers,
+		Dialer:                w.cfg.Dialer(),
+		Topics:                []string{w.cfg.InputTopic},
+		HeartbeatInterval:     w.cfg.HeartbeatInterval,
+		SessionTimeout:        w.cfg.SessionTimeout,
+		RebalanceTimeout:      w.cfg.RebalanceTimeout,
+		JoinGroupBackoff:      time.Second,
+		WatchPartitionChanges: true,
+		// Sticky first; range is what every kdedup version supports, so a group that mixes
+		// versions during a rolling upgrade agrees on it.
+		GroupBalancers: []kafka.GroupBalancer{w.balancer, kafka.RangeGroupBalancer{}},
+		StartOffset:    start,
+		Logger:         info,
+		ErrorLogger:    errs,
+	}
+}
+
 // topicCounts holds the partition counts of the topics the worker uses.
 type topicCounts struct {
 	input, output, duplicates, deadLetters int
 }
 
-// topicInfo looks the topics up, retrying under the retry policy until they all exist or ctx
-// ends (then it returns ctx's error), and reads their limits (readLimits). In PartitionSame mode
-// a partition count mismatch is an ErrPartitionMismatch.
+// topicInfo checks the connection (kafkaio.Conn.Check), looks the topics up and checks that the
+// input topic may be read (kafkaio.CheckRead), retrying under the retry policy until they all
+// exist or ctx ends (then it returns ctx's error), and reads their limits (readLimits). An
+// authentication, TLS or authorization failure (kafkaio.Fatal) is returned at once. In
+// PartitionSame mode a partition count mismatch is an ErrPartitionMismatch.
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	var tc topicCounts
 	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
-		var err error
-		tc, err = w.lookupTopics(ctx)
+		err := w.cfg.Check(ctx, w.topicNames()...)
+		if err == nil {
+			tc, err = w.lookupTopics(ctx)
+		}
+		if err == nil {
+			err = kafkaio.CheckRead(ctx, w.client, w.cfg.InputTopic)
+		}
 		switch {
+		case kafkaio.Fatal(err):
+			return kafkaio.Permanent(err)
 		case err != nil && ctx.Err() == nil:
 			w.sample.Log(slog.LevelWarn, "topics", "waiting for Kafka topics; retrying", "error", err.Error(),
 				"brokers", w.cfg.Brokers)
@@ -214,6 +234,9 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 		}
 		return err
 	})
+	if kafkaio.Fatal(err) {
+		return tc, err
+	}
 	if err != nil {
 		return tc, ctx.Err()
 	}
@@ -227,10 +250,15 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	return tc, nil
 }
 
+// topicNames returns the worker's topics: input, output and, if set, duplicates and dead letters.
+func (w *Worker) topicNames() []string {
+	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic, w.cfg.DuplicatesTopic, w.cfg.DeadLetterTopic}
+	return slices.DeleteFunc(names, func(n string) bool { return n == "" })
+}
+
 // lookupTopics reads the partition counts of the worker's topics with one metadata request.
 func (w *Worker) lookupTopics(ctx context.Context) (topicCounts, error) {
-	names := []string{w.cfg.InputTopic, w.cfg.OutputTopic, w.cfg.DuplicatesTopic, w.cfg.DeadLetterTopic}
-	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+	names := w.topicNames()
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	counts, err := kafkaio.PartitionCounts(mctx, w.client, names...)

@@ -88,6 +88,13 @@ type Config struct {
 	// timestamp may advance a filter's stream time; a record stamped later is judged at the cap.
 	// Default: Window.Interval.
 	MaxAhead time.Duration
+	// Refresh makes a duplicate re-arm its identity (window.Filter.TestAndRefresh): the window
+	// then counts from an identity's last sighting, not its first, so that an identity re-sent
+	// more often than the window is remembered as long as it keeps coming. Under ClockEvent the
+	// re-arm goes to the generation of the record's timestamp. Re-warm and rebuild add what the
+	// output topic holds, as without Refresh: a rebuilt filter knows an identity from its last
+	// passed record. Default: false.
+	Refresh bool
 }
 
 // defaultClock fills in and checks the event-time settings.

@@ -118,7 +118,12 @@ func (s *Set) seenAt(f *window.Filter, ev *eventClock, id []byte, ts time.Time) 
 	} else if ns-ev.high.Load() >= streamStep {
 		raise(&ev.high, ns)
 	}
-	seen, late := f.TestAndAddAt(id, ts)
+	var seen, late bool
+	if s.cfg.Refresh {
+		seen, late, _ = f.TestAndRefreshAt(id, ts)
+	} else {
+		seen, late = f.TestAndAddAt(id, ts)
+	}
 	if late {
 		ev.late.Add(1)
 		s.late.Add(1)

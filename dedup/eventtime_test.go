@@ -265,6 +265,24 @@ func TestEventTimeGlobalOneWinner(t *testing.T) {
 	}
 }
 
+// newBenchSet returns a Set of cfg with testWindow's 4 generations of 4M keys at 1e-3, partition
+// 0 assigned; it is closed at the end of the benchmark.
+func newBenchSet(b *testing.B, cfg Config) *Set {
+	b.Helper()
+	cfg.Window = testWindow()
+	cfg.Window.Capacity = 1 << 22
+	cfg.Window.FalsePositiveRate = 1e-3
+	s, err := NewSet(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close(context.Background()) })
+	if err := s.Assign(context.Background(), 0); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 // BenchmarkSeenClock compares Set.Seen under ClockEvent (in-order timestamps, one generation
 // boundary every 3.6M records) with ClockProcessing, on one partition with all four generations
 // live, in the same run; quote the ratio:
@@ -273,17 +291,7 @@ func TestEventTimeGlobalOneWinner(t *testing.T) {
 func BenchmarkSeenClock(b *testing.B) {
 	for _, clock := range []Clock{ClockProcessing, ClockEvent} {
 		b.Run(string(clock), func(b *testing.B) {
-			w := testWindow()
-			w.Capacity = 1 << 22
-			w.FalsePositiveRate = 1e-3
-			s, err := NewSet(context.Background(), Config{Window: w, Clock: clock})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close(context.Background())
-			if err := s.Assign(context.Background(), 0); err != nil {
-				b.Fatal(err)
-			}
+			s := newBenchSet(b, Config{Clock: clock})
 			if clock == ClockProcessing {
 				// All N generations live, as in steady state and as the event-time filter has
 				// them from its first record: each test reads N cache lines.

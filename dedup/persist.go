@@ -21,12 +21,13 @@ import (
 // references the others: a sealed generation is written once, the current one at every save. It
 // is safe for concurrent use.
 //
-// Policy on restore: the newest usable snapshot wins, a manifest or a single-file snapshot of an
-// older kdedup; a corrupt, truncated or foreign file, or a manifest whose generation object is
-// missing or damaged, falls back to the previous one. A snapshot taken with a configuration that
-// changes the filter's layout or hashing (window count, interval, capacity, false-positive rate or
-// hash seed), or written in the filter layout of an older kdedup (snapshot format v1 or v2),
-// cannot be used: the unit starts cold and a warning says why.
+// Policy on restore: the newest usable snapshot wins, a manifest or a single-file snapshot (v5);
+// a corrupt, truncated or foreign file, or a manifest whose generation object is missing or
+// damaged, falls back to the previous one. A snapshot taken with a configuration that changes the
+// filter's layout or hashing (window count, interval, capacity, false-positive rate or hash seed),
+// or written in the filter layout of an older kdedup (snapshot format v1 to v4), cannot be used:
+// the unit starts cold (and is rebuilt from the output topic where that is possible) and a
+// warning says why.
 type CheckpointPersister struct {
 	store *checkpoint.Store
 	log   *slog.Logger
@@ -89,7 +90,7 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 // restoreOne restores the filter of one snapshot: from the generation objects a manifest
 // references, or from the data of a single-file snapshot.
 func (p *CheckpointPersister) restoreOne(ctx context.Context, unit string, cfg window.Config, h snapshot.Header, d *snapshot.Decoder) (restored, error) {
-	if h.Version < snapshot.VersionV3 {
+	if h.Version < snapshot.VersionV5 {
 		return restored{}, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
 			checkpoint.ErrIncompatible, h.Version)
 	}
@@ -247,6 +248,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {
 		FalsePositiveRate: m.FalsePositiveRate,
 		Seed:              m.Seed,
 		K:                 m.K,
+		FirstBits:         m.FirstBits,
 		BlockBits:         m.SectorBits,
 		Sectors:           m.Sectors,
 		Groups:            m.Groups,
@@ -267,8 +269,8 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {
 	}
 	for _, st := range m.Stages {
 		h.Stages = append(h.Stages, snapshot.Stage{
-			Generation: st.Epoch, Index: st.Index, Groups: st.Groups, K: st.K, Sectors: st.Sectors,
-			Words: st.Words, Counts: st.Counts,
+			Generation: st.Epoch, Index: st.Index, Groups: st.Groups, K: st.K, FirstBits: st.FirstBits,
+			Sectors: st.Sectors, Words: st.Words, Counts: st.Counts,
 		})
 		h.Words += st.Words // the stages' words follow the slots'
 	}
@@ -297,6 +299,7 @@ func metaFromHeader(h snapshot.Header) window.Meta {
 		FalsePositiveRate: h.FalsePositiveRate,
 		Seed:              h.Seed,
 		K:                 h.K,
+		FirstBits:         h.FirstBits,
 		SectorBits:        h.BlockBits,
 		Sectors:           h.Sectors,
 		Groups:            h.Groups,
@@ -312,8 +315,8 @@ func metaFromHeader(h snapshot.Header) window.Meta {
 	}
 	for _, st := range h.Stages {
 		m.Stages = append(m.Stages, window.StageMeta{
-			Epoch: st.Generation, Index: st.Index, Groups: st.Groups, K: st.K, Sectors: st.Sectors,
-			Words: st.Words, Counts: st.Counts,
+			Epoch: st.Generation, Index: st.Index, Groups: st.Groups, K: st.K, FirstBits: st.FirstBits,
+			Sectors: st.Sectors, Words: st.Words, Counts: st.Counts,
 		})
 	}
 	for i := range m.SlotEpochs {

@@ -3,6 +3,7 @@ package dedup
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,41 +16,43 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
-// TestOldLayoutSnapshotRefused puts a format v2 snapshot (the filter layout of an older kdedup:
-// checkpoint's golden file) in the store as the only snapshot of its unit. Restoring it must not
-// fail: the snapshot is rejected as incompatible with a warning that says why, and the unit
-// starts cold.
+// TestOldLayoutSnapshotRefused puts a format v2 and a format v4 snapshot (filter layouts of an
+// older kdedup: checkpoint's golden files) in the store as the only snapshot of their unit.
+// Restoring one must not fail: the snapshot is rejected as incompatible with a warning that says
+// why, and the unit starts cold.
 func TestOldLayoutSnapshotRefused(t *testing.T) {
-	ctx := context.Background()
-	store, dir := dirStore(t)
-	var logs bytes.Buffer
-	p := NewCheckpointPersister(store, slog.New(slog.NewTextHandler(&logs, nil)))
-	v2, err := os.ReadFile(filepath.Join("..", "checkpoint", "snapshot", "testdata", "golden-v2.snap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := snapshot.DecodeHeader(bytes.NewReader(v2))
-	if err != nil || h.Version != snapshot.VersionV2 {
-		t.Fatalf("golden v2 header: version %d, %v", h.Version, err)
-	}
-	const unit = "orders.p3"
-	if err := os.WriteFile(filepath.Join(dir, unit+".00000000000000000001.snap"), v2, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if infos, err := store.List(ctx, unit); err != nil || len(infos) != 1 {
-		t.Fatalf("the store lists %d snapshots of %s (%v), want the v2 one", len(infos), unit, err)
-	}
-	// The configuration the v2 snapshot was taken with: only its layout is refused.
-	cfg := window.Config{Generations: h.Generations, Interval: h.Interval, Capacity: h.Capacity,
-		FalsePositiveRate: h.FalsePositiveRate, Seed: h.Seed, Clock: func() time.Time { return h.Created }}
-	f, r, err := p.Restore(ctx, unit, cfg)
-	if err != nil || f != nil || r.Outcome != "cold" {
-		t.Fatalf("Restore of a v2 snapshot: filter %v, outcome %q, error %v; want a cold start", f != nil, r.Outcome, err)
-	}
-	for _, want := range []string{"snapshot rejected", "snapshot incompatible with the current configuration",
-		"format version 2", "filter layout is from an older kdedup", "starts from the output topic instead"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs.String())
+	for _, version := range []uint16{snapshot.VersionV2, snapshot.VersionV4} {
+		ctx := context.Background()
+		store, dir := dirStore(t)
+		var logs bytes.Buffer
+		p := NewCheckpointPersister(store, slog.New(slog.NewTextHandler(&logs, nil)))
+		old, err := os.ReadFile(filepath.Join("..", "checkpoint", "snapshot", "testdata", fmt.Sprintf("golden-v%d.snap", version)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := snapshot.DecodeHeader(bytes.NewReader(old))
+		if err != nil || h.Version != version {
+			t.Fatalf("golden v%d header: version %d, %v", version, h.Version, err)
+		}
+		const unit = "orders.p3"
+		if err := os.WriteFile(filepath.Join(dir, unit+".00000000000000000001.snap"), old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if infos, err := store.List(ctx, unit); err != nil || len(infos) != 1 {
+			t.Fatalf("the store lists %d snapshots of %s (%v), want the v%d one", len(infos), unit, err, version)
+		}
+		// The configuration the snapshot was taken with: only its layout is refused.
+		cfg := window.Config{Generations: h.Generations, Interval: h.Interval, Capacity: h.Capacity,
+			FalsePositiveRate: h.FalsePositiveRate, Seed: h.Seed, Clock: func() time.Time { return h.Created }}
+		f, r, err := p.Restore(ctx, unit, cfg)
+		if err != nil || f != nil || r.Outcome != "cold" {
+			t.Fatalf("Restore of a v%d snapshot: filter %v, outcome %q, error %v; want a cold start", version, f != nil, r.Outcome, err)
+		}
+		for _, want := range []string{"snapshot rejected", "snapshot incompatible with the current configuration",
+			fmt.Sprintf("format version %d", version), "filter layout is from an older kdedup", "starts from the output topic instead"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("v%d: log lacks %q:\n%s", version, want, logs.String())
+			}
 		}
 	}
 }

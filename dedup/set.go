@@ -85,6 +85,10 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 // Config.MaxAhead) and the identity goes to the generation of ts; a record stamped before the
 // oldest live generation is late, counted (Late) and passed or dropped by Config.LateRecords.
 //
+// With Config.Refresh a duplicate re-arms its identity in the generation a new one would go to,
+// so that the window counts from its last sighting (see window.Filter.TestAndRefresh); exactly one
+// of concurrent offers of a new id still gets false.
+//
 // Under ScopePartition the calls for one partition must not overlap: one goroutine at a time
 // handles a partition (as the worker does, and Assign's re-warm runs in the caller of Assign
 // before any Seen), because its filter is single-writer (window.Config.SingleWriter). Calls for
@@ -98,6 +102,10 @@ func (s *Set) Seen(partition int32, id []byte, ts time.Time) bool {
 	}
 	if pt.ev != nil {
 		return s.seenAt(pt.f, pt.ev, id, ts)
+	}
+	if s.cfg.Refresh {
+		seen, _ := pt.f.TestAndRefresh(id)
+		return seen
 	}
 	return pt.f.TestAndAdd(id)
 }

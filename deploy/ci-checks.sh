@@ -49,7 +49,8 @@ check_rules() {
 
 check_compose() {
 	log "docker-compose config -q"
-	docker-compose -f "$KDEDUP_ROOT/deploy/docker-compose.yml" config -q
+	docker-compose -f "$KDEDUP_ROOT/deploy/docker-compose.yml" config -q &&
+		docker-compose -f "$KDEDUP_ROOT/deploy/docker-compose.yml" -f "$KDEDUP_ROOT/deploy/docker-compose.secured.yml" config -q
 }
 
 check_helm() {
@@ -60,7 +61,10 @@ check_helm() {
 		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" \
 			--set replicaCount=1 --set dedup.scope=global \
 			--set serviceMonitor.enabled=false --set podMonitor.enabled=true >/dev/null &&
-		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" --set checkpoint.store=dir >/dev/null
+		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" --set checkpoint.store=dir >/dev/null &&
+		helm template kdedup "$chart" --kube-version "$KUBE_VERSION" --set kafka.tls.enabled=true \
+			--set kafka.tls.caSecret=kafka-ca --set kafka.tls.clientCertSecret=kdedup-tls \
+			--set kafka.sasl.mechanism=SCRAM-SHA-512 --set kafka.sasl.credentialsSecret=kdedup-kafka >/dev/null
 }
 
 check_tools() {

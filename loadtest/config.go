@@ -201,6 +201,12 @@ type Config struct {
 	// Verdict.Late says how many were sent. The duplicates stay a share DupRatio of the records.
 	Late float64
 
+	// Sources, when positive, stamps every record with a source in header SourceHeader, for a
+	// worker that counts by source (DEDUP_METRICS_SOURCE=header:lt-source): "src-000" to
+	// "src-NNN" for Sources sources, skewed so that src-000 is the heaviest (source i takes about
+	// ((i+1)/Sources)^2 - (i/Sources)^2 of the events); the copies of an event carry its source.
+	// Verdict.BySource counts the records and the dropped ones per source. At most 1000.
+	Sources int
 	// Oversize is the number of oversized records: unique events without duplicates whose value
 	// has OversizeBytes, the i-th on input partition i % partitions, after a share (i+1)/(Oversize+1)
 	// of the records. The input topic must take them (max.message.bytes); an output topic that
@@ -218,6 +224,9 @@ type Config struct {
 	Field Field
 	// Global is true when the worker runs with DEDUP_SCOPE=global.
 	Global bool
+	// Refresh is true when the worker runs with DEDUP_WINDOW_REFRESH=true: the verifier then
+	// judges a copy beyond the window from the event's last copy (Expect.Refresh).
+	Refresh bool
 	// WindowCount and WindowInterval must match the worker's DEDUP_WINDOW_COUNT and
 	// DEDUP_WINDOW_INTERVAL. Required.
 	WindowCount    int
@@ -350,6 +359,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Late >= 0 && c.Late <= 0.95-c.DupRatio) {
 		bad("late fraction must be in [0, 0.95 - duplicate ratio], got %v", c.Late)
+	}
+	if c.Sources < 0 || c.Sources > 1000 {
+		bad("sources must be in [0, 1000], got %d", c.Sources)
 	}
 	m := c.Mix
 	if m.Immediate < 0 || m.Within < 0 || m.Beyond < 0 || m.Cross < 0 || math.IsNaN(m.total()) || math.IsInf(m.total(), 0) {

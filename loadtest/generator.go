@@ -21,7 +21,20 @@ const (
 	HeaderSeq  = "lt-seq"  // the send sequence number, decimal
 	HeaderSent = "lt-sent" // creation time, Unix nanoseconds, decimal
 	HeaderEnd  = "lt-end"  // "1" on the end marker of a partition
+	// SourceHeader holds a record's source with Config.Sources.
+	SourceHeader = "lt-source"
 )
+
+// SourceOf returns the source of event ord among n sources for seed (see Config.Sources): the
+// square of a uniform draw picks the index, so that low indices are the heavy ones.
+func SourceOf(ord uint32, n int, seed uint64) string {
+	z := uint64(ord) + seed*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	x := float64(z>>11) / (1 << 53)
+	return fmt.Sprintf("src-%03d", int(float64(n)*x*x))
+}
 
 // LateAge is how much older than its creation time the Kafka timestamp of a late record
 // (Config.Late) is: far older than any window of a loadtest, so that a worker under
@@ -132,7 +145,7 @@ func (g *generator) buildRecord(seq int, s sentRec) kafka.Message {
 	if s.late {
 		r.Time = t.Add(-LateAge)
 	}
-	r.Headers = make([]kafka.Header, 3, 4)
+	r.Headers = make([]kafka.Header, 3, 5)
 	r.Headers[0] = kafka.Header{Key: HeaderRun, Value: g.runID}
 	r.Headers[1] = kafka.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
 	r.Headers[2] = kafka.Header{Key: HeaderSent, Value: strconv.AppendInt(nil, t.UnixNano(), 10)}
@@ -140,6 +153,9 @@ func (g *generator) buildRecord(seq int, s sentRec) kafka.Message {
 		// No key, no value, no id header: the worker cannot extract an identity and passes it.
 		r.Headers = append(r.Headers, kafka.Header{Key: HeaderEnd, Value: []byte("1")})
 		return r
+	}
+	if g.cfg.Sources > 0 {
+		r.Headers = append(r.Headers, kafka.Header{Key: SourceHeader, Value: []byte(SourceOf(s.ord, g.cfg.Sources, g.cfg.Seed))})
 	}
 	f := g.cfg.Field
 	if f.Kind == FieldKey {

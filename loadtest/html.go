@@ -362,7 +362,7 @@ func (r *Report) settingsRows() []htmlRow {
 	if s.Rate > 0 {
 		rate = fmtRate(s.Rate)
 	}
-	return []htmlRow{
+	rows := []htmlRow{
 		{"count / rate", fmt.Sprintf("%d / %s", s.Count, rate)},
 		{"entities, key size, value size", fmt.Sprintf("%d, %dB, %dB", s.Entities, s.KeySize, s.ValueSize)},
 		{"duplicate ratio and mix", fmt.Sprintf("%.0f%%: %s", 100*s.DupRatio, s.Mix)},
@@ -371,4 +371,11 @@ func (r *Report) settingsRows() []htmlRow {
 		{"window", fmt.Sprintf("%d x %gs", s.WindowCount, s.WindowSeconds)},
 		{"seed", strconv.FormatUint(s.Seed, 10)},
 	}
+	if s.Sources > 0 {
+		rows = append(rows, htmlRow{"sources", fmt.Sprintf("%d in header %s: %s", s.Sources, SourceHeader, r.Verdict.topSources(5))})
+	}
+	if len(s.Worker) > 0 {
+		rows = append(rows, htmlRow{"worker", workerSettings(s.Worker)})
+	}
+	return rows
 }

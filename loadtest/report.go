@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,6 +36,13 @@ type Settings struct {
 	Oversize          int     `json:"oversize,omitempty"`
 	OversizeBytes     int     `json:"oversize_bytes,omitempty"`
 	DeadLetterTopic   string  `json:"dead_letter_topic,omitempty"`
+
+	// Sources is Config.Sources; the worker counts them with DEDUP_METRICS_SOURCE=header:lt-source.
+	Sources int `json:"sources,omitempty"`
+	// Worker is the worker settings that change what its metrics show or what it drops
+	// (DEDUP_METRICS_SOURCE, DEDUP_WINDOW_REFRESH), as the embedded mode set them; empty in
+	// external mode.
+	Worker map[string]string `json:"worker,omitempty"`
 }
 
 // Throughput is the run's speed. Rates are records per second.
@@ -154,6 +163,7 @@ func newReport(cfg Config, inParts, outParts int, start time.Time, elapsed time.
 			Field: cfg.Field.String(), Scope: scope, WindowCount: cfg.WindowCount, WindowSeconds: cfg.WindowInterval.Seconds(),
 			FalsePositiveRate: cfg.FalsePositiveRate, MarkHeader: cfg.MarkHeader, ExpectAll: cfg.ExpectAll, Seed: cfg.Seed,
 			Oversize: cfg.Oversize, OversizeBytes: cfg.OversizeBytes, DeadLetterTopic: cfg.DeadLetterTopic,
+			Sources: cfg.Sources,
 		},
 		Verdict:       vo.verdict,
 		Latency:       summarize(vo.latencies),
@@ -256,6 +266,43 @@ func kindList(m map[string]int, kinds ...Kind) string {
 	return strings.Join(parts, ", ")
 }
 
+// writeSourceRows writes the summary rows of Config.Sources and of the worker's settings, when
+// there are any.
+func (r *Report) writeSourceRows(row func(name, format string, a ...any)) {
+	if s := r.Settings; s.Sources > 0 {
+		row("sources", "%d in header %s; heaviest: %s", s.Sources, SourceHeader, r.Verdict.topSources(5))
+	}
+	if len(r.Settings.Worker) > 0 {
+		row("worker", "%s", workerSettings(r.Settings.Worker))
+	}
+}
+
+// topSources describes the n sources with the most records: records and dropped ones.
+func (v Verdict) topSources(n int) string {
+	names := slices.Collect(maps.Keys(v.BySource))
+	slices.SortFunc(names, func(a, b string) int {
+		if d := v.BySource[b].Records - v.BySource[a].Records; d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		c := v.BySource[name]
+		parts = append(parts, fmt.Sprintf("%s %d records, %d dropped", name, c.Records, c.Dropped))
+	}
+	return orNone(strings.Join(parts, "; "))
+}
+
+// workerSettings formats Settings.Worker as NAME=VALUE pairs in name order.
+func workerSettings(env map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		parts = append(parts, k+"="+env[k])
+	}
+	return strings.Join(parts, " ")
+}
+
 var dupKinds = []Kind{KindImmediate, KindWithin, KindBeyond, KindCross}
 var allKinds = []Kind{KindOriginal, KindImmediate, KindWithin, KindBeyond, KindCross}
 
@@ -300,6 +347,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	row("order", "%d per-key order violations", v.OrderViolations)
 	r.writeOversize(row)
+	r.writeSourceRows(row)
 	l := r.Latency
 	row("latency", "p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d records, creation -> read from output)",
 		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), l.Count)

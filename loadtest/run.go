@@ -200,10 +200,10 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 		width = niceWidth(time.Duration(end))
 	}
 	vo := verify(verifyInput{
-		sent: gen.log, obs: obs, end: end, width: width, deadLetters: deadLetters,
+		sent: gen.log, obs: obs, end: end, width: width, deadLetters: deadLetters, sources: cfg.Sources, seed: cfg.Seed,
 		expect: Expect{
 			WindowCount: cfg.WindowCount, WindowInterval: cfg.WindowInterval, Global: cfg.Global,
-			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate,
+			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate, Refresh: cfg.Refresh,
 		},
 	})
 	r := newReport(cfg, inParts, len(fetchers), start, time.Duration(end), vo, width)

@@ -18,6 +18,9 @@ type Expect struct {
 	ExpectAll bool
 	// FalsePositiveRate is the configured target, for the loss bound.
 	FalsePositiveRate float64
+	// Refresh is true under DEDUP_WINDOW_REFRESH=true: every copy re-arms its identity, so a
+	// beyond-window copy is judged against the event's last copy in its unit, not its first.
+	Refresh bool
 }
 
 // LossQuantile is the confidence of the loss bound: a correct filter loses more than the bound
@@ -32,6 +35,9 @@ type Verdict struct {
 	// Records is the number of planned records sent (end markers excluded), by kind in ByKind.
 	Records int            `json:"records"`
 	ByKind  map[string]int `json:"by_kind"`
+	// BySource counts the records sent and the records never delivered (dropped as duplicates,
+	// or lost) per source, with Config.Sources; nil without.
+	BySource map[string]*SourceCount `json:"by_source,omitempty"`
 	// Late is the number of the originals that were sent with a Kafka timestamp LateAge before
 	// their creation (Config.Late): unique events, each expected once.
 	Late int `json:"late"`
@@ -131,6 +137,9 @@ type verifyInput struct {
 	width  time.Duration // time series bucket width; 0 means no time series
 	// deadLetters holds the lt-seq of the records found in the worker's dead-letter topic.
 	deadLetters map[int64]bool
+	// sources and seed are Config.Sources and Config.Seed, for Verdict.BySource.
+	sources int
+	seed    uint64
 }
 
 // verifyOutput is the verifier's result.
@@ -288,6 +297,7 @@ func (vr *verifier) countSent() (maxOrd uint32) {
 		}
 		v.Records++
 		v.ByKind[r.kind.String()]++
+		vr.countSource(r, vr.delivered[s] == 0)
 		if r.late {
 			v.Late++
 		}
@@ -309,6 +319,34 @@ func (vr *verifier) countSent() (maxOrd uint32) {
 		}
 	}
 	return maxOrd
+}
+
+// SourceCount is what the verifier counted for one source (Verdict.BySource).
+type SourceCount struct {
+	Records int `json:"records"`
+	// Dropped counts the records that never appeared in the output: what the worker's
+	// kdedup_source_duplicates_total{source} counts, its false positives included.
+	Dropped int `json:"dropped"`
+}
+
+// countSource counts a record of r's source, dropped if it was never delivered.
+func (vr *verifier) countSource(r sentRec, dropped bool) {
+	if vr.in.sources <= 0 {
+		return
+	}
+	if vr.v.BySource == nil {
+		vr.v.BySource = map[string]*SourceCount{}
+	}
+	name := SourceOf(r.ord, vr.in.sources, vr.in.seed)
+	c := vr.v.BySource[name]
+	if c == nil {
+		c = &SourceCount{}
+		vr.v.BySource[name] = c
+	}
+	c.Records++
+	if dropped {
+		c.Dropped++
+	}
 }
 
 // judgeAllOnce judges a pipeline that does not deduplicate: every record is unique.
@@ -492,6 +530,13 @@ func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
 	}
 	lo := time.Duration(sent[b].at - e.lastIns)  // lower bound of the gap
 	hiGap := time.Duration(vr.hi[b] - e.minSent) // upper bound of the gap
+	if vr.in.expect.Refresh {                    // from the last copy the unit's filter judged, delivered or not
+		last, lastSent := e.lastIns, e.minSent
+		for _, m := range e.members {
+			last, lastSent = max(last, vr.hi[m]), max(lastSent, sent[m].at)
+		}
+		lo, hiGap = time.Duration(sent[b].at-last), time.Duration(vr.hi[b]-lastSent)
+	}
 	switch {
 	case lo > vr.forgotten:
 		v.Uniques++

@@ -272,3 +272,31 @@ func TestVerifySteadyLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyRefresh checks Expect.Refresh: a beyond-window copy sent 3.2s after the original but
+// 1.7s after a copy within the window must pass without refresh and must be dropped with it (the
+// within copy re-armed the identity).
+func TestVerifyRefresh(t *testing.T) {
+	ms := func(v int) int64 { return int64(time.Duration(v) * time.Millisecond) }
+	sent := []sentRec{
+		{at: ms(0), ord: 0, entity: 1, part: 0, kind: KindOriginal},
+		{at: ms(1500), ord: 0, entity: 1, part: 0, kind: KindWithin},
+		{at: ms(3200), ord: 0, entity: 1, part: 0, kind: KindBeyond},
+		{at: ms(3300), part: 0, kind: KindMarker},
+		{at: ms(3300), part: 1, kind: KindMarker},
+	}
+	for _, refresh := range []bool{false, true} {
+		expect := window3x1s(false)
+		expect.Refresh = refresh
+		// A worker with refresh: the original only.
+		v := verify(verifyInput{sent: sent, obs: deliver(sent, []int{0}, 10*time.Millisecond), end: ms(3400), expect: expect}).verdict
+		if refresh && (v.Lost != 0 || v.MustDrop != 1) || !refresh && v.Lost != 1 {
+			t.Errorf("refresh=%v, beyond copy dropped: lost %d, must drop %d", refresh, v.Lost, v.MustDrop)
+		}
+		// A worker without refresh: the original and the beyond copy.
+		v = verify(verifyInput{sent: sent, obs: deliver(sent, []int{0, 2}, 10*time.Millisecond), end: ms(3400), expect: expect}).verdict
+		if refresh && v.Leaked != 1 || !refresh && (v.Leaked != 0 || v.Lost != 0) {
+			t.Errorf("refresh=%v, beyond copy delivered: leaked %d, lost %d", refresh, v.Leaked, v.Lost)
+		}
+	}
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // dynamicCollector exports, at scrape time, the metrics whose set of series
-// changes with partition assignment: consumer lag and the filter statistics.
+// changes with partition assignment: consumer lag, transaction holds and the filter statistics.
 // Building constant metrics on each scrape means a revoked partition's series
 // simply stop being exported. It is safe for concurrent use.
 type dynamicCollector struct {
@@ -15,6 +15,7 @@ type dynamicCollector struct {
 	targetFPR float64
 
 	lag          *prometheus.Desc
+	held         *prometheus.Desc
 	target       *prometheus.Desc
 	estimated    *prometheus.Desc
 	fill         *prometheus.Desc
@@ -24,6 +25,7 @@ type dynamicCollector struct {
 	rotations    *prometheus.Desc
 	stages       *prometheus.Desc
 	growths      *prometheus.Desc
+	refreshes    *prometheus.Desc
 	atCap        *prometheus.Desc
 	streamTime   *prometheus.Desc
 	streamLag    *prometheus.Desc
@@ -39,7 +41,9 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 		m:         m,
 		targetFPR: targetFPR,
 		lag: prometheus.NewDesc(name("consumer_lag_records"),
-			"Records between this worker's position and the end of an assigned input partition.", []string{"partition"}, nil),
+			"Records between this worker's position and the end of an assigned input partition: its last stable offset under KAFKA_ISOLATION_LEVEL=read_committed (records of open transactions are not counted), its high watermark under read_uncommitted.", []string{"partition"}, nil),
+		held: prometheus.NewDesc(name("input_transaction_held_seconds"),
+			"How long this worker has been held at the last stable offset of an assigned input partition by a transaction left open (under KAFKA_ISOLATION_LEVEL=read_committed nothing after it is read until it commits or aborts); 0 when it is not held.", []string{"partition"}, nil),
 		target: prometheus.NewDesc(name("filter_false_positive_rate_target"),
 			"Configured false-positive rate over the whole window: the acceptable fraction of unique records wrongly dropped.", nil, nil),
 		estimated: prometheus.NewDesc(name("filter_false_positive_rate_estimated"),
@@ -58,6 +62,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 			"Stages the filter's live generations grew past DEDUP_WINDOW_CAPACITY (0 while every generation is within it). Each stage doubles the generation's room at a tighter rate, so the false-positive rate stays at target.", filter, nil),
 		growths: prometheus.NewDesc(name("filter_growths_total"),
 			"Stages the filter added since it was created or restored: generations that took more identities than DEDUP_WINDOW_CAPACITY.", filter, nil),
+		refreshes: prometheus.NewDesc(name("filter_refreshes_total"),
+			"Duplicates that re-armed their identity in the filter's current generation (DEDUP_WINDOW_REFRESH=true; under DEDUP_WINDOW_CLOCK=event, the generation of their timestamp), at most one per identity and generation, since the filter was created or restored. Re-armed identities count against DEDUP_WINDOW_CAPACITY.", filter, nil),
 		atCap: prometheus.NewDesc(name("filter_at_memory_cap"),
 			"1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.", filter, nil),
 		streamTime: prometheus.NewDesc(name("filter_stream_time_seconds"),
@@ -76,17 +82,23 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{d.lag, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
-		d.stages, d.growths, d.atCap, d.streamTime, d.streamLag, d.late} {
+	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
+		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late} {
 		ch <- desc
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
+	now := d.m.now().UnixNano()
 	d.m.eachPartition(func(pp *partition) {
 		if pp.lagSet.Load() {
 			ch <- prometheus.MustNewConstMetric(d.lag, prometheus.GaugeValue, float64(pp.lag.Load()), pp.label)
+			held := 0.0
+			if since := pp.heldSince.Load(); since != 0 {
+				held = max(float64(now-since)/1e9, 0)
+			}
+			ch <- prometheus.MustNewConstMetric(d.held, prometheus.GaugeValue, held, pp.label)
 		}
 	})
 
@@ -105,6 +117,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.rotations, prometheus.CounterValue, float64(s.Rotations), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.stages, prometheus.GaugeValue, float64(s.Stages), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.growths, prometheus.CounterValue, float64(s.Growths), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.refreshes, prometheus.CounterValue, float64(s.Refreshes), s.Filter)
 		atCap := 0.0
 		if s.AtCap {
 			atCap = 1

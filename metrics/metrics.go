@@ -134,6 +134,8 @@ type FilterStat struct {
 	Stages int
 	// Growths counts the stages the filter added since it was created or restored.
 	Growths uint64
+	// Refreshes counts the duplicates that re-armed their identity (window.Stats.Refreshes).
+	Refreshes uint64
 	// AtCap is true when a live generation needed a further stage and the memory cap refused it.
 	AtCap bool
 	// Generations lists the generations, newest first (index 0).
@@ -159,8 +161,12 @@ type partition struct {
 	produced   prometheus.Counter
 	duplicates prometheus.Counter
 	unkeyed    prometheus.Counter
+	aborted    prometheus.Counter
 	lag        atomic.Int64
 	lagSet     atomic.Bool
+	// heldSince is when reading the partition was last found held back by an open transaction,
+	// in Unix nanoseconds by Metrics.now; 0 when it is not.
+	heldSince atomic.Int64
 }
 
 // Metrics records kdedup's metrics. It is safe for concurrent use by multiple
@@ -173,6 +179,7 @@ type Metrics struct {
 	produced   *prometheus.CounterVec
 	duplicates *prometheus.CounterVec
 	unkeyed    *prometheus.CounterVec
+	aborted    *prometheus.CounterVec
 
 	produceErrors    prometheus.Counter
 	uncertainRetries prometheus.Counter
@@ -253,6 +260,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		"Records recognised as duplicates within the window (dropped or marked, see the mode label). Includes the filter's false positives.",
 		"partition", "mode")
 	m.unkeyed = counterVec("records_unkeyed_total", "Records without a deduplication key; they are passed through unfiltered.", "partition")
+	m.aborted = counterVec("records_aborted_total",
+		"Input records of aborted transactions skipped under KAFKA_ISOLATION_LEVEL=read_committed: neither deduplicated nor produced.", "partition")
 	m.produceErrors = counter("produce_errors_total", "Failed attempts to write a batch to the output topic.")
 	m.uncertainRetries = counter("produce_uncertain_retries_total",
 		"Produce retries of a batch whose previous attempt may have been written (timed out, connection lost, REQUEST_TIMED_OUT). With idempotent production the broker drops the second copy; without it each one may be a duplicate in the output topic.")
@@ -311,7 +320,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 
 	for _, c := range []prometheus.Collector{
-		m.consumed, m.produced, m.duplicates, m.unkeyed,
+		m.consumed, m.produced, m.duplicates, m.unkeyed, m.aborted,
 		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
 		m.endToEnd, m.processing,
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
@@ -388,6 +397,7 @@ func (m *Metrics) newPartition(p int32) *partition {
 		produced:   m.produced.WithLabelValues(l),
 		duplicates: m.duplicates.WithLabelValues(l, m.mode),
 		unkeyed:    m.unkeyed.WithLabelValues(l),
+		aborted:    m.aborted.WithLabelValues(l),
 	}
 }
 
@@ -447,6 +457,28 @@ func (m *Metrics) Unkeyed(partition int32, n int) {
 	}
 }
 
+// Aborted counts n records of aborted transactions skipped in the input
+// partition. Non-positive n is ignored. It is safe for concurrent use and does
+// not allocate in the steady state.
+func (m *Metrics) Aborted(partition int32, n int) {
+	if n > 0 {
+		m.part(partition).aborted.Add(float64(n))
+	}
+}
+
+// TransactionHeld records that reading the input partition has been held back
+// for d by an open transaction (0: it is not). The gauge
+// kdedup_input_transaction_held_seconds goes on growing from there until the
+// next report, and is exported with the partition's lag. It is safe for
+// concurrent use and does not allocate in the steady state.
+func (m *Metrics) TransactionHeld(partition int32, d time.Duration) {
+	var since int64
+	if d > 0 {
+		since = m.now().Add(-d).UnixNano()
+	}
+	m.part(partition).heldSince.Store(since)
+}
+
 // ProduceError counts one failed produce attempt. It is safe for concurrent use.
 func (m *Metrics) ProduceError() { m.produceErrors.Inc() }
 
@@ -494,11 +526,15 @@ func (m *Metrics) Lag(partition int32, lag int64) {
 }
 
 // Rebalance counts one consumer group rebalance and forgets every partition's
-// lag, so that partitions revoked from this worker stop being exported. It is
+// lag and transaction hold, so that partitions revoked from this worker stop
+// being exported. It is
 // safe for concurrent use.
 func (m *Metrics) Rebalance() {
 	m.rebalances.Inc()
-	m.eachPartition(func(pp *partition) { pp.lagSet.Store(false) })
+	m.eachPartition(func(pp *partition) {
+		pp.lagSet.Store(false)
+		pp.heldSince.Store(0)
+	})
 }
 
 // Assigned sets the number of input partitions assigned to this worker. It is

@@ -35,6 +35,8 @@ type observer interface {
 	CommitError()
 	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
 	Lag(partition int32, lag int64)
+	Aborted(partition int32, n int)
+	TransactionHeld(partition int32, d time.Duration)
 	Rebalance()
 	Assigned(partitions int)
 }
@@ -89,6 +91,8 @@ func populate(m *Metrics) {
 	m.Produced(0, 8)
 	m.Duplicates(0, 2)
 	m.Unkeyed(0, 1)
+	m.Aborted(0, 3)
+	m.TransactionHeld(0, time.Minute)
 	m.ProduceError()
 	m.UncertainRetry()
 	m.ProducerReset("out_of_order_sequence")
@@ -112,6 +116,12 @@ func populate(m *Metrics) {
 	m.PartitionBlocked(1, "message_too_large", true)
 	m.RegisterFilterSource(fakeSource)
 	m.RegisterFilterSource(fakeEventSource)
+}
+
+// populateSources registers the per-source counters on reg and counts a record, so that their
+// series exist.
+func populateSources(reg prometheus.Registerer) {
+	feed(NewSources(reg, SourceOptions{}).NewTally(), []sourceRecord{{src: "a", dup: true}}, 1)
 }
 
 // fakeEventSource reports two event-time filters: one 90 minutes behind fixedNow with 5 late
@@ -153,6 +163,7 @@ func TestGatherAndLint(t *testing.T) {
 		t.Run(fmt.Sprintf("skipRuntime=%v", skip), func(t *testing.T) {
 			m, reg := newTest(t, Options{Mode: "mark", Version: "v1.2.3", SkipRuntimeCollectors: skip, Checkpointing: true})
 			populate(m)
+			populateSources(reg)
 			problems, err := testutil.GatherAndLint(reg)
 			if err != nil {
 				t.Fatalf("GatherAndLint: %v", err)
@@ -446,7 +457,7 @@ func TestFilterCollectorDropsRevokedFilters(t *testing.T) {
 
 func TestLagSeries(t *testing.T) {
 	header := `
-# HELP kdedup_consumer_lag_records Records between this worker's position and the end of an assigned input partition.
+# HELP kdedup_consumer_lag_records Records between this worker's position and the end of an assigned input partition: its last stable offset under KAFKA_ISOLATION_LEVEL=read_committed (records of open transactions are not counted), its high watermark under read_uncommitted.
 # TYPE kdedup_consumer_lag_records gauge
 `
 	tests := []struct {
@@ -474,6 +485,35 @@ func TestLagSeries(t *testing.T) {
 	}
 }
 
+// TestTransactionHeld proves that the hold gauge counts from the reported start on the clock,
+// is exported with the lag of assigned partitions only, and is 0 once the hold is over.
+func TestTransactionHeld(t *testing.T) {
+	now := fixedNow
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true, Now: func() time.Time { return now }})
+	header := `
+# HELP kdedup_input_transaction_held_seconds How long this worker has been held at the last stable offset of an assigned input partition by a transaction left open (under KAFKA_ISOLATION_LEVEL=read_committed nothing after it is read until it commits or aborts); 0 when it is not held.
+# TYPE kdedup_input_transaction_held_seconds gauge
+`
+	check := func(want string) {
+		t.Helper()
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kdedup_input_transaction_held_seconds"); err != nil {
+			t.Error(err)
+		}
+	}
+	m.TransactionHeld(2, 5*time.Second)
+	check("") // partition 2 has no lag reported: not assigned yet
+	m.Lag(2, 0)
+	m.Lag(3, 10)
+	now = now.Add(10 * time.Second)
+	check(header + "kdedup_input_transaction_held_seconds{partition=\"2\"} 15\nkdedup_input_transaction_held_seconds{partition=\"3\"} 0\n")
+	m.TransactionHeld(2, 0)
+	check(header + "kdedup_input_transaction_held_seconds{partition=\"2\"} 0\nkdedup_input_transaction_held_seconds{partition=\"3\"} 0\n")
+	m.TransactionHeld(3, time.Second)
+	m.Rebalance()
+	m.Lag(3, 0)
+	check(header + "kdedup_input_transaction_held_seconds{partition=\"3\"} 0\n")
+}
+
 func TestHotPathDoesNotAllocate(t *testing.T) {
 	m, _ := newTest(t, Options{SkipRuntimeCollectors: true})
 	populate(m) // partition 0 seen
@@ -486,6 +526,8 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		{"Duplicates", func() { m.Duplicates(0, 1) }},
 		{"Unkeyed", func() { m.Unkeyed(0, 1) }},
 		{"Lag", func() { m.Lag(0, 7) }},
+		{"Aborted", func() { m.Aborted(0, 2) }},
+		{"TransactionHeld", func() { m.TransactionHeld(0, time.Second) }},
 		{"Latency", func() { m.Latency(time.Second, time.Millisecond) }},
 		{"ProduceError", m.ProduceError},
 		{"CommitError", m.CommitError},
@@ -577,6 +619,7 @@ func TestMetricNamesFile(t *testing.T) {
 	}
 	m, reg := newTest(t, Options{Checkpointing: true})
 	populate(m)
+	populateSources(reg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

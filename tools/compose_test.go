@@ -158,3 +158,29 @@ func TestComposeCheckpointsToMinIO(t *testing.T) {
 		t.Errorf("minio-init does not create bucket %q:\n%s", bucket, init)
 	}
 }
+
+// TestComposeSecured checks the secured override (docker-compose.secured.yml): the services
+// that run kdedup set only variables the binary accepts, authenticate with SCRAM-SHA-512 on the
+// broker's SASL listener, and take the password from a file, never a value.
+func TestComposeSecured(t *testing.T) {
+	var c composeFile
+	if err := yaml.Unmarshal(readFile(t, deployPath("docker-compose.secured.yml")), &c); err != nil {
+		t.Fatalf("docker-compose.secured.yml: %v", err)
+	}
+	for _, name := range []string{"kdedup", "loadgen"} {
+		svc, ok := c.Services[name]
+		if !ok {
+			t.Fatalf("service %s missing", name)
+		}
+		names, err := svc.envNames()
+		if err != nil {
+			t.Fatalf("service %s: %v", name, err)
+		}
+		checkEnvNames(t, "docker-compose.secured.yml service "+name, names)
+		env, _ := svc.Environment.(map[string]any)
+		if env["KAFKA_SASL_MECHANISM"] != "SCRAM-SHA-512" || env["KAFKA_BROKERS"] != "kafka:9094" ||
+			env["KAFKA_SASL_PASSWORD_FILE"] != "/run/secrets/kafka-password" || env["KAFKA_SASL_PASSWORD"] != nil {
+			t.Errorf("service %s: environment %v, want SCRAM-SHA-512 on kafka:9094 with the password from the secret file", name, env)
+		}
+	}
+}

@@ -483,6 +483,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"unknown store (schema)", "checkpoint: {store: nfs}", "store"},
 		{"endpoint with credentials (schema)", "checkpoint: {s3: {endpoint: \"http://u:p@minio:9000\"}}", "endpoint"},
 		{"role that is no ARN (schema)", "serviceAccount: {roleArn: kdedup}", "roleArn"},
+		{"unknown SASL mechanism (schema)", "kafka: {sasl: {mechanism: GSSAPI}}", "mechanism"},
+		{"SCRAM without credentials", "kafka: {sasl: {mechanism: SCRAM-SHA-512}}", "needs kafka.sasl.credentialsSecret"},
+		{"CA without TLS", "kafka: {tls: {caSecret: ca}}", "need kafka.tls.enabled=true"},
+		{"MSK IAM without TLS", "kafka: {sasl: {mechanism: AWS_MSK_IAM}}", "AWS_MSK_IAM needs kafka.tls.enabled=true"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -570,5 +574,53 @@ func TestChartLintsStrictly(t *testing.T) {
 		if m.Severity >= support.WarningSev {
 			t.Errorf("helm lint: %s", m)
 		}
+	}
+}
+
+// TestChartKafkaSecurity checks that the Kafka TLS and SASL values reach the worker as files of
+// existing Secrets (the *_FILE variables and read-only mounts), never as values in the ConfigMap.
+func TestChartKafkaSecurity(t *testing.T) {
+	r, err := renderChart(`kafka: {tls: {enabled: true, serverName: kafka.internal, caSecret: kafka-ca, clientCertSecret: kdedup-tls},
+  sasl: {mechanism: SCRAM-SHA-512, credentialsSecret: kdedup-kafka}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_SERVER_NAME": "kafka.internal", "KAFKA_TLS_CA_FILE": "/etc/kdedup/kafka/ca/ca.crt",
+		"KAFKA_TLS_CERT_FILE": "/etc/kdedup/kafka/client/tls.crt", "KAFKA_TLS_KEY_FILE": "/etc/kdedup/kafka/client/tls.key",
+		"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_SASL_USERNAME_FILE": "/etc/kdedup/kafka/sasl/username",
+		"KAFKA_SASL_PASSWORD_FILE": "/etc/kdedup/kafka/sasl/password", "KAFKA_SASL_PASSWORD": "",
+	} {
+		if got := r.configMap.Data[k]; got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	secrets := map[string]string{}
+	for _, v := range r.statefulSet.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range r.container(t).VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %s is writable", m.Name)
+		}
+		mounts[m.Name] = m.MountPath
+	}
+	for vol, want := range map[string][2]string{
+		"kafka-ca": {"kafka-ca", "/etc/kdedup/kafka/ca"}, "kafka-client": {"kdedup-tls", "/etc/kdedup/kafka/client"},
+		"kafka-sasl": {"kdedup-kafka", "/etc/kdedup/kafka/sasl"},
+	} {
+		if secrets[vol] != want[0] || mounts[vol] != want[1] {
+			t.Errorf("volume %s: Secret %q at %q, want %q at %q", vol, secrets[vol], mounts[vol], want[0], want[1])
+		}
+	}
+	r, err = renderChart(`{kafka: {tls: {enabled: true}, sasl: {mechanism: AWS_MSK_IAM, awsRegion: eu-west-1}}, checkpoint: {store: none}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.configMap.Data["AWS_REGION"] != "eu-west-1" || r.configMap.Data["KAFKA_SASL_MECHANISM"] != "AWS_MSK_IAM" {
+		t.Errorf("MSK IAM: %v", r.configMap.Data)
 	}
 }

@@ -154,9 +154,9 @@ func getFixture(b *testing.B, id fixtureID) *fixture {
 
 func (fx *fixture) bytes() uint64 {
 	if fx.win != nil {
-		return fx.win.Sizing().TotalBytes
+		return fx.win.Stats().TotalBytes
 	}
-	return uint64(len(fx.base.gens)) * fx.base.groups * uint64(fx.base.sectors) * SectorBits / 8
+	return uint64(len(fx.base.gens)) * uint64(len(fx.base.gens[0].words)) * 8
 }
 
 func (fx *fixture) build(b *testing.B) {
@@ -604,29 +604,25 @@ func BenchmarkHash(b *testing.B) {
 }
 
 // mutexWindow is the straightforward sliding window the benchmarks compare Filter with: N
-// separate sectorized blocked Bloom filters, each its own []uint64, in a ring; a key is tested
-// against all N in turn, newest first, under a sync.RWMutex (TestAndAdd takes the write lock). It
-// uses the groups, sectors and K that Size gives and the same bit pattern per hash as Filter, so
-// the two differ only in memory layout and synchronisation (and mutexWindow has no tag bits to
-// check: it clears a generation when it reuses it). It is safe for concurrent use.
+// separate blocked Bloom filters (blocks of one slot each), in a ring; a key is tested against
+// all N in turn, newest first, under a sync.RWMutex (TestAndAdd takes the write lock). It uses
+// the groups, sectors and bits that Size gives and the same bit pattern per hash as Filter, so the
+// two differ only in memory layout and synchronisation (and mutexWindow has no tag bits to check:
+// it clears a generation when it reuses it). It is safe for concurrent use.
 type mutexWindow struct {
-	mu      sync.RWMutex
-	gens    [][]uint64 // gens[cur] is the current generation
-	cur     int
-	groups  uint64
-	sectors int
-	offs    [maxK]uint8
-	k       int
-	seed    uint64
-	epoch   uint64
-	origin  time.Time
-	start   bool
+	mu     sync.RWMutex
+	gens   []blocks // gens[cur] is the current generation
+	cur    int
+	seed   uint64
+	epoch  uint64
+	origin time.Time
+	start  bool
 }
 
 func newMutexWindow(s Sizing, seed uint64) *mutexWindow {
-	m := &mutexWindow{gens: make([][]uint64, s.Generations), groups: s.Groups, sectors: s.Sectors, offs: maskOffsets(s), k: s.K, seed: seed}
+	m := &mutexWindow{gens: make([]blocks, s.Generations), seed: seed}
 	for i := range m.gens {
-		m.gens[i] = make([]uint64, s.Groups*uint64(s.Sectors)*sectorWords)
+		m.gens[i] = newBlocks(s.Groups, 1, layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits})
 	}
 	return m
 }
@@ -639,25 +635,20 @@ func (m *mutexWindow) Hash(key []byte) uint64 {
 	return d.Sum64()
 }
 
-// pattern returns the block's first word and the bit mask for h: the group from the high bits by
-// multiply-shift, the pattern from the low 48 bits as Filter computes it.
-func (m *mutexWindow) pattern(h uint64, mask *[MaxSectors * sectorWords]uint64) (base uint64) {
-	g, _ := bits.Mul64(h, m.groups)
-	fillMask(mask, &m.offs, m.k, h&tagMask|1)
-	return g * uint64(m.sectors) * sectorWords
+// pattern fills p for h: the group from the high bits by multiply-shift, the pattern from the low
+// 48 bits as Filter computes it.
+func (m *mutexWindow) pattern(h uint64, p *probe) {
+	b := &m.gens[0]
+	g, _ := bits.Mul64(h, b.groups)
+	p.group, p.base, p.tag = g, g*b.groupWords, h&tagMask|1
+	b.fillPattern(p)
 }
 
 // containsLocked reports whether the pattern is set in any generation, newest first.
-func (m *mutexWindow) containsLocked(base uint64, mask *[MaxSectors * sectorWords]uint64) bool {
-	n := uint64(m.sectors) * sectorWords
+func (m *mutexWindow) containsLocked(p *probe) bool {
 	i := m.cur
 	for range m.gens {
-		blk := m.gens[i][base : base+n : base+n]
-		var missing uint64
-		for w := range blk {
-			missing |= mask[w] &^ blk[w]
-		}
-		if missing == 0 {
+		if m.gens[i].has(p, 0) {
 			return true
 		}
 		if i--; i < 0 {
@@ -670,10 +661,10 @@ func (m *mutexWindow) containsLocked(base uint64, mask *[MaxSectors * sectorWord
 func (m *mutexWindow) Test(key []byte) bool { return m.TestHash(m.Hash(key)) }
 
 func (m *mutexWindow) TestHash(h uint64) bool {
-	var mask [MaxSectors * sectorWords]uint64
-	base := m.pattern(h, &mask)
+	var p probe
+	m.pattern(h, &p)
 	m.mu.RLock()
-	ok := m.containsLocked(base, &mask)
+	ok := m.containsLocked(&p)
 	m.mu.RUnlock()
 	return ok
 }
@@ -681,18 +672,14 @@ func (m *mutexWindow) TestHash(h uint64) bool {
 func (m *mutexWindow) TestAndAdd(key []byte) bool { return m.TestAndAddHash(m.Hash(key)) }
 
 func (m *mutexWindow) TestAndAddHash(h uint64) bool {
-	var mask [MaxSectors * sectorWords]uint64
-	base := m.pattern(h, &mask)
+	var p probe
+	m.pattern(h, &p)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.containsLocked(base, &mask) {
+	if m.containsLocked(&p) {
 		return true
 	}
-	n := uint64(m.sectors) * sectorWords
-	blk := m.gens[m.cur][base : base+n : base+n]
-	for w := range blk {
-		blk[w] |= mask[w]
-	}
+	m.gens[m.cur].put(&p, 0, true)
 	return false
 }
 
@@ -708,7 +695,7 @@ func (m *mutexWindow) AdvanceTo(t time.Time) {
 	e := uint64(t.Sub(m.origin) / benchInterval)
 	for ; m.epoch < e; m.epoch++ {
 		m.cur = (m.cur + 1) % len(m.gens)
-		clear(m.gens[m.cur])
+		clear(m.gens[m.cur].words)
 	}
 }
 

@@ -18,15 +18,19 @@
 //
 // # Growth
 //
-// Config.Capacity is the size of a generation's first stage (stage 0, the interleaved layout
-// below), not a hard limit. Stage 0 is sized for p_g = 1-(1-p)^(1/N) at Capacity and counts as full
-// at Sizing.GrowAt, the load at which its rate reaches (1-GrowthShare)·p_g (about 0.98·Capacity).
-// Further keys go to stage 1, a separate blocked filter for Capacity keys at GrowthShare·p_g/2;
-// stage i holds Capacity·2^(i-1) keys at GrowthShare·p_g·2^-i, so a generation's rate stays under
-// (1-GrowthShare)·p_g + GrowthShare·p_g·Σ2^-i < p_g at any load, and the window's under p. A stage
-// counts the keys it takes in padded counters sharded by the hash's top bits (no shared counter);
-// it is allocated by the first writer that needs it and published with a compare-and-swap of an
-// immutable stage list before any key is added to it, so a reader never misses a key. Every
+// Config.Capacity is what a generation's first stage (stage 0, the interleaved layout below)
+// holds: a generation grows only once it has taken more than Capacity new keys, never at or below
+// it. Stage 0 is sized so that its rate at Capacity keys is (1-GrowthShare)·p_g, p_g being the
+// generation's share 1-(1-p)^(1/N) of the target, and it takes exactly Sizing.GrowAt = Capacity
+// keys: it counts them in padded counters sharded by the hash's top bits (no shared counter on the
+// hot path), and adds up the shards only when one passes its share, so that the shards' chance
+// differences never make a generation grow early. Further keys go to stage 1, a separate blocked
+// filter for Capacity keys at GrowthShare·p_g/2; stage i holds Capacity·2^(i-1) keys at
+// GrowthShare·p_g·2^-i, so a generation's rate stays under (1-GrowthShare)·p_g +
+// GrowthShare·p_g·Σ2^-i < p_g at any load, and the window's under p. A grown stage counts its keys
+// per shard, and a shard is full at its share of the stage's capacity. A stage is allocated by the
+// first writer that needs it and published with a compare-and-swap of an immutable stage list
+// before any key is added to it, so a reader never misses a key. Every
 // insertion, into any stage, holds the key's stage-0 claim word in shared mode, which keeps exactly
 // one winner among concurrent offers of a new key across a stage's creation. Lookups test stage 0
 // as before and load one pointer, nil until a generation grows; only grown generations cost more.
@@ -34,17 +38,30 @@
 //
 // # Layout
 //
-// A key's hash selects a group, and a pattern of K bits in a block of S sectors: K/S bits in each
-// sector, a sector being one 64-byte cache line of eight words. A group holds one block per
-// generation slot, and stores the first sectors of all N slots side by side, then the second
-// sectors, and so on. Testing a new key reads the first sector of each generation (N adjacent
-// cache lines) and almost always stops there, because a key that was never added rarely matches
-// K/S bits of a sector; a key that was added reads the S sectors of its generation. Splitting a
-// block into sectors evens out the load per block, which is what blocking costs in memory: Size
-// picks S (1 to 4) per target rate, and each generation is sized exactly, from the Poisson
-// distribution of keys per group, for the rate 1-(1-p)^(1/N), so that the union of N full
-// generations stays at p. Groups are the shards by key hash: there is no lock and no shared
-// counter on the hot path, and writers to different groups never share a cache line.
+// A key's hash selects a group, and a pattern of K bits in a block of S sectors, a sector being
+// one 64-byte cache line of eight words: FirstBits of the K bits in one word of sector 0 (the word
+// the pattern picks among the eight), the rest spread evenly over the words of sectors 1 … S-1.
+// A group holds one block per generation slot. Its sector 0 is stored word-major, generations
+// interleaved: word w of sector 0 of every slot side by side, so that the word a key uses in each
+// of the N generations sits in one row of N adjacent words, one cache line for N ≤ 8. The other
+// sectors are stored sector-major: sector i of every slot side by side.
+//
+// Testing a new key reads that row and almost always stops there: a key that was never added
+// matches FirstBits bits of a half-full word with a probability of a few percent, and only a
+// generation whose word matches is tested further, in its other sectors. A key that was added
+// reads the row and the S-1 further sectors of its generation, and so does an insertion, which
+// writes one word of the row and those sectors. Before this layout (snapshot format v4 and
+// earlier) a key spread its bits over all S sectors and sector 0 was stored sector-major, so a
+// test read one line per live generation (N lines).
+//
+// Confining the first bits to one word of 63 costs memory (the load per word varies more than
+// the load per sector); spreading the rest over S-1 full sectors wins it back. Size picks S (1 to
+// 4), FirstBits and K per target rate by the exact rate of a generation whose groups hold a
+// Poisson number of keys (poissonLoadFPR): at N=8 the layout takes the same memory as the
+// earlier one at 1e-3 and 0.5% less at 1e-6. Each generation is sized for the rate
+// (1-GrowthShare)·(1-(1-p)^(1/N)) at Capacity, so that the union of N full generations stays under
+// p. Groups are the shards by key hash: there is no lock and no shared counter on the hot path,
+// and writers to different groups never share a cache line.
 //
 // There are exactly N slots, one per live generation: no spare slot. Rotation reuses the slot of
 // the expiring generation at once, without clearing it first.

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"math/bits"
 	"time"
 )
 
@@ -121,43 +120,6 @@ func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 	return false, false
 }
 
-// testAndAddOld is testAndAdd (see write.go) for a key whose target is generation e, older than
-// the current one when the caller read the view. The claim word carries the target generation
-// (claimGen), so that a goroutine that helps the insertion writes the key where its claimant
-// would have.
-func (f *Filter) testAndAddOld(p *probe, e uint64) (seen, late bool) {
-	c := &f.claims[p.group]
-	for {
-		cw := c.Load()
-		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		if f.contains(v, p) || f.grownHas(p) {
-			return true, false
-		}
-		if cw&tagMask != 0 {
-			f.help(v, p.group, cw)
-			continue
-		}
-		i, ok := v.generationFor(e)
-		if !ok {
-			return false, true
-		}
-		claim := cw | p.tag
-		if i > 0 {
-			claim |= f.claimGen(v.epochs[i])
-		}
-		if !c.CompareAndSwap(cw, claim) {
-			continue
-		}
-		if i == 0 {
-			f.insert(v, p)
-		} else {
-			f.writeOld(v.active[i], p)
-		}
-		c.CompareAndSwap(claim, cw+f.seqOne())
-		return false, false
-	}
-}
-
 // generationFor returns the index in v.active of the live generation a key stamped in generation
 // e goes to: e's own, or the oldest live one after it when e was skipped. ok is false when e is
 // older than every live generation.
@@ -179,48 +141,6 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // counts the write in the slot's oldWrites, which changes the generation's version: a snapshot
 // that reads the count after the bits were set copies them.
 func (f *Filter) writeOld(s int, p *probe) {
-	i := p.base + uint64(s)*sectorWords
-	for sec := range f.sectors {
-		if f.single {
-			storeSector(f.sector(i), p.sectorMask(sec))
-		} else {
-			orSector(f.sector(i), p.sectorMask(sec))
-		}
-		i += f.sectorStride
-	}
+	f.put(p, s, f.single)
 	f.oldWrites[s].n.Add(1)
-}
-
-// Claim words: the low tagBits bits hold the claimed key's tag; the next genBits bits say where
-// the key goes: 0 for the current generation (TestAndAdd), or 1 + e mod N for generation e
-// (TestAndAddAt of an older record); the bits above count completed insertions. The N live
-// generations are N consecutive numbers once AdvanceEventTo rotated the filter, so e mod N names
-// one of them.
-
-// genBits returns the width of the claim word's generation field: enough for 0 … N.
-func (f *Filter) genBits() uint { return uint(bits.Len(uint(f.cfg.Generations))) }
-
-// seqOne returns the increment of the claim word's insertion counter.
-func (f *Filter) seqOne() uint64 { return 1 << (tagBits + f.genBits()) }
-
-// claimGen returns the generation field of a claim whose key goes to generation e.
-func (f *Filter) claimGen(e uint64) uint64 {
-	return (e%uint64(f.cfg.Generations) + 1) << tagBits
-}
-
-// claimGenMask returns the mask of the claim word's generation field.
-func (f *Filter) claimGenMask() uint64 { return (1<<f.genBits() - 1) << tagBits }
-
-// helpOld writes a claimed key whose claim names an older generation (field, the claim word's
-// generation bits) into the older live generation of v that matches. If none does, the generation
-// expired since the claim (the current generation cannot match: it is newer than the claim's
-// target, and within N of it): the key is late, and is not added.
-func (f *Filter) helpOld(v *view, p *probe, field uint64) {
-	r := field>>tagBits - 1
-	for i := len(v.epochs) - 1; i > 0; i-- {
-		if v.epochs[i]%uint64(f.cfg.Generations) == r {
-			f.writeOld(v.active[i], p)
-			return
-		}
-	}
 }

@@ -125,6 +125,32 @@ func TestEventTimeSkippedGeneration(t *testing.T) {
 	}
 }
 
+// TestEventTimeSkippedIntoSweptSlot sends records of a skipped generation to the current one
+// while its slot's sweep is still pending (the lazy modes: words of the slot's previous use are
+// still there), and checks that every one is seen afterwards, before and after the sweep.
+func TestEventTimeSkippedIntoSweptSlot(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, m := range modes {
+		f := newEventFilter(t, 3, m, base)
+		addKeys(f, 3, 2_000) // generation 0, whose slot is reused below
+		f.AdvanceTo(base.Add(time.Hour))
+		f.AdvanceTo(base.Add(2 * time.Hour))
+		f.AdvanceTo(base.Add(4 * time.Hour)) // live: 4 (slot of 0, swept lazily), 2; 3 skipped
+		for i := range uint64(2_000) {
+			if seen, late := f.TestAndAddAt(key(4, i), base.Add(3*time.Hour)); seen || late {
+				t.Fatalf("%s: record %d of the skipped generation: seen %v, late %v", m.name, i, seen, late)
+			}
+		}
+		if got := seenKeys(f, 4, 2_000); got != 2_000 {
+			t.Errorf("%s: %d of 2000 records of the skipped generation seen", m.name, got)
+		}
+		f.finishSweepForTest()
+		if got := seenKeys(f, 4, 2_000); got != 2_000 {
+			t.Errorf("%s: after the sweep, %d of 2000 records seen", m.name, got)
+		}
+	}
+}
+
 // TestEventTimeExactlyOneWinner offers every fresh key, each stamped in one of the live
 // generations, from several goroutines at once in shared mode, and checks the outcome against a
 // sequential reference: exactly one winner per key, and each key in the generation of its own

@@ -13,7 +13,8 @@ import (
 // canonical form that does not depend on how the filter lays generations out in memory, and
 // RestoreGenerations builds a filter back from such exports. A generation's canonical words are
 // its block in every group, group after group, each block its sectors in order and each sector
-// its eight words, with the use tag cleared (a word of an expired use reads as 0); then the words
+// its eight words (in memory, sector 0's words lie a row of Slots words apart: see blocks), with
+// the use tag cleared (a word of an expired use reads as 0); then the words
 // of each of its grown stages, in stage order, as the stage stores them. A caller that keeps
 // generations apart (kdedup writes each to its own object) uses GenerationVersion to learn which
 // ones changed since it last exported them.
@@ -258,38 +259,52 @@ func (f *Filter) importGeneration(m Meta, s int, open func(epoch uint64) (Genera
 
 // gatherSlot copies the canonical words of slot s in groups [from, to) into dst (which must hold
 // them), reading each word atomically, clearing the tag and zeroing words whose tag is not tag,
-// and returns how many it copied.
+// and returns how many it copied. A group's canonical words are the slot's words of sector 0 (a
+// word-major row apart in memory, see blocks), then those of each other sector.
 func (f *Filter) gatherSlot(s int, from, to, tag uint64, dst []uint64) uint64 {
 	n := uint64(0)
+	slots := uint64(f.slots)
 	for g := from; g < to; g++ {
-		i := g*f.groupWords + uint64(s)*sectorWords
-		for range f.sectors {
-			b := f.sector(i)
+		base := g * f.groupWords
+		for w := range uint64(sectorWords) {
+			dst[n] = canonicalWord(atomic.LoadUint64(&f.words[base+w*slots+uint64(s)]), tag)
+			n++
+		}
+		for sec := 1; sec < f.sectors; sec++ {
+			b := f.sector(f.restSector(base, s, sec))
 			for w := range sectorWords {
-				x := atomic.LoadUint64(&b[w])
-				valid := ^uint64(int64(x^tag) >> 63) // all ones if x carries tag
-				dst[n] = x & valid &^ tagBit
+				dst[n] = canonicalWord(atomic.LoadUint64(&b[w]), tag)
 				n++
 			}
-			i += f.sectorStride
 		}
 	}
 	return n
 }
 
-// scatterSlot stores canonical words of slot s in groups [from, to) with the tag of the slot's
-// use. The filter is not shared yet: plain stores.
+// canonicalWord returns word x of a slot whose use has tag: its data bits, or 0 for a word of an
+// earlier use.
+func canonicalWord(x, tag uint64) uint64 {
+	valid := ^uint64(int64(x^tag) >> 63) // all ones if x carries tag
+	return x & valid &^ tagBit
+}
+
+// scatterSlot stores canonical words of slot s in groups [from, to), as gatherSlot orders them,
+// with the tag of the slot's use. The filter is not shared yet: plain stores.
 func (f *Filter) scatterSlot(s int, from, to, tag uint64, src []uint64) {
 	n := 0
+	slots := uint64(f.slots)
 	for g := from; g < to; g++ {
-		i := g*f.groupWords + uint64(s)*sectorWords
-		for range f.sectors {
-			b := f.sector(i)
+		base := g * f.groupWords
+		for w := range uint64(sectorWords) {
+			f.words[base+w*slots+uint64(s)] = src[n]&^tagBit | tag
+			n++
+		}
+		for sec := 1; sec < f.sectors; sec++ {
+			b := f.sector(f.restSector(base, s, sec))
 			for w := range sectorWords {
 				b[w] = src[n]&^tagBit | tag
 				n++
 			}
-			i += f.sectorStride
 		}
 	}
 }

@@ -1,61 +1,18 @@
 package window
 
 import (
-	"fmt"
-	"io"
-	"math"
 	"math/bits"
 	"sync/atomic"
 )
 
-// GrowthShare is ε, the share of a generation's false-positive budget that its grown stages may
-// use together. Stage 0 counts as full when its own rate reaches (1-ε) of the generation's share
-// p_g of the target, and stage i ≥ 1 is sized for ε·p_g·2^-i, so the generation's rate stays at
-// or under (1-ε)·p_g + ε·p_g·Σ2^-i < p_g at any load.
-const GrowthShare = 1.0 / 8
-
-// maxShardBits bounds the number of fill-counter shards per stage: 64.
-const maxShardBits = 6
-
-// keysPerShard is the least number of keys a stage-0 shard should hold before the filter splits
-// its count further. A shard is full at its share of GrowAt, and keys spread over shards by
-// chance (Poisson), so the first shard fills early by about two standard deviations of its count:
-// 4096 keys per shard keep that under 3% of GrowAt.
-const keysPerShard = 4096
-
-// OverloadPolicy says what a filter does with new keys once its memory cap stops it from growing
-// and the last stage of the current generation is full.
-type OverloadPolicy int
-
-const (
-	// OverloadDrop keeps adding new keys to the full last stage: every key is remembered, and the
-	// false-positive rate rises above the target (real events may be reported as seen).
-	OverloadDrop OverloadPolicy = iota
-	// OverloadPass stops adding new keys to a full last stage at the cap: the false-positive
-	// rate stays at the target, and a later duplicate of a key that was not added is reported new.
-	OverloadPass
-)
-
-// String returns "drop" or "pass".
-func (p OverloadPolicy) String() string {
-	if p == OverloadPass {
-		return "pass"
-	}
-	return "drop"
-}
-
-// stage is a grown stage of one generation: a blocked Bloom filter of its own (one block of
-// sectors per group, no use tags: its words are fresh and die with the generation), with fill
-// counters sharded by the high bits of the key's stage hash. Its layout is immutable; its words
-// and counters are written with atomics (shared mode) or by the single writer.
+// stage is a grown stage of one generation: a blocked Bloom filter of its own (blocks of one
+// slot, in the layout of stage 0 but without use tags: its words are fresh and die with the
+// generation), with fill counters sharded by the high bits of the key's stage hash. Its layout is
+// immutable; its words and counters are written with atomics (shared mode) or by the single
+// writer.
 type stage struct {
+	blocks
 	index    int
-	words    []uint64
-	groups   uint64
-	sectors  int
-	k        int
-	ks       [MaxSectors]int
-	offs     [maxK]uint8
 	limit    uint64 // keys per shard at which the stage is full
 	capacity uint64
 	target   float64
@@ -63,10 +20,13 @@ type stage struct {
 	count    []fillCounter // per shard: keys the stage was offered
 }
 
-// fillCounter counts keys offered to one shard of a stage, alone on its cache line.
+// fillCounter counts keys offered to one shard of a stage, alone on its cache line. full is set
+// (to 1) on every stage-0 shard of a slot once the slot's stage 0 has taken GrowAt keys; it shares
+// the line with the count, so the hot path reads no further line to learn it.
 type fillCounter struct {
-	n uint64
-	_ [56]byte
+	n    uint64
+	full uint32
+	_    [52]byte
 }
 
 // grownGen is the growth of one generation: its stages after stage 0, and whether it wanted a
@@ -92,41 +52,17 @@ func stageHash(group, tag uint64, i int) uint64 {
 	return z ^ z>>31
 }
 
-// stageProbe fills sp with the key's position in st and returns its shard.
+// stageProbe fills sp with the key's position in st, the bits in its word of sector 0 only, and
+// returns its shard.
 func (f *Filter) stageProbe(sp *probe, st *stage, p *probe) uint64 {
 	x := stageHash(p.group, p.tag, st.index)
 	g, _ := bits.Mul64(x, st.groups)
 	sp.group = g
-	sp.base = g * uint64(st.sectors) * sectorWords
+	sp.base = g * st.groupWords
 	sp.tag = x&tagMask | 1
-	fillMask(&sp.mask, &st.offs, st.k, sp.tag)
+	sp.rest = false
+	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
 	return x >> f.shardShift
-}
-
-// has reports whether all of the probe's bits are set in st.
-func (st *stage) has(sp *probe) bool {
-	i := sp.base
-	for sec := range st.sectors {
-		if missing((*[sectorWords]uint64)(st.words[i:i+sectorWords]), sp.sectorMask(sec)) != 0 {
-			return false
-		}
-		i += sectorWords
-	}
-	return true
-}
-
-// put sets the probe's bits in st: atomic ORs, or the single writer's plain stores.
-func (st *stage) put(sp *probe, single bool) {
-	i := sp.base
-	for sec := range st.sectors {
-		b := (*[sectorWords]uint64)(st.words[i : i+sectorWords])
-		if single {
-			storeSector(b, sp.sectorMask(sec))
-		} else {
-			orSector(b, sp.sectorMask(sec))
-		}
-		i += sectorWords
-	}
 }
 
 // grownHas reports whether the key is in a grown stage of a live generation. It costs one atomic
@@ -141,14 +77,14 @@ func (f *Filter) grownHas(p *probe) bool {
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
 			g, _ := bits.Mul64(stageHash(p.group, p.tag, st.index), st.groups)
-			atomic.LoadUint64(&st.words[g*uint64(st.sectors)*sectorWords])
+			atomic.LoadUint64(&st.words[g*st.groupWords])
 		}
 	}
 	var sp probe
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
 			f.stageProbe(&sp, st, p)
-			if st.has(&sp) {
+			if st.has(&sp, 0) {
 				return true
 			}
 		}
@@ -167,18 +103,54 @@ func (f *Filter) bump(c *fillCounter) uint64 {
 	return atomic.AddUint64(&c.n, 1)
 }
 
-// insert adds a new key to v's current generation: to stage 0 while the key's shard of it is
-// below its limit, else to the first grown stage with room (see addGrown). In shared mode the
-// caller holds the key's claim.
+// insert adds a new key to v's current generation: to stage 0 until it has taken GrowAt keys,
+// else to the first grown stage with room (see addGrown). In shared mode the caller holds the
+// key's claim.
+//
+// Stage 0 counts its keys in shards by the hash's top bits, so that writers share no counter, but
+// is full when their sum passes GrowAt: a shard is only a share of the count, not of the
+// capacity, so a shard that draws more keys than its share by chance does not make the
+// generation grow early. A shard within its share (limit0, GrowAt/shards) takes the key at once;
+// past it, stage0Room adds up the slot's shards, and marks them all full once the sum passes
+// GrowAt. Only keys of the last few percent before GrowAt (a shard's count is within a few
+// standard deviations of its share) and of a full stage 0 take that path.
 func (f *Filter) insert(v *view, p *probe) {
-	if f.bump(&f.fill[v.cur<<f.shardBits+int(p.shard)]) <= f.limit0 {
+	c := &f.fill[v.cur<<f.shardBits+int(p.shard)]
+	if atomic.LoadUint32(&c.full) == 0 && (f.bump(c) <= f.limit0 || f.stage0Room(v.cur)) {
 		f.set(v, p)
 		return
 	}
 	f.addGrown(v, p)
 }
 
-// addGrown adds a key whose stage-0 shard is full to the first stage of v's current generation
+// stage0Room reports whether slot's stage 0 has taken at most GrowAt keys, counting the key being
+// inserted. Once it has not, it marks every shard of the slot full. Concurrent writers may each
+// find room for their key at the boundary: stage 0 takes at most one key per writer more.
+func (f *Filter) stage0Room(slot int) bool {
+	if f.stage0Keys(slot) <= f.sizing.GrowAt {
+		return true
+	}
+	f.markFull(slot, 1)
+	return false
+}
+
+// stage0Keys returns the keys slot's stage 0 was offered: the sum of its shards' counts.
+func (f *Filter) stage0Keys(slot int) uint64 {
+	var sum uint64
+	for i := range f.fill[slot<<f.shardBits : (slot+1)<<f.shardBits] {
+		sum += atomic.LoadUint64(&f.fill[slot<<f.shardBits+i].n)
+	}
+	return sum
+}
+
+// markFull sets the full flag of every stage-0 shard of slot to full (0 or 1).
+func (f *Filter) markFull(slot int, full uint32) {
+	for i := range f.fill[slot<<f.shardBits : (slot+1)<<f.shardBits] {
+		atomic.StoreUint32(&f.fill[slot<<f.shardBits+i].full, full)
+	}
+}
+
+// addGrown adds a key that stage 0 has no room for to the first stage of v's current generation
 // whose shard has room, growing the generation if every stage is full. At the memory cap it adds
 // the key to the last stage (OverloadDrop) or nowhere (OverloadPass). If a rotation happened
 // meanwhile, the key is added to the new current generation too, as set does.
@@ -200,7 +172,7 @@ func (f *Filter) addGrown(v *view, p *probe) {
 		if atomic.LoadUint64(&c.n) >= st.limit || f.bump(c) > st.limit {
 			continue
 		}
-		st.put(&sp, f.single)
+		st.put(&sp, 0, f.single)
 		f.recheckRotation(v, p)
 		return
 	}
@@ -210,7 +182,7 @@ func (f *Filter) addGrown(v *view, p *probe) {
 	}
 	if last != nil && f.cfg.Overload == OverloadDrop {
 		f.stageProbe(&sp, last, p)
-		last.put(&sp, f.single)
+		last.put(&sp, 0, f.single)
 		f.recheckRotation(v, p)
 	}
 }
@@ -234,7 +206,7 @@ func (f *Filter) putNewest(v *view, p *probe) {
 				var sp probe
 				st := sts[len(sts)-1]
 				f.stageProbe(&sp, st, p)
-				st.put(&sp, f.single)
+				st.put(&sp, 0, f.single)
 				f.recheckRotation(v, p)
 				return
 			}
@@ -302,51 +274,14 @@ func (f *Filter) reserve(n uint64) bool {
 	}
 }
 
-// stageLayout is the layout of stage i ≥ 1 of a generation.
-type stageLayout struct {
-	index    int
-	groups   uint64
-	layout   layoutParams
-	capacity uint64
-	target   float64
-	bytes    uint64
-}
-
-// stageLayout returns the layout of stage i ≥ 1: capacity Capacity·2^(i-1) at false-positive rate
-// GrowthShare·p_g·2^-i, p_g being what stage 0 is sized for.
-func (f *Filter) stageLayout(i int) stageLayout {
-	return growthStage(f.cfg.Capacity, f.sizing.ShareFPR, i, f.shardBits)
-}
-
-func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLayout {
-	target := GrowthShare * share * math.Ldexp(1, -i)
-	bp := bestLayout(target)
-	c := capacity << (i - 1)
-	if i-1 >= 64 || c>>(i-1) != capacity {
-		c = math.MaxUint64 / 2
-	}
-	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
-	return stageLayout{
-		index: i, groups: groups, layout: bp, capacity: c, target: target,
-		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,
-	}
-}
-
 // newStage allocates an empty stage.
 func newStage(l stageLayout, shardBits uint) *stage {
-	s := Sizing{K: l.layout.k, Sectors: l.layout.sectors}
-	st := &stage{
-		index: l.index, groups: l.groups, sectors: l.layout.sectors, k: l.layout.k,
-		capacity: l.capacity, target: l.target, bytes: l.bytes,
-		words: alignedWords(l.groups * uint64(l.layout.sectors) * sectorWords),
+	return &stage{
+		blocks: newBlocks(l.groups, 1, l.layout),
+		index:  l.index, capacity: l.capacity, target: l.target, bytes: l.bytes,
 		limit: max(l.capacity>>shardBits, 1),
 		count: make([]fillCounter, 1<<shardBits),
 	}
-	st.offs = maskOffsets(s)
-	for j := range s.Sectors {
-		st.ks[j] = s.sectorBits(j)
-	}
-	return st
 }
 
 // dropGrownLocked forgets the growth of generations that are no longer live at epoch and returns
@@ -381,130 +316,4 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 			return
 		}
 	}
-}
-
-// shardLayout returns how many bits of a stage hash select a fill-counter shard for a stage 0
-// that is full at growAt keys: up to 64 shards, each holding at least keysPerShard keys.
-func shardLayout(growAt uint64) uint {
-	b := uint(0)
-	for b < maxShardBits && growAt>>(b+1) >= keysPerShard {
-		b++
-	}
-	return b
-}
-
-// restoreStages reads the grown stages m describes from r, after stage 0's words, and publishes
-// them in f, which is not shared yet; with a nil r it only allocates them, for their generations'
-// readers to fill (RestoreGenerations). A stage whose layout differs from what the Config gives
-// for its index is incompatible; one of a generation that is not live is corrupt.
-func (f *Filter) restoreStages(m Meta, r io.Reader) error {
-	if len(m.Stages) == 0 {
-		return nil
-	}
-	if m.ShardBits != int(f.shardBits) {
-		return fmt.Errorf("%w: snapshot has %d shard bits, layout needs %d", ErrIncompatible, m.ShardBits, f.shardBits)
-	}
-	var gens []*grownGen
-	for _, sm := range m.Stages {
-		if err := f.checkStage(m, sm); err != nil {
-			return err
-		}
-		var gg *grownGen
-		if n := len(gens); n > 0 && gens[n-1].epoch == sm.Epoch {
-			gg = gens[n-1]
-		} else {
-			gg = &grownGen{epoch: sm.Epoch}
-			gg.stages.Store(new([]*stage))
-			gens = append(gens, gg)
-		}
-		if len(*gg.stages.Load())+1 != sm.Index {
-			return fmt.Errorf("%w: generation %d: stage %d out of order", ErrIncompatible, sm.Epoch, sm.Index)
-		}
-		lay := f.stageLayout(sm.Index)
-		st := newStage(lay, f.shardBits)
-		if r != nil {
-			if err := readWords(r, st.words); err != nil {
-				return fmt.Errorf("window: reading snapshot data: %w", err)
-			}
-		}
-		for j, c := range sm.Counts {
-			st.count[j].n = c
-		}
-		sts := append(*gg.stages.Load(), st)
-		gg.stages.Store(&sts)
-		f.stageBytes.Add(int64(lay.bytes))
-	}
-	f.grown.Store(&grownSet{gens: gens})
-	return nil
-}
-
-// restoredStages returns the grown stages of generation epoch of a filter being restored, in
-// stage order.
-func (f *Filter) restoredStages(epoch uint64) []*stage {
-	if gg := f.grownGenIfAny(epoch); gg != nil {
-		return *gg.stages.Load()
-	}
-	return nil
-}
-
-// checkStage checks a stage description against the filter's layout and live generations.
-func (f *Filter) checkStage(m Meta, sm StageMeta) error {
-	live := false
-	for _, e := range m.SlotEpochs {
-		live = live || (e >= 0 && uint64(e) == sm.Epoch)
-	}
-	if !live || sm.Index < 1 || sm.Index > 64 || len(sm.Counts) != 1<<f.shardBits {
-		return fmt.Errorf("%w: stage %d of generation %d does not fit the generation table", ErrIncompatible, sm.Index, sm.Epoch)
-	}
-	lay := f.stageLayout(sm.Index)
-	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.Sectors != lay.layout.sectors ||
-		sm.Words != lay.groups*uint64(lay.layout.sectors)*sectorWords {
-		return fmt.Errorf("%w: stage %d has %d groups, k %d, %d sectors and %d words; layout needs %d, %d, %d",
-			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.sectors)
-	}
-	return nil
-}
-
-// restoreFill sets the stage-0 fill counters from m, or, for a snapshot without them, spreads
-// each live generation's estimated keys evenly over its shards.
-func (f *Filter) restoreFill(m Meta) {
-	if len(m.Fill) == len(f.fill) && m.ShardBits == int(f.shardBits) {
-		for i, c := range m.Fill {
-			f.fill[i].n = c
-		}
-		return
-	}
-	stride := max(f.groups/statsSampleGroups, 1)
-	for s, e := range f.slotEpoch {
-		if e < 0 {
-			continue
-		}
-		per := uint64(f.generationStats(s, stride).EstimatedKeys) >> f.shardBits
-		for j := range 1 << f.shardBits {
-			f.fill[s<<f.shardBits+j].n = per
-		}
-	}
-}
-
-// GrowthCost returns the memory one generation of a filter for cfg takes when it receives
-// load × Capacity distinct keys in its interval: its share of stage 0 (TotalBytes / N) plus the
-// grown stages that many keys need, and the number of those stages. It ignores the memory cap
-// and the early growth of a fill-counter shard that fills before the others (a few percent of
-// GrowAt), and allocates nothing. It returns Size's error for a bad cfg.
-func GrowthCost(cfg Config, load float64) (bytes uint64, stages int, err error) {
-	s, err := Size(cfg)
-	if err != nil {
-		return 0, 0, err
-	}
-	bytes = s.TotalBytes / uint64(s.Slots)
-	keys := load * float64(cfg.Capacity)
-	room := float64(s.GrowAt)
-	shardBits := shardLayout(s.GrowAt)
-	for i := 1; room < keys && i < 64; i++ {
-		l := growthStage(cfg.Capacity, s.ShareFPR, i, shardBits)
-		bytes += l.bytes
-		room += float64(l.capacity)
-		stages = i
-	}
-	return bytes, stages, nil
 }

@@ -108,14 +108,11 @@ func checkTags(t testing.TB, f *Filter) {
 		}
 		tag := tagOf(f.uses[s].Load())
 		for g := range f.groups {
-			for sec := range uint64(f.sectors) {
-				b := f.sector(g*f.groupWords + sec*f.sectorStride + uint64(s)*sectorWords)
-				for w := range b {
-					if x := atomic.LoadUint64(&b[w]); x&tagBit != tag {
-						t.Fatalf("slot %d (use %d) group %d sector %d word %d: %#x has a stale tag", s, f.uses[s].Load(), g, sec, w, x)
-					}
+			f.slotWords(g, s, func(w *uint64) {
+				if x := atomic.LoadUint64(w); x&tagBit != tag {
+					t.Fatalf("slot %d (use %d) group %d: word %#x has a stale tag", s, f.uses[s].Load(), g, x)
 				}
-			}
+			})
 		}
 	}
 }

@@ -3,6 +3,7 @@ package window
 import (
 	"bytes"
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -37,14 +38,11 @@ func seenKeys(f *Filter, ns, n uint64) (seen int) {
 func staleWords(f *Filter, s int) (n int) {
 	tag := tagOf(f.uses[s].Load())
 	for g := range f.groups {
-		for sec := range uint64(f.sectors) {
-			b := f.sector(g*f.groupWords + sec*f.sectorStride + uint64(s)*sectorWords)
-			for w := range b {
-				if atomic.LoadUint64(&b[w])&tagBit != tag {
-					n++
-				}
+		f.slotWords(g, s, func(w *uint64) {
+			if atomic.LoadUint64(w)&tagBit != tag {
+				n++
 			}
-		}
+		})
 	}
 	return n
 }
@@ -277,38 +275,40 @@ func TestRestoreMidSweep(t *testing.T) {
 	}
 }
 
-// TestPatternUniform checks the bit positions probeFor draws: none in a tag bit, at most the
-// sector's share of K per sector, and every one of a sector's UsableSectorBits positions equally
-// likely (within 5 standard deviations over 300k keys), for the split of K that sizing uses at
-// 1e-3 and 1e-6.
+// TestPatternUniform checks the bit positions probes draw, for the layouts sizing uses at 1e-3
+// and 1e-6: none in a tag bit; in sector 0, one word, uniformly chosen, with 1 to FirstBits bits;
+// in sector i ≥ 1, 1 to its share of the other bits; and every position of a sector 0 word and of
+// a further sector equally likely (within 5 standard deviations over 300k keys).
 func TestPatternUniform(t *testing.T) {
-	for _, ks := range [][]int{{6, 6}, {7, 7, 7}} {
-		sz := Sizing{Sectors: len(ks)}
-		for _, n := range ks {
-			sz.K += n
+	for _, p := range []float64{1e-3, 1e-6} {
+		sz, err := Size(Config{Generations: 8, Interval: time.Minute, Capacity: 1_000_000, FalsePositiveRate: p})
+		if err != nil {
+			t.Fatal(err)
 		}
-		offs := maskOffsets(sz)
-		counts := make([][UsableSectorBits]int, len(ks))
-		var mask [MaxSectors * sectorWords]uint64
+		b := newBlocks(1, 1, layoutParams{sectors: sz.Sectors, k: sz.K, first: sz.FirstBits})
+		counts := make([][UsableSectorBits]int, sz.Sectors) // sector 0: word·wordBits + bit
 		const keys = 300_000
 		for i := range uint64(keys) {
-			fillMask(&mask, &offs, sz.K, (i*0x9e3779b97f4a7c15)&tagMask|1)
-			for sec := range ks {
-				bitsSet := 0
+			var pr probe
+			pr.tag = (i*0x9e3779b97f4a7c15)&tagMask | 1
+			b.fillPattern(&pr)
+			for sec := range sz.Sectors {
+				n := 0
 				for w := range sectorWords {
-					x := mask[sec*sectorWords+w]
+					x := pr.mask[sec*sectorWords+w]
 					if x&tagBit != 0 {
 						t.Fatalf("a pattern uses the tag bit of word %d", w)
 					}
-					for b := range wordBits {
-						if x&(1<<b) != 0 {
-							counts[sec][w*wordBits+b]++
-							bitsSet++
-						}
+					if sec == 0 && w != int(pr.w0) && x != 0 {
+						t.Fatalf("sector 0: bits in word %d, the key's word is %d", w, pr.w0)
+					}
+					for ; x != 0; x &= x - 1 { // each set bit
+						counts[sec][w*wordBits+bits.TrailingZeros64(x)]++
+						n++
 					}
 				}
-				if bitsSet > ks[sec] || bitsSet == 0 {
-					t.Fatalf("sector %d has %d bits, want 1 to %d", sec, bitsSet, ks[sec])
+				if n > b.ks[sec] || n == 0 {
+					t.Fatalf("sector %d has %d bits, want 1 to %d", sec, n, b.ks[sec])
 				}
 			}
 		}
@@ -320,7 +320,7 @@ func TestPatternUniform(t *testing.T) {
 			mean := total / UsableSectorBits
 			for pos, n := range c {
 				if d := math.Abs(float64(n) - mean); d > 5*math.Sqrt(mean) {
-					t.Errorf("ks=%v sector %d position %d: %d hits, mean %.0f", ks, sec, pos, n, mean)
+					t.Errorf("p=%g sector %d position %d: %d hits, mean %.0f", p, sec, pos, n, mean)
 				}
 			}
 		}

@@ -75,6 +75,7 @@ func (f *Filter) advanceLocked(target uint64) {
 	for i := range f.fill[cur<<f.shardBits : (cur+1)<<f.shardBits] {
 		atomic.StoreUint64(&f.fill[cur<<f.shardBits+i].n, 0)
 	}
+	f.markFull(cur, 0)
 	f.publishLocked(target, append([]int{cur}, kept...))
 	f.rotations.Add(target - v.epoch)
 }
@@ -161,15 +162,9 @@ func (f *Filter) endSweepLocked() {
 // each conversion is a compare-and-swap, so it never overwrites a word a writer has converted.
 func (f *Filter) sweepGroupsLocked(s int, from, to uint64) {
 	tag := tagOf(f.uses[s].Load())
+	sweep := func(w *uint64) { sweepWord(w, tag) }
 	for g := from; g < to; g++ {
-		i := g*f.groupWords + uint64(s)*sectorWords
-		for range f.sectors {
-			b := f.sector(i)
-			for w := range sectorWords {
-				sweepWord(&b[w], tag)
-			}
-			i += f.sectorStride
-		}
+		f.slotWords(g, s, sweep)
 	}
 }
 

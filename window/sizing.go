@@ -86,6 +86,27 @@ type Config struct {
 	Clock func() time.Time
 }
 
+// OverloadPolicy says what a filter does with new keys once its memory cap stops it from growing
+// and the last stage of the current generation is full.
+type OverloadPolicy int
+
+const (
+	// OverloadDrop keeps adding new keys to the full last stage: every key is remembered, and the
+	// false-positive rate rises above the target (real events may be reported as seen).
+	OverloadDrop OverloadPolicy = iota
+	// OverloadPass stops adding new keys to a full last stage at the cap: the false-positive
+	// rate stays at the target, and a later duplicate of a key that was not added is reported new.
+	OverloadPass
+)
+
+// String returns "drop" or "pass".
+func (p OverloadPolicy) String() string {
+	if p == OverloadPass {
+		return "pass"
+	}
+	return "drop"
+}
+
 // Sizing is the memory layout derived from a Config by Size.
 type Sizing struct {
 	// Generations is N.
@@ -94,12 +115,16 @@ type Sizing struct {
 	// that expires is reused at once by the next generation (see the package documentation).
 	Slots int
 	// Sectors is S, the number of cache-line sectors one generation's block is split into. A key
-	// sets K/S of its bits in each (the first K mod S sectors get one more).
+	// sets FirstBits of its bits in one word of sector 0 and spreads the others evenly over the
+	// words of sectors 1 … S-1 (the first (K-FirstBits) mod (S-1) of them get one more).
 	Sectors int
 	// SectorBits is the size of a sector in bits (SectorBits), including its eight tag bits.
 	SectorBits int
 	// K is the number of bits a key sets in one generation, over all its sectors.
 	K int
+	// FirstBits is how many of the K bits go to one word of sector 0 (the word the key's pattern
+	// picks among the sector's eight); the other K-FirstBits spread over sectors 1 … S-1.
+	FirstBits int
 	// Groups is the number of key groups; a key hashes to one group and uses one block of S
 	// sectors of it per generation.
 	Groups uint64
@@ -109,27 +134,39 @@ type Sizing struct {
 	BitsPerKey float64
 	// TotalBytes is the memory the filter allocates: all slots plus one claim word per group.
 	TotalBytes uint64
-	// GenerationFPR is the predicted false-positive rate of one full generation.
+	// GenerationFPR is the predicted false-positive rate of one generation holding Capacity keys
+	// in stage 0: at most (1-GrowthShare)·ShareFPR.
 	GenerationFPR float64
 	// PredictedFPR is the predicted false-positive rate of the window when all N generations hold
-	// Capacity keys.
+	// Capacity keys: at most (1-GrowthShare)·FalsePositiveRate, about 0.88 of it.
 	PredictedFPR float64
-	// ShareFPR is p_g = 1-(1-p)^(1/N), each generation's share of the target rate: stage 0 is
-	// sized for it, and a grown generation's stages together stay under it.
+	// ShareFPR is p_g = 1-(1-p)^(1/N), each generation's share of the target rate: stage 0 takes
+	// (1-GrowthShare) of it at Capacity, and a grown generation's stages the rest.
 	ShareFPR float64
-	// GrowAt is n₀, the number of keys at which a generation's stage 0 counts as full and further
-	// keys go to a grown stage: the load at which its predicted rate reaches (1-GrowthShare)·p_g,
-	// slightly under Capacity.
+	// GrowAt is the number of keys a generation's stage 0 takes before further keys go to a grown
+	// stage: Capacity. A generation grows only once it has taken more than Capacity keys.
 	GrowAt uint64
+}
+
+// sectorKs returns sectorBits of every sector.
+func (s Sizing) sectorKs() []int {
+	ks := make([]int, s.Sectors)
+	for i := range ks {
+		ks[i] = s.sectorBits(i)
+	}
+	return ks
 }
 
 // sectorBits returns how many of the K bits a key sets in sector i of a block.
 func (s Sizing) sectorBits(i int) int {
-	n := s.K / s.Sectors
-	if i < s.K%s.Sectors {
-		n++
+	if i == 0 {
+		return s.FirstBits
 	}
-	return n
+	rest, n := s.K-s.FirstBits, s.Sectors-1
+	if i-1 < rest%n {
+		return rest/n + 1
+	}
+	return rest / n
 }
 
 // Errors returned by Size and New for bad configuration. They are wrapped with details; test for
@@ -143,10 +180,14 @@ var (
 // it returns an error wrapping ErrConfig (or ErrMemory when the layout exceeds the memory cap) that
 // names every problem found.
 //
-// A key is tested against every active generation, so each generation is sized for a
-// false-positive rate of 1-(1-p)^(1/N): the union of N full generations then stays at or under p.
-// The per-generation rate of a sectorized blocked filter is computed exactly from the Poisson
-// distribution of keys per group, not from the textbook formula, which underestimates it. The
+// A key is tested against every active generation, so each generation gets a share
+// p_g = 1-(1-p)^(1/N) of the target: the union of N generations then stays at or under p. Stage 0
+// is sized so that its rate at Capacity keys is (1-GrowthShare)·p_g, which leaves GrowthShare·p_g
+// to the stages a generation grows beyond Capacity (see the package documentation); it costs
+// about log2(1/(1-GrowthShare))/log2(1/p_g) more bits than sizing stage 0 for p_g (1.5% at
+// p_g = 1.25e-4). The per-generation rate of a sectorized blocked filter is computed exactly from
+// the Poisson distribution of keys per group and the distribution of set bits per sector
+// (poissonLoadFPR), not from the textbook formula, which underestimates it. The
 // number of sectors S is the smallest in 1..MaxSectors whose successor would save less than 5%
 // memory: every sector is another cache line that an insert writes and a hit reads.
 func Size(cfg Config) (Sizing, error) {
@@ -155,25 +196,24 @@ func Size(cfg Config) (Sizing, error) {
 	}
 	n, p := cfg.Generations, cfg.FalsePositiveRate
 	pg := -math.Expm1(math.Log1p(-p) / float64(n)) // 1-(1-p)^(1/N), accurate for tiny p
-	bp := bestLayout(pg)
-	groups := uint64(math.Ceil(float64(cfg.Capacity) / bp.lambda))
-	if groups == 0 {
-		groups = 1
-	}
+	target := (1 - GrowthShare) * pg               // stage 0's rate at Capacity: the rest is the stages'
+	bp := bestLayout(target)
+	groups := max(uint64(math.Ceil(float64(cfg.Capacity)/bp.lambda)), 1)
 	s := Sizing{
 		Generations:       n,
 		Slots:             n,
 		Sectors:           bp.sectors,
 		SectorBits:        SectorBits,
 		K:                 bp.k,
+		FirstBits:         bp.first,
 		Groups:            groups,
 		BitsPerGeneration: groups * uint64(bp.sectors) * SectorBits,
 	}
 	s.BitsPerKey = float64(s.BitsPerGeneration) / float64(cfg.Capacity)
-	s.GenerationFPR = sectorizedFPR(float64(cfg.Capacity)/float64(groups), s.K, s.Sectors)
+	s.GenerationFPR = poissonLoadFPR(float64(cfg.Capacity)/float64(groups), s.sectorKs())
 	s.PredictedFPR = -math.Expm1(float64(n) * math.Log1p(-s.GenerationFPR))
 	s.ShareFPR = pg
-	s.GrowAt = growAt(groups, bp, (1-GrowthShare)*pg)
+	s.GrowAt = cfg.Capacity
 
 	maxBytes := cfg.MaxBytes
 	if maxBytes == 0 {
@@ -187,29 +227,6 @@ func Size(cfg Config) (Sizing, error) {
 	}
 	s.TotalBytes = groups * perGroup
 	return s, nil
-}
-
-// growAt returns the largest load at which a stage-0 generation of the given groups and layout
-// stays at or under the rate target. It uses the rate Stats computes for a Poisson load
-// (poissonLoadFPR, the exact distribution of set bits per sector), not sectorizedFPR: the latter
-// puts the expected fill under the power and reads 2-5% low near capacity, which would leave
-// the generation's total a few percent over its share once stages add theirs.
-func growAt(groups uint64, bp layoutParams, target float64) uint64 {
-	s := Sizing{K: bp.k, Sectors: bp.sectors}
-	ks := make([]int, bp.sectors)
-	for i := range ks {
-		ks[i] = s.sectorBits(i)
-	}
-	lo, hi := 0.0, bp.lambda
-	for range 50 {
-		mid := (lo + hi) / 2
-		if poissonLoadFPR(mid, ks) <= target {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return max(uint64(lo*float64(groups)), 1)
 }
 
 // validate reports every problem with cfg at once, wrapped in ErrConfig.
@@ -243,90 +260,190 @@ func saturatingMul(a, b uint64) uint64 {
 	return a * b
 }
 
-// layoutParams is a block layout for one per-generation target: sectors, bits per key, and the
-// largest mean number of keys per group that stays at or under the target.
+// layoutParams is a block layout for one per-generation target: sectors, bits per key, of which
+// first in one word of sector 0, and the largest mean number of keys per group that stays at or
+// under the target.
 type layoutParams struct {
-	sectors, k int
-	lambda     float64
+	sectors, k, first int
+	lambda            float64
 }
+
+// ks returns the bits a key sets in each sector (Sizing.sectorBits).
+func (lp layoutParams) ks() []int {
+	return (Sizing{K: lp.k, Sectors: lp.sectors, FirstBits: lp.first}).sectorKs()
+}
+
+// maxFirst bounds layoutParams.first: more bits than this in one 63-bit word never pay.
+const maxFirst = 16
 
 // layouts memoises bestLayout, which takes tens of milliseconds.
 var layouts sync.Map // float64 target → layoutParams
 
-// bestLayout returns the layout Size uses for a per-generation false-positive rate target.
+// bestLayout returns the layout Size uses for a per-generation false-positive rate target: for
+// each number of sectors, the split of bits that holds the most keys per group at the target
+// (searchParams), and of those the fewest sectors whose successor would save less than
+// sectorGain of the memory. The rate of a layout is the exact Poisson model of poissonLoadFPR,
+// the one Stats uses.
 func bestLayout(target float64) layoutParams {
 	if v, ok := layouts.Load(target); ok {
 		return v.(layoutParams)
 	}
 	var best layoutParams
 	for sectors := 1; sectors <= MaxSectors; sectors++ {
-		k, lambda := searchParams(target, sectors)
+		lp := searchParams(target, sectors)
 		// Memory per key is proportional to sectors/lambda; a further sector must save at least
 		// sectorGain of it, or the search stops.
-		if best.sectors != 0 && float64(sectors)/lambda > (1-sectorGain)*float64(best.sectors)/best.lambda {
+		if best.sectors != 0 && float64(sectors)/lp.lambda > (1-sectorGain)*float64(best.sectors)/best.lambda {
 			break
 		}
-		best = layoutParams{sectors: sectors, k: k, lambda: lambda}
+		best = lp
 	}
 	layouts.Store(target, best)
 	return best
 }
 
-// searchParams returns the k and the largest mean number of keys per group (lambda) for which a
-// group of the given number of sectors stays at or under the false-positive rate target.
-func searchParams(target float64, sectors int) (k int, lambda float64) {
-	bestK, bestL := sectors, 0.0
-	for k := sectors; k <= maxK; k++ {
-		lo, hi := 0.0, float64(sectors*UsableSectorBits)
-		if sectorizedFPR(1e-9, k, sectors) > target {
-			continue
+// searchParams returns the split of bits over a block of the given number of sectors that holds
+// the most keys per group at the target. The keys a layout holds rise and then fall with the bits
+// in sector 0's word and with the bits in the other sectors, so each search stops after a few
+// splits that do worse than the best.
+func searchParams(target float64, sectors int) layoutParams {
+	best := layoutParams{sectors: sectors, k: sectors, first: 1, lambda: 1e-3}
+	worse := 0
+	for first := 1; first <= maxFirst && worse < 2; first++ {
+		lp := layoutParams{sectors: sectors, first: first, k: first}
+		if sectors > 1 {
+			lp = bestRest(target, sectors, first)
+		} else {
+			lp.lambda = maxLambda(target, lp.ks(), 0)
 		}
-		for range 60 {
-			mid := (lo + hi) / 2
-			if sectorizedFPR(mid, k, sectors) <= target {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		if lo > bestL {
-			bestK, bestL = k, lo
+		if lp.lambda > best.lambda {
+			best, worse = lp, 0
+		} else {
+			worse++
 		}
 	}
-	if bestL == 0 { // unreachable for target >= 1e-15, kept as a guard
-		bestL = 1e-3
-	}
-	return bestK, bestL
+	return best
 }
 
-// sectorizedFPR is the false-positive rate of one generation whose key groups hold a
-// Poisson(lambda) number of keys, each setting k bits split over the group's sectors as
-// Sizing.sectorBits does, at independent positions among each sector's UsableSectorBits bits.
-// A key that was never added matches only if all its bits are set in every sector.
-func sectorizedFPR(lambda float64, k, sectors int) float64 {
-	if lambda <= 0 {
-		return 0
-	}
-	s := Sizing{K: k, Sectors: sectors}
-	q := math.Log1p(-1.0 / UsableSectorBits) // log of the chance one set bit misses a given bit
-	limit := int(lambda + 12*math.Sqrt(lambda) + 30)
-	logP := -lambda // log Poisson(0)
-	sum := 0.0
-	for j := 0; j <= limit; j++ {
-		if j > 0 {
-			logP += math.Log(lambda) - math.Log(float64(j))
+// bestRest returns, for a block of sectors ≥ 2 sectors with first bits in sector 0's word, the
+// number of further bits that holds the most keys per group at the target.
+func bestRest(target float64, sectors, first int) layoutParams {
+	best := layoutParams{sectors: sectors, first: first, k: first + sectors - 1}
+	worse := 0
+	for k := first + sectors - 1; k <= maxK && worse < 3; k++ {
+		lp := layoutParams{sectors: sectors, first: first, k: k}
+		lp.lambda = maxLambda(target, lp.ks(), best.lambda)
+		if lp.lambda > best.lambda {
+			best, worse = lp, 0
+		} else {
+			worse++
 		}
-		logMatch := 0.0
-		for i := range sectors {
-			ks := s.sectorBits(i)
-			fill := -math.Expm1(float64(j*ks) * q)
-			if fill <= 0 {
-				logMatch = math.Inf(-1)
-				break
-			}
-			logMatch += float64(ks) * math.Log(fill)
-		}
-		sum += math.Exp(logP + logMatch)
 	}
-	return sum
+	return best
+}
+
+// maxLambda returns the largest mean number of keys per group at which a generation whose keys
+// set ks[s] bits in sector s stays at or under the target (0 if none does), or a value at most
+// floor when that is not above floor.
+func maxLambda(target float64, ks []int, floor float64) float64 {
+	if floor > 0 && poissonLoadFPR(floor, ks) > target {
+		return floor
+	}
+	lo, hi := floor, max(2*floor, 1.0)
+	for poissonLoadFPR(hi, ks) <= target {
+		lo, hi = hi, 2*hi
+		if hi > 1e6 {
+			return lo
+		}
+	}
+	for range 50 {
+		mid := (lo + hi) / 2
+		if poissonLoadFPR(mid, ks) <= target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// Growth sizing: the stages a generation grows beyond stage 0, and the fill counters.
+
+// GrowthShare is ε, the share of a generation's false-positive budget that its grown stages may
+// use together. Stage 0 is sized for (1-ε) of the generation's share p_g of the target at
+// Capacity keys and takes no more, and stage i ≥ 1 is sized for ε·p_g·2^-i, so the generation's
+// rate stays at or under (1-ε)·p_g + ε·p_g·Σ2^-i < p_g at any load.
+const GrowthShare = 1.0 / 8
+
+// maxShardBits bounds the number of fill-counter shards per stage: 64.
+const maxShardBits = 6
+
+// keysPerShard is the least number of keys a fill-counter shard should hold before the filter
+// splits its count further. Keys spread over shards by chance (Poisson): a grown stage's shard is
+// full at its share of the stage's capacity, so its first shard fills early by about two standard
+// deviations of its count, and 4096 keys per shard keep that under 3%. Stage 0 counts its shards
+// against GrowAt together (see Filter.insert), so it is full at GrowAt exactly.
+const keysPerShard = 4096
+
+// stageLayout is the layout of stage i ≥ 1 of a generation.
+type stageLayout struct {
+	index    int
+	groups   uint64
+	layout   layoutParams
+	capacity uint64
+	target   float64
+	bytes    uint64
+}
+
+// stageLayout returns the layout of stage i ≥ 1: capacity Capacity·2^(i-1) at false-positive rate
+// GrowthShare·p_g·2^-i, p_g being what stage 0 is sized for.
+func (f *Filter) stageLayout(i int) stageLayout {
+	return growthStage(f.cfg.Capacity, f.sizing.ShareFPR, i, f.shardBits)
+}
+
+func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLayout {
+	target := GrowthShare * share * math.Ldexp(1, -i)
+	bp := bestLayout(target)
+	c := capacity << (i - 1)
+	if i-1 >= 64 || c>>(i-1) != capacity {
+		c = math.MaxUint64 / 2
+	}
+	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
+	return stageLayout{
+		index: i, groups: groups, layout: bp, capacity: c, target: target,
+		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,
+	}
+}
+
+// shardLayout returns how many bits of a stage hash select a fill-counter shard for a stage 0
+// that is full at growAt keys: up to 64 shards, each holding at least keysPerShard keys.
+func shardLayout(growAt uint64) uint {
+	b := uint(0)
+	for b < maxShardBits && growAt>>(b+1) >= keysPerShard {
+		b++
+	}
+	return b
+}
+
+// GrowthCost returns the memory one generation of a filter for cfg takes when it receives
+// load × Capacity distinct keys in its interval: its share of stage 0 (TotalBytes / N) plus the
+// grown stages that many keys need, and the number of those stages. It ignores the memory cap
+// and the early growth of a grown stage's fill-counter shard that fills before the others (a few
+// percent of the stage's capacity), and allocates nothing. It returns Size's error for a bad cfg.
+func GrowthCost(cfg Config, load float64) (bytes uint64, stages int, err error) {
+	s, err := Size(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	bytes = s.TotalBytes / uint64(s.Slots)
+	keys := load * float64(cfg.Capacity)
+	room := float64(s.GrowAt)
+	shardBits := shardLayout(s.GrowAt)
+	for i := 1; room < keys && i < 64; i++ {
+		l := growthStage(cfg.Capacity, s.ShareFPR, i, shardBits)
+		bytes += l.bytes
+		room += float64(l.capacity)
+		stages = i
+	}
+	return bytes, stages, nil
 }

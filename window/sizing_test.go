@@ -62,8 +62,12 @@ func TestSizeMeetsTarget(t *testing.T) {
 		if s.PredictedFPR > tt.p*1.0000001 {
 			t.Errorf("N=%d p=%g: predicted %g over target", tt.n, tt.p, s.PredictedFPR)
 		}
-		if s.PredictedFPR < tt.p*0.9 && s.Groups >= 100 { // a few groups round up a lot
-
+		// Stage 0 is sized for (1-GrowthShare) of the generation's share at Capacity: the rest is
+		// the stages'.
+		if s.GenerationFPR > s.ShareFPR*(1-GrowthShare)*1.0000001 {
+			t.Errorf("N=%d p=%g: generation rate %g over stage 0's part of the share %g", tt.n, tt.p, s.GenerationFPR, s.ShareFPR)
+		}
+		if s.PredictedFPR < tt.p*(1-GrowthShare)*0.9 && s.Groups >= 100 { // a few groups round up a lot
 			t.Errorf("N=%d p=%g: predicted %g wastes memory", tt.n, tt.p, s.PredictedFPR)
 		}
 		if s.Slots != tt.n || s.K < s.Sectors || s.Sectors < 1 || s.Sectors > MaxSectors ||

@@ -26,6 +26,10 @@ type Meta struct {
 	Seed              uint64
 	// K is the number of bits a key sets in one generation, over all sectors.
 	K int
+	// FirstBits is how many of them go to one word of sector 0 (Sizing.FirstBits). 0 marks the
+	// layout of an older kdedup (every sector of a block stored side by side, K spread evenly),
+	// which Restore refuses.
+	FirstBits int
 	// Sectors is the number of sectors of one generation's block.
 	Sectors int
 	// SectorBits is the size of a sector in bits (SectorBits).
@@ -45,8 +49,10 @@ type Meta struct {
 	// parity differs from its slot's use is stale and reads as empty.
 	SlotUses []uint64
 	// Words is the number of 64-bit data words of stage 0 that WriteSnapshot writes first:
-	// Groups × Sectors × Slots × SectorBits/64. Word ((g·Sectors + i)·Slots + s)·SectorBits/64 + w
-	// is word w of sector i of slot s's block in group g.
+	// Groups × Sectors × Slots × SectorBits/64, group after group. In group g, which starts at word
+	// G = g·Sectors·Slots·SectorBits/64, sector 0 is stored word-major and the other sectors
+	// sector-major: word w of sector 0 of slot s's block is word G + w·Slots + s, and word w of
+	// sector i ≥ 1 is word G + (i·Slots + s)·SectorBits/64 + w.
 	Words uint64
 	// ShardBits is how many top bits of a key's hash select its fill-counter shard: each stage
 	// has 2^ShardBits counters.
@@ -65,18 +71,20 @@ type Meta struct {
 }
 
 // StageMeta describes one grown stage of a generation: a blocked Bloom filter of Groups blocks
-// of Sectors sectors (no use tags), whose word (g·Sectors + i)·SectorBits/64 + w is word w of
-// sector i of group g's block.
+// of Sectors sectors (no use tags), laid out as stage 0 with one slot: word w of sector i of
+// group g's block is its word (g·Sectors + i)·SectorBits/64 + w.
 type StageMeta struct {
 	// Epoch is the number of the generation the stage belongs to.
 	Epoch uint64
 	// Index is the stage's number in its generation, from 1: stage i holds up to
 	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i.
 	Index int
-	// Groups, K and Sectors are the stage's layout, which Restore checks against the Config.
-	Groups  uint64
-	K       int
-	Sectors int
+	// Groups, K, FirstBits and Sectors are the stage's layout, which Restore checks against the
+	// Config.
+	Groups    uint64
+	K         int
+	FirstBits int
+	Sectors   int
 	// Counts holds the keys offered to each of the stage's 2^ShardBits shards.
 	Counts []uint64
 	// Words is Groups × Sectors × SectorBits/64.
@@ -217,6 +225,7 @@ func (f *Filter) metaLocked() Meta {
 		FalsePositiveRate: f.cfg.FalsePositiveRate,
 		Seed:              f.seed,
 		K:                 f.sizing.K,
+		FirstBits:         f.sizing.FirstBits,
 		Sectors:           f.sectors,
 		SectorBits:        SectorBits,
 		Groups:            f.groups,
@@ -278,17 +287,13 @@ func (f *Filter) restoreSlots(m Meta) {
 // can take a generation without a new use.
 func (f *Filter) settleSlot(s int) {
 	tag := tagOf(f.uses[s].Load())
-	for g := range f.groups {
-		i := g*f.groupWords + uint64(s)*sectorWords
-		for range f.sectors {
-			b := f.sector(i)
-			for w := range b {
-				if !f.dirty[s] || b[w]&tagBit != tag {
-					b[w] = tag
-				}
-			}
-			i += f.sectorStride
+	settle := func(w *uint64) {
+		if !f.dirty[s] || *w&tagBit != tag {
+			*w = tag
 		}
+	}
+	for g := range f.groups {
+		f.slotWords(g, s, settle)
 	}
 }
 
@@ -309,7 +314,7 @@ func (f *Filter) liveStages(v *view) ([]*stage, []StageMeta) {
 			}
 			stages = append(stages, st)
 			metas = append(metas, StageMeta{
-				Epoch: v.epochs[i], Index: st.index, Groups: st.groups, K: st.k, Sectors: st.sectors,
+				Epoch: v.epochs[i], Index: st.index, Groups: st.groups, K: st.k, FirstBits: st.first, Sectors: st.sectors,
 				Counts: counts, Words: uint64(len(st.words)),
 			})
 		}
@@ -318,8 +323,8 @@ func (f *Filter) liveStages(v *view) ([]*stage, []StageMeta) {
 }
 
 func compatible(cfg Config, s Sizing, m Meta) error {
-	if m.Sectors == 0 || len(m.SlotUses) == 0 {
-		return fmt.Errorf("%w: the snapshot holds the filter layout of an older kdedup (no sectors or slot uses)", ErrIncompatible)
+	if m.Sectors == 0 || len(m.SlotUses) == 0 || m.FirstBits == 0 {
+		return fmt.Errorf("%w: the snapshot holds the filter layout of an older kdedup (no sectors, slot uses or first-word bits)", ErrIncompatible)
 	}
 	var errs []error
 	check := func(name string, snap, now any) {
@@ -337,6 +342,7 @@ func compatible(cfg Config, s Sizing, m Meta) error {
 	if len(errs) == 0 {
 		// Same parameters but a different layout means a snapshot from another sizing algorithm.
 		check("k", m.K, s.K)
+		check("first-word bits", m.FirstBits, s.FirstBits)
 		check("sectors", m.Sectors, s.Sectors)
 		check("sector bits", m.SectorBits, s.SectorBits)
 		check("groups", m.Groups, s.Groups)
@@ -403,3 +409,102 @@ var nativeLittleEndian = func() bool {
 	x := uint16(1)
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
+
+// restoreStages reads the grown stages m describes from r, after stage 0's words, and publishes
+// them in f, which is not shared yet; with a nil r it only allocates them, for their generations'
+// readers to fill (RestoreGenerations). A stage whose layout differs from what the Config gives
+// for its index is incompatible; one of a generation that is not live is corrupt.
+func (f *Filter) restoreStages(m Meta, r io.Reader) error {
+	if len(m.Stages) == 0 {
+		return nil
+	}
+	if m.ShardBits != int(f.shardBits) {
+		return fmt.Errorf("%w: snapshot has %d shard bits, layout needs %d", ErrIncompatible, m.ShardBits, f.shardBits)
+	}
+	var gens []*grownGen
+	for _, sm := range m.Stages {
+		if err := f.checkStage(m, sm); err != nil {
+			return err
+		}
+		var gg *grownGen
+		if n := len(gens); n > 0 && gens[n-1].epoch == sm.Epoch {
+			gg = gens[n-1]
+		} else {
+			gg = &grownGen{epoch: sm.Epoch}
+			gg.stages.Store(new([]*stage))
+			gens = append(gens, gg)
+		}
+		if len(*gg.stages.Load())+1 != sm.Index {
+			return fmt.Errorf("%w: generation %d: stage %d out of order", ErrIncompatible, sm.Epoch, sm.Index)
+		}
+		lay := f.stageLayout(sm.Index)
+		st := newStage(lay, f.shardBits)
+		if r != nil {
+			if err := readWords(r, st.words); err != nil {
+				return fmt.Errorf("window: reading snapshot data: %w", err)
+			}
+		}
+		for j, c := range sm.Counts {
+			st.count[j].n = c
+		}
+		sts := append(*gg.stages.Load(), st)
+		gg.stages.Store(&sts)
+		f.stageBytes.Add(int64(lay.bytes))
+	}
+	f.grown.Store(&grownSet{gens: gens})
+	return nil
+}
+
+// checkStage checks a stage description against the filter's layout and live generations.
+func (f *Filter) checkStage(m Meta, sm StageMeta) error {
+	live := false
+	for _, e := range m.SlotEpochs {
+		live = live || (e >= 0 && uint64(e) == sm.Epoch)
+	}
+	if !live || sm.Index < 1 || sm.Index > 64 || len(sm.Counts) != 1<<f.shardBits {
+		return fmt.Errorf("%w: stage %d of generation %d does not fit the generation table", ErrIncompatible, sm.Index, sm.Epoch)
+	}
+	lay := f.stageLayout(sm.Index)
+	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.FirstBits != lay.layout.first || sm.Sectors != lay.layout.sectors ||
+		sm.Words != lay.groups*uint64(lay.layout.sectors)*sectorWords {
+		return fmt.Errorf("%w: stage %d has %d groups, k %d (%d in the first word), %d sectors and %d words; layout needs %d, %d (%d), %d",
+			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.FirstBits, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.first, lay.layout.sectors)
+	}
+	return nil
+}
+
+// restoreFill sets the stage-0 fill counters from m, or, for a snapshot without them, spreads
+// each live generation's estimated keys evenly over its shards; then it marks full every slot
+// whose stage 0 has taken more than GrowAt keys, as insert would have.
+func (f *Filter) restoreFill(m Meta) {
+	if len(m.Fill) == len(f.fill) && m.ShardBits == int(f.shardBits) {
+		for i, c := range m.Fill {
+			f.fill[i].n = c
+		}
+	} else {
+		stride := max(f.groups/statsSampleGroups, 1)
+		for s, e := range f.slotEpoch {
+			if e < 0 {
+				continue
+			}
+			per := uint64(f.generationStats(s, stride).EstimatedKeys) >> f.shardBits
+			for j := range 1 << f.shardBits {
+				f.fill[s<<f.shardBits+j].n = per
+			}
+		}
+	}
+	for s := range f.slots {
+		if f.stage0Keys(s) > f.sizing.GrowAt {
+			f.markFull(s, 1)
+		}
+	}
+}
+
+// restoredStages returns the grown stages of generation epoch of a filter being restored, in
+// stage order.
+func (f *Filter) restoredStages(epoch uint64) []*stage {
+	if gg := f.grownGenIfAny(epoch); gg != nil {
+		return *gg.stages.Load()
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package window
 import (
 	"math"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -35,6 +34,9 @@ type Stats struct {
 	Stages int
 	// Growths counts the stages added since the filter was created (not carried by snapshots).
 	Growths uint64
+	// Refreshes counts the seen keys re-armed by the TestAndRefresh methods since the filter was
+	// created or restored (see refresh.go).
+	Refreshes uint64
 	// AtCap is true when a live generation needed a further stage and the memory cap refused it:
 	// from then on Config.Overload applies, and with OverloadDrop EstimatedFPR rises above the
 	// target as keys arrive. It clears when that generation expires.
@@ -99,6 +101,7 @@ func (f *Filter) Stats() Stats {
 		TotalBytes:    f.sizing.TotalBytes + uint64(max(f.stageBytes.Load(), 0)),
 		MaxBytes:      f.maxBytes,
 		Growths:       f.growths.Load(),
+		Refreshes:     atomic.LoadUint64(&f.refreshes.n),
 		Rotations:     f.rotations.Load(),
 		Generations:   make([]GenerationStats, 0, len(v.active)),
 	}
@@ -154,21 +157,8 @@ func (f *Filter) grownGenIfAny(epoch uint64) *grownGen {
 // computed as generationStats does (exactly when every group is read, else from the load).
 func (sg *stage) stats() (keys, fpr float64) {
 	stride := max(sg.groups/statsSampleGroups, 1)
+	set, groups, exact := sg.slotFill(0, 0, stride)
 	ks := sg.ks[:sg.sectors]
-	var set, groups uint64
-	var exact float64
-	for g := uint64(0); g < sg.groups; g += stride {
-		i := g * uint64(sg.sectors) * sectorWords
-		match := 1.0
-		for _, k := range ks {
-			c := countValid((*[sectorWords]uint64)(sg.words[i:i+sectorWords]), 0)
-			set += uint64(c)
-			match *= math.Pow(float64(c)/UsableSectorBits, float64(k))
-			i += sectorWords
-		}
-		exact += match
-		groups++
-	}
 	lambda := keysPerGroup(float64(set)/float64(groups), ks)
 	if stride > 1 {
 		return lambda * float64(sg.groups), poissonLoadFPR(lambda, ks)
@@ -178,22 +168,8 @@ func (sg *stage) stats() (keys, fpr float64) {
 
 // generationStats reads every stride-th group of a slot's generation (see Stats).
 func (f *Filter) generationStats(slot int, stride uint64) GenerationStats {
-	tag := tagOf(f.uses[slot].Load())
+	set, groups, exact := f.slotFill(slot, tagOf(f.uses[slot].Load()), stride)
 	ks := f.ks[:f.sectors]
-	var set, groups uint64
-	var exact float64
-	for g := uint64(0); g < f.groups; g += stride {
-		i := g*f.groupWords + uint64(slot)*sectorWords
-		match := 1.0
-		for _, k := range ks {
-			c := countValid(f.sector(i), tag)
-			set += uint64(c)
-			match *= math.Pow(float64(c)/UsableSectorBits, float64(k))
-			i += f.sectorStride
-		}
-		exact += match
-		groups++
-	}
 	lambda := keysPerGroup(float64(set)/float64(groups), ks)
 	gs := GenerationStats{
 		Fill:          float64(set) / float64(groups*uint64(f.sectors)*UsableSectorBits),
@@ -206,26 +182,76 @@ func (f *Filter) generationStats(slot int, stride uint64) GenerationStats {
 	return gs
 }
 
-// countValid returns the number of data bits set in the words of b that carry tag; words of an
-// earlier use read as empty.
-func countValid(b *[sectorWords]uint64, tag uint64) int {
-	c := 0
-	for w := range b {
-		if x := atomic.LoadUint64(&b[w]); x&tagBit == tag {
-			c += bits.OnesCount64(x & dataMask)
-		}
+// slotFill reads every stride-th group of slot s, counting only words that carry tag, and returns
+// the data bits set, the groups read, and the sum over them of the chance that a key never added
+// matches: the mean over sector 0's words of (c_w/wordBits)^ks[0], times (c_s/UsableSectorBits)^ks[s]
+// for each further sector, c being the bits set. The powers come from tables built once per call,
+// so a group costs its bit counts and a few lookups.
+func (b *blocks) slotFill(s int, tag, stride uint64) (set, groups uint64, exact float64) {
+	var pow [MaxSectors][]float64
+	pow[0] = powTable(b.ks[0], wordBits)
+	for sec := 1; sec < b.sectors; sec++ {
+		pow[sec] = powTable(b.ks[sec], UsableSectorBits)
 	}
-	return c
+	for g := uint64(0); g < b.groups; g += stride {
+		base := g * b.groupWords
+		var first float64
+		for w := range uint64(sectorWords) {
+			c := validBits(&b.words[base+w*uint64(b.slots)+uint64(s)], tag)
+			set += uint64(c)
+			first += pow[0][c]
+		}
+		match := first / sectorWords
+		for sec := 1; sec < b.sectors; sec++ {
+			sw := b.sector(b.restSector(base, s, sec))
+			c := 0
+			for w := range sw {
+				c += validBits(&sw[w], tag)
+			}
+			set += uint64(c)
+			match *= pow[sec][c]
+		}
+		exact += match
+		groups++
+	}
+	return set, groups, exact
 }
 
-// expectedSetBits returns the expected number of set data bits of a group that holds
-// Poisson(lambda) keys, each setting ks[s] bits of sector s at uniformly random positions: a bit
-// of sector s stays clear with probability exp(-λ·(1 - (1 - 1/B)^ks[s])), B = UsableSectorBits.
+// powTable returns (c/bits)^k for c = 0 .. bits.
+func powTable(k, bits int) []float64 {
+	t := make([]float64, bits+1)
+	for c := range t {
+		t[c] = math.Pow(float64(c)/float64(bits), float64(k))
+	}
+	return t
+}
+
+// validBits returns the number of data bits set in the word at w if it carries tag, else 0: a
+// word of an earlier use reads as empty.
+func validBits(w *uint64, tag uint64) int {
+	if x := atomic.LoadUint64(w); x&tagBit == tag {
+		return bits.OnesCount64(x & dataMask)
+	}
+	return 0
+}
+
+// The model of a block's fill and rate. A block is a word of sector 0 (wordBits data bits) that a
+// key picks among the sector's eight, into which it sets ks[0] bits, and sectors 1 … len(ks)-1
+// (UsableSectorBits data bits each), into which it sets ks[s] bits; every bit at a uniformly
+// random position. A group holds Poisson(λ) keys; of j keys, a given word of sector 0 holds
+// Binomial(j, 1/8), and of λ, Poisson(λ/8).
+
+// hitChance returns the chance that a key setting k bits at random among b sets a given one:
+// 1-(1-1/b)^k.
+func hitChance(k, b int) float64 { return -math.Expm1(float64(k) * math.Log1p(-1.0/float64(b))) }
+
+// expectedSetBits returns the expected number of set data bits of a group of one slot that holds
+// Poisson(lambda) keys: a bit of a unit of b bits into which each of n keys sets k bits stays
+// clear with probability exp(-n·hitChance(k, b)).
 func expectedSetBits(lambda float64, ks []int) float64 {
-	var n float64
-	for _, k := range ks {
-		hit := -math.Expm1(float64(k) * math.Log1p(-1.0/UsableSectorBits)) // 1-(1-1/B)^k
-		n += UsableSectorBits * -math.Expm1(-lambda*hit)
+	n := sectorWords * wordBits * -math.Expm1(-lambda/sectorWords*hitChance(ks[0], wordBits))
+	for _, k := range ks[1:] {
+		n += UsableSectorBits * -math.Expm1(-lambda*hitChance(k, UsableSectorBits))
 	}
 	return n
 }
@@ -258,8 +284,9 @@ func keysPerGroup(setBits float64, ks []int) float64 {
 }
 
 // poissonLoadFPR returns the false-positive rate of a generation whose groups hold Poisson(lambda)
-// keys: Σ_j P(j keys) ∏_s E[(c_s/B)^ks[s] | j keys], with the exact distribution of the number
-// c_s of distinct bits that j·ks[s] uniformly random positions set (matchGivenKeys).
+// keys: Σ_j P(j keys) · firstMatch(ks[0], j) · ∏_{s≥1} E[(c_s/B)^ks[s] | j keys], with the exact
+// distribution of the number c_s of distinct bits that j·ks[s] uniformly random positions set
+// (matchGivenKeys).
 func poissonLoadFPR(lambda float64, ks []int) float64 {
 	if lambda <= 0 {
 		return 0
@@ -267,76 +294,152 @@ func poissonLoadFPR(lambda float64, ks []int) float64 {
 	if math.IsInf(lambda, 1) {
 		return 1
 	}
+	var tables [MaxSectors][]float64
+	tables[0] = firstTable(ks[0])
+	for s, k := range ks[1:] {
+		tables[s+1] = matchTable(k, UsableSectorBits)
+	}
 	sd := math.Sqrt(lambda)
 	lo := int(max(0, math.Floor(lambda-12*sd-30)))
 	hi := int(math.Ceil(lambda + 12*sd + 30))
-	logLambda := math.Log(lambda)
+	pj := math.Exp(float64(lo)*math.Log(lambda) - lambda - logFactorial(lo)) // P(lo keys)
 	var sum float64
 	for j := lo; j <= hi; j++ {
-		lg, _ := math.Lgamma(float64(j) + 1)
-		p := math.Exp(float64(j)*logLambda - lambda - lg)
-		if p == 0 {
-			continue
+		if j > lo {
+			pj *= lambda / float64(j)
 		}
-		for _, k := range ks {
-			p *= matchGivenKeys(k, j)
+		p := pj * lookupMatch(tables[0], ks[0], j, sectorWords*wordBits)
+		for s, k := range ks[1:] {
+			p *= lookupMatch(tables[s+1], k, j, UsableSectorBits)
 		}
 		sum += p
 	}
 	return min(sum, 1)
 }
 
-// matchTables caches, per bits per sector k, the table matchGivenKeys reads: int → []float64.
-var matchTables sync.Map
-
-// matchTableKeys is how many keys per group the tables cover for k bits per sector: enough
-// positions (8·B) that a sector is all but full (every bit set with probability > 0.9996), where
-// (expected fill)^k is exact to a few parts in 10^4.
-func matchTableKeys(k int) int { return 8*UsableSectorBits/k + 1 }
-
-// matchGivenKeys returns E[(c/B)^k] for a sector into which j keys each set k bits at uniformly
-// random positions (with replacement), c being the number of distinct bits set and B
-// UsableSectorBits: the chance that a further key's k bits all fall on set bits. The distribution
-// of c is computed exactly (one bit more or not, position by position) once per k; past the
-// table, where the sector is all but full, it uses the expected fill.
-func matchGivenKeys(k, j int) float64 {
-	t, ok := matchTables.Load(k)
-	if !ok {
-		t, _ = matchTables.LoadOrStore(k, newMatchTable(k))
+// logFactorials caches log(j!) for j < len.
+var logFactorials = func() []float64 {
+	t := make([]float64, 1<<14)
+	for j := 1; j < len(t); j++ {
+		t[j] = t[j-1] + math.Log(float64(j))
 	}
-	table := t.([]float64)
+	return t
+}()
+
+// logFactorial returns log(j!).
+func logFactorial(j int) float64 {
+	if j < len(logFactorials) {
+		return logFactorials[j]
+	}
+	lg, _ := math.Lgamma(float64(j) + 1)
+	return lg
+}
+
+// matchTables caches, per unit (0: a word of wordBits bits, 1: a sector of UsableSectorBits)
+// and bits per unit k, the table matchGivenKeys reads; firstTables, per k, firstMatch's.
+var matchTables [2][maxK + 1]atomic.Pointer[[]float64]
+var firstTables [maxK + 1]atomic.Pointer[[]float64]
+
+// matchTableKeys is how many keys the tables cover for k bits per unit of b bits: enough positions
+// (8·b) that the unit is all but full (every bit set with probability > 0.9996), where
+// (expected fill)^k is exact to a few parts in 10^4.
+func matchTableKeys(k, b int) int { return 8*b/k + 1 }
+
+// matchGivenKeys returns E[(c/b)^k] for a unit of b data bits (a sector, b = UsableSectorBits, or
+// a word, b = wordBits) into which j keys each set k bits at uniformly random positions (with
+// replacement), c being the number of distinct bits set: the chance that a further key's k bits
+// all fall on set bits. The distribution of c is computed exactly (one bit more or not, position
+// by position) once per k and b; past the table, where the unit is all but full, it uses the
+// expected fill.
+func matchGivenKeys(k, j, b int) float64 { return lookupMatch(matchTable(k, b), k, j, b) }
+
+// lookupMatch returns table[j] of a table of matchGivenKeys (or firstMatch, with b the bits of the
+// eight words) or, past it, (expected fill)^k.
+func lookupMatch(table []float64, k, j, b int) float64 {
 	if j < len(table) {
 		return table[j]
 	}
-	fill := -math.Expm1(float64(j*k) * math.Log1p(-1.0/UsableSectorBits))
-	return math.Pow(fill, float64(k))
+	return math.Pow(-math.Expm1(float64(j*k)*math.Log1p(-1.0/float64(b))), float64(k))
 }
 
-// newMatchTable returns E[(c/B)^k | j keys] for j = 0 .. matchTableKeys(k).
-func newMatchTable(k int) []float64 {
-	const b = UsableSectorBits
-	pow := make([]float64, b+1) // (c/B)^k
-	for c := range pow {
-		pow[c] = math.Pow(float64(c)/b, float64(k))
+// matchTable returns the table of matchGivenKeys for k and b, computing it on first use.
+func matchTable(k, b int) []float64 {
+	unit := 1
+	if b == wordBits {
+		unit = 0
 	}
-	dist := make([]float64, b+1) // P(c bits set), c = 0..B
+	slot := &matchTables[unit][k]
+	if t := slot.Load(); t != nil {
+		return *t
+	}
+	t := newMatchTable(k, b)
+	slot.CompareAndSwap(nil, &t)
+	return *slot.Load()
+}
+
+// newMatchTable returns E[(c/b)^k | j keys] for j = 0 .. matchTableKeys(k, b).
+func newMatchTable(k, b int) []float64 {
+	pow := make([]float64, b+1) // (c/b)^k
+	for c := range pow {
+		pow[c] = math.Pow(float64(c)/float64(b), float64(k))
+	}
+	dist := make([]float64, b+1) // P(c bits set), c = 0..b
 	dist[0] = 1
-	table := make([]float64, matchTableKeys(k)+1)
+	table := make([]float64, matchTableKeys(k, b)+1)
 	for j := range table {
 		var e float64
 		for c, p := range dist {
 			e += p * pow[c]
 		}
 		table[j] = e
-		for range k { // one more position: a clear bit becomes set with probability (B-c)/B
+		for range k { // one more position: a clear bit becomes set with probability (b-c)/b
 			for c := b; c >= 0; c-- {
-				stay := dist[c] * float64(c) / b
+				stay := dist[c] * float64(c) / float64(b)
 				if c > 0 {
-					stay += dist[c-1] * float64(b-c+1) / b
+					stay += dist[c-1] * float64(b-c+1) / float64(b)
 				}
 				dist[c] = stay
 			}
 		}
+	}
+	return table
+}
+
+// firstMatch returns the chance that a key's k bits in its word of sector 0 are all set when the
+// group holds j keys: E over i ~ Binomial(j, 1/8) keys in that word of matchGivenKeys(k, i,
+// wordBits). Past its table, where every word is all but full, it uses the expected fill, that of
+// j keys setting k bits each among the eight words' bits.
+func firstMatch(k, j int) float64 { return lookupMatch(firstTable(k), k, j, sectorWords*wordBits) }
+
+// firstTable returns the table of firstMatch for k, computing it on first use.
+func firstTable(k int) []float64 {
+	slot := &firstTables[k]
+	if t := slot.Load(); t != nil {
+		return *t
+	}
+	t := newFirstTable(k)
+	slot.CompareAndSwap(nil, &t)
+	return *slot.Load()
+}
+
+// newFirstTable returns firstMatch(k, j) for j = 0 .. sectorWords·matchTableKeys(k, wordBits).
+func newFirstTable(k int) []float64 {
+	table := make([]float64, sectorWords*matchTableKeys(k, wordBits)+1)
+	word := make([]float64, len(table)) // matchGivenKeys(k, i, wordBits) for every i used
+	for i := range word {
+		word[i] = matchGivenKeys(k, i, wordBits)
+	}
+	const q = 1 - 1.0/sectorWords
+	for j := range table {
+		pm := math.Pow(q, float64(j)) // P(i = 0), then by recurrence
+		var e float64
+		for i := 0; i <= j && (pm > 0 || i*sectorWords < j); i++ {
+			if i > 0 {
+				pm *= float64(j-i+1) / float64(i) / sectorWords / q
+			}
+			e += pm * word[i]
+		}
+		table[j] = e
 	}
 	return table
 }

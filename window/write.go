@@ -5,53 +5,6 @@ import (
 	"sync/atomic"
 )
 
-// testAndAdd is TestAndAddHash in shared mode: it tests the probe and, if it is new, claims its
-// group and sets its bits.
-//
-// The claim word is read before the membership test, and a claim is only taken by a
-// compare-and-swap from that idle word. Every insertion sets a tag in the word and bumps its
-// counter on release, so a successful swap proves that no insertion touched the group between the
-// read and the swap: the "not seen" answer of the test is still true, and no other goroutine can
-// give it for the same key. A goroutine that finds the claim taken completes that insertion itself
-// (sets the claimed key's bits and releases the claim) and tries again, so no goroutine ever waits
-// for another.
-func (f *Filter) testAndAdd(p *probe) (seen bool) {
-	c := &f.claims[p.group]
-	for {
-		cw := c.Load()
-		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		if f.contains(v, p) || f.grownHas(p) {
-			return true
-		}
-		if cw&tagMask != 0 {
-			f.help(v, p.group, cw)
-			continue
-		}
-		if !c.CompareAndSwap(cw, cw|p.tag) {
-			continue
-		}
-		f.insert(v, p)
-		c.CompareAndSwap(cw|p.tag, cw+f.seqOne())
-		return false
-	}
-}
-
-// help completes another goroutine's claimed insertion, into the generation the claim names (see
-// claimGen), and releases its claim. A key for the current generation goes to its newest stage
-// (stage 0 unless the generation grew); the claimant adds and counts it where the key's shard
-// says.
-func (f *Filter) help(v *view, group, cw uint64) {
-	var hp probe
-	f.probeFor(&hp, group, cw&tagMask)
-	gm := f.claimGenMask()
-	if cw&gm != 0 {
-		f.helpOld(v, &hp, cw&gm)
-	} else {
-		f.putNewest(v, &hp)
-	}
-	f.claims[group].CompareAndSwap(cw, cw&^(tagMask|gm)+f.seqOne())
-}
-
 // set writes the probe's bits into the current generation and, if a rotation happened meanwhile,
 // into the new current generation too, so the key is never left only in a slot being retired.
 func (f *Filter) set(v *view, p *probe) {
@@ -77,32 +30,47 @@ func (f *Filter) set(v *view, p *probe) {
 // after writing some of them, if that slot has been reused since v was made (shared mode only;
 // see convert).
 func (f *Filter) writeBlock(v *view, p *probe) bool {
-	i := p.base + uint64(v.cur)*sectorWords
-	for sec := range f.sectors {
-		b, m := f.sector(i), p.sectorMask(sec)
-		switch {
-		case f.single && !v.curTagged:
-			storeSector(b, m)
-		case f.single:
-			storeSectorTagged(b, m, v.curTag)
-		case !v.curTagged:
-			orSector(b, m)
-		default:
-			if !f.orSectorTagged(v, b, m) {
+	if !v.curTagged {
+		f.put(p, v.cur, f.single)
+		return true
+	}
+	if !p.rest {
+		f.fillRest(p)
+	}
+	w, m := f.firstWord(p, v.cur), p.mask[p.w0&(sectorWords-1)]
+	if f.single {
+		storeWordTagged(w, m, v.curTag)
+	} else if !f.orWordTagged(v, w, m) {
+		return false
+	}
+	for sec := 1; sec < f.sectors; sec++ {
+		b, m := f.sector(f.restSector(p.base, v.cur, sec)), p.sectorMask(sec)
+		if f.single {
+			for w := range sectorWords {
+				storeWordTagged(&b[w], m[w], v.curTag)
+			}
+			continue
+		}
+		for w := range sectorWords {
+			if !f.orWordTagged(v, &b[w], m[w]) {
 				return false
 			}
 		}
-		i += f.sectorStride
 	}
 	return true
+}
+
+// orWord sets m's bits in the word at w with an atomic OR, unless it holds them already.
+func orWord(w *uint64, m uint64) {
+	if m != 0 && m&^atomic.LoadUint64(w) != 0 {
+		atomic.OrUint64(w, m)
+	}
 }
 
 // orSector sets m's bits in b with atomic ORs, skipping words that already hold them.
 func orSector(b, m *[sectorWords]uint64) {
 	for w := range sectorWords {
-		if mw := m[w]; mw != 0 && mw&^atomic.LoadUint64(&b[w]) != 0 {
-			atomic.OrUint64(&b[w], mw)
-		}
+		orWord(&b[w], m[w])
 	}
 }
 
@@ -116,46 +84,41 @@ func storeSector(b, m *[sectorWords]uint64) {
 	}
 }
 
-// storeSectorTagged is storeSector for a slot whose sweep is unfinished: a word with a stale tag
-// is replaced by tag|m. The sweeper may convert the same word concurrently; it stores tag|0,
-// which the single writer's tag|m contains, so either order leaves the right value.
-func storeSectorTagged(b, m *[sectorWords]uint64, tag uint64) {
-	for w := range sectorWords {
-		mw := m[w]
-		if mw == 0 {
-			continue
-		}
-		x := atomic.LoadUint64(&b[w])
-		switch {
-		case x&tagBit != tag:
-			storeWord(&b[w], tag|mw)
-		case mw&^x != 0:
-			storeWord(&b[w], x|mw)
-		}
+// storeWordTagged is the single writer's store of m's bits into the word at w of a slot whose
+// sweep is unfinished: a word with a stale tag is replaced by tag|m. The sweeper may convert the
+// same word concurrently; it stores tag|0, which the single writer's tag|m contains, so either
+// order leaves the right value.
+func storeWordTagged(w *uint64, m, tag uint64) {
+	if m == 0 {
+		return
+	}
+	x := atomic.LoadUint64(w)
+	switch {
+	case x&tagBit != tag:
+		storeWord(w, tag|m)
+	case m&^x != 0:
+		storeWord(w, x|m)
 	}
 }
 
-// orSectorTagged is orSector for a slot whose sweep is unfinished, in shared mode: a word with the
+// orWordTagged is orWord for a slot whose sweep is unfinished, in shared mode: a word with the
 // slot's tag gets an atomic OR, a word with a stale tag is converted by convert. It returns false
 // if the slot has been reused since v was made.
-func (f *Filter) orSectorTagged(v *view, b, m *[sectorWords]uint64) bool {
-	for w := range sectorWords {
-		mw := m[w]
-		for mw != 0 {
-			x := atomic.LoadUint64(&b[w])
-			if x&tagBit == v.curTag {
-				if mw&^x != 0 {
-					atomic.OrUint64(&b[w], mw)
-				}
-				break
+func (f *Filter) orWordTagged(v *view, w *uint64, m uint64) bool {
+	for m != 0 {
+		x := atomic.LoadUint64(w)
+		if x&tagBit == v.curTag {
+			if m&^x != 0 {
+				atomic.OrUint64(w, m)
 			}
-			done, ok := f.convert(v, &b[w], x, mw)
-			if !ok {
-				return false
-			}
-			if done {
-				break
-			}
+			return true
+		}
+		done, ok := f.convert(v, w, x, m)
+		if !ok {
+			return false
+		}
+		if done {
+			return true
 		}
 	}
 	return true

@@ -23,6 +23,7 @@ func smallSnapshots(t testing.TB) map[string][]byte {
 		"v2": encodeBytes(t, old, VersionV2, ckpttest.Words(old.Words, 7)),
 		"v3": encodeBytes(t, h, VersionV3, ckpttest.Words(h.Words, 7)),
 		"v4": encodeBytes(t, withStages(h), VersionV4, ckpttest.Words(withStages(h).Words, 7)),
+		"v5": encodeBytes(t, withStages(h), VersionV5, ckpttest.Words(withStages(h).Words, 7)),
 	}
 }
 
@@ -103,7 +104,7 @@ func TestSentinelClassification(t *testing.T) {
 		{"gzip file", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}, ErrNotSnapshot},
 		{"wrong magic", patch(0, 'X'), ErrNotSnapshot},
 		{"version 0", patch(8, 0, 0), ErrUnknownVersion},
-		{"version 5", patch(8, 5, 0), ErrUnknownVersion},
+		{"newer version", patch(8, byte(CurrentVersion+1), 0), ErrUnknownVersion},
 		{"version 0xffff", patch(8, 0xff, 0xff), ErrUnknownVersion},
 		{"v3 relabelled v2", patch(8, 2, 0), ErrCorrupt},
 		{"v3 relabelled v1", patch(8, 1, 0), ErrCorrupt},

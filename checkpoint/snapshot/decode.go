@@ -23,9 +23,10 @@ import (
 // This is the format's specification. The byte layout of a version 6
 // snapshot, the CurrentVersion: a manifest, whose data lives in generation
 // objects (see GenDecoder). All integers are little-endian; the fields
-// marked v2, v3, v4 or v6 are absent from the header body of older versions,
-// which ends after the last field its version has; version 5 is reserved.
-// A snapshot of version 4 or older holds its data itself, after the header.
+// marked v2, v3, v4, v5 or v6 are absent from the header body of older
+// versions, which ends after the last field its version has; a v4 stage
+// entry lacks the first-word bits. A snapshot of version 5 or older holds
+// its data itself, after the header.
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
@@ -64,16 +65,19 @@ import (
 //	                     slot's first stage (uint64)
 //	            4+…      stage table (v4): uint32 count T, then per grown stage:
 //	                     generation number (uint64), index (uint32, from 1),
-//	                     groups (uint64), K (uint32), sectors (uint32), words
-//	                     (uint64) = groups × sectors × blockBits/64, then
-//	                     2^B shard counts (uint64)
+//	                     groups (uint64), K (uint32), first-word bits (v5;
+//	                     uint32, 1..K), sectors (uint32), words (uint64) =
+//	                     groups × sectors × blockBits/64, then 2^B shard
+//	                     counts (uint64)
+//	            4        first-word bits F (v5; uint32, 1..K): bits a key
+//	                     sets in one word of its block's sector 0
 //	            4+…      generation references (v6): uint32 count R (= G), then
 //	                     per entry of the generation table, in its order: the
 //	                     name of the generation object holding the generation
 //	                     (uint16 length, then the bytes), the object's size
 //	                     (uint64) and trailing checksum (uint32)
 //	14+H        4      header CRC32C over bytes [0, 14+H)
-//	18+H        8      data word count D (uint64): W up to version 4, 0 in a
+//	18+H        8      data word count D (uint64): W up to version 5, 0 in a
 //	                   manifest (v6)
 //	26+H        8D     data: D uint64 words, little-endian (v4: the slots'
 //	                   words, then every stage's words)
@@ -83,7 +87,11 @@ import (
 // Data layout, which the format treats as opaque except in Inspect: the
 // words form Groups groups; each group holds, for each of its Sectors
 // sectors, one BlockBits/64-word sector per slot; word w of sector i of
-// slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w.
+// slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w,
+// except in version 5 for sector 0, which is stored word-major: its word w
+// of slot s in group g is word g×Sectors×Slots×BlockBits/64 + w×Slots + s
+// (a key sets F bits in one of these words, and the rest of its K bits in
+// the other sectors). A grown stage is laid out as one slot.
 // Each generation of the table owns the sectors of its slot; slots not in
 // the table are free. From version 3 on the top bit of every word is a use tag:
 // the parity of the slot use that last wrote the word. A word whose tag
@@ -93,11 +101,13 @@ import (
 // stage in the order of the stage table: word w of sector i of group g of a
 // stage is its word (g×Sectors + i)×BlockBits/64 + w; stage words carry no
 // tag (bit 63 is 0).
-// Versions 1 and 2 have one sector of 512 data bits per block and no tags:
-// the layout of an older kdedup, which the current filter refuses. A
-// manifest's generation objects hold each live generation's words in a
-// canonical form (see GenDecoder): the generation's block in every group,
-// tags cleared, then its stages' words; slots not in the table are empty.
+// Versions 1 and 2 have one sector of 512 data bits per block and no tags,
+// versions 3 and 4 spread a key's bits over all sectors: layouts of an older
+// kdedup, which the current filter refuses. A manifest's generation objects
+// hold each live generation's words in a canonical form (see GenDecoder):
+// the generation's block in every group (sector 0's words, then each other
+// sector's, as one slot lays them out), tags cleared, then its stages'
+// words; slots not in the table are empty.
 //
 // Every failure caused by the file's contents wraps ErrCorrupt (checksum
 // mismatch, truncation, trailing bytes, lengths or parameters that cannot be
@@ -315,6 +325,9 @@ func minBodyLen(version uint16) uint32 {
 	if version >= VersionV4 {
 		n += 4 + 4 + 4 // shard bits, fill and stage counts
 	}
+	if version >= VersionV5 {
+		n += 4 // first-word bits
+	}
 	if version >= VersionV6 {
 		n += 4 // reference count
 	}
@@ -410,9 +423,10 @@ func (c *cursor) slotUses(n int) []uint64 {
 	return u
 }
 
-// stages reads the version 4 tables into h, checking each length against
-// what is left of the header first.
-func (c *cursor) stages(h *Header) {
+// stages reads the version 4 tables into h (with the stages' first-word
+// bits in version 5), checking each length against what is left of the
+// header first.
+func (c *cursor) stages(h *Header, version uint16) {
 	h.ShardBits = int(c.u32())
 	if c.err == nil && h.ShardBits > MaxShardBits {
 		c.err = fmt.Errorf("shard bits %d out of range [0,%d]", h.ShardBits, MaxShardBits)
@@ -427,7 +441,11 @@ func (c *cursor) stages(h *Header) {
 		h.Fill[i] = c.u64()
 	}
 	shards := 1 << h.ShardBits
-	if n := c.count("stage", MaxStages, 36+8*shards); n > 0 {
+	entry := 36 + 8*shards
+	if version >= VersionV5 {
+		entry += 4
+	}
+	if n := c.count("stage", MaxStages, entry); n > 0 {
 		h.Stages = make([]Stage, n)
 	}
 	for i := range h.Stages {
@@ -436,6 +454,9 @@ func (c *cursor) stages(h *Header) {
 		st.Index = int(c.u32())
 		st.Groups = c.u64()
 		st.K = int(c.u32())
+		if version >= VersionV5 {
+			st.FirstBits = int(c.u32())
+		}
 		st.Sectors = int(c.u32())
 		st.Words = c.u64()
 		st.Counts = make([]uint64, shards)
@@ -496,7 +517,10 @@ func parseBody(body []byte, version uint16) (Header, error) {
 		h.SlotUses = c.slotUses(h.Slots)
 	}
 	if version >= VersionV4 {
-		c.stages(&h)
+		c.stages(&h, version)
+	}
+	if version >= VersionV5 {
+		h.FirstBits = int(c.u32())
 	}
 	if version >= VersionV6 {
 		h.Refs = c.refs()

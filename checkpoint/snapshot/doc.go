@@ -25,11 +25,12 @@
 // and a lightly loaded generation costs what its keys take, not its
 // capacity.
 //
-// Snapshots of version 4 and older hold their data themselves, after the
-// header (Encode still writes that single-file form, SingleFileVersion); the
-// decoder reads every version from MinVersion on: versions 3 and 4 restore,
-// versions 1 and 2 hold the data in the layout of an older kdedup's filter
-// and only decode for inspection. The exact byte layouts, the format's one
+// Snapshots of version 5 and older hold their data themselves, after the
+// header (Encode still writes that single-file form, SingleFileVersion:
+// version 5, the generation-interleaved layout, sector 0 of a block stored
+// word-major); the decoder reads every version from MinVersion on: version
+// 5 restores, versions 1 to 4 hold the data in the layout of an older
+// kdedup's filter and only decode for inspection. The exact byte layouts, the format's one
 // specification, are documented where they are decoded: on Decoder (the
 // snapshot file and the manifest) and on GenDecoder (the generation object);
 // golden files of every version in testdata and fuzzed decoders keep the

@@ -49,7 +49,10 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 		}
 	}
 	if version >= VersionV4 {
-		b = appendStages(b, h)
+		b = appendStages(b, h, version)
+	}
+	if version >= VersionV5 {
+		b = le.AppendUint32(b, uint32(h.FirstBits))
 	}
 	if version >= VersionV6 {
 		b = appendRefs(b, h.Refs)
@@ -70,8 +73,9 @@ func appendRefs(b []byte, refs []GenRef) []byte {
 	return b
 }
 
-// appendStages appends the version 4 tables: shard bits, fill, stages.
-func appendStages(b []byte, h *Header) []byte {
+// appendStages appends the version 4 tables: shard bits, fill, stages (with
+// their first-word bits in version 5).
+func appendStages(b []byte, h *Header, version uint16) []byte {
 	le := binary.LittleEndian
 	b = le.AppendUint32(b, uint32(h.ShardBits))
 	b = le.AppendUint32(b, uint32(len(h.Fill)))
@@ -84,6 +88,9 @@ func appendStages(b []byte, h *Header) []byte {
 		b = le.AppendUint32(b, uint32(st.Index))
 		b = le.AppendUint64(b, st.Groups)
 		b = le.AppendUint32(b, uint32(st.K))
+		if version >= VersionV5 {
+			b = le.AppendUint32(b, uint32(st.FirstBits))
+		}
 		b = le.AppendUint32(b, uint32(st.Sectors))
 		b = le.AppendUint64(b, st.Words)
 		for _, c := range st.Counts {

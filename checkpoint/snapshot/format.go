@@ -30,23 +30,31 @@ const (
 	// fill table and the stage table at the end of the header body, and the
 	// stages' words after the slots' words (see Decoder).
 	VersionV4 uint16 = 4
+	// VersionV5 is the interleaved layout: sector 0 of every block is stored
+	// word-major (word w of every slot side by side) and a key sets its
+	// first bits in one word of it. It adds the first-word bits to the
+	// header and to every stage entry. A v3 or v4 file decodes, but its data
+	// is in the layout of an older kdedup, which this build's filter cannot
+	// restore.
+	VersionV5 uint16 = 5
 	// VersionV6 is the incremental format: a snapshot file is a manifest whose data lives in
 	// generation objects (see GenDecoder), one per live generation, that later manifests reference
-	// again while the generation does not change.
+	// again while the generation does not change. Its header is version 5's followed by the
+	// generation references.
 	VersionV6 uint16 = 6
 	// CurrentVersion is the newest version: the version of the manifests
 	// EncodeManifest writes and of the generation objects they reference.
 	CurrentVersion = VersionV6
 	// SingleFileVersion is the version Encode writes: the newest format of a
 	// snapshot that holds its data itself.
-	SingleFileVersion = VersionV4
+	SingleFileVersion = VersionV5
 	// MinVersion is the oldest version the decoder accepts.
 	MinVersion = VersionV1
 )
 
 // knownVersion reports whether this build reads version v.
 func knownVersion(v uint16) bool {
-	return v >= MinVersion && v <= CurrentVersion && v != 5
+	return v >= MinVersion && v <= CurrentVersion
 }
 
 // Scope values for Header.Scope.
@@ -145,10 +153,12 @@ type Stage struct {
 	Generation uint64
 	// Index is the stage's number in its generation, from 1.
 	Index int
-	// Groups, K and Sectors are the stage's layout.
-	Groups  uint64
-	K       int
-	Sectors int
+	// Groups, K, FirstBits and Sectors are the stage's layout (FirstBits:
+	// version 5, 0 before).
+	Groups    uint64
+	K         int
+	FirstBits int
+	Sectors   int
 	// Words is Groups × Sectors × BlockBits/64.
 	Words uint64
 	// Counts holds the keys offered to each of the 2^ShardBits shards.
@@ -176,6 +186,9 @@ type Header struct {
 	// K is the number of bits a key sets in one generation (over all of
 	// its block's sectors).
 	K int
+	// FirstBits is how many of them go to one word of the block's sector 0
+	// (version 5, 1..K; 0 before, when the K bits spread over all sectors).
+	FirstBits int
 	// BlockBits is the size of one sector in bits (a multiple of 64): a
 	// generation's block in a group is Sectors sectors of BlockBits bits.
 	BlockBits int
@@ -346,6 +359,8 @@ func (h *Header) check(version uint16) error {
 		return fmt.Errorf("slots %d out of range [generations=%d,%d]", h.Slots, h.Generations, MaxSlots)
 	case version >= VersionV3 && len(h.SlotUses) != h.Slots:
 		return fmt.Errorf("slot use table has %d entries for %d slots", len(h.SlotUses), h.Slots)
+	case version >= VersionV5 && (h.FirstBits < 1 || h.FirstBits > h.K || h.Sectors == 1 && h.FirstBits != h.K):
+		return fmt.Errorf("first-word bits %d out of range [1,k=%d] (k with one sector)", h.FirstBits, h.K)
 	}
 	if err := h.checkRefs(version); err != nil {
 		return err
@@ -440,6 +455,8 @@ func (h *Header) checkStages(version uint16) (uint64, error) {
 		switch {
 		case st.Index < 1 || st.Index > 64 || st.K < 1 || st.K > MaxK || st.Sectors < 1 || st.Sectors > MaxSectors || st.Groups == 0:
 			return 0, fmt.Errorf("stage %d: index %d, k %d, sectors %d, groups %d out of range", i, st.Index, st.K, st.Sectors, st.Groups)
+		case version >= VersionV5 && (st.FirstBits < 1 || st.FirstBits > st.K || st.Sectors == 1 && st.FirstBits != st.K):
+			return 0, fmt.Errorf("stage %d: first-word bits %d out of range [1,k=%d] (k with one sector)", i, st.FirstBits, st.K)
 		case hi != 0 || words != st.Words || words > MaxDataBytes/8:
 			return 0, fmt.Errorf("stage %d: words %d, want groups × sectors × blockBits/64", i, st.Words)
 		case len(st.Counts) != 1<<h.ShardBits:

@@ -17,7 +17,7 @@ import (
 //	go test ./checkpoint/snapshot -run '^$' -fuzz FuzzDecode -fuzztime 60s
 func FuzzDecode(f *testing.F) {
 	snaps := smallSnapshots(f)
-	for _, name := range []string{"v1", "v2", "v3", "v4"} {
+	for _, name := range []string{"v1", "v2", "v3", "v4", "v5"} {
 		b := snaps[name]
 		f.Add(b)
 		f.Add(b[:len(b)/2])
@@ -25,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 	m := encodeManifest(f, withRefs(withStages(testHeader(1))))
 	f.Add(m)
 	f.Add(m[:len(m)-7])
-	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v6.snap"} {
+	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v5.snap", "golden-v6.snap"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			f.Add(b)
 		}
@@ -74,6 +74,7 @@ func FuzzHeaderBody(f *testing.F) {
 	f.Add(appendBody(nil, &h, VersionV3), VersionV3)
 	h4 := withStages(h)
 	f.Add(appendBody(nil, &h4, VersionV4), VersionV4)
+	f.Add(appendBody(nil, &h4, VersionV5), VersionV5)
 	oldLayout(&h)
 	for _, v := range []uint16{VersionV1, VersionV2} {
 		f.Add(appendBody(nil, &h, v), v)
@@ -84,6 +85,8 @@ func FuzzHeaderBody(f *testing.F) {
 	f.Add(appendBody(nil, &g3, VersionV3), VersionV3)
 	m := withRefs(h4)
 	f.Add(appendBody(nil, &m, VersionV6), VersionV6)
+	g5 := goldenHeaderV5()
+	f.Add(appendBody(nil, &g5, VersionV5), VersionV5)
 	f.Fuzz(func(t *testing.T, body []byte, version uint16) {
 		if !knownVersion(version) {
 			return

@@ -63,6 +63,14 @@ func goldenHeaderV3() Header {
 // with a fill table and one grown stage of its newest generation.
 func goldenHeaderV4() Header { return withStages(goldenHeaderV3()) }
 
+// goldenHeaderV5 is the header of golden-v5.snap: goldenHeaderV4's filter in
+// the interleaved layout, 4 of the k bits in one word of sector 0.
+func goldenHeaderV5() Header {
+	h := goldenHeaderV4()
+	h.FirstBits = 4
+	return h
+}
+
 // goldenWords is the data stored in the golden files: slot s of every group
 // has every word set to a pattern with 8×(s+1) bits set (slot 3: all bits).
 func goldenWords(h Header) []uint64 {
@@ -88,6 +96,7 @@ func TestGolden(t *testing.T) {
 		{"golden-v2.snap", VersionV2, goldenHeader},
 		{"golden-v3.snap", VersionV3, goldenHeaderV3},
 		{"golden-v4.snap", VersionV4, goldenHeaderV4},
+		{"golden-v5.snap", VersionV5, goldenHeaderV5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -101,11 +110,7 @@ func TestGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want := h
-			want.Version = tc.version
-			if tc.version < VersionV2 {
-				want.OutputOffsets = nil
-			}
+			want := asDecoded(h, tc.version)
 
 			f, err := os.Open(path)
 			if err != nil {
@@ -164,6 +169,13 @@ func TestGolden(t *testing.T) {
 					le.Uint32(tail[72:]) != 1 || le.Uint64(tail[76:]) != 1234 || le.Uint32(tail[84:]) != 1 ||
 					le.Uint64(tail[104:]) != 8 || le.Uint64(tail[112:]) != 51) {
 				t.Error("golden v4 file does not end its header with the stage tables documented on Decoder")
+			}
+			// v5 adds the stage's first-word bits after its K, and ends with the header's.
+			if tail := onDisk[14+H-(4+4+8*8+4+40+16+4) : 14+H]; tc.version == VersionV5 &&
+				(le.Uint32(tail) != 1 || le.Uint32(tail[72:]) != 1 || le.Uint64(tail[76:]) != 1234 ||
+					le.Uint32(tail[96:]) != 9 || le.Uint32(tail[100:]) != 9 || le.Uint32(tail[104:]) != 1 ||
+					le.Uint64(tail[108:]) != 8 || le.Uint64(tail[116:]) != 51 || le.Uint32(tail[132:]) != 4) {
+				t.Error("golden v5 file does not end its header with the stage table and first-word bits documented on Decoder")
 			}
 
 			// The encoder must still produce the exact same bytes: a diff

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -21,8 +22,25 @@ func withStages(h Header) Header {
 	for i := range h.Fill {
 		h.Fill[i] = uint64(100 + i)
 	}
-	h.Stages = []Stage{{Generation: h.Gens[0].Number, Index: 1, Groups: 1, K: 9, Sectors: 1, Words: uint64(h.BlockBits / 64), Counts: []uint64{51, 49}}}
+	h.Stages = []Stage{{Generation: h.Gens[0].Number, Index: 1, Groups: 1, K: 9, FirstBits: 9, Sectors: 1, Words: uint64(h.BlockBits / 64), Counts: []uint64{51, 49}}}
 	h.Words += uint64(h.BlockBits / 64)
+	return h
+}
+
+// asDecoded returns h as a decoder of the given version returns it: without
+// the fields that version does not hold.
+func asDecoded(h Header, version uint16) Header {
+	h.Version = version
+	if version < VersionV2 {
+		h.OutputOffsets = nil
+	}
+	if version < VersionV5 {
+		h.FirstBits = 0
+		h.Stages = slices.Clone(h.Stages)
+		for i := range h.Stages {
+			h.Stages[i].FirstBits = 0
+		}
+	}
 	return h
 }
 
@@ -38,6 +56,7 @@ func testHeader(groups uint64) Header {
 		FalsePositiveRate: 0.001,
 		Seed:              0x9e3779b97f4a7c15,
 		K:                 7,
+		FirstBits:         3,
 		BlockBits:         512,
 		Sectors:           2,
 		Groups:            groups,
@@ -64,7 +83,7 @@ func testHeader(groups uint64) Header {
 // oldLayout turns a header into one that versions 1 and 2 can hold: one
 // sector per block and no slot use table.
 func oldLayout(h *Header) {
-	h.Sectors, h.SlotUses = 1, nil
+	h.Sectors, h.SlotUses, h.FirstBits = 1, nil, 0
 	h.Words = h.Groups * uint64(h.Slots) * uint64(h.BlockBits/64)
 }
 

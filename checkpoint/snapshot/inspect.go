@@ -147,7 +147,7 @@ func writeHeader(ew *errWriter, h *Header) error {
 	p("window:\t%d generations × %v = %v\n", h.Generations, h.Interval, time.Duration(h.Generations)*h.Interval)
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
-	p("hashing:\tk=%d seed=%#016x\n", h.K, h.Seed)
+	p("hashing:\tk=%d%s seed=%#016x\n", h.K, firstWordNote(h), h.Seed)
 	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
 		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.Words*8), h.BitsPerGeneration())
 	if h.Tagged() {
@@ -227,14 +227,22 @@ func writeChecks(ew *errWriter, d *Decoder, readErr error) {
 	}
 }
 
+// firstWordNote describes where a version 5 key puts its first bits.
+func firstWordNote(h *Header) string {
+	if h.Version < VersionV5 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d in one word of sector 0, stored word-major)", h.FirstBits)
+}
+
 // countSlots streams the data of d and counts the set data bits per slot;
 // from version 3 on, words whose tag is not their slot's use parity count as
 // empty and tag bits never count. It returns the counts and the number of
 // words read (fewer than h.Words if the data is truncated).
 func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
 	counts = make([]uint64, h.Slots)
-	wpb := h.BlockBits / 64
-	slot, inBlock := 0, 0
+	wpb := uint64(h.BlockBits / 64)
+	groupWords := uint64(h.Slots*h.Sectors) * wpb
 	buf := make([]byte, int(min(h.DataBytes(), 1<<20)))
 	if len(buf) == 0 {
 		return counts, 0
@@ -242,6 +250,14 @@ func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
 	for {
 		n, err := io.ReadFull(d, buf)
 		for i := 0; i+8 <= n; i += 8 {
+			idx := wordsRead + uint64(i/8)
+			if idx >= h.SlotWords() {
+				continue // a grown stage's word
+			}
+			slot := int(idx % groupWords / wpb % uint64(h.Slots))
+			if q := idx % groupWords; h.Version >= VersionV5 && q < wpb*uint64(h.Slots) {
+				slot = int(q % uint64(h.Slots)) // sector 0 is stored word-major
+			}
 			x := binary.LittleEndian.Uint64(buf[i:])
 			if h.Tagged() {
 				if x>>63 != h.SlotUses[slot]&1 {
@@ -249,16 +265,7 @@ func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
 				}
 				x &^= 1 << 63
 			}
-			if wordsRead+uint64(i/8) >= h.SlotWords() {
-				continue // a grown stage's word
-			}
 			counts[slot] += uint64(bits.OnesCount64(x))
-			if inBlock++; inBlock == wpb {
-				inBlock = 0
-				if slot++; slot == h.Slots {
-					slot = 0
-				}
-			}
 		}
 		wordsRead += uint64(n / 8)
 		if err != nil {

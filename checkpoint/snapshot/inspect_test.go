@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"slices"
@@ -20,7 +21,7 @@ func inspectFixture() (Header, []uint64) {
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h := Header{
 		Generations: 3, Interval: time.Minute, Capacity: 50, FalsePositiveRate: 0.01,
-		Seed: 0xabc, K: 4, BlockBits: 128, Sectors: 1, Groups: 2, Slots: 4, Words: 16,
+		Seed: 0xabc, K: 4, FirstBits: 4, BlockBits: 128, Sectors: 1, Groups: 2, Slots: 4, Words: 16,
 		SlotUses: []uint64{0, 0, 1, 0}, // matches the words' top bits, so v3 reads them all
 		Origin:   base.Add(-7 * time.Minute), Epoch: 9, Rotations: 8,
 		Gens: []Generation{
@@ -110,51 +111,59 @@ func TestInspect(t *testing.T) {
 }
 
 // TestInspectV3 checks what version 3 adds: sectors, the slot use table, and
-// fill that counts neither tag bits nor words of a slot's previous use.
+// fill that counts neither tag bits nor words of a slot's previous use; and
+// that version 5 counts the words of sector 0, stored word-major, for the
+// right slots.
 func TestInspectV3(t *testing.T) {
-	h, _ := inspectFixture()
-	h.Sectors, h.Words, h.SlotUses = 2, 32, []uint64{2, 0, 1, 4}
-	words := make([]uint64, h.Words)
-	for i := range words {
-		switch slot := (i / 2) % 4; {
-		case slot == 0 && (i/8)%2 == 0: // first sector of each block: current use
-			words[i] = 0x00000000ffffffff
-		case slot == 0: // second sector: written by use 1 (odd), so stale
-			words[i] = 1<<63 | 0x00000000ffffffff
-		case slot == 2: // use 1: all 63 data bits, tag 1
-			words[i] = ^uint64(0)
+	for _, version := range []uint16{VersionV3, VersionV5} {
+		h, _ := inspectFixture()
+		h.Sectors, h.Words, h.SlotUses = 2, 32, []uint64{2, 0, 1, 4}
+		words := make([]uint64, h.Words)
+		for i := range words {
+			slot, first := (i/2)%4, (i/8)%2 == 0 // 2-word sectors, 4 slots, 8 words per sector of a group
+			if q := i % 16; version >= VersionV5 && q < 8 {
+				slot = q % 4 // sector 0: word w of slot s is word 4w+s of the group
+			}
+			switch {
+			case slot == 0 && first: // first sector of each block: current use
+				words[i] = 0x00000000ffffffff
+			case slot == 0: // second sector: written by use 1 (odd), so stale
+				words[i] = 1<<63 | 0x00000000ffffffff
+			case slot == 2: // use 1: all 63 data bits, tag 1
+				words[i] = ^uint64(0)
+			}
 		}
-	}
-	var out bytes.Buffer
-	if err := Inspect(&out, bytes.NewReader(encodeBytes(t, h, SingleFileVersion, words))); err != nil {
-		t.Fatalf("Inspect: %v\n%s", err, out.String())
-	}
-	report := out.String()
-	t.Logf("report:\n%s", report)
-	wantRows := [][]string{
-		// slot 2: 8 words × 63 bits, all set; slot 0: 4 current words × 32 bits of 8 × 63
-		{"0", "9", "2", "2026-01-02T03:06:05Z", "15s", "1.0000", "+Inf", "1"},
-		{"1", "8", "0", "2026-01-02T03:05:05Z", "1m15s", "0.2540", "37", "0.00416"},
-		{"2", "7", "1", "2026-01-02T03:04:05Z", "2m15s", "0.0000", "0", "0"},
-	}
-	if rows := genRows(report); !slices.EqualFunc(rows, wantRows, slices.Equal[[]string]) {
-		t.Errorf("generation rows = %q, want %q", rows, wantRows)
-	}
-	for _, want := range []string{
-		"KDDPSNAP version 4",
-		"2 groups × 4 slots × 2 sectors of 128 bits = 32 words (256 B), 512 bits per generation",
-		"slot uses: [2 0 1 4]",
-		"file checksum: OK",
-	} {
-		if !strings.Contains(squeeze(report), want) {
-			t.Errorf("report lacks %q", want)
+		var out bytes.Buffer
+		if err := Inspect(&out, bytes.NewReader(encodeBytes(t, h, version, words))); err != nil {
+			t.Fatalf("Inspect: %v\n%s", err, out.String())
+		}
+		report := out.String()
+		t.Logf("report:\n%s", report)
+		wantRows := [][]string{
+			// slot 2: 8 words × 63 bits, all set; slot 0: 4 current words × 32 bits of 8 × 63
+			{"0", "9", "2", "2026-01-02T03:06:05Z", "15s", "1.0000", "+Inf", "1"},
+			{"1", "8", "0", "2026-01-02T03:05:05Z", "1m15s", "0.2540", "37", "0.00416"},
+			{"2", "7", "1", "2026-01-02T03:04:05Z", "2m15s", "0.0000", "0", "0"},
+		}
+		if rows := genRows(report); !slices.EqualFunc(rows, wantRows, slices.Equal[[]string]) {
+			t.Errorf("v%d: generation rows = %q, want %q", version, rows, wantRows)
+		}
+		for _, want := range []string{
+			fmt.Sprintf("KDDPSNAP version %d", version),
+			"2 groups × 4 slots × 2 sectors of 128 bits = 32 words (256 B), 512 bits per generation",
+			"slot uses: [2 0 1 4]",
+			"file checksum: OK",
+		} {
+			if !strings.Contains(squeeze(report), want) {
+				t.Errorf("v%d: report lacks %q", version, want)
+			}
 		}
 	}
 }
 
 func TestInspectDamaged(t *testing.T) {
 	h, words := inspectFixture()
-	good := encodeBytes(t, h, SingleFileVersion, words)
+	good := encodeBytes(t, h, VersionV4, words) // the fixture's words are in the sector-major layout
 	hv1 := encodeBytes(t, h, VersionV1, words)
 	topicAt := bytes.Index(good, []byte("clicks"))
 	tests := []struct {
@@ -176,7 +185,7 @@ func TestInspectDamaged(t *testing.T) {
 			[]string{"version 1", "output offsets (high-water at snapshot): not recorded (format version 1)", "file checksum: OK"}},
 		{"foreign file", []byte("#!/bin/sh\necho hi\n"), 0, ErrNotSnapshot, nil},
 		{"header cut short", good[:40], 0, ErrCorrupt, nil},
-		{"newer version", func() []byte { b := slices.Clone(good); b[8] = 5; return b }(), 0, ErrUnknownVersion, nil},
+		{"newer version", func() []byte { b := slices.Clone(good); b[8] = byte(CurrentVersion + 1); return b }(), 0, ErrUnknownVersion, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,7 +39,7 @@ func encodeManifest(t testing.TB, h Header) []byte {
 }
 
 func TestManifestRoundTrip(t *testing.T) {
-	for _, h := range []Header{withRefs(testHeader(3)), withRefs(withStages(testHeader(1))), withRefs(goldenHeaderV4())} {
+	for _, h := range []Header{withRefs(testHeader(3)), withRefs(withStages(testHeader(1))), withRefs(goldenHeaderV5())} {
 		b := encodeManifest(t, h)
 		for _, rk := range readerKinds {
 			got, words, err := decodeAll(rk.wrap(b))
@@ -92,9 +92,9 @@ func TestManifestCorrupt(t *testing.T) {
 		}
 	}
 	patch := bytes.Clone(b)
-	patch[8] = 5
+	patch[8] = byte(CurrentVersion + 1)
 	if _, err := DecodeHeader(bytes.NewReader(patch)); !errors.Is(err, ErrUnknownVersion) {
-		t.Errorf("version 5 (reserved): err = %v, want ErrUnknownVersion", err)
+		t.Errorf("version %d: err = %v, want ErrUnknownVersion", patch[8], err)
 	}
 }
 
@@ -113,7 +113,7 @@ func goldenGenWords() ([]uint64, []uint64) {
 }
 
 func TestGoldenV6(t *testing.T) {
-	h := withRefs(goldenHeaderV4())
+	h := withRefs(goldenHeaderV5())
 	words, sections := goldenGenWords()
 	files := map[string][]byte{
 		"golden-v6.snap": encodeManifest(t, h),
@@ -170,11 +170,11 @@ func TestGoldenV6(t *testing.T) {
 	}
 }
 
-// manifestWithObjects returns a manifest of goldenHeaderV4's filter whose generation objects are
+// manifestWithObjects returns a manifest of goldenHeaderV5's filter whose generation objects are
 // in the returned map: generation 1234 (with its stage) has one key's bits set, the others none.
 func manifestWithObjects(t *testing.T) ([]byte, map[string][]byte) {
 	t.Helper()
-	h := goldenHeaderV4()
+	h := goldenHeaderV5()
 	objs := map[string][]byte{}
 	for _, g := range h.Gens {
 		secs := h.GenSections(g.Number)

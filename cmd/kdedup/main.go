@@ -80,6 +80,9 @@ func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer)
 	}
 	level, _ := cfg.Level()
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, u := range app.UnknownVars(environ) { // the value is not logged: it may be a secret
+		log.Warn("unknown variable "+u.Name+" is ignored; did you mean "+u.Closest+"?", "variable", u.Name, "closest", u.Closest)
+	}
 
 	// A drain that overruns SHUTDOWN_TIMEOUT (plus a margin for leaving the group) ends the
 	// process anyway: the orchestrator would kill it soon after.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -9,16 +10,17 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
 )
 
 // Config is everything kdedup reads from the environment. The struct tags are the single source
@@ -45,6 +47,7 @@ type KafkaConfig struct {
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
+	Isolation         string        `env:"ISOLATION_LEVEL" envDefault:"read_committed" desc:"Which records of transactional producers are read, from the input topic and, for the rebuild and re-warm, the output topic: read_committed (records of committed transactions and non-transactional records, up to the last stable offset; aborted records are skipped, and a transaction left open holds the partition until it ends) or read_uncommitted (every record up to the high watermark, those of aborted and open transactions included). Transaction markers are never records in either."`
 	SessionTimeout    time.Duration `env:"SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout: a replica that stops heartbeating for this long loses its partitions."`
 	HeartbeatInterval time.Duration `env:"HEARTBEAT_INTERVAL" envDefault:"3s" desc:"Consumer group heartbeat interval; must be shorter than KAFKA_SESSION_TIMEOUT."`
 	RebalanceTimeout  time.Duration `env:"REBALANCE_TIMEOUT" envDefault:"30s" desc:"How long the group waits for members to rejoin on a rebalance. It also bounds the release of a revoked partition (drain, commit, save its final snapshot): KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin of a tenth (at most 1s); the worker keeps heartbeating meanwhile. Raise it when large filters go to a slow checkpoint store."`
@@ -61,9 +64,10 @@ type KafkaConfig struct {
 	TLSCAFile         string        `env:"TLS_CA_FILE" desc:"PEM file of the CA certificates that verify the brokers (default: the system pool). Needs KAFKA_TLS_ENABLED=true."`
 	TLSCertFile       string        `env:"TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS, with KAFKA_TLS_KEY_FILE. Needs KAFKA_TLS_ENABLED=true."`
 	TLSKeyFile        string        `env:"TLS_KEY_FILE" desc:"PEM private key of KAFKA_TLS_CERT_FILE."`
-	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism: empty (none) or plain. SCRAM is not built in."`
-	SASLUsername      string        `env:"SASL_USERNAME" desc:"SASL user name."`
-	SASLPassword      string        `env:"SASL_PASSWORD" desc:"SASL password (never logged)."`
+	TLSServerName     string        `env:"TLS_SERVER_NAME" desc:"Name the brokers' certificates are verified against, for brokers reached through an address their certificates do not hold (a proxy, a tunnel, an IP address). Empty: the host of each broker address. Needs KAFKA_TLS_ENABLED=true."`
+	SASLMechanism     string        `env:"SASL_MECHANISM" desc:"SASL mechanism, any case: empty (none), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (with KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD) or AWS_MSK_IAM (signed with the AWS credentials the S3 checkpoint store uses: AWS_ACCESS_KEY_ID, else the SDK's default chain such as EKS IRSA or the instance role; region AWS_REGION). Use it with KAFKA_TLS_ENABLED=true: PLAIN sends the password as is."`
+	SASLUsername      string        `env:"SASL_USERNAME" secret:"true" desc:"SASL user name (shown in authentication errors)."`
+	SASLPassword      string        `env:"SASL_PASSWORD" secret:"true" desc:"SASL password (never logged)."`
 }
 
 // DedupConfig is the DEDUP_* section.
@@ -83,7 +87,14 @@ type DedupConfig struct {
 	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
 	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
 	OverloadPolicy    string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
-	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
+	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities. Kept in checkpoints."`
+
+	// Window counted from the last sighting (window.Filter.TestAndRefresh).
+	WindowRefresh bool `env:"WINDOW_REFRESH" envDefault:"false" desc:"true: a duplicate re-arms its identity in the current generation (with DEDUP_WINDOW_CLOCK=event, the generation of its timestamp), so the window counts from an identity's last sighting: remembered at least (count-1) x interval and at most count x interval after it. An identity re-sent forever then never passes again. Each re-armed identity counts against DEDUP_WINDOW_CAPACITY once per interval, and a duplicate costs a write (kdedup_filter_refreshes_total). false: the window counts from the first sighting."`
+
+	// Per-source metrics (metrics.Sources).
+	MetricsSource      string `env:"METRICS_SOURCE" desc:"Where a record's source (producer, tenant, library) is read for kdedup_source_records_total and kdedup_source_duplicates_total: the forms of DEDUP_KEY (key, value, header:NAME, json:PATH) or key-prefix:SEP (the Kafka key up to the first SEP). Empty: no per-source metrics, and no cost. See docs/operations.md, Duplicates by source."`
+	MetricsSourceLimit int    `env:"METRICS_SOURCE_LIMIT" envDefault:"50" desc:"With DEDUP_METRICS_SOURCE: the most sources with a source label of their own (the heaviest, found by a heavy-hitters sketch); the others count as source=\"other\", records without a source as source=\"none\". At most 1000."`
 }
 
 // CheckpointConfig is the CHECKPOINT_* section.
@@ -101,10 +112,10 @@ type CheckpointConfig struct {
 // AWS_CA_BUNDLE, ...) and ~/.aws itself: the one exception to cmd/kdedup being the only reader of
 // the environment.
 type AWSConfig struct {
-	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
-	AccessKeyID     string `env:"ACCESS_KEY_ID" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
-	SecretAccessKey string `env:"SECRET_ACCESS_KEY" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
-	SessionToken    string `env:"SESSION_TOKEN" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
+	Region          string `env:"REGION" desc:"Region of the s3:// CHECKPOINT_URL bucket, and of the MSK cluster with KAFKA_SASL_MECHANISM=AWS_MSK_IAM. Empty: the AWS SDK's chain (AWS_DEFAULT_REGION, the shared profile), else us-east-1."`
+	AccessKeyID     string `env:"ACCESS_KEY_ID" secret:"true" desc:"Static access key for an s3:// CHECKPOINT_URL, with AWS_SECRET_ACCESS_KEY. Empty: the AWS SDK's default chain (web identity as with EKS IRSA, container credentials, shared profiles, EC2 instance profile)."`
+	SecretAccessKey string `env:"SECRET_ACCESS_KEY" secret:"true" desc:"Secret of AWS_ACCESS_KEY_ID (never logged)."`
+	SessionToken    string `env:"SESSION_TOKEN" secret:"true" desc:"Session token of temporary AWS_ACCESS_KEY_ID credentials (never logged)."`
 	EndpointURLS3   string `env:"ENDPOINT_URL_S3" desc:"Endpoint of an S3-compatible store (MinIO, R2, Ceph, moto), such as http://minio:9000; objects are then addressed path-style (endpoint/bucket/key). Empty: AWS S3."`
 	EndpointURL     string `env:"ENDPOINT_URL" desc:"Endpoint for all AWS services; used for S3 (path-style) when AWS_ENDPOINT_URL_S3 is empty."`
 }
@@ -146,11 +157,12 @@ func (e *ConfigError) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-// Load parses environ (as from env.ToMap(os.Environ())) into a Config and validates it. It
-// returns a *ConfigError with all problems at once.
+// Load parses environ (as from env.ToMap(os.Environ())) into a Config and validates it, with the
+// secret variables read from their NAME_FILE files (ResolveFiles). It returns a *ConfigError with
+// all problems at once.
 func Load(environ map[string]string) (Config, error) {
 	var cfg Config
-	var problems []string
+	environ, problems := ResolveFiles(environ)
 	failed := map[string]bool{} // variables whose value did not parse: no further checks
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
 		vars := fieldVars()
@@ -196,6 +208,9 @@ func describeEnvError(err error, vars map[string]string, environ map[string]stri
 		if errors.As(inner, &ne) { // strconv repeats the input; keep the reason
 			inner = ne.Err
 		}
+		if slices.Contains(SecretVars(), name) {
+			return name, fmt.Sprintf("cannot parse the value: %v", inner) // never show a secret
+		}
 		return name, fmt.Sprintf("cannot parse %q: %v", environ[name], inner)
 	}
 	return "environment", err.Error()
@@ -210,10 +225,12 @@ func fieldVars() map[string]string {
 	return out
 }
 
-// EnvVar describes one environment variable of Config.
+// EnvVar describes one environment variable of Config. Secret is set for the fields tagged
+// secret:"true": their value is never shown and may come from a file (NAME_FILE, ResolveFiles).
 type EnvVar struct {
 	Name, Field, Default, Desc string
 	Required, HasDefault       bool
+	Secret                     bool
 }
 
 // EnvVars lists Config's environment variables in declaration order. The names (with their
@@ -238,7 +255,7 @@ func EnvVars() []EnvVar {
 		}
 		out[i] = EnvVar{
 			Name: p.Key, Field: f.Name, Default: p.DefaultValue, HasDefault: p.HasDefaultValue,
-			Desc: f.Tag.Get("desc"), Required: p.Required,
+			Desc: f.Tag.Get("desc"), Required: p.Required, Secret: f.Tag.Get("secret") == "true",
 		}
 	}
 	return out
@@ -282,6 +299,11 @@ func (c Config) validate() []problem {
 	}
 	c.validateZeros(add)
 	c.Kafka.validateClient(add)
+	if mech, _ := kafkaio.CanonicalMechanism(c.Kafka.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
+		if _, err := c.Kafka.SASL(c.AWS); err != nil {
+			add("KAFKA_SASL_MECHANISM", "%v", err)
+		}
+	}
 
 	d := c.Dedup
 	if d.WindowCount < 1 {
@@ -361,20 +383,46 @@ func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) 
 	} else if _, name, err := k.TLSConfig(); err != nil {
 		add(name, "%v", err)
 	}
-	switch strings.ToLower(k.SASLMechanism) {
-	case "":
+	if !k.TLSEnabled && k.TLSServerName != "" {
+		add("KAFKA_TLS_SERVER_NAME", "is set but KAFKA_TLS_ENABLED is false")
+	}
+	k.validateSASL(add)
+}
+
+// validateSASL checks KAFKA_SASL_*: a known mechanism and the credentials it needs.
+func (k KafkaConfig) validateSASL(add func(name, format string, args ...any)) {
+	if k.SASLMechanism == "" {
 		if k.SASLUsername != "" || k.SASLPassword != "" {
-			add("KAFKA_SASL_MECHANISM", "must be set (plain) when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is")
+			add("KAFKA_SASL_MECHANISM", "must be set when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is (one of %s)", strings.Join(kafkaio.Mechanisms, ", "))
 		}
-	case "plain":
-		if k.SASLUsername == "" {
-			add("KAFKA_SASL_USERNAME", "required with KAFKA_SASL_MECHANISM=plain")
+		return
+	}
+	mech, ok := kafkaio.CanonicalMechanism(k.SASLMechanism)
+	if !ok {
+		add("KAFKA_SASL_MECHANISM", "%q is not one of %s", k.SASLMechanism, strings.Join(kafkaio.Mechanisms, ", "))
+		return
+	}
+	if mech == kafkaio.MechanismAWSMSKIAM {
+		for name, v := range map[string]string{"KAFKA_SASL_USERNAME": k.SASLUsername, "KAFKA_SASL_PASSWORD": k.SASLPassword} {
+			if v != "" {
+				add(name, "not used with KAFKA_SASL_MECHANISM=AWS_MSK_IAM, which signs with the AWS credentials (AWS_* or the SDK's default chain); unset it")
+			}
 		}
-		if k.SASLPassword == "" {
-			add("KAFKA_SASL_PASSWORD", "required with KAFKA_SASL_MECHANISM=plain")
+		if !k.TLSEnabled {
+			add("KAFKA_SASL_MECHANISM", "AWS_MSK_IAM needs KAFKA_TLS_ENABLED=true (MSK serves IAM on its TLS listener, port 9098)")
 		}
-	default:
-		add("KAFKA_SASL_MECHANISM", "%q is not supported (empty or plain)", k.SASLMechanism)
+		return
+	}
+	if k.SASLUsername == "" {
+		add("KAFKA_SASL_USERNAME", "required with KAFKA_SASL_MECHANISM=%s", mech)
+	}
+	if k.SASLPassword == "" {
+		add("KAFKA_SASL_PASSWORD", "required with KAFKA_SASL_MECHANISM=%s", mech)
+	}
+	if k.SASLUsername != "" && k.SASLPassword != "" {
+		if _, err := k.SASL(AWSConfig{}); err != nil {
+			add("KAFKA_SASL_PASSWORD", "%v", err)
+		}
 	}
 }
 
@@ -395,7 +443,7 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	if !k.TLSEnabled {
 		return nil, "", nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.TLSServerName}
 	if k.TLSCAFile != "" {
 		pem, err := os.ReadFile(k.TLSCAFile)
 		if err != nil {
@@ -420,12 +468,32 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	return tc, "", nil
 }
 
-// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one.
-func (k KafkaConfig) SASL() sasl.Mechanism {
-	if strings.ToLower(k.SASLMechanism) == "plain" {
-		return plain.Mechanism{Username: k.SASLUsername, Password: k.SASLPassword}
+// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one. AWS_MSK_IAM signs with
+// the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3 checkpoint store uses);
+// its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the shared profile). The error
+// (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a secret.
+func (k KafkaConfig) SASL(a AWSConfig) (sasl.Mechanism, error) {
+	if k.SASLMechanism == "" {
+		return nil, nil
 	}
-	return nil
+	c := kafkaio.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword}
+	if mech, _ := kafkaio.CanonicalMechanism(k.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
+		opts := s3Options(a, nil)
+		opts.Endpoint = ""
+		ac, err := checkpoint.LoadAWSConfig(context.Background(), opts)
+		if err != nil {
+			return nil, err
+		}
+		if ac.Region == "" {
+			return nil, errors.New("AWS_MSK_IAM needs the cluster's region: set AWS_REGION")
+		}
+		c.AWSCredentials, c.AWSRegion = ac.Credentials, ac.Region
+	}
+	m, err := kafkaio.NewSASL(c)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // consumerFields converts the configuration into the worker's, except for TLS and SASL (see
@@ -445,6 +513,7 @@ func (c Config) consumerFields() consumer.Config {
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		StartFromLatest:    k.StartOffset == "latest",
+		Isolation:          kafkaio.Isolation(k.Isolation),
 		SessionTimeout:     k.SessionTimeout,
 		HeartbeatInterval:  k.HeartbeatInterval,
 		RebalanceTimeout:   k.RebalanceTimeout,
@@ -470,7 +539,11 @@ func (c Config) consumerConfig() (consumer.Config, error) {
 	if err != nil {
 		return consumer.Config{}, fmt.Errorf("%s: %w", name, err)
 	}
+	mech, err := c.Kafka.SASL(c.AWS)
+	if err != nil {
+		return consumer.Config{}, fmt.Errorf("KAFKA_SASL_MECHANISM: %w", err)
+	}
 	cc := c.consumerFields()
-	cc.TLS, cc.SASL = tc, c.Kafka.SASL()
+	cc.TLS, cc.SASL = tc, mech
 	return cc, nil
 }

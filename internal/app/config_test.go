@@ -116,8 +116,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"enumerations", withEnv(map[string]string{
 			"KAFKA_START_OFFSET": "middle", "KAFKA_PARTITIONING": "random", "KAFKA_COMPRESSION": "rar",
 			"DEDUP_SCOPE": "cluster", "DEDUP_MODE": "delete", "DEDUP_UNKEYED_POLICY": "keep", "LOG_LEVEL": "chatty",
-			"DEDUP_OVERLOAD_POLICY": "block",
-		}), []string{"KAFKA_START_OFFSET", "KAFKA_PARTITIONING", "KAFKA_COMPRESSION", "DEDUP_SCOPE", "DEDUP_MODE", "DEDUP_UNKEYED_POLICY", "LOG_LEVEL", "DEDUP_OVERLOAD_POLICY"}},
+			"DEDUP_OVERLOAD_POLICY": "block", "KAFKA_ISOLATION_LEVEL": "read_some",
+		}), []string{"KAFKA_START_OFFSET", "KAFKA_PARTITIONING", "KAFKA_COMPRESSION", "DEDUP_SCOPE", "DEDUP_MODE", "DEDUP_UNKEYED_POLICY", "LOG_LEVEL", "DEDUP_OVERLOAD_POLICY", "KAFKA_ISOLATION_LEVEL"}},
 		{"key spec", withEnv(map[string]string{"DEDUP_KEY": "json:"}), []string{"DEDUP_KEY"}},
 		{"ranges and rules", withEnv(map[string]string{
 			"KAFKA_OUTPUT_TOPIC": "events", "KAFKA_HEARTBEAT_INTERVAL": "20s", "KAFKA_BATCH_SIZE": "0",
@@ -131,8 +131,11 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"tls without tls", withEnv(map[string]string{"KAFKA_TLS_CA_FILE": "/ca.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"tls missing file", withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CA_FILE": "/does/not/exist.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"sasl", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "plain"}), []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"}},
-		{"scram", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-512", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "secret"}),
+		{"unknown mechanism", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-1", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "secret"}),
 			[]string{"KAFKA_SASL_MECHANISM"}},
+		{"scram without password", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-256", "KAFKA_SASL_USERNAME": "u"}),
+			[]string{"KAFKA_SASL_PASSWORD"}},
+		{"server name without tls", withEnv(map[string]string{"KAFKA_TLS_SERVER_NAME": "broker"}), []string{"KAFKA_TLS_SERVER_NAME"}},
 		{"dups topic", withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "events-dedup"}), []string{"DEDUP_DUPLICATES_TOPIC"}},
 		{"dead-letter topic", withEnv(map[string]string{"KAFKA_DEAD_LETTER_TOPIC": "events-dedup"}), []string{"KAFKA_DEAD_LETTER_TOPIC"}},
 		{"checkpoint url with credentials", withEnv(map[string]string{"CHECKPOINT_URL": "s3://AKID:secret@bucket/p", "CHECKPOINT_KEEP": "0"}),
@@ -145,6 +148,9 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"s3 secret without key", withEnv(map[string]string{"CHECKPOINT_URL": "s3://bucket/p", "AWS_SECRET_ACCESS_KEY": "secret"}),
 			[]string{"AWS_ACCESS_KEY_ID"}},
 		{"rebuild bound", withEnv(map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "-1"}), []string{"CHECKPOINT_REBUILD_MAX_RECORDS"}},
+		{"source metrics", withEnv(map[string]string{"DEDUP_METRICS_SOURCE": "key-prefix:", "DEDUP_METRICS_SOURCE_LIMIT": "0",
+			"DEDUP_WINDOW_REFRESH": "sometimes"}),
+			[]string{"DEDUP_METRICS_SOURCE", "DEDUP_METRICS_SOURCE_LIMIT", "DEDUP_WINDOW_REFRESH"}},
 		{"rebalance within a heartbeat", withEnv(map[string]string{"KAFKA_REBALANCE_TIMEOUT": "2s"}), []string{"KAFKA_REBALANCE_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -239,7 +245,7 @@ func TestConfigConversion(t *testing.T) {
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
 		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
-		"KAFKA_IDEMPOTENT": "false", "KAFKA_DEAD_LETTER_TOPIC": "dlq",
+		"KAFKA_IDEMPOTENT": "false", "KAFKA_ISOLATION_LEVEL": "read_uncommitted", "KAFKA_DEAD_LETTER_TOPIC": "dlq",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +256,8 @@ func TestConfigConversion(t *testing.T) {
 	}
 	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafka.Zstd ||
 		cc.Mode != consumer.ModeMark || cc.MarkHeader != "x-dup" || cc.Unkeyed != consumer.UnkeyedDrop ||
-		cc.DuplicatesTopic != "dups" || cc.DeadLetterTopic != "dlq" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence {
+		cc.DuplicatesTopic != "dups" || cc.DeadLetterTopic != "dlq" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence ||
+		cc.Isolation != kafkaio.ReadUncommitted {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}
 	wc := windowConfig(cfg.Dedup)
@@ -310,7 +317,7 @@ func TestWorkerProblemsNameVariables(t *testing.T) {
 	bad := consumer.Config{
 		Conn: kafkaio.Conn{Brokers: []string{"nohostport"}}, OutputTopic: "in", InputTopic: "in", DuplicatesTopic: "in",
 		SessionTimeout: -1, HeartbeatInterval: -1, RebalanceTimeout: -1, BatchSize: -1, BatchBytes: -1,
-		BatchTimeout: -1, CommitInterval: -1, FetchMaxWait: -1, FetchMaxBytes: -1, QueueCapacity: -1,
+		BatchTimeout: -1, CommitInterval: -1, FetchMaxWait: -1, FetchMaxBytes: -1,
 		Partitioning: "x", Mode: "x", MarkHeader: " ", Unkeyed: "x",
 		ShutdownTimeout: -1, ProduceTimeout: -1, RetryBackoffMax: -1,
 	}

@@ -23,16 +23,24 @@ func EnvTable() string {
 		case !v.HasDefault || v.Default == "":
 			def = "*empty*"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, cell(v.Desc))
+		desc := v.Desc
+		if v.Secret {
+			desc += " Or from a file: `" + v.Name + FileSuffix + "` (its path; not with " + v.Name + " set too)."
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, cell(desc))
 	}
 	return b.String()
 }
 
-// EnvNames lists Config's environment variables, one per line (deploy/env-vars.txt).
+// EnvNames lists Config's environment variables, one per line (deploy/env-vars.txt), each
+// secret one followed by its NAME_FILE variant.
 func EnvNames() string {
 	var b strings.Builder
 	for _, v := range EnvVars() {
 		b.WriteString(v.Name + "\n")
+		if v.Secret {
+			b.WriteString(v.Name + FileSuffix + "\n")
+		}
 	}
 	return b.String()
 }

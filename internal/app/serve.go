@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -59,7 +60,7 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("cannot create the deduplication state", "error", err.Error())
 		return 1
 	}
-	w, err := consumer.New(ccfg, dd, kf, obs, log)
+	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, log), dd, kf, obs, log)
 	if err != nil {
 		log.Error("invalid worker configuration", "error", err.Error())
 		return 2
@@ -111,6 +112,9 @@ func logFailure(log *slog.Logger, err error) {
 		log.Error("cannot run: "+err.Error(),
 			"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+
 				"to produce without idempotence (a produce retry may then duplicate records in the output)")
+	case kafkaio.Fatal(err):
+		log.Error("cannot connect to Kafka: "+err.Error(),
+			"hint", "fix the KAFKA_TLS_* or KAFKA_SASL_* settings, or the cluster's ACLs, as the message says; see docs/operations.md, Connecting to a secured cluster")
 	default:
 		log.Error("worker failed", "error", err.Error())
 	}

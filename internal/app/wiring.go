@@ -50,6 +50,14 @@ func validateDedup(d DedupConfig) []problem {
 	if _, err := dedup.ParseLatePolicy(d.LateRecords); err != nil {
 		ps = append(ps, problem{"DEDUP_LATE_RECORDS", err.Error()})
 	}
+	if d.MetricsSource != "" {
+		if _, err := dedup.ParseSourceSpec(d.MetricsSource); err != nil {
+			ps = append(ps, problem{"DEDUP_METRICS_SOURCE", err.Error()})
+		}
+	}
+	if d.MetricsSourceLimit < 1 || d.MetricsSourceLimit > maxSourceLimit {
+		ps = append(ps, problem{"DEDUP_METRICS_SOURCE_LIMIT", fmt.Sprintf("must be between 1 and %d, got %d", maxSourceLimit, d.MetricsSourceLimit)})
+	}
 	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.WindowCapacity >= 1 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
 		if _, err := window.Size(windowConfig(d)); err != nil {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
@@ -193,6 +201,31 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 	return ks.Extract, nil
 }
 
+// maxSourceLimit bounds DEDUP_METRICS_SOURCE_LIMIT: the source label takes at most this many
+// values plus other and none.
+const maxSourceLimit = 1000
+
+// sourceHold is metrics.SourceOptions.Hold; tests shorten it. Zero means the default.
+var sourceHold time.Duration
+
+// withSources returns ccfg with the per-source counts of DEDUP_METRICS_SOURCE: the counters on reg,
+// the extractor and the tallies. It returns ccfg unchanged when the setting is empty, and, logging
+// why, when it does not parse (Load rejects such a configuration).
+func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config, log *slog.Logger) consumer.Config {
+	if d.MetricsSource == "" {
+		return ccfg
+	}
+	spec, err := dedup.ParseSourceSpec(d.MetricsSource)
+	if err != nil {
+		log.Error("invalid DEDUP_METRICS_SOURCE: no per-source metrics", "error", err.Error())
+		return ccfg
+	}
+	src := metrics.NewSources(reg, metrics.SourceOptions{Limit: d.MetricsSourceLimit, Hold: sourceHold})
+	ccfg.SourceKey = spec.Extract
+	ccfg.Sources = func() consumer.SourceTally { return src.NewTally() }
+	return ccfg
+}
+
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 	return metrics.New(reg, metrics.Options{
@@ -228,6 +261,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		Clock:       dedup.Clock(cfg.Dedup.WindowClock),
 		LateRecords: dedup.LatePolicy(cfg.Dedup.LateRecords),
 		MaxAhead:    cfg.Dedup.EventTimeMaxAhead,
+		Refresh:     cfg.Dedup.WindowRefresh,
 		Topic:       cfg.Kafka.InputTopic,
 		Logger:      log,
 		Observer:    m,
@@ -279,6 +313,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 				WindowSeconds: s.Window.Seconds(),
 				Stages:        s.Stages,
 				Growths:       s.Growths,
+				Refreshes:     s.Refreshes,
 				AtCap:         s.AtCap,
 				Generations:   gens,
 				EventTime:     s.EventTime,

@@ -9,7 +9,6 @@
 package embedkafka
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +42,19 @@ type Options struct {
 	// MaxVersions, when set, caps the API versions the brokers accept, to simulate an older
 	// Kafka; an API it lacks is not offered at all.
 	MaxVersions *kversion.Versions
+	// Security, when set, makes the brokers require TLS and SASL as it says; the cluster's own
+	// client (Client and the helpers) connects with its Conn settings.
+	Security *Security
+}
+
+// Security is how a secured cluster listens and how its own client connects.
+type Security struct {
+	// Listen are kfake options that secure the brokers: kfake.TLS, kfake.EnableSASL,
+	// kfake.Superuser, kfake.User, kfake.EnableACLs.
+	Listen []kfake.Opt
+	// Client holds the TLS and SASL settings of the cluster's own client (its brokers and
+	// client ID are ignored). It must be allowed everything the helpers do.
+	Client kafkaio.Conn
 }
 
 // Cluster is a running (or stopped) fake cluster. Its methods are safe for concurrent use.
@@ -85,6 +97,9 @@ func (cl *Cluster) start(seed bool) error {
 	if cl.opts.DataDir != "" {
 		kopts = append(kopts, kfake.DataDir(cl.opts.DataDir))
 	}
+	if cl.opts.Security != nil {
+		kopts = append(kopts, cl.opts.Security.Listen...)
+	}
 	if cl.opts.MaxVersions != nil {
 		kopts = append(kopts, kfake.MaxVersions(cl.opts.MaxVersions))
 	}
@@ -115,7 +130,11 @@ func (cl *Cluster) start(seed bool) error {
 	}
 	cl.mu.Lock()
 	cl.c, cl.ports = c, ports
-	cl.client = kafkaio.Conn{Brokers: cl.Addrs(), ClientID: "embedkafka"}.Client(10 * time.Second)
+	conn := kafkaio.Conn{Brokers: cl.Addrs(), ClientID: "embedkafka"}
+	if sec := cl.opts.Security; sec != nil {
+		conn.TLS, conn.SASL = sec.Client.TLS, sec.Client.SASL
+	}
+	cl.client = conn.Client(10 * time.Second)
 	cl.producer = kafkaio.NewProducer(cl.client, kafkaio.ProducerConfig{Attempts: 1})
 	cl.mu.Unlock()
 	return nil
@@ -340,11 +359,8 @@ func (cl *Cluster) ReadPartition(ctx context.Context, topic string, partition in
 	var msgs []kafka.Message
 	err := kafkaio.Read(ctx, cl.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
 		func(recs []kafkaio.Record) error {
-			for _, r := range recs {
-				msgs = append(msgs, kafka.Message{
-					Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time, Headers: r.Headers,
-					Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value),
-				})
+			for i := range recs {
+				msgs = append(msgs, recs[i].Message(topic, partition))
 			}
 			return nil
 		})

@@ -37,6 +37,10 @@ const (
 	// crcEnd is where the CRC's coverage starts: after FirstOffset (int64), Length (int32),
 	// PartitionLeaderEpoch (int32), Magic (int8) and CRC (int32).
 	crcEnd = 21
+	// magicOffset is where the magic byte is, in every format: after FirstOffset (int64), Length
+	// (int32) and PartitionLeaderEpoch (int32) of a batch, or Offset, MessageSize and CRC of a
+	// v0/v1 message.
+	magicOffset = 16
 )
 
 // batchHeaderLen is the size of a record batch header: kmsg's encoding of a batch without records.
@@ -47,6 +51,15 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 // ErrCorruptBatch is wrapped by BatchDecoder.Decode's error for a record batch whose checksum,
 // lengths or magic byte are wrong.
 var ErrCorruptBatch = errors.New("kafkaio: corrupt record batch")
+
+// ErrOldMessageFormat is wrapped by the error of a fetch that returned a message set of magic v0 or
+// v1 (the formats before Kafka 0.11), which kdedup does not read: see scanBatches.
+var ErrOldMessageFormat = errors.New("kafkaio: message format v0/v1 (before Kafka 0.11) is not supported")
+
+// ErrBatchTooLarge is wrapped by the error of a fetch whose response holds part of a record batch
+// and no complete one: the batch is larger than the fetch's size limit (a broker older than
+// Kafka 0.10.1 does not send such a batch whole).
+var ErrBatchTooLarge = errors.New("kafkaio: record batch larger than the fetch size limit")
 
 // errEmptyBatch is returned by batchEncoder.encode for an empty message list.
 var errEmptyBatch = errors.New("kafkaio: record batch without records")
@@ -222,7 +235,12 @@ func varintLen(v int64) int {
 // concurrent use.
 type BatchDecoder struct {
 	recs []kmsg.Record
-	buf  bytes.Buffer // decompressed records
+	buf  *bytes.Buffer // decompressed records of the last batch
+	// retain keeps the records decompressed for earlier batches valid until recycle: each
+	// compressed batch gets a buffer of its own (kept in held), so that records of several
+	// compressed batches can be in use at once.
+	retain      bool
+	held, spare []*bytes.Buffer
 }
 
 // Decode decodes the first record batch of b, a record set as a fetch response carries it
@@ -235,30 +253,54 @@ type BatchDecoder struct {
 // io.ErrUnexpectedEOF and the whole of b as rest. A batch whose magic byte is not 2, whose
 // checksum does not match or whose records do not add up gives an error wrapping ErrCorruptBatch.
 func (d *BatchDecoder) Decode(b []byte) (hdr kmsg.RecordBatch, recs []kmsg.Record, rest []byte, err error) {
-	if err := hdr.UnsafeReadFrom(b); err != nil {
-		if len(b) >= batchLengthStart && int(hdr.Length) < batchHeaderLen-batchLengthStart {
-			return hdr, nil, b, fmt.Errorf("%w: length %d", ErrCorruptBatch, hdr.Length)
-		}
-		return hdr, nil, b, io.ErrUnexpectedEOF
-	}
-	end := batchLengthStart + int(hdr.Length)
-	if hdr.Magic != 2 {
-		return hdr, nil, b, fmt.Errorf("%w: magic %d", ErrCorruptBatch, hdr.Magic)
-	}
-	if crc := crc32.Checksum(b[crcEnd:end], crc32c); int32(crc) != hdr.CRC {
-		return hdr, nil, b, fmt.Errorf("%w: checksum %08x, want %08x", ErrCorruptBatch, crc, uint32(hdr.CRC))
-	}
-	records, err := d.uncompressed(&hdr)
+	hdr, rest, err = d.header(b)
 	if err != nil {
 		return hdr, nil, b, err
 	}
-	if recs, err = d.records(records, int(hdr.NumRecords)); err != nil {
+	if err = checkCRC(&hdr, b); err != nil {
 		return hdr, nil, b, err
 	}
-	return hdr, recs, b[end:], nil
+	if recs, err = d.decodeRecords(&hdr); err != nil {
+		return hdr, nil, b, err
+	}
+	return hdr, recs, rest, nil
 }
 
-// uncompressed returns the records of hdr, decompressed into d.buf when they are compressed.
+// header decodes the header of the first record batch of b and returns it with the rest of b,
+// without looking at the records: see Decode for the errors.
+func (d *BatchDecoder) header(b []byte) (hdr kmsg.RecordBatch, rest []byte, err error) {
+	if len(b) > magicOffset && b[magicOffset] != 2 {
+		return hdr, b, fmt.Errorf("%w: magic %d", ErrCorruptBatch, b[magicOffset])
+	}
+	if err := hdr.UnsafeReadFrom(b); err != nil {
+		if len(b) >= batchLengthStart && int(hdr.Length) < batchHeaderLen-batchLengthStart {
+			return hdr, b, fmt.Errorf("%w: length %d", ErrCorruptBatch, hdr.Length)
+		}
+		return hdr, b, io.ErrUnexpectedEOF
+	}
+	return hdr, b[batchLengthStart+int(hdr.Length):], nil
+}
+
+// checkCRC checks the checksum of hdr, the header of the batch b starts with.
+func checkCRC(hdr *kmsg.RecordBatch, b []byte) error {
+	end := batchLengthStart + int(hdr.Length)
+	if crc := crc32.Checksum(b[crcEnd:end], crc32c); int32(crc) != hdr.CRC {
+		return fmt.Errorf("%w: checksum %08x, want %08x", ErrCorruptBatch, crc, uint32(hdr.CRC))
+	}
+	return nil
+}
+
+// decodeRecords decodes the records of the batch of hdr, whose checksum was checked.
+func (d *BatchDecoder) decodeRecords(hdr *kmsg.RecordBatch) ([]kmsg.Record, error) {
+	records, err := d.uncompressed(hdr)
+	if err != nil {
+		return nil, err
+	}
+	return d.records(records, int(hdr.NumRecords))
+}
+
+// uncompressed returns the records of hdr, decompressed into a buffer of d when they are
+// compressed.
 func (d *BatchDecoder) uncompressed(hdr *kmsg.RecordBatch) ([]byte, error) {
 	c := kafka.Compression(hdr.Attributes & 0x7)
 	if c == 0 {
@@ -270,11 +312,38 @@ func (d *BatchDecoder) uncompressed(hdr *kmsg.RecordBatch) ([]byte, error) {
 	}
 	zr := codec.NewReader(bytes.NewReader(hdr.Records))
 	defer zr.Close()
-	d.buf.Reset()
-	if _, err := d.buf.ReadFrom(zr); err != nil {
+	buf := d.nextBuffer()
+	if _, err := buf.ReadFrom(zr); err != nil {
 		return nil, fmt.Errorf("%w: decompress (%s): %w", ErrCorruptBatch, codec.Name(), err)
 	}
-	return d.buf.Bytes(), nil
+	return buf.Bytes(), nil
+}
+
+// nextBuffer returns an empty buffer for the next decompressed batch: the one of the last batch,
+// or with retain a spare one, keeping the last one in held.
+func (d *BatchDecoder) nextBuffer() *bytes.Buffer {
+	if d.buf != nil && d.retain {
+		d.held = append(d.held, d.buf)
+		d.buf = nil
+	}
+	if d.buf == nil {
+		if n := len(d.spare); n > 0 {
+			d.buf, d.spare = d.spare[n-1], d.spare[:n-1]
+		} else {
+			d.buf = new(bytes.Buffer)
+		}
+	}
+	d.buf.Reset()
+	return d.buf
+}
+
+// recycle makes the buffers of the batches decompressed before the last one available again
+// (with retain): no record of theirs may be in use any more. The last batch's records stay
+// valid.
+func (d *BatchDecoder) recycle() {
+	d.spare = append(d.spare, d.held...)
+	clear(d.held)
+	d.held = d.held[:0]
 }
 
 // records decodes n records from b into d.recs.

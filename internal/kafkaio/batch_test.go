@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"testing"
@@ -220,6 +221,27 @@ func BenchmarkBatchDecode(b *testing.B) {
 	for b.Loop() {
 		if _, _, _, err := d.Decode(raw); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestScanBatchesOldFormat proves that a message set of magic v0 or v1 (Kafka before 0.11, or a
+// topic still on message.format.version < 0.11) is refused with ErrOldMessageFormat, not misread:
+// kdedup reads and writes record batches (magic v2) only.
+func TestScanBatchesOldFormat(t *testing.T) {
+	for _, magic := range []byte{0, 1} {
+		// offset, message size, CRC, magic, attributes, (v1: timestamp), null key, value "v".
+		msg := binary.BigEndian.AppendUint64(nil, 7)
+		body := []byte{magic, 0}
+		if magic == 1 {
+			body = binary.BigEndian.AppendUint64(body, 1700000000000)
+		}
+		body = binary.BigEndian.AppendUint32(body, 0xffffffff)
+		body = append(binary.BigEndian.AppendUint32(body, 1), 'v')
+		msg = binary.BigEndian.AppendUint32(msg, uint32(4+len(body)))
+		msg = append(binary.BigEndian.AppendUint32(msg, crc32.ChecksumIEEE(body)), body...)
+		if _, _, err := scanBatches(msg, 7); !errors.Is(err, ErrOldMessageFormat) {
+			t.Errorf("magic %d: scanBatches = %v, want ErrOldMessageFormat", magic, err)
 		}
 	}
 }

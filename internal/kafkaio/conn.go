@@ -50,6 +50,15 @@ func (c Conn) Transport() *kafka.Transport {
 	}
 }
 
+// clientIDOf returns the client ID of c's Transport (made by Conn.Transport), else
+// DefaultClientID.
+func clientIDOf(c *kafka.Client) string {
+	if tr, ok := c.Transport.(*kafka.Transport); ok && tr.ClientID != "" {
+		return tr.ClientID
+	}
+	return DefaultClientID
+}
+
 // Client returns a kafka-go Client of c's brokers over a new Transport (see Transport) whose
 // requests time out after timeout (0: kafka-go's default of 5s). Release its connections with
 // CloseIdle.

@@ -5,7 +5,11 @@
 // nothing of kdedup.
 //
 //   - conn.go: Conn, the one connection config (brokers, client ID, TLS, SASL), and the Client,
-//     Transport and Dialer every connection is made with.
+//     Transport and Dialer every connection is made with; sasl.go: NewSASL, the SASL mechanisms
+//     (PLAIN, SCRAM-SHA-256/512, AWS_MSK_IAM) as a *SASL that names its user and never prints
+//     its credentials; check.go: Conn.Check and CheckRead, the one classification of connection
+//     failures retrying cannot fix (*ConnError: ErrAuthentication, ErrTLS, ErrAuthorization;
+//     Fatal, Denied).
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
 //     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse
@@ -13,9 +17,13 @@
 //     record refused on its own).
 //   - batch.go: record batches (format v2) encoded for the producer and decoded in place
 //     (BatchDecoder), with franz-go's kmsg.
-//   - input.go: PartitionReader, the worker's input fetch path (kafka-go's Reader, configured here
-//     until a fetch loop of our own on protocol/fetch replaces it); read.go: Read, the one way to
-//     read a range of a partition; metadata.go: partition counts, offsets and topic configuration.
+//   - fetch.go: raw Fetch requests through kafka-go's Transport (one response buffer each, decoded
+//     in place with kmsg) and Isolation; records.go: the walk of a fetched partition's batches
+//     (control records never data, aborted transactions skipped under ReadCommitted).
+//   - input.go: PartitionReader, the worker's input fetch path: a fetch loop of our own, one fetch
+//     in flight, records handed out as slices into recycled buffers; read.go: Read, the one way to
+//     read a range of a partition, on the same fetch; metadata.go: partition counts, offsets (the
+//     last stable offset under ReadCommitted) and topic configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;
 //     heartbeat.go: Heartbeats, which keep a member in its group while it releases partitions
 //     after kafka-go stopped heartbeating.

@@ -2,6 +2,9 @@ package kafkaio
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -12,114 +15,416 @@ type PartitionReaderConfig struct {
 	// Topic and Partition name the partition. Required.
 	Topic     string
 	Partition int
-	// Offset is the first offset to read (or kafka.FirstOffset, kafka.LastOffset).
+	// Offset is the first offset to read, or kafka.FirstOffset or kafka.LastOffset for the
+	// partition's start or end (its last stable offset under ReadCommitted).
 	Offset int64
+	// Isolation says which records of transactional producers are read. Default: ReadCommitted.
+	Isolation Isolation
+	// ResetToLatest says where reading restarts when the offset to read is past the end of the
+	// partition's log (the log was truncated, or the topic recreated): at its end when true,
+	// else at its start. An offset before the start (retention deleted the records) always
+	// restarts at the start. Default: false.
+	ResetToLatest bool
 	// MaxBytes caps one fetch response. Default: 16 MiB.
 	MaxBytes int
 	// MaxWait is how long the broker holds a fetch while no record is available. The reader
-	// waits readerSlack (one second) more for the answer before it gives up on the fetch and its
-	// connection. Default: 500ms.
+	// waits FetchSlack more for the answer before it gives up on the fetch and its connection.
+	// Default: 500ms.
 	MaxWait time.Duration
-	// QueueCapacity is the number of prefetched records buffered. Default: 2000.
-	QueueCapacity int
-	// Backoff spaces the retries of failed fetches: kafka-go's Reader backs off from its Min to
-	// its Max, without jitter. Default: the zero Backoff's bounds.
+	// Backoff spaces the retries of failed fetches. Default: the zero Backoff's bounds.
 	Backoff Backoff
-	// Log receives kafka-go's log lines (sampled); nil logs nowhere.
+	// Log receives the reader's log lines (sampled); nil logs nowhere.
 	Log *Sampler
+	// OnHeld, when not nil, hears after every fetch response how long reading has been held back
+	// by an open transaction: under ReadCommitted, for how long the reader has been at the
+	// partition's last stable offset, unchanged, while records exist after it (0 when it is
+	// not). It is called on the reader's fetch goroutine and must be cheap.
+	OnHeld func(d time.Duration)
 }
 
-// PartitionReader reads one partition from an offset on, prefetching, for the worker's input: the
-// input fetch path. It is kafka-go's Reader today, configured here; the transactional-input work
-// (read_committed filtering, decoding in place with BatchDecoder) replaces it with a fetch loop on
-// kafka-go's protocol/fetch behind the same methods. Fetch must not be called concurrently;
-// Close may be called concurrently with Fetch.
-type PartitionReader struct {
-	r *kafka.Reader
+// Batch is what PartitionReader.Fetch hands out: the next records of the partition, in offset
+// order, and how far the partition was read.
+type Batch struct {
+	// Records are the data records of the batch: no control record (transaction marker) in
+	// either isolation level, and under ReadCommitted no record of an aborted transaction. Their
+	// keys, values and headers point into the reader's fetch buffers: they must not be changed,
+	// and are only valid until the next Fetch or Close. HighWaterMark is the partition's high
+	// watermark when they were fetched.
+	Records []kafka.Message
+	// Next is the offset to commit once Records are handled: the offset after the last offset
+	// the batch covers. It can be past the last record (aborted records and markers were
+	// skipped after it), and a batch can have no records at all and only move Next.
+	Next int64
+	// End is where the readable part of the partition ended when the batch was fetched: the last
+	// stable offset under ReadCommitted, the high watermark under ReadUncommitted. End - Next is
+	// the consumer lag.
+	End int64
+	// Aborted is the number of records of aborted transactions skipped in the batch's range.
+	Aborted int
+	// Start is when the batch's first record was taken.
+	Start time.Time
 }
 
-// readerSlack is how much longer than MaxWait a PartitionReader waits for the answer to a fetch.
-const readerSlack = time.Second
-
-// NewPartitionReader returns a reader of cfg's partition over conn's connections. It connects in
-// the background; errors show in Fetch. It fails only when the offset cannot be set.
+// PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
+// path. A goroutine of its own fetches (kafka-go's Transport, fetchRequest) while the records of
+// the previous response are handed out and processed, one fetch in flight; Fetch decodes record
+// batches in place (BatchDecoder) and walks them as recordSet does: control records never reach
+// a batch, and under ReadCommitted neither do aborted transactions. A response's buffer is reused
+// once every batch that holds its records was handed back (by the next Fetch), so a reader in
+// steady use allocates nothing per record.
 //
-// The kafka-go Reader gets MaxWait+readerSlack as its MaxWait: it sets the read deadline of a
-// fetch to MaxWait after sending it and asks the broker to hold the fetch for MaxWait less an
-// allowance for the round trip (a quarter of MaxWait below one second, else one second). Given
-// MaxWait itself, an answer slower than MaxWait (or, for an idle fetch, a quarter of it after the
-// broker stopped waiting) ended in an i/o timeout, a new connection and the same fetch again, and
-// a broker that always answered that slowly stalled the partition for good.
-func NewPartitionReader(conn Conn, cfg PartitionReaderConfig) (*PartitionReader, error) {
+// Failed fetches are retried under the backoff (a fetch answered NOT_LEADER_FOR_PARTITION waits
+// for kafka-go's Transport to learn the new leader), and errors are handed to Fetch between
+// attempts. An offset out of range is reset as ResetToLatest says. Fetch must not be called
+// concurrently; Close may be called concurrently with Fetch.
+type PartitionReader struct {
+	cfg      PartitionReaderConfig
+	client   *kafka.Client
+	clientID string
+	bufs     bufferPool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	ready    chan *fetched // unbuffered: the fetcher waits with the next response
+
+	// Fetch's side.
+	dec        BatchDecoder
+	set        recordSet
+	cur        *fetched   // the response being walked, nil when none
+	retired    []*fetched // walked responses whose records the last batch may hold
+	pos        int64      // the offset after everything walked; -1 before the first response
+	hdrs       headerSlab
+	batch      Batch
+	pendingErr error
+	linger     *time.Timer
+}
+
+// fetched is what the fetch goroutine hands to Fetch: a response, or an error.
+type fetched struct {
+	res *fetchResponse
+	err error
+	end int64 // the readable end: LSO or HWM
+	hwm int64
+}
+
+// NewPartitionReader returns a reader of cfg's partition that fetches through client (a Client
+// made by Conn.Client: its Transport, not its Timeout, is used). It starts fetching in the
+// background at once; errors show in Fetch.
+func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *PartitionReader {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 16 << 20
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 500 * time.Millisecond
 	}
-	if cfg.QueueCapacity <= 0 {
-		cfg.QueueCapacity = 2000
-	}
 	if cfg.Log == nil {
 		cfg.Log = NewSampler(nil, 0)
 	}
-	backoffMin, backoffMax := cfg.Backoff.bounds()
-	info, errs := cfg.Log.KafkaLoggers("kafka-reader")
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        conn.Brokers,
-		Topic:          cfg.Topic,
-		Partition:      cfg.Partition,
-		Dialer:         conn.Dialer(),
-		QueueCapacity:  cfg.QueueCapacity,
-		MinBytes:       1,
-		MaxBytes:       cfg.MaxBytes,
-		MaxWait:        cfg.MaxWait + readerSlack,
-		ReadBackoffMin: backoffMin,
-		ReadBackoffMax: backoffMax,
-		MaxAttempts:    3,
-		Logger:         info,
-		ErrorLogger:    errs,
+	if cfg.Isolation == "" {
+		cfg.Isolation = ReadCommitted
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &PartitionReader{
+		cfg: cfg, client: client, cancel: cancel, pos: -1,
+		done: make(chan struct{}), ready: make(chan *fetched),
+	}
+	r.dec.retain = true
+	r.clientID = clientIDOf(client)
+	go r.run(ctx)
+	return r
+}
+
+// Close stops fetching and returns a channel that is closed once the fetch goroutine ended; a
+// fetch in flight is abandoned at once. Records of the last batch must not be used any more.
+func (r *PartitionReader) Close() <-chan struct{} {
+	r.cancel()
+	return r.done
+}
+
+// run is the fetch goroutine: it fetches from cfg.Offset on and hands every response with
+// records or skipped offsets to Fetch, until ctx ends.
+func (r *PartitionReader) run(ctx context.Context) {
+	defer close(r.done)
+	offset, attempt := r.cfg.Offset, 0
+	var held heldClock
+	for ctx.Err() == nil {
+		f, next, err := r.fetch(ctx, &offset)
+		if err != nil {
+			if ctx.Err() != nil || !r.hand(ctx, &fetched{err: err}) {
+				return
+			}
+			Sleep(ctx, r.cfg.Backoff.Delay(attempt))
+			attempt++
+			continue
+		}
+		attempt = 0
+		if r.cfg.OnHeld != nil {
+			r.cfg.OnHeld(held.observe(r.cfg.Isolation.committed() && next >= f.end && f.hwm > f.end, f.end))
+		}
+		if next == offset { // nothing to walk: the broker waited MaxWait
+			r.bufs.put(f.res.buf)
+			continue
+		}
+		if !r.hand(ctx, f) {
+			return
+		}
+		offset = next
+	}
+}
+
+// hand passes f to Fetch; false means ctx ended first.
+func (r *PartitionReader) hand(ctx context.Context, f *fetched) bool {
+	select {
+	case r.ready <- f:
+		return true
+	case <-ctx.Done():
+		if f.res != nil {
+			r.bufs.put(f.res.buf)
+		}
+		return false
+	}
+}
+
+// fetch fetches from *offset (resolving kafka.FirstOffset and kafka.LastOffset, and resetting an
+// offset out of range, both of which change *offset) and returns the response and the offset
+// after its complete batches. On failure the response's buffer is given back.
+func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, int64, error) {
+	if *offset < 0 {
+		o, err := r.listOffset(ctx, *offset)
+		if err != nil {
+			return nil, 0, err
+		}
+		*offset = o
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+	defer cancel()
+	res, err := fetchPartition(fctx, r.client, &fetchRequest{
+		clientID: r.clientID, topic: r.cfg.Topic, partition: int32(r.cfg.Partition), offset: *offset,
+		maxWait: r.cfg.MaxWait, maxBytes: int32(r.cfg.MaxBytes), isolation: r.cfg.Isolation, bufs: &r.bufs,
 	})
-	if err := r.SetOffset(cfg.Offset); err != nil {
-		go r.Close()
+	if err == nil {
+		next, _, serr := scanBatches(res.part.RecordBatches, *offset)
+		if serr == nil {
+			f := &fetched{res: res, end: res.part.HighWatermark, hwm: res.part.HighWatermark}
+			if r.cfg.Isolation.committed() {
+				f.end = res.part.LastStableOffset
+			}
+			return f, next, nil
+		}
+		err = serr
+	}
+	if res != nil {
+		r.bufs.put(res.buf)
+	}
+	if errors.Is(err, kafka.OffsetOutOfRange) {
+		if o, rerr := r.resetOffset(ctx, *offset); rerr == nil {
+			*offset = o
+		}
+	}
+	return nil, 0, r.errorf(*offset, err)
+}
+
+func (r *PartitionReader) errorf(offset int64, err error) error {
+	return fmt.Errorf("kafkaio: fetching %s/%d at offset %d: %w", r.cfg.Topic, r.cfg.Partition, offset, err)
+}
+
+// listOffset returns the partition's start (which is kafka.FirstOffset) or end (any other
+// which), the end being the last stable offset under ReadCommitted.
+func (r *PartitionReader) listOffset(ctx context.Context, which int64) (int64, error) {
+	o, err := r.offsets(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if which == kafka.FirstOffset {
+		return o.FirstOffset, nil
+	}
+	return o.LastOffset, nil
+}
+
+func (r *PartitionReader) offsets(ctx context.Context) (kafka.PartitionOffsets, error) {
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+	defer cancel()
+	offs, err := listOffsets(lctx, r.client, r.cfg.Topic, []int{r.cfg.Partition}, r.cfg.Isolation)
+	if err != nil {
+		return kafka.PartitionOffsets{}, r.errorf(-1, err)
+	}
+	o := offs[r.cfg.Partition]
+	if o.Error != nil {
+		return o, r.errorf(-1, o.Error)
+	}
+	return o, nil
+}
+
+// resetOffset returns where to read after offset was answered OFFSET_OUT_OF_RANGE: the start of
+// the log when the records at offset were deleted, the start or the end (ResetToLatest) when
+// offset is past the end; offset itself when it is in range again.
+func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64, error) {
+	o, err := r.offsets(ctx)
+	if err != nil {
+		return offset, err
+	}
+	switch {
+	case offset < o.FirstOffset:
+		r.cfg.Log.Log(slog.LevelWarn, "fetch-reset", "input records were deleted by retention before they were read; reading on at the earliest offset",
+			"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "earliest", o.FirstOffset, "skipped", o.FirstOffset-offset)
+		return o.FirstOffset, nil
+	case offset <= o.LastOffset:
+		return offset, nil
+	}
+	to, where := o.FirstOffset, "earliest"
+	if r.cfg.ResetToLatest {
+		to, where = o.LastOffset, "latest"
+	}
+	r.cfg.Log.Log(slog.LevelError, "fetch-reset", "offset is past the end of the input partition (log truncated or topic recreated); reading on at the "+where+" offset",
+		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "end", o.LastOffset, "to", to)
+	return to, nil
+}
+
+// heldClock measures how long reading has been held back by an open transaction.
+type heldClock struct {
+	since time.Time // zero while not held
+	lso   int64
+}
+
+// observe records one fetch response: held says whether the reader is at the last stable offset
+// lso with records after it. It returns how long that has lasted with this lso.
+func (h *heldClock) observe(held bool, lso int64) time.Duration {
+	if !held {
+		h.since = time.Time{}
+		return 0
+	}
+	now := time.Now()
+	if h.since.IsZero() || h.lso != lso {
+		h.since, h.lso = now, lso
+	}
+	return now.Sub(h.since)
+}
+
+// Fetch returns the next batch: up to max records (at least one) or, when only records that are
+// not data were fetched, a batch without records whose Next moved. It waits for the first
+// response as long as ctx allows, then linger at most for more records. The batch and its records
+// are only valid until the next Fetch or Close; calling Fetch hands the previous batch back. An
+// error means that nothing came before ctx ended, or that the reader reports a failed fetch; the
+// reader keeps retrying by itself, so the next Fetch waits for its retry.
+func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Duration) (*Batch, error) {
+	r.release()
+	if err := r.pendingErr; err != nil {
+		r.pendingErr = nil
 		return nil, err
 	}
-	return &PartitionReader{r: r}, nil
-}
-
-// Fetch appends up to max records (at least one) to batch: it waits for the first one as long as
-// ctx allows, then linger at most for more. It returns the time the first record arrived. An
-// error means that no record came before ctx ended, or that the reader reports a failure; the
-// reader keeps retrying by itself (under its backoff, handing an error over only between its
-// attempts), so the next Fetch waits for its retry.
-func (r *PartitionReader) Fetch(ctx context.Context, batch []kafka.Message, max int, linger time.Duration) ([]kafka.Message, time.Time, error) {
-	m, err := r.r.FetchMessage(ctx)
-	if err != nil {
-		return batch, time.Time{}, err
-	}
-	start := time.Now()
-	batch = append(batch, m)
-	if max > 1 {
-		bctx, cancel := context.WithDeadline(ctx, start.Add(linger))
-		for len(batch) < max {
-			m, err := r.r.FetchMessage(bctx)
-			if err != nil {
+	b := &r.batch
+	b.Records, b.Aborted = b.Records[:0], 0
+	start, lingering := r.pos, false
+	for len(b.Records) < max {
+		if r.cur != nil {
+			r.take(b, max)
+			continue
+		}
+		if len(b.Records) > 0 || r.pos != start {
+			if linger <= 0 {
 				break
 			}
-			batch = append(batch, m)
+			if !lingering {
+				r.startLinger(linger)
+				lingering = true
+			}
 		}
-		cancel()
+		f, err := r.wait(ctx, lingering)
+		if err != nil {
+			if len(b.Records) == 0 && r.pos == start {
+				return nil, err
+			}
+			r.pendingErr = err
+			break
+		}
+		if f == nil { // linger is over
+			break
+		}
+		r.begin(f)
+		if b.Start.IsZero() || len(b.Records) == 0 {
+			b.Start = time.Now()
+		}
 	}
-	return batch, start, nil
+	if lingering {
+		r.linger.Stop()
+	}
+	b.Next = r.pos
+	return b, nil
 }
 
-// Close stops fetching in the background (closing an idle reader takes up to MaxWait) and returns
-// a channel that is closed once it stopped. Prefetched records are dropped.
-func (r *PartitionReader) Close() <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		_ = r.r.Close()
-		close(done)
-	}()
-	return done
+// wait waits for the next response: nil when linger is over first (lingering), an error when
+// the fetch goroutine hands one over or ctx ends.
+func (r *PartitionReader) wait(ctx context.Context, lingering bool) (*fetched, error) {
+	var timeout <-chan time.Time
+	if lingering {
+		timeout = r.linger.C
+	}
+	select {
+	case f := <-r.ready:
+		if f.err != nil {
+			return nil, f.err
+		}
+		return f, nil
+	case <-timeout:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, r.errorf(r.pos, ctx.Err())
+	}
+}
+
+// startLinger starts the linger timer.
+func (r *PartitionReader) startLinger(d time.Duration) {
+	if r.linger == nil {
+		r.linger = time.NewTimer(d)
+		return
+	}
+	r.linger.Reset(d)
+}
+
+// begin starts walking f.
+func (r *PartitionReader) begin(f *fetched) {
+	r.cur = f
+	r.set.reset(&r.dec, f.res, r.cfg.Isolation.committed())
+	if f.res.from != r.pos {
+		r.pos = f.res.from // the first response, or the offset was reset
+	}
+	r.batch.End = f.end
+}
+
+// take appends records of the response being walked to b until b has limit or the response is
+// walked; then it is retired.
+func (r *PartitionReader) take(b *Batch, limit int) {
+	f := r.cur
+	for len(b.Records) < limit {
+		rec, ok := r.set.nextRecord()
+		if !ok {
+			r.retired = append(r.retired, f)
+			r.cur = nil
+			break
+		}
+		b.Records = append(b.Records, kafka.Message{
+			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset, HighWaterMark: f.hwm,
+			Key: clip(rec.rec.Key), Value: clip(rec.rec.Value), Headers: r.hdrs.add(rec.rec.Headers),
+			Time: time.UnixMilli(rec.time),
+		})
+	}
+	r.pos = max(r.pos, r.set.next)
+	b.Aborted += r.set.skipped
+	r.set.skipped = 0
+	if err := r.set.err; err != nil {
+		r.set.err = nil
+		r.cfg.Log.Log(slog.LevelError, "fetch-decode", "input record batch cannot be decoded although its checksum matches (written so by its producer); skipped",
+			"topic", r.cfg.Topic, "partition", r.cfg.Partition, "error", err.Error())
+	}
+}
+
+// release hands the memory of the last batch back: the buffers of the responses walked since and
+// of the batches decompressed before the current one, and the header memory.
+func (r *PartitionReader) release() {
+	for i, f := range r.retired {
+		r.bufs.put(f.res.buf)
+		r.retired[i] = nil
+	}
+	r.retired = r.retired[:0]
+	r.dec.recycle()
+	r.hdrs.reset()
 }

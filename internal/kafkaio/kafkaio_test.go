@@ -281,28 +281,35 @@ func TestRead(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// retentionTopic creates topic, one partition whose records are deleted an hour after their
+// timestamp (when the test calls kfake's ApplyRetention).
+func retentionTopic(t *testing.T, c *kafka.Client, topic string) {
+	t.Helper()
+	res, err := c.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: topic, NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "retention.ms", ConfigValue: "3600000"}},
+	}}})
+	if err == nil {
+		err = res.Errors[topic]
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReadRetention proves that records deleted by retention before and while they are read are
 // reported to OnSkip and the rest is read from the earliest offset left.
 func TestReadRetention(t *testing.T) {
 	t.Parallel()
 	kc, c := cluster(t)
 	ctx := context.Background()
-	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: "r", NumPartitions: 1, ReplicationFactor: 1,
-		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "retention.ms", ConfigValue: "3600000"}},
-	}}})
-	if err == nil {
-		err = res.Errors["r"]
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	retentionTopic(t, c, "r")
 	produce(t, c, "r", 0, 0, 100, time.Now().Add(-2*time.Hour))
 	produce(t, c, "r", 0, 100, 50, time.Now())
 	kc.ApplyRetention()
 	got := &collect{t: t}
 	var skips [][2]int64
-	err = kafkaio.Read(ctx, c, kafkaio.Range{Topic: "r", Start: 20, End: 150, Failures: 1,
+	err := kafkaio.Read(ctx, c, kafkaio.Range{Topic: "r", Start: 20, End: 150, Failures: 1,
 		OnSkip: func(from, to int64) { skips = append(skips, [2]int64{from, to}) }}, got.fn)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 // PartitionCounts returns the number of partitions of each of topics, in the order given, from one
 // metadata request. It fails if the request fails or any topic is missing, carries an error or has
 // no partitions; the error names the topic and wraps the broker's (kafka.UnknownTopicOrPartition
-// for a topic the metadata does not list). It is safe for concurrent use, as c is.
+// for a topic the metadata does not list; for a topic the ACLs hide, a *ConnError of kind
+// ErrAuthorization that wraps kafka.TopicAuthorizationFailed). It is safe for concurrent use, as c is.
 func PartitionCounts(ctx context.Context, c *kafka.Client, topics ...string) ([]int, error) {
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
 	if err != nil {
@@ -27,7 +28,7 @@ func PartitionCounts(ctx context.Context, c *kafka.Client, topics ...string) ([]
 			}
 			switch {
 			case t.Error != nil:
-				return nil, fmt.Errorf("kafkaio: topic %q: %w", name, t.Error)
+				return nil, fmt.Errorf("kafkaio: topic %q: %w", name, Denied(t.Error, "DESCRIBE", fmt.Sprintf("topic %q", name)))
 			case len(t.Partitions) == 0:
 				return nil, fmt.Errorf("kafkaio: topic %q has no partitions", name)
 			}
@@ -55,11 +56,24 @@ func PartitionCount(ctx context.Context, c *kafka.Client, topic string) (int, er
 // the results' Error, for the caller to judge one partition at a time; a partition the topic does
 // not have gets kafka.UnknownTopicOrPartition. The error is for a request that failed as a whole.
 func ListOffsets(ctx context.Context, c *kafka.Client, topic string, partitions []int) (map[int]kafka.PartitionOffsets, error) {
+	return listOffsets(ctx, c, topic, partitions, ReadUncommitted)
+}
+
+// StableOffsets is ListOffsets for a reader of isolation iso: under ReadCommitted, LastOffset is
+// the last stable offset (the first offset of the oldest open transaction, or the high watermark
+// when none is open), where a read_committed fetch stops.
+func StableOffsets(ctx context.Context, c *kafka.Client, topic string, partitions []int, iso Isolation) (map[int]kafka.PartitionOffsets, error) {
+	return listOffsets(ctx, c, topic, partitions, iso)
+}
+
+func listOffsets(ctx context.Context, c *kafka.Client, topic string, partitions []int, iso Isolation) (map[int]kafka.PartitionOffsets, error) {
 	reqs := make([]kafka.OffsetRequest, 0, 2*len(partitions))
 	for _, p := range partitions {
 		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
 	}
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topic: reqs}, IsolationLevel: iso.level(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("kafkaio: listing offsets of topic %q: %w", topic, err)
 	}

@@ -133,8 +133,7 @@ func readMessages(t *testing.T, cl *testCluster, topic string, partition int, en
 	err := Read(context.Background(), cl.client, Range{Topic: topic, Partition: partition, End: end, Failures: 1},
 		func(recs []Record) error {
 			for _, r := range recs {
-				out = append(out, kafka.Message{Offset: r.Offset, Time: r.Time, Headers: r.Headers,
-					Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)})
+				out = append(out, r.Message(topic, partition))
 			}
 			return nil
 		})

@@ -1,10 +1,10 @@
 package kafkaio
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -21,6 +21,10 @@ type Range struct {
 	Partition int
 	// Start is the first offset to read.
 	Start int64
+	// Isolation says which records of transactional producers are read. Under ReadCommitted
+	// nothing at or past the last stable offset is read: an End past it (a high watermark while
+	// a transaction is open) makes Read stall there (see Stalls). Default: ReadCommitted.
+	Isolation Isolation
 	// End is the offset Read stops before. A negative End reads until ctx ends.
 	End int64
 	// MaxBytes caps one fetch response. Default: 8 MiB.
@@ -44,8 +48,10 @@ type Range struct {
 	OnSkip func(from, to int64)
 }
 
-// Record is one record that Read passes on. Key and Value are nil for a null key or value; like
-// the slice of records that holds them, they are only valid until the callback returns.
+// Record is one record that Read passes on: a data record (never a control record, and under
+// ReadCommitted never a record of an aborted transaction). Key and Value are nil for a null key or
+// value. Key, Value and the headers (not their names) point into Read's memory: like the slice of
+// records that holds them, they are only valid until the callback returns (see Message).
 type Record struct {
 	Offset  int64
 	Time    time.Time
@@ -54,9 +60,24 @@ type Record struct {
 	Headers []kafka.Header
 }
 
+// Message returns a copy of r as a kafka-go message of topic and partition that stays valid after
+// Read's callback returned.
+func (r *Record) Message(topic string, partition int) kafka.Message {
+	m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time,
+		Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)}
+	if len(r.Headers) > 0 {
+		m.Headers = make([]kafka.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			m.Headers[i] = kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+		}
+	}
+	return m
+}
+
 // Read fetches r.Partition of r.Topic from r.Start up to (not including) r.End, in offset order,
-// one fetch request at a time, and calls fn on the calling goroutine with the records of each
-// fetch response that has any. When retention deleted records before Read got to them (an
+// one fetch request at a time, and calls fn on the calling goroutine with the data records of
+// each fetch response that has any. It reads as PartitionReader does (records decoded in place,
+// control records and, under ReadCommitted, aborted transactions skipped), one fetch at a time. When retention deleted records before Read got to them (an
 // OffsetOutOfRange answer), it tells r.OnSkip and goes on from the earliest available offset.
 //
 // It returns nil once it reached r.End. Otherwise it returns fn's error unchanged, or a
@@ -65,7 +86,9 @@ type Record struct {
 // to fn stay passed.
 func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error) error {
 	r = r.withDefaults()
-	var d decoder
+	d := decoder{clientID: clientIDOf(c)}
+	d.dec.retain = true
+	defer d.release()
 	offset := r.Start
 	stalls := 0
 	for r.End < 0 || offset < r.End {
@@ -128,6 +151,9 @@ func (r Range) withDefaults() Range {
 	if r.Stalls <= 0 {
 		r.Stalls = 5
 	}
+	if r.Isolation == "" {
+		r.Isolation = ReadCommitted
+	}
 	return r
 }
 
@@ -155,107 +181,66 @@ func (r *Range) retained(ctx context.Context, c *kafka.Client, offset int64, err
 	return o.FirstOffset, true
 }
 
-// decoder holds the records of the last fetch response and the buffer their keys and values are
-// copied into; all are reused from fetch to fetch.
+// decoder holds the records of the last fetch response and the memory they are decoded in; all
+// of it is reused from fetch to fetch.
 type decoder struct {
-	recs  []Record
-	spans []span // where each record's key and value are in buf, until resolve
-	buf   []byte
+	clientID string
+	bufs     bufferPool
+	res      *fetchResponse // the last response, until the next fetch
+	dec      BatchDecoder
+	set      recordSet
+	recs     []Record
+	hdrs     headerSlab
 }
-
-// span locates a key or value in decoder.buf; n < 0 stands for null.
-type span struct{ off, n int }
 
 // fetch fetches from offset and decodes the records in [offset, r.End) into d.recs. It returns
 // the offset after the last record looked at (offset when there was none), or r.End once a record
 // at or past it shows up.
 func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset int64) (int64, error) {
-	clear(d.recs) // drop references to the previous headers
-	d.recs, d.spans, d.buf = d.recs[:0], d.spans[:0], d.buf[:0]
-	res, err := c.Fetch(ctx, &kafka.FetchRequest{
-		Topic: r.Topic, Partition: r.Partition, Offset: offset,
-		MinBytes: 1, MaxBytes: int64(r.MaxBytes), MaxWait: r.MaxWait,
+	d.release()
+	fctx, cancel := context.WithTimeout(ctx, r.MaxWait+FetchSlack)
+	defer cancel()
+	res, err := fetchPartition(fctx, c, &fetchRequest{
+		clientID: d.clientID, topic: r.Topic, partition: int32(r.Partition), offset: offset,
+		maxWait: r.MaxWait, maxBytes: int32(r.MaxBytes), isolation: r.Isolation, bufs: &d.bufs,
 	})
-	if err == nil && res.Error != nil {
-		err = res.Error
+	if res != nil {
+		d.res = res
 	}
 	if err != nil {
 		return offset, err
 	}
-	next := offset
+	if _, _, err := scanBatches(res.part.RecordBatches, offset); err != nil {
+		return offset, err
+	}
+	d.set.reset(&d.dec, res, r.Isolation.committed())
 	for {
-		rec, err := res.Records.ReadRecord()
-		if errors.Is(err, io.EOF) {
+		rec, ok := d.set.nextRecord()
+		if !ok {
 			break
 		}
-		if err != nil {
-			d.recs = d.recs[:0]
-			return offset, err
-		}
-		switch {
-		case rec.Offset < next: // the broker answers with whole batches
-			closeRecord(rec)
-			continue
-		case r.End >= 0 && rec.Offset >= r.End:
-			closeRecord(rec)
-			d.resolve()
+		if r.End >= 0 && rec.offset >= r.End {
 			return r.End, nil
 		}
-		if err := d.add(rec); err != nil {
-			d.recs = d.recs[:0]
-			return offset, err
-		}
-		next = rec.Offset + 1
+		d.recs = append(d.recs, Record{
+			Offset: rec.offset, Time: time.UnixMilli(rec.time), Key: clip(rec.rec.Key), Value: clip(rec.rec.Value),
+			Headers: d.hdrs.add(rec.rec.Headers),
+		})
 	}
-	d.resolve()
-	return next, nil
+	if r.End >= 0 {
+		return min(d.set.next, r.End), nil
+	}
+	return d.set.next, nil
 }
 
-// add appends rec to d.recs and copies its key and value into d.buf.
-func (d *decoder) add(rec *kafka.Record) error {
-	defer closeRecord(rec)
-	k, err := d.copy(rec.Key)
-	if err != nil {
-		return err
+// release makes the memory of the last response's records available again.
+func (d *decoder) release() {
+	if d.res != nil {
+		d.bufs.put(d.res.buf)
+		d.res = nil
 	}
-	v, err := d.copy(rec.Value)
-	if err != nil {
-		return err
-	}
-	d.recs = append(d.recs, Record{Offset: rec.Offset, Time: rec.Time, Headers: rec.Headers})
-	d.spans = append(d.spans, k, v)
-	return nil
-}
-
-// copy appends b to d.buf and returns where it went.
-func (d *decoder) copy(b kafka.Bytes) (span, error) {
-	if b == nil {
-		return span{n: -1}, nil
-	}
-	s := span{off: len(d.buf), n: b.Len()}
-	d.buf = append(d.buf, make([]byte, s.n)...)
-	_, err := io.ReadFull(b, d.buf[s.off:])
-	return s, err
-}
-
-// resolve points every record's Key and Value into d.buf, which no longer moves.
-func (d *decoder) resolve() {
-	view := func(s span) []byte {
-		if s.n < 0 {
-			return nil
-		}
-		return d.buf[s.off : s.off+s.n : s.off+s.n]
-	}
-	for i := range d.recs {
-		d.recs[i].Key, d.recs[i].Value = view(d.spans[2*i]), view(d.spans[2*i+1])
-	}
-}
-
-func closeRecord(rec *kafka.Record) {
-	if rec.Key != nil {
-		rec.Key.Close()
-	}
-	if rec.Value != nil {
-		rec.Value.Close()
-	}
+	d.dec.recycle()
+	clear(d.recs)
+	d.recs = d.recs[:0]
+	d.hdrs.reset()
 }

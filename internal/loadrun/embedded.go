@@ -256,6 +256,12 @@ func embeddedWorkerEnv(lt loadtest.Config, brokers []string, capacity uint64, ov
 		"HTTP_ADDR":                 "127.0.0.1:0",
 		"SHUTDOWN_TIMEOUT":          "10s",
 	}
+	if lt.Refresh {
+		env["DEDUP_WINDOW_REFRESH"] = "true"
+	}
+	if lt.Sources > 0 {
+		env["DEDUP_METRICS_SOURCE"] = "header:" + loadtest.SourceHeader
+	}
 	if lt.DeadLetterTopic != "" {
 		env["KAFKA_DEAD_LETTER_TOPIC"] = lt.DeadLetterTopic
 	}
@@ -283,6 +289,7 @@ func expectWorker(lt *loadtest.Config, cfg app.Config, passthrough bool) error {
 	}
 	lt.Field = fld
 	lt.Global = dedup.Scope(d.Scope) == dedup.ScopeGlobal
+	lt.Refresh = d.WindowRefresh
 	lt.WindowCount, lt.WindowInterval, lt.FalsePositiveRate = d.WindowCount, d.WindowInterval, d.FalsePositiveRate
 	lt.DeadLetterTopic = cfg.Kafka.DeadLetterTopic
 	if consumer.Mode(d.Mode) == consumer.ModeMark {
@@ -459,6 +466,24 @@ func addWorkerReport(report *loadtest.Report, base string, cfg app.Config, units
 		report.Notes = append(report.Notes, note)
 	}
 	report.Filter = filterInfo(cfg.Dedup, units, metrics)
+	report.Settings.Worker = workerSettings(cfg.Dedup)
+}
+
+// workerSettings returns the worker settings the report shows beside the loadtest's own: those
+// that change what the worker drops or what its metrics show, when set.
+func workerSettings(d app.DedupConfig) map[string]string {
+	env := map[string]string{}
+	if d.WindowRefresh {
+		env["DEDUP_WINDOW_REFRESH"] = "true"
+	}
+	if d.MetricsSource != "" {
+		env["DEDUP_METRICS_SOURCE"] = d.MetricsSource
+		env["DEDUP_METRICS_SOURCE_LIMIT"] = strconv.Itoa(d.MetricsSourceLimit)
+	}
+	if len(env) == 0 {
+		return nil
+	}
+	return env
 }
 
 // filterInfo returns the sizing of the worker's filters against theory, with the worker's own

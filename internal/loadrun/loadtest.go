@@ -32,10 +32,10 @@ type loadtestFlags struct {
 	brokers, input, output, mix, field, scope, markHeader, runID, jsonOut, htmlOut string
 	deadLetterTopic                                                                string
 
-	embedded, passthrough, preload, quiet, verbose, sizing bool
+	embedded, passthrough, preload, quiet, verbose, sizing, refresh bool
 
-	partitions, count, entities, keySize, valueSize, windowCount int
-	oversize, oversizeBytes                                      int
+	partitions, count, entities, keySize, valueSize, windowCount, sources int
+	oversize, oversizeBytes                                               int
 
 	restartAt, rate, dups, late, fpr float64
 
@@ -71,6 +71,7 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.keySize, "key-size", 16, "Kafka key size in bytes")
 	fs.IntVar(&f.valueSize, "value-size", 100, "value size in bytes")
 	fs.Float64Var(&f.dups, "dups", 0.2, "fraction of the records that are duplicates, 0 to 0.95")
+	fs.IntVar(&f.sources, "sources", 0, "stamp every record with one of this many sources in header "+loadtest.SourceHeader+" (src-000 the heaviest); embedded mode sets the worker's DEDUP_METRICS_SOURCE=header:"+loadtest.SourceHeader+", and the report counts records and drops per source")
 	fs.IntVar(&f.oversize, "oversize", 0, "oversized records: unique events whose value has -oversize-bytes, the i-th on input partition i; the output refuses them above its max.message.bytes, so the worker blocks their partitions or, with -dead-letter-topic, dead-letters them (embedded mode: the input and dead-letter topics take 16MiB, the output keeps the default 1MiB)")
 	fs.IntVar(&f.oversizeBytes, "oversize-bytes", loadtest.DefaultOversizeBytes, "value size of an oversized record (-oversize)")
 	fs.StringVar(&f.deadLetterTopic, "dead-letter-topic", "", "the worker's KAFKA_DEAD_LETTER_TOPIC: the verifier expects every refused record there (embedded mode: created and given to the worker; external default $KAFKA_DEAD_LETTER_TOPIC)")
@@ -83,6 +84,7 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.scope, "scope", string(dedup.ScopePartition), "the worker's DEDUP_SCOPE: partition or global (external default $DEDUP_SCOPE)")
 	fs.IntVar(&f.windowCount, "window-count", 3, "the worker's DEDUP_WINDOW_COUNT (external default $DEDUP_WINDOW_COUNT)")
 	fs.DurationVar(&f.windowInterval, "window-interval", time.Second, "the worker's DEDUP_WINDOW_INTERVAL (external default $DEDUP_WINDOW_INTERVAL)")
+	fs.BoolVar(&f.refresh, "refresh", false, "the worker's DEDUP_WINDOW_REFRESH: the verifier judges copies beyond the window from the event's last copy (external default $DEDUP_WINDOW_REFRESH)")
 	fs.Float64Var(&f.fpr, "fpr", 1e-6, "the worker's DEDUP_FALSE_POSITIVE_RATE (external default $DEDUP_FALSE_POSITIVE_RATE)")
 	fs.Uint64Var(&f.capacity, "capacity", 0, "embedded mode: DEDUP_WINDOW_CAPACITY (0: sized from -rate, or -count, per filter)")
 	fs.StringVar(&f.markHeader, "mark-header", "", "external mode: the worker's DEDUP_MARK_HEADER when it runs with DEDUP_MODE=mark (default from $DEDUP_MODE/$DEDUP_MARK_HEADER)")
@@ -250,6 +252,7 @@ func (f *loadtestFlags) fromWorkerEnv(environ map[string]string) error {
 		fromEnv("scope", "DEDUP_SCOPE", func(v string) error { f.scope = v; return nil }),
 		fromEnv("window-count", "DEDUP_WINDOW_COUNT", func(v string) (err error) { f.windowCount, err = strconv.Atoi(v); return }),
 		fromEnv("window-interval", "DEDUP_WINDOW_INTERVAL", func(v string) (err error) { f.windowInterval, err = time.ParseDuration(v); return }),
+		fromEnv("refresh", "DEDUP_WINDOW_REFRESH", func(v string) (err error) { f.refresh, err = strconv.ParseBool(v); return }),
 		fromEnv("fpr", "DEDUP_FALSE_POSITIVE_RATE", func(v string) (err error) { f.fpr, err = strconv.ParseFloat(v, 64); return }),
 	}
 	if consumer.Mode(environ["DEDUP_MODE"]) == consumer.ModeMark && !f.set["mark-header"] {
@@ -283,9 +286,9 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 	lt := loadtest.Config{
 		InputTopic: f.input, OutputTopic: f.output,
 		Count: f.count, Rate: f.rate, Entities: f.entities, KeySize: f.keySize, ValueSize: f.valueSize,
-		DupRatio: f.dups, Late: f.late, Oversize: f.oversize, OversizeBytes: f.oversizeBytes, DeadLetterTopic: f.deadLetterTopic, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
+		DupRatio: f.dups, Late: f.late, Sources: f.sources, Oversize: f.oversize, OversizeBytes: f.oversizeBytes, DeadLetterTopic: f.deadLetterTopic, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
 		Field: fld, Global: dedup.Scope(f.scope) == dedup.ScopeGlobal, WindowCount: f.windowCount, WindowInterval: f.windowInterval,
-		FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
+		Refresh: f.refresh, FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
 		Settle: f.settle, Timeout: f.timeout, TTY: tty,
 	}
 	if !f.quiet {
@@ -299,11 +302,16 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 // exit status when the run could not happen.
 func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags, environ map[string]string, stdout, stderr io.Writer) (*loadtest.Report, int) {
 	lt.Brokers = splitBrokers(f.brokers)
+	environ, problems := app.ResolveFiles(environ)
+	if len(problems) > 0 {
+		return nil, loadtestUsage(stderr, "%s", strings.Join(problems, "\n"))
+	}
 	kc := app.KafkaConfig{
 		TLSEnabled:    environ["KAFKA_TLS_ENABLED"] == "true",
 		TLSCAFile:     environ["KAFKA_TLS_CA_FILE"],
 		TLSCertFile:   environ["KAFKA_TLS_CERT_FILE"],
 		TLSKeyFile:    environ["KAFKA_TLS_KEY_FILE"],
+		TLSServerName: environ["KAFKA_TLS_SERVER_NAME"],
 		SASLMechanism: environ["KAFKA_SASL_MECHANISM"],
 		SASLUsername:  environ["KAFKA_SASL_USERNAME"],
 		SASLPassword:  environ["KAFKA_SASL_PASSWORD"],
@@ -312,7 +320,14 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 	if err != nil {
 		return nil, loadtestUsage(stderr, "%s: %v", name, err)
 	}
-	lt.TLS, lt.SASL = tc, kc.SASL()
+	mech, err := kc.SASL(app.AWSConfig{
+		Region: environ["AWS_REGION"], AccessKeyID: environ["AWS_ACCESS_KEY_ID"],
+		SecretAccessKey: environ["AWS_SECRET_ACCESS_KEY"], SessionToken: environ["AWS_SESSION_TOKEN"],
+	})
+	if err != nil {
+		return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
+	}
+	lt.TLS, lt.SASL = tc, mech
 	if err := lt.Validate(); err != nil {
 		return nil, loadtestUsage(stderr, "%v", err)
 	}

@@ -28,12 +28,14 @@ type comparison struct {
 // within 5%. The worker counts as duplicates exactly the records it does not produce, its false
 // positives included, so the verifier's reference is the records never delivered. Unkeyed records
 // must read 0: every loadtest record has an event id (the unkeyed end markers come after the
-// compared interval).
+// compared interval). The duplicates of all sources together are the dropped records too: every
+// record is counted under exactly one source (see metrics.Sources).
 var comparisons = []comparison{
 	{"Duplicate ratio", "A", ratioOf(func(p point) int { return p.Dropped }), 0.01, true, "%"},
 	{"Records per second", "A", rateOf(func(p point) int { return p.Sent }), 0.05, false, "/s"},
 	{"Records per second", "B", rateOf(func(p point) int { return p.Sent - p.Dropped }), 0.05, false, "/s"},
 	{"Records per second", "C", rateOf(func(p point) int { return p.Dropped }), 0.05, false, "/s"},
+	{"Duplicate rate by source", "B", rateOf(func(p point) int { return p.Dropped }), 0.05, false, "/s"},
 	{"Records per second", "E", func(*verifierReport, time.Time, time.Time) (float64, bool) { return 0, true }, 0.5, true, "/s"},
 }
 

@@ -75,6 +75,10 @@ var (
 // rebuild at the end of the handover phase is proven by the records it read (the rebuilds at the
 // start of each phase read an empty output topic), not by its cold restores.
 var events = []event{
+	{"Re-armed identities (refresh)", "A", "healthy", nil, some, "the healthy phase runs with DEDUP_WINDOW_REFRESH=true: within duplicates re-arm their identity"},
+	{"Re-armed identities (refresh)", "A", "degraded", nil, none, "the other phases run without refresh"},
+	{"Duplicate rate by source", "A", "healthy", map[string]string{"source": "src-000"}, bound{op: ">", v: 1}, "the heaviest of the -sources keeps a series of its own"},
+	{"Duplicates by source", "A", "", map[string]string{"source": "other"}, some, "12 sources with DEDUP_METRICS_SOURCE_LIMIT=8: the smallest count as other"},
 	{"Restarts and rebalances", "A", "", nil, bound{op: ">=", v: 1}, "the handover and degraded phases' loadtest processes replaced the one before"},
 	{"Restarts and rebalances", "B", "handover", nil, some, "a second worker joins the group and leaves it"},
 	{"Assigned partitions", "A", "handover", nil, bound{op: "min <=", v: 2}, "the second worker takes half of the 4 partitions"},

@@ -27,7 +27,10 @@ const lateShare = 0.01
 // event-time phase. DEDUP_LATE_RECORDS keeps its default, pass: the verifier expects every late
 // record once.
 var (
-	eventTimeEnv  = []string{"DEDUP_WINDOW_CLOCK=event"}
+	// The healthy phase also runs with DEDUP_WINDOW_REFRESH=true (the re-armed identities
+	// panel), which the loadtest's verifier then expects: its restart is graceful, so the final
+	// snapshot keeps every re-arm.
+	eventTimeEnv  = []string{"DEDUP_WINDOW_CLOCK=event", "DEDUP_WINDOW_REFRESH=true"}
 	eventTimeArgs = []string{"-late", strconv.FormatFloat(lateShare, 'f', -1, 64)}
 )
 

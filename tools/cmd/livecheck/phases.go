@@ -13,6 +13,10 @@ import (
 	"time"
 )
 
+// sources and sourceLimit are every phase's -sources and DEDUP_METRICS_SOURCE_LIMIT: fewer labels
+// than sources, so that the by-source panels show other beside the heavy sources.
+const sources, sourceLimit = 12, 8
+
 // phase is one embedded loadtest run (`kdedup loadtest`: kfake, the real worker and the verifier
 // in one process) at a constant rate.
 type phase struct {
@@ -85,7 +89,8 @@ func (r runner) run(ctx context.Context, p phase) (*phaseRun, error) {
 		"-dups", strconv.FormatFloat(r.dups, 'f', -1, 64), "-fpr", strconv.FormatFloat(targetFPR, 'g', -1, 64),
 		"-window-count", strconv.Itoa(windowCount), "-window-interval", windowInterval.String(), "-settle", "3s", "-timeout", "2m", "-quiet", "-json", jsonPath,
 		"-worker-env", "HTTP_ADDR=" + r.workerAddr, "-worker-env", "CHECKPOINT_DIR=" + ck,
-		"-worker-env", "CHECKPOINT_INTERVAL=1s"}
+		"-worker-env", "CHECKPOINT_INTERVAL=1s",
+		"-sources", strconv.Itoa(sources), "-worker-env", "DEDUP_METRICS_SOURCE_LIMIT=" + strconv.Itoa(sourceLimit)}
 	if p.restartAt > 0 {
 		args = append(args, "-restart-at", strconv.FormatFloat(p.restartAt, 'f', -1, 64))
 	}

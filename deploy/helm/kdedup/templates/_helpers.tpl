@@ -85,4 +85,30 @@ filter at its cap, plus the overhead.
 {{- if le (int .Values.terminationGraceMarginSeconds) 0 }}
 {{- fail "terminationGraceMarginSeconds must be > 0 so the pod outlives SHUTDOWN_TIMEOUT" }}
 {{- end }}
+{{- with .Values.kafka.tls }}
+{{- if and (or .caSecret .clientCertSecret .serverName) (not .enabled) }}
+{{- fail "kafka.tls.caSecret, clientCertSecret and serverName need kafka.tls.enabled=true" }}
+{{- end }}
+{{- end }}
+{{- with .Values.kafka.sasl }}
+{{- if and (eq .mechanism "AWS_MSK_IAM") (not $.Values.kafka.tls.enabled) }}
+{{- fail "kafka.sasl.mechanism=AWS_MSK_IAM needs kafka.tls.enabled=true (MSK serves IAM on its TLS listener, port 9098)" }}
+{{- end }}
+{{- if and (eq .mechanism "AWS_MSK_IAM") .credentialsSecret }}
+{{- fail "kafka.sasl.mechanism=AWS_MSK_IAM signs with the pods' AWS credentials: unset kafka.sasl.credentialsSecret" }}
+{{- end }}
+{{- if and .mechanism (ne .mechanism "AWS_MSK_IAM") (not .credentialsSecret) }}
+{{- fail (printf "kafka.sasl.mechanism=%s needs kafka.sasl.credentialsSecret (an existing Secret with the user name and password)" .mechanism) }}
+{{- end }}
+{{- if and (not .mechanism) .credentialsSecret }}
+{{- fail "kafka.sasl.credentialsSecret needs kafka.sasl.mechanism" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+kdedup.kafkaSecretMounts: whether any Kafka Secret is mounted under /etc/kdedup/kafka.
+*/}}
+{{- define "kdedup.kafkaSecrets" -}}
+{{- if or .Values.kafka.tls.caSecret .Values.kafka.tls.clientCertSecret .Values.kafka.sasl.credentialsSecret }}true{{ end }}
 {{- end }}

@@ -1,0 +1,261 @@
+package kafkaio_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// fetchAll reads from r until Next reaches end and returns the offsets of the records and the
+// values of their "i" header, checking that every batch is in offset order and ends at Next.
+func fetchAll(t *testing.T, r *kafkaio.PartitionReader, end int64, timeout time.Duration) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var offs []int64
+	for next := int64(-1); next < end; {
+		b, err := r.Fetch(ctx, 50, time.Millisecond)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("Fetch: %v after %d records (next %d, end %d)", err, len(offs), next, end)
+			}
+			continue // a failed fetch, retried by the reader
+		}
+		for _, m := range b.Records {
+			if len(offs) > 0 && m.Offset <= offs[len(offs)-1] || m.Offset >= b.Next {
+				t.Fatalf("record at %d after %v, batch ends at %d", m.Offset, offs[max(0, len(offs)-3):], b.Next)
+			}
+			if i, _ := strconv.Atoi(string(m.Headers[0].Value)); int64(i) != m.Offset {
+				t.Fatalf("record at offset %d carries header %q", m.Offset, m.Headers[0].Value)
+			}
+			offs = append(offs, m.Offset)
+		}
+		next = b.Next
+	}
+	return offs
+}
+
+func newReader(c *kafka.Client, partition int, offset int64, mutate ...func(*kafkaio.PartitionReaderConfig)) *kafkaio.PartitionReader {
+	cfg := kafkaio.PartitionReaderConfig{
+		Topic: "t", Partition: partition, Offset: offset, MaxBytes: 4 << 10, MaxWait: 20 * time.Millisecond,
+		Backoff: kafkaio.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return kafkaio.NewPartitionReader(c, cfg)
+}
+
+// TestPartitionReaderFaults reads 600 records through broker faults: every error is retried and
+// nothing is lost, repeated or reordered.
+func TestPartitionReaderFaults(t *testing.T) {
+	t.Parallel()
+	fetchFault := func(err *kerr.Error, count int) kfake.Fault {
+		return kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Err: err, Count: count}
+	}
+	for _, tc := range []struct {
+		name  string
+		fault kfake.Fault
+	}{
+		{"NOT_LEADER_FOR_PARTITION", fetchFault(kerr.NotLeaderForPartition, 5)},
+		{"REQUEST_TIMED_OUT", fetchFault(kerr.RequestTimedOut, 5)},
+		{"OFFSET_OUT_OF_RANGE with nothing deleted", fetchFault(kerr.OffsetOutOfRange, 3)},
+		{"UNKNOWN_TOPIC_OR_PARTITION", fetchFault(kerr.UnknownTopicOrPartition, 3)},
+		{"top-level error", func() kfake.Fault { f := fetchFault(kerr.UnknownServerError, 3); f.TopLevel = true; return f }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc, c := cluster(t)
+			produce(t, c, "t", 1, 0, 600, time.Now())
+			h := kc.Fault(tc.fault)
+			r := newReader(c, 1, 0)
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, 600, 20*time.Second); !slices.Equal(got, offsets(0, 600)) {
+				t.Errorf("read %d records, want 600 in order", len(got))
+			}
+			if h.Hits() == 0 {
+				t.Error("the fault never hit")
+			}
+		})
+	}
+}
+
+// TestPartitionReaderCompression reads batches of every codec.
+func TestPartitionReaderCompression(t *testing.T) {
+	t.Parallel()
+	for _, codec := range []kafka.Compression{kafka.Gzip, kafka.Snappy, kafka.Lz4, kafka.Zstd} {
+		t.Run(codec.String(), func(t *testing.T) {
+			t.Parallel()
+			_, c := cluster(t)
+			p := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Compression: codec, BatchBytes: 2 << 10, Attempts: 1})
+			var msgs []kafka.Message
+			for i := range 500 {
+				msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i),
+					Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}})
+			}
+			if err := p.Produce(context.Background(), "t", 0, msgs); err != nil {
+				t.Fatal(err)
+			}
+			r := newReader(c, 0, kafka.FirstOffset)
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, 500, 10*time.Second); !slices.Equal(got, offsets(0, 500)) {
+				t.Errorf("read %d records, want 500 in order", len(got))
+			}
+		})
+	}
+}
+
+// TestPartitionReaderLeaderMoves reads while the partition's leadership moves between brokers.
+func TestPartitionReaderLeaderMoves(t *testing.T) {
+	t.Parallel()
+	kc, err := kfake.NewCluster(kfake.Ports(0, 0, 0), kfake.NumBrokers(3), kfake.SeedTopics(3, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(5 * time.Second)
+	defer kafkaio.CloseIdle(c)
+	produce(t, c, "t", 2, 0, 300, time.Now())
+	r := newReader(c, 2, 0)
+	defer func() { <-r.Close() }()
+	got := fetchAll(t, r, 100, 10*time.Second)
+	p := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Backoff: kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
+	for i := range 3 {
+		leader := kc.LeaderFor("t", 2)
+		if err := kc.MoveTopicPartition("t", 2, (leader+1)%3); err != nil {
+			t.Fatal(err)
+		}
+		var msgs []kafka.Message
+		for j := 300 + 100*i; j < 400+100*i; j++ {
+			msgs = append(msgs, kafka.Message{Value: fmt.Appendf(nil, "v%d", j), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, j)}}})
+		}
+		if err := p.Produce(context.Background(), "t", 2, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = append(got, fetchAll(t, r, 600, 30*time.Second)...)
+	if want := offsets(0, 600); len(got) < 600 || !slices.Equal(got[len(got)-600:], want) {
+		t.Errorf("read %d records, want the 600 in order", len(got))
+	}
+}
+
+// TestPartitionReaderOffsetReset proves where reading goes on when the offset is out of range:
+// at the earliest offset when retention deleted the records, and at the start or the end
+// (ResetToLatest) when the offset is past the end of the log.
+func TestPartitionReaderOffsetReset(t *testing.T) {
+	t.Parallel()
+	kc, c := cluster(t)
+	retentionTopic(t, c, "r")
+	for i := range 100 {
+		at := time.Now()
+		if i < 40 {
+			at = at.Add(-2 * time.Hour)
+		}
+		produce(t, c, "r", 0, i, 1, at) // one batch each: retention deletes whole batches
+	}
+	kc.ApplyRetention()
+	for _, tc := range []struct {
+		name   string
+		offset int64
+		latest bool
+		want   []int64
+	}{
+		{"deleted by retention", 10, false, offsets(40, 100)},
+		{"deleted by retention, latest", 10, true, offsets(40, 100)},
+		{"past the end", 500, false, offsets(40, 100)},
+		{"past the end, latest", 500, true, nil},
+		{"first offset", kafka.FirstOffset, false, offsets(40, 100)},
+		{"last offset", kafka.LastOffset, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newReader(c, 0, tc.offset, func(cfg *kafkaio.PartitionReaderConfig) {
+				cfg.Topic, cfg.ResetToLatest = "r", tc.latest
+			})
+			defer func() { <-r.Close() }()
+			if tc.want == nil { // nothing to read: failed fetches (the first one is out of range) at most
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				for {
+					b, err := r.Fetch(ctx, 10, 0)
+					if errors.Is(err, context.DeadlineExceeded) {
+						return
+					}
+					if err == nil {
+						t.Fatalf("Fetch = %+v; want nothing until ctx ends", b)
+					}
+				}
+			}
+			if got := fetchAll(t, r, 100, 10*time.Second); !slices.Equal(got, tc.want) {
+				t.Errorf("read %v…, want %d records from %d", got[:min(3, len(got))], len(tc.want), tc.want[0])
+			}
+		})
+	}
+}
+
+// TestPartitionReaderCloses proves that Close returns at once while a fetch waits on an idle
+// partition far longer than that, and that Fetch then reports ctx's end, not a record.
+func TestPartitionReaderCloses(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.MaxWait = 10 * time.Second })
+	time.Sleep(100 * time.Millisecond) // the fetch is with the broker
+	began := time.Now()
+	<-r.Close()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("Close took %v with a fetch of MaxWait 10s in flight", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if b, err := r.Fetch(ctx, 10, 0); err == nil {
+		t.Errorf("Fetch after Close = %+v", b)
+	}
+}
+
+// TestPartitionReaderSlowBroker proves that a broker slower to answer than MaxWait does not stall
+// the reader: the answer is awaited for FetchSlack more.
+func TestPartitionReaderSlowBroker(t *testing.T) {
+	t.Parallel()
+	kc, c := cluster(t)
+	produce(t, c, "t", 0, 0, 200, time.Now())
+	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		kc.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
+		return nil, nil, false
+	})
+	r := newReader(c, 0, 0)
+	defer func() { <-r.Close() }()
+	if got := fetchAll(t, r, 200, 20*time.Second); !slices.Equal(got, offsets(0, 200)) {
+		t.Errorf("read %d records, want 200", len(got))
+	}
+}
+
+// TestPartitionReaderBatchOverMaxBytes reads batches larger than MaxBytes: the broker answers
+// with the whole first batch (KIP-74), so a record batch larger than the limit is read, not
+// stalled on.
+func TestPartitionReaderBatchOverMaxBytes(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	p := kafkaio.NewProducer(c, kafkaio.ProducerConfig{BatchBytes: 64 << 10, Attempts: 1})
+	var msgs []kafka.Message
+	for i := range 100 {
+		msgs = append(msgs, kafka.Message{Value: make([]byte, 500), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}})
+	}
+	if err := p.Produce(context.Background(), "t", 0, msgs); err != nil {
+		t.Fatal(err)
+	}
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.MaxBytes = 1 << 10 })
+	defer func() { <-r.Close() }()
+	if got := fetchAll(t, r, 100, 10*time.Second); !slices.Equal(got, offsets(0, 100)) {
+		t.Errorf("read %d records, want 100 in order", len(got))
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package window
+
+import "time"
+
+// processCPU returns 0: this system's CPU time is not read.
+func processCPU() time.Duration { return 0 }

@@ -1,0 +1,235 @@
+package window
+
+import "sync/atomic"
+
+// blocks is a set of key groups in the layout of the package documentation. A group holds one
+// block per slot, a block being sectors sectors of eight words; a key sets first bits in one word
+// of its block's sector 0 (the word its pattern picks) and the rest of its k bits spread over the
+// words of sectors 1 … sectors-1.
+//
+// Sector 0 is stored word-major: word w of sector 0 of every slot side by side (for eight slots,
+// one cache line holds word w of all of them), so that one line answers for every live
+// generation whether a key's first bits are set. Sectors 1 … sectors-1 are stored sector-major:
+// sector i of every slot side by side, eight words each. Word w of sector 0 of slot s in the group
+// starting at base is base + w·slots + s; word w of sector i ≥ 1 is base + i·slots·8 + s·8 + w.
+//
+// Stage 0 is a blocks of Generations slots whose words carry use tags; a grown stage is a blocks
+// of one slot whose words carry none (bit 63 is 0).
+type blocks struct {
+	words        []uint64 // groups × sectors × slots × sectorWords, 64-byte aligned
+	groups       uint64
+	slots        int
+	sectors      int
+	k            int             // bits a key sets in a block
+	first        int             // of which in its word of sector 0
+	ks           [MaxSectors]int // bits a key sets in each sector: ks[0] = first
+	offs         [maxK]uint8     // per bit of a key: the first mask word of its sector
+	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
+	groupWords   uint64
+}
+
+// newBlocks allocates zeroed blocks of the given layout.
+func newBlocks(groups uint64, slots int, lp layoutParams) blocks {
+	b := blocks{
+		words:        alignedWords(groups * uint64(slots*lp.sectors) * sectorWords),
+		groups:       groups,
+		slots:        slots,
+		sectors:      lp.sectors,
+		k:            lp.k,
+		first:        lp.first,
+		sectorStride: uint64(slots) * sectorWords,
+		groupWords:   uint64(slots*lp.sectors) * sectorWords,
+	}
+	s := Sizing{K: lp.k, Sectors: lp.sectors, FirstBits: lp.first}
+	for i := range lp.sectors {
+		b.ks[i] = s.sectorBits(i)
+	}
+	b.offs = maskOffsets(s)
+	return b
+}
+
+// firstWord returns the word of sector 0 of slot s that the probe uses.
+func (b *blocks) firstWord(p *probe, s int) *uint64 {
+	return &b.words[p.base+p.w0*uint64(b.slots)+uint64(s)]
+}
+
+// sector returns the eight words of a sector starting at word i.
+func (b *blocks) sector(i uint64) *[sectorWords]uint64 {
+	return (*[sectorWords]uint64)(b.words[i : i+sectorWords])
+}
+
+// restSector returns the index of the first word of sector sec ≥ 1 of slot s in the group at base.
+func (b *blocks) restSector(base uint64, s, sec int) uint64 {
+	return base + uint64(sec)*b.sectorStride + uint64(s)*sectorWords
+}
+
+// slotWords calls fn with every word of slot s in group g.
+func (b *blocks) slotWords(g uint64, s int, fn func(w *uint64)) {
+	base := g * b.groupWords
+	for w := range uint64(sectorWords) {
+		fn(&b.words[base+w*uint64(b.slots)+uint64(s)])
+	}
+	for sec := 1; sec < b.sectors; sec++ {
+		sw := b.sector(b.restSector(base, s, sec))
+		for w := range sw {
+			fn(&sw[w])
+		}
+	}
+}
+
+// has reports whether all of the probe's bits are set in slot s, whose words carry no stale tag
+// (a grown stage, or a slot of stage 0 without a pending sweep).
+func (b *blocks) has(p *probe, s int) bool {
+	return p.mask[p.w0&(sectorWords-1)]&^atomic.LoadUint64(b.firstWord(p, s)) == 0 && b.restHas(p, s)
+}
+
+// restHas reports whether the probe's bits are set in the sectors after the first of slot s's
+// block, whose words carry no stale tag. It completes the probe's pattern if it has to.
+func (b *blocks) restHas(p *probe, s int) bool {
+	if !p.rest {
+		b.fillRest(p)
+	}
+	for sec := 1; sec < b.sectors; sec++ {
+		if missing(b.sector(b.restSector(p.base, s, sec)), p.sectorMask(sec)) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// put sets the probe's bits in slot s, whose words carry no stale tag: atomic ORs, or the single
+// writer's plain read and store of each word.
+func (b *blocks) put(p *probe, s int, single bool) {
+	if !p.rest {
+		b.fillRest(p)
+	}
+	w, m := b.firstWord(p, s), p.mask[p.w0&(sectorWords-1)]
+	if single {
+		storeWord(w, atomic.LoadUint64(w)|m)
+	} else {
+		orWord(w, m)
+	}
+	for sec := 1; sec < b.sectors; sec++ {
+		sw := b.sector(b.restSector(p.base, s, sec))
+		if single {
+			storeSector(sw, p.sectorMask(sec))
+		} else {
+			orSector(sw, p.sectorMask(sec))
+		}
+	}
+}
+
+// probe is where a key lives: its group, the word of sector 0 it uses and its bit pattern.
+type probe struct {
+	group uint64
+	base  uint64 // index of the group's first word
+	tag   uint64
+	shard uint64 // fill-counter shard: the hash's top shardBits bits
+	w0    uint64 // the word of sector 0 the key uses
+	rest  bool   // mask holds the bits of sectors 1 … sectors-1 (fillRest ran)
+	// mask[w0] holds the key's bits in its word of sector 0 (the other words of mask[0:8] are not
+	// used); mask[8i+w] its bits in word w of sector i ≥ 1.
+	mask [MaxSectors * sectorWords]uint64
+}
+
+// sectorMask returns the probe's bit pattern in sector sec ≥ 1 of a block.
+func (p *probe) sectorMask(sec int) *[sectorWords]uint64 {
+	return (*[sectorWords]uint64)(p.mask[sec*sectorWords:])
+}
+
+// The bit pattern of a key comes from a SplitMix64 stream seeded by its tag: output n is
+// patternOutput(tag, n), and bit i of the key takes the 16 bits i%4 of output i/4: 3 for a word
+// and 13 for one of the word's 63 data bits by multiply-shift (each data bit gets 130 or 131 of
+// the 8192 values: 0.8% apart, far below what a false-positive rate could show). The first bits
+// all go to the word that bit 0 picks, in sector 0; the others to the word they pick in the
+// sector maskOffsets gives them. Unlike double hashing inside a block, which can make only 2^17
+// distinct patterns and so puts a floor under the false-positive rate near 1e-5, this gives
+// every tag its own pattern.
+
+// patternOutput returns output n of the pattern stream of tag.
+func patternOutput(tag uint64, n int) uint64 {
+	z := tag + uint64(n+1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// dataBit returns the data bit a 16-bit chunk of the pattern stream picks in its word.
+func dataBit(z uint64) uint64 { return 1 << ((z >> 3 & (1<<13 - 1)) * wordBits >> 13) }
+
+// fillFirst sets the probe's word of sector 0 and its first bits in it, from z0, the pattern
+// stream's output 0 for the probe's tag.
+func (b *blocks) fillFirst(p *probe, z0 uint64) {
+	p.w0 = z0 & (sectorWords - 1)
+	m, z := uint64(0), z0
+	for i := range b.first {
+		if i&3 == 0 && i > 0 {
+			z = patternOutput(p.tag, i>>2)
+		}
+		m |= dataBit(z)
+		z >>= 16
+	}
+	p.mask[p.w0] = m
+}
+
+// fillRest sets the probe's bits in sectors 1 … sectors-1.
+func (b *blocks) fillRest(p *probe) {
+	clear(p.mask[sectorWords : b.sectors*sectorWords])
+	var z uint64
+	if b.first&3 != 0 {
+		z = patternOutput(p.tag, b.first>>2) >> (16 * (b.first & 3))
+	}
+	for i := b.first; i < b.k; i++ {
+		if i&3 == 0 {
+			z = patternOutput(p.tag, i>>2)
+		}
+		p.mask[(uint(b.offs[i])+uint(z&(sectorWords-1)))%(MaxSectors*sectorWords)] |= dataBit(z)
+		z >>= 16
+	}
+	p.rest = true
+}
+
+// fillPattern sets the probe's whole pattern for its tag.
+func (b *blocks) fillPattern(p *probe) {
+	b.fillFirst(p, patternOutput(p.tag, 0))
+	b.fillRest(p)
+}
+
+// maskOffsets returns, for each of the K bits of a key, the first mask word of its sector: the
+// first Sizing.FirstBits bits go to sector 0, the next Sizing.sectorBits(1) to sector 1, and so
+// on.
+func maskOffsets(s Sizing) (offs [maxK]uint8) {
+	i := 0
+	for sec := range s.Sectors {
+		for range s.sectorBits(sec) {
+			offs[i] = uint8(sec * sectorWords)
+			i++
+		}
+	}
+	return offs
+}
+
+// missing returns the bits of m that are not set in b.
+func missing(b, m *[sectorWords]uint64) uint64 {
+	return m[0]&^atomic.LoadUint64(&b[0]) | m[1]&^atomic.LoadUint64(&b[1]) |
+		m[2]&^atomic.LoadUint64(&b[2]) | m[3]&^atomic.LoadUint64(&b[3]) |
+		m[4]&^atomic.LoadUint64(&b[4]) | m[5]&^atomic.LoadUint64(&b[5]) |
+		m[6]&^atomic.LoadUint64(&b[6]) | m[7]&^atomic.LoadUint64(&b[7])
+}
+
+// missingWordTagged returns the bits of m that are not set in the word at w, reading a word whose
+// tag bit differs from tag as empty.
+func missingWordTagged(w *uint64, m, tag uint64) uint64 {
+	x := atomic.LoadUint64(w)
+	valid := ^uint64(int64(x^tag) >> 63) // all ones if x carries tag
+	return m &^ (x & valid)
+}
+
+// missingTagged is missing that reads a word whose tag bit differs from tag as empty.
+func missingTagged(b, m *[sectorWords]uint64, tag uint64) uint64 {
+	var miss uint64
+	for w := range sectorWords {
+		miss |= missingWordTagged(&b[w], m[w], tag)
+	}
+	return miss
+}
