@@ -196,15 +196,7 @@ func TestGenerationVersions(t *testing.T) {
 }
 
 // versionOf returns the version of generation epoch now.
-func versionOf(f *Filter, epoch uint64) GenerationVersion {
-	m := f.Meta()
-	for s, e := range m.SlotEpochs {
-		if e >= 0 && uint64(e) == epoch {
-			return m.Versions[s]
-		}
-	}
-	return GenerationVersion{}
-}
+func versionOf(f *Filter, epoch uint64) GenerationVersion { return versionIn(f.Meta(), epoch) }
 
 // TestGenerationsUnderWrites exports while writers keep adding keys: every key added before the
 // snapshot started is in the filter restored from the exports.

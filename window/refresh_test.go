@@ -303,3 +303,63 @@ func BenchmarkRefresh(b *testing.B) {
 		}
 	}
 }
+
+// TestRefreshChangesVersion checks that a re-arm is an insertion for incremental checkpoints too:
+// a seen key re-armed in a sealed generation (event time) changes that generation's version and
+// leaves the others' as they were, so that a save that reuses every generation whose version is
+// unchanged, and exports the rest, restores a filter that remembers the re-arm.
+func TestRefreshChangesVersion(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			at := func(h float64) time.Time { return base.Add(time.Duration(h * float64(time.Hour))) }
+			cfg := Config{Generations: 4, Interval: time.Hour, Capacity: 10_000, FalsePositiveRate: 1e-9,
+				Clock: func() time.Time { return base }}
+			f := newIn(t, cfg, m)
+			cfg.SingleWriter = m.single
+			f.AdvanceEventTo(at(10)) // live: generations 7 … 10
+			k := key(7, 1)
+			if seen, late, _ := f.TestAndRefreshAt(k, at(7.5)); seen || late {
+				t.Fatalf("new key stamped in generation 7: seen %v, late %v", seen, late)
+			}
+			before, oldGens := exportAll(t, f)
+			if seen, late, r := f.TestAndRefreshAt(k, at(8.5)); !seen || late || !r {
+				t.Fatalf("stamped in generation 8: seen %v, late %v, refreshed %v", seen, late, r)
+			}
+			after, newGens := exportAll(t, f)
+			gens := map[uint64][]uint64{}
+			for s, e := range after.SlotEpochs {
+				if e < 0 {
+					continue
+				}
+				was := versionIn(before, uint64(e))
+				if was.Unchanged(after.Versions[s]) {
+					gens[uint64(e)] = oldGens[uint64(e)] // what an incremental save references again
+				} else {
+					gens[uint64(e)] = newGens[uint64(e)]
+				}
+				if changed := !was.Unchanged(after.Versions[s]); changed != (e == 8 || e == 10) {
+					t.Errorf("generation %d: changed %v after a re-arm in generation 8", e, changed)
+				}
+			}
+			r, err := restoreFromGens(cfg, after, gens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.AdvanceEventTo(at(11)) // generation 7 expires: the key lives on in generation 8
+			if !r.Test(k) {
+				t.Fatal("the restored filter lost the re-arm in generation 8: its version did not change")
+			}
+		})
+	}
+}
+
+// versionIn returns the version of generation epoch in m.
+func versionIn(m Meta, epoch uint64) GenerationVersion {
+	for s, e := range m.SlotEpochs {
+		if e >= 0 && uint64(e) == epoch {
+			return m.Versions[s]
+		}
+	}
+	return GenerationVersion{}
+}
