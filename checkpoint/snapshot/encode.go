@@ -117,7 +117,7 @@ func appendOffsets(b []byte, m map[int32]int64) []byte {
 	return b
 }
 
-// Encode writes a snapshot in the CurrentVersion format to w: the header h,
+// Encode writes a snapshot in the SingleFileVersion format to w: the header h,
 // then the bit data produced by data, then the checksum. data must write
 // exactly h.Words×8 bytes (the words in little-endian order, see
 // WriteWords); it is called once, and everything it writes is streamed to w

@@ -170,7 +170,8 @@ type Stage struct {
 // the constraints Encode enforces.
 type Header struct {
 	// Version is the format version the snapshot was read from. Decode sets
-	// it; Encode ignores it and always writes CurrentVersion.
+	// it; Encode ignores it and writes SingleFileVersion, EncodeManifest
+	// CurrentVersion.
 	Version uint16
 
 	// Generations is the number of generations N in the window.
