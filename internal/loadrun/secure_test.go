@@ -43,7 +43,13 @@ func TestLoadtestExternalSecured(t *testing.T) {
 			served := make(chan int, 1)
 			go func() { served <- app.Serve(wctx, cfg, ln, slog.New(slog.NewJSONHandler(&workerLog, nil))) }()
 			var stdout, stderr bytes.Buffer
-			code := Loadtest(ctx, []string{"-quiet", "-count", "20000", "-dups", "0.2", "-settle", "3s",
+			// Under -short (the race run) fewer records and a longer settle: a worker slowed by the
+			// race detector must not be judged before it delivered.
+			count, settle := "20000", "3s"
+			if testing.Short() {
+				count, settle = "4000", "15s"
+			}
+			code := Loadtest(ctx, []string{"-quiet", "-count", count, "-dups", "0.2", "-settle", settle,
 				"-mix", "immediate=0.5,within=0.5"}, env, &stdout, &stderr)
 			stop()
 			if wcode := <-served; wcode != 0 {
