@@ -109,7 +109,9 @@ func TestLoadtestEmbedded(t *testing.T) {
 				t.Fatalf("report: pass %v mode %s verdict %+v failures %q", r.Pass, r.Mode, v, r.Failures)
 			}
 			if tt.mode == "embedded" {
-				if v.MustDrop < v.Records/10 || v.Delivered >= v.Records {
+				// What the worker dropped, not MustDrop: with a short window the copies it judges
+				// as must-drop depend on the worker's latency (the rest are timing-ambiguous).
+				if v.MustDrop == 0 || v.Records-v.Delivered < v.Records/10 {
 					t.Errorf("the worker dropped too little: must drop %d, delivered %d of %d", v.MustDrop, v.Delivered, v.Records)
 				}
 				if r.Filter == nil || r.Filter.BitsPerKey <= r.Filter.TheoryBitsPerKey || r.WorkerMetrics["kdedup_duplicates_total"] == 0 {
