@@ -1,6 +1,9 @@
 package window
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // Claim words serialise the insertion of new keys into a group without a lock, in shared mode
 // (one word per key group; the single writer takes none). The layout of a word:
@@ -84,19 +87,9 @@ func (f *Filter) testAndAddOld(p *probe, e uint64) (seen, late bool) {
 		if !ok {
 			return false, true
 		}
-		claim := cw | p.tag
-		if i > 0 {
-			claim |= f.claimGen(v.epochs[i])
-		}
-		if !c.CompareAndSwap(cw, claim) {
+		if !f.claimWrite(c, cw, v, p, i) {
 			continue
 		}
-		if i == 0 {
-			f.insert(v, p)
-		} else {
-			f.writeOld(v.active[i], p)
-		}
-		c.CompareAndSwap(claim, cw+f.seqOne())
 		return false, false
 	}
 }
@@ -127,4 +120,24 @@ func (f *Filter) helpOld(v *view, p *probe, field uint64) {
 			return
 		}
 	}
+}
+
+// claimWrite claims the group word c, read as cw, for p's insertion into generation i of v (0 the
+// current one), writes p there and releases the claim. It returns false, having written nothing,
+// when another goroutine changed the word first: the caller reads it again.
+func (f *Filter) claimWrite(c *atomic.Uint64, cw uint64, v *view, p *probe, i int) bool {
+	claim := cw | p.tag
+	if i > 0 {
+		claim |= f.claimGen(v.epochs[i])
+	}
+	if !c.CompareAndSwap(cw, claim) {
+		return false
+	}
+	if i == 0 {
+		f.insert(v, p)
+	} else {
+		f.writeOld(v.active[i], p)
+	}
+	c.CompareAndSwap(claim, cw+f.seqOne())
+	return true
 }

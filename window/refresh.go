@@ -107,19 +107,9 @@ func (f *Filter) testAndRefresh(p *probe, e uint64, old bool) (seen, late, refre
 			f.help(v, p.group, cw)
 			continue
 		}
-		claim := cw | p.tag
-		if i > 0 {
-			claim |= f.claimGen(v.epochs[i])
-		}
-		if !c.CompareAndSwap(cw, claim) {
+		if !f.claimWrite(c, cw, v, p, i) {
 			continue
 		}
-		if i == 0 {
-			f.insert(v, p)
-		} else {
-			f.writeOld(v.active[i], p)
-		}
-		c.CompareAndSwap(claim, cw+f.seqOne())
 		f.countRefresh(seen)
 		return seen, false, seen
 	}
