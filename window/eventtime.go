@@ -141,6 +141,7 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // counts the write in the slot's oldWrites, which changes the generation's version: a snapshot
 // that reads the count after the bits were set copies them.
 func (f *Filter) writeOld(s int, p *probe) {
+	f.touched.mark(s, p.group)
 	f.put(p, s, f.single)
 	f.oldWrites[s].n.Add(1)
 }

@@ -29,9 +29,10 @@ import (
 // Use New or Restore to make one; the zero value is not usable. Call Start to rotate on the
 // clock in the background and Close to stop; or drive rotation yourself with AdvanceTo.
 type Filter struct {
-	blocks                 // stage 0: one block per slot in each group (see layout.go)
-	claims []atomic.Uint64 // one per group; shared mode only
-	view   atomic.Pointer[view]
+	blocks                  // stage 0: one block per slot in each group (see layout.go)
+	claims  []atomic.Uint64 // one per group; shared mode only
+	touched touched         // per slot: the groups its current use may have written (touched.go)
+	view    atomic.Pointer[view]
 
 	single bool // Config.SingleWriter
 	seed   uint64
@@ -112,6 +113,7 @@ func newFilter(cfg Config, s Sizing) *Filter {
 	f := &Filter{
 		blocks:    newBlocks(s.Groups, s.Slots, layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits}),
 		claims:    make([]atomic.Uint64, s.Groups),
+		touched:   newTouched(s.Slots, s.Groups),
 		single:    cfg.SingleWriter,
 		seed:      cfg.Seed,
 		cfg:       cfg,

@@ -259,12 +259,19 @@ func (f *Filter) importGeneration(m Meta, s int, open func(epoch uint64) (Genera
 
 // gatherSlot copies the canonical words of slot s in groups [from, to) into dst (which must hold
 // them), reading each word atomically, clearing the tag and zeroing words whose tag is not tag,
-// and returns how many it copied. A group's canonical words are the slot's words of sector 0 (a
+// and returns how many it copied. A group the slot's use never wrote (see touched) is copied as
+// zeros without being read. A group's canonical words are the slot's words of sector 0 (a
 // word-major row apart in memory, see blocks), then those of each other sector.
 func (f *Filter) gatherSlot(s int, from, to, tag uint64, dst []uint64) uint64 {
 	n := uint64(0)
 	slots := uint64(f.slots)
+	block := uint64(f.sectors) * sectorWords
 	for g := from; g < to; g++ {
+		if !f.touched.has(s, g) {
+			clear(dst[n : n+block])
+			n += block
+			continue
+		}
 		base := g * f.groupWords
 		for w := range uint64(sectorWords) {
 			dst[n] = canonicalWord(atomic.LoadUint64(&f.words[base+w*slots+uint64(s)]), tag)
@@ -289,11 +296,16 @@ func canonicalWord(x, tag uint64) uint64 {
 }
 
 // scatterSlot stores canonical words of slot s in groups [from, to), as gatherSlot orders them,
-// with the tag of the slot's use. The filter is not shared yet: plain stores.
+// with the tag of the slot's use, and marks the groups that get data. The filter is not shared
+// yet: plain stores.
 func (f *Filter) scatterSlot(s int, from, to, tag uint64, src []uint64) {
 	n := 0
 	slots := uint64(f.slots)
+	block := int(f.sectors) * sectorWords
 	for g := from; g < to; g++ {
+		if !allZero(src[n : n+block]) {
+			f.touched.mark(s, g)
+		}
 		base := g * f.groupWords
 		for w := range uint64(sectorWords) {
 			f.words[base+w*slots+uint64(s)] = src[n]&^tagBit | tag

@@ -105,6 +105,7 @@ func (f *Filter) reuseLocked(s int) {
 	for f.inflight[s].n.Load() != 0 {
 		runtime.Gosched()
 	}
+	f.touched.reset(s)
 	f.sweepSlot, f.sweepNext = s, 0
 }
 

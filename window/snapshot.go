@@ -257,6 +257,7 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 		for s := range f.dirty {
 			f.dirty[s] = true // the slots' words may be stale: settleSlot checks every tag
 		}
+		f.touched.markAll() // where the data lies is not known: exports read every group
 		return f.restoreStages(m, r)
 	})
 }

@@ -30,6 +30,7 @@ func (f *Filter) set(v *view, p *probe) {
 // after writing some of them, if that slot has been reused since v was made (shared mode only;
 // see convert).
 func (f *Filter) writeBlock(v *view, p *probe) bool {
+	f.touched.mark(v.cur, p.group)
 	if !v.curTagged {
 		f.put(p, v.cur, f.single)
 		return true
