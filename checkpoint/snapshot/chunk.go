@@ -106,13 +106,19 @@ func bestRiceK(gaps []uint32) int {
 	for _, g := range gaps {
 		hist[bits.Len32(g)]++
 	}
+	type bin struct{ l, n int }
+	var used [escapeBits + 1]bin // the lengths that occur: a chunk's gaps have a few
+	bins := used[:0]
+	for l, n := range hist {
+		if n != 0 {
+			bins = append(bins, bin{l, n})
+		}
+	}
 	best, bestK := int(^uint(0)>>1), 0
 	for k := range maxRiceK + 1 {
 		size := 0
-		for l, n := range hist {
-			if n == 0 {
-				continue
-			}
+		for _, b := range bins {
+			l, n := b.l, b.n
 			q := 0 // the quotient of a gap of bit length l, taken at the middle of its range
 			if l > k {
 				q = 3 << (l - 1 - k) >> 1
