@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -89,6 +90,10 @@ func (d *DirBackend) Create(ctx context.Context, name string, write func(w io.Wr
 	return obj, nil
 }
 
+// writeBufs holds the 1 MiB write buffers of writeTemp: a checkpoint round of a topic with many
+// partitions writes two files per partition, and a buffer each would be garbage of that size.
+var writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 1<<20) }}
+
 // writeTemp writes the object into the temporary file f, makes it durable and closes it.
 func (d *DirBackend) writeTemp(f File, write func(w io.Writer) error) (fs.FileInfo, error) {
 	closed := false
@@ -97,7 +102,12 @@ func (d *DirBackend) writeTemp(f File, write func(w io.Writer) error) (fs.FileIn
 			_ = f.Close()
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := writeBufs.Get().(*bufio.Writer)
+	bw.Reset(f)
+	defer func() {
+		bw.Reset(nil) // drops what a failed write left buffered, and the file
+		writeBufs.Put(bw)
+	}()
 	if err := write(bw); err != nil {
 		return nil, fmt.Errorf("writing: %w", err)
 	}
