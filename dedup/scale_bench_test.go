@@ -27,7 +27,7 @@ func BenchmarkCheckpointScale(b *testing.B) {
 	ctx := context.Background()
 	const parts, keys = 96, 2500
 	log := slog.New(slog.DiscardHandler)
-	var storeB, firstB, idleB, closeD float64
+	var storeB, firstB, idleB, closeD, restoreD float64
 	for b.Loop() {
 		dir := b.TempDir()
 		store, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{Keep: 3})
@@ -69,12 +69,45 @@ func BenchmarkCheckpointScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		closeD += time.Since(start).Seconds()
+		restoreD += restoreAll(b, store, parts, log).Seconds()
 	}
 	n := float64(b.N)
 	b.ReportMetric(storeB/n/(1<<20), "store-MiB")
 	b.ReportMetric(firstB/n/(1<<20), "round-after-load-MiB")
 	b.ReportMetric(idleB/n/(1<<20), "idle-round-MiB")
 	b.ReportMetric(closeD/n*1e3, "close-ms")
+	b.ReportMetric(restoreD/n*1e3, "restore-ms")
+}
+
+// restoreAll opens a new Set on store and assigns it parts partitions at once, as a worker that
+// joins the group does, and returns how long it took until every partition was restored.
+func restoreAll(b *testing.B, store *checkpoint.Store, parts int32, log *slog.Logger) time.Duration {
+	ctx := context.Background()
+	s, err := NewSet(ctx, Config{Window: handoverWindow, Topic: "orders",
+		Persister: NewCheckpointPersister(store, log), Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	errs := make(chan error, parts)
+	for p := range parts {
+		go func() { errs <- s.Assign(ctx, p) }()
+	}
+	for range parts {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	for p := range parts {
+		if !s.Seen(p, fmt.Appendf(nil, "event-%d-%d", p, 7), time.Time{}) {
+			b.Fatalf("partition %d: a key of the load is not in the restored filter", p)
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return took
 }
 
 // listFiles returns the names of the files in dir.
