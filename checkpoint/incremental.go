@@ -158,7 +158,7 @@ func (s *Store) SaveSet(ctx context.Context, unit string, build func(tx *Txn) ([
 	if err != nil { // the manifest is visible, but may not be durable
 		return info, stats, s.errorf("save %s: %w", unit, err)
 	}
-	if err := s.pruneLocked(ctx, unit); err != nil {
+	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit)); err != nil {
 		return info, stats, fmt.Errorf("%w: %s in %s: %w", ErrPrune, unit, s.b, err)
 	}
 	return info, stats, nil

@@ -57,7 +57,8 @@ var ErrPrune = errors.New("checkpoint: pruning old snapshots failed")
 //     and deleting what another replica deleted is not an error.
 //   - Retention: after every save the newest Keep snapshots of the unit are kept and older ones
 //     deleted, so that Load can fall back to an older snapshot when the newest is damaged; partial
-//     writes older than StaleTempAge are swept.
+//     writes older than StaleTempAge are swept by Prune, and by a save at most once every
+//     sweepEvery per unit (a sweep lists the store once more, and what it finds is an hour old).
 //
 // A Store is safe for concurrent use. Errors start with "checkpoint: <location>:" and never
 // contain credentials.
@@ -67,7 +68,13 @@ type Store struct {
 	now   func() time.Time
 	locks unitLocks
 	refs  refCache
+
+	sweptMu sync.Mutex
+	swept   map[string]time.Time // unit → when a save last swept its partial writes
 }
+
+// sweepEvery is how often a unit's saves sweep its partial writes.
+const sweepEvery = StaleTempAge / 4
 
 // NewStore returns the Store over b, retaining keep snapshots per unit; keep <= 0 means
 // DefaultKeep.
@@ -138,7 +145,7 @@ func (s *Store) Save(ctx context.Context, unit string, write func(w io.Writer) e
 	case err != nil:
 		return Info{}, s.errorf("save %s: %w", unit, err)
 	}
-	if err := s.pruneLocked(ctx, unit); err != nil {
+	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit)); err != nil {
 		return info, fmt.Errorf("%w: %s in %s: %w", ErrPrune, unit, s.b, err)
 	}
 	return info, nil
@@ -212,13 +219,31 @@ func (s *Store) Prune(ctx context.Context, unit string) error {
 	l := s.locks.lock(unit)
 	l.Lock()
 	defer l.Unlock()
-	if err := s.pruneLocked(ctx, unit); err != nil {
+	if err := s.pruneLocked(ctx, unit, true); err != nil {
 		return s.errorf("prune %s: %w", unit, err)
 	}
 	return nil
 }
 
-func (s *Store) pruneLocked(ctx context.Context, unit string) error {
+// sweepDue reports whether a save of unit should sweep its partial writes: on the unit's first
+// save in this Store and then once every sweepEvery (or when the clock went back).
+func (s *Store) sweepDue(unit string) bool {
+	s.sweptMu.Lock()
+	defer s.sweptMu.Unlock()
+	now := s.now()
+	if last, ok := s.swept[unit]; ok && now.Sub(last) < sweepEvery && !now.Before(last) {
+		return false
+	}
+	if s.swept == nil {
+		s.swept = map[string]time.Time{}
+	}
+	s.swept[unit] = now
+	return true
+}
+
+// pruneLocked deletes what retention lets go of, and sweeps the unit's stale partial writes if
+// sweep is set. The caller holds the unit's lock.
+func (s *Store) pruneLocked(ctx context.Context, unit string, sweep bool) error {
 	objs, err := s.b.List(ctx, unit+".")
 	if err != nil {
 		return fmt.Errorf("listing: %w", err)
@@ -240,6 +265,9 @@ func (s *Store) pruneLocked(ctx context.Context, unit string) error {
 		_, snap := parseSnapName(unit, name)
 		_, gen := parseGenName(unit, name)
 		return snap || gen || name == unit
+	}
+	if !sweep {
+		return errors.Join(errs...)
 	}
 	if err := s.b.Sweep(ctx, unit, s.now().Add(-StaleTempAge), partial); err != nil {
 		errs = append(errs, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -214,5 +215,53 @@ func TestDirTempFile(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSaveSweepsEvery checks when saves sweep a unit's stale partial writes: on the unit's first
+// save in the Store, then not again until sweepEvery has passed (or the clock went back), while
+// Prune always sweeps.
+func TestSaveSweepsEvery(t *testing.T) {
+	s, dir := newDirStore(t, 3)
+	ctx := context.Background()
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	stale := "." + snapName("u", 1) + ".123.456.tmp"
+	steps := []struct {
+		name    string
+		advance time.Duration
+		prune   bool // Prune instead of Save
+		swept   bool
+	}{
+		{"first save", 0, false, true},
+		{"a save a minute later", time.Minute, false, false},
+		{"a save just before sweepEvery", sweepEvery - 2*time.Minute, false, false},
+		{"Prune", 0, true, true},
+		{"a save sweepEvery after the first", time.Minute, false, true},
+		{"a save after the clock went back", -time.Hour, false, true},
+	}
+	for _, st := range steps {
+		now = now.Add(st.advance)
+		p := filepath.Join(dir, stale)
+		old := now.Add(-2 * StaleTempAge)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if st.prune {
+			err = s.Prune(ctx, "u")
+		} else {
+			_, err = s.Save(ctx, "u", func(w io.Writer) error { _, err := w.Write([]byte("x")); return err })
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		_, err = os.Stat(p)
+		if swept := errors.Is(err, fs.ErrNotExist); swept != st.swept {
+			t.Errorf("%s: stale temp file swept=%v, want %v", st.name, swept, st.swept)
+		}
 	}
 }
