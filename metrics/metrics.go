@@ -240,20 +240,44 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		opts.Version = unknown
 	}
 	m := &Metrics{now: opts.Now, mode: opts.Mode, farParts: make(map[int32]*partition)}
+	durationBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	cs := m.newRecordMetrics(opts)
+	cs = append(cs, m.newCheckpointMetrics(opts, durationBuckets)...)
+	m.newRebalanceMetrics(durationBuckets)
+	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
+	m.refusals = newRefusals(reg, opts.RefusalReasons)
+	cs = append(cs,
+		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
+		m.dyn)
+	for _, c := range cs {
+		reg.MustRegister(c)
+	}
+	if !opts.SkipRuntimeCollectors {
+		registerRuntime(reg)
+	}
+	return m
+}
 
-	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
-	}
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
-	}
-	gauge := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
-	}
-	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
-	}
+// counterVec, counter, gauge and histogram make the kdedup_ metrics.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+}
 
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
+}
+
+// newRecordMetrics makes the metrics of records, production, the group and the build, and
+// returns them for registration.
+func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 	m.consumed = counterVec("records_consumed_total", "Records read from the input topic.", "partition")
 	m.produced = counterVec("records_produced_total", "Records written to the output topic and acknowledged.", "partition")
 	m.duplicates = counterVec("duplicates_total",
@@ -290,8 +314,16 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.processing = histogram("processing_latency_seconds",
 		"Time from consuming a record to the acknowledgement of its produce to the output topic.",
 		[]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
+	return []prometheus.Collector{
+		m.consumed, m.produced, m.duplicates, m.unkeyed, m.aborted,
+		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
+		m.endToEnd, m.processing,
+	}
+}
 
-	durationBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+// newCheckpointMetrics makes the metrics of checkpoints and restores, and returns them for
+// registration.
+func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) []prometheus.Collector {
 	m.checkpointDuration = histogram("checkpoint_duration_seconds", "Time taken to write a checkpoint successfully.", durationBuckets)
 	m.checkpointSize = gauge("checkpoint_size_bytes", "Size of the last successful checkpoint: its manifest and every generation object it references, what a restore reads.")
 	m.checkpointLastSuccess = gauge("checkpoint_last_success_timestamp_seconds",
@@ -313,37 +345,25 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Output records read back to re-warm the filter after a restore.")
-
-	m.newRebalanceMetrics(durationBuckets)
-
-	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
-	m.refusals = newRefusals(reg, opts.RefusalReasons)
-
-	for _, c := range []prometheus.Collector{
-		m.consumed, m.produced, m.duplicates, m.unkeyed, m.aborted,
-		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
-		m.endToEnd, m.processing,
+	return []prometheus.Collector{
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
 		restores, m.restoreDuration, m.rewarmed,
-		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
-		m.dyn,
-	} {
-		reg.MustRegister(c)
 	}
-	if !opts.SkipRuntimeCollectors {
-		for _, c := range []prometheus.Collector{
-			collectors.NewGoCollector(),
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		} {
-			if err := reg.Register(c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					panic("metrics: registering runtime collector: " + err.Error())
-				}
+}
+
+// registerRuntime registers the Go and process collectors, unless reg has them already.
+func registerRuntime(reg prometheus.Registerer) {
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic("metrics: registering runtime collector: " + err.Error())
 			}
 		}
 	}
-	return m
 }
 
 func unixSeconds(t time.Time) float64 {
