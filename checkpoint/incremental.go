@@ -42,9 +42,10 @@ type Txn struct {
 	seq    uint64
 	listed map[string]Object // the unit's objects when the save began
 
-	mu      sync.Mutex
-	created []Object
-	written int64
+	mu       sync.Mutex
+	created  []Object
+	reserved map[string]bool // names newName handed out, so that concurrent Creates never share one
+	written  int64
 }
 
 // Unit returns the unit being saved.
@@ -99,7 +100,11 @@ func (t *Txn) newName() string {
 			tok[i] = chars[rand.IntN(len(chars))]
 		}
 		name := genName(t.unit, t.seq, string(tok[:]))
-		if _, taken := t.listed[name]; !taken && !slices.ContainsFunc(t.created, func(o Object) bool { return o.Name == name }) {
+		if _, taken := t.listed[name]; !taken && !t.reserved[name] {
+			if t.reserved == nil {
+				t.reserved = map[string]bool{}
+			}
+			t.reserved[name] = true
 			return name
 		}
 	}

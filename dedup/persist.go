@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -196,25 +198,41 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 
 // writeGenerations adds to h a reference per live generation of the export: to the object base
 // holds for it if the generation did not change since and the store still lists the object, else
-// to a new object it writes. It returns what the new manifest references, and the size of the
-// objects.
+// to a new object it writes. The new objects are written in parallel, up to GOMAXPROCS at a time
+// (a filter's first save writes all of them). It returns what the new manifest references, and
+// the size of the objects; if any write fails, the errors of all of them.
 func writeGenerations(tx *checkpoint.Txn, x *window.Export, h *snapshot.Header, base map[uint64]savedGen) (map[uint64]savedGen, int64, error) {
 	m := x.Meta()
-	next := make(map[uint64]savedGen, len(h.Gens))
-	var size int64
-	for _, g := range h.Gens {
+	sgs := make([]savedGen, len(h.Gens))
+	var todo []int
+	for i, g := range h.Gens {
 		v := m.Versions[g.Slot]
 		sg, ok := base[g.Number]
 		if _, listed := tx.Exists(sg.ref.Object); !ok || !listed || !sg.version.Unchanged(v) {
-			ref, err := writeGeneration(tx, x, g.Number, m.Sections(g.Number))
-			if err != nil {
-				return nil, 0, err
-			}
-			sg = savedGen{ref: ref, version: v}
+			todo = append(todo, i)
+			sg = savedGen{version: v}
 		}
-		h.Refs = append(h.Refs, sg.ref)
-		next[g.Number] = sg
-		size += sg.ref.Size
+		sgs[i] = sg
+	}
+	errs := make([]error, len(h.Gens))
+	write := func(i int) {
+		g := h.Gens[i]
+		sgs[i].ref, errs[i] = writeGeneration(tx, x, g.Number, m.Sections(g.Number))
+	}
+	if len(todo) == 1 { // a save after the first: the current generation alone
+		write(todo[0])
+	} else {
+		parallel(todo, runtime.GOMAXPROCS(0), write)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
+	}
+	next := make(map[uint64]savedGen, len(h.Gens))
+	var size int64
+	for i, g := range h.Gens {
+		h.Refs = append(h.Refs, sgs[i].ref)
+		next[g.Number] = sgs[i]
+		size += sgs[i].ref.Size
 	}
 	return next, size, nil
 }
@@ -328,4 +346,19 @@ func metaFromHeader(h snapshot.Header) window.Meta {
 		}
 	}
 	return m
+}
+
+// parallel calls fn for every item, in up to n goroutines at once, and returns when all calls
+// have returned.
+func parallel(items []int, n int, fn func(item int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, len(items)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(items)); i = next.Add(1) - 1 {
+				fn(items[i])
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -88,8 +88,8 @@ func (m Meta) Sections(epoch uint64) []uint64 {
 	return secs
 }
 
-// Export is a snapshot under way, handed to the function SnapshotGenerations calls. It is not
-// safe for concurrent use.
+// Export is a snapshot under way, handed to the function SnapshotGenerations calls. Generation
+// and Meta may be called from several goroutines at once; Release must not run meanwhile.
 type Export struct {
 	f      *Filter
 	meta   Meta

@@ -112,4 +112,3 @@ func marked(f *Filter, s int) uint64 {
 	}
 	return n
 }
-
