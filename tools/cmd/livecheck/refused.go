@@ -12,7 +12,8 @@ import (
 // (-oversize, 2MiB) is refused on its own:
 //
 //   - in the healthy phase one goes to the dead-letter topic (deadLetterArgs): the refused-records
-//     panel counts it, and no alert fires;
+//     panel counts it, and KdedupDeadLettered must fire (and then keeps firing for the rest of the
+//     run: see lingering);
 //   - the refused phase, between the handover and degraded phases, sends one without a dead-letter
 //     topic: input partition 0 blocks at it halfway through, kdedup_partition_blocked shows it and
 //     KdedupPartitionBlocked must fire, and no other alert. The block ends with the phase's worker.
@@ -29,6 +30,31 @@ var (
 	deadLetterArgs = []string{"-oversize", "1", "-dead-letter-topic", "loadtest-dlq"}
 	refusedArgs    = []string{"-oversize", "1"}
 )
+
+// deadLetterAlert fires on any record written to the dead-letter topic in the last hour.
+const deadLetterAlert = "KdedupDeadLettered"
+
+// lingering are alerts that the healthy phase must fire and that then keep firing for the rest
+// of the run, with the reason: every later phase ignores them.
+var lingering = map[string]string{
+	deadLetterAlert: "the healthy phase's dead letter stays in the rule's increase over [1h] for the rest of the run",
+}
+
+// checkDeadLetterAlert checks that KdedupDeadLettered fired while run (the healthy phase, whose
+// oversized record goes to the dead-letter topic halfway) ran.
+func checkDeadLetterAlert(ctx context.Context, api promAPI, run *phaseRun) check {
+	c := check{name: "alert " + deadLetterAlert, phase: run.name, want: "firing", got: "never fired"}
+	fired, err := firstFiring(ctx, api, "firing", run.began, run.ended.Add(2*scrapeInterval))
+	if err != nil {
+		c.got = "ALERTS: " + err.Error()
+		return c
+	}
+	if t, ok := fired[deadLetterAlert]; ok {
+		c.got, c.ok = "firing", true
+		c.detail = fmt.Sprintf("%.1fs after the oversized record was sent", t.Sub(run.start.Add(run.duration/2)).Seconds())
+	}
+	return c
+}
 
 // checkRefusedAlerts checks that KdedupPartitionBlocked fired while run (the refused phase) ran,
 // and no other alert, from silentFrom on (before it, the worker of the phase was not scraped yet).
@@ -49,6 +75,9 @@ func checkRefusedAlerts(ctx context.Context, api promAPI, run *phaseRun) []check
 		c.detail = fmt.Sprintf("%.1fs after the oversized record was sent", t.Sub(half).Seconds())
 	}
 	delete(fired, alert)
+	for name := range lingering {
+		delete(fired, name)
+	}
 	for name, t := range fired {
 		// The window ends two scrapes after the phase: an alert the degraded phase may fire
 		// (mayFire, such as KdedupRestarting for its new process) can start in it.
