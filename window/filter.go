@@ -46,6 +46,8 @@ type Filter struct {
 
 	rotations atomic.Uint64
 
+	statsSample uint64 // groups Stats reads per generation at most: statsSampleGroups (a test lowers it)
+
 	// Growth (see grow.go). fill counts the keys offered to each slot's stage 0, per shard of the
 	// key hash's top shardBits bits; a shard past limit0 keys (its share of GrowAt) makes insert
 	// add up the slot's shards.
@@ -125,6 +127,8 @@ func newFilter(cfg Config, s Sizing) *Filter {
 		slotEpoch: make([]int64, s.Slots),
 		dirty:     make([]bool, s.Slots),
 		sweepSlot: -1,
+
+		statsSample: statsSampleGroups,
 	}
 	f.shardBits = shardLayout(s.GrowAt)
 	f.shardShift = 64 - f.shardBits

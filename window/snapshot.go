@@ -483,7 +483,7 @@ func (f *Filter) restoreFill(m Meta) {
 			f.fill[i].n = c
 		}
 	} else {
-		stride := max(f.groups/statsSampleGroups, 1)
+		stride := max(f.groups/f.statsSample, 1)
 		for s, e := range f.slotEpoch {
 			if e < 0 {
 				continue

@@ -106,7 +106,7 @@ func (f *Filter) Stats() Stats {
 		Generations:   make([]GenerationStats, 0, len(v.active)),
 	}
 	st.Window = now.Sub(f.startOf(v.epochs[len(v.epochs)-1]))
-	stride := max(f.groups/statsSampleGroups, 1)
+	stride := max(f.groups/f.statsSample, 1)
 	miss := 1.0
 	for i, slot := range v.active {
 		gs := f.generationStats(slot, stride)
@@ -131,7 +131,7 @@ func (f *Filter) addStageStats(st *Stats, gs *GenerationStats) {
 	st.AtCap = st.AtCap || gs.AtCap
 	miss := 1 - gs.EstimatedFPR
 	for _, sg := range *gg.stages.Load() {
-		keys, fpr := sg.stats()
+		keys, fpr := sg.stats(f.statsSample)
 		gs.EstimatedKeys += keys
 		miss *= 1 - fpr
 		gs.Stages++
@@ -154,9 +154,10 @@ func (f *Filter) grownGenIfAny(epoch uint64) *grownGen {
 }
 
 // stats returns the number of keys a grown stage's fill implies and its false-positive rate,
-// computed as generationStats does (exactly when every group is read, else from the load).
-func (sg *stage) stats() (keys, fpr float64) {
-	stride := max(sg.groups/statsSampleGroups, 1)
+// computed as generationStats does (exactly when every group is read, else from the load): it
+// reads at most sample groups.
+func (sg *stage) stats(sample uint64) (keys, fpr float64) {
+	stride := max(sg.groups/sample, 1)
 	set, groups, exact := sg.slotFill(0, 0, stride)
 	ks := sg.ks[:sg.sectors]
 	lambda := keysPerGroup(float64(set)/float64(groups), ks)

@@ -347,3 +347,40 @@ func TestPoissonLoadFPR(t *testing.T) {
 		t.Errorf("full: %g", got)
 	}
 }
+
+// TestStatsSampled checks the sampled path of Stats (filters of more than statsSampleGroups
+// groups) on filters small enough to read whole: the same filter's Stats reading every 8th group
+// against Stats reading all of them, per generation, for stage 0 and grown stages (1.5× the
+// capacity grows one). The keys a sampled fill implies must be within 5% of the keys added, and
+// the rate computed from the sampled load within 1.3× of the exact rate of the filter as it is
+// (TestEstimatedFPRCalibration holds the exact rate against measured false positives).
+func TestStatsSampled(t *testing.T) {
+	const capacity = 200_000
+	for _, p := range []float64{1e-3, 1e-6} {
+		for _, fill := range []float64{0.5, 1, 1.5} {
+			t.Run(fmt.Sprintf("p=%g/fill=%g", p, fill), func(t *testing.T) {
+				t.Parallel()
+				f := mustNew(t, Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: p, Seed: 3, SingleWriter: true})
+				keys := uint64(fill * capacity)
+				for i := range keys {
+					f.TestAndAdd(key(7, i))
+				}
+				f.statsSample = f.groups // every group: exact
+				exact := f.Stats().Generations[0]
+				f.statsSample = f.groups / 8
+				sampled := f.Stats().Generations[0]
+				if fill > 1 && sampled.Stages == 0 {
+					t.Fatalf("no stage grew at %g× the capacity", fill)
+				}
+				if r := sampled.EstimatedKeys / float64(keys); math.Abs(r-1) > 0.05 {
+					t.Errorf("sampled fill implies %.0f keys, %d were added (%.3fx)", sampled.EstimatedKeys, keys, r)
+				}
+				if r := sampled.EstimatedFPR / exact.EstimatedFPR; r > 1.3 || r < 1/1.3 {
+					t.Errorf("sampled rate %.3g, exact %.3g (%.2fx)", sampled.EstimatedFPR, exact.EstimatedFPR, r)
+				}
+				t.Logf("%d keys, %d stages: sampled %.0f keys, rate %.3g; exact %.0f keys, rate %.3g",
+					keys, sampled.Stages, sampled.EstimatedKeys, sampled.EstimatedFPR, exact.EstimatedKeys, exact.EstimatedFPR)
+			})
+		}
+	}
+}
