@@ -151,6 +151,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"source metrics", withEnv(map[string]string{"DEDUP_METRICS_SOURCE": "key-prefix:", "DEDUP_METRICS_SOURCE_LIMIT": "0",
 			"DEDUP_WINDOW_REFRESH": "sometimes"}),
 			[]string{"DEDUP_METRICS_SOURCE", "DEDUP_METRICS_SOURCE_LIMIT", "DEDUP_WINDOW_REFRESH"}},
+		{"source hold too short", withEnv(map[string]string{"DEDUP_METRICS_SOURCE_HOLD": "10ms"}), []string{"DEDUP_METRICS_SOURCE_HOLD"}},
+		{"source hold too long", withEnv(map[string]string{"DEDUP_METRICS_SOURCE_HOLD": "1h"}), []string{"DEDUP_METRICS_SOURCE_HOLD"}},
 		{"rebalance within a heartbeat", withEnv(map[string]string{"KAFKA_REBALANCE_TIMEOUT": "2s"}), []string{"KAFKA_REBALANCE_TIMEOUT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

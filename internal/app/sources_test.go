@@ -16,8 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// serveInProcess runs Serve with environ in this process (so that tests can set package
-// variables such as sourceHold) and returns the URL of its /metrics. The worker stops at the end
+// serveInProcess runs Serve with environ in this process and returns the URL of its /metrics. The worker stops at the end
 // of the test.
 func serveInProcess(t *testing.T, environ map[string]string) (metricsURL string) {
 	t.Helper()
@@ -74,13 +73,11 @@ func produceSources(t *testing.T, cl *embedkafka.Cluster, msgs []func() (int, ka
 // heavy ones yield at most 21 label values including other, the heavy sources' records and
 // duplicates are exact, and the per-source records sum to the records consumed.
 func TestSourceMetrics(t *testing.T) {
-	old := sourceHold
-	sourceHold = 300 * time.Millisecond
-	t.Cleanup(func() { sourceHold = old })
 	cl := restartCluster(t)
 	environ := restartEnviron(cl, "", "partition")
 	environ["DEDUP_METRICS_SOURCE"] = "header:x-source"
 	environ["DEDUP_METRICS_SOURCE_LIMIT"] = "20"
+	environ["DEDUP_METRICS_SOURCE_HOLD"] = "300ms"
 	url := serveInProcess(t, environ)
 
 	var small []func() (int, kafka.Message)

@@ -58,6 +58,9 @@ func validateDedup(d DedupConfig) []problem {
 	if d.MetricsSourceLimit < 1 || d.MetricsSourceLimit > maxSourceLimit {
 		ps = append(ps, problem{"DEDUP_METRICS_SOURCE_LIMIT", fmt.Sprintf("must be between 1 and %d, got %d", maxSourceLimit, d.MetricsSourceLimit)})
 	}
+	if d.MetricsSourceHold < minSourceHold || d.MetricsSourceHold > maxSourceHold {
+		ps = append(ps, problem{"DEDUP_METRICS_SOURCE_HOLD", fmt.Sprintf("must be between %v and %v, got %v", minSourceHold, maxSourceHold, d.MetricsSourceHold)})
+	}
 	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.WindowCapacity >= 1 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
 		if _, err := window.Size(windowConfig(d)); err != nil {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
@@ -205,8 +208,10 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 // values plus other and none.
 const maxSourceLimit = 1000
 
-// sourceHold is metrics.SourceOptions.Hold; tests shorten it. Zero means the default.
-var sourceHold time.Duration
+// minSourceHold and maxSourceHold bound DEDUP_METRICS_SOURCE_HOLD: below a scrape's resolution
+// no source could earn a label before its records are settled, and above a few minutes the
+// per-source panels lag the rest of the dashboard.
+const minSourceHold, maxSourceHold = 100 * time.Millisecond, 10 * time.Minute
 
 // withSources returns ccfg with the per-source counts of DEDUP_METRICS_SOURCE: the counters on reg,
 // the extractor and the tallies. It returns ccfg unchanged when the setting is empty, and, logging
@@ -220,7 +225,7 @@ func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config,
 		log.Error("invalid DEDUP_METRICS_SOURCE: no per-source metrics", "error", err.Error())
 		return ccfg
 	}
-	src := metrics.NewSources(reg, metrics.SourceOptions{Limit: d.MetricsSourceLimit, Hold: sourceHold})
+	src := metrics.NewSources(reg, metrics.SourceOptions{Limit: d.MetricsSourceLimit, Hold: d.MetricsSourceHold})
 	ccfg.SourceKey = spec.Extract
 	ccfg.Sources = func() consumer.SourceTally { return src.NewTally() }
 	return ccfg
