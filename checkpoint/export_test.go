@@ -4,6 +4,9 @@ package checkpoint
 // so cannot be in package checkpoint.
 var HeaderForTest = testHeader
 
+// DirNamesForTest lists a directory (contract_test.go).
+var DirNamesForTest = dirNames
+
 // The incremental saver of incremental_test.go, for faults_test.go.
 
 // NewSaverForTest returns a saver of unit "u" over s.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/errorfs"
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // faultyStore is a Store over a DirBackend over an errorfs.FS in a fresh directory.
@@ -216,7 +216,7 @@ func TestDirSaveSetFaults(t *testing.T) {
 			if _, _, err := sv.Save(prev, nil); err != nil { // a second manifest for the prune to remove
 				t.Fatal(err)
 			}
-			before := dirNames(t, dir)
+			before := checkpoint.DirNamesForTest(t, dir)
 			efs.FailWhen(tt.op, tt.path, tt.after, syscall.EIO)
 			_, _, err := sv.Save(next, nil)
 			efs.Clear()
@@ -232,7 +232,7 @@ func TestDirSaveSetFaults(t *testing.T) {
 			want := prev
 			if tt.visible {
 				want = next
-			} else if after := dirNames(t, dir); !slices.Equal(after, before) {
+			} else if after := checkpoint.DirNamesForTest(t, dir); !slices.Equal(after, before) {
 				t.Errorf("the failed save left %v, want %v", after, before)
 			}
 			if got, res, err := checkpoint.LoadGensForTest(s); err != nil || res.Outcome != checkpoint.OutcomeWarm || !maps.Equal(got, want) {
@@ -243,17 +243,4 @@ func TestDirSaveSetFaults(t *testing.T) {
 			}
 		})
 	}
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // testHeader returns a valid snapshot header with 64 data words per group: one generation of a

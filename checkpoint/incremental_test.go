@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // An incremental checkpoint in these tests: generations numbered by the test, each with its own

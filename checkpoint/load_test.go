@@ -9,8 +9,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // restored is what the test consume functions build.

@@ -9,9 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // BenchmarkS3Snapshot saves and loads one 55 MB snapshot (the size of a

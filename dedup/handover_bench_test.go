@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/s3test"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -151,22 +152,9 @@ func benchHandover(b *testing.B, store *checkpoint.Store) {
 	owner.Close(ctx)
 }
 
-// bestTimes runs fns in every iteration of b, in the order of names rotated by one each time, and
-// reports and returns each one's best time.
+// bestTimes runs fns as ckpttest.BestTimes does, and reports and returns each one's best time.
 func bestTimes(b *testing.B, names []string, fns map[string]func()) map[string]time.Duration {
-	best := map[string]time.Duration{}
-	i := 0
-	for b.Loop() {
-		for j := range names {
-			n := names[(i+j)%len(names)]
-			start := time.Now()
-			fns[n]()
-			if d := time.Since(start); best[n] == 0 || d < best[n] {
-				best[n] = d
-			}
-		}
-		i++
-	}
+	best := ckpttest.BestTimes(b, names, fns)
 	for _, n := range names {
 		b.ReportMetric(best[n].Seconds()*1e3, n+"-ms")
 	}

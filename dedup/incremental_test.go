@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,22 +120,6 @@ func TestPersisterEventTimeRewritesOlderGeneration(t *testing.T) {
 	}
 }
 
-// storeBytes returns the total size of the files in dir.
-func storeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, e := range entries {
-		if fi, err := e.Info(); err == nil && !strings.HasPrefix(e.Name(), ".") {
-			n += fi.Size()
-		}
-	}
-	return n
-}
-
 // writtenObserver adds up what checkpoints wrote.
 type writtenObserver struct {
 	recordingObserver
@@ -181,7 +164,7 @@ func TestCheckpointCostFollowsChanges(t *testing.T) {
 	if err := s.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
-	size := storeBytes(t, dir)
+	size := dirBytes(t, dir)
 	t.Logf("store after the load: %d bytes for %d keys; full snapshots: %d bytes", size, parts*keys, full)
 	if size > full/50 {
 		t.Errorf("the store holds %d bytes, more than 2%% of the %d bytes full snapshots take", size, full)

@@ -125,11 +125,11 @@ func listFiles(b *testing.B, dir string) map[string]bool {
 }
 
 // newBytes returns the size of the files in dir that are not in seen, and adds them to it.
-func newBytes(b *testing.B, dir string, seen map[string]bool) int64 {
-	b.Helper()
+func newBytes(t testing.TB, dir string, seen map[string]bool) int64 {
+	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	var n int64
 	for _, e := range entries {
@@ -141,8 +141,8 @@ func newBytes(b *testing.B, dir string, seen map[string]bool) int64 {
 	return n
 }
 
-// dirBytes returns the size of the files in dir.
-func dirBytes(b *testing.B, dir string) int64 {
-	b.Helper()
-	return newBytes(b, dir, map[string]bool{})
+// dirBytes returns the size of the files in dir, temporary (hidden) files left out.
+func dirBytes(t testing.TB, dir string) int64 {
+	t.Helper()
+	return newBytes(t, dir, map[string]bool{})
 }

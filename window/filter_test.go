@@ -605,24 +605,10 @@ func TestSnapshotUnderWrites(t *testing.T) {
 	for i := range uint64(before) {
 		f.TestAndAdd(key(30, i))
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := uint64(0); ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-					f.TestAndAdd(key(31+uint64(w), i))
-				}
-			}
-		})
-	}
+	stop := keepAdding(f, 31, 2)
 	var buf bytes.Buffer
 	m, _, err := f.WriteSnapshot(&buf)
-	close(stop)
-	wg.Wait()
+	stop()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 )
@@ -205,23 +204,9 @@ func TestGenerationsUnderWrites(t *testing.T) {
 	f := mustNew(t, cfg)
 	const before = 50_000
 	addKeys(f, 40, before)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := uint64(0); ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-					f.TestAndAdd(key(41+uint64(w), i))
-				}
-			}
-		})
-	}
+	stop := keepAdding(f, 41, 2)
 	meta, gens := exportAll(t, f)
-	close(stop)
-	wg.Wait()
+	stop()
 	r, err := restoreFromGens(cfg, meta, gens)
 	if err != nil {
 		t.Fatal(err)

@@ -73,6 +73,29 @@ func newIn(t testing.TB, cfg Config, m mode) *Filter {
 	return f
 }
 
+// keepAdding starts writers goroutines that add new keys to f until the returned function is
+// called (which waits for them): writer w adds key(ns+w, 0), key(ns+w, 1), ...
+func keepAdding(f *Filter, ns uint64, writers int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range uint64(writers) {
+		wg.Go(func() {
+			for i := uint64(0); ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+					f.TestAndAdd(key(ns+w, i))
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // startSweeper runs pending sweeps in the background one group at a time (Start's goroutine
 // takes sweepChunk groups at once), until the returned function is called.
 func startSweeper(f *Filter) (stop func()) {

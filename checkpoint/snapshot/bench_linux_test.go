@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // syncFS flushes dirty pages so writeback does not disturb measurements.

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // Large benchmarks: encode/decode a snapshot of -ckpt.benchmib MiB to/from a

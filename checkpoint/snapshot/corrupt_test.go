@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // smallSnapshots are the inputs of the exhaustive corruption tests: one per

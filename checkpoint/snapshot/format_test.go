@@ -15,7 +15,7 @@ import (
 	"testing/iotest"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 func TestRoundTrip(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint/internal/ckpttest"
+	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
 // inspectFixture is a snapshot with known fill: 2 groups × 4 slots × 128-bit

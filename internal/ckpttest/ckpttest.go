@@ -1,6 +1,6 @@
-// Package ckpttest holds what the tests and benchmarks of checkpoint and checkpoint/snapshot
-// share: deterministic filter words and the best-time ratio of benchmark contenders. It imports
-// nothing of kdedup, so that the tests of either package can use it.
+// Package ckpttest holds what the tests and benchmarks of checkpoint, checkpoint/snapshot and
+// dedup share: deterministic filter words and the best times of benchmark contenders run back to
+// back. It imports nothing of kdedup, so that the tests of any package can use it.
 package ckpttest
 
 import (
@@ -31,8 +31,20 @@ func Ratio(b *testing.B, size int64, fns map[string]func(), subject string, base
 	for _, n := range names { // warm up: page cache, page faults
 		fns[n]()
 	}
-	best := make(map[string]time.Duration)
 	b.ReportAllocs()
+	best := BestTimes(b, names, fns)
+	for _, n := range names {
+		b.ReportMetric(float64(size)/1e6/best[n].Seconds(), n+"-MB/s")
+	}
+	for _, n := range baselines {
+		b.ReportMetric(float64(best[subject])/float64(best[n]), subject+"-x-vs-"+n)
+	}
+}
+
+// BestTimes runs fns in every iteration of b, in the order of names rotated by one each time,
+// and returns each one's best time.
+func BestTimes(b *testing.B, names []string, fns map[string]func()) map[string]time.Duration {
+	best := map[string]time.Duration{}
 	i := 0
 	for b.Loop() {
 		for j := range names {
@@ -45,10 +57,5 @@ func Ratio(b *testing.B, size int64, fns map[string]func(), subject string, base
 		}
 		i++
 	}
-	for _, n := range names {
-		b.ReportMetric(float64(size)/1e6/best[n].Seconds(), n+"-MB/s")
-	}
-	for _, n := range baselines {
-		b.ReportMetric(float64(best[subject])/float64(best[n]), subject+"-x-vs-"+n)
-	}
+	return best
 }
