@@ -59,6 +59,7 @@ type Security struct {
 
 // Cluster is a running (or stopped) fake cluster. Its methods are safe for concurrent use.
 type Cluster struct {
+	topics
 	opts  Options
 	ports []int
 
@@ -77,6 +78,7 @@ func Start(opts Options) (*Cluster, error) {
 		opts.MinSessionTimeout = 100 * time.Millisecond
 	}
 	cl := &Cluster{opts: opts}
+	cl.topics = topics{conns: cl.conns, replication: 1}
 	for range opts.Brokers {
 		cl.ports = append(cl.ports, 0)
 	}
@@ -235,137 +237,9 @@ func (cl *Cluster) Delay(key kmsg.Key, d time.Duration) (stop func()) {
 // Close stops the cluster for good.
 func (cl *Cluster) Close() { cl.Stop() }
 
-// Client returns a kafka-go client for the cluster (see kafkaio.Conn.Client), safe for
-// concurrent use, whose requests time out after 10s.
-func (cl *Cluster) Client() *kafka.Client {
+// conns returns the current client and producer of the cluster.
+func (cl *Cluster) conns() (*kafka.Client, *kafkaio.Producer) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.client
-}
-
-// CreateTopic creates a topic with the given number of partitions.
-func (cl *Cluster) CreateTopic(ctx context.Context, name string, partitions int) error {
-	res, err := cl.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}},
-	})
-	if err != nil {
-		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
-	}
-	if err := res.Errors[name]; err != nil {
-		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
-	}
-	return nil
-}
-
-// SetTopicConfig sets configs (name → value, such as "max.message.bytes") of topic; settings it
-// does not name keep their values.
-func (cl *Cluster) SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error {
-	if err := kafkaio.AlterTopicConfig(ctx, cl.Client(), topic, configs); err != nil {
-		return fmt.Errorf("embedkafka: %w", err)
-	}
-	return nil
-}
-
-// Partitions returns the number of partitions of topic.
-func (cl *Cluster) Partitions(ctx context.Context, topic string) (int, error) {
-	return kafkaio.PartitionCount(ctx, cl.Client(), topic)
-}
-
-// Produce writes msgs, in order, to topic/partition with acks=all (see kafkaio.Producer: requests
-// of at most kafkaio.DefaultBatchBytes, no idempotence, no retry). Only Key, Value, Headers and
-// Time of msgs are used.
-func (cl *Cluster) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
-	cl.mu.Lock()
-	p := cl.producer
-	cl.mu.Unlock()
-	if err := p.Produce(ctx, topic, partition, msgs); err != nil {
-		return fmt.Errorf("embedkafka: %w", err)
-	}
-	return nil
-}
-
-// EndOffsets returns the high watermark of every partition of topic.
-func (cl *Cluster) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	n, err := cl.Partitions(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	_, end, err := kafkaio.TopicOffsets(ctx, cl.Client(), topic, n)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int]int64, n)
-	for p, o := range end {
-		out[p] = o
-	}
-	return out, nil
-}
-
-// Committed returns the offsets committed by group for every partition of topic; a partition
-// without a committed offset (or a group that does not exist yet) maps to -1.
-func (cl *Cluster) Committed(ctx context.Context, group, topic string) (map[int]int64, error) {
-	n, err := cl.Partitions(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	ps := make([]int, n)
-	for p := range n {
-		ps[p] = p
-	}
-	res, err := cl.Client().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
-	if err != nil {
-		return nil, fmt.Errorf("embedkafka: offset fetch: %w", err)
-	}
-	out := make(map[int]int64, n)
-	for p := range n {
-		out[p] = -1
-	}
-	if errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return out, nil // nothing committed yet
-	}
-	if res.Error != nil {
-		return nil, fmt.Errorf("embedkafka: offset fetch: %w", res.Error)
-	}
-	for _, op := range res.Topics[topic] {
-		if op.Error != nil {
-			return nil, fmt.Errorf("embedkafka: offset fetch %s/%d: %w", topic, op.Partition, op.Error)
-		}
-		out[op.Partition] = op.CommittedOffset
-	}
-	return out, nil
-}
-
-// ReadAll returns every record of every partition of topic up to its current high watermark,
-// by partition, in offset order.
-func (cl *Cluster) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error) {
-	ends, err := cl.EndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int][]kafka.Message, len(ends))
-	for p, end := range ends {
-		msgs, err := cl.ReadPartition(ctx, topic, p, end)
-		if err != nil {
-			return nil, err
-		}
-		out[p] = msgs
-	}
-	return out, nil
-}
-
-// ReadPartition returns the records of topic/partition from the start of the log up to end.
-// Records deleted by retention are skipped.
-func (cl *Cluster) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error) {
-	var msgs []kafka.Message
-	err := kafkaio.Read(ctx, cl.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
-		func(recs []kafkaio.Record) error {
-			for i := range recs {
-				msgs = append(msgs, recs[i].Message(topic, partition))
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return msgs, nil
+	return cl.client, cl.producer
 }

@@ -1,0 +1,230 @@
+// Package testbroker gives tests a Kafka broker from one factory: the embedded kfake
+// (internal/embedkafka), or a real Apache Kafka in KRaft mode run as a JVM by
+// tools/kafka/kafka.sh, chosen by KDEDUP_TEST_KAFKA. The same test runs against either through
+// Broker; a test that needs a kfake-only feature asks for it with Broker.Fake and is skipped on
+// real Kafka.
+//
+// Real Kafka is opt-in, so that go build, the demo and a quick unit run never need Java:
+//
+//	KDEDUP_TEST_KAFKA=kfake (default)  kfake only
+//	KDEDUP_TEST_KAFKA=real             real Kafka only
+//	KDEDUP_TEST_KAFKA=both             every such test twice, as subtests "kfake" and "real"
+//
+// Without java and mvn the real subtests are skipped, or fail when KDEDUP_REQUIRE_KAFKA=1 (as in
+// CI). With -short they are skipped. KDEDUP_KAFKA_VERSION picks another Kafka 4.x version.
+//
+// One real single-node broker is shared by the tests of a package (see Main): each test works in
+// topics and groups of its own, named by Broker.Name. A test that needs brokers configured
+// otherwise (more nodes, other settings, other listeners) gets a private cluster. Only tests
+// import this package.
+package testbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/segmentio/kafka-go"
+)
+
+// The environment variables of the tier.
+const (
+	KindEnv    = "KDEDUP_TEST_KAFKA"    // kfake (default), real or both
+	RequireEnv = "KDEDUP_REQUIRE_KAFKA" // "1": a real broker that cannot start fails the test
+	VersionEnv = "KDEDUP_KAFKA_VERSION" // the Kafka version kafka.sh fetches; default 4.4.0
+)
+
+// Kind is the implementation of a Broker.
+type Kind string
+
+// The kinds of broker.
+const (
+	Fake Kind = "kfake"
+	Real Kind = "real"
+)
+
+// Broker is what an integration test needs of a cluster: addresses, names of its own, and
+// embedkafka's topic helpers (which take names as they are: pass them through Name).
+type Broker interface {
+	Kind() Kind
+	// Addrs are the addresses a worker bootstraps from.
+	Addrs() []string
+	// Name returns the name of the test's topic or group called s: s itself on a private
+	// cluster, a name unique to the test on a shared one.
+	Name(s string) string
+	// Fake returns the kfake cluster, or nil on real Kafka.
+	Fake() *embedkafka.Cluster
+	// Real returns the real cluster, or nil on kfake.
+	Real() *Cluster
+
+	Client() *kafka.Client
+	CreateTopic(ctx context.Context, name string, partitions int) error
+	SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error
+	Partitions(ctx context.Context, topic string) (int, error)
+	Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error
+	EndOffsets(ctx context.Context, topic string) (map[int]int64, error)
+	Committed(ctx context.Context, group, topic string) (map[int]int64, error)
+	ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error)
+	ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error)
+}
+
+// Options describe the broker a test needs.
+type Options struct {
+	// Topics are created at start (name, before Name → partitions).
+	Topics map[string]int32
+	// Nodes is the number of brokers. Default 1.
+	Nodes int
+	// Real configures a real cluster (more than Nodes); a test that sets it gets a private one.
+	Real RealOptions
+}
+
+// Kinds returns the kinds KDEDUP_TEST_KAFKA asks for.
+func Kinds() []Kind {
+	switch os.Getenv(KindEnv) {
+	case "real":
+		return []Kind{Real}
+	case "both":
+		return []Kind{Fake, Real}
+	default:
+		return []Kind{Fake}
+	}
+}
+
+// Each runs f as a subtest named after each kind of Kinds, with a broker of that kind.
+func Each(t *testing.T, o Options, f func(t *testing.T, b Broker)) {
+	t.Helper()
+	for _, k := range Kinds() {
+		t.Run(string(k), func(t *testing.T) { f(t, Start(t, k, o)) })
+	}
+}
+
+// RealOnly returns a real broker for a test that only makes sense on real Kafka (the log
+// cleaner, an unclean election, enforced re-authentication), or skips the test when
+// KDEDUP_TEST_KAFKA does not ask for real Kafka.
+func RealOnly(t *testing.T, o Options) Broker {
+	t.Helper()
+	switch os.Getenv(KindEnv) {
+	case "real", "both":
+	default:
+		t.Skipf("needs real Kafka, which %s=real or both runs (see docs/hacking.md)", KindEnv)
+	}
+	return Start(t, Real, o)
+}
+
+// Start returns a broker of kind k with o's topics, stopped at the end of the test (a shared
+// real broker is stopped by Main).
+func Start(t *testing.T, k Kind, o Options) Broker {
+	t.Helper()
+	if k == Fake {
+		cl, err := embedkafka.Start(embedkafka.Options{Topics: o.Topics, Brokers: o.Nodes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return fake{cl}
+	}
+	if testing.Short() {
+		t.Skip("real Kafka does not run with -short")
+	}
+	var r real
+	if o.Nodes <= 1 && o.Real.Nodes <= 1 && len(o.Real.Config) == 0 && len(o.Real.Listeners) == 0 && len(o.Real.Format) == 0 {
+		r = real{shared(t), uniquePrefix(t)}
+	} else {
+		if o.Real.Nodes < o.Nodes {
+			o.Real.Nodes = o.Nodes
+		}
+		c, err := StartReal(os.TempDir(), o.Real)
+		if err != nil {
+			unavailable(t, err)
+		}
+		t.Cleanup(c.Close)
+		t.Logf("real Kafka: %d node(s) started in %v (%s)", c.Nodes(), c.StartTime().Round(10e6), c.Dir())
+		r = real{c, ""}
+	}
+	for name, n := range o.Topics {
+		if err := r.CreateTopic(t.Context(), r.Name(name), int(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// unavailable ends a test whose real broker could not start: a skip without Java unless
+// KDEDUP_REQUIRE_KAFKA=1, a failure otherwise.
+func unavailable(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, ErrNoJava) && os.Getenv(RequireEnv) != "1" {
+		t.Skipf("%v: the real-Kafka tests are skipped (set %s=1 to make this a failure)", err, RequireEnv)
+	}
+	t.Fatalf("real Kafka did not start: %v", err)
+}
+
+var sharedState struct {
+	once sync.Once
+	c    *Cluster
+	err  error
+}
+
+// shared returns the package's shared single-node broker, starting it on first use.
+func shared(t *testing.T) *Cluster {
+	t.Helper()
+	s := &sharedState
+	s.once.Do(func() {
+		s.c, s.err = StartReal(os.TempDir(), RealOptions{})
+		if s.err == nil {
+			fmt.Fprintf(os.Stderr, "testbroker: shared real Kafka started in %v (%s)\n", s.c.StartTime().Round(10e6), s.c.Dir())
+		}
+	})
+	if s.err != nil {
+		unavailable(t, s.err)
+	}
+	return s.c
+}
+
+// Main runs the tests of a package (call it from TestMain) and stops the shared real broker
+// afterwards.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if c := sharedState.c; c != nil {
+		c.Close()
+	}
+	return code
+}
+
+var prefixes atomic.Int64
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// uniquePrefix returns a prefix of names unique to the test within the process.
+func uniquePrefix(t *testing.T) string {
+	name := unsafeName.ReplaceAllString(t.Name(), "_")
+	if len(name) > 120 {
+		name = name[len(name)-120:]
+	}
+	return fmt.Sprintf("%s-%d.", strings.Trim(name, "_"), prefixes.Add(1))
+}
+
+type fake struct{ *embedkafka.Cluster }
+
+func (fake) Kind() Kind                  { return Fake }
+func (fake) Name(s string) string        { return s }
+func (f fake) Fake() *embedkafka.Cluster { return f.Cluster }
+func (fake) Real() *Cluster              { return nil }
+
+type real struct {
+	*Cluster
+	prefix string
+}
+
+func (real) Kind() Kind                { return Real }
+func (r real) Name(s string) string    { return r.prefix + s }
+func (real) Fake() *embedkafka.Cluster { return nil }
+func (r real) Real() *Cluster          { return r.Cluster }
+func (r real) Addrs() []string         { return r.Listener("PLAINTEXT") }

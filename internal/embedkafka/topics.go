@@ -1,0 +1,166 @@
+package embedkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+)
+
+// topics are the topic helpers of Cluster and Remote over a kafka-go client and producer of the
+// cluster; they are safe for concurrent use.
+type topics struct {
+	conns       func() (*kafka.Client, *kafkaio.Producer)
+	replication int // of the topics CreateTopic creates
+}
+
+// Client returns a kafka-go client for the cluster (see kafkaio.Conn.Client), safe for
+// concurrent use, whose requests time out after 10s. A Cluster's client is replaced on every
+// start: pooled connections do not survive a restart.
+func (t topics) Client() *kafka.Client {
+	c, _ := t.conns()
+	return c
+}
+
+// CreateTopic creates a topic with the given number of partitions, replicated as the cluster
+// says (once on a Cluster, which has no replication).
+func (t topics) CreateTopic(ctx context.Context, name string, partitions int) error {
+	res, err := t.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: t.replication}},
+	})
+	if err != nil {
+		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
+	}
+	if err := res.Errors[name]; err != nil {
+		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// SetTopicConfig sets configs (name → value, such as "max.message.bytes") of topic; settings it
+// does not name keep their values.
+func (t topics) SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error {
+	if err := kafkaio.AlterTopicConfig(ctx, t.Client(), topic, configs); err != nil {
+		return fmt.Errorf("embedkafka: %w", err)
+	}
+	return nil
+}
+
+// Partitions returns the number of partitions of topic.
+func (t topics) Partitions(ctx context.Context, topic string) (int, error) {
+	return kafkaio.PartitionCount(ctx, t.Client(), topic)
+}
+
+// Produce writes msgs, in order, to topic/partition with acks=all (see kafkaio.Producer: requests
+// of at most kafkaio.DefaultBatchBytes, no idempotence, no retry). Only Key, Value, Headers and
+// Time of msgs are used.
+func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
+	_, p := t.conns()
+	if err := p.Produce(ctx, topic, partition, msgs); err != nil {
+		return fmt.Errorf("embedkafka: %w", err)
+	}
+	return nil
+}
+
+// EndOffsets returns the high watermark of every partition of topic.
+func (t topics) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+	n, err := t.Partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	_, end, err := kafkaio.TopicOffsets(ctx, t.Client(), topic, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int64, n)
+	for p, o := range end {
+		out[p] = o
+	}
+	return out, nil
+}
+
+// Committed returns the offsets committed by group for every partition of topic; a partition
+// without a committed offset (or a group that does not exist yet) maps to -1.
+func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int64, error) {
+	n, err := t.Partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]int, n)
+	for p := range n {
+		ps[p] = p
+	}
+	// A real broker answers for a group only once its coordinator is loaded (the first request
+	// for any group creates __consumer_offsets): retry what says the coordinator is not ready.
+	var res *kafka.OffsetFetchResponse
+	err = kafkaio.Backoff{Max: time.Second}.Retry(ctx, 30, func(int) error {
+		var err error
+		res, err = t.Client().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+		switch {
+		case err != nil:
+			return kafkaio.Permanent(err)
+		case errors.Is(res.Error, kafka.NotCoordinatorForGroup), errors.Is(res.Error, kafka.GroupCoordinatorNotAvailable),
+			errors.Is(res.Error, kafka.GroupLoadInProgress):
+			return res.Error
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedkafka: offset fetch: %w", err)
+	}
+	out := make(map[int]int64, n)
+	for p := range n {
+		out[p] = -1
+	}
+	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return out, nil // nothing committed yet
+	}
+	if res.Error != nil {
+		return nil, fmt.Errorf("embedkafka: offset fetch: %w", res.Error)
+	}
+	for _, op := range res.Topics[topic] {
+		if op.Error != nil {
+			return nil, fmt.Errorf("embedkafka: offset fetch %s/%d: %w", topic, op.Partition, op.Error)
+		}
+		out[op.Partition] = op.CommittedOffset
+	}
+	return out, nil
+}
+
+// ReadAll returns every record of every partition of topic up to its current high watermark,
+// by partition, in offset order.
+func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error) {
+	ends, err := t.EndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int][]kafka.Message, len(ends))
+	for p, end := range ends {
+		msgs, err := t.ReadPartition(ctx, topic, p, end)
+		if err != nil {
+			return nil, err
+		}
+		out[p] = msgs
+	}
+	return out, nil
+}
+
+// ReadPartition returns the records of topic/partition from the start of the log up to end.
+// Records deleted by retention are skipped.
+func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error) {
+	var msgs []kafka.Message
+	err := kafkaio.Read(ctx, t.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
+		func(recs []kafkaio.Record) error {
+			for i := range recs {
+				msgs = append(msgs, recs[i].Message(topic, partition))
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
