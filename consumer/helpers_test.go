@@ -17,6 +17,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -262,7 +263,7 @@ func (o *countingObserver) Released(d time.Duration) {
 
 type env struct {
 	t        *testing.T
-	cl       *embedkafka.Cluster
+	cl       testbroker.Broker
 	in, out  string
 	group    string
 	inParts  int
@@ -290,8 +291,27 @@ func newEnv(t *testing.T, inParts, outParts int, opts embedkafka.Options) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	return &env{t: t, cl: cl, in: "in", out: "out", group: "g", inParts: inParts, outParts: outParts}
+	return &env{t: t, cl: testbroker.FromFake(cl), in: "in", out: "out", group: "g", inParts: inParts, outParts: outParts}
 }
+
+// newEnvOn returns an env on b (kfake or real Kafka, see testbroker) with input and output
+// topics and a group of the test's own.
+func newEnvOn(t *testing.T, b testbroker.Broker, inParts, outParts int) *env {
+	t.Helper()
+	e := &env{t: t, cl: b, in: b.Name("in"), out: b.Name("out"), group: b.Name("g"), inParts: inParts, outParts: outParts}
+	if err := b.CreateTopic(t.Context(), e.in, inParts); err != nil {
+		t.Fatal(err)
+	}
+	if outParts > 0 {
+		if err := b.CreateTopic(t.Context(), e.out, outParts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// TestMain stops the shared real broker after the tests (see testbroker.Main).
+func TestMain(m *testing.M) { os.Exit(testbroker.Main(m)) }
 
 // config returns a Worker config with timeouts small enough for tests.
 func (e *env) config() consumer.Config {

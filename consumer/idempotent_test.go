@@ -127,7 +127,7 @@ func TestIdempotentUnderFaults(t *testing.T) {
 				}
 			}
 			feed(0)
-			faults := installFaults(e.cl, e.group)
+			faults := installFaults(e.cl.Fake(), e.group)
 			cfg := e.config()
 			cfg.BatchSize = 100
 			cfg.RebalanceTimeout = 10 * time.Second // drains must not run out of time on a loaded machine
@@ -144,7 +144,7 @@ func TestIdempotentUnderFaults(t *testing.T) {
 				eventually(t, 30*time.Second, "progress", func() bool { return obs.produced.Load() >= fed/2 })
 				before := obs.rebalances.Load()
 				feed(phase)
-				e.cl.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: e.group, Err: kerr.RebalanceInProgress})
+				e.cl.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: e.group, Err: kerr.RebalanceInProgress})
 				eventually(t, 30*time.Second, "a forced rebalance", func() bool { return obs.rebalances.Load() > before })
 			}
 			e.waitAllCommitted(60 * time.Second)
@@ -262,7 +262,7 @@ func TestProduceTimeoutsWithoutIdempotence(t *testing.T) {
 				in[i] = record("key", 0, i, fmt.Sprintf("id-%d", i))
 			}
 			e.produce(0, in)
-			h := e.cl.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.RequestTimedOut, Count: -1,
+			h := e.cl.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.RequestTimedOut, Count: -1,
 				When: everyNth(5, producesTo(e.out))})
 			cfg := e.config()
 			cfg.BatchSize = 50
@@ -320,7 +320,7 @@ func TestIdempotenceUnsupported(t *testing.T) {
 			in, want := stream("key", 0, 40, rand.New(rand.NewPCG(23, 24)))
 			e.produce(0, in)
 			if tc.fault != nil {
-				e.cl.Fault(*tc.fault)
+				e.cl.Fake().Fault(*tc.fault)
 			}
 			obs := &producerObserver{}
 			_, cancel, done := e.startObserved(e.config(), newMapDeduper(false, nil), obs)

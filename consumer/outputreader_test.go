@@ -275,7 +275,7 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	}
 	produce(0, 100, old)
 	produce(100, 150, recent)
-	e.cl.ApplyRetention()
+	e.cl.Fake().ApplyRetention()
 	logs := &captureHandler{}
 	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), slog.New(logs))
 	defer r.Close()

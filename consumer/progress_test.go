@@ -190,7 +190,7 @@ func TestProgressTrackerOrdering(t *testing.T) {
 				}
 				e.produce(p, in)
 			}
-			d := newProgressDeduper(e.cl, e.out, "dups")
+			d := newProgressDeduper(e.cl.Fake(), e.out, "dups")
 			cfg := e.config()
 			cfg.BatchSize = 50
 			cfg.Mode = mode
@@ -262,7 +262,7 @@ func TestProgressTrackerNoAckWithoutOutput(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("worker never got to the gate")
 	}
-	e.cl.Stop()
+	e.cl.Fake().Stop()
 	close(d.release)
 	eventually(t, 10*time.Second, "a failed produce", func() bool { return r.obs.produceErrors.Load() > 0 })
 	if err := r.stop(t, cfg.ShutdownTimeout+3*time.Second); err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/txntest"
 	"github.com/segmentio/kafka-go"
@@ -59,9 +59,9 @@ func (s *txnScenario) records(n, attempt int) []txntest.Record {
 	return recs
 }
 
-// write writes the scenario to topic "in" at addrs.
-func (s *txnScenario) write(t *testing.T, addrs []string, rng *rand.Rand) {
-	w := txntest.New(t, addrs, "in")
+// write writes the scenario to topic in at addrs.
+func (s *txnScenario) write(t *testing.T, addrs []string, in string, rng *rand.Rand) {
+	w := txntest.New(t, addrs, in)
 	var wg sync.WaitGroup
 	for g, who := range []string{"a", "b", "c"} {
 		wg.Add(1)
@@ -143,16 +143,16 @@ func (s *txnScenario) check(t *testing.T, e *env) txnOutcome {
 	return o
 }
 
-// run writes the scenario to a new broker while a worker reading with iso (and an exact Deduper)
-// consumes it, until every input offset is committed, and returns what the output holds and the
-// aborted records the worker counted.
-func (s *txnScenario) run(t *testing.T, rng *rand.Rand, iso kafkaio.Isolation) (txnOutcome, int64) {
+// run writes the scenario to b (topics of its own) while a worker reading with iso (and an exact
+// Deduper) consumes it, until every input offset is committed, and returns what the output holds
+// and the aborted records the worker counted.
+func (s *txnScenario) run(t *testing.T, b testbroker.Broker, rng *rand.Rand, iso kafkaio.Isolation) (txnOutcome, int64) {
 	t.Helper()
-	e := newEnv(t, txnPartitions, txnPartitions, embedkafka.Options{})
+	e := newEnvOn(t, b, txnPartitions, txnPartitions)
 	cfg := e.config()
 	cfg.BatchSize, cfg.Isolation = 1000, iso
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
-	s.write(t, e.cl.Addrs(), rng)
+	s.write(t, e.cl.Addrs(), e.in, rng)
 	e.waitAllCommitted(60 * time.Second)
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -166,12 +166,17 @@ func (s *txnScenario) run(t *testing.T, rng *rand.Rand, iso kafkaio.Isolation) (
 // 20% aborted and retried, 6,000 re-sends) through a worker reading committed data while the
 // producers write: no aborted record, no marker and no lost retry may reach the output, every
 // committed event exactly once (the Deduper here is exact: no false positives), and the committed
-// offsets reach the end of every partition although each ends with a marker.
+// offsets reach the end of every partition although each ends with a marker. On real Kafka the
+// transaction coordinator and the aborted-transaction index are the broker's own.
 func TestTransactionalInput(t *testing.T) {
 	t.Parallel()
+	testbroker.Each(t, testbroker.Options{}, testTransactionalInput)
+}
+
+func testTransactionalInput(t *testing.T, b testbroker.Broker) {
 	rng := rand.New(rand.NewPCG(25, 1))
 	s := newTxnScenario(rng, 300, 200, 6000)
-	o, counted := s.run(t, rng, kafkaio.ReadCommitted)
+	o, counted := s.run(t, b, rng, kafkaio.ReadCommitted)
 	abortedRecords := 0
 	for _, f := range s.fates {
 		if f != committed {
@@ -191,9 +196,13 @@ func TestTransactionalInput(t *testing.T) {
 // (the retry of an aborted record is then a duplicate of it, and dropped), markers never do.
 func TestReadUncommittedInput(t *testing.T) {
 	t.Parallel()
+	testbroker.Each(t, testbroker.Options{}, testReadUncommittedInput)
+}
+
+func testReadUncommittedInput(t *testing.T, b testbroker.Broker) {
 	rng := rand.New(rand.NewPCG(25, 2))
 	s := newTxnScenario(rng, 30, 60, 300)
-	o, counted := s.run(t, rng, kafkaio.ReadUncommitted)
+	o, counted := s.run(t, b, rng, kafkaio.ReadUncommitted)
 	retried, abortedOnly := 0, 0
 	for _, f := range s.fates {
 		switch f {
@@ -222,7 +231,11 @@ func TestReadUncommittedInput(t *testing.T) {
 // once each, and no aborted record or marker.
 func TestRestartInAbortedTransaction(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, embedkafka.Options{})
+	testbroker.Each(t, testbroker.Options{}, testRestartInAbortedTransaction)
+}
+
+func testRestartInAbortedTransaction(t *testing.T, b testbroker.Broker) {
+	e := newEnvOn(t, b, 1, 1)
 	w := txntest.New(t, e.cl.Addrs(), e.in)
 	rec := func(id string, attempt int) txntest.Record {
 		return txntest.Record{Key: []byte(id), Value: fmt.Appendf(nil, "%s@%d", id, attempt)}
@@ -237,7 +250,7 @@ func TestRestartInAbortedTransaction(t *testing.T) {
 	cfg := e.config()
 	cfg.FetchMaxBytes = 1024 // a few batches per fetch: the aborted transaction spans fetches
 	r := e.start(cfg, newMapDeduper(false, st), keyFuncFor(t, "key"))
-	eventually(t, 10*time.Second, "p1 committed and the partition held", func() bool {
+	eventually(t, 30*time.Second, "p1 committed and the partition held", func() bool {
 		com, err := e.cl.Committed(context.Background(), e.group, e.in)
 		return err == nil && com[0] == 1 && r.obs.held.Load() > 0
 	})

@@ -430,11 +430,11 @@ func TestBrokerRestart(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("worker never got to the gate")
 	}
-	e.cl.Stop()
+	e.cl.Fake().Stop()
 	close(d.release)
 	eventually(t, 20*time.Second, "worker not ready while the broker is down", func() bool { return !r.w.Ready() })
 	eventually(t, 20*time.Second, "a failed produce", func() bool { return r.obs.produceErrors.Load() > 0 })
-	if err := e.cl.Resume(); err != nil {
+	if err := e.cl.Fake().Resume(); err != nil {
 		t.Fatal(err)
 	}
 	for p := range 2 {
@@ -629,7 +629,7 @@ func TestShutdownWithBrokerDown(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("worker never got to the gate")
 	}
-	e.cl.Stop()
+	e.cl.Fake().Stop()
 	close(d.release)
 	eventually(t, 10*time.Second, "a failed produce", func() bool { return r.obs.produceErrors.Load() > 0 })
 	began := time.Now()
@@ -653,7 +653,7 @@ func TestSlowBroker(t *testing.T) {
 	e := newEnv(t, 1, 1, embedkafka.Options{})
 	in, want := stream("key", 0, 300, rand.New(rand.NewPCG(21, 22)))
 	e.produce(0, in)
-	stop := e.cl.Delay(kmsg.Fetch, 300*time.Millisecond)
+	stop := e.cl.Fake().Delay(kmsg.Fetch, 300*time.Millisecond)
 	cfg := e.config()
 	cfg.FetchMaxWait = 100 * time.Millisecond
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -44,11 +44,7 @@ func httpGet(url string) (int, string) {
 // commits everything, leaves the group and exits 0 well within SHUTDOWN_TIMEOUT.
 func TestBinarySIGTERM(t *testing.T) {
 	t.Parallel()
-	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": 2, "out": 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": 2, "out": 2}})
 	ctx := context.Background()
 	for p := range 2 {
 		var msgs []kafka.Message

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -134,7 +134,7 @@ func testEventTimeReplay(t *testing.T, restart bool) {
 
 // produceReplay writes the records of stream that take selects to the input topic, in stream
 // order, and returns how many of them are stamped a day early (late).
-func produceReplay(t *testing.T, cl *embedkafka.Cluster, stream [][]replayRecord, take func(replayRecord) bool) (late int) {
+func produceReplay(t *testing.T, cl testbroker.Broker, stream [][]replayRecord, take func(replayRecord) bool) (late int) {
 	t.Helper()
 	var dropped, passedAgain int
 	for p, recs := range stream {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/prometheus/common/model"
 )
@@ -49,9 +50,9 @@ var built struct {
 	err      error
 }
 
-// TestMain removes the binary the tests built.
+// TestMain removes the binary the tests built and stops the shared real broker, if any.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testbroker.Main(m)
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -41,7 +41,7 @@ func refreshScenario() []refreshSend {
 func refreshPartition(id string) int { return int(crc32.ChecksumIEEE([]byte(id)) % restartPartitions) }
 
 // countRefreshOutput returns how many times each identity reached the output topic.
-func countRefreshOutput(t *testing.T, cl *embedkafka.Cluster) map[string]int {
+func countRefreshOutput(t *testing.T, cl testbroker.Broker) map[string]int {
 	t.Helper()
 	got, err := cl.ReadAll(context.Background(), "out")
 	if err != nil {

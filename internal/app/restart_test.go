@@ -19,7 +19,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -29,11 +29,12 @@ const restartPartitions = 4
 // restartEnviron is the worker environment of the restart tests: short group timeouts so that a
 // killed member's partitions move on quickly, a window far longer than the test, checkpoints every
 // 200ms into dir ("" disables them).
-func restartEnviron(cl *embedkafka.Cluster, dir, scope string) map[string]string {
+func restartEnviron(cl testbroker.Broker, dir, scope string) map[string]string {
 	e := map[string]string{
 		"KAFKA_BROKERS":             strings.Join(cl.Addrs(), ","),
-		"KAFKA_INPUT_TOPIC":         "in",
-		"KAFKA_OUTPUT_TOPIC":        "out",
+		"KAFKA_INPUT_TOPIC":         cl.Name("in"),
+		"KAFKA_OUTPUT_TOPIC":        cl.Name("out"),
+		"KAFKA_GROUP_ID":            cl.Name("kdedup"),
 		"KAFKA_SESSION_TIMEOUT":     "1s",
 		"KAFKA_HEARTBEAT_INTERVAL":  "100ms",
 		"KAFKA_REBALANCE_TIMEOUT":   "3s",
@@ -56,15 +57,13 @@ func restartEnviron(cl *embedkafka.Cluster, dir, scope string) map[string]string
 	return e
 }
 
-// restartCluster starts a broker with 4-partition input and output topics.
-func restartCluster(t *testing.T) *embedkafka.Cluster {
+// restartTopics are the topics of the restart tests: 4-partition input and output.
+var restartTopics = testbroker.Options{Topics: map[string]int32{"in": restartPartitions, "out": restartPartitions}}
+
+// restartCluster starts a kfake broker with restartTopics.
+func restartCluster(t *testing.T) testbroker.Broker {
 	t.Helper()
-	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": restartPartitions, "out": restartPartitions}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
+	return testbroker.Start(t, testbroker.Fake, restartTopics)
 }
 
 // logStats sums what the workers' logs say, as structured events: the restores by outcome and the
@@ -131,7 +130,7 @@ func genStream(rng *rand.Rand, n int, dupRate float64, global bool) ([]streamRec
 // produceStream writes recs to the input topic in rounds of about per records with pause between
 // rounds, keeping the order within each partition, until it is done or ctx ends. It sends its
 // result to done.
-func produceStream(ctx context.Context, cl *embedkafka.Cluster, recs []streamRecord, per int, pause time.Duration, done chan<- error) {
+func produceStream(ctx context.Context, cl testbroker.Broker, recs []streamRecord, per int, pause time.Duration, done chan<- error) {
 	for len(recs) > 0 {
 		n := min(per, len(recs))
 		byPart := make([][]kafka.Message, restartPartitions)
@@ -139,7 +138,7 @@ func produceStream(ctx context.Context, cl *embedkafka.Cluster, recs []streamRec
 			byPart[r.partition] = append(byPart[r.partition], r.msg)
 		}
 		for p, msgs := range byPart {
-			if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
+			if err := cl.Produce(ctx, cl.Name("in"), p, msgs...); err != nil {
 				done <- err
 				return
 			}
@@ -156,8 +155,8 @@ func produceStream(ctx context.Context, cl *embedkafka.Cluster, recs []streamRec
 }
 
 // outputTotal returns the number of records in the output topic.
-func outputTotal(cl *embedkafka.Cluster) int64 {
-	ends, err := cl.EndOffsets(context.Background(), "out")
+func outputTotal(cl testbroker.Broker) int64 {
+	ends, err := cl.EndOffsets(context.Background(), cl.Name("out"))
 	if err != nil {
 		return -1
 	}
@@ -169,10 +168,10 @@ func outputTotal(cl *embedkafka.Cluster) int64 {
 }
 
 // caughtUp reports whether the group committed every input record.
-func caughtUp(cl *embedkafka.Cluster) bool {
+func caughtUp(cl testbroker.Broker) bool {
 	ctx := context.Background()
-	ends, err1 := cl.EndOffsets(ctx, "in")
-	com, err2 := cl.Committed(ctx, "kdedup", "in")
+	ends, err1 := cl.EndOffsets(ctx, cl.Name("in"))
+	com, err2 := cl.Committed(ctx, cl.Name("kdedup"), cl.Name("in"))
 	if err1 != nil || err2 != nil {
 		return false
 	}
@@ -192,9 +191,9 @@ type outputCheck struct {
 	leakedIDs, lostIDs            []string
 }
 
-func checkOutput(t *testing.T, cl *embedkafka.Cluster, unique map[string]bool) outputCheck {
+func checkOutput(t *testing.T, cl testbroker.Broker, unique map[string]bool) outputCheck {
 	t.Helper()
-	got, err := cl.ReadAll(context.Background(), "out")
+	got, err := cl.ReadAll(context.Background(), cl.Name("out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +264,12 @@ func killPoints(rng *rand.Rand, distinct, kills int) []int {
 // when a restarted worker produces records again (DEDUP_MODE=mark), and it ends at the number of
 // distinct identities of the stream.
 type outputProgress struct {
-	cl   *embedkafka.Cluster
+	cl   testbroker.Broker
 	next map[int]int64 // partition → first offset not read yet
 	ids  map[string]bool
 }
 
-func newOutputProgress(cl *embedkafka.Cluster) *outputProgress {
+func newOutputProgress(cl testbroker.Broker) *outputProgress {
 	return &outputProgress{cl: cl, next: map[int]int64{}, ids: map[string]bool{}}
 }
 
@@ -278,7 +277,7 @@ func newOutputProgress(cl *embedkafka.Cluster) *outputProgress {
 // distinct identities in it, or -1 if the broker could not be read.
 func (o *outputProgress) distinct() int {
 	ctx := context.Background()
-	ends, err := o.cl.EndOffsets(ctx, "out")
+	ends, err := o.cl.EndOffsets(ctx, o.cl.Name("out"))
 	if err != nil {
 		return -1
 	}
@@ -286,7 +285,7 @@ func (o *outputProgress) distinct() int {
 		if end <= o.next[p] {
 			continue
 		}
-		err := kafkaio.Read(ctx, o.cl.Client(), kafkaio.Range{Topic: "out", Partition: p, Start: o.next[p], End: end, Failures: 1},
+		err := kafkaio.Read(ctx, o.cl.Client(), kafkaio.Range{Topic: o.cl.Name("out"), Partition: p, Start: o.next[p], End: end, Failures: 1},
 			func(recs []kafkaio.Record) error {
 				for _, r := range recs {
 					if !marked(r.Headers) {
@@ -314,7 +313,7 @@ func marked(h []kafka.Header) bool {
 // from the seed, so a seed reproduces where the crashes happen, up to the records produced
 // between noticing the point and the kill. Then a last worker catches up and is stopped with
 // SIGTERM, and the output is checked.
-func (sc crashScenario) run(t *testing.T) crashResult {
+func (sc crashScenario) run(t *testing.T, cl testbroker.Broker) crashResult {
 	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -322,7 +321,6 @@ func (sc crashScenario) run(t *testing.T) crashResult {
 		}
 	})
 	began := time.Now()
-	cl := restartCluster(t)
 	dir := ""
 	if sc.checkpoints {
 		dir = t.TempDir()
@@ -418,23 +416,25 @@ func TestCrashRestart(t *testing.T) {
 				t.Skip("set KDEDUP_RESTART_BASELINE=1 to run the scenario without checkpoints")
 			}
 			t.Parallel()
-			res := crashScenario{scope: sc.scope, environ: sc.environ, checkpoints: !sc.baseline, seed: restartSeed(t), records: 40000, kills: 4}.run(t)
-			if sc.baseline {
-				t.Logf("without checkpoints: %d duplicates leaked, %d records lost", res.leaked, res.lost)
-				if res.leaked == 0 {
-					t.Error("no duplicate leaked without checkpoints: the scenario does not exercise restarts")
+			testbroker.Each(t, restartTopics, func(t *testing.T, cl testbroker.Broker) {
+				res := crashScenario{scope: sc.scope, environ: sc.environ, checkpoints: !sc.baseline, seed: restartSeed(t), records: 40000, kills: 4}.run(t, cl)
+				if sc.baseline {
+					t.Logf("without checkpoints: %d duplicates leaked, %d records lost", res.leaked, res.lost)
+					if res.leaked == 0 {
+						t.Error("no duplicate leaked without checkpoints: the scenario does not exercise restarts")
+					}
+					return
 				}
-				return
-			}
-			if res.leaked != 0 {
-				t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
-			}
-			if res.lost != 0 {
-				t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
-			}
-			if res.stats.restores["warm"]+res.stats.restores["fallback"] == 0 {
-				t.Errorf("no warm restore in %v", res.stats.restores)
-			}
+				if res.leaked != 0 {
+					t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
+				}
+				if res.lost != 0 {
+					t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
+				}
+				if res.stats.restores["warm"]+res.stats.restores["fallback"] == 0 {
+					t.Errorf("no warm restore in %v", res.stats.restores)
+				}
+			})
 		})
 	}
 }
@@ -457,105 +457,106 @@ func TestGracefulRestart(t *testing.T) {
 		t.Run(tc.scope+"/"+tc.store, func(t *testing.T) {
 			t.Parallel()
 			scope := tc.scope
-			cl := restartCluster(t)
-			environ := restartEnviron(cl, t.TempDir(), scope)
-			if tc.store == "s3" {
-				if moto == nil {
-					t.Skip("no moto_server in -short mode")
+			testbroker.Each(t, restartTopics, func(t *testing.T, cl testbroker.Broker) {
+				environ := restartEnviron(cl, t.TempDir(), scope)
+				if tc.store == "s3" {
+					if moto == nil {
+						t.Skip("no moto_server in -short mode")
+					}
+					bucket := "restart-" + scope + "-" + string(cl.Kind())
+					moto.CreateBucket(t, bucket)
+					delete(environ, "CHECKPOINT_DIR")
+					maps.Copy(environ, map[string]string{
+						"CHECKPOINT_URL": "s3://" + bucket + "/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
+						"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+					})
 				}
-				bucket := "restart-" + scope
-				moto.CreateBucket(t, bucket)
-				delete(environ, "CHECKPOINT_DIR")
-				maps.Copy(environ, map[string]string{
-					"CHECKPOINT_URL": "s3://" + bucket + "/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
-					"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-				})
-			}
-			// No periodic snapshots: only the cold start's baseline and the ones taken when
-			// the worker stops.
-			environ["CHECKPOINT_INTERVAL"] = "1h"
-			ctx := context.Background()
-			produce := func(from, to int, value string) {
-				byPart := make([][]kafka.Message, restartPartitions)
-				for i := from; i < to; i++ {
-					byPart[i%restartPartitions] = append(byPart[i%restartPartitions],
-						kafka.Message{Key: []byte(fmt.Sprintf("ev-%05d", i)), Value: []byte(value)})
-				}
-				for p, msgs := range byPart {
-					if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
-						t.Fatal(err)
+				// No periodic snapshots: only the cold start's baseline and the ones taken when
+				// the worker stops.
+				environ["CHECKPOINT_INTERVAL"] = "1h"
+				ctx := context.Background()
+				produce := func(from, to int, value string) {
+					byPart := make([][]kafka.Message, restartPartitions)
+					for i := from; i < to; i++ {
+						byPart[i%restartPartitions] = append(byPart[i%restartPartitions],
+							kafka.Message{Key: []byte(fmt.Sprintf("ev-%05d", i)), Value: []byte(value)})
+					}
+					for p, msgs := range byPart {
+						if err := cl.Produce(ctx, cl.Name("in"), p, msgs...); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
-			}
-			var stats logStats
-			restores := map[string]float64{} // outcome → count, from the workers' /metrics
-			var rewarmed, failures float64
-			// runOnce runs a worker until it caught up, scrapes its /metrics and stops it.
-			runOnce := func(run int) {
-				w := startWorker(t, environ)
-				waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
-				m := w.metrics(t)
-				for _, o := range []string{"warm", "fallback", "cold"} {
-					restores[o] += m.value("kdedup_checkpoint_restores_total", "outcome", o)
+				var stats logStats
+				restores := map[string]float64{} // outcome → count, from the workers' /metrics
+				var rewarmed, failures float64
+				// runOnce runs a worker until it caught up, scrapes its /metrics and stops it.
+				runOnce := func(run int) {
+					w := startWorker(t, environ)
+					waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
+					m := w.metrics(t)
+					for _, o := range []string{"warm", "fallback", "cold"} {
+						restores[o] += m.value("kdedup_checkpoint_restores_total", "outcome", o)
+					}
+					rewarmed += m.value("kdedup_checkpoint_rewarmed_records_total")
+					failures += m.value("kdedup_checkpoint_failures_total")
+					w.signal(t, syscall.SIGTERM)
+					if code := w.wait(t, 15*time.Second); code != 0 {
+						t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run, code, tail(w.stderr.String(), logTail))
+					}
+					stats.add(w.stderr.String())
 				}
-				rewarmed += m.value("kdedup_checkpoint_rewarmed_records_total")
-				failures += m.value("kdedup_checkpoint_failures_total")
-				w.signal(t, syscall.SIGTERM)
-				if code := w.wait(t, 15*time.Second); code != 0 {
-					t.Fatalf("run %d: exit status %d after SIGTERM; log:\n%s", run, code, tail(w.stderr.String(), logTail))
+				// Two generations of the worker before the duplicates arrive, so that the second
+				// also proves a restored snapshot is saved again correctly.
+				produce(0, 2000, "first")
+				runOnce(1)
+				produce(2000, 3000, "first")
+				runOnce(2)
+				if before := outputTotal(cl); before != 3000 {
+					t.Fatalf("%d output records before the duplicates, want 3000", before)
 				}
-				stats.add(w.stderr.String())
-			}
-			// Two generations of the worker before the duplicates arrive, so that the second
-			// also proves a restored snapshot is saved again correctly.
-			produce(0, 2000, "first")
-			runOnce(1)
-			produce(2000, 3000, "first")
-			runOnce(2)
-			if before := outputTotal(cl); before != 3000 {
-				t.Fatalf("%d output records before the duplicates, want 3000", before)
-			}
-			produce(0, 3000, "again") // every record once more, in the same partitions
-			produce(3000, 3500, "new")
-			runOnce(3)
-			got, err := cl.ReadAll(ctx, "out")
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]int{}
-			total := 0
-			for _, msgs := range got {
-				for _, m := range msgs {
-					total++
-					seen[string(m.Key)]++
-					if string(m.Value) == "again" {
-						t.Errorf("duplicate %s of a record from before the restart passed", m.Key)
+				produce(0, 3000, "again") // every record once more, in the same partitions
+				produce(3000, 3500, "new")
+				runOnce(3)
+				got, err := cl.ReadAll(ctx, cl.Name("out"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen := map[string]int{}
+				total := 0
+				for _, msgs := range got {
+					for _, m := range msgs {
+						total++
+						seen[string(m.Key)]++
+						if string(m.Value) == "again" {
+							t.Errorf("duplicate %s of a record from before the restart passed", m.Key)
+						}
 					}
 				}
-			}
-			if total != 3500 || len(seen) != 3500 {
-				t.Errorf("%d output records, %d distinct identities; want 3500 and 3500", total, len(seen))
-			}
-			t.Logf("restores %v, %v records re-warmed, %v checkpoint failures", restores, rewarmed, failures)
-			// Had the snapshot at shutdown failed, the restart would have fallen back to the
-			// baseline and re-warmed everything from the output topic.
-			if rewarmed != 0 {
-				t.Errorf("%v records re-warmed after graceful stops, want 0: the snapshot taken at shutdown did not cover the output", rewarmed)
-			}
-			if failures != 0 {
-				t.Errorf("%v checkpoint failures", failures)
-			}
-			for _, e := range stats.errors {
-				t.Errorf("worker log: %s", e)
-			}
-			// The first run starts every unit cold; the two restarts restore every unit warm.
-			units := restartPartitions
-			if scope == "global" {
-				units = 1
-			}
-			if want := map[string]float64{"warm": float64(2 * units), "fallback": 0, "cold": float64(units)}; !maps.Equal(restores, want) {
-				t.Errorf("restores %v, want %v", restores, want)
-			}
+				if total != 3500 || len(seen) != 3500 {
+					t.Errorf("%d output records, %d distinct identities; want 3500 and 3500", total, len(seen))
+				}
+				t.Logf("restores %v, %v records re-warmed, %v checkpoint failures", restores, rewarmed, failures)
+				// Had the snapshot at shutdown failed, the restart would have fallen back to the
+				// baseline and re-warmed everything from the output topic.
+				if rewarmed != 0 {
+					t.Errorf("%v records re-warmed after graceful stops, want 0: the snapshot taken at shutdown did not cover the output", rewarmed)
+				}
+				if failures != 0 {
+					t.Errorf("%v checkpoint failures", failures)
+				}
+				for _, e := range stats.errors {
+					t.Errorf("worker log: %s", e)
+				}
+				// The first run starts every unit cold; the two restarts restore every unit warm.
+				units := restartPartitions
+				if scope == "global" {
+					units = 1
+				}
+				if want := map[string]float64{"warm": float64(2 * units), "fallback": 0, "cold": float64(units)}; !maps.Equal(restores, want) {
+					t.Errorf("restores %v, want %v", restores, want)
+				}
+			})
 		})
 	}
 }

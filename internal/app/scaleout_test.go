@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -60,7 +60,7 @@ func (s *scaleStream) next() (int, kafka.Message) {
 // produceUntil writes rounds of per records from s to the input topic, one round every pause
 // (pacing only: the test orders its events by output progress), until stop is closed. It sends
 // its result to done; s is the caller's again after that.
-func produceUntil(cl *embedkafka.Cluster, s *scaleStream, per int, pause time.Duration, stop <-chan struct{}, done chan<- error) {
+func produceUntil(cl testbroker.Broker, s *scaleStream, per int, pause time.Duration, stop <-chan struct{}, done chan<- error) {
 	t := time.NewTicker(pause)
 	defer t.Stop()
 	for {
@@ -96,7 +96,7 @@ type stallMonitor struct {
 	done  chan struct{}
 }
 
-func startStallMonitor(cl *embedkafka.Cluster) *stallMonitor {
+func startStallMonitor(cl testbroker.Broker) *stallMonitor {
 	m := &stallMonitor{phase: "start", gaps: map[string][]time.Duration{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go m.run(cl)
 	return m
@@ -108,7 +108,7 @@ func (m *stallMonitor) setPhase(p string) {
 	m.mu.Unlock()
 }
 
-func (m *stallMonitor) run(cl *embedkafka.Cluster) {
+func (m *stallMonitor) run(cl testbroker.Broker) {
 	defer close(m.done)
 	last := map[int]int64{}
 	grew := map[int]time.Time{}
@@ -242,7 +242,7 @@ const (
 // scaleRun is one run of the scale-out scenario.
 type scaleRun struct {
 	t       *testing.T
-	cl      *embedkafka.Cluster
+	cl      testbroker.Broker
 	variant scaleVariant
 	base    map[string]string
 	dirs    map[string]string // replica name → its directory (per-replica variant)
@@ -545,11 +545,7 @@ func TestScaleOut(t *testing.T) {
 	for _, v := range variants {
 		t.Run(string(v), func(t *testing.T) {
 			t.Parallel()
-			cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": scalePartitions, "out": scalePartitions}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cl.Close)
+			cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": scalePartitions, "out": scalePartitions}})
 			base := restartEnviron(cl, "", "partition")
 			base["CHECKPOINT_INTERVAL"] = "500ms"
 			// A release budget of 8.9s: the race-built workers on a busy 2-core machine need it; a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -18,7 +19,7 @@ import (
 // secureSetup is a secured embedded cluster and the files and variables a worker needs to
 // reach it.
 type secureSetup struct {
-	cl      *embedkafka.Cluster
+	cl      testbroker.Broker
 	environ map[string]string
 	ca      *testpki.CA
 }
@@ -69,10 +70,11 @@ func startSecure(t *testing.T, o secureOptions) secureSetup {
 	})
 	must(t, err)
 	t.Cleanup(cl.Close)
+	b := testbroker.FromFake(cl)
 	dir := t.TempDir()
 	caFile, err := testpki.WriteFile(dir, "ca.pem", ca.PEM)
 	must(t, err)
-	e := restartEnviron(cl, "", "partition")
+	e := restartEnviron(b, "", "partition")
 	e["KAFKA_TLS_ENABLED"], e["KAFKA_TLS_CA_FILE"] = "true", caFile
 	e["KAFKA_SASL_MECHANISM"], e["KAFKA_SASL_USERNAME"], e["KAFKA_SASL_PASSWORD"] = strings.ToLower(o.mech), o.user, o.password
 	if o.certName != "" {
@@ -84,7 +86,7 @@ func startSecure(t *testing.T, o secureOptions) secureSetup {
 		e["KAFKA_TLS_KEY_FILE"], err = testpki.WriteFile(dir, "client-key.pem", client.KeyPEM)
 		must(t, err)
 	}
-	return secureSetup{cl: cl, environ: e, ca: ca}
+	return secureSetup{cl: b, environ: e, ca: ca}
 }
 
 func must(t *testing.T, err error) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/prometheus/common/model"
 	"github.com/segmentio/kafka-go"
@@ -50,7 +50,7 @@ func sourceMsg(src, id string) (int, kafka.Message) {
 }
 
 // produceSources produces msgs, each to its partition, in order.
-func produceSources(t *testing.T, cl *embedkafka.Cluster, msgs []func() (int, kafka.Message)) {
+func produceSources(t *testing.T, cl testbroker.Broker, msgs []func() (int, kafka.Message)) {
 	t.Helper()
 	byPart := make([][]kafka.Message, restartPartitions)
 	for _, f := range msgs {

@@ -228,3 +228,6 @@ func (r real) Name(s string) string    { return r.prefix + s }
 func (real) Fake() *embedkafka.Cluster { return nil }
 func (r real) Real() *Cluster          { return r.Cluster }
 func (r real) Addrs() []string         { return r.Listener("PLAINTEXT") }
+
+// FromFake returns cl as a Broker, for a test that starts its kfake cluster itself.
+func FromFake(cl *embedkafka.Cluster) Broker { return fake{cl} }
