@@ -110,39 +110,43 @@ func TestBinarySecured(t *testing.T) {
 	} {
 		t.Run(o.mech, func(t *testing.T) {
 			t.Parallel()
-			s := startSecure(t, o)
-			if o.mutual { // the password from a file, as Kubernetes mounts a Secret
-				pw, err := testpki.WriteFile(t.TempDir(), "password", []byte(o.password+"\n"))
-				must(t, err)
-				delete(s.environ, "KAFKA_SASL_PASSWORD")
-				s.environ["KAFKA_SASL_PASSWORD_FILE"] = pw
-			}
-			recs, unique := genStream(rand.New(rand.NewPCG(1, 2)), 4000, 0.25, false)
-			done := make(chan error, 1)
-			produceStream(t.Context(), s.cl, recs, len(recs), 0, done)
-			must(t, <-done)
-			w := startWorker(t, s.environ)
-			waitFor(t, w, 60*time.Second, "every input record committed", func() bool { return caughtUp(s.cl) })
-			c := checkOutput(t, s.cl, unique)
-			if c.lost != 0 || c.leaked != 0 {
-				t.Errorf("%d lost, %d leaked of %d distinct identities", c.lost, c.leaked, len(unique))
-			}
-			seen := w.stderr.String()
-			for _, path := range []string{"/metrics", "/readyz", "/healthz"} {
-				_, body := httpGet(w.url(path))
-				seen += body
-			}
-			select {
-			case <-w.exited:
-				t.Fatalf("worker exited (status %d); log:\n%s", w.code, tail(w.log(), logTail))
-			default:
-			}
-			w.signal(t, syscall.SIGTERM)
-			if code := w.wait(t, 20*time.Second); code != 0 {
-				t.Errorf("exit status %d after SIGTERM", code)
-			}
-			if strings.Contains(seen+w.log(), o.password) {
-				t.Errorf("the password appears in the log or the HTTP endpoints")
+			for _, k := range testbroker.Kinds() {
+				t.Run(string(k), func(t *testing.T) {
+					s := secureOn(t, k, o, nil)
+					if o.mutual { // the password from a file, as Kubernetes mounts a Secret
+						pw, err := testpki.WriteFile(t.TempDir(), "password", []byte(o.password+"\n"))
+						must(t, err)
+						delete(s.environ, "KAFKA_SASL_PASSWORD")
+						s.environ["KAFKA_SASL_PASSWORD_FILE"] = pw
+					}
+					recs, unique := genStream(rand.New(rand.NewPCG(1, 2)), 4000, 0.25, false)
+					done := make(chan error, 1)
+					produceStream(t.Context(), s.cl, recs, len(recs), 0, done)
+					must(t, <-done)
+					w := startWorker(t, s.environ)
+					waitFor(t, w, 60*time.Second, "every input record committed", func() bool { return caughtUp(s.cl) })
+					c := checkOutput(t, s.cl, unique)
+					if c.lost != 0 || c.leaked != 0 {
+						t.Errorf("%d lost, %d leaked of %d distinct identities", c.lost, c.leaked, len(unique))
+					}
+					seen := w.stderr.String()
+					for _, path := range []string{"/metrics", "/readyz", "/healthz"} {
+						_, body := httpGet(w.url(path))
+						seen += body
+					}
+					select {
+					case <-w.exited:
+						t.Fatalf("worker exited (status %d); log:\n%s", w.code, tail(w.log(), logTail))
+					default:
+					}
+					w.signal(t, syscall.SIGTERM)
+					if code := w.wait(t, 20*time.Second); code != 0 {
+						t.Errorf("exit status %d after SIGTERM", code)
+					}
+					if strings.Contains(seen+w.log(), o.password) {
+						t.Errorf("the password appears in the log or the HTTP endpoints")
+					}
+				})
 			}
 		})
 	}

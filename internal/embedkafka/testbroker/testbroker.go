@@ -140,6 +140,8 @@ func Start(t *testing.T, k Kind, o Options) Broker {
 		if o.Real.Nodes < o.Nodes {
 			o.Real.Nodes = o.Nodes
 		}
+		privateSlots <- struct{}{}
+		t.Cleanup(func() { <-privateSlots })
 		c, err := StartReal(os.TempDir(), o.Real)
 		if err != nil {
 			unavailable(t, err)
@@ -165,6 +167,10 @@ func unavailable(t *testing.T, err error) {
 	}
 	t.Fatalf("real Kafka did not start: %v", err)
 }
+
+// privateSlots bounds the private real clusters that run at once: each node is a JVM, and two
+// cores run little more than two clusters well.
+var privateSlots = make(chan struct{}, 2)
 
 var sharedState struct {
 	once sync.Once
