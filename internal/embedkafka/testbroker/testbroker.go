@@ -105,16 +105,11 @@ func Each(t *testing.T, o Options, f func(t *testing.T, b Broker)) {
 	}
 }
 
-// RealOnly returns a real broker for a test that only makes sense on real Kafka (the log
-// cleaner, an unclean election, enforced re-authentication), or skips the test when
-// KDEDUP_TEST_KAFKA does not ask for real Kafka.
+// RealOnly returns a real broker for a test that only makes sense on real Kafka, or skips the
+// test (see NeedReal).
 func RealOnly(t *testing.T, o Options) Broker {
 	t.Helper()
-	switch os.Getenv(KindEnv) {
-	case "real", "both":
-	default:
-		t.Skipf("needs real Kafka, which %s=real or both runs (see docs/hacking.md)", KindEnv)
-	}
+	NeedReal(t)
 	return Start(t, Real, o)
 }
 
@@ -237,3 +232,24 @@ func (r real) Addrs() []string         { return r.Listener("PLAINTEXT") }
 
 // FromFake returns cl as a Broker, for a test that starts its kfake cluster itself.
 func FromFake(cl *embedkafka.Cluster) Broker { return fake{cl} }
+
+// NeedReal skips the test unless KDEDUP_TEST_KAFKA asks for real Kafka: for a test of what only
+// a real broker does (the log cleaner, an unclean election, enforced re-authentication).
+func NeedReal(t *testing.T) {
+	t.Helper()
+	switch os.Getenv(KindEnv) {
+	case "real", "both":
+	default:
+		t.Skipf("needs real Kafka, which %s=real or both runs (see docs/hacking.md)", KindEnv)
+	}
+}
+
+// FakeOnly returns b's kfake cluster for a test that needs a kfake-only feature (faults,
+// ControlKey, SleepControl, Stop and Resume), or skips the test on real Kafka, naming the feature.
+func FakeOnly(t *testing.T, b Broker, feature string) *embedkafka.Cluster {
+	t.Helper()
+	if b.Fake() == nil {
+		t.Skipf("needs kfake's %s, which real Kafka does not have", feature)
+	}
+	return b.Fake()
+}
