@@ -161,6 +161,7 @@ EOF
       echo "num.recovery.threads.per.data.dir=1"
       echo "log.flush.offset.checkpoint.interval.ms=1000"
       echo "controlled.shutdown.enable=true"
+      echo "log.cleaner.backoff.ms=200"          # the cleaner looks for work every 200ms, not 15s
       local p
       for p in "${props[@]}"; do cat "$p"; echo; done
     } >"$nd/server.properties"
