@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,15 +64,29 @@ func (nopDeduper) Processing(int32, int64)              {}
 func (nopDeduper) Acked(int32, int64)                   {}
 func (nopDeduper) Discard(context.Context, int32) error { return nil }
 
-type pipeline func(ctx context.Context, cl *embedkafka.Cluster) error
+type pipeline func(ctx context.Context, cl testbroker.Broker) error
 
-func benchPipeline(b *testing.B, run pipeline) {
+// BenchmarkEndToEndRealKafka is BenchmarkEndToEnd's baseline and worker on the shared
+// single-node real Kafka broker (see testbroker; it runs when KDEDUP_TEST_KAFKA is real or both).
+// The broker is a JVM of its own here, so cpu-ns/event counts the pipeline alone, not the broker
+// as on kfake.
+func BenchmarkEndToEndRealKafka(b *testing.B) {
+	testbroker.NeedReal(b)
+	b.Run("passthrough", func(b *testing.B) { benchPipelineOn(b, testbroker.Real, runPassthrough) })
+	b.Run("worker-drop", func(b *testing.B) { benchPipelineOn(b, testbroker.Real, workerRunner(consumer.ModeDrop)) })
+	b.Run("worker-nodedup", func(b *testing.B) {
+		benchPipelineOn(b, testbroker.Real, workerRunnerWith(consumer.ModeDrop, nopDeduper{}))
+	})
+}
+
+// benchPipeline runs run on kfake; see benchPipelineOn.
+func benchPipeline(b *testing.B, run pipeline) { benchPipelineOn(b, testbroker.Fake, run) }
+
+// benchPipelineOn measures run on a broker of kind k with topics of its own (see
+// BenchmarkEndToEnd).
+func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
 	b.ReportAllocs()
-	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 1))
 	value := make([]byte, 100)
@@ -86,7 +100,7 @@ func benchPipeline(b *testing.B, run pipeline) {
 			}
 			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()})
 		}
-		if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
+		if err := cl.Produce(ctx, cl.Name("in"), p, msgs...); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -99,7 +113,7 @@ func benchPipeline(b *testing.B, run pipeline) {
 	start := time.Now()
 	go func() { errc <- run(runCtx, cl) }()
 	for {
-		com, err := cl.Committed(ctx, "g", "in")
+		com, err := cl.Committed(ctx, cl.Name("g"), cl.Name("in"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -149,12 +163,12 @@ func sourcesRunner() pipeline {
 }
 
 func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer.Config)) pipeline {
-	return func(ctx context.Context, cl *embedkafka.Cluster) error {
+	return func(ctx context.Context, cl testbroker.Broker) error {
 		if d == nil {
 			d = newMapDeduper(false, nil)
 		}
 		cfg := consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}
@@ -176,15 +190,15 @@ func (samePartition) Balance(m kafka.Message, _ ...int) int { return m.Partition
 
 // runPassthrough is the baseline: consume → produce → commit with plain kafka-go and the same
 // batching, no deduplication.
-func runPassthrough(ctx context.Context, cl *embedkafka.Cluster) error {
+func runPassthrough(ctx context.Context, cl testbroker.Broker) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: cl.Addrs(), GroupID: "g", Topic: "in",
+		Brokers: cl.Addrs(), GroupID: cl.Name("g"), Topic: cl.Name("in"),
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond, QueueCapacity: 2 * benchBatch,
 		SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 	})
 	defer r.Close()
 	w := &kafka.Writer{
-		Addr: kafka.TCP(cl.Addrs()...), Topic: "out", Balancer: samePartition{},
+		Addr: kafka.TCP(cl.Addrs()...), Topic: cl.Name("out"), Balancer: samePartition{},
 		BatchSize: benchBatch, BatchTimeout: benchTimeout, RequiredAcks: kafka.RequireAll,
 	}
 	defer w.Close()

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
@@ -39,9 +39,9 @@ func BenchmarkProducePath(b *testing.B) {
 // producePathRunner runs a worker that produces every record, with the given batch size,
 // partitioning and produce path.
 func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence bool) pipeline {
-	return func(ctx context.Context, cl *embedkafka.Cluster) error {
+	return func(ctx context.Context, cl testbroker.Broker) error {
 		w, err := consumer.New(consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
 			DisableIdempotence: disableIdempotence,

@@ -107,7 +107,7 @@ func Each(t *testing.T, o Options, f func(t *testing.T, b Broker)) {
 
 // RealOnly returns a real broker for a test that only makes sense on real Kafka, or skips the
 // test (see NeedReal).
-func RealOnly(t *testing.T, o Options) Broker {
+func RealOnly(t testing.TB, o Options) Broker {
 	t.Helper()
 	NeedReal(t)
 	return Start(t, Real, o)
@@ -115,7 +115,7 @@ func RealOnly(t *testing.T, o Options) Broker {
 
 // Start returns a broker of kind k with o's topics, stopped at the end of the test (a shared
 // real broker is stopped by Main).
-func Start(t *testing.T, k Kind, o Options) Broker {
+func Start(t testing.TB, k Kind, o Options) Broker {
 	t.Helper()
 	if k == Fake {
 		cl, err := embedkafka.Start(embedkafka.Options{Topics: o.Topics, Brokers: o.Nodes})
@@ -123,7 +123,7 @@ func Start(t *testing.T, k Kind, o Options) Broker {
 			t.Fatal(err)
 		}
 		t.Cleanup(cl.Close)
-		return fake{cl}
+		return fake{cl, ""}
 	}
 	if testing.Short() {
 		t.Skip("real Kafka does not run with -short")
@@ -155,7 +155,7 @@ func Start(t *testing.T, k Kind, o Options) Broker {
 
 // unavailable ends a test whose real broker could not start: a skip without Java unless
 // KDEDUP_REQUIRE_KAFKA=1, a failure otherwise.
-func unavailable(t *testing.T, err error) {
+func unavailable(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, ErrNoJava) && os.Getenv(RequireEnv) != "1" {
 		t.Skipf("%v: the real-Kafka tests are skipped (set %s=1 to make this a failure)", err, RequireEnv)
@@ -174,7 +174,7 @@ var sharedState struct {
 }
 
 // shared returns the package's shared single-node broker, starting it on first use.
-func shared(t *testing.T) *Cluster {
+func shared(t testing.TB) *Cluster {
 	t.Helper()
 	s := &sharedState
 	s.once.Do(func() {
@@ -204,7 +204,7 @@ var prefixes atomic.Int64
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
 
 // uniquePrefix returns a prefix of names unique to the test within the process.
-func uniquePrefix(t *testing.T) string {
+func uniquePrefix(t testing.TB) string {
 	name := unsafeName.ReplaceAllString(t.Name(), "_")
 	if len(name) > 120 {
 		name = name[len(name)-120:]
@@ -212,10 +212,25 @@ func uniquePrefix(t *testing.T) string {
 	return fmt.Sprintf("%s-%d.", strings.Trim(name, "_"), prefixes.Add(1))
 }
 
-type fake struct{ *embedkafka.Cluster }
+// Scoped returns b with names of its own under prefix (see Broker.Name), for a test that runs
+// several scenarios on one cluster.
+func Scoped(b Broker, prefix string) Broker {
+	switch b := b.(type) {
+	case fake:
+		return fake{b.Cluster, b.prefix + prefix}
+	case real:
+		return real{b.Cluster, b.prefix + prefix}
+	}
+	panic(fmt.Sprintf("testbroker: Scoped of a %T", b))
+}
+
+type fake struct {
+	*embedkafka.Cluster
+	prefix string
+}
 
 func (fake) Kind() Kind                  { return Fake }
-func (fake) Name(s string) string        { return s }
+func (f fake) Name(s string) string      { return f.prefix + s }
 func (f fake) Fake() *embedkafka.Cluster { return f.Cluster }
 func (fake) Real() *Cluster              { return nil }
 
@@ -231,11 +246,11 @@ func (r real) Real() *Cluster          { return r.Cluster }
 func (r real) Addrs() []string         { return r.Listener("PLAINTEXT") }
 
 // FromFake returns cl as a Broker, for a test that starts its kfake cluster itself.
-func FromFake(cl *embedkafka.Cluster) Broker { return fake{cl} }
+func FromFake(cl *embedkafka.Cluster) Broker { return fake{cl, ""} }
 
 // NeedReal skips the test unless KDEDUP_TEST_KAFKA asks for real Kafka: for a test of what only
 // a real broker does (the log cleaner, an unclean election, enforced re-authentication).
-func NeedReal(t *testing.T) {
+func NeedReal(t testing.TB) {
 	t.Helper()
 	switch os.Getenv(KindEnv) {
 	case "real", "both":
@@ -246,7 +261,7 @@ func NeedReal(t *testing.T) {
 
 // FakeOnly returns b's kfake cluster for a test that needs a kfake-only feature (faults,
 // ControlKey, SleepControl, Stop and Resume), or skips the test on real Kafka, naming the feature.
-func FakeOnly(t *testing.T, b Broker, feature string) *embedkafka.Cluster {
+func FakeOnly(t testing.TB, b Broker, feature string) *embedkafka.Cluster {
 	t.Helper()
 	if b.Fake() == nil {
 		t.Skipf("needs kfake's %s, which real Kafka does not have", feature)
