@@ -177,15 +177,27 @@ func (r *clusterRun) setupRun(out kafka.TopicConfig) {
 	r.waitInSync("new topics")
 }
 
+// replicated is the output of the rolling restart and the leader kill: replication factor 3,
+// min.insync.replicas=2.
+var replicated = kafka.TopicConfig{NumPartitions: restartPartitions, ReplicationFactor: 3,
+	ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "2"}}}
+
+// start creates the run's topics (the output as out says), starts a worker and the stream (per
+// records every 50ms), and returns the worker and the channel the stream's result comes on.
+func (r *clusterRun) start(out kafka.TopicConfig, per int) (*worker, chan error) {
+	r.t.Helper()
+	r.setupRun(out)
+	w := startWorker(r.t, restartEnviron(r.b, r.t.TempDir(), "partition"))
+	produced := make(chan error, 1)
+	go r.produce(r.t.Context(), per, 50*time.Millisecond, produced)
+	return w, produced
+}
+
 // rollingRestart stops each node in turn with SIGTERM (a controlled shutdown) and starts it
 // again, waiting for every replica to be back in sync before the next, while records flow.
 func rollingRestart(t *testing.T, b testbroker.Broker) {
-	r := newClusterRun(t, b, "rolling", restartPartitions, 60000, 1)
-	r.setupRun(kafka.TopicConfig{NumPartitions: restartPartitions, ReplicationFactor: 3,
-		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "2"}}})
-	w := startWorker(t, restartEnviron(r.b, t.TempDir(), "partition"))
-	produced := make(chan error, 1)
-	go r.produce(t.Context(), 50, 50*time.Millisecond, produced) // at most 1000 records/s: a minute or more
+	r := newClusterRun(t, b, "rolling", restartPartitions, 30000, 1)
+	w, produced := r.start(replicated, 100) // at most 2000 records/s
 	progress := newOutputProgress(r.b)
 	for n := 1; n <= r.c.Nodes(); n++ {
 		before := progress.distinct()
@@ -209,11 +221,7 @@ func rollingRestart(t *testing.T, b testbroker.Broker) {
 // nothing may be lost. The node is started again at the end.
 func leaderKilled(t *testing.T, b testbroker.Broker) {
 	r := newClusterRun(t, b, "leaderkill", restartPartitions, 20000, 2)
-	r.setupRun(kafka.TopicConfig{NumPartitions: restartPartitions, ReplicationFactor: 3,
-		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "2"}}})
-	w := startWorker(t, restartEnviron(r.b, t.TempDir(), "partition"))
-	produced := make(chan error, 1)
-	go r.produce(t.Context(), 150, 50*time.Millisecond, produced)
+	w, produced := r.start(replicated, 150)
 	progress := newOutputProgress(r.b)
 	waitFor(t, w, time.Minute, "a third of the output", func() bool { return progress.distinct() > len(r.unique)/3 })
 	leader, _, _, err := r.partitionState(r.b.Name("out"), 0)
@@ -241,19 +249,16 @@ func leaderKilled(t *testing.T, b testbroker.Broker) {
 func uncleanElection(t *testing.T, b testbroker.Broker) {
 	r := newClusterRun(t, b, "unclean", 1, 20000, 3)
 	const leaderNode, followerNode = 1, 2
-	r.setupRun(kafka.TopicConfig{NumPartitions: -1, ReplicationFactor: -1,
+	out := r.b.Name("out")
+	w, produced := r.start(kafka.TopicConfig{NumPartitions: -1, ReplicationFactor: -1,
 		ReplicaAssignments: []kafka.ReplicaAssignment{{Partition: 0, Replicas: []int{leaderNode, followerNode}}},
 		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "min.insync.replicas", ConfigValue: "1"},
 			{ConfigName: "unclean.leader.election.enable", ConfigValue: "true"}},
-	})
-	out := r.b.Name("out")
+	}, 100)
 	poll(t, time.Minute, "node 1 leading the output", func() (bool, error) {
 		l, _, _, err := r.partitionState(out, 0)
 		return err == nil && l == leaderNode, nil
 	}, nil)
-	w := startWorker(t, restartEnviron(r.b, t.TempDir(), "partition"))
-	produced := make(chan error, 1)
-	go r.produce(t.Context(), 100, 50*time.Millisecond, produced)
 	outEnd := func() int64 { e, _ := r.b.EndOffsets(t.Context(), out); return e[0] }
 	waitFor(t, w, time.Minute, "output records", func() bool { return outEnd() > 1000 })
 	r.c.StopNode(followerNode)
