@@ -140,15 +140,20 @@ func (r *clusterRun) finish(w *worker, produced <-chan error) outputCheck {
 	}
 	c := checkOutput(r.t, r.b, r.unique)
 	var errs int
+	kinds := map[string]int{} // error message → count
 	for _, e := range parseEvents(w.log()) {
 		if e.str("level") == "ERROR" {
 			errs++
+			kinds[e.str("msg")]++
 		}
 	}
 	r.t.Logf("%d records produced (%d resent after failed writes), %d input offsets, %d consumed (%d re-read); "+
 		"output %d records: %d of %d distinct identities lost, %d duplicates leaked; %d errors logged",
 		len(r.recs), r.resent.Load(), input, int64(consumed), int64(consumed)-input,
 		c.records, c.lost, len(r.unique), c.leaked, errs)
+	if len(kinds) > 0 {
+		r.t.Logf("errors logged, by message: %v", kinds)
+	}
 	if c.leaked != 0 {
 		r.t.Errorf("%d duplicates leaked, e.g. %v", c.leaked, c.leakedIDs[:min(5, len(c.leakedIDs))])
 	}

@@ -26,7 +26,9 @@ func (t topics) Client() *kafka.Client {
 }
 
 // CreateTopic creates a topic with the given number of partitions, replicated as the cluster
-// says (once on a Cluster, which has no replication).
+// says (once on a Cluster, which has no replication), and returns once every partition has a
+// leader: a real broker answers CreateTopics before its leaders are known, and a produce right
+// after it fails with NOT_LEADER_OR_FOLLOWER.
 func (t topics) CreateTopic(ctx context.Context, name string, partitions int) error {
 	res, err := t.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{
 		Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: t.replication}},
@@ -36,6 +38,33 @@ func (t topics) CreateTopic(ctx context.Context, name string, partitions int) er
 	}
 	if err := res.Errors[name]; err != nil {
 		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
+	}
+	return t.WaitLeaders(ctx, name)
+}
+
+// WaitLeaders waits, for up to 30s, until every partition of topic has a leader in the
+// cluster's metadata.
+func (t topics) WaitLeaders(ctx context.Context, topic string) error {
+	var last error
+	err := kafkaio.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}.Retry(ctx, 100, func(int) error {
+		res, err := t.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		switch {
+		case err != nil:
+			last = err
+		case len(res.Topics) != 1 || res.Topics[0].Error != nil || len(res.Topics[0].Partitions) == 0:
+			last = fmt.Errorf("topic %q not in the metadata yet", topic)
+		default:
+			last = nil
+			for _, p := range res.Topics[0].Partitions {
+				if p.Leader.ID < 0 || p.Leader.Host == "" {
+					last = fmt.Errorf("partition %s/%d has no leader yet", topic, p.ID)
+				}
+			}
+		}
+		return last
+	})
+	if err != nil {
+		return fmt.Errorf("embedkafka: %w", err)
 	}
 	return nil
 }
