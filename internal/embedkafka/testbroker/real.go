@@ -334,3 +334,29 @@ func (c *Cluster) Close() {
 		os.RemoveAll(c.dir)
 	}
 }
+
+// CPUTime returns the CPU time (user and system) the running nodes' JVMs used so far, read
+// from /proc (Linux); ok is false where it cannot be read.
+func (c *Cluster) CPUTime() (d time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			return 0, false
+		}
+		// The fields after the command name, which is in parentheses: utime and stime are the
+		// 12th and 13th of them, in clock ticks (100 per second on Linux).
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			return 0, false
+		}
+		u, err1 := strconv.ParseInt(f[11], 10, 64)
+		s, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, false
+		}
+		d += time.Duration(u+s) * 10 * time.Millisecond
+	}
+	return d, true
+}
