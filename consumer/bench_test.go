@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,6 +147,13 @@ func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		b.Fatal(err)
 	}
+	if ps := runStats; ps.writes > 0 {
+		b.ReportMetric(float64(ps.produced)/float64(ps.writes), "records/produce")
+		if ps.fetches > 0 {
+			b.ReportMetric(float64(ps.consumed)/float64(ps.fetches), "records/fetch")
+		}
+		runStats = passStats{}
+	}
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
 	if cpuOK { // the whole process: worker, broker and this loop; less sensitive to a busy machine than events/s
 		b.ReportMetric(float64(cpu1-cpu0)/float64(total), "cpu-ns/event")
@@ -185,20 +193,38 @@ func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}
 		edit(&cfg)
+		obs := &writeCounter{}
 		w, err := consumer.New(cfg, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
 			return k, k != nil
-		}, nil, testLog)
+		}, obs, testLog)
 		if err != nil {
 			return err
 		}
+		defer func() { runStats = passStats{writes: obs.writes.Load(), produced: obs.produced.Load()} }()
 		return w.Run(ctx)
 	}
 }
+
+// writeCounter counts a worker's output writes (one per input batch that produced anything) and
+// the records they held, and observes nothing else.
+type writeCounter struct {
+	consumer.NopObserver
+	writes, produced atomic.Int64
+}
+
+func (o *writeCounter) Produced(_ int32, n int) { o.writes.Add(1); o.produced.Add(int64(n)) }
 
 // samePartition is a kafka-go Balancer that keeps a record's input partition number.
 type samePartition struct{}
 
 func (samePartition) Balance(m kafka.Message, _ ...int) int { return m.Partition }
+
+// passStats are the batching counts of the last pipeline run: runPassthrough's from its Reader's
+// and Writer's Stats, a worker's writes (one per input batch) from writeCounter. Benchmarks run
+// one at a time, and benchPipelineOn reads them after the run returned.
+type passStats struct{ fetches, consumed, writes, produced int64 }
+
+var runStats passStats
 
 // runPassthrough is the baseline: consume → produce → commit with plain kafka-go and the same
 // batching, no deduplication.
@@ -218,6 +244,14 @@ func runPassthrough(ctx context.Context, cl testbroker.Broker) error {
 		BatchSize: benchBatch, BatchTimeout: benchTimeout, RequiredAcks: kafka.RequireAll,
 	}
 	defer w.Close()
+	var ps passStats
+	defer func() { runStats = ps }()
+	count := func() {
+		rs, ws := r.Stats(), w.Stats()
+		ps.fetches, ps.consumed = ps.fetches+rs.Fetches, ps.consumed+rs.Messages
+		ps.writes, ps.produced = ps.writes+ws.Writes, ps.produced+ws.Messages
+	}
+	defer count()
 	batch := make([]kafka.Message, 0, benchBatch)
 	out := make([]kafka.Message, 0, benchBatch)
 	for {
