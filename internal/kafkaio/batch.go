@@ -9,7 +9,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -244,7 +243,6 @@ type BatchDecoder struct {
 	retain      bool
 	held, spare [][]byte
 	heldBytes   int
-	zstd        *zstd.Decoder
 }
 
 // maxSpareBuffers is how many decompression buffers a decoder keeps for reuse.
@@ -305,7 +303,7 @@ func (d *BatchDecoder) uncompressed(hdr *kmsg.RecordBatch) ([]byte, error) {
 	if c == 0 {
 		return hdr.Records, nil
 	}
-	out, err := decompress(d.nextBuffer(), hdr.Records, c, d.limit().MaxBatchBytes, &d.zstd)
+	out, err := decompress(d.nextBuffer(), hdr.Records, c, d.limit().MaxBatchBytes)
 	if err != nil {
 		d.buf = nil
 		return nil, err

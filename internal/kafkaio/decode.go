@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/klauspost/compress/zstd"
@@ -130,11 +131,11 @@ func overLimit(codec string, limit int) error {
 }
 
 // decompress appends the records of a batch compressed with c to dst, up to limit bytes, and
-// returns dst. zd is the decoder's zstd decoder, made on first use.
-func decompress(dst, src []byte, c kafka.Compression, limit int, zd **zstd.Decoder) ([]byte, error) {
+// returns dst.
+func decompress(dst, src []byte, c kafka.Compression, limit int) ([]byte, error) {
 	switch c {
 	case kafka.Zstd:
-		return decompressZstd(dst, src, limit, zd)
+		return decompressZstd(dst, src, limit)
 	case kafka.Snappy:
 		return decompressSnappy(dst, src, limit)
 	}
@@ -180,24 +181,32 @@ func readLimited(b []byte, r io.Reader, limit int) ([]byte, error) {
 	}
 }
 
+// zstdPools holds idle zstd decoders by their limit (int to *sync.Pool): a decoder keeps its
+// window's memory, so decoders are shared by the readers rather than kept by each.
+var zstdPools sync.Map
+
 // decompressZstd decodes src as a stream with a decoder whose window (the history it allocates,
 // which a frame declares) is capped at limit: a frame that declares more, or whose content size
 // is more, is refused before anything is allocated for it; what it expands to is read through
 // readLimited.
-func decompressZstd(dst, src []byte, limit int, zd **zstd.Decoder) ([]byte, error) {
-	if *zd == nil {
+func decompressZstd(dst, src []byte, limit int) ([]byte, error) {
+	pool, _ := zstdPools.LoadOrStore(limit, &sync.Pool{})
+	zd, _ := pool.(*sync.Pool).Get().(*zstd.Decoder)
+	if zd == nil {
+		capped := uint64(max(limit, zstd.MinWindowSize))
 		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxMemory(uint64(max(limit, zstd.MinWindowSize))), zstd.WithDecoderMaxWindow(uint64(max(limit, zstd.MinWindowSize))))
+			zstd.WithDecoderMaxMemory(capped), zstd.WithDecoderMaxWindow(capped))
 		if err != nil {
 			return dst, fmt.Errorf("kafkaio: zstd decoder: %w", err)
 		}
-		*zd = d
+		zd = d
 	}
-	if err := (*zd).Reset(bytes.NewReader(src)); err != nil {
+	defer pool.(*sync.Pool).Put(zd)
+	if err := zd.Reset(bytes.NewReader(src)); err != nil {
 		return dst, fmt.Errorf("%w: decompress (zstd): %w", ErrCorruptBatch, err)
 	}
-	defer (*zd).Reset(nil) //nolint:errcheck // drops the reference to src
-	out, err := readLimited(dst, *zd, limit)
+	defer zd.Reset(nil) //nolint:errcheck // drops the reference to src
+	out, err := readLimited(dst, zd, limit)
 	switch {
 	case errors.Is(err, ErrDecodeLimit) || errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded):
 		return dst, overLimit("zstd", limit)
