@@ -344,6 +344,7 @@ func BenchmarkRecordWalk(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(set)))
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				w := newBenchWalker(set)
 				for pb.Next() {
