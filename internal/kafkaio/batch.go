@@ -243,6 +243,7 @@ type BatchDecoder struct {
 	retain      bool
 	held, spare [][]byte
 	heldBytes   int
+	z           decompressor
 }
 
 // maxSpareBuffers is how many decompression buffers a decoder keeps for reuse.
@@ -303,7 +304,7 @@ func (d *BatchDecoder) uncompressed(hdr *kmsg.RecordBatch) ([]byte, error) {
 	if c == 0 {
 		return hdr.Records, nil
 	}
-	out, err := decompress(d.nextBuffer(), hdr.Records, c, d.limit().MaxBatchBytes)
+	out, err := d.z.decompress(d.nextBuffer(), hdr.Records, c, d.limit().MaxBatchBytes)
 	if err != nil {
 		d.buf = nil
 		return nil, err

@@ -130,12 +130,19 @@ func overLimit(codec string, limit int) error {
 	return fmt.Errorf("%w: records decompress (%s) to more than %d bytes, the limit per batch", ErrDecodeLimit, codec, limit)
 }
 
+// decompressor holds what decompression reuses from batch to batch: the reader of the
+// compressed bytes, and the pool of zstd decoders of its limit.
+type decompressor struct {
+	src   bytes.Reader
+	zpool *sync.Pool
+}
+
 // decompress appends the records of a batch compressed with c to dst, up to limit bytes, and
 // returns dst.
-func decompress(dst, src []byte, c kafka.Compression, limit int) ([]byte, error) {
+func (z *decompressor) decompress(dst, src []byte, c kafka.Compression, limit int) ([]byte, error) {
 	switch c {
 	case kafka.Zstd:
-		return decompressZstd(dst, src, limit)
+		return z.zstd(dst, src, limit)
 	case kafka.Snappy:
 		return decompressSnappy(dst, src, limit)
 	}
@@ -143,7 +150,8 @@ func decompress(dst, src []byte, c kafka.Compression, limit int) ([]byte, error)
 	if codec == nil {
 		return dst, fmt.Errorf("%w: unknown compression codec %d", ErrCorruptBatch, c)
 	}
-	zr := codec.NewReader(bytes.NewReader(src))
+	z.src.Reset(src)
+	zr := codec.NewReader(&z.src)
 	defer zr.Close()
 	dst, err := readLimited(dst, zr, limit)
 	if errors.Is(err, ErrDecodeLimit) {
@@ -185,13 +193,16 @@ func readLimited(b []byte, r io.Reader, limit int) ([]byte, error) {
 // window's memory, so decoders are shared by the readers rather than kept by each.
 var zstdPools sync.Map
 
-// decompressZstd decodes src as a stream with a decoder whose window (the history it allocates,
-// which a frame declares) is capped at limit: a frame that declares more, or whose content size
-// is more, is refused before anything is allocated for it; what it expands to is read through
+// zstd decodes src as a stream with a decoder whose window (the history it allocates, which a
+// frame declares) is capped at limit: a frame that declares more, or whose content size is more,
+// is refused before anything is allocated for it; what it expands to is read through
 // readLimited.
-func decompressZstd(dst, src []byte, limit int) ([]byte, error) {
-	pool, _ := zstdPools.LoadOrStore(limit, &sync.Pool{})
-	zd, _ := pool.(*sync.Pool).Get().(*zstd.Decoder)
+func (z *decompressor) zstd(dst, src []byte, limit int) ([]byte, error) {
+	if z.zpool == nil {
+		p, _ := zstdPools.LoadOrStore(limit, &sync.Pool{})
+		z.zpool = p.(*sync.Pool)
+	}
+	zd, _ := z.zpool.Get().(*zstd.Decoder)
 	if zd == nil {
 		capped := uint64(max(limit, zstd.MinWindowSize))
 		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
@@ -201,8 +212,9 @@ func decompressZstd(dst, src []byte, limit int) ([]byte, error) {
 		}
 		zd = d
 	}
-	defer pool.(*sync.Pool).Put(zd)
-	if err := zd.Reset(bytes.NewReader(src)); err != nil {
+	defer z.zpool.Put(zd)
+	z.src.Reset(src)
+	if err := zd.Reset(&z.src); err != nil {
 		return dst, fmt.Errorf("%w: decompress (zstd): %w", ErrCorruptBatch, err)
 	}
 	defer zd.Reset(nil) //nolint:errcheck // drops the reference to src
