@@ -43,6 +43,12 @@ func Outcomes() []Outcome {
 // previous snapshot as it would for a corrupt one.
 var ErrIncompatible = errors.New("checkpoint: snapshot incompatible with the current configuration")
 
+// ErrUntrusted is for consume functions passed to Load to wrap when a snapshot is intact but
+// what it claims cannot be what a worker wrote (the store is a trust boundary: anyone who may
+// write it can write a snapshot, and recompute its checksums); Load then falls back to the
+// previous snapshot as it would for a corrupt one.
+var ErrUntrusted = errors.New("checkpoint: snapshot not trusted")
+
 // ErrNoUsableSnapshot is wrapped by LoadResult.Err when snapshots existed
 // but every one of them was rejected.
 var ErrNoUsableSnapshot = errors.New("checkpoint: no usable snapshot")
@@ -86,7 +92,7 @@ func (r LoadResult) Err() error {
 func skippable(err error) bool {
 	return errors.Is(err, snapshot.ErrCorrupt) || errors.Is(err, snapshot.ErrNotSnapshot) ||
 		errors.Is(err, snapshot.ErrUnknownVersion) || errors.Is(err, ErrIncompatible) ||
-		errors.Is(err, fs.ErrNotExist)
+		errors.Is(err, ErrUntrusted) || errors.Is(err, fs.ErrNotExist)
 }
 
 // Load restores unit from s with the fallback policy: it tries the
@@ -102,7 +108,7 @@ func skippable(err error) bool {
 // A snapshot is skipped, recorded in LoadResult.Failures, and the previous
 // one tried when opening, decoding, consuming or verifying it fails with an
 // error wrapping ErrCorrupt, ErrNotSnapshot, ErrUnknownVersion,
-// ErrIncompatible or fs.ErrNotExist (pruned meanwhile). consume must wrap
+// ErrIncompatible, ErrUntrusted or fs.ErrNotExist (pruned meanwhile). consume must wrap
 // errors it gets from the Decoder with %w to keep them classifiable.
 //
 // Results: OutcomeWarm (the newest snapshot restored), OutcomeFallback (an

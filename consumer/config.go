@@ -120,6 +120,11 @@ type Config struct {
 	// responses at once (the one being processed, the next one, one more while a batch spans
 	// two). Default 16 MiB.
 	FetchMaxBytes int
+	// DecodeMaxBytes caps the decompressed records of one input record batch, and the headers of
+	// one record at DecodeMaxBytes/256 (kafkaio.DefaultDecodeLimits); a batch or record over them
+	// is refused input (see "Refused input" in refuse.go). Default:
+	// kafkaio.DefaultDecodeMaxBytes(FetchMaxBytes), four times the fetch size.
+	DecodeMaxBytes int
 
 	// Partitioning chooses the output partition. Default PartitionSame.
 	Partitioning Partitioning
@@ -195,6 +200,9 @@ func (c Config) withDefaults() Config {
 	def(&c.FetchMaxWait, 500*time.Millisecond)
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 16 << 20
+	}
+	if c.DecodeMaxBytes == 0 {
+		c.DecodeMaxBytes = kafkaio.DefaultDecodeMaxBytes(c.FetchMaxBytes)
 	}
 	if c.Isolation == "" {
 		c.Isolation = kafkaio.ReadCommitted
@@ -298,6 +306,7 @@ func (c Config) Validate() error {
 	}
 	atLeast("BatchBytes", c.BatchBytes, 1024)
 	atLeast("FetchMaxBytes", c.FetchMaxBytes, 1024)
+	atLeast("DecodeMaxBytes", c.DecodeMaxBytes, 1024)
 	positive("BatchTimeout", c.BatchTimeout)
 	positive("FetchMaxWait", c.FetchMaxWait)
 	positive("ShutdownTimeout", c.ShutdownTimeout)

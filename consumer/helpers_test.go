@@ -461,23 +461,35 @@ func compareSeq(t *testing.T, what string, got, want []kafka.Message) {
 type captureHandler struct {
 	mu   sync.Mutex
 	msgs []string
+	full []string // message and attributes (key=value)
 }
 
 func (h *captureHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
 	h.mu.Lock()
 	h.msgs = append(h.msgs, r.Message)
+	h.full = append(h.full, line)
 	h.mu.Unlock()
 	return testLog.Handler().Handle(context.Background(), r)
 }
 func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
 
-func (h *captureHandler) count(substr string) int {
+func (h *captureHandler) count(substr string) int { return h.countIn(h.msgs, substr) }
+
+// countFull counts the log lines whose message or attributes hold substr.
+func (h *captureHandler) countFull(substr string) int { return h.countIn(h.full, substr) }
+
+func (h *captureHandler) countIn(lines []string, substr string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
-	for _, m := range h.msgs {
+	for _, m := range lines {
 		if strings.Contains(m, substr) {
 			n++
 		}

@@ -68,7 +68,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	r := kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
 		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
 		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
-		Backoff: w.cfg.retry(), Log: w.sample,
+		Backoff: w.cfg.retry(), Log: w.sample, Limits: kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),
 		OnHeld: func(d time.Duration) { w.obs.TransactionHeld(p, d) },
 	})
 
@@ -282,6 +282,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		clear(msgs)
 	}
 	clear(st.lanes)
+	if b.Refused != nil {
+		return w.refuseInput(gctx, pctx, c, st, tc, b.Refused)
+	}
 	return nil
 }
 

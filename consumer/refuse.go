@@ -73,6 +73,9 @@ const (
 	DeadLetterHeaderSourceTopic     = "kdedup-source-topic"
 	DeadLetterHeaderSourcePartition = "kdedup-source-partition"
 	DeadLetterHeaderSourceOffset    = "kdedup-source-offset"
+	// DeadLetterHeaderSourceLastOffset is set on the dead letter of refused input: the last
+	// offset of the refused range, which starts at DeadLetterHeaderSourceOffset.
+	DeadLetterHeaderSourceLastOffset = "kdedup-source-last-offset"
 	// DeadLetterHeaderOutputTopic and DeadLetterHeaderOutputPartition name where the record was
 	// refused: the output topic, or the duplicates topic.
 	DeadLetterHeaderOutputTopic     = "kdedup-output-topic"
@@ -86,17 +89,19 @@ type BlockedPartition struct {
 	Partition int32
 	// Offset is the refused record's: everything before it was written and committed.
 	Offset int64
-	// Topic refused the record: the output or duplicates topic, or the dead-letter topic.
+	// Topic refused the record: the output or duplicates topic, or the dead-letter topic; the
+	// input topic for input the reader refused to decode (see "Refused input").
 	Topic string
-	// Reason is one of kafkaio.RefusalReasons; Error is the broker's error.
+	// Reason is one of RefusalReasons; Error is the broker's error, or the reader's.
 	Reason, Error string
 	// Since is when the partition blocked at this record.
 	Since time.Time
 }
 
-// Blocked returns the worker's partitions that are blocked at a record the output refuses, in
-// partition order: the output (or duplicates) topic refuses it, and no dead-letter topic is
-// configured or it refuses the record too. Everything before the record was written and
+// Blocked returns the worker's partitions that are blocked at a record the output refuses, or at
+// input the reader refused, in partition order: the output (or duplicates) topic refuses it, or
+// the reader cannot decode it within its limits, and no dead-letter topic is configured or it
+// refuses the record too. Everything before the record was written and
 // committed; nothing after it is processed until the record is written. It is safe for
 // concurrent use.
 func (w *Worker) Blocked() []BlockedPartition {
@@ -353,6 +358,8 @@ func (w *Worker) blockedHint(b *BlockedPartition) string {
 	switch {
 	case b.Topic == w.cfg.DeadLetterTopic:
 		return "the dead-letter topic refuses the record too: raise its max.message.bytes (or fix what it refuses); the partition resumes by itself"
+	case b.Topic == w.cfg.InputTopic:
+		return inputHint(b.Reason)
 	case b.Reason == kafkaio.RefusalMessageTooLarge || b.Reason == kafkaio.RefusalRecordListTooLarge:
 		return "raise max.message.bytes (and segment.bytes) of topic " + strconv.Quote(b.Topic) +
 			" above the record's size: the partition resumes by itself; or configure a dead-letter topic for such records and restart"
@@ -396,4 +403,92 @@ func (w *Worker) setBlocked(p int32, old, b *BlockedPartition) {
 		w.blocked[p] = *b
 		w.obs.PartitionBlocked(p, b.Reason, true)
 	}
+}
+
+// Refused input.
+//
+// The reader refuses input it cannot decode within its limits (Config.DecodeMaxBytes: a batch
+// that decompresses to more, a record with more headers), or at all although its checksum
+// matches (see "Bounded decoding" in kafkaio): anyone who may produce to the input topic can
+// write such a batch, and decoding it would exhaust the worker's memory. The reader hands the
+// records before it out as usual, and then the refusal (kafkaio.Batch.Refused), which is treated
+// like a record the output refuses:
+//
+//   - With Config.DeadLetterTopic, a dead letter without key or value carries the refused
+//     offsets and the error (the DeadLetterHeader* headers; its content is what was refused, so
+//     it is not copied), and once it is acknowledged the input is committed past the refused
+//     offsets and the partition goes on.
+//   - Without it, or when the dead-letter topic refuses the dead letter, the partition blocks at
+//     the refused offset: everything before it was written and is committed, nothing at or after
+//     it is, and the block is reported (a log line naming the limit and the offsets,
+//     Observer.PartitionBlocked, Worker.Blocked). The input cannot change, so the block lasts
+//     until the worker releases the partition; raising the limit (or configuring a dead-letter
+//     topic) and restarting lifts it. The partition's state is consistent (every record it holds
+//     was written), so it is revoked and saved as usual.
+
+// refuseInput handles input the reader refused (see "Refused input"), after the records before
+// it were written and committed. It returns pctx's error when the dead letter could not be
+// written before pctx ended, and nil once the partition moved past the input or, blocked, once
+// gctx ended.
+func (w *Worker) refuseInput(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, ref *kafkaio.RefusedInput) error {
+	if w.cfg.DeadLetterTopic != "" {
+		dl := []kafka.Message{w.inputDeadLetter(st.p, ref)}
+		err := w.prod.Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl)
+		if err == nil {
+			w.passInput(c, st, ref)
+			return nil
+		}
+		if len(kafkaio.Refusals(err)) == 0 {
+			return err
+		}
+	}
+	b := &BlockedPartition{Partition: st.p, Offset: ref.Offset, Topic: w.cfg.InputTopic, Reason: ref.Reason,
+		Error: ref.Err.Error(), Since: time.Now()}
+	st.blocked = b
+	w.setBlocked(st.p, nil, b)
+	w.log.Error("partition blocked: input refused, it cannot be decoded within the limits; everything before it was written and committed, "+
+		"nothing at or after it is processed", "topic", w.cfg.InputTopic, "partition", st.p, "offset", ref.Offset,
+		"last_offset", ref.LastOffset, "reason", ref.Reason, "error", ref.Err.Error(), "hint", inputHint(ref.Reason))
+	<-gctx.Done()
+	st.blocked = nil
+	w.setBlocked(st.p, b, nil)
+	w.log.Warn("partition released while blocked at refused input; its next owner blocks at the same offset unless its limits or dead-letter topic differ",
+		"partition", st.p, "offset", ref.Offset, "reason", ref.Reason)
+	return nil
+}
+
+// passInput, once the dead letter of ref was written, commits the input past it and reports it.
+func (w *Worker) passInput(c *committer, st *partitionState, ref *kafkaio.RefusedInput) {
+	w.obs.DeadLetter(st.p, ref.Reason)
+	w.sample.Log(slog.LevelWarn, "dead-letter-input", "input refused (it cannot be decoded within the limits); its coordinates and error written to the dead-letter topic",
+		"topic", w.cfg.InputTopic, "partition", st.p, "offset", ref.Offset, "last_offset", ref.LastOffset, "reason", ref.Reason,
+		"error", ref.Err.Error(), "dead_letter_topic", w.cfg.DeadLetterTopic)
+	next := ref.LastOffset + 1
+	w.dedup.Processing(st.p, next)
+	st.next = next
+	w.dedup.Acked(st.p, next)
+	c.mark(int(st.p), next)
+}
+
+// inputDeadLetter returns the dead letter of input partition p's refused input ref: no key, no
+// value, the DeadLetterHeader* headers of its coordinates and error.
+func (w *Worker) inputDeadLetter(p int32, ref *kafkaio.RefusedInput) kafka.Message {
+	return kafka.Message{Time: time.Now(), Headers: []kafka.Header{
+		{Key: DeadLetterHeaderError, Value: []byte(ref.Reason)},
+		{Key: DeadLetterHeaderErrorMessage, Value: []byte(ref.Err.Error())},
+		{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},
+		{Key: DeadLetterHeaderSourcePartition, Value: strconv.AppendInt(nil, int64(p), 10)},
+		{Key: DeadLetterHeaderSourceOffset, Value: strconv.AppendInt(nil, ref.Offset, 10)},
+		{Key: DeadLetterHeaderSourceLastOffset, Value: strconv.AppendInt(nil, ref.LastOffset, 10)},
+	}}
+}
+
+// inputHint says what an operator can change to lift a block at input refused for reason.
+func inputHint(reason string) string {
+	if reason == kafkaio.RefusalInputCorrupt {
+		return "the producer wrote a batch that cannot be decoded: configure a dead-letter topic (KAFKA_DEAD_LETTER_TOPIC) and restart, " +
+			"or move the group's committed offset past the refused offsets"
+	}
+	return "if the input is legitimate, raise KAFKA_DECODE_MAX_BYTES (it bounds the worker's memory per partition) and restart; " +
+		"otherwise configure a dead-letter topic (KAFKA_DEAD_LETTER_TOPIC) and restart"
 }

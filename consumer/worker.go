@@ -28,8 +28,11 @@ var ErrIdempotenceUnsupported = kafkaio.ErrIdempotenceUnsupported
 func ResetReasons() []string { return kafkaio.ResetReasons() }
 
 // RefusalReasons returns every reason Observer.DeadLetter and Observer.PartitionBlocked can be
-// given (kafkaio.RefusalReasons).
-func RefusalReasons() []string { return kafkaio.RefusalReasons() }
+// given: the output's refusals (kafkaio.RefusalReasons) and the input's
+// (kafkaio.InputRefusalReasons).
+func RefusalReasons() []string {
+	return append(kafkaio.RefusalReasons(), kafkaio.InputRefusalReasons()...)
+}
 
 // Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
 // Ready and the Observer it was given are safe to use concurrently with Run.

@@ -92,8 +92,12 @@ func (c *eventClock) resume(f *window.Filter) {
 // ClockProcessing): ev's stream time is its Clock.
 func (s *Set) windowFor(ev *eventClock) window.Config {
 	cfg := s.cfg.Window
+	if cfg.WallClock == nil {
+		cfg.WallClock = cfg.Clock // the wall clock: a restored snapshot is checked against it
+	}
 	if ev != nil {
 		cfg.Clock = ev.now
+		cfg.Ahead = s.cfg.MaxAhead
 	}
 	return cfg
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -31,8 +32,9 @@ import (
 // the unit starts cold (and is rebuilt from the output topic where that is possible) and a
 // warning says why.
 type CheckpointPersister struct {
-	store *checkpoint.Store
-	log   *slog.Logger
+	store    *checkpoint.Store
+	log      *slog.Logger
+	rejected func(reason string)
 
 	mu    sync.Mutex
 	bases map[string]map[uint64]savedGen // unit → generation → what the last checkpoint holds
@@ -50,7 +52,43 @@ func NewCheckpointPersister(store *checkpoint.Store, log *slog.Logger) *Checkpoi
 	if log == nil {
 		log = slog.Default()
 	}
-	return &CheckpointPersister{store: store, log: log, bases: map[string]map[uint64]savedGen{}}
+	return &CheckpointPersister{store: store, log: log, bases: map[string]map[uint64]savedGen{}, rejected: func(string) {}}
+}
+
+// OnRejected makes p report every snapshot a restore rejects to fn, with the reason (one of
+// RejectReasons), for a metric. It must be called before p is used.
+func (p *CheckpointPersister) OnRejected(fn func(reason string)) { p.rejected = fn }
+
+// Reasons a restore rejects a snapshot for (RejectReasons): the snapshot is damaged, was written
+// for another configuration, or is intact but implausible (window.ImplausibleReasons, prefixed),
+// which a store that someone else can write may hold.
+const (
+	RejectCorrupt      = "corrupt"
+	RejectIncompatible = "incompatible"
+	RejectMissing      = "missing"
+)
+
+// RejectReasons returns every reason OnRejected's function can be given.
+func RejectReasons() []string {
+	out := []string{RejectCorrupt, RejectIncompatible, RejectMissing}
+	for _, r := range window.ImplausibleReasons() {
+		out = append(out, "implausible_"+r)
+	}
+	return out
+}
+
+// rejectReason classifies the error a snapshot was rejected with.
+func rejectReason(err error) string {
+	var ie *window.ImplausibleError
+	switch {
+	case errors.As(err, &ie):
+		return "implausible_" + ie.Reason
+	case errors.Is(err, checkpoint.ErrIncompatible) || errors.Is(err, snapshot.ErrUnknownVersion):
+		return RejectIncompatible
+	case errors.Is(err, fs.ErrNotExist):
+		return RejectMissing
+	}
+	return RejectCorrupt
 }
 
 // restored is what one snapshot restores: the filter and, for a manifest, what it references.
@@ -68,7 +106,9 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 		return p.restoreOne(ctx, unit, cfg, h, d)
 	})
 	for _, fl := range res.Failures {
-		p.log.Warn("snapshot rejected", "unit", unit, "file", fl.Snapshot.Name, "error", fl.Err.Error())
+		reason := rejectReason(fl.Err)
+		p.rejected(reason)
+		p.log.Warn("snapshot rejected", "unit", unit, "file", fl.Snapshot.Name, "reason", reason, "error", fl.Err.Error())
 	}
 	if err != nil && !errors.Is(err, checkpoint.ErrNoUsableSnapshot) {
 		return nil, Restored{}, err
@@ -111,8 +151,11 @@ func (p *CheckpointPersister) restoreOne(ctx context.Context, unit string, cfg w
 	} else {
 		f, err = window.Restore(cfg, m, d)
 	}
-	if errors.Is(err, window.ErrIncompatible) {
+	switch {
+	case errors.Is(err, window.ErrIncompatible):
 		return restored{}, fmt.Errorf("%w: %w", checkpoint.ErrIncompatible, err)
+	case errors.Is(err, window.ErrImplausible):
+		return restored{}, fmt.Errorf("%w: %w", checkpoint.ErrUntrusted, err)
 	}
 	r.f = f
 	return r, err

@@ -98,6 +98,9 @@ type Options struct {
 	// passes consumer.RefusalReasons()). Any other reason is counted as
 	// "other". Default: none.
 	RefusalReasons []string
+	// RejectReasons are the values of the reason label of kdedup_checkpoint_rejected_total
+	// (internal/app passes dedup.RejectReasons()); any other reason is counted as "other".
+	RejectReasons []string
 
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
@@ -199,6 +202,7 @@ type Metrics struct {
 	checkpointFailures    prometheus.Counter
 	checkpointWritten     *prometheus.CounterVec
 	restores              map[checkpoint.Outcome]prometheus.Counter
+	rejected              map[string]prometheus.Counter // by reason, "other" included
 	restoreUnknown        prometheus.Counter
 	restoreDuration       prometheus.Histogram
 	rewarmed              prometheus.Counter
@@ -345,9 +349,14 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Output records read back to re-warm the filter after a restore.")
+	rejected := counterVec("checkpoint_rejected_total", "Snapshots a restore rejected (and fell back from, to an older one or a rebuild), by reason: corrupt, incompatible (another configuration), missing, or implausible_* (intact but impossible: implausible_memory over the filter's cap, implausible_future generations after the wall clock, implausible_fill set bits that do not fit the recorded keys; the store is a trust boundary, see docs/checkpoints.md).", "reason")
+	m.rejected = make(map[string]prometheus.Counter)
+	for _, r := range append(slices.Clone(opts.RejectReasons), resetOther) {
+		m.rejected[r] = rejected.WithLabelValues(r)
+	}
 	return []prometheus.Collector{
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
-		restores, m.restoreDuration, m.rewarmed,
+		restores, m.restoreDuration, m.rewarmed, rejected,
 	}
 }
 
@@ -605,6 +614,16 @@ func (m *Metrics) Restored(outcome checkpoint.Outcome, duration time.Duration) {
 	}
 	c.Inc()
 	m.restoreDuration.Observe(max(duration, 0).Seconds())
+}
+
+// SnapshotRejected counts a snapshot a restore rejected for reason (one of Options.RejectReasons;
+// anything else is counted as "other"). It is safe for concurrent use.
+func (m *Metrics) SnapshotRejected(reason string) {
+	c, ok := m.rejected[reason]
+	if !ok {
+		c = m.rejected[resetOther]
+	}
+	c.Inc()
 }
 
 // Rewarmed counts n output records read back to re-warm the filter after a restore.

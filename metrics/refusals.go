@@ -23,14 +23,14 @@ type refusals struct {
 func newRefusals(reg prometheus.Registerer, reasons []string) *refusals {
 	r := &refusals{deadLetters: make(map[string]prometheus.Counter), reasons: make(map[string]bool)}
 	dl := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "dead_letters_total",
-		Help: "Records that the output (or duplicates) topic refused for good (reason: message_too_large, record_list_too_large, invalid_record, invalid_timestamp) and that were written to KAFKA_DEAD_LETTER_TOPIC instead."},
+		Help: "Records that the output (or duplicates) topic refused for good (reason: message_too_large, record_list_too_large, invalid_record, invalid_timestamp), and input the worker refused to decode (input_too_large, input_too_many_headers, input_corrupt), written to KAFKA_DEAD_LETTER_TOPIC instead (refused input: its coordinates and error only)."},
 		[]string{"reason"})
 	for _, reason := range append(slices.Clone(reasons), resetOther) {
 		r.deadLetters[reason] = dl.WithLabelValues(reason)
 		r.reasons[reason] = true
 	}
 	r.blocked = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "partition_blocked",
-		Help: "1 for an input partition that stopped at a record the output refuses for good (reason as in kdedup_dead_letters_total) and that no dead-letter topic took: everything before the record was written and committed, nothing after it is processed. Absent while no partition is blocked."},
+		Help: "1 for an input partition that stopped at a record the output refuses for good, or at input the worker refused to decode (reason as in kdedup_dead_letters_total), that no dead-letter topic took: everything before it was written and committed, nothing after it is processed. Absent while no partition is blocked."},
 		[]string{"partition", "reason"})
 	reg.MustRegister(dl, r.blocked)
 	return r

@@ -179,14 +179,26 @@ func expectedMaxMemory(n, capacity int, bitsPerKey, headroom float64) int64 {
 }
 
 // expectedMemory is the memory per replica by the sizing formula of values.yaml, with the
-// default growth headroom: ceil(filters x DEDUP_MAX_MEMORY / 2^20) + overheadMiB.
+// default growth headroom: ceil((filters x DEDUP_MAX_MEMORY + partitions x inputBytes) / 2^20) +
+// overheadMiB.
 func expectedMemory(filters, n, capacity int, bitsPerKey float64, overheadMiB int) string {
 	return expectedMemoryWith(filters, n, capacity, bitsPerKey, defaultHeadroom, overheadMiB)
 }
 
-// expectedMemoryWith is expectedMemory with another growth headroom.
+// defaultInputBytes is what one partition's reader may hold with the chart's defaults: 5 fetch
+// responses of 4 MiB (sizing.fetchResponses, kafka.fetchMaxBytes) and one batch at the default
+// decode cap, max(4 x 4 MiB, 16 MiB).
+const defaultInputBytes = 5*4<<20 + 16<<20
+
+// expectedMemoryWith is expectedMemory with another growth headroom. The partitions read are
+// sizing.partitionsPerReplica: filters under scope partition, its default 4 under scope global
+// (one filter).
 func expectedMemoryWith(filters, n, capacity int, bitsPerKey, headroom float64, overheadMiB int) string {
-	bytes := float64(filters) * float64(expectedMaxMemory(n, capacity, bitsPerKey, headroom))
+	partitions := filters
+	if filters == 1 {
+		partitions = 4
+	}
+	bytes := float64(filters)*float64(expectedMaxMemory(n, capacity, bitsPerKey, headroom)) + float64(partitions*defaultInputBytes)
 	return fmt.Sprintf("%dMi", int(math.Ceil(bytes/(1<<20)))+overheadMiB)
 }
 

@@ -334,6 +334,9 @@ func restore(cfg Config, m Meta, load func(f *Filter) error) (*Filter, error) {
 	if err := compatible(cfg, s, m); err != nil {
 		return nil, err
 	}
+	if err := checkTrust(cfg, s, m); err != nil {
+		return nil, err
+	}
 	f := newFilter(cfg, s)
 	if err := load(f); err != nil {
 		return nil, err
@@ -341,6 +344,9 @@ func restore(cfg Config, m Meta, load func(f *Filter) error) (*Filter, error) {
 	f.origin = m.Origin
 	f.restoreSlots(m)
 	f.restoreFill(m)
+	if err := f.checkFill(); err != nil {
+		return nil, err
+	}
 	f.rotations.Store(m.Rotations)
 	f.AdvanceTo(cfg.Clock())
 	return f, nil

@@ -84,6 +84,15 @@ type Config struct {
 
 	// Clock returns the current time and drives rotation. Default: time.Now.
 	Clock func() time.Time
+
+	// WallClock is the clock Restore checks a snapshot's generations against (a snapshot cannot
+	// come from the future): the wall clock even when Clock is a stream's event time. Default:
+	// time.Now.
+	WallClock func() time.Time
+	// Ahead is how far the filter's time may legitimately run ahead of WallClock (event time:
+	// records stamped in the future, up to the caller's cap); Restore allows it on top of one
+	// interval and MaxClockSkew. Default: 0.
+	Ahead time.Duration
 }
 
 // OverloadPolicy says what a filter does with new keys once its memory cap stops it from growing

@@ -43,7 +43,7 @@ type KafkaConfig struct {
 	Brokers           []string      `env:"BROKERS,required,notEmpty" envSeparator:"," desc:"Comma-separated bootstrap brokers, host:port."`
 	InputTopic        string        `env:"INPUT_TOPIC,required,notEmpty" desc:"Topic to deduplicate."`
 	OutputTopic       string        `env:"OUTPUT_TOPIC,required,notEmpty" desc:"Topic the deduplicated stream is produced to. It must exist; kdedup never creates topics."`
-	DeadLetterTopic   string        `env:"DEAD_LETTER_TOPIC" desc:"Optional topic for records the output (or duplicates) topic refuses for good: larger than its max.message.bytes, or invalid for it. Such a record is written there unchanged plus kdedup-* headers (error, source topic, partition and offset, refusing topic), and its partition goes on. Unset: the partition stops at the record (kdedup_partition_blocked) until the topic takes it. See docs/operations.md, Refused records."`
+	DeadLetterTopic   string        `env:"DEAD_LETTER_TOPIC" desc:"Optional topic for records the output (or duplicates) topic refuses for good: larger than its max.message.bytes, or invalid for it. Such a record is written there unchanged plus kdedup-* headers (error, source topic, partition and offset, refusing topic), and its partition goes on. Unset: the partition stops at the record (kdedup_partition_blocked) until the topic takes it. Input the worker refuses to decode (over KAFKA_DECODE_MAX_BYTES, or corrupt) is dead-lettered there too, as its coordinates and error without content. See docs/operations.md, Refused records and Refused input."`
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
@@ -56,7 +56,8 @@ type KafkaConfig struct {
 	BatchTimeout      time.Duration `env:"BATCH_TIMEOUT" envDefault:"5ms" desc:"How long a partition waits to fill a batch once it has a record: the latency added for throughput."`
 	CommitInterval    time.Duration `env:"COMMIT_INTERVAL" envDefault:"1s" desc:"How often acknowledged input offsets are committed (0: after every batch). A crash re-delivers at most this much; a graceful stop commits everything."`
 	FetchMaxWait      time.Duration `env:"FETCH_MAX_WAIT" envDefault:"500ms" desc:"How long a fetch waits on the broker for new records when a partition is idle."`
-	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"16777216" desc:"Maximum bytes of one fetch response per partition."`
+	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"16777216" desc:"Maximum bytes of one fetch response per partition. Must be at least the input topic's max.message.bytes: a response may exceed it by one batch, but one announcing more than twice it plus 1 MiB is not read."`
+	DecodeMaxBytes    int           `env:"DECODE_MAX_BYTES" desc:"Cap on the decompressed records of one input record batch; a record's headers are capped at a 256th of it. A batch or record over it is refused input: dead-lettered (coordinates and error, not content) when KAFKA_DEAD_LETTER_TOPIC is set, else its partition blocks (kdedup_partition_blocked). Unset: four times KAFKA_FETCH_MAX_BYTES, at least 16 MiB. See docs/operations.md, Refused input."`
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
 	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
 	Idempotent        bool          `env:"IDEMPOTENT" envDefault:"true" desc:"Idempotent production (producer id and sequence numbers, as Kafka's Java producer does): a produce retry whose first attempt was written is not written twice. Needs Kafka 0.11+ and, with ACLs, IDEMPOTENT_WRITE on the cluster; kdedup exits at startup if the brokers refuse it. false: retries can duplicate records in the output."`
@@ -524,6 +525,7 @@ func (c Config) consumerFields() consumer.Config {
 		CommitInterval:     k.CommitInterval,
 		FetchMaxWait:       k.FetchMaxWait,
 		FetchMaxBytes:      k.FetchMaxBytes,
+		DecodeMaxBytes:     k.DecodeMaxBytes,
 		Partitioning:       consumer.Partitioning(k.Partitioning),
 		Mode:               consumer.Mode(d.Mode),
 		MarkHeader:         d.MarkHeader,

@@ -37,7 +37,8 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		}
 		return nil
 	}
-	srv := &http.Server{Handler: newHTTPHandler(reg, ready, blocked), ReadHeaderTimeout: 5 * time.Second}
+	srv := newHTTPServer(newHTTPHandler(reg, ready, blocked), defaultHTTPLimits)
+	warnPlaintextSASL(cfg.Kafka, log)
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	defer func() {
@@ -120,6 +121,35 @@ func logFailure(log *slog.Logger, err error) {
 	}
 }
 
+// httpLimits bound what the HTTP server gives one client: it serves health and metrics only, to
+// probes and scrapers, so a slow or idle client is cut off and scrapes cannot pile up.
+type httpLimits struct {
+	readHeader, read, write, idle time.Duration
+	metricsInFlight               int // concurrent /metrics requests; more get 503
+}
+
+// defaultHTTPLimits: a scrape of a large registry takes well under the write timeout; an idle
+// keep-alive connection is closed after 30 s (scrapers reconnect).
+var defaultHTTPLimits = httpLimits{readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second,
+	idle: 30 * time.Second, metricsInFlight: 4}
+
+// newHTTPServer returns the server of h under lim.
+func newHTTPServer(h http.Handler, lim httpLimits) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read,
+		WriteTimeout: lim.write, IdleTimeout: lim.idle, MaxHeaderBytes: 16 << 10}
+}
+
+// warnPlaintextSASL logs a warning at startup when SASL is configured without TLS: PLAIN sends the
+// password as it is, and SCRAM's exchange, though it hides the password, can be watched and the
+// session taken over.
+func warnPlaintextSASL(k KafkaConfig, log *slog.Logger) {
+	if k.SASLMechanism != "" && !k.TLSEnabled {
+		log.Warn("SASL over plaintext: KAFKA_SASL_MECHANISM is set but KAFKA_TLS_ENABLED is false, so the SASL exchange "+
+			"(with PLAIN, the password itself) and every record cross the network unencrypted; set KAFKA_TLS_ENABLED=true",
+			"mechanism", k.SASLMechanism)
+	}
+}
+
 // newHTTPHandler serves /healthz (the process is alive), /readyz (ready() is true) and /metrics
 // (reg, and only reg, in the Prometheus text format). /readyz lists the partitions blocked()
 // returns, one line each, after its status line: a blocked partition does not make the worker
@@ -143,6 +173,7 @@ func newHTTPHandler(reg *prometheus.Registry, ready func() bool, blocked func() 
 				b.Partition, b.Offset, b.Since.UTC().Format(time.RFC3339), b.Topic, b.Reason, b.Error)
 		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg,
+		MaxRequestsInFlight: defaultHTTPLimits.metricsInFlight}))
 	return mux
 }

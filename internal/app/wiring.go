@@ -241,6 +241,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		CheckpointStore:         checkpointKind(cfg.Checkpoint),
 		ProducerResetReasons:    consumer.ResetReasons(),
 		RefusalReasons:          consumer.RefusalReasons(),
+		RejectReasons:           dedup.RejectReasons(),
 	})
 }
 
@@ -289,7 +290,9 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 			return nil, nil, err
 		}
 		output()
-		dcfg.Persister = dedup.NewCheckpointPersister(store, log)
+		persister := dedup.NewCheckpointPersister(store, log)
+		persister.OnRejected(m.SnapshotRejected)
+		dcfg.Persister = persister
 		dcfg.CheckpointInterval = cfg.Checkpoint.Interval
 	}
 	if n := rebuildMaxRecords(cfg, log); n > 0 {

@@ -48,8 +48,9 @@ var batchHeaderLen = len((&kmsg.RecordBatch{}).AppendTo(nil))
 
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrCorruptBatch is wrapped by BatchDecoder.Decode's error for a record batch whose checksum,
-// lengths or magic byte are wrong.
+// ErrCorruptBatch is wrapped by the error of a record batch whose checksum, lengths, magic byte,
+// compression or records are wrong: a fetch that returns a batch with a wrong checksum fails (and
+// is retried); a batch whose checksum matches but whose records are wrong is refused input.
 var ErrCorruptBatch = errors.New("kafkaio: corrupt record batch")
 
 // ErrOldMessageFormat is wrapped by the error of a fetch that returned a message set of magic v0 or
@@ -228,46 +229,38 @@ func varintLen(v int64) int {
 	return n
 }
 
-// BatchDecoder decodes record batches (magic v2) in place: the keys, values and header values of
-// the records it returns are slices into the batch given to Decode (or into the decoder's
-// buffer, for a compressed batch), and its memory is reused from batch to batch, so a decoder in
-// steady use allocates nothing per record. The zero value is ready to use; it is not safe for
-// concurrent use.
+// BatchDecoder decodes record batches (magic v2) in place, within its DecodeLimits (see "Bounded
+// decoding"): the keys, values and header values of the records it yields are slices into the
+// fetched batch (or into the decoder's buffer, for a compressed batch), and its memory is reused
+// from batch to batch, so a decoder in steady use allocates nothing per record. The zero value
+// uses the default limits; it is not safe for concurrent use.
 type BatchDecoder struct {
-	recs []kmsg.Record
-	buf  *bytes.Buffer // decompressed records of the last batch
+	limits DecodeLimits
+	buf    []byte // decompressed records of the last batch
 	// retain keeps the records decompressed for earlier batches valid until recycle: each
 	// compressed batch gets a buffer of its own (kept in held), so that records of several
 	// compressed batches can be in use at once.
 	retain      bool
-	held, spare []*bytes.Buffer
+	held, spare [][]byte
+	heldBytes   int
+	z           decompressor
 }
 
-// Decode decodes the first record batch of b, a record set as a fetch response carries it
-// (batches one after another, without size prefix), and returns the batch's header, its records
-// and the rest of b. The records (header keys included) are valid until the next call of Decode
-// and as long as b is not changed. hdr.Records holds the batch's record bytes as stored
-// (compressed when the batch is).
-//
-// A batch that b holds only in part, as a fetch cut short by its size limit ends, gives
-// io.ErrUnexpectedEOF and the whole of b as rest. A batch whose magic byte is not 2, whose
-// checksum does not match or whose records do not add up gives an error wrapping ErrCorruptBatch.
-func (d *BatchDecoder) Decode(b []byte) (hdr kmsg.RecordBatch, recs []kmsg.Record, rest []byte, err error) {
-	hdr, rest, err = d.header(b)
-	if err != nil {
-		return hdr, nil, b, err
+// maxSpareBuffers is how many decompression buffers a decoder keeps for reuse.
+const maxSpareBuffers = 8
+
+// limit returns d's limits, the defaults when none were set.
+func (d *BatchDecoder) limit() DecodeLimits {
+	if d.limits.MaxBatchBytes <= 0 || d.limits.MaxHeaders <= 0 {
+		d.limits = d.limits.withDefaults(0)
 	}
-	if err = checkCRC(&hdr, b); err != nil {
-		return hdr, nil, b, err
-	}
-	if recs, err = d.decodeRecords(&hdr); err != nil {
-		return hdr, nil, b, err
-	}
-	return hdr, recs, rest, nil
+	return d.limits
 }
 
 // header decodes the header of the first record batch of b and returns it with the rest of b,
-// without looking at the records: see Decode for the errors.
+// without looking at the records. A batch that b holds only in part, as a fetch cut short by its
+// size limit ends, gives io.ErrUnexpectedEOF; a batch whose magic byte is not 2 or whose length
+// is impossible gives an error wrapping ErrCorruptBatch.
 func (d *BatchDecoder) header(b []byte) (hdr kmsg.RecordBatch, rest []byte, err error) {
 	if len(b) > magicOffset && b[magicOffset] != 2 {
 		return hdr, b, fmt.Errorf("%w: magic %d", ErrCorruptBatch, b[magicOffset])
@@ -290,86 +283,74 @@ func checkCRC(hdr *kmsg.RecordBatch, b []byte) error {
 	return nil
 }
 
-// decodeRecords decodes the records of the batch of hdr, whose checksum was checked.
-func (d *BatchDecoder) decodeRecords(hdr *kmsg.RecordBatch) ([]kmsg.Record, error) {
+// open returns the records of the batch of hdr, whose checksum was checked, to be walked one at
+// a time: decompressed within the limit, and framed (frameRecords). Its error wraps
+// ErrDecodeLimit or ErrCorruptBatch.
+func (d *BatchDecoder) open(hdr *kmsg.RecordBatch) (batchRecords, error) {
 	records, err := d.uncompressed(hdr)
 	if err != nil {
-		return nil, err
+		return batchRecords{}, err
 	}
-	return d.records(records, int(hdr.NumRecords))
+	if err := frameRecords(records, int(hdr.NumRecords)); err != nil {
+		return batchRecords{}, err
+	}
+	return batchRecords{b: records, left: int(hdr.NumRecords)}, nil
 }
 
 // uncompressed returns the records of hdr, decompressed into a buffer of d when they are
-// compressed.
+// compressed. A buffer that went over the limit is dropped at once.
 func (d *BatchDecoder) uncompressed(hdr *kmsg.RecordBatch) ([]byte, error) {
-	c := kafka.Compression(hdr.Attributes & 0x7)
+	c := kafka.Compression(hdr.Attributes & attrCompression)
 	if c == 0 {
 		return hdr.Records, nil
 	}
-	codec := c.Codec()
-	if codec == nil {
-		return nil, fmt.Errorf("%w: unknown compression codec %d", ErrCorruptBatch, c)
+	out, err := d.z.decompress(d.nextBuffer(), hdr.Records, c, d.limit().MaxBatchBytes)
+	if err != nil {
+		d.buf = nil
+		return nil, err
 	}
-	zr := codec.NewReader(bytes.NewReader(hdr.Records))
-	defer zr.Close()
-	buf := d.nextBuffer()
-	if _, err := buf.ReadFrom(zr); err != nil {
-		return nil, fmt.Errorf("%w: decompress (%s): %w", ErrCorruptBatch, codec.Name(), err)
-	}
-	return buf.Bytes(), nil
+	d.buf = out
+	return out, nil
 }
 
 // nextBuffer returns an empty buffer for the next decompressed batch: the one of the last batch,
-// or with retain a spare one, keeping the last one in held.
-func (d *BatchDecoder) nextBuffer() *bytes.Buffer {
+// or with retain a spare one, keeping the last one in held. A buffer larger than spareMax is not
+// reused.
+func (d *BatchDecoder) nextBuffer() []byte {
 	if d.buf != nil && d.retain {
 		d.held = append(d.held, d.buf)
+		d.heldBytes += cap(d.buf)
+		d.buf = nil
+	}
+	if cap(d.buf) > d.spareMax() {
 		d.buf = nil
 	}
 	if d.buf == nil {
 		if n := len(d.spare); n > 0 {
-			d.buf, d.spare = d.spare[n-1], d.spare[:n-1]
-		} else {
-			d.buf = new(bytes.Buffer)
+			d.buf, d.spare[n-1], d.spare = d.spare[n-1], nil, d.spare[:n-1]
 		}
 	}
-	d.buf.Reset()
-	return d.buf
+	return d.buf[:0]
 }
+
+// spareMax is the largest buffer d keeps for reuse.
+func (d *BatchDecoder) spareMax() int { return d.limit().MaxBatchBytes / 8 }
+
+// holding returns how many bytes of decompressed batches before the last one the records
+// yielded since recycle may point into.
+func (d *BatchDecoder) holding() int { return d.heldBytes }
 
 // recycle makes the buffers of the batches decompressed before the last one available again
 // (with retain): no record of theirs may be in use any more. The last batch's records stay
-// valid.
+// valid. Buffers larger than spareMax, and more than maxSpareBuffers, are freed.
 func (d *BatchDecoder) recycle() {
-	d.spare = append(d.spare, d.held...)
+	for _, b := range d.held {
+		if cap(b) <= d.spareMax() && len(d.spare) < maxSpareBuffers {
+			d.spare = append(d.spare, b)
+		}
+	}
 	clear(d.held)
-	d.held = d.held[:0]
-}
-
-// records decodes n records from b into d.recs.
-func (d *BatchDecoder) records(b []byte, n int) ([]kmsg.Record, error) {
-	if n < 0 || n > len(b) { // every record takes at least one byte
-		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrCorruptBatch, n, len(b))
-	}
-	if cap(d.recs) < n {
-		d.recs = append(d.recs[:cap(d.recs)], make([]kmsg.Record, n-cap(d.recs))...)
-	}
-	d.recs = d.recs[:n]
-	for i := range d.recs {
-		length, k := binary.Varint(b)
-		if k <= 0 || length < 0 || int64(len(b)-k) < length {
-			return nil, fmt.Errorf("%w: record %d overruns the batch", ErrCorruptBatch, i)
-		}
-		size := k + int(length)
-		if err := d.recs[i].UnsafeReadFrom(b[:size]); err != nil {
-			return nil, fmt.Errorf("%w: record %d: %w", ErrCorruptBatch, i, err)
-		}
-		b = b[size:]
-	}
-	if len(b) > 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last record", ErrCorruptBatch, len(b))
-	}
-	return d.recs, nil
+	d.held, d.heldBytes = d.held[:0], 0
 }
 
 // appendRecord appends the encoding of m to b: the fields of kmsg.Record, in its order.

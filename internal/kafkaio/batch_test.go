@@ -15,11 +15,43 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// wholeDecoder decodes a record batch whole, the way tests want it: header checked, checksum
+// checked, every record decoded (headers in its slab). Its memory is reused from call to call.
+type wholeDecoder struct {
+	BatchDecoder
+	recs []batchRecord
+	hdrs headerSlab
+}
+
+// Decode decodes the first record batch of b and returns its header, its records and the rest
+// of b; on failure, the whole of b. The records are valid until the next call.
+func (d *wholeDecoder) Decode(b []byte) (hdr kmsg.RecordBatch, recs []batchRecord, rest []byte, err error) {
+	d.hdrs.reset()
+	d.recs = d.recs[:0]
+	if hdr, rest, err = d.header(b); err != nil {
+		return hdr, nil, b, err
+	}
+	if err = checkCRC(&hdr, b); err != nil {
+		return hdr, nil, b, err
+	}
+	it, err := d.open(&hdr)
+	if err != nil {
+		return hdr, nil, b, err
+	}
+	for it.left > 0 {
+		d.recs = append(d.recs, batchRecord{})
+		if err := it.next(&d.recs[len(d.recs)-1], &d.hdrs, d.limit().MaxHeaders); err != nil {
+			return hdr, nil, b, err
+		}
+	}
+	return hdr, d.recs, rest, nil
+}
+
 // checkDecode decodes b (one batch and nothing after it) and compares it with want, the header
 // encode produced, and msgs, the records it was given (a zero Time stands for now).
 func checkDecode(t *testing.T, b []byte, want kmsg.RecordBatch, msgs []kafka.Message, now time.Time) {
 	t.Helper()
-	var d BatchDecoder
+	var d wholeDecoder
 	hdr, recs, rest, err := d.Decode(b)
 	if err != nil {
 		t.Fatal(err)
@@ -33,12 +65,9 @@ func checkDecode(t *testing.T, b []byte, want kmsg.RecordBatch, msgs []kafka.Mes
 			m.Time = now
 		}
 		r := recs[i]
-		got := kafka.Message{Key: r.Key, Value: r.Value, Time: time.UnixMilli(hdr.FirstTimestamp + r.TimestampDelta64)}
-		for _, h := range r.Headers {
-			got.Headers = append(got.Headers, kafka.Header(h))
-		}
-		if d := recordDiff(got, m); d != "" || r.OffsetDelta != int32(i) {
-			t.Errorf("record %d (offset delta %d): %s", i, r.OffsetDelta, d)
+		got := kafka.Message{Key: r.key, Value: r.value, Time: time.UnixMilli(hdr.FirstTimestamp + r.tsDelta), Headers: r.headers}
+		if d := recordDiff(got, m); d != "" || r.offsetDelta != int32(i) {
+			t.Errorf("record %d (offset delta %d): %s", i, r.offsetDelta, d)
 		}
 	}
 }
@@ -60,7 +89,7 @@ func TestBatchDecode(t *testing.T) {
 	a := testBatch(t, 0, testMsgs("a", 3)...)
 	b := testBatch(t, kafka.Lz4, testMsgs("b", 5)...)
 	set := append(append([]byte{}, a...), b...)
-	var d BatchDecoder
+	var d wholeDecoder
 	var got []string
 	rest := set
 	for len(rest) > 0 {
@@ -69,7 +98,7 @@ func TestBatchDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, rec := range recs {
-			got = append(got, string(rec.Value))
+			got = append(got, string(rec.value))
 		}
 		rest = r
 	}
@@ -120,7 +149,7 @@ func withCount(b []byte, n int32) []byte {
 // uncompressed record set.
 func TestBatchDecodeAllocs(t *testing.T) {
 	b := testBatch(t, 0, testMsgs("a", 100)...)
-	var d BatchDecoder
+	var d wholeDecoder
 	if _, _, _, err := d.Decode(b); err != nil {
 		t.Fatal(err)
 	}
@@ -163,15 +192,21 @@ func TestVarintLen(t *testing.T) {
 	}
 }
 
-// FuzzBatchDecode proves that Decode never panics and never returns more records than the
-// batch claims, whatever the bytes.
+// FuzzBatchDecode proves that decoding never panics, never returns more records than the batch
+// claims, and that walking a record set yields offsets in order and refusals within their batch,
+// whatever the bytes. The checksum is fixed first (fixCRC), so that mutated batches get past it
+// to the records.
 func FuzzBatchDecode(f *testing.F) {
-	for _, c := range []kafka.Compression{0, kafka.Gzip, kafka.Snappy} {
+	for _, c := range []kafka.Compression{0, kafka.Gzip, kafka.Snappy, kafka.Lz4, kafka.Zstd} {
 		f.Add(testBatch(f, c, testMsgs(fmt.Sprint(c), 4)...))
 	}
+	hdrs := testMsgs("h", 2)
+	hdrs[0].Headers = []kafka.Header{{Key: "a", Value: []byte("b")}, {Key: "", Value: nil}}
+	f.Add(testBatch(f, 0, hdrs...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var d BatchDecoder
+		b = fixCRC(b)
+		d := wholeDecoder{BatchDecoder: BatchDecoder{limits: DecodeLimits{MaxBatchBytes: 1 << 20, MaxHeaders: 64}}}
 		hdr, recs, rest, err := d.Decode(b)
 		if err == nil && (len(recs) != int(hdr.NumRecords) || len(rest) >= len(b)) {
 			t.Fatalf("%d records of %d, %d of %d bytes left", len(recs), hdr.NumRecords, len(rest), len(b))
@@ -179,7 +214,51 @@ func FuzzBatchDecode(f *testing.F) {
 		if err != nil && len(rest) != len(b) {
 			t.Fatalf("error %v with %d of %d bytes left", err, len(rest), len(b))
 		}
+		if _, _, err := scanBatches(b, 0); err == nil {
+			checkWalk(t, b)
+		}
 	})
+}
+
+// fixCRC returns b with the checksum of the batch it starts with recomputed, when b holds a
+// batch header and the batch.
+func fixCRC(b []byte) []byte {
+	if len(b) < batchHeaderLen {
+		return b
+	}
+	end := batchLengthStart + int64(int32(binary.BigEndian.Uint32(b[8:])))
+	if end < crcEnd || end > int64(len(b)) {
+		return b
+	}
+	b = bytes.Clone(b)
+	binary.BigEndian.PutUint32(b[crcEnd-4:], crc32.Checksum(b[crcEnd:end], crc32c))
+	return b
+}
+
+// checkWalk walks the record set b as the reader does and checks that the walk's position only
+// grows, that no record is below the offset fetched, and that refusals are well formed. (A
+// crafted batch may repeat offsets within itself; a broker assigns them.)
+func checkWalk(t *testing.T, b []byte) {
+	dec := BatchDecoder{retain: true, limits: DecodeLimits{MaxBatchBytes: 1 << 20, MaxHeaders: 64}}
+	var s recordSet
+	var hs headerSlab
+	s.reset(&dec, &fetchResponse{part: &kmsg.FetchResponseTopicPartition{RecordBatches: b}}, false)
+	next := s.next
+	for range 1 << 16 {
+		rec, ok := s.nextRecord(&hs)
+		r := s.takeRefused()
+		switch {
+		case ok && rec.offset < 0:
+			t.Fatalf("record at offset %d, below the offset fetched", rec.offset)
+		case r != nil && (r.Offset > r.LastOffset || r.Offset < 0 || r.Err == nil):
+			t.Fatalf("refusal %+v", r)
+		case s.next < next:
+			t.Fatalf("walk went back from %d to %d", next, s.next)
+		case !ok && r == nil:
+			return
+		}
+		next = s.next
+	}
 }
 
 // benchMsgs returns 1000 records of the worker's shape: 16-byte key, 100-byte value, one header.
@@ -215,7 +294,7 @@ func BenchmarkBatchEncode(b *testing.B) {
 // BenchmarkBatchDecode measures decoding the batch of BenchmarkBatchEncode.
 func BenchmarkBatchDecode(b *testing.B) {
 	raw := testBatch(b, 0, benchMsgs()...)
-	var d BatchDecoder
+	var d wholeDecoder
 	b.ReportAllocs()
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
@@ -243,5 +322,78 @@ func TestScanBatchesOldFormat(t *testing.T) {
 		if _, _, err := scanBatches(msg, 7); !errors.Is(err, ErrOldMessageFormat) {
 			t.Errorf("magic %d: scanBatches = %v, want ErrOldMessageFormat", magic, err)
 		}
+	}
+}
+
+// BenchmarkRecordWalk measures the input path's decoding alone: walking a fetched record set of
+// 16 batches of 1000 records of the worker's shape (benchMsgs: 16-byte key, 100-byte value, one
+// header), uncompressed or compressed, into kafka-go messages with their headers, as
+// PartitionReader.take does, in reused memory (one decoder per goroutine), its memory handed back
+// every 1000 records as Fetch does. The same benchmark
+// run against main's decoder is the baseline (docs/hacking.md):
+//
+//	go test -run '^$' -bench RecordWalk -count 10 ./internal/kafkaio/ | benchstat -
+func BenchmarkRecordWalk(b *testing.B) {
+	for _, c := range []kafka.Compression{0, kafka.Lz4, kafka.Zstd} {
+		b.Run("codec="+codecName(c), func(b *testing.B) {
+			var set []byte
+			for i := range 16 {
+				batch := testBatch(b, c, benchMsgs()...)
+				binary.BigEndian.PutUint64(batch, uint64(i*1000))
+				set = append(set, batch...)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(set)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				w := newBenchWalker(set)
+				for pb.Next() {
+					if n := w.walk(); n != 16000 {
+						b.Fatalf("%d records walked", n)
+					}
+				}
+			})
+		})
+	}
+}
+
+func codecName(c kafka.Compression) string {
+	if c == 0 {
+		return "none"
+	}
+	return c.String()
+}
+
+// benchWalker walks one record set again and again.
+type benchWalker struct {
+	dec  BatchDecoder
+	set  recordSet
+	hs   headerSlab
+	res  *fetchResponse
+	msgs []kafka.Message
+}
+
+func newBenchWalker(set []byte) *benchWalker {
+	w := &benchWalker{res: &fetchResponse{part: &kmsg.FetchResponseTopicPartition{RecordBatches: set}}}
+	w.dec.retain = true
+	return w
+}
+
+// walk walks the set once and returns how many records it yielded.
+func (w *benchWalker) walk() int {
+	w.set.reset(&w.dec, w.res, false)
+	n := 0
+	for ; ; n++ {
+		if n%1000 == 0 {
+			w.dec.recycle()
+			w.hs.reset()
+			w.msgs = w.msgs[:0]
+		}
+		rec, ok := w.set.nextRecord(&w.hs)
+		if !ok {
+			return n
+		}
+		w.msgs = append(w.msgs, kafka.Message{Offset: rec.offset, Key: rec.rec.key, Value: rec.rec.value,
+			Headers: rec.rec.headers, Time: time.UnixMilli(rec.time)})
 	}
 }

@@ -16,7 +16,9 @@
 //     (batches bounded by the topic's max.message.bytes, split when refused, RefusedError for a
 //     record refused on its own).
 //   - batch.go: record batches (format v2) encoded for the producer and decoded in place
-//     (BatchDecoder), with franz-go's kmsg.
+//     (BatchDecoder), with franz-go's kmsg for the batch header; decode.go: bounded decoding
+//     (DecodeLimits): decompression through a limit, records framed, then decoded one at a time
+//     with their headers capped, and RefusedInput for what goes over a limit or cannot be decoded.
 //   - fetch.go: raw Fetch requests through kafka-go's Transport (one response buffer each, decoded
 //     in place with kmsg) and Isolation; records.go: the walk of a fetched partition's batches
 //     (control records never data, aborted transactions skipped under ReadCommitted).

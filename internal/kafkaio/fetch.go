@@ -171,6 +171,9 @@ func (f *fetchRequest) readResponse(r io.Reader, id int32) (*fetchResponse, erro
 	if n < 4 {
 		return nil, fmt.Errorf("kafkaio: fetch response of %d bytes", n)
 	}
+	if limit := maxResponseBytes(f.maxBytes); int64(n) > limit {
+		return nil, fmt.Errorf("%w: %d bytes, more than the %d a fetch of at most %d bytes may take", ErrResponseTooLarge, n, limit, f.maxBytes)
+	}
 	buf := f.bufs.get(int(n))
 	if _, err := io.ReadFull(r, buf); err != nil {
 		f.bufs.put(buf)
@@ -201,6 +204,21 @@ func (f *fetchRequest) readResponse(r io.Reader, id int32) (*fetchResponse, erro
 		res.part = &kmsg.FetchResponseTopicPartition{ErrorCode: int16(kafka.UnknownTopicOrPartition)}
 	}
 	return res, nil
+}
+
+// ErrResponseTooLarge is wrapped by the error of a fetch whose response announces more bytes than
+// maxResponseBytes allows: nothing is allocated for it, and its connection is closed.
+var ErrResponseTooLarge = errors.New("kafkaio: fetch response too large")
+
+// maxResponseBytes returns the largest fetch response read for a fetch of at most maxBytes
+// bytes: a broker may exceed the limit by one batch (the first batch is always sent whole, up to
+// the topic's max.message.bytes), plus the response's own fields (aborted transactions). The
+// 4-byte size prefix a broker sends is checked against it before a buffer is allocated, so a
+// broker (or anything between it and the worker) cannot make the reader allocate up to 2 GiB.
+// A batch larger than maxBytes plus its slack cannot be fetched: KAFKA_FETCH_MAX_BYTES must be at
+// least the input topic's max.message.bytes.
+func maxResponseBytes(maxBytes int32) int64 {
+	return 2*int64(maxBytes) + 1<<20
 }
 
 // fetchPartition sends f through c's Transport, within ctx, and returns the partition's part of

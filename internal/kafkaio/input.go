@@ -33,6 +33,9 @@ type PartitionReaderConfig struct {
 	MaxWait time.Duration
 	// Backoff spaces the retries of failed fetches. Default: the zero Backoff's bounds.
 	Backoff Backoff
+	// Limits bound the memory decoding takes; what goes over them is refused (Batch.Refused).
+	// Default: DefaultDecodeLimits for MaxBytes.
+	Limits DecodeLimits
 	// Log receives the reader's log lines (sampled); nil logs nowhere.
 	Log *Sampler
 	// OnHeld, when not nil, hears after every fetch response how long reading has been held back
@@ -63,6 +66,10 @@ type Batch struct {
 	Aborted int
 	// Start is when the batch's first record was taken.
 	Start time.Time
+	// Refused, when not nil, is input the reader refused to decode (see "Bounded decoding"),
+	// right after Records: Next is its first offset. It is handed out once; the next Fetch goes
+	// on after it.
+	Refused *RefusedInput
 }
 
 // PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
@@ -128,6 +135,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 		done: make(chan struct{}), ready: make(chan *fetched),
 	}
 	r.dec.retain = true
+	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
 	r.clientID = clientIDOf(client)
 	go r.run(ctx)
 	return r
@@ -299,8 +307,9 @@ func (h *heldClock) observe(held bool, lso int64) time.Duration {
 	return now.Sub(h.since)
 }
 
-// Fetch returns the next batch: up to max records (at least one) or, when only records that are
-// not data were fetched, a batch without records whose Next moved. It waits for the first
+// Fetch returns the next batch: up to max records (at least one, fewer once they hold as much
+// decoded memory as the limits allow), the records before input it refused (Batch.Refused), or,
+// when only records that are not data were fetched, a batch without records whose Next moved. It waits for the first
 // response as long as ctx allows, then linger at most for more records. The batch and its records
 // are only valid until the next Fetch or Close; calling Fetch hands the previous batch back. An
 // error means that nothing came before ctx ended, or that the reader reports a failed fetch; the
@@ -312,9 +321,9 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 		return nil, err
 	}
 	b := &r.batch
-	b.Records, b.Aborted = b.Records[:0], 0
+	b.Records, b.Aborted, b.Refused = b.Records[:0], 0, nil
 	start, lingering := r.pos, false
-	for len(b.Records) < max {
+	for len(b.Records) < max && b.Refused == nil && !r.full(b) {
 		if r.cur != nil {
 			r.take(b, max)
 			continue
@@ -390,31 +399,37 @@ func (r *PartitionReader) begin(f *fetched) {
 	r.batch.End = f.end
 }
 
-// take appends records of the response being walked to b until b has limit or the response is
-// walked; then it is retired.
+// take appends records of the response being walked to b until b has limit records, the walk
+// stops at refused input (b.Refused) or the response is walked; then it is retired.
 func (r *PartitionReader) take(b *Batch, limit int) {
 	f := r.cur
-	for len(b.Records) < limit {
-		rec, ok := r.set.nextRecord()
+	for len(b.Records) < limit && !r.full(b) {
+		rec, ok := r.set.nextRecord(&r.hdrs)
 		if !ok {
-			r.retired = append(r.retired, f)
-			r.cur = nil
+			if r.set.refused == nil {
+				r.retired = append(r.retired, f)
+				r.cur = nil
+			}
 			break
 		}
 		b.Records = append(b.Records, kafka.Message{
 			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset, HighWaterMark: f.hwm,
-			Key: clip(rec.rec.Key), Value: clip(rec.rec.Value), Headers: r.hdrs.add(rec.rec.Headers),
-			Time: time.UnixMilli(rec.time),
+			Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers, Time: time.UnixMilli(rec.time),
 		})
 	}
 	r.pos = max(r.pos, r.set.next)
 	b.Aborted += r.set.skipped
 	r.set.skipped = 0
-	if err := r.set.err; err != nil {
-		r.set.err = nil
-		r.cfg.Log.Log(slog.LevelError, "fetch-decode", "input record batch cannot be decoded although its checksum matches (written so by its producer); skipped",
-			"topic", r.cfg.Topic, "partition", r.cfg.Partition, "error", err.Error())
+	if b.Refused = r.set.takeRefused(); b.Refused != nil {
+		r.pos = max(r.pos, b.Refused.Offset) // the batch commits up to the refused input, not past it
 	}
+}
+
+// full reports whether b holds as much decoded memory as one Fetch may hand out (see "Bounded
+// decoding"): its records' headers, or the decompressed batches they point into, reached the
+// decode limits.
+func (r *PartitionReader) full(b *Batch) bool {
+	return len(b.Records) > 0 && (r.hdrs.len() >= r.dec.limits.MaxHeaders || r.dec.holding() >= r.dec.limits.MaxBatchBytes)
 }
 
 // release hands the memory of the last batch back: the buffers of the responses walked since and

@@ -46,6 +46,9 @@ type Range struct {
 	// OnSkip, when not nil, hears that the records in [from, to) were deleted by retention before
 	// they could be read; Read goes on at to.
 	OnSkip func(from, to int64)
+	// OnRefused, when not nil, hears of input Read refused to decode (see "Bounded decoding");
+	// Read goes on after it. Default limits: DefaultDecodeLimits for MaxBytes.
+	OnRefused func(*RefusedInput)
 }
 
 // Record is one record that Read passes on: a data record (never a control record, and under
@@ -88,6 +91,7 @@ func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error
 	r = r.withDefaults()
 	d := decoder{clientID: clientIDOf(c)}
 	d.dec.retain = true
+	d.dec.limits = DecodeLimits{}.withDefaults(r.MaxBytes)
 	defer d.release()
 	offset := r.Start
 	stalls := 0
@@ -215,16 +219,21 @@ func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset i
 	}
 	d.set.reset(&d.dec, res, r.Isolation.committed())
 	for {
-		rec, ok := d.set.nextRecord()
+		rec, ok := d.set.nextRecord(&d.hdrs)
 		if !ok {
+			if ref := d.set.takeRefused(); ref != nil {
+				if r.OnRefused != nil {
+					r.OnRefused(ref)
+				}
+				continue
+			}
 			break
 		}
 		if r.End >= 0 && rec.offset >= r.End {
 			return r.End, nil
 		}
 		d.recs = append(d.recs, Record{
-			Offset: rec.offset, Time: time.UnixMilli(rec.time), Key: clip(rec.rec.Key), Value: clip(rec.rec.Value),
-			Headers: d.hdrs.add(rec.rec.Headers),
+			Offset: rec.offset, Time: time.UnixMilli(rec.time), Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers,
 		})
 	}
 	if r.End >= 0 {

@@ -1,13 +1,11 @@
 package kafkaio
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -37,10 +35,16 @@ const controlAbort = 0
 //     transaction can start in an earlier response: the broker lists every aborted transaction
 //     whose abort marker is at or after the fetched offset.
 //   - Records below the fetched offset (the broker answers with whole batches) are skipped.
+//   - Input that cannot be decoded within the decoder's limits, or at all although its checksum
+//     matches, is refused (RefusedInput): a whole batch when its records cannot be decompressed
+//     or framed, one record when it has too many headers, the rest of the batch from a record
+//     that cannot be decoded. The walk stops there until takeRefused hands the refusal out; it
+//     then goes on after the refused offsets.
 //
 // The batches were checked by scanBatches first. A batch the response holds only in part (the
-// fetch's size limit cut it) ends the walk; the next fetch starts at it. The records yielded are slices into the response and the decoder's
-// buffers (see BatchDecoder), valid as long as those are. A recordSet is not safe for concurrent
+// fetch's size limit cut it) ends the walk; the next fetch starts at it. The records yielded are
+// slices into the response and the decoder's buffers (see BatchDecoder), their headers in the
+// slab given to nextRecord, valid as long as those are. A recordSet is not safe for concurrent
 // use.
 type recordSet struct {
 	dec       *BatchDecoder
@@ -54,11 +58,11 @@ type recordSet struct {
 	open    []int64 // producers inside an aborted transaction at the walk's position
 
 	hdr  kmsg.RecordBatch // the data batch being walked
-	recs []kmsg.Record    // its records; recs[i:] not yielded yet
-	i    int
+	recs batchRecords     // its records not walked yet
+	rec  batchRecord      // the record yielded last
 
-	skipped int   // records of aborted transactions skipped
-	err     error // the first batch that could not be decoded, and was skipped
+	skipped int           // records of aborted transactions skipped
+	refused *RefusedInput // a refusal not handed out yet: the walk stops at it
 }
 
 // reset starts walking res's records with dec; committed selects read_committed.
@@ -89,36 +93,69 @@ func compareInt64(a, b int64) int {
 
 // record is one data record the walk yields. Its slices point into the fetched data.
 type record struct {
-	rec    *kmsg.Record
+	rec    *batchRecord
 	offset int64
 	time   int64 // milliseconds since the epoch
 }
 
-// nextRecord returns the next data record, or false when every complete batch was walked.
-func (s *recordSet) nextRecord() (record, bool) {
-	for {
-		for s.i < len(s.recs) {
-			rec := &s.recs[s.i]
-			s.i++
-			off := s.hdr.FirstOffset + int64(rec.OffsetDelta)
-			if off < s.from {
+// nextRecord returns the next data record, its headers decoded into hs, or false when every
+// complete batch was walked or the walk stopped at a refusal (s.refused).
+func (s *recordSet) nextRecord(hs *headerSlab) (record, bool) {
+	for s.refused == nil {
+		for s.recs.left > 0 {
+			mark := hs.mark()
+			err := s.recs.next(&s.rec, hs, s.dec.limit().MaxHeaders)
+			off := s.hdr.FirstOffset + int64(s.rec.offsetDelta)
+			if err != nil && (s.rec.offsetDelta < 0 || off >= s.from) {
+				s.refuse(err, off)
+				return record{}, false
+			}
+			if err != nil || off < s.from {
+				hs.truncate(mark)
 				continue
 			}
 			s.next = off + 1
-			if s.i == len(s.recs) {
+			if s.recs.left == 0 {
 				s.next = max(s.next, batchNext(&s.hdr))
 			}
-			ts := s.hdr.FirstTimestamp + rec.TimestampDelta64
+			ts := s.hdr.FirstTimestamp + s.rec.tsDelta
 			if s.hdr.Attributes&attrLogAppendTime != 0 {
 				ts = s.hdr.MaxTimestamp
 			}
-			return record{rec: rec, offset: off, time: ts}, true
+			return record{rec: &s.rec, offset: off, time: ts}, true
 		}
-		s.recs, s.i = nil, 0
 		if !s.advance() {
 			return record{}, false
 		}
 	}
+	return record{}, false
+}
+
+// refuse stops the walk at a record that could not be decoded: that record alone when its
+// offset is known and the batch goes on after it, else the rest of the batch.
+func (s *recordSet) refuse(err error, off int64) {
+	first := max(s.next, s.hdr.FirstOffset)
+	last := max(first, batchNext(&s.hdr)-1) // a batch whose last offset delta is negative was not assigned by a broker
+	if s.rec.offsetDelta >= 0 && refusalOf(err) == RefusalInputTooManyHeaders {
+		first, last = max(first, off), max(first, off)
+	} else {
+		s.recs = batchRecords{}
+	}
+	s.refused = &RefusedInput{Offset: first, LastOffset: last, Reason: refusalOf(err),
+		Err: fmt.Errorf("kafkaio: record batch at offset %d: %w", s.hdr.FirstOffset, err)}
+}
+
+// takeRefused returns the refusal the walk stopped at, or nil, and goes on after it.
+func (s *recordSet) takeRefused() *RefusedInput {
+	r := s.refused
+	if r != nil {
+		s.refused = nil
+		s.next = max(s.next, r.LastOffset+1)
+		if s.recs.left == 0 {
+			s.next = max(s.next, batchNext(&s.hdr))
+		}
+	}
+	return r
 }
 
 // batchNext returns the offset after the batch of hdr.
@@ -126,9 +163,8 @@ func batchNext(hdr *kmsg.RecordBatch) int64 {
 	return hdr.FirstOffset + int64(hdr.LastOffsetDelta) + 1
 }
 
-// advance walks to the next batch that has data records to yield and decodes it into s.recs. It
-// returns false at the end of the walk. A batch whose records cannot be decoded (its checksum
-// matched: the producer wrote it so) is skipped; s.err keeps the first such error.
+// advance walks to the next batch that has data records to yield and opens it into s.recs. It
+// returns false at the end of the walk, or when the batch is refused whole (s.refused).
 func (s *recordSet) advance() bool {
 	for len(s.rest) > 0 {
 		b := s.rest
@@ -142,13 +178,12 @@ func (s *recordSet) advance() bool {
 			s.next = max(s.next, batchNext(&hdr))
 			continue
 		}
-		recs, err := s.dec.decodeRecords(&hdr)
-		if err != nil {
-			s.err = cmp.Or(s.err, fmt.Errorf("kafkaio: record batch at offset %d skipped: %w", hdr.FirstOffset, err))
-			s.next = max(s.next, batchNext(&hdr))
-			continue
+		s.hdr = hdr
+		if s.recs, err = s.dec.open(&hdr); err != nil {
+			s.rec.offsetDelta = -1
+			s.refuse(err, 0)
+			return false
 		}
-		s.hdr, s.recs, s.i = hdr, recs, 0
 		return true
 	}
 	return false
@@ -237,17 +272,23 @@ func (s *recordSet) leaveAborted(pid int64) {
 // isAbortMarker reports whether the control batch of hdr is an abort marker. A control batch
 // that cannot be decoded counts as none.
 func (s *recordSet) isAbortMarker(hdr *kmsg.RecordBatch) bool {
-	recs, err := s.dec.decodeRecords(hdr)
-	if err != nil || len(recs) == 0 || len(recs[0].Key) < 4 {
+	recs, err := s.dec.open(hdr)
+	if err != nil || recs.left == 0 {
 		return false
 	}
-	return binary.BigEndian.Uint16(recs[0].Key[2:]) == controlAbort
+	var rec batchRecord
+	if err := recs.next(&rec, nil, s.dec.limit().MaxHeaders); err != nil || len(rec.key) < 4 {
+		return false
+	}
+	return binary.BigEndian.Uint16(rec.key[2:]) == controlAbort
 }
 
 // headerSlab holds the kafka-go headers of the records handed out since its last reset, in one
-// slice reused from batch to batch. Header names are interned: kmsg decodes them as strings that
-// alias the fetched bytes, which are overwritten when the buffer is reused, so each distinct name
-// is copied once and shared after that (up to maxInterned names; past that, each is copied).
+// slice reused from batch to batch: decodeRecord decodes headers straight into it. Header names
+// are interned: the fetched bytes are overwritten when the buffer is reused, so each distinct
+// name is copied once and shared after that (up to maxInterned names; past that, each is
+// copied). Header values are slices of the fetched bytes. A nil slab checks headers and keeps
+// none.
 type headerSlab struct {
 	hdrs  []kafka.Header
 	names map[string]string
@@ -255,24 +296,56 @@ type headerSlab struct {
 
 const maxInterned = 1024
 
-// add returns hs as kafka-go headers in the slab, valid until reset; nil for none.
-func (s *headerSlab) add(hs []kmsg.Header) []kafka.Header {
-	if len(hs) == 0 {
+// decode reads n headers from c into the slab and returns them, valid until reset; nil for
+// none. c.bad is set when they cannot be read.
+func (s *headerSlab) decode(c *cursor, n int) []kafka.Header {
+	if n == 0 {
 		return nil
 	}
-	n := len(s.hdrs)
-	for i := range hs {
-		s.hdrs = append(s.hdrs, kafka.Header{Key: s.intern(hs[i].Key), Value: clip(hs[i].Value)})
+	if s == nil {
+		for range n {
+			c.bytes()
+			c.bytes()
+		}
+		return nil
 	}
-	return s.hdrs[n:len(s.hdrs):len(s.hdrs)]
+	start := len(s.hdrs)
+	for range n {
+		name := c.bytes()
+		value := c.bytes()
+		if c.bad {
+			return nil
+		}
+		s.hdrs = append(s.hdrs, kafka.Header{Key: s.intern(name), Value: value})
+	}
+	return s.hdrs[start:len(s.hdrs):len(s.hdrs)]
 }
 
+// mark returns the slab's length, for truncate.
+func (s *headerSlab) mark() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.hdrs)
+}
+
+// truncate drops the headers added since mark returned n.
+func (s *headerSlab) truncate(n int) {
+	if s != nil {
+		clear(s.hdrs[n:])
+		s.hdrs = s.hdrs[:n]
+	}
+}
+
+// len returns how many headers the slab holds.
+func (s *headerSlab) len() int { return len(s.hdrs) }
+
 // intern returns a string equal to name that does not alias the fetched bytes.
-func (s *headerSlab) intern(name string) string {
-	if v, ok := s.names[name]; ok {
+func (s *headerSlab) intern(name []byte) string {
+	if v, ok := s.names[string(name)]; ok {
 		return v
 	}
-	v := strings.Clone(name)
+	v := string(name)
 	if s.names == nil {
 		s.names = make(map[string]string)
 	}

@@ -212,10 +212,10 @@ func refuseValues(cl *testCluster, prefix string) *atomic.Int64 {
 			st := kmsg.NewProduceResponseTopic()
 			st.Topic = rt.Topic
 			for _, rp := range rt.Partitions {
-				var d BatchDecoder
+				var d wholeDecoder
 				_, recs, _, err := d.Decode(rp.Records)
 				for _, r := range recs {
-					bad = bad || err == nil && bytes.HasPrefix(r.Value, []byte(prefix))
+					bad = bad || err == nil && bytes.HasPrefix(r.value, []byte(prefix))
 				}
 				sp := kmsg.NewProduceResponseTopicPartition()
 				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code

@@ -55,11 +55,25 @@ dedup.window.capacity before it stops growing.
 {{- end }}
 
 {{/*
-kdedup.memory: memory per replica from the filter sizing formula, in Mi, rounded up: every
-filter at its cap, plus the overhead.
+kdedup.inputBytes: what one partition's reader may hold at worst, in bytes: sizing.fetchResponses
+fetch responses of kafka.fetchMaxBytes, and one batch decompressed at the decode cap
+(kafka.decodeMaxBytes, or its default: four times kafka.fetchMaxBytes, at least 16 MiB).
+*/}}
+{{- define "kdedup.inputBytes" -}}
+{{- $fetch := int64 .Values.kafka.fetchMaxBytes }}
+{{- $decode := int64 .Values.kafka.decodeMaxBytes }}
+{{- if le $decode 0 }}
+{{- $decode = max (mul 4 $fetch) 16777216 }}
+{{- end }}
+{{- printf "%d" (add (mul (int64 .Values.sizing.fetchResponses) $fetch) $decode) }}
+{{- end }}
+
+{{/*
+kdedup.memory: memory per replica from the sizing formula, in Mi, rounded up: every filter at
+its cap, every partition's input buffers (kdedup.inputBytes), plus the overhead.
 
   filters = sizing.partitionsPerReplica (dedup.scope partition) or 1 (global)
-  memory  = ceil(filters x filterMaxBytes / 2^20) + sizing.overheadMiB
+  memory  = ceil((filters x filterMaxBytes + partitionsPerReplica x inputBytes) / 2^20) + sizing.overheadMiB
 */}}
 {{- define "kdedup.memory" -}}
 {{- $filters := 1 }}
@@ -67,6 +81,7 @@ filter at its cap, plus the overhead.
 {{- $filters = .Values.sizing.partitionsPerReplica }}
 {{- end }}
 {{- $bytes := mulf $filters (include "kdedup.filterMaxBytes" . | float64) }}
+{{- $bytes = addf $bytes (mulf .Values.sizing.partitionsPerReplica (include "kdedup.inputBytes" . | float64)) }}
 {{- $mib := ceil (divf $bytes 1048576) }}
 {{- printf "%dMi" (add (int64 $mib) (int64 .Values.sizing.overheadMiB)) }}
 {{- end }}

@@ -1,0 +1,80 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/checkpoint"
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/window"
+)
+
+// TestCraftedSnapshotRejected puts in the store, above an honest snapshot, one written as an
+// attacker who may write the store would: every generation all ones, the epoch a year ahead, the
+// checksums recomputed. The restore rejects it as implausible, counts the reason, falls back to
+// the honest snapshot, and judges no new identity a duplicate.
+func TestCraftedSnapshotRejected(t *testing.T) {
+	ctx := context.Background()
+	p, store := dirPersister(t)
+	var reasons []string
+	p.OnRejected(func(r string) { reasons = append(reasons, r) })
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6,
+		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
+	f, err := window.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
+	}
+	const unit = "orders.p0"
+	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: 500}}
+	if _, _, err := p.Save(ctx, unit, f, info, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var data bytes.Buffer
+	m, _, err := f.WriteSnapshot(&data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	year := uint64(365 * 24 * 60)
+	m.Epoch += year
+	for i, e := range m.SlotEpochs {
+		if e >= 0 {
+			m.SlotEpochs[i] = e + int64(year)
+		}
+	}
+	ones := data.Bytes()
+	for i := 0; i+8 <= len(ones); i += 8 {
+		w := binary.LittleEndian.Uint64(ones[i:])
+		binary.LittleEndian.PutUint64(ones[i:], w&(1<<63)|(1<<63-1))
+	}
+	if _, err := store.Save(ctx, unit, func(w io.Writer) error {
+		return snapshot.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, res, err := p.Restore(ctx, unit, cfg)
+	if err != nil || r == nil || res.Outcome != checkpoint.OutcomeFallback {
+		t.Fatalf("Restore: filter %v, outcome %q, %v; want a fallback to the honest snapshot", r != nil, res.Outcome, err)
+	}
+	if len(reasons) != 1 || reasons[0] != "implausible_"+window.ImplausibleFuture {
+		t.Errorf("rejections counted %v, want one implausible_future", reasons)
+	}
+	for i := range 1000 {
+		if r.Test([]byte("new-" + strconv.Itoa(i))) {
+			t.Fatalf("new identity %d judged a duplicate", i)
+		}
+	}
+	for i := range 500 {
+		if !r.Test([]byte("key-" + strconv.Itoa(i))) {
+			t.Fatalf("key %d of the honest snapshot lost", i)
+		}
+	}
+}

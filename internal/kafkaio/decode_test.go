@@ -1,0 +1,293 @@
+package kafkaio
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// bombWriter streams a batch's records into a compressor without holding them: a value of
+// valueSize zero bytes is written in chunks of one shared zero buffer.
+type bombWriter struct {
+	w     io.Writer
+	zeros []byte
+}
+
+func (b *bombWriter) varint(v int64) { b.write(binary.AppendVarint(nil, v)) }
+
+func (b *bombWriter) write(p []byte) {
+	if _, err := b.w.Write(p); err != nil {
+		panic(err)
+	}
+}
+
+// zeros writes n zero bytes.
+func (b *bombWriter) zeroBytes(n int) {
+	for n > 0 {
+		k := min(n, len(b.zeros))
+		b.write(b.zeros[:k])
+		n -= k
+	}
+}
+
+// valueRecord writes record i with a null key and a value of size zero bytes.
+func (b *bombWriter) valueRecord(i, size int) {
+	body := 1 + varintLen(0) + varintLen(int64(i)) + 1 + varintLen(int64(size)) + size + 1
+	b.varint(int64(body))
+	b.write([]byte{0})
+	b.varint(0)
+	b.varint(int64(i))
+	b.varint(-1)
+	b.varint(int64(size))
+	b.zeroBytes(size)
+	b.varint(0)
+}
+
+// headersRecord writes record 0 with null key and value and n empty headers (name "", value "").
+func (b *bombWriter) headersRecord(n int) {
+	body := 1 + 1 + 1 + 1 + 1 + varintLen(int64(n)) + 2*n
+	b.varint(int64(body))
+	b.write([]byte{0, 0, 0}) // attributes, timestamp delta 0, offset delta 0
+	b.varint(-1)
+	b.varint(-1)
+	b.varint(int64(n))
+	b.zeroBytes(2 * n) // each header: name length 0, value length 0
+}
+
+// countWriter counts what is written to it.
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// craftBatch returns a sealed record batch at offset first of n records, written by write into
+// compressor c's stream (zstd: klauspost's encoder, declaring the content's size in the frame
+// when declare is set), never holding the records uncompressed.
+func craftBatch(t testing.TB, c kafka.Compression, first int64, n int, declare bool, write func(*bombWriter)) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	var w io.WriteCloser
+	if c == kafka.Zstd {
+		size := int64(-1)
+		if declare {
+			var cw countWriter
+			write(&bombWriter{w: &cw, zeros: make([]byte, 1<<20)})
+			size = cw.n
+		}
+		enc, err := zstd.NewWriter(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc.ResetContentSize(&out, size)
+		w = enc
+	} else {
+		w = c.Codec().NewWriter(&out)
+	}
+	write(&bombWriter{w: w, zeros: make([]byte, 1<<20)})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hdr := kmsg.RecordBatch{FirstOffset: first, PartitionLeaderEpoch: -1, Magic: 2, Attributes: int16(c),
+		LastOffsetDelta: int32(n - 1), ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(n)}
+	rb := recordBatch{raw: append(make([]byte, sizePrefix+batchHeaderLen), out.Bytes()...), hdr: hdr}
+	rb.hdr.Length = int32(len(rb.raw) - sizePrefix - batchLengthStart)
+	rb.seal(-1, -1, -1)
+	return rb.raw[sizePrefix:]
+}
+
+// at returns a copy of the batch b with its first offset set to offset (outside the checksum).
+func at(b []byte, offset int64) []byte {
+	c := bytes.Clone(b)
+	binary.BigEndian.PutUint64(c, uint64(offset))
+	return c
+}
+
+// snappyClaim returns a xerial snappy stream of one chunk whose block claims n decoded bytes.
+func snappyClaim(n uint64) []byte {
+	b := append(bytes.Clone(xerialMagic), 0, 0, 0, 1, 0, 0, 0, 1)
+	block := binary.AppendUvarint(nil, n)
+	block = append(block, 0) // a literal tag, cut short
+	b = binary.BigEndian.AppendUint32(b, uint32(len(block)))
+	return append(b, block...)
+}
+
+// rawBatch returns a sealed batch at offset first of n records whose compressed records are
+// records, as given.
+func rawBatch(c kafka.Compression, first int64, n int, records []byte) []byte {
+	hdr := kmsg.RecordBatch{FirstOffset: first, PartitionLeaderEpoch: -1, Magic: 2, Attributes: int16(c),
+		LastOffsetDelta: int32(n - 1), ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(n)}
+	rb := recordBatch{raw: append(make([]byte, sizePrefix+batchHeaderLen), records...), hdr: hdr}
+	rb.hdr.Length = int32(len(rb.raw) - sizePrefix - batchLengthStart)
+	rb.seal(-1, -1, -1)
+	return rb.raw[sizePrefix:]
+}
+
+// walked is what walking a record set gave: the values of its records, the refusals, in order,
+// and the offset after the walk.
+type walked struct {
+	values  []string
+	refused []RefusedInput
+	next    int64
+}
+
+// walk walks set (fetched from offset from) as PartitionReader does, refusals handed out and
+// walked past, and returns what it gave and the bytes it allocated.
+func walk(t *testing.T, limits DecodeLimits, set []byte, from int64) (walked, uint64) {
+	t.Helper()
+	d := BatchDecoder{retain: true, limits: limits}
+	var s recordSet
+	var hs headerSlab
+	var w walked
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s.reset(&d, &fetchResponse{part: &kmsg.FetchResponseTopicPartition{RecordBatches: set}, from: from}, false)
+	for {
+		rec, ok := s.nextRecord(&hs)
+		if ok {
+			w.values = append(w.values, string(rec.rec.value))
+			continue
+		}
+		r := s.takeRefused()
+		if r == nil {
+			break
+		}
+		w.refused = append(w.refused, *r)
+	}
+	runtime.ReadMemStats(&after)
+	w.next = s.next
+	return w, after.TotalAlloc - before.TotalAlloc
+}
+
+// TestDecodeBombs proves that a batch that expands past the decode limit, in every codec, and a
+// record with more headers than the limit, are refused within a bounded allocation, that the
+// records around them are walked, and that the walk goes on after them.
+func TestDecodeBombs(t *testing.T) {
+	const limit = 32 << 20
+	limits := DecodeLimits{MaxBatchBytes: limit, MaxHeaders: 1 << 16}
+	sixteen := func(b *bombWriter) { // 16 values of 8 MiB: 128 MiB
+		for i := range 16 {
+			b.valueRecord(i, 8<<20)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		bomb   func(t *testing.T) []byte
+		n      int
+		reason string
+	}{
+		{"zstd stream", func(t *testing.T) []byte { return craftBatch(t, kafka.Zstd, 3, 16, false, sixteen) }, 16, RefusalInputTooLarge},
+		{"zstd declared size", func(t *testing.T) []byte { return craftBatch(t, kafka.Zstd, 3, 16, true, sixteen) }, 16, RefusalInputTooLarge},
+		{"gzip", func(t *testing.T) []byte { return craftBatch(t, kafka.Gzip, 3, 16, false, sixteen) }, 16, RefusalInputTooLarge},
+		{"lz4", func(t *testing.T) []byte { return craftBatch(t, kafka.Lz4, 3, 16, false, sixteen) }, 16, RefusalInputTooLarge},
+		{"snappy", func(t *testing.T) []byte { return craftBatch(t, kafka.Snappy, 3, 16, false, sixteen) }, 16, RefusalInputTooLarge},
+		{"snappy claims 4 GiB", func(*testing.T) []byte { return rawBatch(kafka.Snappy, 3, 1, snappyClaim(1<<32-1)) }, 1, RefusalInputTooLarge},
+		{"10 million headers", func(t *testing.T) []byte {
+			return craftBatch(t, kafka.Zstd, 3, 1, false, func(b *bombWriter) { b.headersRecord(10_000_000) })
+		}, 1, RefusalInputTooManyHeaders},
+		{"record count", func(t *testing.T) []byte {
+			return withCount(at(testBatch(t, kafka.Zstd, testMsgs("x", 3)...), 3), 1<<30)
+		}, 3, RefusalInputCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := at(testBatch(t, kafka.Zstd, testMsgs("a", 3)...), 0)
+			after := at(testBatch(t, 0, testMsgs("b", 2)...), int64(3+tc.n))
+			set := append(append(append([]byte{}, before...), tc.bomb(t)...), after...)
+			w, alloc := walk(t, limits, set, 0)
+			equalStrings(t, "records", w.values, valuesOf(testMsgs("a", 3), testMsgs("b", 2)))
+			if len(w.refused) != 1 {
+				t.Fatalf("refusals %+v, want one", w.refused)
+			}
+			r := w.refused[0]
+			if r.Offset != 3 || r.LastOffset != int64(3+tc.n-1) || r.Reason != tc.reason || w.next != int64(5+tc.n) {
+				t.Errorf("refused %d-%d (%s: %v), walked to %d; want 3-%d (%s), walked to %d", r.Offset, r.LastOffset, r.Reason, r.Err, w.next, 3+tc.n-1, tc.reason, 5+tc.n)
+			}
+			if !errors.Is(r.Err, ErrDecodeLimit) && !errors.Is(r.Err, ErrCorruptBatch) {
+				t.Errorf("refusal error %v wraps neither ErrDecodeLimit nor ErrCorruptBatch", r.Err)
+			}
+			// The buffer doubles up to limit+1 bytes (about 2*limit allocated in all), plus the
+			// codec's own memory (zstd's window).
+			if alloc > 4*limit {
+				t.Errorf("walking allocated %d MiB, want at most %d MiB", alloc>>20, 4*limit>>20)
+			}
+		})
+	}
+}
+
+// TestDecodeHeadersLimitOneRecord proves that a record with too many headers is refused alone:
+// the records of its batch before and after it are walked.
+func TestDecodeHeadersLimitOneRecord(t *testing.T) {
+	msgs := testMsgs("a", 3)
+	msgs[1].Headers = make([]kafka.Header, 10)
+	for i := range msgs[1].Headers {
+		msgs[1].Headers[i] = kafka.Header{Key: "h", Value: []byte("v")}
+	}
+	set := testBatch(t, kafka.Lz4, msgs...)
+	w, _ := walk(t, DecodeLimits{MaxBatchBytes: 1 << 20, MaxHeaders: 9}, set, 0)
+	equalStrings(t, "records", w.values, []string{string(msgs[0].Value), string(msgs[2].Value)})
+	if len(w.refused) != 1 || w.refused[0].Offset != 1 || w.refused[0].LastOffset != 1 || w.refused[0].Reason != RefusalInputTooManyHeaders || w.next != 3 {
+		t.Errorf("refused %+v, walked to %d; want offset 1 alone for its headers, walked to 3", w.refused, w.next)
+	}
+}
+
+// TestDecodeLimitsDefaults proves the defaults follow the fetch size and one setting raises them.
+func TestDecodeLimitsDefaults(t *testing.T) {
+	for _, tc := range []struct{ max, fetch, wantBytes, wantHeaders int }{
+		{0, 16 << 20, 64 << 20, 256 << 10},
+		{0, 1 << 20, 16 << 20, 64 << 10},
+		{1 << 30, 16 << 20, 1 << 30, 4 << 20},
+	} {
+		if got := DefaultDecodeLimits(tc.max, tc.fetch); got.MaxBatchBytes != tc.wantBytes || got.MaxHeaders != tc.wantHeaders {
+			t.Errorf("DefaultDecodeLimits(%d, %d) = %+v, want %d bytes, %d headers", tc.max, tc.fetch, got, tc.wantBytes, tc.wantHeaders)
+		}
+	}
+}
+
+// TestDecoderFreesLargeBuffers proves that a decompression buffer larger than an eighth of the
+// limit is not kept for reuse.
+func TestDecoderFreesLargeBuffers(t *testing.T) {
+	d := BatchDecoder{retain: true, limits: DecodeLimits{MaxBatchBytes: 8 << 20, MaxHeaders: 100}}
+	big := craftBatch(t, kafka.Lz4, 0, 1, false, func(b *bombWriter) { b.valueRecord(0, 2<<20) })
+	small := testBatch(t, kafka.Lz4, testMsgs("s", 2)...)
+	for _, b := range [][]byte{big, small, small} {
+		hdr, _, err := d.header(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.open(&hdr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.recycle()
+	for _, b := range d.spare {
+		if cap(b) > 1<<20 {
+			t.Errorf("a spare buffer of %d bytes is kept, more than %d", cap(b), 1<<20)
+		}
+	}
+	if len(d.spare) != 1 {
+		t.Errorf("%d spare buffers, want 1 (the small one; the large one freed)", len(d.spare))
+	}
+}
+
+// TestFetchResponseSizeCapped proves that a response's 4-byte size prefix is checked against the
+// fetch's size before anything is allocated for it.
+func TestFetchResponseSizeCapped(t *testing.T) {
+	f := fetchRequest{maxBytes: 1 << 20, bufs: &bufferPool{}}
+	prefix := binary.BigEndian.AppendUint32(nil, 1<<31-1)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := f.readResponse(bytes.NewReader(prefix), 1)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrResponseTooLarge) {
+		t.Fatalf("readResponse = %v, want ErrResponseTooLarge", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("readResponse allocated %d bytes for a response it refuses", n)
+	}
+}
