@@ -163,7 +163,7 @@ type saveResult struct {
 // one of Config.SaveConcurrency slots.
 func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark]) (saveResult, error) {
 	var res saveResult
-	if s.cfg.Persister == nil || s.tainted.Load() {
+	if s.cfg.Persister == nil || s.tainted() {
 		return res, nil
 	}
 	start := time.Now()
@@ -239,13 +239,13 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 		}
 	}
 	add(parts)
-	if s.global != nil {
+	if s.global.Load() != nil {
 		add(*s.parts.Load())
 	}
 	deadline := time.Now().Add(s.cfg.SealTimeout)
 	wait := 100 * time.Microsecond
 	for {
-		if s.tainted.Load() {
+		if s.tainted() {
 			return errors.New("dedup: the filter holds identities of records that were not produced")
 		}
 		pending := false
@@ -299,8 +299,8 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
-	if s.global != nil {
-		_, err := s.save(ctx, globalUnit, s.global, -1, cur, &s.globalMark)
+	if g := s.global.Load(); g != nil {
+		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
