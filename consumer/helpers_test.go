@@ -66,7 +66,7 @@ func newMapDeduper(global bool, st *store) *mapDeduper {
 
 // Generation checks the Deduper contract: every partition of the previous generation
 // must be released by now, and the generation's Assigns must be for the partitions listed.
-func (d *mapDeduper) Generation(parts []int32) {
+func (d *mapDeduper) Generation(_ int32, parts []int32, _ func(context.Context) error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.active) > 0 {

@@ -281,7 +281,7 @@ func TestCalledOffAssignmentParksTheFilter(t *testing.T) {
 	if err := s.Assign(ctx, 1); !errors.Is(err, context.Canceled) || s.Parked() != 1 {
 		t.Fatalf("Assign = %v with %d filters parked; want the cancellation and the rebuilt filter parked", err, s.Parked())
 	}
-	s.Generation([]int32{1})
+	s.Generation(1, []int32{1}, nil)
 	if err := s.Assign(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}

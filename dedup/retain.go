@@ -98,11 +98,18 @@ func (s *Set) park(partition int32, pt *part) {
 	}
 }
 
-// Generation drops the parked filters of the partitions that are not in partitions, the ones the
-// new consumer group generation assigns to this worker. It is part of consumer.Deduper: the
-// worker calls it before the generation's Assign calls. It is safe for concurrent use.
-func (s *Set) Generation(partitions []int32) {
+// Generation drops the parked filters of the partitions that are not in partitions, the ones
+// consumer group generation id assigns to this worker, and makes owns the check every later save
+// passes before it reads the output's end (see Set.save): a save is refused once owns fails. It
+// is part of consumer.Deduper: the worker calls it before the generation's Assign calls. It is
+// safe for concurrent use.
+func (s *Set) Generation(id int32, partitions []int32, owns func(context.Context) error) {
 	s.releases.reset()
+	if owns != nil {
+		s.owns.Store(&owns)
+	} else {
+		s.owns.Store(nil)
+	}
 	keep := make(map[int32]bool, len(partitions))
 	for _, p := range partitions {
 		keep[p] = true

@@ -51,6 +51,9 @@ type Set struct {
 	saveSlots  chan struct{}            // one per save under way (Config.SaveConcurrency)
 	globalMark atomic.Pointer[saveMark] // ScopeGlobal: the global filter's last checkpoint
 	releases   releaseLog               // what the final saves of the last release wrote
+	// owns confirms, before a save, that the worker still owns the partitions of its consumer
+	// group generation (see Generation); nil: no check.
+	owns atomic.Pointer[func(context.Context) error]
 }
 
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
@@ -259,7 +262,7 @@ func (s *Set) Close(ctx context.Context) error {
 		cur := *s.parts.Load()
 		g.f.Close()
 		start := time.Now()
-		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark)
+		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil)
 		s.releases.add(start, res.stats, err)
 		errs = append(errs, err)
 		for _, p := range s.Partitions() {

@@ -160,8 +160,10 @@ type saveResult struct {
 // sealed once each has acknowledged everything it had processed when the copy ended. mark, nil
 // for a filter no part holds yet, remembers the filter's last checkpoint: when no record reached
 // the filter since (see saveMark), save writes nothing and returns that checkpoint. Saves wait for
-// one of Config.SaveConcurrency slots.
-func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark]) (saveResult, error) {
+// one of Config.SaveConcurrency slots; once a save has its slot, it re-checks that it may still
+// save (see mayProceed: live, nil for always, and the generation's ownership), because the
+// partition may have been handed over while it waited.
+func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark], live func() bool) (saveResult, error) {
 	var res saveResult
 	if s.cfg.Persister == nil || s.tainted() {
 		return res, nil
@@ -179,6 +181,9 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 		return res, fmt.Errorf("dedup: saving %s: waiting for a save slot: %w", unit, err)
 	}
 	defer release()
+	if err := s.mayProceed(ctx, unit, live); err != nil {
+		return res, err
+	}
 	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
 	if s.cfg.Output != nil {
 		out, err := s.cfg.Output.End(ctx, partition)
@@ -209,6 +214,27 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 		mark.Store(&saveMark{progress: progress, snap: snap, stats: stats})
 	}
 	return res, nil
+}
+
+// errSaveCancelled is returned by a periodic save whose partition was revoked or discarded while
+// it waited for a save slot: the revoke saves (or the discard drops) the state itself.
+var errSaveCancelled = errors.New("dedup: save cancelled: the partition was released while the save waited")
+
+// mayProceed returns nil if a save of unit that got its slot may go on: live (nil for always)
+// still holds and the worker still owns its consumer group generation (see Set.Generation).
+// Otherwise nothing may be saved: errSaveCancelled, or the ownership check's error, counted as a
+// failed checkpoint.
+func (s *Set) mayProceed(ctx context.Context, unit string, live func() bool) error {
+	if live != nil && !live() {
+		return errSaveCancelled
+	}
+	if owns := s.owns.Load(); owns != nil {
+		if err := (*owns)(ctx); err != nil {
+			s.failed()
+			return fmt.Errorf("dedup: saving %s: not saved, the ownership of the partition is not confirmed: %w", unit, err)
+		}
+	}
+	return nil
 }
 
 // saved reports a checkpoint that is current: saved now, or skipped because the last one is.
@@ -300,7 +326,7 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
 	if g := s.global.Load(); g != nil {
-		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark)
+		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
@@ -316,8 +342,11 @@ func (s *Set) checkpointAll(ctx context.Context) error {
 		}
 		wg.Go(func() { // as many at once as save slots allow
 			unit := s.Unit(p)
-			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark)
+			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark, func() bool { return !pt.gone.Load() })
 			pt.saved(res, err)
+			if errors.Is(err, errSaveCancelled) {
+				return
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())
