@@ -35,7 +35,11 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 	if err != nil {
 		return nil, lineage{}, err
 	}
-	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets}
+	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets, epoch: s.ownerEpoch(r.Epoch)}
+	if partition < 0 {
+		s.globalFloor.Store(r.Epoch)
+		lin.epoch = s.globalEpoch()
+	}
 	cold := f == nil
 	if cold {
 		r.Outcome = checkpoint.OutcomeCold
@@ -49,7 +53,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 	if cold && s.cfg.Persister != nil {
 		// The baseline: a filter that covers the output up to now. Failing to write it only
 		// weakens crash recovery (counted and logged), so consumption is not held up.
-		res, err := s.save(ctx, unit, f, partition, map[int32]*part{}, nil, nil)
+		res, err := s.save(ctx, unit, f, partition, map[int32]*part{}, nil, nil, lin.epoch)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
 				"unit", unit, "error", err.Error())
@@ -202,7 +206,7 @@ func (s *Set) Revoke(ctx context.Context, partition int32) error {
 	var err error
 	if s.cfg.Persister != nil {
 		start := time.Now()
-		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt}, &pt.mark, nil)
+		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt}, &pt.mark, nil, pt.lineage().epoch)
 		s.releases.add(start, res.stats, err)
 		s.cfg.Logger.Debug("final checkpoint", "unit", s.Unit(partition), "unchanged", res.stats.Skipped,
 			"bytes_written", res.stats.Written, "objects_written", res.stats.Created, "took", time.Since(start).String())

@@ -119,11 +119,28 @@ func (e *fenceEnv) missedAfterRestart(t *testing.T, q int32, want []string) int 
 // lacks them. Then B's partition goes through a rebalance (revoked, assigned back) and a
 // restart: B's records stay duplicates in both.
 func TestZombieFinalSave(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check bool
+	}{
+		{"ownership checked", true},
+		// The pause falls between the ownership check and the save: the store's owner epochs fence it.
+		{"store fence alone", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { zombieFinalSave(t, tc.check) })
+	}
+}
+
+func zombieFinalSave(t *testing.T, check bool) {
 	ctx := context.Background()
 	e := newFenceEnv(t)
 	a, b := e.set(t, e.store, 0), e.set(t, e.store, 0)
 	var ownA owner
-	a.Generation(1, []int32{1}, ownA.owns)
+	owns := ownA.owns
+	if !check {
+		owns = nil
+	}
+	a.Generation(1, []int32{1}, owns)
 	if err := a.Assign(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,11 @@ type Set struct {
 	// owns confirms, before a save, that the worker still owns the partitions of its consumer
 	// group generation (see Generation); nil: no check.
 	owns atomic.Pointer[func(context.Context) error]
+	// gen is the consumer group generation of the last Generation call (0 before); globalFloor
+	// the highest owner epoch of the global unit's snapshots when the global filter was prepared.
+	// See ownerEpoch.
+	gen         atomic.Int32
+	globalFloor atomic.Uint64
 }
 
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
@@ -262,7 +267,7 @@ func (s *Set) Close(ctx context.Context) error {
 		cur := *s.parts.Load()
 		g.f.Close()
 		start := time.Now()
-		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil)
+		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
 		s.releases.add(start, res.stats, err)
 		errs = append(errs, err)
 		for _, p := range s.Partitions() {

@@ -27,6 +27,9 @@ type Restored struct {
 	OutputOffsets map[int32]int64
 	// Snapshot names the snapshot restored (zero for OutcomeCold).
 	Snapshot SnapshotRef
+	// Epoch is the highest owner epoch among the unit's snapshots, restored or not (0 without
+	// any): the Set's owner epoch for the unit is above it (see Set.ownerEpoch).
+	Epoch uint64
 }
 
 // SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
@@ -36,6 +39,8 @@ type SnapshotRef struct {
 	Name string
 	Seq  uint64
 	Size int64
+	// Epoch is the owner epoch of the replica that saved the snapshot (see SnapshotInfo).
+	Epoch uint64
 }
 
 // SaveStats says what a save sent to the store and what the checkpoint it saved holds.
@@ -64,6 +69,10 @@ type SnapshotInfo struct {
 	InputOffsets map[int32]int64
 	// OutputOffsets maps output partitions to their end offsets taken before the copy.
 	OutputOffsets map[int32]int64
+	// OwnerEpoch is the saving replica's owner epoch for the unit: above the epoch of every
+	// snapshot of the unit listed when the replica got the unit (see Set.ownerEpoch), so that a
+	// store can refuse or ignore the saves of a replica that lost the unit (checkpoint.ErrFenced).
+	OwnerEpoch uint64
 }
 
 // Persister saves and restores a filter's state. NewCheckpointPersister returns the
@@ -77,8 +86,9 @@ type Persister interface {
 	// snapshot becomes visible; if seal fails, nothing is saved. It returns the saved snapshot, or
 	// an error when it could not be saved durably, and in both cases what it sent to the store.
 	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error)
-	// Newest returns the newest snapshot of unit, without reading it, or the zero SnapshotRef when
-	// there is none. A Set calls it when a partition it kept in memory comes back, to learn whether
+	// Newest returns the newest snapshot of unit (ignoring stale ones, see
+	// checkpoint.Store.Snapshots), without reading its data, or the zero SnapshotRef when there is
+	// none; its Epoch is the unit's highest owner epoch. A Set calls it when a partition it kept in memory comes back, to learn whether
 	// anyone saved a newer state of it meanwhile; it should be cheap (one listing).
 	Newest(ctx context.Context, unit string) (SnapshotRef, error)
 }
@@ -163,7 +173,7 @@ type saveResult struct {
 // one of Config.SaveConcurrency slots; once a save has its slot, it re-checks that it may still
 // save (see mayProceed: live, nil for always, and the generation's ownership), because the
 // partition may have been handed over while it waited.
-func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark], live func() bool) (saveResult, error) {
+func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark], live func() bool, epoch uint64) (saveResult, error) {
 	var res saveResult
 	if s.cfg.Persister == nil || s.tainted() {
 		return res, nil
@@ -184,7 +194,8 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 	if err := s.mayProceed(ctx, unit, live); err != nil {
 		return res, err
 	}
-	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
+	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{},
+		OwnerEpoch: epoch}
 	if s.cfg.Output != nil {
 		out, err := s.cfg.Output.End(ctx, partition)
 		if err != nil {
@@ -326,7 +337,7 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
 	if g := s.global.Load(); g != nil {
-		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil)
+		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
@@ -342,7 +353,8 @@ func (s *Set) checkpointAll(ctx context.Context) error {
 		}
 		wg.Go(func() { // as many at once as save slots allow
 			unit := s.Unit(p)
-			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark, func() bool { return !pt.gone.Load() })
+			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark, func() bool { return !pt.gone.Load() },
+				pt.lineage().epoch)
 			pt.saved(res, err)
 			if errors.Is(err, errSaveCancelled) {
 				return
