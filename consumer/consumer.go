@@ -137,6 +137,9 @@ type Observer interface {
 	UncertainRetry()
 	// CommitError counts one failed offset commit.
 	CommitError()
+	// AssignRetry counts one failed attempt of Deduper.Assign, which the Worker logs and retries
+	// (the partition is not consumed and the Worker is not ready meanwhile).
+	AssignRetry()
 	// DeadLetter counts one record of the input partition that the output (or duplicates) topic
 	// refused and that was written to Config.DeadLetterTopic; reason is one of
 	// kafkaio.RefusalReasons.
@@ -202,6 +205,9 @@ func (NopObserver) UncertainRetry() {}
 
 // CommitError does nothing.
 func (NopObserver) CommitError() {}
+
+// AssignRetry does nothing.
+func (NopObserver) AssignRetry() {}
 
 // DeadLetter does nothing.
 func (NopObserver) DeadLetter(int32, string) {}

@@ -231,6 +231,7 @@ func (o *countingObserver) ProduceError()              { o.produceErrors.Add(1) 
 func (o *countingObserver) ProducerReset(string)       {}
 func (o *countingObserver) UncertainRetry()            {}
 func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
+func (o *countingObserver) AssignRetry()               {}
 func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
 func (o *countingObserver) Lag(int32, int64)           {}
 func (o *countingObserver) Aborted(_ int32, n int)     { o.aborted.Add(int64(n)) }

@@ -133,11 +133,12 @@ func sinceDone(ctx context.Context) (since func() time.Duration, stop func() boo
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
-// gctx ends (false).
+// gctx ends (false). Every failure is logged and counted (Observer.AssignRetry).
 func (w *Worker) assign(gctx context.Context, p int32) bool {
 	err := w.cfg.retry().Retry(gctx, 0, func(attempt int) error {
 		err := w.dedup.Assign(gctx, p)
 		if err != nil && gctx.Err() == nil {
+			w.obs.AssignRetry()
 			w.log.Error("deduplication state for partition could not be prepared; retrying",
 				"partition", p, "attempt", attempt+1, "error", err.Error())
 		}

@@ -85,6 +85,9 @@ func (s *Set) restore(ctx context.Context, unit string, ev *eventClock) (*window
 	if err != nil {
 		return nil, r, fmt.Errorf("dedup: restoring %s: %w", unit, err)
 	}
+	if f != nil {
+		s.checkSkew(unit, r.Created)
+	}
 	if f != nil && ev != nil {
 		ev.resume(f)
 	}

@@ -30,6 +30,8 @@ type Restored struct {
 	// Epoch is the highest owner epoch among the unit's snapshots, restored or not (0 without
 	// any): the Set's owner epoch for the unit is above it (see Set.ownerEpoch).
 	Epoch uint64
+	// Created is when the snapshot restored was taken, by its saver's clock (zero: unknown).
+	Created time.Time
 }
 
 // SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
@@ -114,6 +116,9 @@ type CheckpointObserver interface {
 	Restored(outcome checkpoint.Outcome, duration time.Duration)
 	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
+	// ClockSkew reports, for every snapshot restored, how far its creation time lies ahead of the
+	// local clock (0 or less: it does not; see Set.checkSkew).
+	ClockSkew(d time.Duration)
 	// RebuildStarted reports that a unit started rebuilding from the output topic.
 	RebuildStarted()
 	// RebuildRecords reports n more output records added to a filter being rebuilt.
