@@ -116,7 +116,11 @@ func (o *recordingObserver) Restored(outcome checkpoint.Outcome, _ time.Duration
 	o.restores[outcome]++
 }
 func (o *recordingObserver) Rewarmed(n int) { o.mu.Lock(); o.rewarmed += n; o.mu.Unlock() }
-func (o *recordingObserver) ClockSkew(d time.Duration) { o.mu.Lock(); o.skews = append(o.skews, d); o.mu.Unlock() }
+func (o *recordingObserver) ClockSkew(d time.Duration) {
+	o.mu.Lock()
+	o.skews = append(o.skews, d)
+	o.mu.Unlock()
+}
 func (o *recordingObserver) RebuildStarted() {
 	o.mu.Lock()
 	o.started++
