@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -163,7 +164,7 @@ func (s *Store) SaveSet(ctx context.Context, unit string, build func(tx *Txn) ([
 	if err != nil { // the manifest is visible, but may not be durable
 		return info, stats, s.errorf("save %s: %w", unit, err)
 	}
-	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit)); err != nil {
+	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit), info.Epoch); err != nil {
 		return info, stats, fmt.Errorf("%w: %s in %s: %w", ErrPrune, unit, s.b, err)
 	}
 	return info, stats, nil
@@ -181,12 +182,15 @@ func (s *Store) commit(tx *Txn, build func(tx *Txn) ([]byte, error)) (Info, Save
 	if err != nil {
 		return Info{}, stats(), err
 	}
-	refs, err := manifestRefs(bytes.NewReader(manifest), int64(len(manifest)))
+	meta, err := readManifestMeta(bytes.NewReader(manifest), int64(len(manifest)))
 	if err != nil {
 		return Info{}, stats(), fmt.Errorf("the manifest: %w", err)
 	}
 	st := stats()
-	for _, r := range refs {
+	if err := s.checkFence(tx, meta.epoch); err != nil {
+		return Info{}, st, err
+	}
+	for _, r := range meta.refs {
 		switch {
 		case slices.ContainsFunc(tx.created, func(o Object) bool { return o.Name == r }):
 		case tx.listed[r].Name == r:
@@ -206,8 +210,8 @@ func (s *Store) commit(tx *Txn, build func(tx *Txn) ([]byte, error)) (Info, Save
 	if err != nil && !errors.Is(err, ErrNotDurable) {
 		return Info{}, st, err
 	}
-	s.refs.put(tx.unit, obj.Name, refs)
-	return Info{Unit: tx.unit, Name: obj.Name, Seq: tx.seq, Size: obj.Size, ModTime: obj.ModTime}, st, err
+	s.refs.put(tx.unit, obj.Name, meta)
+	return Info{Unit: tx.unit, Name: obj.Name, Seq: tx.seq, Size: obj.Size, ModTime: obj.ModTime, Epoch: meta.epoch}, st, err
 }
 
 // discard deletes the generation objects of a failed save, even when the save's context is done.
@@ -239,44 +243,51 @@ func (s *Store) OpenObject(ctx context.Context, unit, name string) (ObjectReader
 	return r, nil
 }
 
-// manifestRefs reads the header of a snapshot and returns the generation objects it references:
-// none for a single-file snapshot.
-func manifestRefs(r io.Reader, size int64) ([]string, error) {
+// manifestMeta is what a manifest's header says about it that the store's policy needs: the
+// generation objects it references (none for a single-file snapshot) and its owner epoch (0 before
+// format version 7).
+type manifestMeta struct {
+	refs  []string
+	epoch uint64
+}
+
+// readManifestMeta reads the header of a snapshot and returns its manifestMeta.
+func readManifestMeta(r io.Reader, size int64) (manifestMeta, error) {
 	h, err := snapshot.NewDecoderSize(r, size).Header()
 	if err != nil {
-		return nil, err
+		return manifestMeta{}, err
 	}
 	names := make([]string, len(h.Refs))
 	for i, ref := range h.Refs {
 		names[i] = ref.Object
 	}
-	return names, nil
+	return manifestMeta{refs: names, epoch: h.OwnerEpoch}, nil
 }
 
-// refCache remembers the objects each manifest references: manifests never change, so each is
-// read at most once per process (and never the ones this process wrote).
+// refCache remembers the manifestMeta of each manifest: manifests never change, so each is read
+// at most once per process (and never the ones this process wrote).
 type refCache struct {
 	mu sync.Mutex
-	m  map[string]map[string][]string // unit → manifest name → referenced objects
+	m  map[string]map[string]manifestMeta // unit → manifest name → what its header says
 }
 
-func (c *refCache) get(unit, name string) ([]string, bool) {
+func (c *refCache) get(unit, name string) (manifestMeta, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	refs, ok := c.m[unit][name]
-	return refs, ok
+	m, ok := c.m[unit][name]
+	return m, ok
 }
 
-func (c *refCache) put(unit, name string, refs []string) {
+func (c *refCache) put(unit, name string, m manifestMeta) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]map[string][]string{}
+		c.m = map[string]map[string]manifestMeta{}
 	}
 	if c.m[unit] == nil {
-		c.m[unit] = map[string][]string{}
+		c.m[unit] = map[string]manifestMeta{}
 	}
-	c.m[unit][name] = refs
+	c.m[unit][name] = m
 }
 
 // retain forgets the manifests of unit that are not in keep.
@@ -290,6 +301,32 @@ func (c *refCache) retain(unit string, keep []Info) {
 	}
 }
 
+// meta returns the manifestMeta of snapshot info, reading (and caching) its header when the cache
+// lacks it. A snapshot that is not a readable snapshot references nothing and has owner epoch 0
+// (it cannot be restored either); any other error is returned.
+func (s *Store) meta(ctx context.Context, info Info) (manifestMeta, error) {
+	if m, ok := s.refs.get(info.Unit, info.Name); ok {
+		return m, nil
+	}
+	r, err := s.b.Open(ctx, info.Name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return manifestMeta{}, nil // pruned meanwhile
+	}
+	if err != nil {
+		return manifestMeta{}, fmt.Errorf("reading %s: %w", info.Name, err)
+	}
+	defer r.Close()
+	m, err := readManifestMeta(ctxReader{ctx, r}, r.Size())
+	if skippable(err) {
+		m, err = manifestMeta{}, nil
+	}
+	if err != nil {
+		return manifestMeta{}, fmt.Errorf("reading %s: %w", info.Name, err)
+	}
+	s.refs.put(info.Unit, info.Name, m)
+	return m, nil
+}
+
 // referenced returns the objects the snapshots in kept reference, reading (and caching) the
 // header of each one the cache lacks. A snapshot that is not a readable snapshot references
 // nothing (it cannot be restored either); any other error is returned: then no object can be
@@ -297,30 +334,13 @@ func (c *refCache) retain(unit string, keep []Info) {
 func (s *Store) referenced(ctx context.Context, unit string, kept []Info) (map[string]bool, error) {
 	refs := map[string]bool{}
 	for _, info := range kept {
-		names, ok := s.refs.get(unit, info.Name)
-		if !ok {
-			var err error
-			if names, err = s.readRefs(ctx, info); err != nil {
-				return nil, fmt.Errorf("reading %s: %w", info.Name, err)
-			}
-			s.refs.put(unit, info.Name, names)
+		m, err := s.meta(ctx, info)
+		if err != nil {
+			return nil, err
 		}
-		for _, n := range names {
+		for _, n := range m.refs {
 			refs[n] = true
 		}
 	}
 	return refs, nil
-}
-
-func (s *Store) readRefs(ctx context.Context, info Info) ([]string, error) {
-	r, err := s.b.Open(ctx, info.Name)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	names, err := manifestRefs(ctxReader{ctx, r}, r.Size())
-	if skippable(err) {
-		return nil, nil
-	}
-	return names, err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -42,10 +43,11 @@ func genWordsOf(seed uint64) []uint64 { return ckpttest.Words(testGroups*8, seed
 // saver saves ckpts incrementally, as dedup's persister does: it remembers what its last
 // committed manifest referenced.
 type saver struct {
-	s    *Store
-	unit string
-	base map[uint64]snapshot.GenRef
-	seed map[uint64]uint64
+	s     *Store
+	unit  string
+	epoch uint64 // the manifests' owner epoch
+	base  map[uint64]snapshot.GenRef
+	seed  map[uint64]uint64
 }
 
 func newSaver(s *Store) *saver { return &saver{s: s, unit: "u"} }
@@ -71,6 +73,7 @@ func (sv *saver) save(c ckpt, beforeCommit func(tx *Txn) error) (Info, SaveStats
 			}
 		}
 		var b bytes.Buffer
+		h.OwnerEpoch = sv.epoch
 		err := snapshot.EncodeManifest(&b, h)
 		return b.Bytes(), err
 	})
@@ -141,6 +144,7 @@ func TestIncrementalContract(t *testing.T) {
 		{"failed save leaves nothing", contractIncrementalFailed},
 		{"damaged generation falls back", contractIncrementalFallback},
 		{"saves of other replicas", contractIncrementalReplicas},
+		{"owner epochs fence", contractOwnerEpochs},
 	}
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
@@ -196,11 +200,11 @@ func checkReferenced(t *testing.T, s *storeUnderTest) {
 	want := map[string]bool{}
 	for _, info := range infos {
 		want[info.Name] = true
-		refs, err := s.readRefs(ctx, info)
+		m, err := s.meta(ctx, info)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range refs {
+		for _, r := range m.refs {
 			want[r] = true
 		}
 	}
@@ -329,5 +333,89 @@ func contractIncrementalReplicas(t *testing.T, open func(t *testing.T, keep int)
 	}
 	if got, _, err := loadCkpt(s.Store); err != nil || !maps.Equal(got, ckpt{3: 31, 2: 20}) {
 		t.Fatalf("load = %v, %v", got, err)
+	}
+}
+
+// contractOwnerEpochs: a replica that lost the unit (owner epoch 5) to another (epoch 9) cannot
+// save over it once it lists the newer owner's manifest; a save of its that raced the handover
+// and, with a clock ahead, got numbered after the newer owner's manifest is stale: its own prune
+// deletes it, never the newer owner's, even with one snapshot kept, and a load restores the newer
+// owner's.
+func contractOwnerEpochs(t *testing.T, open func(t *testing.T, keep int) *storeUnderTest) {
+	s := open(t, 1)
+	zombie := newSaver(s.Store)
+	zombie.epoch = 5
+	if _, _, err := zombie.save(ckpt{1: 10}, nil); err != nil {
+		t.Fatal(err)
+	}
+	owner := newSaver(s.replica(t))
+	owner.epoch = 9
+	owner.s.now = func() time.Time { return time.Now().Add(-time.Hour) } // its clock lags
+	// The zombie's save lists the unit before the new owner saves, and commits after.
+	var owners Info
+	zinfo, _, err := zombie.save(ckpt{2: 20, 1: 10}, func(*Txn) error {
+		var err error
+		owners, _, err = owner.save(ckpt{2: 21, 1: 10}, nil)
+		return err
+	})
+	if err != nil || zinfo.Seq <= owners.Seq {
+		t.Fatalf("the racing save: %v, numbered %d after the owner's %d", err, zinfo.Seq, owners.Seq)
+	}
+	infos, err := s.List(context.Background(), "u")
+	if err != nil || len(infos) != 1 || infos[0].Name != owners.Name {
+		t.Fatalf("the unit lists %v, %v; want the new owner's manifest %s alone", infos, err, owners.Name)
+	}
+	if got, _, err := loadCkpt(s.Store); err != nil || !maps.Equal(got, ckpt{2: 21, 1: 10}) {
+		t.Fatalf("load = %v, %v; want the new owner's checkpoint", got, err)
+	}
+	if _, _, err := zombie.save(ckpt{3: 30, 2: 20}, nil); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a save below the newest owner epoch: err = %v, want ErrFenced", err)
+	}
+	if _, _, err := owner.save(ckpt{3: 31, 2: 21}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := loadCkpt(s.Store); err != nil || !maps.Equal(got, ckpt{3: 31, 2: 21}) {
+		t.Fatalf("load = %v, %v; want the new owner's latest checkpoint", got, err)
+	}
+}
+
+// TestFence: a snapshot numbered after one of a higher owner epoch is stale; a prune keeps the
+// newest Keep live snapshots and every snapshot of an epoch above its own.
+func TestFence(t *testing.T) {
+	mk := func(epochs ...uint64) []Info { // newest first
+		infos := make([]Info, len(epochs))
+		for i, e := range epochs {
+			infos[i] = Info{Name: fmt.Sprintf("s%d", len(epochs)-i), Seq: uint64(len(epochs) - i), Epoch: e}
+		}
+		return infos
+	}
+	names := func(infos []Info) string {
+		var out []string
+		for _, i := range infos {
+			out = append(out, i.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	tests := []struct {
+		epochs             []uint64
+		own                uint64
+		live, kept, pruned string
+	}{
+		{[]uint64{0, 0, 0}, 0, "s3,s2,s1", "s3,s2", "s1"},
+		{[]uint64{9, 5, 5}, 9, "s3,s2,s1", "s3,s2", "s1"},
+		{[]uint64{5, 9, 5}, 5, "s2,s1", "s2,s1", "s3"},
+		{[]uint64{5, 9, 9, 9}, 5, "s3,s2,s1", "s3,s2,s1", "s4"},
+		{[]uint64{7, 5, 9, 5}, 7, "s2,s1", "s2,s1", "s4,s3"},
+		{[]uint64{9, 3, 7}, 9, "s3,s1", "s3,s1", "s2"},
+	}
+	s := &Store{keep: 2}
+	for _, tc := range tests {
+		infos := mk(tc.epochs...)
+		live, _ := fence(infos)
+		kept, gone := s.keptBy(infos, tc.own)
+		if names(live) != tc.live || names(kept) != tc.kept || names(gone) != tc.pruned {
+			t.Errorf("epochs %v (newest first), own %d: live %s, kept %s, pruned %s; want %s, %s, %s", tc.epochs, tc.own,
+				names(live), names(kept), names(gone), tc.live, tc.kept, tc.pruned)
+		}
 	}
 }

@@ -70,6 +70,9 @@ type LoadResult struct {
 	// Failures lists, newest first, every snapshot rejected before the
 	// outcome was reached; callers should log them.
 	Failures []Failure
+	// Epoch is the highest owner epoch among the unit's snapshots, usable
+	// or not (0 without any): a new owner of the unit takes an epoch above it.
+	Epoch uint64
 }
 
 // Err returns nil unless snapshots existed and all were rejected, in which
@@ -96,7 +99,7 @@ func skippable(err error) bool {
 }
 
 // Load restores unit from s with the fallback policy: it tries the
-// snapshots newest first; for each it reads and validates the header and
+// snapshots newest first, leaving out the stale ones (see Store.Snapshots); for each it reads and validates the header and
 // calls consume with the header and the decoder positioned at the data.
 // consume checks the header (configuration compatibility — wrap
 // ErrIncompatible to reject) and reads the data (Decoder.ReadWords, or the
@@ -124,9 +127,12 @@ func skippable(err error) bool {
 func Load[T any](ctx context.Context, s *Store, unit string, consume func(h snapshot.Header, d *snapshot.Decoder) (T, error)) (T, LoadResult, error) {
 	var zero T
 	res := LoadResult{Outcome: OutcomeCold}
-	snaps, err := s.List(ctx, unit)
+	snaps, err := s.Snapshots(ctx, unit)
 	if err != nil {
 		return zero, res, err
+	}
+	if len(snaps) > 0 {
+		res.Epoch = snaps[0].Epoch
 	}
 	for i, snap := range snaps {
 		if err := ctx.Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -86,6 +87,11 @@ type S3Options struct {
 // stored with a single PUT. On any failure the multipart upload is aborted; one left behind by a
 // process that died while saving is invisible to List, and Sweep aborts it.
 //
+// Conditional publication: both commits carry If-None-Match: *, so the store refuses to replace
+// an object of the same name (two replicas that numbered a save alike): Create then fails with an
+// error wrapping fs.ErrExist. AWS S3 and moto_server honour it on both; gofakes3 only on
+// PutObject. A store that answers NotImplemented gets plain writes from then on.
+//
 // Open streams the object; a download that ends before its announced length is an I/O error (Load
 // then stops rather than falling back), whereas an object that really is short or damaged is
 // corrupt (Load falls back).
@@ -96,6 +102,9 @@ type S3Backend struct {
 	concurrency int
 	partCRC     bool      // send part checksums (the SDK's checksum calculation is "when supported")
 	bufs        sync.Pool // *[]byte of partSize capacity
+	// unconditional is set once the store answered a conditional write (If-None-Match) with
+	// NotImplemented: later writes are plain ones (see conditional).
+	unconditional atomic.Bool
 }
 
 var _ Backend = (*S3Backend)(nil)
@@ -283,6 +292,37 @@ func (b *S3Backend) Open(ctx context.Context, name string) (ObjectReader, error)
 		size = -1
 	}
 	return &objectReader{body: out.Body, size: size, name: name}, nil
+}
+
+// conditional returns the If-None-Match value of a write: "*", so that the store refuses to
+// replace an object of the same name (two replicas numbering a save alike), or nil once the store
+// said it does not implement conditional writes.
+func (b *S3Backend) conditional() *string {
+	if b.unconditional.Load() {
+		return nil
+	}
+	return aws.String("*")
+}
+
+// notConditional reports whether err is the store's refusal of a conditional write it does not
+// implement, and if so remembers it: the caller writes again without the condition.
+func (b *S3Backend) notConditional(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "NotImplemented" && !b.unconditional.Swap(true) {
+		return true
+	}
+	return false
+}
+
+// objectExists wraps err with fs.ErrExist when it is the store's refusal of a conditional write
+// (PreconditionFailed, or ConditionalRequestConflict for a concurrent one): an object of the name
+// exists.
+func objectExists(err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode() == "PreconditionFailed" || ae.ErrorCode() == "ConditionalRequestConflict") {
+		return fmt.Errorf("%w: %w", fs.ErrExist, err)
+	}
+	return err
 }
 
 // isNoSuchKey reports whether err says the object does not exist (and not, say, that the bucket

@@ -1,8 +1,11 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"slices"
@@ -378,5 +381,35 @@ func TestS3MemoryBound(t *testing.T) {
 	}
 	if n := fake.Count(s3test.UploadPart); n != 40 {
 		t.Fatalf("%d parts uploaded, want 40", n)
+	}
+}
+
+// TestS3ConditionalCreate: an S3 store publishes every object with If-None-Match: *, so that a
+// replica never replaces an object another one wrote under the same name. moto_server refuses
+// the second write of a name, by PutObject and by CompleteMultipartUpload; gofakes3 refuses it by
+// PutObject but ignores the header on CompleteMultipartUpload, so there a second multipart write
+// replaces the first, as on a store without conditional writes.
+func TestS3ConditionalCreate(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		if kind.name != "moto" && kind.name != "fakes3" {
+			continue
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			s := kind.open(t, 3)
+			b := s.Store.b
+			ctx := context.Background()
+			multipart := int(b.(*S3Backend).partSize) + 1
+			for _, size := range []int{10, multipart} { // one PutObject; a multipart upload
+				name := fmt.Sprintf("u.%020d.snap", size)
+				write := func(w io.Writer) error { _, err := w.Write(bytes.Repeat([]byte("x"), size)); return err }
+				if _, err := b.Create(ctx, name, write); err != nil {
+					t.Fatal(err)
+				}
+				_, err := b.Create(ctx, name, write)
+				if refused := errors.Is(err, fs.ErrExist); refused != (kind.name == "moto" || size == 10) {
+					t.Errorf("size %d: a second write of %s: err = %v", size, name, err)
+				}
+			}
+		})
 	}
 }

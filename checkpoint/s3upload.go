@@ -149,11 +149,18 @@ func (u *upload) finish() (int64, error) {
 		u.buf = u.b.getBuf() // an empty snapshot is still an object
 	}
 	if u.id == "" {
-		_, err := u.b.client.PutObject(u.ctx, &s3.PutObjectInput{
-			Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key),
-			Body: bytes.NewReader(*u.buf), ContentLength: aws.Int64(int64(len(*u.buf))),
-		})
-		if err != nil {
+		put := func() error {
+			_, err := u.b.client.PutObject(u.ctx, &s3.PutObjectInput{
+				Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key), IfNoneMatch: u.b.conditional(),
+				Body: bytes.NewReader(*u.buf), ContentLength: aws.Int64(int64(len(*u.buf))),
+			})
+			return err
+		}
+		err := put()
+		if err != nil && u.b.notConditional(err) {
+			err = put()
+		}
+		if err = objectExists(err); err != nil {
 			u.buf = nil // not reused: see sendPart
 			return 0, fmt.Errorf("putting the object: %w", err)
 		}
@@ -169,11 +176,18 @@ func (u *upload) finish() (int64, error) {
 		return 0, u.abort(err)
 	}
 	slices.SortFunc(u.parts, func(a, b types.CompletedPart) int { return int(aws.ToInt32(a.PartNumber) - aws.ToInt32(b.PartNumber)) })
-	_, err := u.b.client.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
-	})
-	if err != nil {
+	complete := func() error {
+		_, err := u.b.client.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
+			Bucket: aws.String(u.b.loc.Bucket), Key: aws.String(u.key), UploadId: aws.String(u.id),
+			MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts}, IfNoneMatch: u.b.conditional(),
+		})
+		return err
+	}
+	err := complete()
+	if err != nil && u.b.notConditional(err) {
+		err = complete()
+	}
+	if err = objectExists(err); err != nil {
 		return 0, u.abort(fmt.Errorf("completing the multipart upload: %w", err))
 	}
 	return u.n, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,9 @@ type Info struct {
 	Size int64
 	// ModTime is when the snapshot was written.
 	ModTime time.Time
+	// Epoch is the snapshot's owner epoch (snapshot.Header.OwnerEpoch; 0 for a snapshot without
+	// one). Only Snapshots fills it in.
+	Epoch uint64
 }
 
 // DefaultKeep is the number of snapshots per unit a Store retains when it is given keep <= 0.
@@ -145,7 +149,7 @@ func (s *Store) Save(ctx context.Context, unit string, write func(w io.Writer) e
 	case err != nil:
 		return Info{}, s.errorf("save %s: %w", unit, err)
 	}
-	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit)); err != nil {
+	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit), 0); err != nil {
 		return info, fmt.Errorf("%w: %s in %s: %w", ErrPrune, unit, s.b, err)
 	}
 	return info, nil
@@ -219,7 +223,7 @@ func (s *Store) Prune(ctx context.Context, unit string) error {
 	l := s.locks.lock(unit)
 	l.Lock()
 	defer l.Unlock()
-	if err := s.pruneLocked(ctx, unit, true); err != nil {
+	if err := s.pruneLocked(ctx, unit, true, math.MaxUint64); err != nil {
 		return s.errorf("prune %s: %w", unit, err)
 	}
 	return nil
@@ -241,17 +245,21 @@ func (s *Store) sweepDue(unit string) bool {
 	return true
 }
 
-// pruneLocked deletes what retention lets go of, and sweeps the unit's stale partial writes if
+// pruneLocked deletes what retention lets go of (see keptBy: never a manifest of an owner epoch
+// above own, the epoch of the save that prunes), and sweeps the unit's stale partial writes if
 // sweep is set. The caller holds the unit's lock.
-func (s *Store) pruneLocked(ctx context.Context, unit string, sweep bool) error {
+func (s *Store) pruneLocked(ctx context.Context, unit string, sweep bool, own uint64) error {
 	objs, err := s.b.List(ctx, unit+".")
 	if err != nil {
 		return fmt.Errorf("listing: %w", err)
 	}
 	infos := snapInfos(unit, objs)
-	kept := infos[:min(s.keep, len(infos))]
+	if err := s.withEpochs(ctx, infos); err != nil {
+		return err // without the epochs nothing is known safe to delete
+	}
+	kept, gone := s.keptBy(infos, own)
 	var errs []error
-	for _, info := range infos[len(kept):] {
+	for _, info := range gone {
 		if err := s.b.Delete(ctx, info.Name); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", info.Name, err))
 		}

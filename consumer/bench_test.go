@@ -57,13 +57,13 @@ func BenchmarkEndToEnd(b *testing.B) {
 // nopDeduper keeps no state and finds no duplicates: the worker's plumbing alone.
 type nopDeduper struct{}
 
-func (nopDeduper) Assign(context.Context, int32) error  { return nil }
-func (nopDeduper) Revoke(context.Context, int32) error  { return nil }
-func (nopDeduper) Seen(int32, []byte, time.Time) bool   { return false }
-func (nopDeduper) Generation([]int32)                   {}
-func (nopDeduper) Processing(int32, int64)              {}
-func (nopDeduper) Acked(int32, int64)                   {}
-func (nopDeduper) Discard(context.Context, int32) error { return nil }
+func (nopDeduper) Assign(context.Context, int32) error                    { return nil }
+func (nopDeduper) Revoke(context.Context, int32) error                    { return nil }
+func (nopDeduper) Seen(int32, []byte, time.Time) bool                     { return false }
+func (nopDeduper) Generation(int32, []int32, func(context.Context) error) {}
+func (nopDeduper) Processing(int32, int64)                                {}
+func (nopDeduper) Acked(int32, int64)                                     {}
+func (nopDeduper) Discard(context.Context, int32) error                   { return nil }
 
 type pipeline func(ctx context.Context, cl testbroker.Broker) error
 

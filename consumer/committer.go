@@ -29,6 +29,7 @@ type committer struct {
 	interval time.Duration
 	obs      Observer
 	log      *kafkaio.Sampler
+	own      *ownership // the generation's ownership, told of every commit's answer; nil in tests
 
 	kick chan struct{} // capacity 1: "commit soon"
 	stop chan struct{}
@@ -143,7 +144,15 @@ func (c *committer) commitOnce() {
 	c.pending = make(map[int]int64, len(offsets))
 	c.mu.Unlock()
 
+	start := time.Now()
 	err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
+	if c.own != nil && err == nil {
+		c.own.confirm(start)
+	}
+	if c.own != nil && c.own.fence(err) {
+		c.log.Log(slog.LevelWarn, "generation-lost", "offset commit refused: the consumer group generation was lost; "+
+			"its partitions are released without saving their state", "topic", c.topic, "error", err.Error())
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

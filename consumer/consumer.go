@@ -42,13 +42,19 @@ import (
 // or Seen for the same partition.
 type Deduper interface {
 	// Generation is called at the start of every consumer group generation, before any Assign of
-	// that generation, with the input partitions the generation gives this worker, in ascending
-	// order (none for a member without partitions). Every partition of the previous generation
-	// was revoked or discarded before. Rebalances are eager, so a partition that stays with the
-	// worker is revoked and assigned again: a Deduper that keeps a revoked partition's state in
-	// memory in case it comes back drops the state of the partitions that did not. Generation
-	// must return quickly.
-	Generation(partitions []int32)
+	// that generation, with the generation's id (kafka-go's Generation.ID: per group, increasing
+	// at the coordinator) and the input partitions the generation gives this worker, in
+	// ascending order (none for a member without partitions). Every partition of the previous
+	// generation was revoked or discarded before. Rebalances are eager, so a partition that stays
+	// with the worker is revoked and assigned again: a Deduper that keeps a revoked partition's
+	// state in memory in case it comes back drops the state of the partitions that did not. owns
+	// returns nil while the worker still owns the generation's partitions, and an error wrapping
+	// ErrNotOwner once the generation was lost involuntarily (a session expiry, ILLEGAL_GENERATION,
+	// UNKNOWN_MEMBER_ID) or another error when that cannot be confirmed now: a Deduper calls it
+	// right before it saves a partition's state, and saves nothing when it fails, because the
+	// partition's next owner may have moved on. owns may block for one request to the
+	// coordinator and is safe for concurrent use. Generation must return quickly.
+	Generation(id int32, partitions []int32, owns func(context.Context) error)
 	// Assign prepares state for a newly assigned partition (it may restore a checkpoint).
 	// An error makes the Worker log it and retry with backoff; the partition is not consumed
 	// until Assign succeeds.
@@ -71,7 +77,7 @@ type Deduper interface {
 	// It must be cheap.
 	Acked(partition int32, nextOffset int64)
 	// Revoke is called when the partition was taken away (it may snapshot). The state of the
-	// partition is dropped after. Every record passed to Seen for this partition has been
+	// partition is dropped after. A worker whose generation was lost calls Discard instead. Every record passed to Seen for this partition has been
 	// produced and acknowledged when Revoke is called, and Acked was called for its last batch.
 	Revoke(ctx context.Context, partition int32) error
 	// Discard is called instead of Revoke when the Worker has to give up a partition while some
@@ -131,6 +137,9 @@ type Observer interface {
 	UncertainRetry()
 	// CommitError counts one failed offset commit.
 	CommitError()
+	// AssignRetry counts one failed attempt of Deduper.Assign, which the Worker logs and retries
+	// (the partition is not consumed and the Worker is not ready meanwhile).
+	AssignRetry()
 	// DeadLetter counts one record of the input partition that the output (or duplicates) topic
 	// refused and that was written to Config.DeadLetterTopic; reason is one of
 	// kafkaio.RefusalReasons.
@@ -196,6 +205,9 @@ func (NopObserver) UncertainRetry() {}
 
 // CommitError does nothing.
 func (NopObserver) CommitError() {}
+
+// AssignRetry does nothing.
+func (NopObserver) AssignRetry() {}
 
 // DeadLetter does nothing.
 func (NopObserver) DeadLetter(int32, string) {}

@@ -67,7 +67,7 @@ func newMapDeduper(global bool, st *store) *mapDeduper {
 
 // Generation checks the Deduper contract: every partition of the previous generation
 // must be released by now, and the generation's Assigns must be for the partitions listed.
-func (d *mapDeduper) Generation(parts []int32) {
+func (d *mapDeduper) Generation(_ int32, parts []int32, _ func(context.Context) error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.active) > 0 {
@@ -232,6 +232,7 @@ func (o *countingObserver) ProduceError()              { o.produceErrors.Add(1) 
 func (o *countingObserver) ProducerReset(string)       {}
 func (o *countingObserver) UncertainRetry()            {}
 func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
+func (o *countingObserver) AssignRetry()               {}
 func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
 func (o *countingObserver) Lag(int32, int64)           {}
 func (o *countingObserver) Aborted(_ int32, n int)     { o.aborted.Add(int64(n)) }

@@ -96,9 +96,11 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 // add is called from the calling goroutine only, one record at a time, partition by partition;
 // its id is only valid during the call. A partition with nothing to read (from[q] at or past its
 // end) costs no fetch. Records deleted by retention are skipped with a warning (reading starts at
-// the earliest available offset), as are partitions the topic does not have and ranges that
-// cannot be read. On a broker error that retries do not cure, or when ctx ends, it returns a
-// "consumer: ..." error together with the number of records added so far.
+// the earliest available offset), as are partitions the topic's metadata says it does not have.
+// A read that stalls below the end it read, or a transient UNKNOWN_TOPIC_OR_PARTITION, is asked
+// again after a backoff, never taken for the end. On a broker error that retries do not cure, or
+// when ctx ends, it returns a "consumer: ..." error together with the number of records added so
+// far: the caller must not use the filter (dedup's Assign fails and is retried).
 func (r *OutputReader) Rewarm(ctx context.Context, from map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
 	return r.read(ctx, from, nil, add)
 }
@@ -151,9 +153,9 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 	for i, q := range parts {
 		ids[i] = int(q)
 	}
-	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, r.cfg.Isolation)
+	offs, err := r.offsets(ctx, ids)
 	if err != nil {
-		return 0, fmt.Errorf("consumer: offsets of the output topic: %w", err)
+		return 0, err
 	}
 	rs := rewarmState{r: r, add: add}
 	rs.hdrSeq = rs.hdr.all
@@ -164,7 +166,7 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 			end = stop
 		}
 		switch {
-		case errors.Is(o.Error, kafka.UnknownTopicOrPartition):
+		case errors.Is(o.Error, errNoPartition):
 			r.log.Warn("output partition in the checkpoint does not exist; nothing to re-warm from it",
 				"topic", r.cfg.OutputTopic, "partition", q, "from", start)
 			continue
@@ -186,6 +188,60 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 		}
 	}
 	return rs.added, nil
+}
+
+// errNoPartition marks, in the offsets offsets returns, a partition that the output topic's
+// metadata says it does not have.
+var errNoPartition = errors.New("consumer: the output topic has no such partition")
+
+// rewarmAttempts is how many times a re-warm asks again, after a backoff, when the brokers answer
+// UNKNOWN_TOPIC_OR_PARTITION for a partition the topic has, or a read stalls below the end offset
+// it read (see rewarmState.partition); then it fails and the caller (Assign) retries.
+const rewarmAttempts = 4
+
+// offsets returns the log start and end (Config.Isolation) of output partitions ids. A partition
+// answered UNKNOWN_TOPIC_OR_PARTITION is accepted as missing (errNoPartition in its Error) only
+// when the topic's metadata has fewer partitions; otherwise the answer was transient (a leader
+// that moved) and offsets asks again after a backoff, up to rewarmAttempts times, then fails.
+func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.PartitionOffsets, error) {
+	var offs map[int]kafka.PartitionOffsets
+	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
+		var err error
+		if offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, r.cfg.Isolation); err != nil {
+			return fmt.Errorf("consumer: offsets of the output topic: %w", err)
+		}
+		return r.missing(ctx, offs, attempt)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return offs, nil
+}
+
+// missing checks the partitions of offs answered UNKNOWN_TOPIC_OR_PARTITION against the topic's
+// partition count: one the topic does not have gets errNoPartition; one it has makes missing
+// return an error, so that the offsets are asked again.
+func (r *OutputReader) missing(ctx context.Context, offs map[int]kafka.PartitionOffsets, attempt int) error {
+	n := -1
+	for p, o := range offs {
+		if !errors.Is(o.Error, kafka.UnknownTopicOrPartition) {
+			continue
+		}
+		if n < 0 {
+			var err error
+			if n, err = r.partitionCount(ctx); err != nil {
+				return err
+			}
+		}
+		if p < n {
+			r.log.Warn("output partition answered UNKNOWN_TOPIC_OR_PARTITION although the topic has it; asking again",
+				"topic", r.cfg.OutputTopic, "partition", p, "partitions", n, "attempt", attempt+1)
+			return fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, p, o.Error)
+		}
+		o.Error = errNoPartition
+		offs[p] = o
+	}
+	return nil
 }
 
 // outputPartitions returns the output partitions that can hold records of inputPartition:
@@ -225,31 +281,74 @@ type rewarmState struct {
 	hdrSeq func(yield func(string, []byte) bool)
 }
 
-// partition reads output partition q from start up to (not including) end.
+// partition reads output partition q from start up to (not including) end. A read that stalls
+// (kafkaio.ErrStalled: fetches return nothing below end, as from a new leader whose high watermark
+// has not caught up yet) is not taken as the end: after a backoff, the partition's log start is
+// read again, only what lies below it is skipped (deleted by retention), and the read goes on from
+// where it got to, up to rewarmAttempts times; then partition fails, and with it the re-warm.
 func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) error {
 	r := s.r
 	began, added := time.Now(), s.added
-	err := kafkaio.Read(ctx, r.client, kafkaio.Range{
-		Topic: r.cfg.OutputTopic, Partition: q, Start: start, End: end, Isolation: r.cfg.Isolation,
-		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait,
-		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
-		OnSkip: func(from, to int64) {
-			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
-				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
-		},
-	}, s.records)
-	if errors.Is(err, kafkaio.ErrStalled) {
-		// The records below end existed when end was read: they were compacted away since.
-		r.log.Warn("output records could not be read; their identities are not re-warmed",
-			"topic", r.cfg.OutputTopic, "partition", q, "end", end, "error", err.Error())
-		err = nil
-	}
+	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
+		if attempt > 0 {
+			var err error
+			if start, err = s.resume(ctx, q, start); err != nil {
+				return err
+			}
+		}
+		err := s.read(ctx, q, &start, end)
+		if errors.Is(err, kafkaio.ErrStalled) {
+			r.log.Warn("re-warm read stalled below the end offset; reading the partition's offsets again",
+				"topic", r.cfg.OutputTopic, "partition", q, "at", start, "end", end, "attempt", attempt+1)
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("consumer: re-warming from output partition %s/%d: %w", r.cfg.OutputTopic, q, err)
 	}
 	r.log.Debug("re-warmed from output partition", "topic", r.cfg.OutputTopic, "partition", q,
 		"from", start, "end", end, "identities", s.added-added, "took", time.Since(began).String())
 	return nil
+}
+
+// read reads output partition q from *at up to end, moving *at past every record it passes on.
+func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) error {
+	r := s.r
+	return kafkaio.Read(ctx, r.client, kafkaio.Range{
+		Topic: r.cfg.OutputTopic, Partition: q, Start: *at, End: end, Isolation: r.cfg.Isolation,
+		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait,
+		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
+		OnSkip: func(from, to int64) {
+			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
+				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
+			*at = to
+		},
+	}, func(recs []kafkaio.Record) error {
+		if len(recs) > 0 {
+			*at = recs[len(recs)-1].Offset + 1
+		}
+		return s.records(recs)
+	})
+}
+
+// resume returns the offset a stalled read of output partition q goes on from: at, or the
+// partition's log start if retention deleted the records from at on.
+func (s *rewarmState) resume(ctx context.Context, q int, at int64) (int64, error) {
+	r := s.r
+	offs, err := r.offsets(ctx, []int{q})
+	if err != nil {
+		return at, err
+	}
+	o := offs[q]
+	if o.Error != nil {
+		return at, fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, q, o.Error)
+	}
+	if o.FirstOffset > at {
+		r.log.Warn("output records were deleted by retention before they could be re-read; their identities are not re-warmed and their duplicates may pass",
+			"topic", r.cfg.OutputTopic, "partition", q, "from", at, "earliest", o.FirstOffset, "skipped", o.FirstOffset-at)
+		return o.FirstOffset, nil
+	}
+	return at, nil
 }
 
 // records passes the identities of recs to add, skipping marked records in ModeMark.

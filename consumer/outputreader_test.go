@@ -15,6 +15,9 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/txntest"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // outputCounts is the number of records in each partition of the output topic of the
@@ -435,4 +438,75 @@ func TestOutputReaderTransactions(t *testing.T) {
 		})
 	}
 	w.End("b", false)
+}
+
+// emptyFetch answers a fetch of output partition q of topic with no records and a high watermark
+// of 0, as a new leader whose high watermark has not caught up after a failover does; nil for
+// other fetches.
+func emptyFetch(topic string, q int32) func(kmsg.Request) kmsg.Response {
+	return func(kr kmsg.Request) kmsg.Response {
+		req := kr.(*kmsg.FetchRequest)
+		if len(req.Topics) != 1 || req.Topics[0].Topic != topic || len(req.Topics[0].Partitions) != 1 ||
+			req.Topics[0].Partitions[0].Partition != q {
+			return nil
+		}
+		res := req.ResponseKind().(*kmsg.FetchResponse)
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = topic
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.Partition, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = q, 0, 0, 0
+		rt.Partitions = []kmsg.FetchResponseTopicPartition{rp}
+		res.Topics = []kmsg.FetchResponseTopic{rt}
+		return res
+	}
+}
+
+// TestOutputReaderRewarmFailsClosed: a re-warm must read its whole range or fail, never take a
+// broker's odd answer for the end of the partition. Five empty fetch answers below the end it read
+// (a new leader whose high watermark lags) and one UNKNOWN_TOPIC_OR_PARTITION from ListOffsets (a
+// leader that moved) are asked again, and every identity is re-warmed.
+func TestOutputReaderRewarmFailsClosed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fault func(e *env) func() int
+	}{
+		{"five empty fetch answers", func(e *env) func() int {
+			return e.cl.Fake().Answer(kmsg.Fetch, 5, emptyFetch(e.out, 3))
+		}},
+		{"one UNKNOWN_TOPIC_OR_PARTITION", func(e *env) func() int {
+			h := e.cl.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: e.out, Partitions: []int32{3},
+				Err: kerr.UnknownTopicOrPartition, Count: 1})
+			return h.Hits
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newOutputEnv(t)
+			cfg := e.config()
+			cfg.RetryBackoffMax = 50 * time.Millisecond
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			var want []string
+			for i := range outputCounts[3] {
+				if _, id, _, keyed := outputRecord(3, i); keyed {
+					want = append(want, id)
+				}
+			}
+			hits := tc.fault(e)
+			var got []string
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			n, err := r.Rewarm(ctx, map[int32]int64{3: 0}, func(id []byte, _ time.Time) { got = append(got, string(id)) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hits() == 0 {
+				t.Fatal("the fault never hit")
+			}
+			if n != len(want) || !slices.Equal(got, want) {
+				t.Errorf("re-warmed %d identities, want all %d:\n got %v\nwant %v", n, len(want), got, want)
+			}
+		})
+	}
 }

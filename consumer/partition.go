@@ -98,7 +98,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		}
 	}
 	<-readerClosed
-	w.release(pctx, hard, st, drained, since)
+	w.release(pctx, hard, c, st, drained, since)
 }
 
 // consume handles the batches of r until gctx ends (drained: every record passed to Seen was
@@ -133,11 +133,12 @@ func sinceDone(ctx context.Context) (since func() time.Duration, stop func() boo
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
-// gctx ends (false).
+// gctx ends (false). Every failure is logged and counted (Observer.AssignRetry).
 func (w *Worker) assign(gctx context.Context, p int32) bool {
 	err := w.cfg.retry().Retry(gctx, 0, func(attempt int) error {
 		err := w.dedup.Assign(gctx, p)
 		if err != nil && gctx.Err() == nil {
+			w.obs.AssignRetry()
 			w.log.Error("deduplication state for partition could not be prepared; retrying",
 				"partition", p, "attempt", attempt+1, "error", err.Error())
 		}
@@ -151,7 +152,7 @@ func (w *Worker) assign(gctx context.Context, p int32) bool {
 // the output never got; nothing when a block discarded it (and the block is no longer reported).
 // since returns the time since the generation ended; the release is logged and reported to the
 // Observer with it.
-func (w *Worker) release(pctx, hard context.Context, st *partitionState, drained bool, since func() time.Duration) {
+func (w *Worker) release(pctx, hard context.Context, c *committer, st *partitionState, drained bool, since func() time.Duration) {
 	p := st.p
 	var outcome string
 	switch {
@@ -163,7 +164,7 @@ func (w *Worker) release(pctx, hard context.Context, st *partitionState, drained
 				"unless the topic takes the record by then", "partition", p, "offset", b.Offset, "refused_by", b.Topic, "reason", b.Reason)
 		}
 	default:
-		outcome = w.handBack(pctx, hard, p, drained)
+		outcome = w.handBack(pctx, hard, c.own, p, drained)
 	}
 	took := since()
 	w.obs.Released(took)
@@ -172,8 +173,20 @@ func (w *Worker) release(pctx, hard context.Context, st *partitionState, drained
 }
 
 // handBack calls Revoke or Discard for p and returns what became of the state: "revoked",
-// "revoke failed" or "discarded".
-func (w *Worker) handBack(pctx, hard context.Context, p int32, drained bool) string {
+// "revoke failed", "discarded" or "discarded: generation lost" (own, nil in tests, says the
+// generation was lost: the partition may have moved, and a save now could hide what its new owner
+// produced).
+func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, drained bool) string {
+	if own != nil && drained {
+		if err := own.check(pctx); errors.Is(err, ErrNotOwner) {
+			w.log.Warn("partition released after the consumer group generation was lost: its state is dropped, not saved",
+				"partition", p, "error", err.Error())
+			if err := w.dedup.Discard(hard, p); err != nil {
+				w.log.Error("discard failed", "partition", p, "error", err.Error())
+			}
+			return "discarded: generation lost"
+		}
+	}
 	if drained {
 		err := w.dedup.Revoke(pctx, p)
 		switch {

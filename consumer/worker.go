@@ -323,7 +323,9 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 		parts[i] = int32(id)
 	}
 	slices.Sort(parts)
-	w.dedup.Generation(parts)
+	own := newOwnership(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
+		w.cfg.HeartbeatInterval)
+	w.dedup.Generation(gen.ID, parts, own.check)
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))
 	w.pendingAssign.Store(int64(len(assigned)))
@@ -347,6 +349,7 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	}
 
 	c := newCommitter(gen, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
+	c.own = own
 	go c.run()
 	var wg sync.WaitGroup
 	for _, a := range assigned {
@@ -360,8 +363,8 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	// no partition was assigned: an early return would make the group rebalance endlessly.
 	<-gctx.Done()
 	// kafka-go stopped heartbeating; keep the membership while the partitions are released.
-	stopHeartbeats := kafkaio.Heartbeats(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
-		w.cfg.HeartbeatInterval, w.sample)
+	stopHeartbeats := kafkaio.Heartbeats(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID,
+		OnFenced: func(err error) { own.fence(err) }}, w.cfg.HeartbeatInterval, w.sample)
 	wg.Wait()
 	c.close()
 	stopHeartbeats()

@@ -35,7 +35,11 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 	if err != nil {
 		return nil, lineage{}, err
 	}
-	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets}
+	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets, epoch: s.ownerEpoch(r.Epoch)}
+	if partition < 0 {
+		s.globalFloor.Store(r.Epoch)
+		lin.epoch = s.globalEpoch()
+	}
 	cold := f == nil
 	if cold {
 		r.Outcome = checkpoint.OutcomeCold
@@ -49,7 +53,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 	if cold && s.cfg.Persister != nil {
 		// The baseline: a filter that covers the output up to now. Failing to write it only
 		// weakens crash recovery (counted and logged), so consumption is not held up.
-		res, err := s.save(ctx, unit, f, partition, map[int32]*part{}, nil)
+		res, err := s.save(ctx, unit, f, partition, map[int32]*part{}, nil, nil, lin.epoch)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
 				"unit", unit, "error", err.Error())
@@ -80,6 +84,9 @@ func (s *Set) restore(ctx context.Context, unit string, ev *eventClock) (*window
 	f, r, err := s.cfg.Persister.Restore(ctx, unit, s.windowFor(ev))
 	if err != nil {
 		return nil, r, fmt.Errorf("dedup: restoring %s: %w", unit, err)
+	}
+	if f != nil {
+		s.checkSkew(unit, r.Created)
 	}
 	if f != nil && ev != nil {
 		ev.resume(f)
@@ -116,8 +123,10 @@ func (s *Set) coldFilter(ctx context.Context, unit string, partition int32, ev *
 // snapshot through the Persister, or rebuilds it from the output topic, or starts a cold filter;
 // and re-warms it from the output topic. A restored, rebuilt or cold filter is snapshotted at
 // once. Assigning a partition that is already assigned does nothing. Under ScopeGlobal it only
-// starts tracking the partition's progress. It returns the Persister's or Output's error, wrapped,
-// if the state could not be prepared; the caller should retry.
+// starts tracking the partition's progress, after rebuilding the shared filter if a Discard left
+// it holding identities of records that never reached the output (see rebuildGlobal). It returns
+// the Persister's or Output's error, wrapped, if the state could not be prepared; the caller
+// should retry.
 func (s *Set) Assign(ctx context.Context, partition int32) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -130,25 +139,41 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 		return nil
 	}
 	// Restoring and re-warming can take a while; other partitions restore meanwhile.
-	f, ev, lin := s.global, s.globalEv, lineage{}
-	if f == nil {
+	var f *window.Filter
+	var ev *eventClock
+	var lin lineage
+	if s.global.Load() != nil {
+		if err := s.rebuildGlobal(ctx); err != nil {
+			return err
+		}
+	} else {
 		var err error
 		if f, ev, lin, err = s.prepare(ctx, s.Unit(partition), partition); err != nil {
 			return err
 		}
 	}
+	return s.add(partition, f, ev, lin)
+}
+
+// add makes the prepared filter f serve partition, or, under ScopeGlobal (f nil), the shared one.
+// A filter that is not needed any more (the Set was closed, or the partition assigned meanwhile)
+// is closed.
+func (s *Set) add(partition int32, f *window.Filter, ev *eventClock, lin lineage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := *s.parts.Load()
-	_, assigned = cur[partition]
+	_, assigned := cur[partition]
 	if s.closed || assigned {
-		if f != s.global {
+		if f != nil {
 			f.Close()
 		}
 		if s.closed {
 			return errClosed
 		}
 		return nil
+	}
+	if g := s.global.Load(); g != nil { // read under mu: a rebuild swaps it under mu
+		f, ev = g.f, g.ev
 	}
 	next := maps.Clone(cur)
 	next[partition] = newPart(f, ev, lin)
@@ -176,7 +201,7 @@ func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*windo
 // is returned.
 func (s *Set) Revoke(ctx context.Context, partition int32) error {
 	pt := s.remove(partition)
-	if pt == nil || s.global != nil {
+	if pt == nil || s.global.Load() != nil {
 		return nil
 	}
 	pt.f.Close()
@@ -184,7 +209,7 @@ func (s *Set) Revoke(ctx context.Context, partition int32) error {
 	var err error
 	if s.cfg.Persister != nil {
 		start := time.Now()
-		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt}, &pt.mark)
+		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt}, &pt.mark, nil, pt.lineage().epoch)
 		s.releases.add(start, res.stats, err)
 		s.cfg.Logger.Debug("final checkpoint", "unit", s.Unit(partition), "unchanged", res.stats.Skipped,
 			"bytes_written", res.stats.Written, "objects_written", res.stats.Created, "took", time.Since(start).String())
@@ -201,18 +226,18 @@ func (s *Set) Revoke(ctx context.Context, partition int32) error {
 
 // Discard drops the partition's state without saving it. The worker calls it instead of Revoke
 // when records it passed to Seen never reached the output topic: a snapshot would make the next
-// owner drop them as duplicates. Under ScopeGlobal the shared filter holds those identities too,
-// so no snapshot is taken from then on; the next start re-warms from the last good one.
+// owner drop them as duplicates. Under ScopeGlobal the shared filter holds those identities too:
+// it is tainted, no snapshot is taken of it, and the next Assign rebuilds it from the last good
+// snapshot and the output topic before the partition is served again (see rebuildGlobal).
 func (s *Set) Discard(_ context.Context, partition int32) error {
 	pt := s.remove(partition)
 	if pt == nil {
 		return nil
 	}
-	if s.global != nil {
-		if !s.tainted.Swap(true) {
-			s.cfg.Logger.Warn("the global filter holds identities of records that were not produced; it will not be snapshotted again until restart",
-				"partition", partition)
-		}
+	if s.global.Load() != nil {
+		s.taints.Add(1)
+		s.cfg.Logger.Warn("the global filter holds identities of records that were not produced; "+
+			"it is not snapshotted until it is rebuilt, at the next partition assignment", "partition", partition)
 		return nil
 	}
 	pt.f.Close()

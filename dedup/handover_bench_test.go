@@ -101,7 +101,7 @@ func benchHandover(b *testing.B, store *checkpoint.Store) {
 		if err := owner.Revoke(ctx, 0); err != nil {
 			b.Fatal(err)
 		}
-		owner.Generation([]int32{0})
+		owner.Generation(1, []int32{0}, nil)
 		if err := owner.Assign(ctx, 0); err != nil {
 			b.Fatal(err)
 		}

@@ -225,7 +225,7 @@ func TestSavesBounded(t *testing.T) {
 		s.Seen(i, []byte("k"), time.Time{})
 		s.Acked(i, 1)
 	}
-	s.Generation(nil)
+	s.Generation(1, nil, nil)
 	var wg sync.WaitGroup
 	for i := range int32(parts) {
 		wg.Go(func() {

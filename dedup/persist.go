@@ -118,7 +118,7 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 			p.log.Warn("no usable snapshot: starting cold; duplicates of records produced before this start may pass",
 				"unit", unit, "rejected", len(res.Failures))
 		}
-		return nil, Restored{Outcome: checkpoint.OutcomeCold}, nil
+		return nil, Restored{Outcome: checkpoint.OutcomeCold, Epoch: res.Epoch}, nil
 	}
 	p.seed(unit, r)
 	out := res.Header.OutputOffsets
@@ -126,7 +126,8 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 		p.log.Warn("snapshot has no output offsets (format v1): the filter cannot be re-warmed from the output topic",
 			"unit", unit, "file", res.Snapshot.Name)
 	}
-	return r.f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot)}, nil
+	return r.f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot), Epoch: res.Epoch,
+		Created: res.Header.Created}, nil
 }
 
 // restoreOne restores the filter of one snapshot: from the generation objects a manifest
@@ -180,7 +181,7 @@ func (p *CheckpointPersister) seed(unit string, r restored) {
 // Newest returns the newest snapshot of unit the store lists, without reading it, or the zero
 // SnapshotRef when there is none. It returns the store's error when listing fails.
 func (p *CheckpointPersister) Newest(ctx context.Context, unit string) (SnapshotRef, error) {
-	infos, err := p.store.List(ctx, unit)
+	infos, err := p.store.Snapshots(ctx, unit)
 	if err != nil || len(infos) == 0 {
 		return SnapshotRef{}, err
 	}
@@ -188,7 +189,7 @@ func (p *CheckpointPersister) Newest(ctx context.Context, unit string) (Snapshot
 }
 
 func refOf(info checkpoint.Info) SnapshotRef {
-	return SnapshotRef{Name: info.Name, Seq: info.Seq, Size: info.Size}
+	return SnapshotRef{Name: info.Name, Seq: info.Seq, Size: info.Size, Epoch: info.Epoch}
 }
 
 // Save writes f's state for unit as an incremental checkpoint: the generation objects of the
@@ -326,6 +327,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {
 		Partition:         info.Partition,
 		InputOffsets:      info.InputOffsets,
 		OutputOffsets:     info.OutputOffsets,
+		OwnerEpoch:        info.OwnerEpoch,
 		Created:           time.Now(),
 	}
 	for _, st := range m.Stages {

@@ -98,8 +98,15 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eve
 	if ev == nil {
 		f.AdvanceTo(s.now())
 	}
+	// What was written while the rebuild read (another owner's late writes, other input partitions
+	// under hash partitioning) lies after plan.end: the baseline save that follows reads the end
+	// again and would claim it.
+	tail, err := s.cfg.Output.Rewarm(ctx, plan.end, s.addFunc(f, ev))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dedup: rebuilding %s: re-warming the tail written during the rebuild: %w", unit, err)
+	}
 	log.Info("filter rebuilt from the output topic", "records", prog.done, "skipped", plan.skipped,
-		"duration", time.Since(start).String())
+		"tail_records", tail, "duration", time.Since(start).String())
 	return f, plan.end, nil
 }
 

@@ -64,6 +64,8 @@ import (
 type lineage struct {
 	snap SnapshotRef
 	out  map[int32]int64
+	// epoch is the owner epoch of the assignment the filter serves (see Set.ownerEpoch).
+	epoch uint64
 }
 
 // after returns l updated by a save attempt: output offsets read before the copy hold even if the
@@ -98,11 +100,19 @@ func (s *Set) park(partition int32, pt *part) {
 	}
 }
 
-// Generation drops the parked filters of the partitions that are not in partitions, the ones the
-// new consumer group generation assigns to this worker. It is part of consumer.Deduper: the
-// worker calls it before the generation's Assign calls. It is safe for concurrent use.
-func (s *Set) Generation(partitions []int32) {
+// Generation drops the parked filters of the partitions that are not in partitions, the ones
+// consumer group generation id assigns to this worker, and makes owns the check every later save
+// passes before it reads the output's end (see Set.save): a save is refused once owns fails. It
+// is part of consumer.Deduper: the worker calls it before the generation's Assign calls. It is
+// safe for concurrent use.
+func (s *Set) Generation(id int32, partitions []int32, owns func(context.Context) error) {
 	s.releases.reset()
+	s.gen.Store(max(id, 0))
+	if owns != nil {
+		s.owns.Store(&owns)
+	} else {
+		s.owns.Store(nil)
+	}
 	keep := make(map[int32]bool, len(partitions))
 	for _, p := range partitions {
 		keep[p] = true
@@ -143,12 +153,14 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 	}
 	start := time.Now()
 	lin := pt.lineage()
-	if ok, err := s.stillNewest(ctx, unit, lin); !ok || err != nil {
+	floor, ok, err := s.stillNewest(ctx, unit, lin)
+	if !ok || err != nil {
 		if err != nil {
 			s.park(partition, pt)
 		}
 		return nil, nil, lineage{}, false, err
 	}
+	lin.epoch = s.ownerEpoch(floor)
 	f := pt.f
 	if pt.ev == nil {
 		f.AdvanceTo(s.now()) // under ClockEvent a kept filter does not age: its records move it
@@ -179,25 +191,26 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 // stillNewest reports whether the parked filter with lineage lin may be reused: the store's newest
 // snapshot of unit is the one lin names, or there is no store. When the store cannot be listed it
 // says yes (with a warning) if the re-warm from lin's output offsets makes the filter current, and
-// returns the error otherwise.
-func (s *Set) stillNewest(ctx context.Context, unit string, lin lineage) (bool, error) {
+// returns the error otherwise. It also returns the unit's highest owner epoch as far as it knows
+// (lin's when the store cannot be listed).
+func (s *Set) stillNewest(ctx context.Context, unit string, lin lineage) (uint64, bool, error) {
 	if s.cfg.Persister == nil {
-		return true, nil
+		return lin.epoch, true, nil
 	}
 	newest, err := s.cfg.Persister.Newest(ctx, unit)
 	switch {
 	case err != nil && (s.cfg.Output == nil || lin.out == nil):
-		return false, fmt.Errorf("dedup: listing the snapshots of %s to check the filter kept in memory: %w", unit, err)
+		return 0, false, fmt.Errorf("dedup: listing the snapshots of %s to check the filter kept in memory: %w", unit, err)
 	case err != nil:
 		s.cfg.Logger.Warn("cannot list the unit's snapshots: reusing the filter kept in memory, re-warmed from the output topic",
 			"unit", unit, "error", err.Error())
-		return true, nil
+		return lin.epoch, true, nil
 	case newest != lin.snap:
 		s.cfg.Logger.Info("the store holds a newer snapshot than the filter kept in memory: loading it",
 			"unit", unit, "newest", newest.Name, "kept", lin.snap.Name)
-		return false, nil
+		return 0, false, nil
 	}
-	return true, nil
+	return max(newest.Epoch, lin.epoch), true, nil
 }
 
 // now returns the time of the filters' clock.

@@ -96,6 +96,7 @@ type recordingObserver struct {
 	rebuilds []rebuildReport
 	started  int
 	records  int
+	skews    []time.Duration
 }
 
 type rebuildReport struct {
@@ -115,6 +116,11 @@ func (o *recordingObserver) Restored(outcome checkpoint.Outcome, _ time.Duration
 	o.restores[outcome]++
 }
 func (o *recordingObserver) Rewarmed(n int) { o.mu.Lock(); o.rewarmed += n; o.mu.Unlock() }
+func (o *recordingObserver) ClockSkew(d time.Duration) {
+	o.mu.Lock()
+	o.skews = append(o.skews, d)
+	o.mu.Unlock()
+}
 func (o *recordingObserver) RebuildStarted() {
 	o.mu.Lock()
 	o.started++
@@ -195,7 +201,7 @@ func TestRetainedPartitionIsNotDownloaded(t *testing.T) {
 	if s.Parked() != 1 {
 		t.Fatalf("%d filters parked after Revoke, want 1", s.Parked())
 	}
-	s.Generation([]int32{3})
+	s.Generation(1, []int32{3}, nil)
 	opens, lists := e.store.counts()
 	if err := s.Assign(ctx, 3); err != nil {
 		t.Fatal(err)
@@ -231,7 +237,7 @@ func TestParkedFilterDroppedWhenNotReassigned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.Generation([]int32{2, 5})
+	s.Generation(1, []int32{2, 5}, nil)
 	if s.Parked() != 1 {
 		t.Fatalf("%d filters parked, want only partition 2's", s.Parked())
 	}
@@ -337,7 +343,7 @@ func TestParkedFilterAfterFailedSave(t *testing.T) {
 				t.Fatalf("Revoke = %v, want the store's error", err)
 			}
 			e.rewarms = nil
-			s.Generation([]int32{0})
+			s.Generation(1, []int32{0}, nil)
 			opens, _ := e.store.counts()
 			err = s.Assign(ctx, 0)
 			if tc.wantErr {
@@ -384,7 +390,7 @@ func TestRetainedWithoutStore(t *testing.T) {
 	if err := s.Revoke(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
-	s.Generation([]int32{4})
+	s.Generation(1, []int32{4}, nil)
 	if err := s.Assign(ctx, 4); err != nil {
 		t.Fatal(err)
 	}

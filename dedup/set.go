@@ -23,15 +23,19 @@ import (
 // Seen calls for one partition must not overlap (see Seen). Use NewSet; the zero value is not
 // usable.
 type Set struct {
-	cfg    Config
-	parts  atomic.Pointer[map[int32]*part]
-	global *window.Filter // ScopeGlobal
-	// globalEv is the global filter's stream time under ClockEvent.
-	globalEv *eventClock
+	cfg   Config
+	parts atomic.Pointer[map[int32]*part]
+	// global is the filter every partition shares under ScopeGlobal (nil under ScopePartition). It
+	// is replaced when a rebuild follows a Discard (see rebuildGlobal).
+	global atomic.Pointer[shared]
 
-	mu      sync.Mutex // serialises Assign, Revoke, Discard and Close
-	closed  bool
-	tainted atomic.Bool // ScopeGlobal: the filter holds identities that never reached the output
+	mu     sync.Mutex // serialises Assign, Revoke, Discard and Close
+	closed bool
+	// taints counts the Discards that left identities of records that never reached the output in
+	// the global filter; cleared is the count the last rebuild of the global filter covers. The
+	// filter is tainted while they differ (see tainted).
+	taints, cleared atomic.Uint64
+	rebuildMu       sync.Mutex // serialises rebuilds of the global filter
 	// parked holds the filters of revoked partitions that may come back (see Revoke); guarded by
 	// mu.
 	parked map[int32]*part
@@ -47,6 +51,14 @@ type Set struct {
 	saveSlots  chan struct{}            // one per save under way (Config.SaveConcurrency)
 	globalMark atomic.Pointer[saveMark] // ScopeGlobal: the global filter's last checkpoint
 	releases   releaseLog               // what the final saves of the last release wrote
+	// owns confirms, before a save, that the worker still owns the partitions of its consumer
+	// group generation (see Generation); nil: no check.
+	owns atomic.Pointer[func(context.Context) error]
+	// gen is the consumer group generation of the last Generation call (0 before); globalFloor
+	// the highest owner epoch of the global unit's snapshots when the global filter was prepared.
+	// See ownerEpoch.
+	gen         atomic.Int32
+	globalFloor atomic.Uint64
 }
 
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
@@ -67,7 +79,7 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.global, s.globalEv = f, ev
+		s.global.Store(&shared{f: f, ev: ev})
 	}
 	if cfg.Persister != nil && cfg.CheckpointInterval > 0 {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -175,8 +187,8 @@ func (s *Set) Unassigned() uint64 { return s.unassigned.Load() }
 
 // Filter returns the filter serving a partition (the global filter under ScopeGlobal), or nil.
 func (s *Set) Filter(partition int32) *window.Filter {
-	if s.global != nil {
-		return s.global
+	if g := s.global.Load(); g != nil {
+		return g.f
 	}
 	if pt := (*s.parts.Load())[partition]; pt != nil {
 		return pt.f
@@ -191,8 +203,8 @@ func (s *Set) Partitions() []int32 {
 
 // Stats returns the state of every filter, for metrics.
 func (s *Set) Stats() []FilterStats {
-	if s.global != nil {
-		return []FilterStats{filterStats(globalUnit, s.global, s.globalEv)}
+	if g := s.global.Load(); g != nil {
+		return []FilterStats{filterStats(globalUnit, g.f, g.ev)}
 	}
 	cur := *s.parts.Load()
 	out := make([]FilterStats, 0, len(cur))
@@ -249,13 +261,13 @@ func (s *Set) Close(ctx context.Context) error {
 		<-s.done
 	}
 	var errs []error
-	if s.global != nil {
+	if g := s.global.Load(); g != nil {
 		// Seal against the partitions still assigned: if the worker did not drain them, the
 		// snapshot waits for their acknowledgements and is dropped when they never come.
 		cur := *s.parts.Load()
-		s.global.Close()
+		g.f.Close()
 		start := time.Now()
-		res, err := s.save(ctx, globalUnit, s.global, -1, cur, &s.globalMark)
+		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
 		s.releases.add(start, res.stats, err)
 		errs = append(errs, err)
 		for _, p := range s.Partitions() {

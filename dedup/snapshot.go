@@ -27,6 +27,11 @@ type Restored struct {
 	OutputOffsets map[int32]int64
 	// Snapshot names the snapshot restored (zero for OutcomeCold).
 	Snapshot SnapshotRef
+	// Epoch is the highest owner epoch among the unit's snapshots, restored or not (0 without
+	// any): the Set's owner epoch for the unit is above it (see Set.ownerEpoch).
+	Epoch uint64
+	// Created is when the snapshot restored was taken, by its saver's clock (zero: unknown).
+	Created time.Time
 }
 
 // SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
@@ -36,6 +41,8 @@ type SnapshotRef struct {
 	Name string
 	Seq  uint64
 	Size int64
+	// Epoch is the owner epoch of the replica that saved the snapshot (see SnapshotInfo).
+	Epoch uint64
 }
 
 // SaveStats says what a save sent to the store and what the checkpoint it saved holds.
@@ -64,6 +71,10 @@ type SnapshotInfo struct {
 	InputOffsets map[int32]int64
 	// OutputOffsets maps output partitions to their end offsets taken before the copy.
 	OutputOffsets map[int32]int64
+	// OwnerEpoch is the saving replica's owner epoch for the unit: above the epoch of every
+	// snapshot of the unit listed when the replica got the unit (see Set.ownerEpoch), so that a
+	// store can refuse or ignore the saves of a replica that lost the unit (checkpoint.ErrFenced).
+	OwnerEpoch uint64
 }
 
 // Persister saves and restores a filter's state. NewCheckpointPersister returns the
@@ -77,8 +88,9 @@ type Persister interface {
 	// snapshot becomes visible; if seal fails, nothing is saved. It returns the saved snapshot, or
 	// an error when it could not be saved durably, and in both cases what it sent to the store.
 	Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error)
-	// Newest returns the newest snapshot of unit, without reading it, or the zero SnapshotRef when
-	// there is none. A Set calls it when a partition it kept in memory comes back, to learn whether
+	// Newest returns the newest snapshot of unit (ignoring stale ones, see
+	// checkpoint.Store.Snapshots), without reading its data, or the zero SnapshotRef when there is
+	// none; its Epoch is the unit's highest owner epoch. A Set calls it when a partition it kept in memory comes back, to learn whether
 	// anyone saved a newer state of it meanwhile; it should be cheap (one listing).
 	Newest(ctx context.Context, unit string) (SnapshotRef, error)
 }
@@ -104,6 +116,9 @@ type CheckpointObserver interface {
 	Restored(outcome checkpoint.Outcome, duration time.Duration)
 	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
+	// ClockSkew reports, for every snapshot restored, how far its creation time lies ahead of the
+	// local clock (0 or less: it does not; see Set.checkSkew).
+	ClockSkew(d time.Duration)
 	// RebuildStarted reports that a unit started rebuilding from the output topic.
 	RebuildStarted()
 	// RebuildRecords reports n more output records added to a filter being rebuilt.
@@ -160,10 +175,12 @@ type saveResult struct {
 // sealed once each has acknowledged everything it had processed when the copy ended. mark, nil
 // for a filter no part holds yet, remembers the filter's last checkpoint: when no record reached
 // the filter since (see saveMark), save writes nothing and returns that checkpoint. Saves wait for
-// one of Config.SaveConcurrency slots.
-func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark]) (saveResult, error) {
+// one of Config.SaveConcurrency slots; once a save has its slot, it re-checks that it may still
+// save (see mayProceed: live, nil for always, and the generation's ownership), because the
+// partition may have been handed over while it waited.
+func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark], live func() bool, epoch uint64) (saveResult, error) {
 	var res saveResult
-	if s.cfg.Persister == nil || s.tainted.Load() {
+	if s.cfg.Persister == nil || s.tainted() {
 		return res, nil
 	}
 	start := time.Now()
@@ -179,7 +196,11 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 		return res, fmt.Errorf("dedup: saving %s: waiting for a save slot: %w", unit, err)
 	}
 	defer release()
-	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{}}
+	if err := s.mayProceed(ctx, unit, live); err != nil {
+		return res, err
+	}
+	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{},
+		OwnerEpoch: epoch}
 	if s.cfg.Output != nil {
 		out, err := s.cfg.Output.End(ctx, partition)
 		if err != nil {
@@ -211,6 +232,27 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 	return res, nil
 }
 
+// errSaveCancelled is returned by a periodic save whose partition was revoked or discarded while
+// it waited for a save slot: the revoke saves (or the discard drops) the state itself.
+var errSaveCancelled = errors.New("dedup: save cancelled: the partition was released while the save waited")
+
+// mayProceed returns nil if a save of unit that got its slot may go on: live (nil for always)
+// still holds and the worker still owns its consumer group generation (see Set.Generation).
+// Otherwise nothing may be saved: errSaveCancelled, or the ownership check's error, counted as a
+// failed checkpoint.
+func (s *Set) mayProceed(ctx context.Context, unit string, live func() bool) error {
+	if live != nil && !live() {
+		return errSaveCancelled
+	}
+	if owns := s.owns.Load(); owns != nil {
+		if err := (*owns)(ctx); err != nil {
+			s.failed()
+			return fmt.Errorf("dedup: saving %s: not saved, the ownership of the partition is not confirmed: %w", unit, err)
+		}
+	}
+	return nil
+}
+
 // saved reports a checkpoint that is current: saved now, or skipped because the last one is.
 func (s *Set) saved(d time.Duration, stats SaveStats) {
 	if s.cfg.Observer != nil {
@@ -239,13 +281,13 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 		}
 	}
 	add(parts)
-	if s.global != nil {
+	if s.global.Load() != nil {
 		add(*s.parts.Load())
 	}
 	deadline := time.Now().Add(s.cfg.SealTimeout)
 	wait := 100 * time.Microsecond
 	for {
-		if s.tainted.Load() {
+		if s.tainted() {
 			return errors.New("dedup: the filter holds identities of records that were not produced")
 		}
 		pending := false
@@ -299,8 +341,8 @@ func (s *Set) Checkpoint(ctx context.Context) error {
 
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
-	if s.global != nil {
-		_, err := s.save(ctx, globalUnit, s.global, -1, cur, &s.globalMark)
+	if g := s.global.Load(); g != nil {
+		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
 		}
@@ -316,8 +358,12 @@ func (s *Set) checkpointAll(ctx context.Context) error {
 		}
 		wg.Go(func() { // as many at once as save slots allow
 			unit := s.Unit(p)
-			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark)
+			res, err := s.save(ctx, unit, pt.f, p, map[int32]*part{p: pt}, &pt.mark, func() bool { return !pt.gone.Load() },
+				pt.lineage().epoch)
 			pt.saved(res, err)
+			if errors.Is(err, errSaveCancelled) {
+				return
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())

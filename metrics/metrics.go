@@ -188,6 +188,7 @@ type Metrics struct {
 	uncertainRetries prometheus.Counter
 	producerResets   map[string]prometheus.Counter
 	commitErrors     prometheus.Counter
+	assignRetries    prometheus.Counter
 	rebalances       prometheus.Counter
 	assigned         prometheus.Gauge
 	ready            prometheus.Gauge
@@ -206,6 +207,7 @@ type Metrics struct {
 	restoreUnknown        prometheus.Counter
 	restoreDuration       prometheus.Histogram
 	rewarmed              prometheus.Counter
+	clockSkew             prometheus.Gauge
 
 	rebuilding      prometheus.Gauge
 	rebuildRecords  prometheus.Counter
@@ -301,6 +303,8 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 		m.producerResets[r] = resets.WithLabelValues(r)
 	}
 	m.commitErrors = counter("commit_errors_total", "Failed attempts to commit consumer offsets.")
+	m.assignRetries = counter("assign_retries_total",
+		"Failed attempts to prepare an assigned partition's state (restore, re-warm or rebuild from the output topic); each is logged and retried, and the worker is not ready meanwhile.")
 	m.rebalances = counter("rebalances_total", "Consumer group rebalances seen by this worker.")
 	m.assigned = gauge("assigned_partitions", "Input partitions currently assigned to this worker.")
 	m.ready = gauge("ready", "1 when the worker is ready to process records (state restored, partitions assigned), else 0.")
@@ -320,7 +324,7 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 		[]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
 	return []prometheus.Collector{
 		m.consumed, m.produced, m.duplicates, m.unkeyed, m.aborted,
-		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.rebalances, m.assigned, m.ready, m.buildInfo,
+		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.assignRetries, m.rebalances, m.assigned, m.ready, m.buildInfo,
 		m.endToEnd, m.processing,
 	}
 }
@@ -354,9 +358,11 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	for _, r := range append(slices.Clone(opts.RejectReasons), resetOther) {
 		m.rejected[r] = rejected.WithLabelValues(r)
 	}
+	m.clockSkew = gauge("checkpoint_clock_skew_seconds",
+		"How far the creation time of the last snapshot restored lies ahead of this worker's clock (0 when it does not): the saving replica's clock ran ahead of this one's by at least this much, so this worker keeps identities that long beyond the window.")
 	return []prometheus.Collector{
 		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
-		restores, m.restoreDuration, m.rewarmed, rejected,
+		restores, m.restoreDuration, m.rewarmed, rejected, m.clockSkew,
 	}
 }
 
@@ -529,6 +535,14 @@ func (m *Metrics) ProducerReset(reason string) {
 
 // CommitError counts one failed offset commit. It is safe for concurrent use.
 func (m *Metrics) CommitError() { m.commitErrors.Inc() }
+
+// AssignRetry counts one failed attempt to prepare an assigned partition's state. It is safe for
+// concurrent use.
+func (m *Metrics) AssignRetry() { m.assignRetries.Inc() }
+
+// ClockSkew sets how far the creation time of the snapshot just restored lies ahead of the local
+// clock (0 or less: it does not). It is safe for concurrent use.
+func (m *Metrics) ClockSkew(d time.Duration) { m.clockSkew.Set(max(d, 0).Seconds()) }
 
 // Latency observes one record's end-to-end latency (since its Kafka
 // timestamp) and processing latency (since it was consumed). Negative

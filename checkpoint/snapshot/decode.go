@@ -20,17 +20,17 @@ import (
 // CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
-// This is the format's specification. The byte layout of a version 6
+// This is the format's specification. The byte layout of a version 7
 // snapshot, the CurrentVersion: a manifest, whose data lives in generation
 // objects (see GenDecoder). All integers are little-endian; the fields
-// marked v2, v3, v4, v5 or v6 are absent from the header body of older
+// marked v2 to v7 are absent from the header body of older
 // versions, which ends after the last field its version has; a v4 stage
 // entry lacks the first-word bits. A snapshot of version 5 or older holds
 // its data itself, after the header.
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
-//	8           2      format version (uint16) = 6 (MinVersion..CurrentVersion are read)
+//	8           2      format version (uint16) = 7 (MinVersion..CurrentVersion are read)
 //	10          4      H = header body length in bytes (uint32, <= MaxHeaderBytes)
 //	14          H      header body:
 //	  +0        4        generations N (uint32)
@@ -76,6 +76,8 @@ import (
 //	                     name of the generation object holding the generation
 //	                     (uint16 length, then the bytes), the object's size
 //	                     (uint64) and trailing checksum (uint32)
+//	            8        owner epoch (v7; uint64): the fencing token of the
+//	                     replica that saved the manifest (see Header.OwnerEpoch)
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count D (uint64): W up to version 5, 0 in a
 //	                   manifest (v6)
@@ -524,6 +526,9 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	}
 	if version >= VersionV6 {
 		h.Refs = c.refs()
+	}
+	if version >= VersionV7 {
+		h.OwnerEpoch = c.u64()
 	}
 	if c.err != nil {
 		return Header{}, c.err

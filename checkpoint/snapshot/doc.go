@@ -9,7 +9,7 @@
 // # Format
 //
 // A checkpoint is a manifest (EncodeManifest writes CurrentVersion, version
-// 6) and the generation objects it references, one per live generation
+// 7: version 6 and the owner epoch of the replica that saved it) and the generation objects it references, one per live generation
 // (NewGenEncoder). The manifest is a versioned binary file: magic
 // "KDDPSNAP", a uint16 format version, a length-prefixed header body with
 // the filter parameters, the generation table, the slot use table, the stage

@@ -57,6 +57,9 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	if version >= VersionV6 {
 		b = appendRefs(b, h.Refs)
 	}
+	if version >= VersionV7 {
+		b = le.AppendUint64(b, h.OwnerEpoch)
+	}
 	return b
 }
 
@@ -133,12 +136,12 @@ func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
 	return encode(w, &h, SingleFileVersion, data)
 }
 
-// EncodeManifest writes a manifest (version 6) to w: the header h, whose Refs
+// EncodeManifest writes a manifest (CurrentVersion, version 7) to w: the header h, whose Refs
 // name the generation objects holding the data, and the checksum; a manifest
 // holds no data itself. It fails, wrapping ErrInvalidHeader, for a header
 // without a reference per generation, and returns the error from w.
 func EncodeManifest(w io.Writer, h Header) error {
-	return encode(w, &h, VersionV6, func(io.Writer) error { return nil })
+	return encode(w, &h, CurrentVersion, func(io.Writer) error { return nil })
 }
 
 // encode writes h in the given version. Only tests write old versions.

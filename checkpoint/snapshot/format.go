@@ -42,9 +42,14 @@ const (
 	// again while the generation does not change. Its header is version 5's followed by the
 	// generation references.
 	VersionV6 uint16 = 6
+	// VersionV7 is version 6 with the manifest's owner epoch at the end of
+	// the header body: the fencing token of the replica that owned the unit
+	// when it saved (see Header.OwnerEpoch). Generation objects stay version 6.
+	VersionV7 uint16 = 7
 	// CurrentVersion is the newest version: the version of the manifests
-	// EncodeManifest writes and of the generation objects they reference.
-	CurrentVersion = VersionV6
+	// EncodeManifest writes. The generation objects they reference are
+	// version 6.
+	CurrentVersion = VersionV7
 	// SingleFileVersion is the version Encode writes: the newest format of a
 	// snapshot that holds its data itself.
 	SingleFileVersion = VersionV5
@@ -225,6 +230,11 @@ type Header struct {
 	// stage table). A manifest holds no data itself; Words still counts the
 	// words of the state it describes. Nil before version 6.
 	Refs []GenRef
+	// OwnerEpoch is the owner epoch of the replica that saved the manifest
+	// (version 7; 0 before): a fencing token that increases with every change
+	// of the unit's owner, so that a save by a replica that lost the unit
+	// (a zombie) can be told from its successor's (see checkpoint.Store).
+	OwnerEpoch uint64
 
 	// Origin is the start of generation number 0. The zero Time is stored
 	// as 0.

@@ -25,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 	m := encodeManifest(f, withRefs(withStages(testHeader(1))))
 	f.Add(m)
 	f.Add(m[:len(m)-7])
-	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v5.snap", "golden-v6.snap"} {
+	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v5.snap", "golden-v6.snap", "golden-v7.snap"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			f.Add(b)
 		}
@@ -85,6 +85,7 @@ func FuzzHeaderBody(f *testing.F) {
 	f.Add(appendBody(nil, &g3, VersionV3), VersionV3)
 	m := withRefs(h4)
 	f.Add(appendBody(nil, &m, VersionV6), VersionV6)
+	f.Add(appendBody(nil, &m, VersionV7), VersionV7)
 	g5 := goldenHeaderV5()
 	f.Add(appendBody(nil, &g5, VersionV5), VersionV5)
 	f.Fuzz(func(t *testing.T, body []byte, version uint16) {

@@ -139,6 +139,9 @@ func writeHeader(ew *errWriter, h *Header) error {
 	}
 	p("format:\t%s version %d%s\n", Magic, h.Version, kind)
 	p("created:\t%s\n", fmtTime(h.Created))
+	if h.Version >= VersionV7 {
+		p("owner epoch:\t%d\n", h.OwnerEpoch)
+	}
 	if h.Scope == ScopeGlobal {
 		p("scope:\tglobal (topic %q)\n", h.Topic)
 	} else {

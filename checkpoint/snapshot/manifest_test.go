@@ -38,8 +38,24 @@ func encodeManifest(t testing.TB, h Header) []byte {
 	return b.Bytes()
 }
 
+// encodeManifestV6 writes h as a version 6 manifest, as kdedup did before owner epochs.
+func encodeManifestV6(t testing.TB, h Header) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := encode(&b, &h, VersionV6, func(io.Writer) error { return nil }); err != nil {
+		t.Fatalf("encode v6: %v", err)
+	}
+	return b.Bytes()
+}
+
+// withOwner returns h with an owner epoch (version 7).
+func withOwner(h Header) Header {
+	h.OwnerEpoch = 0x0102030405060708
+	return h
+}
+
 func TestManifestRoundTrip(t *testing.T) {
-	for _, h := range []Header{withRefs(testHeader(3)), withRefs(withStages(testHeader(1))), withRefs(goldenHeaderV5())} {
+	for _, h := range []Header{withRefs(testHeader(3)), withRefs(withStages(testHeader(1))), withOwner(withRefs(goldenHeaderV5()))} {
 		b := encodeManifest(t, h)
 		for _, rk := range readerKinds {
 			got, words, err := decodeAll(rk.wrap(b))
@@ -47,7 +63,7 @@ func TestManifestRoundTrip(t *testing.T) {
 				t.Fatalf("%s: %v", rk.name, err)
 			}
 			want := h
-			want.Version = VersionV6
+			want.Version = CurrentVersion
 			if d := diffHeader(got, want); d != "" {
 				t.Fatalf("%s: header differs:\n%s", rk.name, d)
 			}
@@ -116,7 +132,8 @@ func TestGoldenV6(t *testing.T) {
 	h := withRefs(goldenHeaderV5())
 	words, sections := goldenGenWords()
 	files := map[string][]byte{
-		"golden-v6.snap": encodeManifest(t, h),
+		"golden-v6.snap": encodeManifestV6(t, h),
+		"golden-v7.snap": encodeManifest(t, withOwner(h)),
 		"golden-v6.gen":  encodeGen(t, 1234, sections, words, 300),
 	}
 	for name, b := range files {
@@ -142,6 +159,13 @@ func TestGoldenV6(t *testing.T) {
 	le := binary.LittleEndian
 	H := int(le.Uint32(m[10:]))
 	refs := m[14+H-(4+3*(2+8+4)+len(h.Refs[0].Object)+len(h.Refs[1].Object)+len(h.Refs[2].Object)) : 14+H]
+	if v7 := files["golden-v7.snap"]; len(v7) != len(m)+8 || le.Uint16(v7[8:]) != 7 ||
+		le.Uint64(v7[14+H:]) != withOwner(h).OwnerEpoch {
+		t.Error("golden v7 manifest does not end its header body with the owner epoch")
+	}
+	if got, _, err := decodeAll(bytes.NewReader(files["golden-v7.snap"])); err != nil || got.OwnerEpoch != withOwner(h).OwnerEpoch {
+		t.Errorf("golden v7 manifest: owner epoch %d, err %v", got.OwnerEpoch, err)
+	}
 	if le.Uint16(m[8:]) != 6 || le.Uint32(refs) != 3 || le.Uint16(refs[4:]) != uint16(len(h.Refs[0].Object)) ||
 		string(refs[6:6+len(h.Refs[0].Object)]) != h.Refs[0].Object ||
 		le.Uint64(refs[6+len(h.Refs[0].Object):]) != uint64(h.Refs[0].Size) ||
@@ -212,7 +236,7 @@ func TestInspectManifest(t *testing.T) {
 	}
 	report := squeeze(out.String())
 	t.Logf("report:\n%s", out.String())
-	for _, want := range []string{"KDDPSNAP version 6 (manifest", "generation objects:",
+	for _, want := range []string{"KDDPSNAP version 7 (manifest", "generation objects:",
 		"1234 orders.p3.00000000000000000009.g234.gen", "OK", "file checksum: OK"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)

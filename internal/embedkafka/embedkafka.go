@@ -234,6 +234,34 @@ func (cl *Cluster) Delay(key kmsg.Key, d time.Duration) (stop func()) {
 	return func() { stopped.Store(true) }
 }
 
+// Answer makes the running cluster answer up to n requests with key by what answer returns for
+// them, instead of handling them (kfake.Cluster.ControlKey); a request for which answer returns
+// nil is handled as usual and not counted. answer runs on the cluster's goroutine and must not
+// block. It returns a function that tells how many requests were answered, or nil when the
+// cluster is stopped. Answers do not survive Stop.
+func (cl *Cluster) Answer(key kmsg.Key, n int, answer func(kmsg.Request) kmsg.Response) (answered func() int) {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	var count atomic.Int64
+	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		res := answer(req)
+		if res == nil {
+			return nil, nil, false
+		}
+		if count.Add(1) < int64(n) {
+			c.KeepControl() // sticks once set: the last answer drops the control
+		} else {
+			c.DropControl()
+		}
+		return res, nil, true
+	})
+	return func() int { return int(count.Load()) }
+}
+
 // Close stops the cluster for good.
 func (cl *Cluster) Close() { cl.Stop() }
 

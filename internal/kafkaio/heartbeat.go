@@ -3,6 +3,7 @@ package kafkaio
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -18,6 +19,56 @@ type Member struct {
 	// Generation and ID are the member's generation and member ID, as kafka.Generation has them.
 	Generation int32
 	ID         string
+	// OnFenced, if set, is called by Heartbeats when the coordinator answers that the member or
+	// its generation is gone (see Fenced).
+	OnFenced func(error)
+}
+
+// Fenced reports whether err says that a consumer group member lost its generation: the
+// coordinator no longer knows the member (UNKNOWN_MEMBER_ID, after a session expiry for example),
+// the generation moved on (ILLEGAL_GENERATION), or a static member with the same instance id
+// replaced it (FENCED_INSTANCE_ID). The partitions of that generation may then belong to another
+// member already. REBALANCE_IN_PROGRESS is not fenced: the coordinator waits for the member to
+// rejoin before it hands its partitions on.
+func Fenced(err error) bool {
+	return errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.IllegalGeneration) ||
+		errors.Is(err, kafka.FencedInstanceID)
+}
+
+// CheckMember sends one heartbeat for member to its group's coordinator, through client, and
+// returns nil when the coordinator still counts the member in its generation (it answered with no
+// error or REBALANCE_IN_PROGRESS), an error for which Fenced is true when it does not, and another
+// error when the coordinator could not be asked. A successful answer renews the member's session,
+// so the member's partitions cannot be handed on before a session timeout from the call.
+func CheckMember(ctx context.Context, client *kafka.Client, member Member) error {
+	res, err := client.FindCoordinator(ctx, &kafka.FindCoordinatorRequest{Key: member.Group, KeyType: kafka.CoordinatorKeyTypeConsumer})
+	if err == nil {
+		err = res.Error
+	}
+	if err == nil && res.Coordinator == nil {
+		err = errors.New("no coordinator in the answer")
+	}
+	if err != nil {
+		return fmt.Errorf("kafkaio: finding the coordinator of group %q: %w", member.Group, err)
+	}
+	addr := kafka.TCP(net.JoinHostPort(res.Coordinator.Host, strconv.Itoa(res.Coordinator.Port)))
+	err = heartbeat(ctx, client, addr, member)
+	if err == nil || errors.Is(err, kafka.RebalanceInProgress) {
+		return nil
+	}
+	return fmt.Errorf("kafkaio: heartbeat of group %q generation %d: %w", member.Group, member.Generation, err)
+}
+
+// heartbeat sends one heartbeat for member to coordinator and returns the error it got, the
+// answer's included.
+func heartbeat(ctx context.Context, client *kafka.Client, coordinator net.Addr, member Member) error {
+	res, err := client.Heartbeat(ctx, &kafka.HeartbeatRequest{
+		Addr: coordinator, GroupID: member.Group, GenerationID: member.Generation, MemberID: member.ID,
+	})
+	if err == nil {
+		err = res.Error
+	}
+	return err
 }
 
 // Heartbeats heartbeats the group coordinator for member every interval, through client, until
@@ -58,15 +109,13 @@ func Heartbeats(client *kafka.Client, member Member, interval time.Duration, log
 			if coordinator == nil {
 				continue
 			}
-			res, err := client.Heartbeat(ctx, &kafka.HeartbeatRequest{
-				Addr: coordinator, GroupID: member.Group, GenerationID: member.Generation, MemberID: member.ID,
-			})
-			if err == nil {
-				err = res.Error
-			}
+			err := heartbeat(ctx, client, coordinator, member)
 			switch {
 			case err == nil, errors.Is(err, kafka.RebalanceInProgress):
-			case errors.Is(err, kafka.UnknownMemberId), errors.Is(err, kafka.IllegalGeneration):
+			case Fenced(err):
+				if member.OnFenced != nil {
+					member.OnFenced(err)
+				}
 				log.Log(slog.LevelDebug, "release-heartbeat-end", "heartbeats during the release stop: the coordinator moved on",
 					"generation", member.Generation, "error", err.Error())
 				return

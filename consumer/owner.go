@@ -1,0 +1,95 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+)
+
+// ErrNotOwner is wrapped by the error ownership.check returns once the worker lost its consumer
+// group generation involuntarily: its partitions may belong to another member, so nothing of
+// them may be saved any more.
+var ErrNotOwner = errors.New("consumer: the consumer group generation was lost; its partitions may have moved")
+
+// ownership tracks whether the worker still owns the partitions of one generation. The generation
+// is lost, for good, once the coordinator answers a commit or a heartbeat with an error for which
+// kafkaio.Fenced is true (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID: a session
+// expired while the process was paused, for example). check confirms ownership with a heartbeat
+// of its own when the last confirmation is older than fresh: a paused process learns it was
+// expelled before it saves anything. Its methods are safe for concurrent use.
+type ownership struct {
+	client *kafka.Client
+	member kafkaio.Member
+	fresh  time.Duration
+
+	lost atomic.Pointer[error]
+
+	mu        sync.Mutex // serialises confirmations: concurrent checks share one heartbeat
+	confirmed time.Time
+}
+
+// newOwnership returns the ownership of member's generation, confirmed now (the generation just
+// started), re-confirmed by check when older than fresh.
+func newOwnership(client *kafka.Client, member kafkaio.Member, fresh time.Duration) *ownership {
+	o := &ownership{client: client, member: member, fresh: fresh, confirmed: time.Now()}
+	return o
+}
+
+// fence records err if it says the generation was lost (kafkaio.Fenced), and reports whether it
+// did.
+func (o *ownership) fence(err error) bool {
+	if err == nil || !kafkaio.Fenced(err) {
+		return false
+	}
+	o.lost.CompareAndSwap(nil, &err)
+	return true
+}
+
+// check returns nil while the worker owns the generation, and an error wrapping ErrNotOwner once
+// it lost it. It asks the coordinator (kafkaio.CheckMember) when the last confirmation is older
+// than fresh; an answer that cannot be had is returned as an error too, so that the caller does
+// not save on a guess.
+func (o *ownership) check(ctx context.Context) error {
+	if err := o.lostErr(); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if time.Since(o.confirmed) < o.fresh {
+		return o.lostErr()
+	}
+	start := time.Now()
+	err := kafkaio.CheckMember(ctx, o.client, o.member)
+	switch {
+	case err == nil:
+		o.confirmed = start
+		return o.lostErr()
+	case o.fence(err):
+		return o.lostErr()
+	default:
+		return fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
+	}
+}
+
+// confirm records that the coordinator accepted a request of the generation that started at
+// start (an offset commit).
+func (o *ownership) confirm(start time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if start.After(o.confirmed) {
+		o.confirmed = start
+	}
+}
+
+func (o *ownership) lostErr() error {
+	if p := o.lost.Load(); p != nil {
+		return fmt.Errorf("%w (generation %d): %w", ErrNotOwner, o.member.Generation, *p)
+	}
+	return nil
+}

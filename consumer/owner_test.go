@@ -1,0 +1,64 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+)
+
+// releaseDeduper counts the Revoke and Discard calls of partition 0.
+type releaseDeduper struct{ uniqueDeduper }
+
+var releaseCounts struct{ revokes, discards int }
+
+func (releaseDeduper) Revoke(context.Context, int32) error  { releaseCounts.revokes++; return nil }
+func (releaseDeduper) Discard(context.Context, int32) error { releaseCounts.discards++; return nil }
+
+// fencedGen refuses every commit with err.
+type fencedGen struct{ err error }
+
+func (g fencedGen) CommitOffsets(map[string]map[int]int64) error { return g.err }
+
+// TestLostGenerationReleasesWithoutSaving: a worker resumed after a pause longer than its session
+// timeout finds its final commit refused with ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID. Its
+// partitions may already be consumed by another member, so the release must drop their state
+// (Discard), never save it (Revoke); a refusal that does not end the generation keeps Revoke.
+func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		discards int
+	}{
+		{kafka.IllegalGeneration, 1},
+		{kafka.UnknownMemberId, 1},
+		{kafka.RebalanceInProgress, 0},
+		{errors.New("connection reset"), 0},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			releaseCounts.revokes, releaseCounts.discards = 0, 0
+			w := &Worker{dedup: releaseDeduper{}, log: slog.New(slog.DiscardHandler), cfg: Config{RebalanceTimeout: time.Minute}}
+			// Confirmed just now: check asks the coordinator only once the confirmation is stale.
+			own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour)
+			c := newCommitter(fencedGen{tc.err}, "in", time.Hour, NopObserver{}, discardSampler())
+			c.own = own
+			go c.run()
+			defer c.close()
+			ctx := context.Background()
+			if err := c.flush(ctx, 0, 10); err == nil {
+				t.Fatal("the refused commit succeeded")
+			}
+			outcome := w.handBack(ctx, ctx, own, 0, true)
+			if releaseCounts.discards != tc.discards || releaseCounts.revokes != 1-tc.discards {
+				t.Fatalf("%s: revokes %d, discards %d (%q); want %d discards", tc.err, releaseCounts.revokes,
+					releaseCounts.discards, outcome, tc.discards)
+			}
+			if err := own.check(ctx); (err != nil) != (tc.discards == 1) || (err != nil && !errors.Is(err, ErrNotOwner)) {
+				t.Fatalf("check after %s = %v", tc.err, err)
+			}
+		})
+	}
+}
