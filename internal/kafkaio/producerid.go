@@ -62,6 +62,11 @@ func (ids *producerIDs) init(ctx context.Context) error {
 		return err
 	}
 	ids.cur.Store(id)
+	if t := ids.p.txn; t != nil {
+		ids.p.cfg.Log.Log(slog.LevelInfo, "producer-id:"+t.id, "transactional producer ready; earlier producers of its id are fenced",
+			"transactional_id", t.id, "producer_id", id.id, "epoch", id.epoch)
+		return nil
+	}
 	ids.p.cfg.Log.Log(slog.LevelInfo, "producer-id", "idempotent producer ready", "producer_id", id.id, "epoch", id.epoch)
 	return nil
 }
@@ -71,11 +76,15 @@ func (ids *producerIDs) init(ctx context.Context) error {
 // coordinator of the empty transactional id; if that lookup is refused, the request goes to any
 // broker, which is all a producer without transactional id needs.)
 func (ids *producerIDs) request(ctx context.Context) (*producerID, error) {
-	res, err := ids.p.client.InitProducerID(ctx, &kafka.InitProducerIDRequest{
+	req := &kafka.InitProducerIDRequest{
 		TransactionTimeoutMs: 60000, // ignored without a transactional id
 		ProducerID:           -1,
 		ProducerEpoch:        -1,
-	})
+	}
+	if t := ids.p.txn; t != nil {
+		req.TransactionalID, req.TransactionTimeoutMs = t.id, int(t.timeout.Milliseconds())
+	}
+	res, err := ids.p.client.InitProducerID(ctx, req)
 	if err == nil && res.Error != nil {
 		err = res.Error
 	}
