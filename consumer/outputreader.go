@@ -151,7 +151,14 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 	for i, q := range parts {
 		ids[i] = int(q)
 	}
-	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, r.cfg.Isolation)
+	// Under exactly-once delivery the read goes up to the high watermark, read_committed: a
+	// transaction that another input partition's producer holds open on a shared output
+	// partition (PartitionHash) must not hide what the fenced previous owner committed after it.
+	iso := r.cfg.Isolation
+	if r.cfg.Delivery == DeliveryExactlyOnce {
+		iso = kafkaio.ReadUncommitted
+	}
+	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, iso)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: offsets of the output topic: %w", err)
 	}

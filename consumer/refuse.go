@@ -133,7 +133,7 @@ func (st *partitionState) addRefused(err error, topic string, output bool, msgsO
 // write produces out to the output topic and dups to the duplicates topic. When a record is
 // refused, resolve writes what is left; next is the offset after the batch. It returns an error
 // only when pctx ended first, or errStopped.
-func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
+func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
 	st.lanes, st.diverted = st.lanes[:0], 0
 	dupPart := 0
 	if len(dups) > 0 {
@@ -142,7 +142,7 @@ func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionSt
 	err := w.produceOut(pctx, st, out)
 	switch {
 	case err == nil && len(dups) > 0:
-		if err = w.prod.Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil &&
+		if err = st.producer(w).Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil &&
 			!st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafka.Message { return dups }) {
 			return err
 		}
@@ -169,7 +169,7 @@ func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionSt
 // resolve writes st.lanes: it dead-letters or blocks at their refused records (see "Refused
 // records"), and while blocked tries them again until every lane is written or gctx ends (then
 // it returns errStopped). It returns pctx's error when a write was cut short.
-func (w *Worker) resolve(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, next int64) error {
+func (w *Worker) resolve(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, next int64) error {
 	retry := kafkaio.Backoff{Max: blockedRetryMax}
 	for attempt := 0; ; attempt++ {
 		b, err := w.drain(pctx, st, tc)
@@ -216,7 +216,7 @@ func (w *Worker) drain(pctx context.Context, st *partitionState, tc topicCounts)
 func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
 	for len(l.msgs) > 0 {
 		if l.refused == nil {
-			err := w.prod.Produce(pctx, l.topic, l.partition, l.msgs)
+			err := st.producer(w).Produce(pctx, l.topic, l.partition, l.msgs)
 			if err == nil {
 				l.msgs = nil
 				return nil
@@ -252,7 +252,7 @@ func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCou
 func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
 	m, re := &l.msgs[0], l.refused
 	dl := []kafka.Message{w.deadLetterMessage(st.p, l, m)}
-	if err := w.prod.Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
+	if err := st.producer(w).Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
 		return err
 	}
 	w.obs.DeadLetter(st.p, re.Reason)
@@ -324,7 +324,7 @@ func ownedMessage(m *kafka.Message, extra int) kafka.Message {
 // block reports the partition blocked at b, once per offset, reason and topic; commits the input
 // up to the refused record; and discards the partition's state, which holds identities of records
 // that were not written.
-func (w *Worker) block(pctx context.Context, c *committer, st *partitionState, b *BlockedPartition) {
+func (w *Worker) block(pctx context.Context, c offsetSink, st *partitionState, b *BlockedPartition) {
 	if cur := st.blocked; cur != nil {
 		if cur.Offset == b.Offset && cur.Reason == b.Reason && cur.Topic == b.Topic {
 			return
@@ -335,6 +335,12 @@ func (w *Worker) block(pctx context.Context, c *committer, st *partitionState, b
 	st.blocked = b
 	st.next = b.Offset
 	c.mark(int(st.p), b.Offset)
+	if st.tx != nil { // everything before the refused record is written: make it visible
+		if err := st.tx.commit(pctx); err != nil {
+			w.log.Error("partition blocked: the transaction up to the refused record could not be committed",
+				"topic", w.cfg.InputTopic, "partition", st.p, "offset", b.Offset, "error", err.Error())
+		}
+	}
 	if !st.discarded {
 		st.discarded = true
 		if err := w.dedup.Discard(pctx, st.p); err != nil {
@@ -365,7 +371,7 @@ func (w *Worker) blockedHint(b *BlockedPartition) string {
 // re-warmed from the output topic, which now holds the batch) and the block is no longer
 // reported. It returns errStopped, with the batch committed, when gctx ended before the state was
 // assigned.
-func (w *Worker) unblock(gctx context.Context, c *committer, st *partitionState, next int64) error {
+func (w *Worker) unblock(gctx context.Context, c offsetSink, st *partitionState, next int64) error {
 	b := st.blocked
 	if b == nil {
 		return nil

@@ -177,6 +177,9 @@ func (p *Producer) Start(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if err == nil && p.txn != nil {
+		p.txn.reset()
+	}
 	return err
 }
 

@@ -97,6 +97,13 @@ func (p *Producer) Begin() error {
 	return nil
 }
 
+// reset forgets the open transaction: the producer has a new epoch, which aborted it.
+func (t *txnState) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.open, t.parts, t.groups = false, nil, nil
+}
+
 // addPartition adds tp to the open transaction under identity id, once per transaction.
 func (p *Producer) addPartition(ctx context.Context, tp topicPartition, id *producerID) error {
 	t := p.txn
