@@ -157,7 +157,7 @@ func TestExactlyOnceValidation(t *testing.T) {
 		{"unknown delivery", func(c *consumer.Config) { c.Delivery = "at-most-once" }, "Delivery"},
 		{"without idempotence", func(c *consumer.Config) { c.DisableIdempotence = true }, "Delivery"},
 		{"read_uncommitted", func(c *consumer.Config) { c.Isolation = kafkaio.ReadUncommitted }, "Isolation"},
-		{"interval past the timeout", func(c *consumer.Config) { c.TxnInterval, c.TxnTimeout = time.Minute, 30 * time.Second }, "TxnInterval"},
+		{"interval past the timeout", func(c *consumer.Config) { c.TxnInterval, c.TxnTimeout = time.Minute, 30*time.Second }, "TxnInterval"},
 		{"timeout too long", func(c *consumer.Config) { c.TxnTimeout = time.Hour }, "TxnTimeout"},
 	} {
 		cfg := base
