@@ -38,6 +38,12 @@ const (
 //     limit of 50, so half the sources go through its sketch. Compare it with worker-drop.
 //   - worker-nodedup: consumer.Worker with a Deduper that finds nothing (all records produced):
 //     the worker's plumbing alone, a pass-through built on the same code.
+//   - worker-drop-eos: worker-drop under exactly-once delivery with the default transaction
+//     cadence (KAFKA_TXN_INTERVAL 100ms, KAFKA_TXN_MAX_RECORDS 10000): one transactional
+//     producer per input partition, output and offsets committed in transactions. Compare it with
+//     worker-drop, the at-least-once default.
+//   - worker-drop-eos-batch: the same with a transaction per batch (KAFKA_TXN_MAX_RECORDS 1000):
+//     the cost of a short cadence.
 //
 // Besides events/s it reports cpu-ns/event, the process's CPU time per record (worker and
 // broker, both in this process), which a busy machine disturbs less than wall time.
@@ -51,6 +57,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("worker-mark", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeMark)) })
 	b.Run("worker-sources", func(b *testing.B) { benchPipeline(b, sourcesRunner()) })
 	b.Run("worker-nodedup", func(b *testing.B) { benchPipeline(b, workerRunnerWith(consumer.ModeDrop, nopDeduper{})) })
+	b.Run("worker-drop-eos", func(b *testing.B) { benchPipeline(b, eosRunner(0)) })
+	b.Run("worker-drop-eos-batch", func(b *testing.B) { benchPipeline(b, eosRunner(benchBatch)) })
+}
+
+// eosRunner is worker-drop under exactly-once delivery, with transactions of at most maxRecords
+// input records (0: the default).
+func eosRunner(maxRecords int) pipeline {
+	return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
+		c.Delivery, c.TxnMaxRecords = consumer.DeliveryExactlyOnce, maxRecords
+	})
 }
 
 // nopDeduper keeps no state and finds no duplicates: the worker's plumbing alone.
