@@ -64,6 +64,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	var tx *txnSink
 	if w.cfg.Delivery == DeliveryExactlyOnce {
 		tx = w.newTxnSink(p)
+		defer tx.close()
 	}
 	for first := true; ; first = false {
 		start, ok := w.prepare(gctx, tx, p, offset)

@@ -84,7 +84,20 @@ func (w *Worker) newTxnSink(p int32) *txnSink {
 	for topic, n := range w.limits {
 		prod.SetMaxMessageBytes(topic, n)
 	}
+	w.txnMu.Lock()
+	w.txnProds[p] = prod
+	w.txnMu.Unlock()
 	return &txnSink{w: w, p: p, prod: prod, pending: -1, committed: -1}
+}
+
+// close forgets the sink's producer (for Ready) once its partition goroutine ends.
+func (t *txnSink) close() {
+	t.w.txnMu.Lock()
+	if t.w.txnProds[t.p] == t.prod {
+		delete(t.w.txnProds, t.p)
+	}
+	t.w.txnMu.Unlock()
+	t.w.updateReady()
 }
 
 // fence starts the producer, fencing the partition's previous owner, and returns the offset to
