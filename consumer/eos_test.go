@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -170,4 +171,70 @@ func TestExactlyOnceValidation(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
+}
+
+// TestExactlyOnceFencedOwnerStops proves that a worker whose partition was taken over (another
+// producer called InitProducerId with the partition's transactional id, as its next owner does)
+// stops the partition for good: it writes and commits nothing more for it, discards its state
+// without revoking (saving) it, does not start over, and logs why.
+func TestExactlyOnceFencedOwnerStops(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	rng := rand.New(rand.NewPCG(7, 8))
+	in, want := stream("key", 0, 400, rng)
+	e.produce(0, in[:200])
+	h := &captureHandler{}
+	d := newMapDeduper(false, nil)
+	r := e.startLogged(e.eosConfig(), d, keyFuncFor(t, "key"), slog.New(h))
+	e.waitAllCommitted(30 * time.Second)
+	before := e.readOut("out")[0]
+
+	client := kafkaio.Conn{Brokers: e.cl.Addrs()}.Client(3 * time.Second)
+	next := kafkaio.NewProducer(client, kafkaio.ProducerConfig{TransactionalID: consumer.TransactionalID(e.group, e.in, 0)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := next.Start(ctx); err != nil { // the next owner's fence
+		t.Fatal(err)
+	}
+	e.produce(0, in[200:])
+	eventually(t, 30*time.Second, "the fenced partition to stop", func() bool {
+		_, _, discards := d.counts()
+		return h.count("partition stopped: another owner took its transactional id over") == 1 && discards[0] == 1
+	})
+	if err := r.stop(t, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assigns, revokes, discards := d.counts()
+	if assigns[0] != 1 || revokes[0] != 0 || discards[0] != 1 {
+		t.Errorf("partition 0: %d assigns, %d revokes, %d discards; want 1, 0, 1", assigns[0], revokes[0], discards[0])
+	}
+	compareSeq(t, "output before the fence", before, want[:len(before)])
+	uncommitted := readUncommitted(t, e, "out")
+	if len(uncommitted) != len(before) {
+		t.Errorf("the fenced worker appended %d records after the fence", len(uncommitted)-len(before))
+	}
+	com, err := e.cl.Committed(ctx, e.group, e.in)
+	if err != nil || com[0] != 200 {
+		t.Errorf("committed offset %v (%v), want 200", com[0], err)
+	}
+}
+
+// readUncommitted returns partition 0 of topic read read_uncommitted: aborted records included.
+func readUncommitted(t *testing.T, e *env, topic string) []kafkaio.Record {
+	t.Helper()
+	ctx := context.Background()
+	ends, err := e.cl.EndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []kafkaio.Record
+	err = kafkaio.Read(ctx, e.cl.Client(), kafkaio.Range{Topic: topic, End: ends[0], Isolation: kafkaio.ReadUncommitted, Failures: 1},
+		func(recs []kafkaio.Record) error {
+			out = append(out, recs...)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
