@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,15 +138,45 @@ func benchPipeline(b *testing.B, run pipeline) {
 	}
 	elapsed := time.Since(start)
 	cpu1, _ := processCPU()
+	conns := brokerConns(cl.Addrs())
 	b.StopTimer()
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
+	if conns >= 0 { // the process's connections to the broker at the end: the pipeline's and this loop's
+		b.ReportMetric(float64(conns), "conns")
+	}
 	if cpuOK { // the whole process: worker, broker and this loop; less sensitive to a busy machine than events/s
 		b.ReportMetric(float64(cpu1-cpu0)/float64(total), "cpu-ns/event")
 	}
+}
+
+// brokerConns returns the number of established TCP connections to the brokers at addrs
+// (IPv4, from /proc/net/tcp), or -1 where that cannot be read.
+func brokerConns(addrs []string) int {
+	data, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return -1
+	}
+	ports := map[string]bool{}
+	for _, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(port)
+		ports[fmt.Sprintf("%04X", n)] = true
+	}
+	count := 0
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "01" { // ESTABLISHED
+			continue
+		}
+		if _, port, ok := strings.Cut(f[2], ":"); ok && ports[port] {
+			count++
+		}
+	}
+	return count
 }
 
 func workerRunner(mode consumer.Mode) pipeline {
