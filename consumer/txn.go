@@ -235,20 +235,19 @@ func (st *partitionState) producer(w *Worker) *kafkaio.Producer {
 }
 
 // fetch returns r's next batch. With an open transaction that holds records, it waits no longer
-// than until the transaction is due (then it returns an error wrapping errTxnDue), so that a
-// quiet partition commits on time.
+// than until the transaction is due, and then returns an error wrapping errTxnDue (also on the next
+// call, when the deadline cut a batch short), so that a quiet partition commits on time.
 func (w *Worker) fetch(gctx context.Context, r *kafkaio.PartitionReader, st *partitionState) (*kafkaio.Batch, error) {
-	dl := time.Time{}
+	ctx := gctx
 	if st.tx != nil {
-		dl = st.tx.deadline()
+		if dl := st.tx.deadline(); !dl.IsZero() {
+			fctx, cancel := context.WithDeadlineCause(gctx, dl, errTxnDue)
+			defer cancel()
+			ctx = fctx
+		}
 	}
-	if dl.IsZero() {
-		return r.Fetch(gctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
-	}
-	fctx, cancel := context.WithDeadlineCause(gctx, dl, errTxnDue)
-	defer cancel()
-	b, err := r.Fetch(fctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
-	if err != nil && gctx.Err() == nil && fctx.Err() != nil {
+	b, err := r.Fetch(ctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
+	if err != nil && st.tx != nil && gctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = errTxnDue
 	}
 	return b, err
