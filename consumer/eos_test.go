@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
 )
 
 // eosConfig returns e's Worker config in exactly-once delivery.
@@ -222,13 +224,20 @@ func TestExactlyOnceFencedOwnerStops(t *testing.T) {
 // readUncommitted returns partition 0 of topic read read_uncommitted: aborted records included.
 func readUncommitted(t *testing.T, e *env, topic string) []kafkaio.Record {
 	t.Helper()
+	return readUncommittedPart(t, e, topic, 0)
+}
+
+// readUncommittedPart returns partition p of topic read read_uncommitted: records of aborted and
+// open transactions included. Only the number of records and their offsets may be used.
+func readUncommittedPart(t *testing.T, e *env, topic string, p int) []kafkaio.Record {
+	t.Helper()
 	ctx := context.Background()
 	ends, err := e.cl.EndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []kafkaio.Record
-	err = kafkaio.Read(ctx, e.cl.Client(), kafkaio.Range{Topic: topic, End: ends[0], Isolation: kafkaio.ReadUncommitted, Failures: 1},
+	err = kafkaio.Read(ctx, e.cl.Client(), kafkaio.Range{Topic: topic, Partition: p, End: ends[p], Isolation: kafkaio.ReadUncommitted, Failures: 1},
 		func(recs []kafkaio.Record) error {
 			out = append(out, recs...)
 			return nil
@@ -237,4 +246,40 @@ func readUncommitted(t *testing.T, e *env, topic string) []kafkaio.Record {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestExactlyOnceShutdownCommits proves a graceful stop leaves nothing half done: with a cadence
+// that never commits on its own, the records handled so far sit in open transactions (visible
+// read_uncommitted only); stopping the worker commits them with their input offsets.
+func TestExactlyOnceShutdownCommits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, 2, embedkafka.Options{})
+	rng := rand.New(rand.NewPCG(9, 10))
+	want := map[int][]kafka.Message{}
+	for p := range 2 {
+		in, w := stream("key", p, 300, rng)
+		e.produce(p, in)
+		want[p] = w
+	}
+	cfg := e.eosConfig()
+	cfg.TxnInterval, cfg.TxnMaxRecords, cfg.TxnTimeout = 10*time.Minute, 1_000_000, 15*time.Minute
+	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+	eventually(t, 30*time.Second, "every record written in the open transactions", func() bool {
+		return len(readUncommittedPart(t, e, "out", 0)) == len(want[0]) && len(readUncommittedPart(t, e, "out", 1)) == len(want[1])
+	})
+	ctx := context.Background()
+	if com, err := e.cl.Committed(ctx, e.group, e.in); err != nil || com[0] > 0 || com[1] > 0 {
+		t.Fatalf("offsets committed before the stop: %v %v", com, err)
+	}
+	if err := r.stop(t, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readOut("out")
+	for p := range 2 {
+		compareSeq(t, fmt.Sprintf("read_committed partition %d after the stop", p), got[p], want[p])
+	}
+	com, err := e.cl.Committed(ctx, e.group, e.in)
+	if err != nil || com[0] != 300 || com[1] != 300 {
+		t.Errorf("committed offsets %v (%v), want 300 each", com, err)
+	}
 }
