@@ -67,7 +67,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		defer tx.close()
 	}
 	for first := true; ; first = false {
-		start, ok := w.prepare(gctx, tx, p, offset)
+		start, ok := w.prepare(gctx, tx, p, offset, !first)
 		if first {
 			w.pendingAssign.Add(-1)
 			w.updateReady()
@@ -86,12 +86,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 }
 
 // prepare fences the partition's previous owner under DeliveryExactlyOnce (then the offset to
-// start from is the one committed by then) and assigns its state. It returns false when gctx
-// ended first.
-func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, offset int64) (int64, bool) {
+// start from is the one committed by then; again: after an abort, see txnSink.fence) and assigns
+// its state. It returns false when gctx ended first.
+func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, offset int64, again bool) (int64, bool) {
 	if tx != nil {
 		var ok bool
-		if offset, ok = tx.fence(gctx, offset); !ok {
+		if offset, ok = tx.fence(gctx, offset, again); !ok {
 			return offset, false
 		}
 	}

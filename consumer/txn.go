@@ -102,14 +102,12 @@ func (t *txnSink) close() {
 
 // fence starts the producer, fencing the partition's previous owner, and returns the offset to
 // consume from: the group's committed offset, read after the fence, or offset when there is
-// none. It retries until gctx ends (false).
-func (t *txnSink) fence(gctx context.Context, offset int64) (int64, bool) {
+// none. It retries until gctx ends (false). After an abort (again), the producer's new epoch is
+// the fence: a worker that was itself fenced meanwhile learnt it from the abort, and must not
+// take the transactional id back from the partition's new owner with a fresh InitProducerId.
+func (t *txnSink) fence(gctx context.Context, offset int64, again bool) (int64, bool) {
 	w := t.w
-	if err := t.prod.Start(gctx); err != nil {
-		if gctx.Err() == nil {
-			w.log.Error("transactional producer cannot start; the partition is not consumed",
-				"partition", t.p, "error", err.Error())
-		}
+	if !again && !t.start(gctx) {
 		return offset, false
 	}
 	var committed map[int]int64
@@ -130,6 +128,16 @@ func (t *txnSink) fence(gctx context.Context, offset int64) (int64, bool) {
 	}
 	t.pending, t.committed, t.open, t.records, t.first = -1, -1, false, 0, time.Time{}
 	return offset, true
+}
+
+// start starts the producer (InitProducerId), retrying until gctx ends (false).
+func (t *txnSink) start(gctx context.Context) bool {
+	err := t.prod.Start(gctx)
+	if err != nil && gctx.Err() == nil {
+		t.w.log.Error("transactional producer cannot start; the partition is not consumed",
+			"partition", t.p, "error", err.Error())
+	}
+	return err == nil
 }
 
 // begin opens a transaction unless one is open.

@@ -211,7 +211,27 @@ func (p *Producer) Abort(ctx context.Context) error {
 	if err := p.end(ctx, false); err != nil && (errors.Is(err, ErrFenced) || ctx.Err() != nil) {
 		return err
 	}
-	return p.Start(ctx) // a new epoch: batches of the aborted transaction still in flight are refused
+	return p.bump(ctx) // a new epoch: batches of the aborted transaction still in flight are refused
+}
+
+// bump takes the next epoch of the current producer id (InitProducerId with the id and epoch),
+// retried under the retry policy until ctx ends; PRODUCER_FENCED fences p.
+func (p *Producer) bump(ctx context.Context) error {
+	cur := p.ids.current()
+	var id *producerID
+	err := p.coordinate(ctx, "bump the producer epoch", func() error {
+		var err error
+		id, err = p.ids.request(ctx, cur)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	p.ids.cur.Store(id)
+	p.txn.reset()
+	p.cfg.Log.Log(slog.LevelInfo, "producer-id:"+p.txn.id, "transactional producer: new epoch after an abort",
+		"transactional_id", p.txn.id, "producer_id", id.id, "epoch", id.epoch)
+	return nil
 }
 
 // end ends the open transaction with EndTxn, if the coordinator heard of it.
