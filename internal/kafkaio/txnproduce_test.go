@@ -241,3 +241,59 @@ func TestTxnProduceNeedsBegin(t *testing.T) {
 		t.Errorf("written: %q", got)
 	}
 }
+
+// TestTxnProduceErrors proves how a transactional produce treats the broker's producer state
+// errors: INVALID_PRODUCER_EPOCH and PRODUCER_FENCED fence the producer for good, and
+// OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID make the transaction abortable (no new
+// producer id in the middle of a transaction); after the abort the producer goes on.
+func TestTxnProduceErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err    *kerr.Error
+		fenced bool
+	}{
+		{kerr.InvalidProducerEpoch, true},
+		{kerr.ProducerFenced, true},
+		{kerr.OutOfOrderSequenceNumber, false},
+		{kerr.UnknownProducerID, false},
+	} {
+		t.Run(tc.err.Message, func(t *testing.T) {
+			t.Parallel()
+			cl := startCluster(t, map[string]int32{"out": 1})
+			p := newTxnProducer(t, cl, "txn-errors")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := p.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			cl.Fault(produceFault("out", tc.err, 1))
+			err := p.Produce(ctx, "out", 0, testMsgs("x", 3))
+			if tc.fenced {
+				if !errors.Is(err, ErrFenced) || p.Fenced() == nil {
+					t.Fatalf("produce: %v, want ErrFenced", err)
+				}
+				if err := p.Abort(ctx); !errors.Is(err, ErrFenced) {
+					t.Errorf("Abort after the fence: %v, want ErrFenced", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrTxnAbortable) || p.Fenced() != nil {
+				t.Fatalf("produce: %v, want ErrTxnAbortable", err)
+			}
+			if err := p.Abort(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ok := testMsgs("ok", 2)
+			if err := p.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Produce(ctx, "out", 0, ok); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			equalStrings(t, "read_committed", committedValues(t, cl, "out", 0), valuesOf(ok))
+		})
+	}
+}
