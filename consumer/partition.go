@@ -66,9 +66,9 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		tx = w.newTxnSink(p)
 		defer tx.close()
 	}
-	for first := true; ; first = false {
-		start, ok := w.prepare(gctx, tx, p, offset, !first)
-		if first {
+	for restarts := 0; ; restarts++ {
+		start, ok := w.prepare(gctx, tx, p, offset, restarts > 0)
+		if restarts == 0 {
 			w.pendingAssign.Add(-1)
 			w.updateReady()
 		}
@@ -78,6 +78,9 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		st, drained, restart := w.run(gctx, pctx, hard, c, tx, tc, p, start)
 		if restart {
 			w.handBack(pctx, hard, p, false)
+			if !kafkaio.Sleep(gctx, w.cfg.retry().Delay(restarts)) { // a failure that repeats is not retried hot
+				return
+			}
 			continue
 		}
 		w.release(pctx, hard, st, drained, since)
