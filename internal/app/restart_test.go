@@ -416,6 +416,7 @@ func TestCrashRestart(t *testing.T) {
 		// read_committed reader (checkOutput) sees each record once.
 		{"partition exactly-once", "partition", map[string]string{"KAFKA_DELIVERY": "exactly-once"}, false},
 		{"partition hash exactly-once", "partition", map[string]string{"KAFKA_DELIVERY": "exactly-once", "KAFKA_PARTITIONING": "hash"}, false},
+		{"global exactly-once", "global", map[string]string{"KAFKA_DELIVERY": "exactly-once"}, false},
 		// Without a store a partition is rebuilt from the output topic; the baseline turns that
 		// off too, so that nothing carries the window across a restart.
 		{"partition without checkpoints", "partition", map[string]string{"CHECKPOINT_REBUILD_MAX_RECORDS": "0"}, true},
