@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +43,12 @@ const (
 //     limit of 50, so half the sources go through its sketch. Compare it with worker-drop.
 //   - worker-nodedup: consumer.Worker with a Deduper that finds nothing (all records produced):
 //     the worker's plumbing alone, a pass-through built on the same code.
+//   - worker-drop-eos: worker-drop under exactly-once delivery with the default transaction
+//     cadence (KAFKA_TXN_INTERVAL 100ms, KAFKA_TXN_MAX_RECORDS 10000): one transactional
+//     producer per input partition, output and offsets committed in transactions. Compare it with
+//     worker-drop, the at-least-once default.
+//   - worker-drop-eos-batch: the same with a transaction per batch (KAFKA_TXN_MAX_RECORDS 1000):
+//     the cost of a short cadence.
 //
 // Besides events/s it reports cpu-ns/event, the process's CPU time per record (worker and
 // broker, both in this process), which a busy machine disturbs less than wall time.
@@ -52,6 +62,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("worker-mark", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeMark)) })
 	b.Run("worker-sources", func(b *testing.B) { benchPipeline(b, sourcesRunner()) })
 	b.Run("worker-nodedup", func(b *testing.B) { benchPipeline(b, workerRunnerWith(consumer.ModeDrop, nopDeduper{})) })
+	b.Run("worker-drop-eos", func(b *testing.B) { benchPipeline(b, eosRunner(0)) })
+	b.Run("worker-drop-eos-batch", func(b *testing.B) { benchPipeline(b, eosRunner(benchBatch)) })
+}
+
+// eosRunner is worker-drop under exactly-once delivery, with transactions of at most maxRecords
+// input records (0: the default).
+func eosRunner(maxRecords int) pipeline {
+	return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
+		c.Delivery, c.TxnMaxRecords = consumer.DeliveryExactlyOnce, maxRecords
+	})
 }
 
 // nopDeduper keeps no state and finds no duplicates: the worker's plumbing alone.
@@ -142,6 +162,7 @@ func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
 	if jvmOK {
 		jvm1, jvmOK = cl.Real().CPUTime()
 	}
+	conns := brokerConns(cl.Addrs())
 	b.StopTimer()
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
@@ -155,12 +176,41 @@ func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
 		runStats = passStats{}
 	}
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
+	if conns >= 0 { // the process's connections to the broker at the end: the pipeline's and this loop's
+		b.ReportMetric(float64(conns), "conns")
+	}
 	if cpuOK { // the whole process: worker, broker and this loop; less sensitive to a busy machine than events/s
 		b.ReportMetric(float64(cpu1-cpu0)/float64(total), "cpu-ns/event")
 	}
 	if jvmOK { // a real broker's JVM, outside this process
 		b.ReportMetric(float64(jvm1-jvm0)/float64(total), "broker-cpu-ns/event")
 	}
+}
+
+// brokerConns returns the number of established TCP connections to the brokers at addrs
+// (IPv4, from /proc/net/tcp), or -1 where that cannot be read.
+func brokerConns(addrs []string) int {
+	data, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return -1
+	}
+	ports := map[string]bool{}
+	for _, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(port)
+		ports[fmt.Sprintf("%04X", n)] = true
+	}
+	count := 0
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "01" { // ESTABLISHED
+			continue
+		}
+		if _, port, ok := strings.Cut(f[2], ":"); ok && ports[port] {
+			count++
+		}
+	}
+	return count
 }
 
 func workerRunner(mode consumer.Mode) pipeline {

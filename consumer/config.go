@@ -44,6 +44,21 @@ const (
 	UnkeyedDrop UnkeyedPolicy = "drop"
 )
 
+// Delivery says what the output holds after failures.
+type Delivery string
+
+const (
+	// DeliveryAtLeastOnce writes the output idempotently and commits input offsets after the
+	// output acknowledged the records: after a crash or a rebalance, records after the last
+	// committed offset are consumed again, and those the deduplication state does not know
+	// (the previous owner's last writes) can be written twice.
+	DeliveryAtLeastOnce Delivery = "at-least-once"
+	// DeliveryExactlyOnce writes the output in Kafka transactions, one transactional producer per
+	// input partition, and commits the input offsets inside them; each new owner of a partition
+	// fences the previous one. Readers of the output must read it read_committed. See txn.go.
+	DeliveryExactlyOnce Delivery = "exactly-once"
+)
+
 // MarkValue is the value of the mark header that ModeMark puts on duplicates.
 const MarkValue = "1"
 
@@ -143,6 +158,19 @@ type Config struct {
 	// retried batch can be duplicated in the output topic.
 	DisableIdempotence bool
 
+	// Delivery says what the output holds after failures. Default DeliveryAtLeastOnce.
+	Delivery Delivery
+	// TxnMaxRecords commits a transaction (DeliveryExactlyOnce) once it holds this many input
+	// records. Default 10000.
+	TxnMaxRecords int
+	// TxnInterval commits a transaction (DeliveryExactlyOnce) once its first batch is this old,
+	// which bounds what read_committed readers of the output wait. Default 100ms.
+	TxnInterval time.Duration
+	// TxnTimeout is how long the transaction coordinator lets a transaction stay open before it
+	// aborts it (DeliveryExactlyOnce); it bounds how long a crashed owner's open transaction holds
+	// read_committed readers when no new owner fences it sooner. Default 60s.
+	TxnTimeout time.Duration
+
 	// SourceKey, with Sources, reads each record's source for the per-source counts: the worker
 	// calls it on every record consumed (keyed or not) and hands what it returns to a SourceTally
 	// with the record's verdict. Default nil: no source is read. It has the contract of KeyFunc;
@@ -219,6 +247,14 @@ func (c Config) withDefaults() Config {
 	if c.Unkeyed == "" {
 		c.Unkeyed = UnkeyedPass
 	}
+	if c.Delivery == "" {
+		c.Delivery = DeliveryAtLeastOnce
+	}
+	if c.TxnMaxRecords == 0 {
+		c.TxnMaxRecords = 10000
+	}
+	def(&c.TxnInterval, 100*time.Millisecond)
+	def(&c.TxnTimeout, time.Minute)
 	def(&c.ShutdownTimeout, 30*time.Second)
 	def(&c.ProduceTimeout, 10*time.Second)
 	def(&c.RetryBackoffMax, 5*time.Second)
@@ -316,6 +352,7 @@ func (c Config) Validate() error {
 		bad("CommitInterval", "must not be negative, got %v", c.CommitInterval)
 	}
 	c.validateEnums(bad)
+	c.validateDelivery(bad)
 	return errors.Join(errs...)
 }
 
@@ -336,6 +373,36 @@ func (c Config) validateTopics(bad func(field, format string, args ...any)) {
 	if c.DeadLetterTopic != "" && (c.DeadLetterTopic == c.InputTopic || c.DeadLetterTopic == c.OutputTopic ||
 		c.DeadLetterTopic == c.DuplicatesTopic) {
 		bad("DeadLetterTopic", "%q must differ from the input, output and duplicates topics", c.DeadLetterTopic)
+	}
+}
+
+// validateDelivery checks the delivery guarantee and its transactions.
+func (c Config) validateDelivery(bad func(field, format string, args ...any)) {
+	switch c.Delivery {
+	case DeliveryAtLeastOnce:
+		return
+	case DeliveryExactlyOnce:
+	default:
+		bad("Delivery", "%q is not one of %s, %s", c.Delivery, DeliveryAtLeastOnce, DeliveryExactlyOnce)
+		return
+	}
+	if c.DisableIdempotence {
+		bad("Delivery", "%s needs idempotent production; do not disable idempotence", c.Delivery)
+	}
+	if c.Isolation == kafkaio.ReadUncommitted {
+		bad("Isolation", "%s needs %s: the re-warm must not read records of aborted transactions", c.Delivery, kafkaio.ReadCommitted)
+	}
+	if c.TxnMaxRecords < 1 {
+		bad("TxnMaxRecords", "must be at least 1, got %d", c.TxnMaxRecords)
+	}
+	if c.TxnInterval <= 0 {
+		bad("TxnInterval", "must be positive, got %v", c.TxnInterval)
+	}
+	if c.TxnTimeout < time.Second || c.TxnTimeout > 15*time.Minute {
+		bad("TxnTimeout", "must be between 1s and 15m (the brokers' default transaction.max.timeout.ms), got %v", c.TxnTimeout)
+	}
+	if c.TxnTimeout > 0 && c.TxnInterval >= c.TxnTimeout {
+		bad("TxnInterval", "%v must be shorter than the transaction timeout (%v)", c.TxnInterval, c.TxnTimeout)
 	}
 }
 

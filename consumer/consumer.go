@@ -13,6 +13,10 @@
 // Rebalances stay eager: every partition is revoked at the end of a generation, and the member
 // keeps heartbeating (kafkaio.Heartbeats) while it releases them.
 //
+// With Config.Delivery DeliveryExactlyOnce, the output and the input offsets are written in Kafka
+// transactions instead, one transactional producer per input partition that fences the partition's
+// previous owner before its state is assigned (see txn.go).
+//
 // Records are produced by kafkaio.Producer, idempotently unless Config.DisableIdempotence is set:
 // the worker takes a producer id from the brokers, and each output partition's batches carry
 // consecutive sequence numbers, one batch in flight at a time, so a retried batch that the broker
@@ -69,12 +73,14 @@ type Deduper interface {
 	Processing(partition int32, nextOffset int64)
 	// Acked says that every record of partition below nextOffset was acknowledged by the output
 	// topic (and by the duplicates topic, if one is configured), or was dropped. Acked(p, next)
-	// always follows Processing(p, next) and comes before the next Processing of p; a batch whose
+	// always follows Processing(p, next) and, under DeliveryAtLeastOnce, comes before the next
+	// Processing of p; a batch whose
 	// output writes fail when the partition must be given up gets no Acked, and the partition is
 	// discarded. Between Processing and Acked the partition's state holds identities whose records
 	// may not have reached the output topic yet, so a crash-consistent snapshot taken concurrently
 	// with processing must wait for Acked to catch up with Processing before it is made durable.
-	// It must be cheap.
+	// Under DeliveryExactlyOnce, Acked follows the commit of the transaction that holds the records,
+	// so one Acked may cover several batches' Processing calls. It must be cheap.
 	Acked(partition int32, nextOffset int64)
 	// Revoke is called when the partition was taken away (it may snapshot). The state of the
 	// partition is dropped after. A worker whose generation was lost calls Discard instead. Every record passed to Seen for this partition has been

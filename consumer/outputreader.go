@@ -204,10 +204,17 @@ const rewarmAttempts = 4
 // when the topic's metadata has fewer partitions; otherwise the answer was transient (a leader
 // that moved) and offsets asks again after a backoff, up to rewarmAttempts times, then fails.
 func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.PartitionOffsets, error) {
+	// Under exactly-once delivery the read goes up to the high watermark, read_committed: a
+	// transaction that another input partition's producer holds open on a shared output
+	// partition (PartitionHash) must not hide what the fenced previous owner committed after it.
+	iso := r.cfg.Isolation
+	if r.cfg.Delivery == DeliveryExactlyOnce {
+		iso = kafkaio.ReadUncommitted
+	}
 	var offs map[int]kafka.PartitionOffsets
 	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
 		var err error
-		if offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, r.cfg.Isolation); err != nil {
+		if offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, iso); err != nil {
 			return fmt.Errorf("consumer: offsets of the output topic: %w", err)
 		}
 		return r.missing(ctx, offs, attempt)

@@ -28,6 +28,9 @@ type partitionState struct {
 
 	next int64 // next offset to commit; -1 until a batch was handled
 
+	tx     *txnSink // the partition's transactions under DeliveryExactlyOnce, else nil
+	txnErr error    // the transaction failure that ended consume
+
 	// Refused records (see refuse.go).
 	lanes     []lane            // what a refusal left to write of the current batch
 	diverted  int               // records of the batch's output written to the dead-letter topic
@@ -50,41 +53,77 @@ func (h *headerSource) all(yield func(string, []byte) bool) {
 // partition consumes one assigned partition from offset until gctx ends, then drains: the batch
 // in hand is produced, its offsets are committed and the Deduper's Revoke is called. Produce,
 // commit and Revoke may take the release budget (Config.releaseBudget) after gctx ended, and never
-// longer than hard allows.
+// longer than hard allows. Under DeliveryExactlyOnce the partition first fences its previous
+// owner (see txn.go), and starts over after a transaction that had to be aborted.
 func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, offset int64) {
 	pctx, cancel := graceContext(hard, gctx, w.cfg.releaseBudget())
 	defer cancel()
 	since, stopClock := sinceDone(gctx)
 	defer stopClock()
 
-	if !w.assign(gctx, p) {
-		w.pendingAssign.Add(-1)
-		w.updateReady()
+	var tx *txnSink
+	if w.cfg.Delivery == DeliveryExactlyOnce {
+		tx = w.newTxnSink(p)
+		defer tx.close()
+	}
+	for restarts := 0; ; restarts++ {
+		start, ok := w.prepare(gctx, tx, p, offset, restarts > 0)
+		if restarts == 0 {
+			w.pendingAssign.Add(-1)
+			w.updateReady()
+		}
+		if !ok {
+			return
+		}
+		st, drained, restart := w.run(gctx, pctx, hard, c, tx, tc, p, start)
+		if restart {
+			w.handBack(pctx, hard, c.own, p, false)
+			if !kafkaio.Sleep(gctx, w.cfg.retry().Delay(restarts)) { // a failure that repeats is not retried hot
+				return
+			}
+			continue
+		}
+		w.release(pctx, hard, c, st, drained, since)
 		return
 	}
-	w.pendingAssign.Add(-1)
-	w.updateReady()
+}
 
+// prepare fences the partition's previous owner under DeliveryExactlyOnce (then the offset to
+// start from is the one committed by then; again: after an abort, see txnSink.fence) and assigns
+// its state. It returns false when gctx ended first.
+func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, offset int64, again bool) (int64, bool) {
+	if tx != nil {
+		var ok bool
+		if offset, ok = tx.fence(gctx, offset, again); !ok {
+			return offset, false
+		}
+	}
+	return offset, w.assign(gctx, p)
+}
+
+// run consumes p from offset until gctx ends or the partition fails, then commits what it
+// handled: drained says every record passed to Seen is written and committed (or the partition
+// stopped at a block, with its state discarded), restart that an aborted transaction calls for
+// discarding the state and starting over.
+func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink, tc topicCounts, p int32, offset int64) (st *partitionState, drained, restart bool) {
 	r := kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
 		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
 		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample, Limits: kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),
 		OnHeld: func(d time.Duration) { w.obs.TransactionHeld(p, d) },
 	})
-
-	st := &partitionState{p: p, next: -1}
-	st.hdrSeq = st.hdr.all
-	if w.cfg.SourceKey != nil {
-		st.src = w.cfg.Sources()
+	st = w.newPartitionState(p, tc, tx)
+	var sink offsetSink = c
+	if tx != nil {
+		sink = tx
 	}
-	if w.cfg.Partitioning == PartitionHash {
-		st.hash = newHashPartitioner(tc.output)
-		st.byPart = make([][]kafka.Message, tc.output)
-	}
-
-	drained, stopped := w.consume(gctx, pctx, r, c, st, tc)
+	drained, stopped := w.consume(gctx, pctx, r, sink, st, tc)
 	readerClosed := r.Close() // stop fetching; records fetched and not handled are simply not committed
-
+	defer func() { <-readerClosed }()
+	if tx != nil {
+		drained, restart = w.finishTxn(gctx, pctx, hard, st, drained || stopped)
+		return st, drained && !st.discarded, restart
+	}
 	if (drained || stopped) && st.next >= 0 {
 		err := kafkaio.Backoff{Max: time.Second}.Retry(pctx, 3, func(int) error {
 			return c.flush(pctx, int(p), st.next)
@@ -97,23 +136,42 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 				"topic", w.cfg.InputTopic, "partition", p, "offset", st.next, "error", err.Error())
 		}
 	}
-	<-readerClosed
-	w.release(pctx, hard, c, st, drained, since)
+	return st, drained, false
+}
+
+// newPartitionState returns the working memory of partition p.
+func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partitionState {
+	st := &partitionState{p: p, next: -1, tx: tx}
+	st.hdrSeq = st.hdr.all
+	if w.cfg.SourceKey != nil {
+		st.src = w.cfg.Sources()
+	}
+	if w.cfg.Partitioning == PartitionHash {
+		st.hash = newHashPartitioner(tc.output)
+		st.byPart = make([][]kafka.Message, tc.output)
+	}
+	return st
 }
 
 // consume handles the batches of r until gctx ends (drained: every record passed to Seen was
 // acknowledged) or a batch could not be written before pctx ended (neither), or ended blocked
-// at a refused record (stopped: committed up to it, no state held; see refuse.go).
-func (w *Worker) consume(gctx, pctx context.Context, r *kafkaio.PartitionReader, c *committer, st *partitionState, tc topicCounts) (drained, stopped bool) {
+// at a refused record (stopped: committed up to it, no state held; see refuse.go). Under
+// DeliveryExactlyOnce it also ends, with neither, when a transaction failed (st.txnErr).
+func (w *Worker) consume(gctx, pctx context.Context, r *kafkaio.PartitionReader, c offsetSink, st *partitionState, tc topicCounts) (drained, stopped bool) {
 	for gctx.Err() == nil {
-		b, err := r.Fetch(gctx, w.cfg.BatchSize, w.cfg.BatchTimeout)
+		b, err := w.fetch(gctx, r, st)
 		if err == nil {
-			if perr := w.handleBatch(gctx, pctx, c, st, tc, b); perr != nil {
+			if perr := w.handle(gctx, pctx, c, st, tc, b); perr != nil {
 				return false, errors.Is(perr, errStopped)
 			}
-		} else if gctx.Err() == nil { // the reader retries by itself; the next Fetch waits for it
+		} else if gctx.Err() == nil && !errors.Is(err, errTxnDue) { // the reader retries by itself; the next Fetch waits for it
 			w.sample.Log(slog.LevelWarn, "fetch", "fetch failed; the reader keeps retrying",
 				"topic", w.cfg.InputTopic, "partition", st.p, "error", err.Error())
+		}
+		if st.tx != nil && st.tx.due() {
+			if st.txnErr = st.tx.commit(pctx); st.txnErr != nil {
+				return false, false
+			}
 		}
 	}
 	return true, false
@@ -216,7 +274,7 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 // records only moves the offsets. It returns an error only when pctx ended before every output
 // write was acknowledged, or errStopped when gctx ended while the partition was blocked at a
 // record the output refuses (then the input is committed up to that record; see refuse.go).
-func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
+func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
 	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
@@ -286,7 +344,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 	}
 	st.next = b.Next
 	w.obs.Lag(p, max(0, b.End-st.next))
-	w.dedup.Acked(p, st.next)
+	if st.tx == nil { // with transactions, after the commit
+		w.dedup.Acked(p, st.next)
+	}
 	c.mark(int(p), st.next)
 	st.in = nil   // the reader's records: valid until the next Fetch
 	clear(st.out) // drop references to record bytes until the slices are reused
@@ -333,7 +393,7 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		return nil
 	}
 	if st.hash == nil {
-		return w.prod.Produce(pctx, w.cfg.OutputTopic, int(st.p), out)
+		return st.producer(w).Produce(pctx, w.cfg.OutputTopic, int(st.p), out)
 	}
 	for i := range st.byPart {
 		st.byPart[i] = st.byPart[i][:0]
@@ -342,7 +402,7 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		q := st.hash.partition(out[i].Key, int(st.p))
 		st.byPart[q] = append(st.byPart[q], out[i])
 	}
-	return w.prod.ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
+	return st.producer(w).ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
 }
 
 // hashPartitioner places records like the Java client's default partitioner does for keyed

@@ -138,7 +138,7 @@ func (st *partitionState) addRefused(err error, topic string, output bool, msgsO
 // write produces out to the output topic and dups to the duplicates topic. When a record is
 // refused, resolve writes what is left; next is the offset after the batch. It returns an error
 // only when pctx ended first, or errStopped.
-func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
+func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
 	st.lanes, st.diverted = st.lanes[:0], 0
 	dupPart := 0
 	if len(dups) > 0 {
@@ -147,7 +147,7 @@ func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionSt
 	err := w.produceOut(pctx, st, out)
 	switch {
 	case err == nil && len(dups) > 0:
-		if err = w.prod.Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil &&
+		if err = st.producer(w).Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil &&
 			!st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafka.Message { return dups }) {
 			return err
 		}
@@ -174,7 +174,7 @@ func (w *Worker) write(gctx, pctx context.Context, c *committer, st *partitionSt
 // resolve writes st.lanes: it dead-letters or blocks at their refused records (see "Refused
 // records"), and while blocked tries them again until every lane is written or gctx ends (then
 // it returns errStopped). It returns pctx's error when a write was cut short.
-func (w *Worker) resolve(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, next int64) error {
+func (w *Worker) resolve(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, next int64) error {
 	retry := kafkaio.Backoff{Max: blockedRetryMax}
 	for attempt := 0; ; attempt++ {
 		b, err := w.drain(pctx, st, tc)
@@ -221,7 +221,7 @@ func (w *Worker) drain(pctx context.Context, st *partitionState, tc topicCounts)
 func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
 	for len(l.msgs) > 0 {
 		if l.refused == nil {
-			err := w.prod.Produce(pctx, l.topic, l.partition, l.msgs)
+			err := st.producer(w).Produce(pctx, l.topic, l.partition, l.msgs)
 			if err == nil {
 				l.msgs = nil
 				return nil
@@ -257,7 +257,7 @@ func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCou
 func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
 	m, re := &l.msgs[0], l.refused
 	dl := []kafka.Message{w.deadLetterMessage(st.p, l, m)}
-	if err := w.prod.Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
+	if err := st.producer(w).Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
 		return err
 	}
 	w.obs.DeadLetter(st.p, re.Reason)
@@ -329,7 +329,7 @@ func ownedMessage(m *kafka.Message, extra int) kafka.Message {
 // block reports the partition blocked at b, once per offset, reason and topic; commits the input
 // up to the refused record; and discards the partition's state, which holds identities of records
 // that were not written.
-func (w *Worker) block(pctx context.Context, c *committer, st *partitionState, b *BlockedPartition) {
+func (w *Worker) block(pctx context.Context, c offsetSink, st *partitionState, b *BlockedPartition) {
 	if cur := st.blocked; cur != nil {
 		if cur.Offset == b.Offset && cur.Reason == b.Reason && cur.Topic == b.Topic {
 			return
@@ -340,6 +340,12 @@ func (w *Worker) block(pctx context.Context, c *committer, st *partitionState, b
 	st.blocked = b
 	st.next = b.Offset
 	c.mark(int(st.p), b.Offset)
+	if st.tx != nil { // everything before the refused record is written: make it visible
+		if err := st.tx.commit(pctx); err != nil {
+			w.log.Error("partition blocked: the transaction up to the refused record could not be committed",
+				"topic", w.cfg.InputTopic, "partition", st.p, "offset", b.Offset, "error", err.Error())
+		}
+	}
 	if !st.discarded {
 		st.discarded = true
 		if err := w.dedup.Discard(pctx, st.p); err != nil {
@@ -372,7 +378,7 @@ func (w *Worker) blockedHint(b *BlockedPartition) string {
 // re-warmed from the output topic, which now holds the batch) and the block is no longer
 // reported. It returns errStopped, with the batch committed, when gctx ended before the state was
 // assigned.
-func (w *Worker) unblock(gctx context.Context, c *committer, st *partitionState, next int64) error {
+func (w *Worker) unblock(gctx context.Context, c offsetSink, st *partitionState, next int64) error {
 	b := st.blocked
 	if b == nil {
 		return nil
@@ -430,10 +436,10 @@ func (w *Worker) setBlocked(p int32, old, b *BlockedPartition) {
 // it were written and committed. It returns pctx's error when the dead letter could not be
 // written before pctx ended, and nil once the partition moved past the input or, blocked, once
 // gctx ended.
-func (w *Worker) refuseInput(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, ref *kafkaio.RefusedInput) error {
+func (w *Worker) refuseInput(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, ref *kafkaio.RefusedInput) error {
 	if w.cfg.DeadLetterTopic != "" {
 		dl := []kafka.Message{w.inputDeadLetter(st.p, ref)}
-		err := w.prod.Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl)
+		err := st.producer(w).Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl)
 		if err == nil {
 			w.passInput(c, st, ref)
 			return nil
@@ -446,6 +452,12 @@ func (w *Worker) refuseInput(gctx, pctx context.Context, c *committer, st *parti
 		Error: ref.Err.Error(), Since: time.Now()}
 	st.blocked = b
 	w.setBlocked(st.p, nil, b)
+	if st.tx != nil { // everything before the refused input is written: make it visible
+		if err := st.tx.commit(pctx); err != nil {
+			w.log.Error("partition blocked: the transaction up to the refused input could not be committed",
+				"topic", w.cfg.InputTopic, "partition", st.p, "offset", ref.Offset, "error", err.Error())
+		}
+	}
 	w.log.Error("partition blocked: input refused, it cannot be decoded within the limits; everything before it was written and committed, "+
 		"nothing at or after it is processed", "topic", w.cfg.InputTopic, "partition", st.p, "offset", ref.Offset,
 		"last_offset", ref.LastOffset, "reason", ref.Reason, "error", ref.Err.Error(), "hint", inputHint(ref.Reason))
@@ -458,7 +470,7 @@ func (w *Worker) refuseInput(gctx, pctx context.Context, c *committer, st *parti
 }
 
 // passInput, once the dead letter of ref was written, commits the input past it and reports it.
-func (w *Worker) passInput(c *committer, st *partitionState, ref *kafkaio.RefusedInput) {
+func (w *Worker) passInput(c offsetSink, st *partitionState, ref *kafkaio.RefusedInput) {
 	w.obs.DeadLetter(st.p, ref.Reason)
 	w.sample.Log(slog.LevelWarn, "dead-letter-input", "input refused (it cannot be decoded within the limits); its coordinates and error written to the dead-letter topic",
 		"topic", w.cfg.InputTopic, "partition", st.p, "offset", ref.Offset, "last_offset", ref.LastOffset, "reason", ref.Reason,
@@ -466,7 +478,9 @@ func (w *Worker) passInput(c *committer, st *partitionState, ref *kafkaio.Refuse
 	next := ref.LastOffset + 1
 	w.dedup.Processing(st.p, next)
 	st.next = next
-	w.dedup.Acked(st.p, next)
+	if st.tx == nil { // with transactions, after the commit
+		w.dedup.Acked(st.p, next)
+	}
 	c.mark(int(st.p), next)
 }
 

@@ -56,6 +56,9 @@ type Worker struct {
 	blockedMu sync.Mutex
 	blocked   map[int32]BlockedPartition // see Blocked
 
+	txnMu    sync.Mutex
+	txnProds map[int32]*kafkaio.Producer // the partitions' transactional producers (DeliveryExactlyOnce)
+
 	limits map[string]int // max.message.bytes last read per topic; used by Run's goroutines in turn
 }
 
@@ -77,7 +80,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		log = slog.Default()
 	}
 	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
-		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int)}
+		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
 	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
@@ -96,7 +99,19 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 // partition of that generation has been assigned (Deduper.Assign returned), and no output write
 // is currently failing. A member that got no partitions (more workers than partitions) is ready.
 func (w *Worker) Ready() bool {
-	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing()
+	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing() && !w.txnFailing()
+}
+
+// txnFailing reports whether a partition's transactional producer is retrying a request.
+func (w *Worker) txnFailing() bool {
+	w.txnMu.Lock()
+	defer w.txnMu.Unlock()
+	for _, p := range w.txnProds {
+		if p.Failing() {
+			return true
+		}
+	}
+	return false
 }
 
 // updateReady tells the Observer about readiness changes.

@@ -360,7 +360,22 @@ func TestGracefulShutdown(t *testing.T) {
 // deduplicated input although records were produced before, during and after the rebalance.
 func TestTwoWorkersSplitPartitions(t *testing.T) {
 	t.Parallel()
+	for _, delivery := range []consumer.Delivery{consumer.DeliveryAtLeastOnce, consumer.DeliveryExactlyOnce} {
+		t.Run(string(delivery), func(t *testing.T) {
+			t.Parallel()
+			twoWorkers(t, delivery)
+		})
+	}
+}
+
+// twoWorkers is TestTwoWorkersSplitPartitions under delivery: under exactly-once each partition
+// that moves is fenced by its new owner after its old owner committed its last transaction.
+func twoWorkers(t *testing.T, delivery consumer.Delivery) {
 	e := newEnv(t, 4, 4, embedkafka.Options{})
+	cfg := e.config()
+	if delivery == consumer.DeliveryExactlyOnce {
+		cfg = e.eosConfig()
+	}
 	rng := rand.New(rand.NewPCG(9, 10))
 	ins := map[int][]kafka.Message{}
 	want := map[int][]kafka.Message{}
@@ -375,10 +390,10 @@ func TestTwoWorkersSplitPartitions(t *testing.T) {
 	st := newStore()
 	dA, dB := newMapDeduper(false, st), newMapDeduper(false, st)
 	feed(0, 300)
-	a := e.start(e.config(), dA, keyFuncFor(t, "key"))
+	a := e.start(cfg, dA, keyFuncFor(t, "key"))
 	eventually(t, 20*time.Second, "worker A ready", a.w.Ready)
 	feed(300, 500)
-	b := e.start(e.config(), dB, keyFuncFor(t, "key"))
+	b := e.start(cfg, dB, keyFuncFor(t, "key"))
 	feed(500, 700)
 	eventually(t, 30*time.Second, "both workers ready with partitions", func() bool {
 		return a.w.Ready() && b.w.Ready() && a.obs.assigned.Load() > 0 && b.obs.assigned.Load() > 0

@@ -48,23 +48,32 @@ type fetcher struct {
 	out []Obs        // owned by run until it returns
 }
 
-// run reads until ctx ends, retrying failed fetches under kafkaio.Backoff (at most 1s apart) and
-// counting them.
+// run reads until ctx ends (read_committed, like a consumer of the output must under exactly-once
+// delivery), counting failed fetches; the reader retries them by itself (at most 1s apart). pos
+// follows the reader's next offset, which moves past transaction markers and aborted records, so
+// a partition whose log ends with a marker is read up to its end.
 func (f *fetcher) run(ctx context.Context) {
 	f.pos.Store(f.offset)
-	_ = kafkaio.Read(ctx, f.client, kafkaio.Range{
-		Topic: f.topic, Partition: f.part, Start: f.offset, End: -1, MaxWait: 200 * time.Millisecond,
+	r := kafkaio.NewPartitionReader(f.client, kafkaio.PartitionReaderConfig{
+		Topic: f.topic, Partition: f.part, Offset: f.offset, MaxWait: 200 * time.Millisecond,
 		Backoff: kafkaio.Backoff{Max: time.Second},
-		OnRetry: func(int, error) { f.st.errors.Add(1) },
-	}, func(recs []kafkaio.Record) error {
-		at := int64(time.Since(f.start))
-		for i := range recs {
-			f.observe(recs[i].Headers, at)
+	})
+	defer func() { <-r.Close() }()
+	for ctx.Err() == nil {
+		b, err := r.Fetch(ctx, 10000, 0)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.st.errors.Add(1)
+			}
+			continue
 		}
-		f.offset = recs[len(recs)-1].Offset + 1
+		at := int64(time.Since(f.start))
+		for i := range b.Records {
+			f.observe(b.Records[i].Headers, at)
+		}
+		f.offset = b.Next
 		f.pos.Store(f.offset)
-		return nil
-	}) // it ends only when ctx does
+	}
 }
 
 // observe records one output record read at at.

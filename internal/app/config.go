@@ -61,6 +61,10 @@ type KafkaConfig struct {
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
 	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
 	Idempotent        bool          `env:"IDEMPOTENT" envDefault:"true" desc:"Idempotent production (producer id and sequence numbers, as Kafka's Java producer does): a produce retry whose first attempt was written is not written twice. Needs Kafka 0.11+ and, with ACLs, IDEMPOTENT_WRITE on the cluster; kdedup exits at startup if the brokers refuse it. false: retries can duplicate records in the output."`
+	Delivery          string        `env:"DELIVERY" envDefault:"at-least-once" desc:"What the output holds after crashes and rebalances. at-least-once: output written idempotently, input offsets committed after it; a crash can write the previous owner's last records twice. exactly-once: output written in Kafka transactions (one transactional id per input partition, GROUP_ID-INPUT_TOPIC-PARTITION, which fences the partition's previous owner) with the input offsets committed inside them; readers of the output must use isolation.level=read_committed. Needs Kafka 0.11+, KAFKA_IDEMPOTENT=true and KAFKA_ISOLATION_LEVEL=read_committed. See docs/design.md, Exactly-once delivery."`
+	TxnMaxRecords     int           `env:"TXN_MAX_RECORDS" envDefault:"10000" desc:"Exactly-once: a partition's transaction is committed once it holds this many input records."`
+	TxnInterval       time.Duration `env:"TXN_INTERVAL" envDefault:"100ms" desc:"Exactly-once: a partition's transaction is committed once its first record is this old; read_committed readers of the output see records this much later."`
+	TxnTimeout        time.Duration `env:"TXN_TIMEOUT" envDefault:"1m" desc:"Exactly-once: the transaction timeout: the coordinator aborts a transaction left open this long. It bounds how long a crashed worker's open transaction holds read_committed readers when no new owner fences it sooner (the next owner does at once); at most the brokers' transaction.max.timeout.ms."`
 	TLSEnabled        bool          `env:"TLS_ENABLED" envDefault:"false" desc:"Connect to the brokers with TLS."`
 	TLSCAFile         string        `env:"TLS_CA_FILE" desc:"PEM file of the CA certificates that verify the brokers (default: the system pool). Needs KAFKA_TLS_ENABLED=true."`
 	TLSCertFile       string        `env:"TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS, with KAFKA_TLS_KEY_FILE. Needs KAFKA_TLS_ENABLED=true."`
@@ -533,6 +537,10 @@ func (c Config) consumerFields() consumer.Config {
 		Compression:        compressions[k.Compression],
 		ShutdownTimeout:    c.ShutdownTimeout,
 		DisableIdempotence: !k.Idempotent,
+		Delivery:           consumer.Delivery(k.Delivery),
+		TxnMaxRecords:      k.TxnMaxRecords,
+		TxnInterval:        k.TxnInterval,
+		TxnTimeout:         k.TxnTimeout,
 	}
 }
 

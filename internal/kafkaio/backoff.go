@@ -89,6 +89,12 @@ func Permanent(err error) error {
 
 type permanentError struct{ err error }
 
+// isPermanent reports whether err was marked by Permanent.
+func isPermanent(err error) bool {
+	var pe *permanentError
+	return errors.As(err, &pe)
+}
+
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 

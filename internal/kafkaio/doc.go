@@ -14,7 +14,8 @@
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
 //     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse
 //     (batches bounded by the topic's max.message.bytes, split when refused, RefusedError for a
-//     record refused on its own).
+//     record refused on its own); txn.go: transactions (Begin, SendOffsets, Commit, Abort) and
+//     fencing by transactional id (ErrFenced), CommittedOffsets.
 //   - batch.go: record batches (format v2) encoded for the producer and decoded in place
 //     (BatchDecoder), with franz-go's kmsg for the batch header; decode.go: bounded decoding
 //     (DecodeLimits): decompression through a limit, records framed, then decoded one at a time

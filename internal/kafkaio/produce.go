@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -66,6 +67,13 @@ type ProducerConfig struct {
 	// OnFailing, when not nil, is called after every change of Failing, on the goroutine that
 	// changed it.
 	OnFailing func()
+	// TransactionalID, when set, makes the producer transactional (and idempotent): records are
+	// written in transactions (see txn.go) and Start fences every earlier producer of the same
+	// id. Default: "" (no transactions).
+	TransactionalID string
+	// TransactionTimeout is how long the transaction coordinator lets a transaction of this
+	// producer stay open before it aborts it. Default: DefaultTransactionTimeout.
+	TransactionTimeout time.Duration
 }
 
 // Producer writes records to topic partitions with explicit partition numbers: the one produce
@@ -105,6 +113,7 @@ type Producer struct {
 	client *kafka.Client
 	cfg    ProducerConfig
 	ids    *producerIDs // nil without idempotence
+	txn    *txnState    // nil without transactions
 
 	// failing counts the requests currently being retried.
 	failing atomic.Int64
@@ -132,7 +141,15 @@ func NewProducer(client *kafka.Client, cfg ProducerConfig) *Producer {
 	if cfg.Observer == nil {
 		cfg.Observer = nopProduceObserver{}
 	}
+	if cfg.TransactionTimeout <= 0 {
+		cfg.TransactionTimeout = DefaultTransactionTimeout
+	}
 	p := &Producer{client: client, cfg: cfg, seqs: make(map[topicPartition]*sequencer), limits: make(map[string]*topicLimit)}
+	if cfg.TransactionalID != "" {
+		cfg.Idempotent = true
+		p.cfg.Idempotent = true
+		p.txn = &txnState{id: cfg.TransactionalID, timeout: cfg.TransactionTimeout}
+	}
 	if cfg.Idempotent {
 		p.ids = &producerIDs{p: p, renewing: make(chan struct{}, 1)}
 	}
@@ -159,6 +176,9 @@ func (p *Producer) Start(ctx context.Context) error {
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if err == nil && p.txn != nil {
+		p.txn.reset()
 	}
 	return err
 }
@@ -284,11 +304,16 @@ func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]kaf
 // send makes one attempt to produce the sealed batch b to tp. DUPLICATE_SEQUENCE_NUMBER counts as
 // success: the broker already has the batch.
 func (p *Producer) send(ctx context.Context, tp topicPartition, b *recordBatch) error {
+	var txnID string
+	if p.txn != nil {
+		txnID = p.txn.id
+	}
 	res, err := p.client.RawProduce(ctx, &kafka.RawProduceRequest{
-		Topic:        tp.topic,
-		Partition:    tp.partition,
-		RequiredAcks: kafka.RequireAll,
-		RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(b.raw)},
+		TransactionalID: txnID,
+		Topic:           tp.topic,
+		Partition:       tp.partition,
+		RequiredAcks:    kafka.RequireAll,
+		RawRecords:      protocol.RawRecordSet{Reader: bytes.NewReader(b.raw)},
 	})
 	if err == nil && res != nil && res.Error != nil {
 		err = res.Error

@@ -57,11 +57,16 @@ type producerIDs struct {
 
 // init takes the first producer id.
 func (ids *producerIDs) init(ctx context.Context) error {
-	id, err := ids.request(ctx)
+	id, err := ids.request(ctx, nil)
 	if err != nil {
 		return err
 	}
 	ids.cur.Store(id)
+	if t := ids.p.txn; t != nil {
+		ids.p.cfg.Log.Log(slog.LevelInfo, "producer-id:"+t.id, "transactional producer ready; earlier producers of its id are fenced",
+			"transactional_id", t.id, "producer_id", id.id, "epoch", id.epoch)
+		return nil
+	}
 	ids.p.cfg.Log.Log(slog.LevelInfo, "producer-id", "idempotent producer ready", "producer_id", id.id, "epoch", id.epoch)
 	return nil
 }
@@ -70,12 +75,23 @@ func (ids *producerIDs) init(ctx context.Context) error {
 // ErrIdempotenceUnsupported. (kafka-go first looks up the transaction
 // coordinator of the empty transactional id; if that lookup is refused, the request goes to any
 // broker, which is all a producer without transactional id needs.)
-func (ids *producerIDs) request(ctx context.Context) (*producerID, error) {
-	res, err := ids.p.client.InitProducerID(ctx, &kafka.InitProducerIDRequest{
+//
+// With prev (transactions only), the request asks to bump prev's epoch (KIP-360, InitProducerId
+// v3 and later): the coordinator refuses with PRODUCER_FENCED when prev is no longer the id's
+// current epoch, so a producer that another one fenced cannot take its transactional id back.
+func (ids *producerIDs) request(ctx context.Context, prev *producerID) (*producerID, error) {
+	req := &kafka.InitProducerIDRequest{
 		TransactionTimeoutMs: 60000, // ignored without a transactional id
 		ProducerID:           -1,
 		ProducerEpoch:        -1,
-	})
+	}
+	if t := ids.p.txn; t != nil {
+		req.TransactionalID, req.TransactionTimeoutMs = t.id, int(t.timeout.Milliseconds())
+		if prev != nil {
+			req.ProducerID, req.ProducerEpoch = int(prev.id), int(prev.epoch)
+		}
+	}
+	res, err := ids.p.client.InitProducerID(ctx, req)
 	if err == nil && res.Error != nil {
 		err = res.Error
 	}
@@ -113,7 +129,7 @@ func (ids *producerIDs) renew(ctx context.Context, stale *producerID) (*producer
 	var id *producerID
 	err := ids.p.cfg.Backoff.Retry(ctx, 0, func(int) error {
 		var err error
-		if id, err = ids.request(ctx); err != nil && ctx.Err() == nil {
+		if id, err = ids.request(ctx, nil); err != nil && ctx.Err() == nil {
 			log.Log(slog.LevelWarn, "init-producer-id", "idempotent producer: cannot get a new producer id; retrying",
 				"error", err.Error())
 		}

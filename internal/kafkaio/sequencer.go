@@ -2,6 +2,7 @@ package kafkaio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -291,6 +292,8 @@ func (s *sequencer) deliver(b *batch) error {
 		return nil
 	case refusalReason(err) != "":
 		return err // not retried: settle splits b or refuses its record
+	case s.p.txn != nil && (errors.Is(err, ErrFenced) || errors.Is(err, ErrTxnAbortable) || errors.Is(err, ErrNoTransaction)):
+		return fmt.Errorf("kafkaio: produce to %s/%d: %w", s.tp.topic, s.tp.partition, err)
 	case ctx.Err() != nil:
 		return s.giveUpLocked(ctx.Err())
 	}
@@ -316,10 +319,18 @@ func (d *delivery) attempt(attempt int) error {
 			return err // only when ctx ended
 		}
 	}
+	if p.txn != nil {
+		if err := p.addPartition(d.ctx, s.tp, b.id); err != nil {
+			return Permanent(err) // fenced, refused, or ctx ended: the coordinator requests retry by themselves
+		}
+	}
 	if d.uncertain {
 		p.cfg.Observer.UncertainRetry()
 	}
 	err := p.send(d.ctx, s.tp, &b.rb)
+	if err != nil && p.txn != nil {
+		err = p.txnProduceError(err)
+	}
 	if err == nil || !ended(d.ctx) { // not an attempt cut short by giving up
 		s.mu.Lock()
 		s.lastErr = err
@@ -336,6 +347,8 @@ func (d *delivery) attempt(attempt int) error {
 		return err
 	case refusalReason(err) != "":
 		return Permanent(err) // the same bytes would be refused again
+	case isPermanent(err):
+		return err // fenced, or the transaction must be aborted
 	}
 	if !d.failing {
 		d.failing = true
@@ -395,6 +408,9 @@ func (s *sequencer) seal(ctx context.Context, b *batch) error {
 	}
 	if id != s.id {
 		s.id, s.nextSeq = id, 0
+	}
+	if s.p.txn != nil {
+		b.rb.hdr.Attributes |= attrTransactional
 	}
 	b.rb.seal(id.id, id.epoch, s.nextSeq)
 	b.id = id
