@@ -6,7 +6,8 @@ import (
 
 // TestChartNetworkPolicyAndDigest proves the optional NetworkPolicy (off by default: no policy
 // rendered) limits ingress to the HTTP port from the given peers and egress to the given rules
-// plus DNS, and that image.digest pins the image by digest.
+// plus DNS, that image.digest pins the image by digest, and that the hash seed comes from a
+// Secret.
 func TestChartNetworkPolicyAndDigest(t *testing.T) {
 	off, err := renderChart(`checkpoint: {s3: {bucket: my-bucket}}`)
 	if err != nil {
@@ -19,6 +20,7 @@ func TestChartNetworkPolicyAndDigest(t *testing.T) {
 	r, err := renderChart(`
 checkpoint: {s3: {bucket: my-bucket}}
 image: {digest: "` + digest + `"}
+dedup: {hashSeedSecret: {name: kdedup-seed, key: seed}}
 networkPolicy:
   enabled: true
   metricsFrom: [{namespaceSelector: {matchLabels: {name: monitoring}}}]
@@ -38,7 +40,16 @@ networkPolicy:
 	if eg := np.Spec.Egress; len(eg) != 2 || len(eg[0].Ports) != 2 || eg[0].Ports[0].Port.IntValue() != 53 {
 		t.Errorf("egress %+v, want DNS and the given rule", eg)
 	}
-	if img := r.container(t).Image; img != "ghcr.io/kdedup/kdedup@"+digest {
-		t.Errorf("image %q, want it pinned by digest", img)
+	c := r.container(t)
+	if c.Image != "ghcr.io/kdedup/kdedup@"+digest {
+		t.Errorf("image %q, want it pinned by digest", c.Image)
+	}
+	seeded := false
+	for _, e := range c.Env {
+		seeded = seeded || e.Name == "DEDUP_HASH_SEED" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+			e.ValueFrom.SecretKeyRef.Name == "kdedup-seed" && e.ValueFrom.SecretKeyRef.Key == "seed"
+	}
+	if !seeded {
+		t.Errorf("env %+v: DEDUP_HASH_SEED does not come from the Secret", c.Env)
 	}
 }
