@@ -237,6 +237,10 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
 				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
 		},
+		OnRefused: func(ref *kafkaio.RefusedInput) {
+			r.log.Warn("output records could not be decoded within the decode limits and were skipped; their identities are not re-warmed",
+				"topic", r.cfg.OutputTopic, "partition", q, "offset", ref.Offset, "last_offset", ref.LastOffset, "reason", ref.Reason, "error", ref.Err.Error())
+		},
 	}, s.records)
 	if errors.Is(err, kafkaio.ErrStalled) {
 		// The records below end existed when end was read: they were compacted away since.
