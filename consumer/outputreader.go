@@ -330,6 +330,11 @@ func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) err
 				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
 			*at = to
 		},
+		OnRefused: func(ref *kafkaio.RefusedInput) {
+			r.log.Warn("output records could not be decoded within the decode limits and were skipped; their identities are not re-warmed",
+				"topic", r.cfg.OutputTopic, "partition", q, "offset", ref.Offset, "last_offset", ref.LastOffset, "reason", ref.Reason, "error", ref.Err.Error())
+			*at = ref.LastOffset + 1
+		},
 	}, func(recs []kafkaio.Record) error {
 		if len(recs) > 0 {
 			*at = recs[len(recs)-1].Offset + 1

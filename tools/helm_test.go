@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
@@ -39,6 +40,7 @@ type rendered struct {
 	serviceAccount *corev1.ServiceAccount
 	statefulSet    *appsv1.StatefulSet
 	pdb            *policyv1.PodDisruptionBudget
+	networkPolicy  *networkingv1.NetworkPolicy
 	serviceMonitor *monitoringv1.ServiceMonitor
 	podMonitor     *monitoringv1.PodMonitor
 	prometheusRule *monitoringv1.PrometheusRule
@@ -117,6 +119,9 @@ func (r *rendered) add(doc string) error {
 	case "apps/v1/StatefulSet":
 		r.statefulSet = &appsv1.StatefulSet{}
 		target = r.statefulSet
+	case "networking.k8s.io/v1/NetworkPolicy":
+		r.networkPolicy = &networkingv1.NetworkPolicy{}
+		target = r.networkPolicy
 	case "policy/v1/PodDisruptionBudget":
 		r.pdb = &policyv1.PodDisruptionBudget{}
 		target = r.pdb

@@ -1,6 +1,9 @@
 package snapshot
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -550,4 +553,14 @@ func checkOffsets(what string, m map[int32]int64) error {
 		}
 	}
 	return nil
+}
+
+// SeedFingerprint returns a fingerprint of a hash seed: the first 8 bytes of SHA-256 over a
+// domain string and the seed, in hex. It tells two seeds apart (a snapshot written with another
+// seed) without revealing the seed, which is a secret: whoever knows it can craft identities that
+// collide in the filter. Inspect prints it instead of the seed.
+func SeedFingerprint(seed uint64) string {
+	b := binary.LittleEndian.AppendUint64([]byte("kdedup hash seed\x00"), seed)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }

@@ -78,6 +78,12 @@ func TestInspect(t *testing.T) {
 	t.Logf("report:\n%s", report)
 	squeezed := squeeze(report)
 
+	if strings.Contains(report, "0xabc") || strings.Contains(report, "0000000000000abc") || strings.Contains(report, "2748") {
+		t.Errorf("the report shows the hash seed (0xabc), not only its fingerprint")
+	}
+	if SeedFingerprint(0xabc) == SeedFingerprint(0xabd) || len(SeedFingerprint(0xabc)) != 16 {
+		t.Errorf("fingerprints %s, %s", SeedFingerprint(0xabc), SeedFingerprint(0xabd))
+	}
 	wantRows := [][]string{
 		// gen number slot start age fill keys fpr
 		{"0", "9", "2", "2026-01-02T03:06:05Z", "15s", "1.0000", "+Inf", "1"},
@@ -92,7 +98,7 @@ func TestInspect(t *testing.T) {
 		"created: 2026-01-02T03:06:20Z",
 		"partition 5 of topic \"clicks\"",
 		"3 generations × 1m0s = 3m0s",
-		"k=4 seed=0x0000000000000abc",
+		"k=4 seed fingerprint=" + SeedFingerprint(0xabc),
 		"2 groups × 4 slots × 1 sectors of 128 bits = 16 words (128 B), 256 bits per generation",
 		"note: format version 2 holds the filter layout of an older kdedup; this build cannot restore it",
 		"epoch: current generation 9, 8 rotations, origin 2026-01-02T02:57:05Z",

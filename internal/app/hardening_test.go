@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +66,28 @@ func TestWarnPlaintextSASL(t *testing.T) {
 		if got := strings.Contains(buf.String(), "SASL over plaintext"); got != tc.warn {
 			t.Errorf("%+v: warned %v, want %v: %s", tc.k, got, tc.warn, buf.String())
 		}
+	}
+}
+
+// TestS3CredentialsFromFiles proves the S3 checkpoint store's static credentials can come from
+// files (AWS_ACCESS_KEY_ID_FILE and the others), as Kubernetes Secrets are mounted, and reach
+// the store's options.
+func TestS3CredentialsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{"AWS_ACCESS_KEY_ID": "AKIAFILE", "AWS_SECRET_ACCESS_KEY": "secret-from-file", "AWS_SESSION_TOKEN": "token-from-file"}
+	extra := map[string]string{"CHECKPOINT_URL": "s3://bucket/prefix"}
+	for name, v := range files {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		extra[name+"_FILE"] = path
+	}
+	cfg, err := Load(withEnv(extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.AWS; a.AccessKeyID != "AKIAFILE" || a.SecretAccessKey != "secret-from-file" || a.SessionToken != "token-from-file" {
+		t.Fatalf("AWS credentials from files: %q, %q, %q", a.AccessKeyID, a.SecretAccessKey, a.SessionToken)
 	}
 }

@@ -71,4 +71,10 @@ func TestHTTPHandler(t *testing.T) {
 			t.Errorf("/readyz (ready=%v) = %q, want it to end with %q", r, body, want)
 		}
 	}
+	blocked.Store(&[]consumer.BlockedPartition{{Partition: 0, Offset: 50, Topic: "in", Reason: "input_too_large",
+		Error: "too large", Since: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}})
+	want = "partition 0 blocked at offset 50 since 2026-11-26T09:00:00Z: the input cannot be decoded within the limits (input_too_large: too large)\n"
+	if _, body := get("/readyz"); !strings.HasSuffix(body, want) {
+		t.Errorf("/readyz = %q, want it to end with %q", body, want)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -169,8 +171,12 @@ func newHTTPHandler(reg *prometheus.Registry, ready func() bool, blocked func() 
 		}
 		io.WriteString(w, status)
 		for _, b := range blocked() {
-			fmt.Fprintf(w, "partition %d blocked at offset %d since %s: topic %q refuses the record (%s: %s)\n",
-				b.Partition, b.Offset, b.Since.UTC().Format(time.RFC3339), b.Topic, b.Reason, b.Error)
+			what := "topic " + strconv.Quote(b.Topic) + " refuses the record"
+			if strings.HasPrefix(b.Reason, "input_") {
+				what = "the input cannot be decoded within the limits"
+			}
+			fmt.Fprintf(w, "partition %d blocked at offset %d since %s: %s (%s: %s)\n",
+				b.Partition, b.Offset, b.Since.UTC().Format(time.RFC3339), what, b.Reason, b.Error)
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg,

@@ -259,3 +259,35 @@ func TestPartitionReaderBatchOverMaxBytes(t *testing.T) {
 		t.Errorf("read %d records, want 100 in order", len(got))
 	}
 }
+
+// TestReadBoundsDecodedMemory proves that Read hands its callback no more decompressed records
+// at once than the decode limit allows (plus the batch that reaches it): eight zstd batches of one
+// 6 MiB zero value each, a few hundred bytes on the wire, fit one fetch response, and the limit
+// for Read's default fetch size is 32 MiB.
+func TestReadBoundsDecodedMemory(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	p := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Compression: kafka.Zstd, BatchBytes: 1 << 20, Attempts: 1})
+	zeros := make([]byte, 6<<20)
+	for i := range 8 {
+		if err := p.Produce(context.Background(), "t", 0, []kafka.Message{{Key: fmt.Append(nil, i), Value: zeros}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit := kafkaio.DefaultDecodeMaxBytes(8 << 20)
+	var offsets []int64
+	err := kafkaio.Read(context.Background(), c, kafkaio.Range{Topic: "t", Partition: 0, End: 8}, func(recs []kafkaio.Record) error {
+		held := 0
+		for _, r := range recs {
+			held += len(r.Value)
+			offsets = append(offsets, r.Offset)
+		}
+		if held > limit+len(zeros) {
+			t.Errorf("one callback got %d MiB of values, more than the %d MiB limit and one record", held>>20, limit>>20)
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(offsets, []int64{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("Read: %v, offsets %v", err, offsets)
+	}
+}

@@ -80,7 +80,9 @@ func (r *Record) Message(topic string, partition int) kafka.Message {
 // Read fetches r.Partition of r.Topic from r.Start up to (not including) r.End, in offset order,
 // one fetch request at a time, and calls fn on the calling goroutine with the data records of
 // each fetch response that has any. It reads as PartitionReader does (records decoded in place,
-// control records and, under ReadCommitted, aborted transactions skipped), one fetch at a time. When retention deleted records before Read got to them (an
+// control records and, under ReadCommitted, aborted transactions skipped, input over the decode
+// limits refused and passed to r.OnRefused), one fetch at a time; fn gets at most as many records
+// of a response as the decode limits let one fetch hold. When retention deleted records before Read got to them (an
 // OffsetOutOfRange answer), it tells r.OnSkip and goes on from the earliest available offset.
 //
 // It returns nil once it reached r.End. Otherwise it returns fn's error unchanged, or a
@@ -235,11 +237,21 @@ func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset i
 		d.recs = append(d.recs, Record{
 			Offset: rec.offset, Time: time.UnixMilli(rec.time), Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers,
 		})
+		if d.full() { // the rest of the response is fetched again
+			return rec.offset + 1, nil
+		}
 	}
 	if r.End >= 0 {
 		return min(d.set.next, r.End), nil
 	}
 	return d.set.next, nil
+}
+
+// full reports whether the records decoded so far hold as much decoded memory as one fetch may
+// (see "Bounded decoding"): their headers, or the decompressed batches they point into, reached
+// the decode limits.
+func (d *decoder) full() bool {
+	return d.hdrs.len() >= d.dec.limits.MaxHeaders || d.dec.holding() >= d.dec.limits.MaxBatchBytes
 }
 
 // release makes the memory of the last response's records available again.

@@ -127,3 +127,14 @@ kdedup.kafkaSecretMounts: whether any Kafka Secret is mounted under /etc/kdedup/
 {{- define "kdedup.kafkaSecrets" -}}
 {{- if or .Values.kafka.tls.caSecret .Values.kafka.tls.clientCertSecret .Values.kafka.sasl.credentialsSecret }}true{{ end }}
 {{- end }}
+
+{{/*
+kdedup.image: repository:tag, or repository@digest when image.digest is set (pinned).
+*/}}
+{{- define "kdedup.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
