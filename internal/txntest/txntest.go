@@ -19,7 +19,7 @@ type Record struct {
 }
 
 // Writer writes records to one topic as producers named by the caller: each name but "" is a
-// transactional producer (transactional id "txn-" + name), "" writes outside transactions
+// transactional producer (transactional id "txn-" + topic + "-" + name, unique per topic so that tests sharing a broker do not fence each other), "" writes outside transactions
 // (idempotently). A failure marks the test failed and ends the calling goroutine (the test's own,
 // or another one: deferred calls run). A Writer is safe for concurrent use by different
 // producers; one producer's calls must not overlap.
@@ -50,7 +50,7 @@ func (w *Writer) client(who string) *kgo.Client {
 	opts := []kgo.Opt{kgo.SeedBrokers(w.addrs...), kgo.DefaultProduceTopic(w.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner())}
 	if who != "" {
-		opts = append(opts, kgo.TransactionalID("txn-"+who))
+		opts = append(opts, kgo.TransactionalID("txn-"+w.topic+"-"+who))
 	}
 	c, err := kgo.NewClient(opts...)
 	if err != nil {
