@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/metrics"
@@ -141,8 +142,11 @@ func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
 func sourcesRunner() pipeline {
 	return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
 		src := metrics.NewSources(prometheus.NewRegistry(), metrics.SourceOptions{})
-		c.SourceKey = func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
-			return k[max(0, len(k)-2):], len(k) > 0
+		c.SourceKey = func(_ context.Context, k, _ []byte, _ identity.Headers) ([]byte, identity.Reason, error) {
+			if len(k) == 0 {
+				return nil, identity.Missing, nil
+			}
+			return k[max(0, len(k)-2):], identity.Found, nil
 		}
 		c.Sources = func() consumer.SourceTally { return src.NewTally() }
 	})
@@ -159,9 +163,7 @@ func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}
 		edit(&cfg)
-		w, err := consumer.New(cfg, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
-			return k, k != nil
-		}, nil, testLog)
+		w, err := consumer.New(cfg, d, kafkaKey, nil, testLog)
 		if err != nil {
 			return err
 		}
