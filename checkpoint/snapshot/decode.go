@@ -20,17 +20,17 @@ import (
 // CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
-// This is the format's specification. The byte layout of a version 6
+// This is the format's specification. The byte layout of a version 7
 // snapshot, the CurrentVersion: a manifest, whose data lives in generation
 // objects (see GenDecoder). All integers are little-endian; the fields
-// marked v2, v3, v4, v5 or v6 are absent from the header body of older
+// marked v2, v3, v4, v5, v6 or v7 are absent from the header body of older
 // versions, which ends after the last field its version has; a v4 stage
 // entry lacks the first-word bits. A snapshot of version 5 or older holds
 // its data itself, after the header.
 //
 //	offset      size   field
 //	0           8      magic "KDDPSNAP"
-//	8           2      format version (uint16) = 6 (MinVersion..CurrentVersion are read)
+//	8           2      format version (uint16) = 7 (MinVersion..CurrentVersion are read)
 //	10          4      H = header body length in bytes (uint32, <= MaxHeaderBytes)
 //	14          H      header body:
 //	  +0        4        generations N (uint32)
@@ -76,9 +76,13 @@ import (
 //	                     name of the generation object holding the generation
 //	                     (uint16 length, then the bytes), the object's size
 //	                     (uint64) and trailing checksum (uint32)
+//	            2+k      identity section (v7): the key spec (DEDUP_KEY) the
+//	                     filter's identities were extracted with: uint16
+//	                     length k (<= MaxKeySpecLen), then k bytes; empty
+//	                     when the writer did not say
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count D (uint64): W up to version 5, 0 in a
-//	                   manifest (v6)
+//	                   manifest (v6 and later)
 //	26+H        8D     data: D uint64 words, little-endian (v4: the slots'
 //	                   words, then every stage's words)
 //	26+H+8D     4      file CRC32C over bytes [0, 26+H+8D)
@@ -331,6 +335,9 @@ func minBodyLen(version uint16) uint32 {
 	if version >= VersionV6 {
 		n += 4 // reference count
 	}
+	if version >= VersionV7 {
+		n += 2 // key spec length
+	}
 	return n
 }
 
@@ -524,6 +531,9 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	}
 	if version >= VersionV6 {
 		h.Refs = c.refs()
+	}
+	if version >= VersionV7 {
+		h.KeySpec = c.str()
 	}
 	if c.err != nil {
 		return Header{}, c.err

@@ -57,6 +57,10 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	if version >= VersionV6 {
 		b = appendRefs(b, h.Refs)
 	}
+	if version >= VersionV7 { // the identity section
+		b = le.AppendUint16(b, uint16(len(h.KeySpec)))
+		b = append(b, h.KeySpec...)
+	}
 	return b
 }
 
@@ -138,7 +142,7 @@ func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
 // holds no data itself. It fails, wrapping ErrInvalidHeader, for a header
 // without a reference per generation, and returns the error from w.
 func EncodeManifest(w io.Writer, h Header) error {
-	return encode(w, &h, VersionV6, func(io.Writer) error { return nil })
+	return encode(w, &h, CurrentVersion, func(io.Writer) error { return nil })
 }
 
 // encode writes h in the given version. Only tests write old versions.

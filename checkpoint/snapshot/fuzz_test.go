@@ -25,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 	m := encodeManifest(f, withRefs(withStages(testHeader(1))))
 	f.Add(m)
 	f.Add(m[:len(m)-7])
-	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v5.snap", "golden-v6.snap"} {
+	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v5.snap", "golden-v6.snap", "golden-v7.snap"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			f.Add(b)
 		}

@@ -38,6 +38,16 @@ func encodeManifest(t testing.TB, h Header) []byte {
 	return b.Bytes()
 }
 
+// encodeManifestVersion encodes a manifest in an older manifest version.
+func encodeManifestVersion(t testing.TB, h Header, version uint16) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := encode(&b, &h, version, func(io.Writer) error { return nil }); err != nil {
+		t.Fatalf("encode v%d: %v", version, err)
+	}
+	return b.Bytes()
+}
+
 func TestManifestRoundTrip(t *testing.T) {
 	for _, h := range []Header{withRefs(testHeader(3)), withRefs(withStages(testHeader(1))), withRefs(goldenHeaderV5())} {
 		b := encodeManifest(t, h)
@@ -47,7 +57,7 @@ func TestManifestRoundTrip(t *testing.T) {
 				t.Fatalf("%s: %v", rk.name, err)
 			}
 			want := h
-			want.Version = VersionV6
+			want.Version = CurrentVersion
 			if d := diffHeader(got, want); d != "" {
 				t.Fatalf("%s: header differs:\n%s", rk.name, d)
 			}
@@ -116,7 +126,7 @@ func TestGoldenV6(t *testing.T) {
 	h := withRefs(goldenHeaderV5())
 	words, sections := goldenGenWords()
 	files := map[string][]byte{
-		"golden-v6.snap": encodeManifest(t, h),
+		"golden-v6.snap": encodeManifestVersion(t, h, VersionV6),
 		"golden-v6.gen":  encodeGen(t, 1234, sections, words, 300),
 	}
 	for name, b := range files {
@@ -170,6 +180,47 @@ func TestGoldenV6(t *testing.T) {
 	}
 }
 
+// goldenKeySpec is the key spec of golden-v7.snap.
+const goldenKeySpec = "avro:meta.id"
+
+// TestGoldenV7 pins version 7: version 6's manifest followed by the identity section.
+func TestGoldenV7(t *testing.T) {
+	h := withRefs(goldenHeaderV5())
+	h.KeySpec = goldenKeySpec
+	b := encodeManifest(t, h)
+	path := filepath.Join("testdata", "golden-v7.snap")
+	if *update {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onDisk, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate with -update)", err)
+	}
+	if !bytes.Equal(onDisk, b) {
+		t.Error("encoding no longer reproduces golden-v7.snap: bump the format version")
+	}
+	got, _, err := decodeAll(bytes.NewReader(onDisk))
+	if err != nil || got.Version != VersionV7 || got.KeySpec != goldenKeySpec || !got.KeySpecKnown() || !slices.Equal(got.Refs, h.Refs) {
+		t.Fatalf("golden v7: version %d, key spec %q, refs %v, err %v", got.Version, got.KeySpec, got.Refs, err)
+	}
+	le := binary.LittleEndian
+	H := int(le.Uint32(onDisk[10:]))
+	tail := onDisk[14+H-2-len(goldenKeySpec) : 14+H]
+	if le.Uint16(onDisk[8:]) != 7 || int(le.Uint16(tail)) != len(goldenKeySpec) || string(tail[2:]) != goldenKeySpec {
+		t.Error("golden v7 manifest does not end its header with the identity section documented on Decoder")
+	}
+	v6, _, err := decodeAll(bytes.NewReader(encodeManifestVersion(t, withRefs(goldenHeaderV5()), VersionV6)))
+	if err != nil || v6.KeySpec != "" || v6.KeySpecKnown() {
+		t.Errorf("a v6 manifest decodes with key spec %q (known %v), err %v", v6.KeySpec, v6.KeySpecKnown(), err)
+	}
+	h.KeySpec = strings.Repeat("k", MaxKeySpecLen+1)
+	if err := EncodeManifest(io.Discard, h); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("EncodeManifest with a key spec over MaxKeySpecLen: %v, want ErrInvalidHeader", err)
+	}
+}
+
 // manifestWithObjects returns a manifest of goldenHeaderV5's filter whose generation objects are
 // in the returned map: generation 1234 (with its stage) has one key's bits set, the others none.
 func manifestWithObjects(t *testing.T) ([]byte, map[string][]byte) {
@@ -212,7 +263,7 @@ func TestInspectManifest(t *testing.T) {
 	}
 	report := squeeze(out.String())
 	t.Logf("report:\n%s", out.String())
-	for _, want := range []string{"KDDPSNAP version 6 (manifest", "generation objects:",
+	for _, want := range []string{"KDDPSNAP version 7 (manifest", "identity: not said by the writer", "generation objects:",
 		"1234 orders.p3.00000000000000000009.g234.gen", "OK", "file checksum: OK"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)

@@ -209,6 +209,17 @@ func newKeyFunc(spec string) (consumer.KeyFunc, error) {
 	return e.Extract, nil
 }
 
+// keySpecOf returns DEDUP_KEY as the identity package spells it, so that equivalent settings
+// record the same key spec in snapshots; the setting itself when it does not parse (Load rejects
+// such a configuration).
+func keySpecOf(key string) string {
+	ks, err := identity.Parse(key)
+	if err != nil {
+		return key
+	}
+	return ks.String()
+}
+
 // maxSourceLimit bounds DEDUP_METRICS_SOURCE_LIMIT: the source label takes at most this many
 // values plus other and none.
 const maxSourceLimit = 1000
@@ -299,7 +310,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 			return nil, nil, err
 		}
 		output()
-		dcfg.Persister = dedup.NewCheckpointPersister(store, log)
+		dcfg.Persister = dedup.NewCheckpointPersister(store, log).WithKeySpec(keySpecOf(cfg.Dedup.Key))
 		dcfg.CheckpointInterval = cfg.Checkpoint.Interval
 	}
 	if n := rebuildMaxRecords(cfg, log); n > 0 {
