@@ -70,11 +70,16 @@ type Func func(ctx context.Context, key, value []byte, headers Headers) (id []by
 // is safe for concurrent use; for Avro and Protobuf specs it caches every schema it fetched from
 // the registry for the life of the process.
 type Extractor struct {
-	spec Spec
+	spec    Spec
+	schemas *schemaCache // nil unless spec.Kind.Schemas()
 }
 
 // Options configures New.
-type Options struct{}
+type Options struct {
+	// Registry serves the schemas of Avro and Protobuf specs; required for them, ignored for the
+	// others.
+	Registry Registry
+}
 
 // New returns an Extractor for spec. It returns an error prefixed "identity: " for a spec of an
 // unknown kind, a JSON, Avro or Protobuf spec without a path, or an Avro or Protobuf spec without
@@ -86,18 +91,34 @@ func New(spec Spec, opts Options) (*Extractor, error) {
 		if spec.Name == "" {
 			return nil, errors.New("identity: " + spec.Kind.String() + " spec without a name")
 		}
-	case KindJSON:
+	case KindJSON, KindAvro, KindProtobuf:
 		if len(spec.Path) == 0 {
 			return nil, errors.New("identity: " + spec.Kind.String() + " spec without a path")
 		}
 	default:
 		return nil, errors.New("identity: unknown spec kind " + spec.Kind.String())
 	}
-	return &Extractor{spec: spec}, nil
+	e := &Extractor{spec: spec}
+	if spec.Kind.Schemas() {
+		if opts.Registry == nil {
+			return nil, errors.New("identity: " + spec.String() + " needs a schema registry (SCHEMA_REGISTRY_URL)")
+		}
+		e.schemas = newSchemaCache(spec, opts.Registry)
+	}
+	return e, nil
 }
 
 // Spec returns the spec e follows.
 func (e *Extractor) Spec() Spec { return e.spec }
+
+// Check verifies that e can work: for an Avro or Protobuf spec, that the registry answers (see
+// Registry.Check). It returns nil for the other kinds.
+func (e *Extractor) Check(ctx context.Context) error {
+	if e.schemas == nil {
+		return nil
+	}
+	return e.schemas.reg.Check(ctx)
+}
 
 // Extract returns the identity of the record with the given Kafka key, value and headers. It
 // returns exactly one of: an identity that is never empty (absent == Found, err == nil); the
@@ -142,6 +163,12 @@ func (e *Extractor) Extract(ctx context.Context, key, value []byte, headers Head
 		if id, ok = jsonPath(value, e.spec.Path); !ok && !jsonObjectStart(value) {
 			return nil, Malformed, nil
 		}
+	case KindAvro, KindProtobuf:
+		data := value
+		if e.spec.FromKey {
+			data = key
+		}
+		return e.schemas.extract(ctx, data)
 	}
 	if len(id) == 0 {
 		return nil, Missing, nil

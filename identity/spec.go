@@ -121,7 +121,7 @@ func Parse(s string) (Spec, error) {
 			return fail(`empty header name (want "header:NAME")`)
 		}
 		return Spec{Kind: KindHeader, Name: arg}, nil
-	case "json":
+	case "json", "avro", "avro-key", "protobuf", "protobuf-key":
 		return parsePath(kind, arg, fail)
 	}
 	return fail(fmt.Sprintf("unknown kind %q (%s)", kind, specForms))
