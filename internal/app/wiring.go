@@ -196,13 +196,14 @@ func overloadPolicy(s string) window.OverloadPolicy {
 	return window.OverloadDrop
 }
 
-// newKeyFunc returns the identity extractor for DEDUP_KEY.
-func newKeyFunc(spec string) (consumer.KeyFunc, error) {
+// newKeyFunc returns the identity extractor for DEDUP_KEY; reg serves the schemas of Avro and
+// Protobuf specs (nil when there is none).
+func newKeyFunc(spec string, reg identity.Registry) (consumer.KeyFunc, error) {
 	ks, err := identity.Parse(spec)
 	if err != nil {
 		return nil, err
 	}
-	e, err := identity.New(ks, identity.Options{})
+	e, err := identity.New(ks, identity.Options{Registry: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -230,16 +231,16 @@ const maxSourceLimit = 1000
 const minSourceHold, maxSourceHold = 100 * time.Millisecond, 10 * time.Minute
 
 // withSources returns ccfg with the per-source counts of DEDUP_METRICS_SOURCE: the counters on reg,
-// the extractor and the tallies. It returns ccfg unchanged when the setting is empty, and, logging
-// why, when it does not parse (Load rejects such a configuration).
-func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config, log *slog.Logger) consumer.Config {
+// the extractor (its schemas from schemas) and the tallies. It returns ccfg unchanged when the
+// setting is empty, and, logging why, when it does not parse (Load rejects such a configuration).
+func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config, schemas identity.Registry, log *slog.Logger) consumer.Config {
 	if d.MetricsSource == "" {
 		return ccfg
 	}
 	spec, err := identity.ParseSource(d.MetricsSource)
 	var e *identity.Extractor
 	if err == nil {
-		e, err = identity.New(spec, identity.Options{})
+		e, err = identity.New(spec, identity.Options{Registry: schemas})
 	}
 	if err != nil {
 		log.Error("invalid DEDUP_METRICS_SOURCE: no per-source metrics", "error", err.Error())
