@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -63,3 +64,34 @@ func TestIdentityRetryHoldsPartition(t *testing.T) {
 }
 
 var _ consumer.KeyFunc = (*identity.Extractor)(nil).Extract
+
+// TestOutputReaderPassesRetryErrorsUp proves that a re-warm or rebuild whose KeyFunc cannot
+// extract an identity for now (the schema registry is down) fails with that error, so the caller
+// retries the assignment, instead of skipping the record and letting its duplicates through.
+func TestOutputReaderPassesRetryErrorsUp(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	inner := keyFuncFor(t, "key")
+	var down atomic.Bool
+	down.Store(true)
+	kf := func(ctx context.Context, k, v []byte, h identity.Headers) ([]byte, identity.Reason, error) {
+		if down.Load() && string(k) == "o-3-21" {
+			return nil, identity.Found, fmt.Errorf("%w: registry down", identity.ErrRetry)
+		}
+		return inner(ctx, k, v, h)
+	}
+	r := consumer.NewOutputReader(e.config(), kf, testLog)
+	defer r.Close()
+	from := map[int32]int64{3: 0}
+	n, err := r.Rewarm(context.Background(), from, func([]byte, time.Time) {})
+	if !errors.Is(err, identity.ErrRetry) {
+		t.Fatalf("Rewarm = %d, %v; want an error wrapping identity.ErrRetry", n, err)
+	}
+	if _, err := r.Read(context.Background(), from, nil, func([]byte, time.Time) {}); !errors.Is(err, identity.ErrRetry) {
+		t.Fatalf("Read: %v; want an error wrapping identity.ErrRetry", err)
+	}
+	down.Store(false)
+	if n, err := r.Rewarm(context.Background(), from, func([]byte, time.Time) {}); err != nil || n == 0 {
+		t.Fatalf("Rewarm after recovery = %d, %v", n, err)
+	}
+}

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -41,6 +42,16 @@ func TestParse(t *testing.T) {
 		{in: "json:meta.id", want: Spec{Kind: KindJSON, Path: []string{"meta", "id"}}},
 		{in: "json:a.b.c.0", want: Spec{Kind: KindJSON, Path: []string{"a", "b", "c", "0"}}},
 		{in: "json:a:b", want: Spec{Kind: KindJSON, Path: []string{"a:b"}}},
+		{in: "avro:meta.id", want: Spec{Kind: KindAvro, Path: []string{"meta", "id"}}},
+		{in: "avro-key:id", want: Spec{Kind: KindAvro, Path: []string{"id"}, FromKey: true}},
+		{in: "protobuf:a_1.B", want: Spec{Kind: KindProtobuf, Path: []string{"a_1", "B"}}},
+		{in: "protobuf-key:_x", want: Spec{Kind: KindProtobuf, Path: []string{"_x"}, FromKey: true}},
+		{in: "avro:", wantErr: "empty Avro path"},
+		{in: "avro:meta..id", wantErr: "element 2 of 3 is empty"},
+		{in: "avro:meta.1d", wantErr: `"1d" is not a field name`},
+		{in: "protobuf:a-b", wantErr: `"a-b" is not a field name`},
+		{in: "protobuf-key", wantErr: "empty Protobuf path"},
+		{in: "json-key:a", wantErr: `unknown kind "json-key"`},
 
 		{in: "", wantErr: "identity: empty key spec"},
 		{in: ":x", wantErr: "missing kind"},
@@ -367,5 +378,49 @@ func TestExtractConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// TestReasons checks the reason of each kind of record without an identity, and that Reasons
+// lists the fixed label set.
+func TestReasons(t *testing.T) {
+	if got := strings.Join(Reasons(), ","); got != "missing,malformed,not_wire_format,unknown_schema,not_in_schema" {
+		t.Errorf("Reasons() = %s", got)
+	}
+	if Reason(200).String() != "unknown" || NumReasons != len(Reasons())+1 {
+		t.Error("Reason out of range")
+	}
+	for _, tt := range []struct {
+		spec  string
+		key   string
+		value string
+		want  Reason
+	}{
+		{"key", "", "v", Missing},
+		{"value", "k", "", Missing},
+		{"header:x", "k", "v", Missing},
+		{"key-prefix::", "nosep", "", Missing},
+		{"json:id", "", `{"other":1}`, Missing},
+		{"json:id", "", `{"id":null}`, Missing},
+		{"json:id.x", "", `{"id":"s"}`, Missing},
+		{"json:id", "", `  [1]`, Malformed},
+		{"json:id", "", `id=1`, Malformed},
+		{"json:id", "", ``, Malformed},
+	} {
+		sp, err := ParseSource(tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(sp, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, r, err := e.Extract(context.Background(), []byte(tt.key), []byte(tt.value), nil)
+		if id != nil || r != tt.want || err != nil {
+			t.Errorf("%s on key %q value %q: %q, %v, %v; want %v", tt.spec, tt.key, tt.value, id, r, err, tt.want)
+		}
+	}
+	if _, err := New(Spec{Kind: KindAvro, Path: []string{"id"}}, Options{}); err == nil || !strings.Contains(err.Error(), "SCHEMA_REGISTRY_URL") {
+		t.Errorf("New(avro) without a registry: %v", err)
 	}
 }
