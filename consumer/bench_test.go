@@ -68,6 +68,15 @@ func (nopDeduper) Discard(context.Context, int32) error { return nil }
 type pipeline func(ctx context.Context, cl *embedkafka.Cluster) error
 
 func benchPipeline(b *testing.B, run pipeline) {
+	value := make([]byte, 100)
+	benchPipelineOf(b, run, func(p, id int) kafka.Message {
+		return kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()}
+	})
+}
+
+// benchPipelineOf is benchPipeline with the input records built by record: the record of
+// partition p for event id (25% of the events repeat an earlier id of the partition).
+func benchPipelineOf(b *testing.B, run pipeline, record func(p, id int) kafka.Message) {
 	b.ReportAllocs()
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
 	if err != nil {
@@ -76,7 +85,6 @@ func benchPipeline(b *testing.B, run pipeline) {
 	defer cl.Close()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 1))
-	value := make([]byte, 100)
 	per := (b.N + benchPartitions - 1) / benchPartitions
 	for p := range benchPartitions {
 		msgs := make([]kafka.Message, 0, per)
@@ -85,7 +93,7 @@ func benchPipeline(b *testing.B, run pipeline) {
 			if i%4 == 3 {
 				id = rng.IntN(i)
 			}
-			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()})
+			msgs = append(msgs, record(p, id))
 		}
 		if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
 			b.Fatal(err)

@@ -328,34 +328,34 @@ func (w *Worker) identify(gctx context.Context, st *partitionState) error {
 	st.ids = slices.Grow(st.ids[:0], n)[:n]
 	st.absent = slices.Grow(st.absent[:0], n)[:n]
 	st.identified = 0
-	if w.identifyFrom(gctx, st) == nil {
-		return nil
-	}
-	began, held, unready := time.Now(), true, false
-	w.obs.IdentityHeld(st.p, true)
-	defer func() {
-		if unready {
-			w.identityHeld.Add(-1)
-			w.updateReady()
-		}
-		if held {
-			w.obs.IdentityHeld(st.p, false)
-		}
-	}()
-	err := w.cfg.retry().Retry(gctx, 0, func(attempt int) error {
+	var began time.Time // when the hold began; zero while there is none
+	unready := false
+	err := w.cfg.retry().Retry(gctx, 0, func(int) error {
 		err := w.identifyFrom(gctx, st)
-		if err != nil && gctx.Err() == nil {
-			w.sample.Log(slog.LevelWarn, "identity", "record identity cannot be extracted for now; the partition is held and retried",
-				"topic", w.cfg.InputTopic, "partition", st.p, "offset", st.in[st.identified].Offset,
-				"held", time.Since(began).Round(time.Millisecond).String(), "error", err.Error())
-			if !unready && time.Since(began) >= w.cfg.IdentityHold {
-				unready = true
-				w.identityHeld.Add(1)
-				w.updateReady()
-			}
+		if err == nil || gctx.Err() != nil {
+			return err
+		}
+		if began.IsZero() {
+			began = time.Now()
+			w.obs.IdentityHeld(st.p, true)
+		}
+		w.sample.Log(slog.LevelWarn, "identity", "record identity cannot be extracted for now; the partition is held and retried",
+			"topic", w.cfg.InputTopic, "partition", st.p, "offset", st.in[st.identified].Offset,
+			"held", time.Since(began).Round(time.Millisecond).String(), "error", err.Error())
+		if !unready && time.Since(began) >= w.cfg.IdentityHold {
+			unready = true
+			w.identityHeld.Add(1)
+			w.updateReady()
 		}
 		return err
 	})
+	if unready {
+		w.identityHeld.Add(-1)
+		w.updateReady()
+	}
+	if !began.IsZero() {
+		w.obs.IdentityHeld(st.p, false)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", errHeld, err)
 	}
