@@ -41,7 +41,8 @@ const maxReferenceDepth = 32
 // Karapace and Apicurio's compatibility API serve it: GET /schemas/ids/{id} for a schema, and
 // GET /subjects/{subject}/versions/{version} for each of its references. Every schema it fetched,
 // and every id the registry answered 404 for, is kept for the life of the process: ids are
-// immutable, so each is fetched once. It is safe for concurrent use; concurrent requests for the
+// immutable, so each is fetched once (404s up to a bound, so that made-up ids cannot grow the
+// cache without end). It is safe for concurrent use; concurrent requests for the
 // same id share one fetch.
 type HTTPRegistry struct {
 	base   *url.URL
@@ -50,6 +51,7 @@ type HTTPRegistry struct {
 
 	mu       sync.Mutex
 	done     map[string]registryResult // by request path
+	unknown  int                       // entries of done that are 404s
 	inflight map[string]chan struct{}
 }
 
@@ -133,8 +135,12 @@ func (r *HTTPRegistry) schema(ctx context.Context, path string, depth int) (Sche
 	}
 	s, err := r.fetch(ctx, path, depth)
 	r.mu.Lock()
-	if err == nil || errors.Is(err, ErrUnknownSchema) {
+	switch {
+	case err == nil:
 		r.done[path] = registryResult{s, err}
+	case errors.Is(err, ErrUnknownSchema) && r.unknown < maxUnknownIDs: // made-up ids: bounded
+		r.done[path] = registryResult{s, err}
+		r.unknown++
 	}
 	close(r.inflight[path])
 	delete(r.inflight, path)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Schema is a schema as a schema registry serves it (Confluent's GET /schemas/ids/{id}), with its
@@ -65,7 +66,27 @@ type schemaCache struct {
 
 	mu       sync.Mutex
 	inflight map[uint32]*fetch
+	failed   map[uint32]failure // the last fetch of the id could not ask the registry
+	unknown  int                // plans cached for ids the registry does not know
+	// retryAfter is how long a failure is answered from failed (retryAfter; tests change it).
+	retryAfter time.Duration
 }
+
+// failure is a fetch that could not ask the registry, kept for retryAfter so that a record of
+// the id does not wait for the registry again at once.
+type failure struct {
+	at  time.Time
+	err error
+}
+
+// retryAfter is how long a failed fetch of a schema id is answered from the cache: callers that
+// extract many records (a per-source count, say) get the retry error at once instead of a
+// request, and thus a timeout, per record.
+const retryAfter = time.Second
+
+// maxUnknownIDs bounds the schema ids the registry does not know whose answer is kept: records
+// with made-up ids cannot grow the cache without bound. Past it, each such record asks again.
+const maxUnknownIDs = 4096
 
 // fetch is one registry request in progress, shared by the goroutines that need the same id.
 type fetch struct {
@@ -75,7 +96,7 @@ type fetch struct {
 }
 
 func newSchemaCache(spec Spec, reg Registry) *schemaCache {
-	c := &schemaCache{spec: spec, reg: reg, inflight: map[uint32]*fetch{}}
+	c := &schemaCache{spec: spec, reg: reg, inflight: map[uint32]*fetch{}, failed: map[uint32]failure{}, retryAfter: retryAfter}
 	c.plans.Store(&map[uint32]*plan{})
 	return c
 }
@@ -112,6 +133,10 @@ func (c *schemaCache) load(ctx context.Context, id uint32) (*plan, error) {
 		c.mu.Unlock()
 		return p, nil
 	}
+	if fl, ok := c.failed[id]; ok && time.Since(fl.at) < c.retryAfter {
+		c.mu.Unlock()
+		return nil, fl.err
+	}
 	f := c.inflight[id]
 	leader := f == nil
 	if leader {
@@ -130,7 +155,24 @@ func (c *schemaCache) load(ctx context.Context, id uint32) (*plan, error) {
 	f.p, f.err = c.fetchPlan(ctx, id)
 	c.mu.Lock()
 	delete(c.inflight, id)
-	if f.err == nil {
+	c.keep(id, f)
+	c.mu.Unlock()
+	close(f.done)
+	return f.p, f.err
+}
+
+// keep records the outcome of the fetch of id; c.mu is held.
+func (c *schemaCache) keep(id uint32, f *fetch) {
+	switch {
+	case f.err != nil:
+		c.failed[id] = failure{time.Now(), f.err}
+	case f.p.absent == UnknownSchema && c.unknown >= maxUnknownIDs:
+		delete(c.failed, id)
+	default:
+		delete(c.failed, id)
+		if f.p.absent == UnknownSchema {
+			c.unknown++
+		}
 		old := *c.plans.Load()
 		m := make(map[uint32]*plan, len(old)+1)
 		for k, v := range old {
@@ -139,9 +181,6 @@ func (c *schemaCache) load(ctx context.Context, id uint32) (*plan, error) {
 		m[id] = f.p
 		c.plans.Store(&m)
 	}
-	c.mu.Unlock()
-	close(f.done)
-	return f.p, f.err
 }
 
 // fetchPlan asks the registry for schema id and compiles it.

@@ -381,6 +381,11 @@ func TestRegistryFaults(t *testing.T) {
 	if _, reason, err := e.Extract(context.Background(), nil, rec, nil); !errors.Is(err, ErrRetry) || reason != Found {
 		t.Fatalf("503: reason %v, err %v; want a retry error", reason, err)
 	}
+	before := r.Requests()
+	if _, _, err := e.Extract(context.Background(), nil, rec, nil); !errors.Is(err, ErrRetry) || r.Requests() != before {
+		t.Fatalf("a failure is not answered from the cache for a while: err %v, %d requests", err, r.Requests()-before)
+	}
+	e.schemas.retryAfter = 0
 	r.Fail(0)
 	r.Delay(time.Second)
 	if _, _, err := e.Extract(context.Background(), nil, rec, nil); !errors.Is(err, ErrRetry) {
@@ -453,3 +458,33 @@ func TestSchemaExtractAllocs(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// unknownRegistry knows no schema, and counts the requests.
+type unknownRegistry struct{ requests int }
+
+func (u *unknownRegistry) Schema(context.Context, uint32) (Schema, error) {
+	u.requests++
+	return Schema{}, fmt.Errorf("%w: 404", ErrUnknownSchema)
+}
+
+func (u *unknownRegistry) Check(context.Context) error { return nil }
+
+// TestUnknownIDsBounded proves that records with made-up schema ids cannot grow the cache without
+// bound, and that a known-unknown id is not asked for again.
+func TestUnknownIDsBounded(t *testing.T) {
+	reg := &unknownRegistry{}
+	e := newExtractor(t, "avro:id", reg)
+	for id := range maxUnknownIDs + 100 {
+		if _, r, err := e.Extract(context.Background(), nil, wire(id, []byte{2, 'x'}), nil); r != UnknownSchema || err != nil {
+			t.Fatalf("id %d: %v, %v", id, r, err)
+		}
+	}
+	if n := len(*e.schemas.plans.Load()); n != maxUnknownIDs {
+		t.Errorf("%d plans cached, want at most %d", n, maxUnknownIDs)
+	}
+	before := reg.requests
+	e.Extract(context.Background(), nil, wire(7, []byte{2, 'x'}), nil)
+	if reg.requests != before {
+		t.Error("a cached unknown id was asked for again")
+	}
+}
