@@ -115,6 +115,32 @@ func eventV2(id string, n int64) avroEventV2 {
 		Meta: &avroMetaV2{Trace: &trace, Source: "app", ID: id, N: n, Level: "HIGH"}, Payload: []byte("p")}
 }
 
+// extractCase is one record of the golden tests: the spec, the record value (the key for the
+// -key forms) and the identity or reason it must give.
+type extractCase struct {
+	spec, name string
+	value      []byte
+	want       string
+	reason     Reason
+}
+
+// runCases runs the cases against reg.
+func runCases(t *testing.T, reg Registry, tests []extractCase) {
+	for _, tt := range tests {
+		t.Run(tt.spec+"/"+tt.name, func(t *testing.T) {
+			e := newExtractor(t, tt.spec, reg)
+			key, value := []byte("k"), tt.value
+			if e.Spec().FromKey {
+				key, value = value, []byte("v")
+			}
+			id, reason, err := e.Extract(context.Background(), key, value, nil)
+			if err != nil || reason != tt.reason || string(id) != tt.want {
+				t.Fatalf("Extract = %q, %v, %v; want %q, %v", id, reason, err, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
 func newExtractor(t testing.TB, spec string, reg Registry) *Extractor {
 	t.Helper()
 	sp, err := Parse(spec)
@@ -152,12 +178,7 @@ func TestAvroExtract(t *testing.T) {
 	nullMeta.Meta = nil
 	recNull := wire(v1, encodeAvro(t, avroV1, nullMeta))
 	emptyID := wire(v1, encodeAvro(t, avroV1, eventV1("", 1)))
-	tests := []struct {
-		spec, name string
-		value      []byte
-		want       string
-		reason     Reason
-	}{
+	tests := []extractCase{
 		{"avro:meta.id", "v1", recV1, "ev-1", Found},
 		{"avro:meta.id", "v2, fields added and moved", recV2, "ev-1", Found},
 		{"avro:meta.n", "int v1", recV1, "\xd8\x04", Found},
@@ -180,19 +201,7 @@ func TestAvroExtract(t *testing.T) {
 		{"avro:kind.x", "through a string", recV1, "", NotInSchema},
 		{"avro-key:meta.id", "key", recV1, "ev-1", Found},
 	}
-	for _, tt := range tests {
-		t.Run(tt.spec+"/"+tt.name, func(t *testing.T) {
-			e := newExtractor(t, tt.spec, reg)
-			key, value := []byte("k"), tt.value
-			if e.Spec().FromKey {
-				key, value = value, []byte("v")
-			}
-			id, reason, err := e.Extract(context.Background(), key, value, nil)
-			if err != nil || reason != tt.reason || string(id) != tt.want {
-				t.Fatalf("Extract = %q, %v, %v; want %q, %v", id, reason, err, tt.want, tt.reason)
-			}
-		})
-	}
+	runCases(t, reg, tests)
 	if n := r.IDRequests(v1); n != 1 {
 		t.Errorf("schema %d fetched %d times, want once", v1, n)
 	}
@@ -319,12 +328,7 @@ func TestProtobufExtract(t *testing.T) {
 	recV1 := wire(v1, idx1, protoEvent(protoMeta("ev-1", 300, false), false))
 	recV2 := wire(v2, idx1, protoEvent(protoMeta("ev-1", 300, true), true))
 	twice := wire(v1, idx1, protoEvent(protoMeta("first", 1, false), false), protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), protoMeta("last", 2, false)))
-	tests := []struct {
-		spec, name string
-		value      []byte
-		want       string
-		reason     Reason
-	}{
+	tests := []extractCase{
 		{"protobuf:meta.id", "v1", recV1, "ev-1", Found},
 		{"protobuf:meta.id", "v2, fields added and reordered", recV2, "ev-1", Found},
 		{"protobuf:meta.n", "int32 then int64", recV1, "\xac\x02", Found},
@@ -349,19 +353,7 @@ func TestProtobufExtract(t *testing.T) {
 		{"protobuf:meta.nope", "no such field", recV1, "", NotInSchema},
 		{"protobuf-key:meta.id", "key", recV1, "ev-1", Found},
 	}
-	for _, tt := range tests {
-		t.Run(tt.spec+"/"+tt.name, func(t *testing.T) {
-			e := newExtractor(t, tt.spec, reg)
-			key, value := []byte("k"), tt.value
-			if e.Spec().FromKey {
-				key, value = value, []byte("v")
-			}
-			id, reason, err := e.Extract(context.Background(), key, value, nil)
-			if err != nil || reason != tt.reason || string(id) != tt.want {
-				t.Fatalf("Extract = %q, %v, %v; want %q, %v", id, reason, err, tt.want, tt.reason)
-			}
-		})
-	}
+	runCases(t, reg, tests)
 }
 
 // TestRegistryFaults proves the fail-safe contract over HTTP: a registry that answers 503 or
@@ -457,7 +449,6 @@ func TestSchemaExtractAllocs(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
 
 // unknownRegistry knows no schema, and counts the requests.
 type unknownRegistry struct{ requests int }

@@ -446,25 +446,32 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	if !k.TLSEnabled {
 		return nil, "", nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.TLSServerName}
-	if k.TLSCAFile != "" {
-		pem, err := os.ReadFile(k.TLSCAFile)
+	return tlsFiles("KAFKA_TLS_", k.TLSCAFile, k.TLSCertFile, k.TLSKeyFile, k.TLSServerName)
+}
+
+// tlsFiles returns the TLS configuration of the PEM files of the settings prefix+CA_FILE,
+// CERT_FILE and KEY_FILE (each may be empty) and a server name. On failure it also returns the
+// variable at fault.
+func tlsFiles(prefix, caFile, certFile, keyFile, serverName string) (*tls.Config, string, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, "KAFKA_TLS_CA_FILE", err
+			return nil, prefix + "CA_FILE", err
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, "KAFKA_TLS_CA_FILE", fmt.Errorf("%s holds no PEM certificate", k.TLSCAFile)
+			return nil, prefix + "CA_FILE", fmt.Errorf("%s holds no PEM certificate", caFile)
 		}
 		tc.RootCAs = pool
 	}
-	if (k.TLSCertFile == "") != (k.TLSKeyFile == "") {
-		return nil, "KAFKA_TLS_CERT_FILE", errors.New("KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE must be set together")
+	if (certFile == "") != (keyFile == "") {
+		return nil, prefix + "CERT_FILE", fmt.Errorf("%sCERT_FILE and %sKEY_FILE must be set together", prefix, prefix)
 	}
-	if k.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(k.TLSCertFile, k.TLSKeyFile)
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, "KAFKA_TLS_CERT_FILE", err
+			return nil, prefix + "CERT_FILE", err
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

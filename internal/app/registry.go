@@ -6,11 +6,8 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/kdedup/kdedup/identity"
@@ -34,28 +31,7 @@ func (r RegistryConfig) TLSConfig() (*tls.Config, string, error) {
 	if r.RegistryTLSCAFile == "" && r.RegistryTLSCertFile == "" && r.RegistryTLSKeyFile == "" && r.RegistryTLSServerName == "" {
 		return nil, "", nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.RegistryTLSServerName}
-	if r.RegistryTLSCAFile != "" {
-		pem, err := os.ReadFile(r.RegistryTLSCAFile)
-		if err != nil {
-			return nil, "SCHEMA_REGISTRY_TLS_CA_FILE", err
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, "SCHEMA_REGISTRY_TLS_CA_FILE", fmt.Errorf("%s holds no PEM certificate", r.RegistryTLSCAFile)
-		}
-	}
-	if (r.RegistryTLSCertFile == "") != (r.RegistryTLSKeyFile == "") {
-		return nil, "SCHEMA_REGISTRY_TLS_CERT_FILE", errors.New("SCHEMA_REGISTRY_TLS_CERT_FILE and SCHEMA_REGISTRY_TLS_KEY_FILE must be set together")
-	}
-	if r.RegistryTLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(r.RegistryTLSCertFile, r.RegistryTLSKeyFile)
-		if err != nil {
-			return nil, "SCHEMA_REGISTRY_TLS_CERT_FILE", err
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, "", nil
+	return tlsFiles("SCHEMA_REGISTRY_TLS_", r.RegistryTLSCAFile, r.RegistryTLSCertFile, r.RegistryTLSKeyFile, r.RegistryTLSServerName)
 }
 
 // needsRegistry reports whether DEDUP_KEY or DEDUP_METRICS_SOURCE reads a schema registry.
