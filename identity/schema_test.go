@@ -449,7 +449,6 @@ func TestSchemaExtractAllocs(t *testing.T) {
 	}
 }
 
-
 // unknownRegistry knows no schema, and counts the requests.
 type unknownRegistry struct{ requests int }
 
