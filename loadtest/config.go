@@ -123,13 +123,13 @@ type Field = identity.Spec
 func ParseField(s string) (Field, error) {
 	f, err := identity.Parse(s)
 	if err != nil {
-		return Field{}, fmt.Errorf("loadtest: field: %w", err)
+		return Field{}, fmt.Errorf("loadtest: field %q: want key, value, header:NAME or json:PATH (%w)", s, err)
 	}
 	switch {
 	case f.Kind == FieldHeader && strings.HasPrefix(f.Name, "lt-"):
 		return Field{}, fmt.Errorf("loadtest: header %q is reserved for the loadtest's own headers", f.Name)
 	case f.Kind > FieldJSON:
-		return Field{}, fmt.Errorf("loadtest: field %q: the generator writes key, value, header:NAME or json:PATH", s)
+		return Field{}, fmt.Errorf("loadtest: field %q: want key, value, header:NAME or json:PATH (the generator writes no %s)", s, f.Kind)
 	}
 	return f, nil
 }
