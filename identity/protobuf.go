@@ -319,6 +319,9 @@ func protoValue(b []byte, pos int, wt uint64) (start, end, next int, ok bool) {
 
 // protoVarint reads the base-128 varint at b[pos:] (at most 10 bytes).
 func protoVarint(b []byte, pos int) (uint64, int, bool) {
+	if pos < len(b) && b[pos] < 0x80 { // the common case: one byte
+		return uint64(b[pos]), pos + 1, true
+	}
 	var v uint64
 	for shift := uint(0); shift < 70; shift += 7 {
 		if pos >= len(b) {
