@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/metrics"
@@ -106,11 +107,19 @@ func benchPipeline(b *testing.B, run pipeline) { benchPipelineOn(b, testbroker.F
 // benchPipelineOn measures run on a broker of kind k with topics of its own (see
 // BenchmarkEndToEnd).
 func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
+	value := make([]byte, 100)
+	benchPipelineOf(b, k, run, func(p, id int) kafka.Message {
+		return kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()}
+	})
+}
+
+// benchPipelineOf is benchPipelineOn with the input records built by record: the record of
+// partition p for event id (25% of the events repeat an earlier id of the partition).
+func benchPipelineOf(b *testing.B, k testbroker.Kind, run pipeline, record func(p, id int) kafka.Message) {
 	b.ReportAllocs()
 	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 1))
-	value := make([]byte, 100)
 	per := (b.N + benchPartitions - 1) / benchPartitions
 	for p := range benchPartitions {
 		msgs := make([]kafka.Message, 0, per)
@@ -119,7 +128,7 @@ func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
 			if i%4 == 3 {
 				id = rng.IntN(i)
 			}
-			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()})
+			msgs = append(msgs, record(p, id))
 		}
 		if err := cl.Produce(ctx, cl.Name("in"), p, msgs...); err != nil {
 			b.Fatal(err)
@@ -225,8 +234,11 @@ func workerRunnerWith(mode consumer.Mode, d consumer.Deduper) pipeline {
 func sourcesRunner() pipeline {
 	return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
 		src := metrics.NewSources(prometheus.NewRegistry(), metrics.SourceOptions{})
-		c.SourceKey = func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
-			return k[max(0, len(k)-2):], len(k) > 0
+		c.SourceKey = func(_ context.Context, k, _ []byte, _ identity.Headers) ([]byte, identity.Reason, error) {
+			if len(k) == 0 {
+				return nil, identity.Missing, nil
+			}
+			return k[max(0, len(k)-2):], identity.Found, nil
 		}
 		c.Sources = func() consumer.SourceTally { return src.NewTally() }
 	})
@@ -244,9 +256,7 @@ func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer
 		}
 		edit(&cfg)
 		obs := &writeCounter{}
-		w, err := consumer.New(cfg, d, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
-			return k, k != nil
-		}, obs, testLog)
+		w, err := consumer.New(cfg, d, kafkaKey, obs, testLog)
 		if err != nil {
 			return err
 		}

@@ -173,8 +173,9 @@ type Config struct {
 
 	// SourceKey, with Sources, reads each record's source for the per-source counts: the worker
 	// calls it on every record consumed (keyed or not) and hands what it returns to a SourceTally
-	// with the record's verdict. Default nil: no source is read. It has the contract of KeyFunc;
-	// ok=false means the record has no source.
+	// with the record's verdict. Default nil: no source is read. It has the contract of KeyFunc,
+	// except that a retry error only means that the record has no source: the per-source counts
+	// never hold a partition.
 	SourceKey KeyFunc
 	// Sources returns a new SourceTally; the worker keeps one per partition goroutine and flushes
 	// it after every batch. Required with SourceKey, ignored without.
@@ -184,10 +185,18 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ProduceTimeout bounds one produce request. Default 10s.
 	ProduceTimeout time.Duration
-	// RetryBackoffMax caps the backoff between retries of produce requests, metadata lookups and
-	// Assign calls. Default 5s.
+	// RetryBackoffMax caps the backoff between retries of produce requests, metadata lookups,
+	// Assign calls and identity extractions. Default 5s.
 	RetryBackoffMax time.Duration
+	// IdentityHold is how long a partition may be held at a record whose identity cannot be
+	// extracted for a temporary reason (the schema registry is down) before the worker reports
+	// not ready. The partition is held, and retried, for as long as it takes either way. Default
+	// DefaultIdentityHold.
+	IdentityHold time.Duration
 }
+
+// DefaultIdentityHold is the default Config.IdentityHold.
+const DefaultIdentityHold = 30 * time.Second
 
 // releaseBudget returns how long a partition may take, from the end of its generation, to drain,
 // commit and hand its state back, so that its member rejoins before the group coordinator's
@@ -258,6 +267,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ShutdownTimeout, 30*time.Second)
 	def(&c.ProduceTimeout, 10*time.Second)
 	def(&c.RetryBackoffMax, 5*time.Second)
+	def(&c.IdentityHold, DefaultIdentityHold)
 	return c
 }
 
@@ -348,6 +358,9 @@ func (c Config) Validate() error {
 	positive("ShutdownTimeout", c.ShutdownTimeout)
 	positive("ProduceTimeout", c.ProduceTimeout)
 	positive("RetryBackoffMax", c.RetryBackoffMax)
+	if c.IdentityHold < 0 {
+		bad("IdentityHold", "must not be negative, got %v", c.IdentityHold)
+	}
 	if c.CommitInterval < 0 {
 		bad("CommitInterval", "must not be negative, got %v", c.CommitInterval)
 	}

@@ -34,6 +34,8 @@ package consumer
 import (
 	"context"
 	"time"
+
+	"github.com/kdedup/kdedup/identity"
 )
 
 // Deduper decides duplicates and follows the partitions of the worker; dedup.Set implements it.
@@ -96,13 +98,16 @@ type Deduper interface {
 	Discard(ctx context.Context, partition int32) error
 }
 
-// KeyFunc extracts the deduplication identity of a record from its key, value and headers;
-// ok=false means the record has no extractable key. dedup.KeySpec.Extract has this shape.
+// KeyFunc extracts the deduplication identity of a record from its key, value and headers: an
+// identity (absent == identity.Found), the permanent reason the record has none, or an error
+// wrapping identity.ErrRetry after which the Worker holds the partition and tries again.
+// identity.Extractor.Extract has this shape.
 //
-// The headers iterator is only valid during the call. The returned id is only used during the
-// call to Deduper.Seen that follows, so it may alias key, value or a reused buffer. A KeyFunc is
-// called concurrently from one goroutine per partition and must be safe for that.
-type KeyFunc func(key, value []byte, headers func(yield func(name string, value []byte) bool)) (id []byte, ok bool)
+// The headers iterator is only valid during the call. The returned id is used until the batch's
+// records were passed to Deduper.Seen, so it may alias key, value or headers, but not a buffer
+// reused by the next call. A KeyFunc is called concurrently from one goroutine per partition and
+// must be safe for that.
+type KeyFunc = identity.Func
 
 // SourceTally counts the records of one partition goroutine by source (metrics.SourceTally
 // implements it). Record is called for every record consumed, Flush after every batch; one tally is
@@ -126,8 +131,13 @@ type Observer interface {
 	Produced(partition int32, n int)
 	// Duplicates counts n records of the input partition recognised as duplicates.
 	Duplicates(partition int32, n int)
-	// Unkeyed counts n records of the input partition without an extractable key.
-	Unkeyed(partition int32, n int)
+	// Unkeyed counts n records of the input partition without an extractable key, for reason (one
+	// of identity.Reasons).
+	Unkeyed(partition int32, reason string, n int)
+	// IdentityHeld reports that the input partition is held at a record whose identity could not
+	// be extracted for a temporary reason (the schema registry is down), with held true, and that
+	// it no longer is, with held false.
+	IdentityHeld(partition int32, held bool)
 	// Aborted counts n records of aborted transactions skipped in the input partition (under
 	// kafkaio.ReadCommitted): they are neither passed to the Deduper nor produced.
 	Aborted(partition int32, n int)
@@ -192,7 +202,10 @@ func (NopObserver) Produced(int32, int) {}
 func (NopObserver) Duplicates(int32, int) {}
 
 // Unkeyed does nothing.
-func (NopObserver) Unkeyed(int32, int) {}
+func (NopObserver) Unkeyed(int32, string, int) {}
+
+// IdentityHeld does nothing.
+func (NopObserver) IdentityHeld(int32, bool) {}
 
 // Aborted does nothing.
 func (NopObserver) Aborted(int32, int) {}

@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
@@ -173,40 +173,27 @@ func clone(m map[int32]int) map[int32]int {
 
 // ---- KeyFunc doubles --------------------------------------------------------------------------
 
-// keyFuncFor returns the identity extractor for a DEDUP_KEY spec. These are test doubles for
-// dedup.ParseKeySpec(spec).Extract; switching to the real extractor only changes this function.
+// kafkaKey is the "key" KeyFunc.
+var kafkaKey = func() consumer.KeyFunc {
+	e, err := identity.New(identity.Spec{Kind: identity.KindKey}, identity.Options{})
+	if err != nil {
+		panic(err)
+	}
+	return e.Extract
+}()
+
+// keyFuncFor returns the identity extractor for a DEDUP_KEY spec: the real one.
 func keyFuncFor(t *testing.T, spec string) consumer.KeyFunc {
 	t.Helper()
-	switch {
-	case spec == "key":
-		return func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) { return k, k != nil }
-	case spec == "value":
-		return func(_, v []byte, _ func(func(string, []byte) bool)) ([]byte, bool) { return v, v != nil }
-	case len(spec) > 7 && spec[:7] == "header:":
-		name := spec[7:]
-		return func(_, _ []byte, hs func(func(string, []byte) bool)) (id []byte, ok bool) {
-			for n, v := range hs {
-				if n == name {
-					return v, true
-				}
-			}
-			return nil, false
-		}
-	case spec == "json:order.id":
-		return func(_, v []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
-			var doc struct {
-				Order *struct {
-					ID *string `json:"id"`
-				} `json:"order"`
-			}
-			if json.Unmarshal(v, &doc) != nil || doc.Order == nil || doc.Order.ID == nil {
-				return nil, false
-			}
-			return []byte(*doc.Order.ID), true
-		}
+	sp, err := identity.Parse(spec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no key func double for %q", spec)
-	return nil
+	e, err := identity.New(sp, identity.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Extract
 }
 
 // ---- Observer double --------------------------------------------------------------------------
@@ -221,13 +208,21 @@ type countingObserver struct {
 	releaseMax                              atomic.Int64 // nanoseconds
 	ready                                   atomic.Bool
 	deadLetters                             atomic.Int64
-	blocked                                 sync.Map // partition → reason, while blocked
+	blocked                                 sync.Map     // partition → reason, while blocked
+	identityHolds                           atomic.Int64 // IdentityHeld(p, true) calls
+	identityHeld                            atomic.Bool  // the last IdentityHeld
 }
 
-func (o *countingObserver) Consumed(_ int32, n int)    { o.consumed.Add(int64(n)) }
-func (o *countingObserver) Produced(_ int32, n int)    { o.produced.Add(int64(n)) }
-func (o *countingObserver) Duplicates(_ int32, n int)  { o.duplicates.Add(int64(n)) }
-func (o *countingObserver) Unkeyed(_ int32, n int)     { o.unkeyed.Add(int64(n)) }
+func (o *countingObserver) Consumed(_ int32, n int)          { o.consumed.Add(int64(n)) }
+func (o *countingObserver) Produced(_ int32, n int)          { o.produced.Add(int64(n)) }
+func (o *countingObserver) Duplicates(_ int32, n int)        { o.duplicates.Add(int64(n)) }
+func (o *countingObserver) Unkeyed(_ int32, _ string, n int) { o.unkeyed.Add(int64(n)) }
+func (o *countingObserver) IdentityHeld(_ int32, held bool) {
+	if held {
+		o.identityHolds.Add(1)
+	}
+	o.identityHeld.Store(held)
+}
 func (o *countingObserver) ProduceError()              { o.produceErrors.Add(1) }
 func (o *countingObserver) ProducerReset(string)       {}
 func (o *countingObserver) UncertainRetry()            {}

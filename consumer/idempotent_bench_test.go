@@ -45,9 +45,7 @@ func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
 			DisableIdempotence: disableIdempotence,
-		}, nopDeduper{}, func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) {
-			return k, k != nil
-		}, nil, testLog)
+		}, nopDeduper{}, kafkaKey, nil, testLog)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
@@ -228,7 +229,9 @@ func TestConfigValidate(t *testing.T) {
 		{"ranges", func(c *Config) { c.BatchSize = 1_000_001; c.BatchBytes = 1000; c.FetchMaxBytes = 10 },
 			[]string{"BatchSize", "BatchBytes", "FetchMaxBytes"}},
 		{"source key without tallies", func(c *Config) {
-			c.SourceKey = func(k, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool) { return k, true }
+			c.SourceKey = func(_ context.Context, k, _ []byte, _ identity.Headers) ([]byte, identity.Reason, error) {
+				return k, identity.Found, nil
+			}
 		},
 			[]string{"Sources"}},
 		{"negative", func(c *Config) { c.BatchSize = -1; c.BatchTimeout = -1; c.CommitInterval = -1; c.SessionTimeout = -1 },

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -87,8 +88,10 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 
 // Rewarm reads each output partition q of from, from offset from[q] up to the partition's end
 // offset (see End) at the time of the call (records produced during the call are not read), and
-// calls add with the identity and the timestamp of every record that has an identity (the
-// KeyFunc's ok). It reads with Config.Isolation: transaction markers are never read, nor under
+// calls add with the identity and the timestamp of every record that has an identity (a record
+// without one, for a permanent reason, is skipped). A retry error of the KeyFunc (the schema
+// registry is down) ends the call with that error, so the caller retries instead of re-warming
+// without those identities. It reads with Config.Isolation: transaction markers are never read, nor under
 // kafkaio.ReadCommitted the records of aborted transactions. In ModeMark, records carrying the
 // mark header are skipped: they are duplicates, so their identities are already known. It returns
 // the number of records passed to add.
@@ -157,7 +160,7 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 	if err != nil {
 		return 0, err
 	}
-	rs := rewarmState{r: r, add: add}
+	rs := rewarmState{r: r, add: add, ctx: ctx}
 	rs.hdrSeq = rs.hdr.all
 	for _, q := range parts {
 		o := offs[int(q)]
@@ -281,6 +284,7 @@ func (r *OutputReader) partitionCount(ctx context.Context) (int, error) {
 // rewarmState is the working memory of one Rewarm call.
 type rewarmState struct {
 	r     *OutputReader
+	ctx   context.Context // the call's, for the KeyFunc
 	add   func([]byte, time.Time)
 	added int
 
@@ -363,7 +367,8 @@ func (s *rewarmState) resume(ctx context.Context, q int, at int64) (int64, error
 	return at, nil
 }
 
-// records passes the identities of recs to add, skipping marked records in ModeMark.
+// records passes the identities of recs to add, skipping marked records in ModeMark and records
+// without an identity. It returns the KeyFunc's retry error.
 func (s *rewarmState) records(recs []kafkaio.Record) error {
 	mark := s.r.cfg.Mode == ModeMark
 	for i := range recs {
@@ -372,9 +377,12 @@ func (s *rewarmState) records(recs []kafkaio.Record) error {
 			continue
 		}
 		s.hdr.cur = rec.Headers
-		id, ok := s.r.key(rec.Key, rec.Value, s.hdrSeq)
+		id, absent, err := s.r.key(s.ctx, rec.Key, rec.Value, s.hdrSeq)
 		s.hdr.cur = nil
-		if ok {
+		if err != nil {
+			return fmt.Errorf("consumer: identity of the output record at offset %d: %w", rec.Offset, err)
+		}
+		if absent == identity.Found {
 			s.add(id, rec.Time)
 			s.added++
 		}

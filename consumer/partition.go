@@ -3,20 +3,27 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
 // partitionState is the reusable per-partition working memory.
 type partitionState struct {
-	p    int32
-	in   []kafka.Message // the records of the batch in hand: the reader's, valid until its next Fetch
-	out  []kafka.Message
-	dups []kafka.Message
+	p   int32
+	in  []kafka.Message // the records of the batch in hand: the reader's, valid until its next Fetch
+	ids [][]byte        // ids[i]: the identity of in[i], or nil (see absent)
+	// absent[i]: why in[i] has no identity (identity.Found when it has one)
+	absent     []identity.Reason
+	identified int // records of in whose identity was extracted
+	out        []kafka.Message
+	dups       []kafka.Message
 
 	byPart [][]kafka.Message // hash partitioning: out grouped by output partition
 	hash   *hashPartitioner
@@ -161,7 +168,9 @@ func (w *Worker) consume(gctx, pctx context.Context, r *kafkaio.PartitionReader,
 	for gctx.Err() == nil {
 		b, err := w.fetch(gctx, r, st)
 		if err == nil {
-			if perr := w.handle(gctx, pctx, c, st, tc, b); perr != nil {
+			if perr := w.handle(gctx, pctx, c, st, tc, b); errors.Is(perr, errHeld) {
+				return true, false // nothing of the batch reached the Deduper
+			} else if perr != nil {
 				return false, errors.Is(perr, errStopped)
 			}
 		} else if gctx.Err() == nil && !errors.Is(err, errTxnDue) { // the reader retries by itself; the next Fetch waits for it
@@ -273,7 +282,9 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 // before the first Seen of the batch and Acked after its last acknowledged write; a batch without
 // records only moves the offsets. It returns an error only when pctx ended before every output
 // write was acknowledged, or errStopped when gctx ended while the partition was blocked at a
-// record the output refuses (then the input is committed up to that record; see refuse.go).
+// record the output refuses (then the input is committed up to that record; see refuse.go), or
+// errHeld when gctx ended while the batch's identities could not be extracted (then nothing of the
+// batch was passed to the Deduper).
 func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
 	st.in = b.Records
@@ -281,30 +292,30 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if b.Aborted > 0 {
 		w.obs.Aborted(p, b.Aborted)
 	}
+	if err := w.identify(gctx, st); err != nil {
+		return err
+	}
 	out, dups := st.out[:0], st.dups[:0]
-	nDup, nUnkeyed := 0, 0
+	nDup := 0
+	var unkeyed [identity.NumReasons]int
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
 	w.dedup.Processing(p, b.Next)
 	for i := range st.in {
 		m := &st.in[i]
-		st.hdr.cur = m.Headers
-		id, ok := w.key(m.Key, m.Value, st.hdrSeq)
-		src := w.source(st, m.Key, m.Value)
-		st.hdr.cur = nil
-		if !ok {
+		src := w.source(st, m)
+		if r := st.absent[i]; r != identity.Found {
 			st.counted(src, false)
-			nUnkeyed++
-			if nUnkeyed == 1 {
+			if unkeyed[r]++; unkeyed[r] == 1 {
 				w.sample.Log(slog.LevelWarn, "unkeyed", "record without an extractable deduplication key",
-					"topic", w.cfg.InputTopic, "partition", p, "offset", m.Offset, "policy", string(w.cfg.Unkeyed))
+					"topic", w.cfg.InputTopic, "partition", p, "offset", m.Offset, "reason", r.String(), "policy", string(w.cfg.Unkeyed))
 			}
 			if w.cfg.Unkeyed == UnkeyedPass {
 				out = append(out, *m)
 			}
 			continue
 		}
-		if !st.counted(src, w.dedup.Seen(p, id, m.Time)) {
+		if !st.counted(src, w.dedup.Seen(p, st.ids[i], m.Time)) {
 			out = append(out, *m)
 			continue
 		}
@@ -325,8 +336,10 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if nDup > 0 {
 		w.obs.Duplicates(p, nDup)
 	}
-	if nUnkeyed > 0 {
-		w.obs.Unkeyed(p, nUnkeyed)
+	for r, n := range unkeyed {
+		if n > 0 {
+			w.obs.Unkeyed(p, identity.Reason(r).String(), n)
+		}
 	}
 
 	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
@@ -349,6 +362,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	}
 	c.mark(int(p), st.next)
 	st.in = nil   // the reader's records: valid until the next Fetch
+	clear(st.ids) // they alias the records
 	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
 	for _, msgs := range st.byPart {
@@ -361,14 +375,84 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	return nil
 }
 
-// source returns the source of the record with key and value (its headers are st.hdr's), for the
-// per-source counts: nil when they are off (Config.SourceKey unset) or the record has none.
-func (w *Worker) source(st *partitionState, key, value []byte) []byte {
+// source returns the source of m, for the per-source counts: nil when they are off
+// (Config.SourceKey unset) or the record has none (a retry error included: the counts never hold
+// the partition).
+func (w *Worker) source(st *partitionState, m *kafka.Message) []byte {
 	if st.src == nil {
 		return nil
 	}
-	src, _ := w.cfg.SourceKey(key, value, st.hdrSeq)
+	st.hdr.cur = m.Headers
+	src, _, _ := w.cfg.SourceKey(context.Background(), m.Key, m.Value, st.hdrSeq)
+	st.hdr.cur = nil
 	return src
+}
+
+// errHeld is handleBatch's error when its context ended while the partition was held at a record
+// whose identity could not be extracted.
+var errHeld = errors.New("consumer: partition held at an identity until the generation ended")
+
+// identify extracts the identity of every record of the batch into st.ids and st.absent, before
+// any of them is passed to the Deduper, so that a batch is deduplicated whole or not at all. An
+// extraction that fails for a temporary reason (identity.ErrRetry: the schema registry is down)
+// holds the partition: it is retried with the retry policy from the record that failed, for as
+// long as it takes; the Observer hears IdentityHeld at once, and the worker is not ready once the
+// hold lasted Config.IdentityHold. No record is passed as unkeyed meanwhile. It returns errHeld
+// when gctx ends first.
+func (w *Worker) identify(gctx context.Context, st *partitionState) error {
+	n := len(st.in)
+	st.ids = slices.Grow(st.ids[:0], n)[:n]
+	st.absent = slices.Grow(st.absent[:0], n)[:n]
+	st.identified = 0
+	var began time.Time // when the hold began; zero while there is none
+	unready := false
+	err := w.cfg.retry().Retry(gctx, 0, func(int) error {
+		err := w.identifyFrom(gctx, st)
+		if err == nil || gctx.Err() != nil {
+			return err
+		}
+		if began.IsZero() {
+			began = time.Now()
+			w.obs.IdentityHeld(st.p, true)
+		}
+		w.sample.Log(slog.LevelWarn, "identity", "record identity cannot be extracted for now; the partition is held and retried",
+			"topic", w.cfg.InputTopic, "partition", st.p, "offset", st.in[st.identified].Offset,
+			"held", time.Since(began).Round(time.Millisecond).String(), "error", err.Error())
+		if !unready && time.Since(began) >= w.cfg.IdentityHold {
+			unready = true
+			w.identityHeld.Add(1)
+			w.updateReady()
+		}
+		return err
+	})
+	if unready {
+		w.identityHeld.Add(-1)
+		w.updateReady()
+	}
+	if !began.IsZero() {
+		w.obs.IdentityHeld(st.p, false)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", errHeld, err)
+	}
+	return nil
+}
+
+// identifyFrom extracts the identities of st.in from st.identified on, and stops at the first
+// retry error, which it returns.
+func (w *Worker) identifyFrom(ctx context.Context, st *partitionState) error {
+	for i := st.identified; i < len(st.in); i++ {
+		m := &st.in[i]
+		st.hdr.cur = m.Headers
+		id, absent, err := w.key(ctx, m.Key, m.Value, st.hdrSeq)
+		st.hdr.cur = nil
+		if err != nil {
+			return err
+		}
+		st.ids[i], st.absent[i] = id, absent
+		st.identified = i + 1
+	}
+	return nil
 }
 
 // counted counts a record of source src, a duplicate if dup, when the per-source counts are on,

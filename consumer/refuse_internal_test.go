@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
@@ -24,7 +25,9 @@ func (uniqueDeduper) Processing(int32, int64)                                {}
 func (uniqueDeduper) Acked(int32, int64)                                     {}
 func (uniqueDeduper) Revoke(context.Context, int32) error                    { return nil }
 func (uniqueDeduper) Discard(context.Context, int32) error                   { return nil }
-func keyOf(key, _ []byte, _ func(func(string, []byte) bool)) ([]byte, bool)  { return key, true }
+func keyOf(_ context.Context, key, _ []byte, _ identity.Headers) ([]byte, identity.Reason, error) {
+	return key, identity.Found, nil
+}
 
 // fetchedBatch returns a batch as the PartitionReader hands it out: the keys, values and header
 // values of its records point into buf, and their headers share one slab, both of which the

@@ -50,6 +50,7 @@ type Worker struct {
 
 	inGeneration  atomic.Bool
 	pendingAssign atomic.Int64
+	identityHeld  atomic.Int64 // partitions held at an identity for longer than Config.IdentityHold
 	readyMu       sync.Mutex
 	lastReady     bool
 
@@ -97,9 +98,12 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
 // partition of that generation has been assigned (Deduper.Assign returned), and no output write
-// is currently failing. A member that got no partitions (more workers than partitions) is ready.
+// is currently failing, and no partition has been held for longer than Config.IdentityHold at a
+// record whose identity cannot be extracted. A member that got no partitions (more workers than
+// partitions) is ready.
 func (w *Worker) Ready() bool {
-	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing() && !w.txnFailing()
+	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing() && !w.txnFailing() &&
+		w.identityHeld.Load() == 0
 }
 
 // txnFailing reports whether a partition's transactional producer is retrying a request.

@@ -1,13 +1,12 @@
-// Package dedup decides which records are duplicates. It owns two things: the record identity
-// (KeySpec, from the DEDUP_KEY setting: the Kafka key, the whole value, a header, or a field of a
-// JSON value) and the scope of the memory of seen identities (Set: one sliding-window filter per
-// input partition, or one global filter). It knows nothing of Kafka clients; the consumer package
-// feeds it partitions and record bytes.
+// Package dedup decides which records are duplicates: it owns the scope of the memory of seen
+// identities (Set: one sliding-window filter per input partition, or one global filter). What
+// identifies a record (DEDUP_KEY) is the identity package's; the consumer package extracts the
+// identities and feeds them to a Set with their partitions. It knows nothing of Kafka clients.
 //
 // Files by concern: config.go (Config and its defaults), set.go (the Set: routing and the hot
 // path), assign.go (preparing a partition's state on Assign, giving it up on Revoke), snapshot.go
 // (the snapshot protocol and the interfaces it works through), persist.go (the checkpoint-backed
-// Persister), retain.go, rebuild.go, eventtime.go, and extract.go with jsonpath.go (identity).
+// Persister), retain.go, rebuild.go and eventtime.go.
 //
 // With a Persister a Set snapshots its filters (persist.go) and re-warms restored ones from the
 // output topic through an OutputLog, so that a partition's state follows it to another replica.

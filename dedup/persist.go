@@ -35,6 +35,7 @@ type CheckpointPersister struct {
 	store    *checkpoint.Store
 	log      *slog.Logger
 	rejected func(reason string)
+	keySpec  string // see WithKeySpec
 
 	mu    sync.Mutex
 	bases map[string]map[uint64]savedGen // unit → generation → what the last checkpoint holds
@@ -91,6 +92,19 @@ func rejectReason(err error) string {
 	return RejectCorrupt
 }
 
+// WithKeySpec makes p record spec, the key spec (DEDUP_KEY, as identity.Spec.String spells it)
+// whose identities the filters hold, in every snapshot it saves, and refuse to restore a snapshot
+// that records another one: its filter holds identities of another kind, which would make
+// duplicates pass and originals drop. Such a snapshot is rejected as incompatible, with a warning
+// that names both specs, so the unit starts cold and is rebuilt from the output topic where that
+// is possible. A snapshot of format version 6 or older does not record its key spec and is
+// restored as before. It returns p; call it before p is used. Default: "" (record nothing, check
+// nothing).
+func (p *CheckpointPersister) WithKeySpec(spec string) *CheckpointPersister {
+	p.keySpec = spec
+	return p
+}
+
 // restored is what one snapshot restores: the filter and, for a manifest, what it references.
 type restored struct {
 	f    *window.Filter
@@ -136,6 +150,10 @@ func (p *CheckpointPersister) restoreOne(ctx context.Context, unit string, cfg w
 	if h.Version < snapshot.VersionV5 {
 		return restored{}, fmt.Errorf("%w: format version %d: the snapshot's filter layout is from an older kdedup and cannot be restored; the unit starts from the output topic instead",
 			checkpoint.ErrIncompatible, h.Version)
+	}
+	if p.keySpec != "" && h.KeySpecKnown() && h.KeySpec != p.keySpec {
+		return restored{}, fmt.Errorf("%w: the snapshot's identities were extracted with DEDUP_KEY=%q, this worker's is %q; the unit is rebuilt instead",
+			checkpoint.ErrIncompatible, h.KeySpec, p.keySpec)
 	}
 	m := metaFromHeader(h)
 	var f *window.Filter
@@ -210,6 +228,7 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 		var manifest []byte
 		err := f.SnapshotGenerations(func(x *window.Export) error {
 			h := headerFromMeta(x.Meta(), info)
+			h.KeySpec = p.keySpec
 			var err error
 			if next, size, err = writeGenerations(tx, x, &h, base); err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -507,4 +508,39 @@ func TestGlobalSealWaitsForLateAssignments(t *testing.T) {
 		t.Error("snapshot sealed although it holds identity x whose record was processed but never acknowledged")
 	}
 	<-done
+}
+
+// TestRestoreUnderAnotherKeySpecStartsCold proves that a snapshot records the key spec its
+// identities were extracted with, and that a persister with another key spec rejects it as
+// incompatible (cold start, so the unit is rebuilt) and says why, while the same key spec
+// restores it.
+func TestRestoreUnderAnotherKeySpecStartsCold(t *testing.T) {
+	ctx := context.Background()
+	store, _ := dirStore(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	p := NewCheckpointPersister(store, log).WithKeySpec("json:meta.id")
+	cfg := Config{Window: testWindow(), Persister: p}
+	s, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Seen(0, []byte("id-1"), time.Time{})
+	if err := s.Revoke(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	f, r, err := NewCheckpointPersister(store, log).WithKeySpec("json:meta.id").Restore(ctx, s.Unit(0), cfg.Window)
+	if err != nil || f == nil || !f.Test([]byte("id-1")) {
+		t.Fatalf("Restore under the same key spec: f=%v outcome=%q err=%v, want the saved filter", f != nil, r.Outcome, err)
+	}
+	f, r, err = NewCheckpointPersister(store, log).WithKeySpec("header:event-id").Restore(ctx, s.Unit(0), cfg.Window)
+	if err != nil || f != nil || r.Outcome != checkpoint.OutcomeCold {
+		t.Fatalf("Restore under another key spec: f=%v outcome=%q err=%v, want cold", f != nil, r.Outcome, err)
+	}
+	if !strings.Contains(logs.String(), `DEDUP_KEY=\"json:meta.id\", this worker's is \"header:event-id\"`) {
+		t.Errorf("the rejection does not name both key specs:\n%s", logs.String())
+	}
 }

@@ -1,6 +1,8 @@
 package loadtest
 
 import (
+	"github.com/kdedup/kdedup/identity"
+
 	"context"
 	"errors"
 	"fmt"
@@ -94,66 +96,42 @@ func (m Mix) String() string {
 
 func (m Mix) total() float64 { return m.Immediate + m.Within + m.Beyond + m.Cross }
 
-// FieldKind says where the generator writes the event id.
-type FieldKind uint8
+// FieldKind says where the generator writes the event id: the identity kind of the worker's
+// DEDUP_KEY.
+type FieldKind = identity.Kind
 
+// The kinds of field the generator writes.
 const (
 	// FieldKey writes the event id as the Kafka key (every event is its own key; Entities is not
 	// used).
-	FieldKey FieldKind = iota
+	FieldKey = identity.KindKey
 	// FieldValue writes the event id, padded, as the whole value; the Kafka key is the entity.
-	FieldValue
+	FieldValue = identity.KindValue
 	// FieldHeader writes the event id in a header (not one of the lt- headers); the Kafka key is
 	// the entity.
-	FieldHeader
+	FieldHeader = identity.KindHeader
 	// FieldJSON writes the event id at a path of a JSON object value; the Kafka key is the entity.
-	FieldJSON
+	FieldJSON = identity.KindJSON
 )
 
-// Field is where the event id goes, parsed from the worker's DEDUP_KEY syntax.
-type Field struct {
-	Kind FieldKind
-	Name string   // header name, for FieldHeader
-	Path []string // member names, for FieldJSON
-}
+// Field is where the event id goes: the worker's DEDUP_KEY, parsed by the identity package.
+type Field = identity.Spec
 
-// ParseField parses "key", "value", "header:NAME" or "json:PATH" (PATH: member names separated by
-// dots), the syntax of the worker's DEDUP_KEY. It returns a "loadtest: ..." error otherwise.
+// ParseField parses the worker's DEDUP_KEY syntax (identity.Parse) for the kinds the generator
+// writes: "key", "value", "header:NAME" (not one of the loadtest's lt- headers) or "json:PATH". It
+// returns a "loadtest: ..." error otherwise.
 func ParseField(s string) (Field, error) {
-	kind, arg, hasArg := strings.Cut(s, ":")
+	f, err := identity.Parse(s)
+	if err != nil {
+		return Field{}, fmt.Errorf("loadtest: field %q: want key, value, header:NAME or json:PATH (%w)", s, err)
+	}
 	switch {
-	case kind == "key" && !hasArg:
-		return Field{Kind: FieldKey}, nil
-	case kind == "value" && !hasArg:
-		return Field{Kind: FieldValue}, nil
-	case kind == "header" && arg != "":
-		if strings.HasPrefix(arg, "lt-") {
-			return Field{}, fmt.Errorf("loadtest: header %q is reserved for the loadtest's own headers", arg)
-		}
-		return Field{Kind: FieldHeader, Name: arg}, nil
-	case kind == "json" && arg != "":
-		path := strings.Split(arg, ".")
-		for _, p := range path {
-			if p == "" {
-				return Field{}, fmt.Errorf("loadtest: JSON path %q has an empty element", arg)
-			}
-		}
-		return Field{Kind: FieldJSON, Path: path}, nil
+	case f.Kind == FieldHeader && strings.HasPrefix(f.Name, "lt-"):
+		return Field{}, fmt.Errorf("loadtest: header %q is reserved for the loadtest's own headers", f.Name)
+	case f.Kind > FieldJSON:
+		return Field{}, fmt.Errorf("loadtest: field %q: want key, value, header:NAME or json:PATH (the generator writes no %s)", s, f.Kind)
 	}
-	return Field{}, fmt.Errorf("loadtest: field %q: want key, value, header:NAME or json:PATH", s)
-}
-
-// String returns the field in the form ParseField reads.
-func (f Field) String() string {
-	switch f.Kind {
-	case FieldValue:
-		return "value"
-	case FieldHeader:
-		return "header:" + f.Name
-	case FieldJSON:
-		return "json:" + strings.Join(f.Path, ".")
-	}
-	return "key"
+	return f, nil
 }
 
 // Config configures a Run. Fields documented "default X" take X when zero.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -262,9 +262,13 @@ func TestRecordsCarryTheIdentity(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.Field, cfg.KeySize, cfg.ValueSize = f, 24, 120
-			ks, err := dedup.ParseKeySpec(spec)
+			e, err := identity.New(f, identity.Options{})
 			if err != nil {
 				t.Fatal(err)
+			}
+			extract := func(k, v []byte, h identity.Headers) ([]byte, bool) {
+				id, absent, err := e.Extract(context.Background(), k, v, h)
+				return id, err == nil && absent == identity.Found
 			}
 			g := newGenerator(cfg, nil, 4, time.Unix(1700000000, 0))
 			for seq, s := range []sentRec{
@@ -273,7 +277,7 @@ func TestRecordsCarryTheIdentity(t *testing.T) {
 				{at: 3000, ord: 123456, entity: 499, part: 2, kind: KindCross},
 			} {
 				r := g.buildRecord(seq, s)
-				id, ok := ks.Extract(r.Key, r.Value, headerIter(r.Headers))
+				id, ok := extract(r.Key, r.Value, headerIter(r.Headers))
 				want := g.ids.id(nil, s.ord)
 				switch f.Kind {
 				case FieldKey: // the whole key is the identity: the id, padded
@@ -300,7 +304,7 @@ func TestRecordsCarryTheIdentity(t *testing.T) {
 				}
 			}
 			m := g.buildRecord(9, sentRec{part: 3, kind: KindMarker})
-			if _, ok := ks.Extract(m.Key, m.Value, headerIter(m.Headers)); ok {
+			if _, ok := extract(m.Key, m.Value, headerIter(m.Headers)); ok {
 				t.Error("the end marker has an identity")
 			}
 		})
@@ -438,7 +442,8 @@ func TestParseMixAndField(t *testing.T) {
 		in, wantErr string
 	}{
 		{"key", ""}, {"value", ""}, {"header:event-id", ""}, {"json:meta.id", ""},
-		{"header:", "want key"}, {"header:lt-seq", "reserved"}, {"json:a..b", "empty element"}, {"key:x", "want key"}, {"body", "want key"},
+		{"header:", "empty header name"}, {"header:lt-seq", "reserved"}, {"json:a..b", "element 2 of 3 is empty"}, {"key:x", "takes no argument"},
+		{"body", "unknown kind"}, {"avro:meta.id", "avro"},
 	}
 	for _, tt := range fields {
 		f, err := ParseField(tt.in)

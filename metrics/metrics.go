@@ -102,6 +102,11 @@ type Options struct {
 	// (internal/app passes dedup.RejectReasons()); any other reason is counted as "other".
 	RejectReasons []string
 
+	// UnkeyedReasons are the values of the reason label of
+	// kdedup_records_unkeyed_by_reason_total (internal/app passes identity.Reasons()). Any other
+	// reason is counted as "other". Default: none.
+	UnkeyedReasons []string
+
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -183,6 +188,7 @@ type Metrics struct {
 	duplicates *prometheus.CounterVec
 	unkeyed    *prometheus.CounterVec
 	aborted    *prometheus.CounterVec
+	identity   *identityMetrics
 
 	produceErrors    prometheus.Counter
 	uncertainRetries prometheus.Counter
@@ -252,6 +258,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.newRebalanceMetrics(durationBuckets)
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
+	m.identity = newIdentityMetrics(reg, opts.UnkeyedReasons)
 	cs = append(cs,
 		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
 		m.dyn)
@@ -480,15 +487,6 @@ func (m *Metrics) Produced(partition int32, n int) {
 func (m *Metrics) Duplicates(partition int32, n int) {
 	if n > 0 {
 		m.part(partition).duplicates.Add(float64(n))
-	}
-}
-
-// Unkeyed counts n records of the input partition that had no deduplication
-// key. Non-positive n is ignored. It is safe for concurrent use and does not
-// allocate in the steady state.
-func (m *Metrics) Unkeyed(partition int32, n int) {
-	if n > 0 {
-		m.part(partition).unkeyed.Add(float64(n))
 	}
 }
 

@@ -30,7 +30,8 @@ type observer interface {
 	Consumed(partition int32, n int)
 	Produced(partition int32, n int)
 	Duplicates(partition int32, n int)
-	Unkeyed(partition int32, n int)
+	Unkeyed(partition int32, reason string, n int)
+	IdentityHeld(partition int32, held bool)
 	ProduceError()
 	CommitError()
 	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
@@ -90,7 +91,7 @@ func populate(m *Metrics) {
 	m.Consumed(0, 10)
 	m.Produced(0, 8)
 	m.Duplicates(0, 2)
-	m.Unkeyed(0, 1)
+	m.Unkeyed(0, "missing", 1)
 	m.Aborted(0, 3)
 	m.TransactionHeld(0, time.Minute)
 	m.ProduceError()
@@ -210,7 +211,7 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.produced.WithLabelValues("1") }, 9},
 		{"Duplicates carries mode", func(m *Metrics) { m.Duplicates(2, 4) },
 			func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues("2", "mark") }, 4},
-		{"Unkeyed", func(m *Metrics) { m.Unkeyed(0, 3) },
+		{"Unkeyed", func(m *Metrics) { m.Unkeyed(0, "missing", 3) },
 			func(m *Metrics) prometheus.Collector { return m.unkeyed.WithLabelValues("0") }, 3},
 		{"far partition", func(m *Metrics) { m.Consumed(maxTablePartition+5, 2) },
 			func(m *Metrics) prometheus.Collector {
@@ -524,7 +525,7 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		{"Consumed", func() { m.Consumed(0, 1) }},
 		{"Produced", func() { m.Produced(0, 1) }},
 		{"Duplicates", func() { m.Duplicates(0, 1) }},
-		{"Unkeyed", func() { m.Unkeyed(0, 1) }},
+		{"Unkeyed", func() { m.Unkeyed(0, "missing", 1) }},
 		{"Lag", func() { m.Lag(0, 7) }},
 		{"Aborted", func() { m.Aborted(0, 2) }},
 		{"TransactionHeld", func() { m.TransactionHeld(0, time.Second) }},
@@ -555,7 +556,7 @@ func TestConcurrentUse(t *testing.T) {
 				m.Consumed(p, 1)
 				m.Produced(p, 1)
 				m.Duplicates(p, 1)
-				m.Unkeyed(p, 1)
+				m.Unkeyed(p, "missing", 1)
 				m.Lag(p, int64(i))
 				m.Latency(time.Millisecond, time.Millisecond)
 				if i%100 == 0 {

@@ -641,3 +641,51 @@ func TestChartKafkaSecurity(t *testing.T) {
 		t.Errorf("MSK IAM: %v", r.configMap.Data)
 	}
 }
+
+// TestChartSchemaRegistry checks that schemaRegistry becomes the SCHEMA_REGISTRY_* variables,
+// with credentials and certificates as files from mounted Secrets, and nothing without a URL.
+func TestChartSchemaRegistry(t *testing.T) {
+	r, err := renderChart(`{dedup: {key: "avro:meta.id"}, schemaRegistry: {url: "https://registry:8081", credentialsSecret: sr-auth,
+  caSecret: sr-ca, clientCertSecret: sr-tls, serverName: registry.internal}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"DEDUP_KEY": "avro:meta.id", "SCHEMA_REGISTRY_URL": "https://registry:8081", "SCHEMA_REGISTRY_TIMEOUT": "10s",
+		"SCHEMA_REGISTRY_USERNAME_FILE": "/etc/kdedup/registry/auth/username", "SCHEMA_REGISTRY_PASSWORD_FILE": "/etc/kdedup/registry/auth/password",
+		"SCHEMA_REGISTRY_TLS_CA_FILE": "/etc/kdedup/registry/ca/ca.crt", "SCHEMA_REGISTRY_TLS_CERT_FILE": "/etc/kdedup/registry/client/tls.crt",
+		"SCHEMA_REGISTRY_TLS_KEY_FILE": "/etc/kdedup/registry/client/tls.key", "SCHEMA_REGISTRY_TLS_SERVER_NAME": "registry.internal",
+		"SCHEMA_REGISTRY_PASSWORD": "",
+	} {
+		if got := r.configMap.Data[k]; got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	secrets := map[string]string{}
+	for _, v := range r.statefulSet.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range r.container(t).VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	for vol, want := range map[string][2]string{
+		"registry-auth": {"sr-auth", "/etc/kdedup/registry/auth"}, "registry-ca": {"sr-ca", "/etc/kdedup/registry/ca"},
+		"registry-client": {"sr-tls", "/etc/kdedup/registry/client"},
+	} {
+		if secrets[vol] != want[0] || mounts[vol] != want[1] {
+			t.Errorf("volume %s: Secret %q at %q, want %q at %q", vol, secrets[vol], mounts[vol], want[0], want[1])
+		}
+	}
+	r, err = renderChart(`{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range r.configMap.Data {
+		if strings.HasPrefix(k, "SCHEMA_REGISTRY_") {
+			t.Errorf("%s set without schemaRegistry.url", k)
+		}
+	}
+}

@@ -23,7 +23,7 @@ import (
 // This is the format's specification. The byte layout of a version 7
 // snapshot, the CurrentVersion: a manifest, whose data lives in generation
 // objects (see GenDecoder). All integers are little-endian; the fields
-// marked v2 to v7 are absent from the header body of older
+// marked v2, v3, v4, v5, v6 or v7 are absent from the header body of older
 // versions, which ends after the last field its version has; a v4 stage
 // entry lacks the first-word bits. A snapshot of version 5 or older holds
 // its data itself, after the header.
@@ -78,9 +78,13 @@ import (
 //	                     (uint64) and trailing checksum (uint32)
 //	            8        owner epoch (v7; uint64): the fencing token of the
 //	                     replica that saved the manifest (see Header.OwnerEpoch)
+//	            2+k      identity section (v7): the key spec (DEDUP_KEY) the
+//	                     filter's identities were extracted with: uint16
+//	                     length k (<= MaxKeySpecLen), then k bytes; empty
+//	                     when the writer did not say
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count D (uint64): W up to version 5, 0 in a
-//	                   manifest (v6)
+//	                   manifest (v6 and later)
 //	26+H        8D     data: D uint64 words, little-endian (v4: the slots'
 //	                   words, then every stage's words)
 //	26+H+8D     4      file CRC32C over bytes [0, 26+H+8D)
@@ -333,6 +337,9 @@ func minBodyLen(version uint16) uint32 {
 	if version >= VersionV6 {
 		n += 4 // reference count
 	}
+	if version >= VersionV7 {
+		n += 2 // key spec length
+	}
 	return n
 }
 
@@ -529,6 +536,7 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	}
 	if version >= VersionV7 {
 		h.OwnerEpoch = c.u64()
+		h.KeySpec = c.str()
 	}
 	if c.err != nil {
 		return Header{}, c.err

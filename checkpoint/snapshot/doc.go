@@ -9,13 +9,16 @@
 // # Format
 //
 // A checkpoint is a manifest (EncodeManifest writes CurrentVersion, version
-// 7: version 6 and the owner epoch of the replica that saved it) and the generation objects it references, one per live generation
-// (NewGenEncoder). The manifest is a versioned binary file: magic
+// 7: version 6 with the owner epoch of the replica that saved it and the key
+// spec of its identities) and the generation objects it references, one per
+// live generation (NewGenEncoder, version 6). The manifest is a versioned binary file: magic
 // "KDDPSNAP", a uint16 format version, a length-prefixed header body with
 // the filter parameters, the generation table, the slot use table, the stage
 // table, the epoch, the scope, the input and output offsets the snapshot
-// covers, its creation time and the references to its generation objects
-// (name, size, checksum), a CRC32C of everything so far, and a final CRC32C.
+// covers, its creation time, the references to its generation objects
+// (name, size, checksum) and the key spec its identities were extracted with
+// (version 7: a filter is never restored under another identity), a CRC32C
+// of everything so far, and a final CRC32C.
 // A generation object (magic "KDDPGENR") holds one generation's words in a
 // canonical form that does not depend on the filter's memory layout, stored
 // compactly: runs of empty chunks, Rice-coded gaps between the set bits of

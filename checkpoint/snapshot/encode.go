@@ -57,8 +57,10 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	if version >= VersionV6 {
 		b = appendRefs(b, h.Refs)
 	}
-	if version >= VersionV7 {
+	if version >= VersionV7 { // the owner epoch, then the identity section
 		b = le.AppendUint64(b, h.OwnerEpoch)
+		b = le.AppendUint16(b, uint16(len(h.KeySpec)))
+		b = append(b, h.KeySpec...)
 	}
 	return b
 }

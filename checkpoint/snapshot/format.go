@@ -45,14 +45,20 @@ const (
 	// again while the generation does not change. Its header is version 5's followed by the
 	// generation references.
 	VersionV6 uint16 = 6
-	// VersionV7 is version 6 with the manifest's owner epoch at the end of
-	// the header body: the fencing token of the replica that owned the unit
-	// when it saved (see Header.OwnerEpoch). Generation objects stay version 6.
+	// VersionV7 is version 6 with two additions at the end of the header
+	// body: the manifest's owner epoch, the fencing token of the replica that
+	// owned the unit when it saved (see Header.OwnerEpoch), then the identity
+	// section: the key spec (DEDUP_KEY, as identity.Spec.String spells it)
+	// whose identities the filter holds, so that a filter is never restored
+	// under another identity. Its generation objects are version 6's.
 	VersionV7 uint16 = 7
 	// CurrentVersion is the newest version: the version of the manifests
 	// EncodeManifest writes. The generation objects they reference are
-	// version 6.
+	// version 6 (GenObjectVersion).
 	CurrentVersion = VersionV7
+	// GenObjectVersion is the version of the generation objects a manifest
+	// references.
+	GenObjectVersion = VersionV6
 	// SingleFileVersion is the version Encode writes: the newest format of a
 	// snapshot that holds its data itself.
 	SingleFileVersion = VersionV5
@@ -103,6 +109,8 @@ const (
 	MaxStages = 1 << 12
 	// MaxObjectName bounds the length of a generation object's name in a manifest.
 	MaxObjectName = 1024
+	// MaxKeySpecLen bounds the length of Header.KeySpec in bytes.
+	MaxKeySpecLen = 4096
 	// MinGenObjectSize is the size of the smallest generation object: a header with one section
 	// and a run of empty chunks.
 	MinGenObjectSize = preambleLen + 12 + 8 + 4 + 2 + 4
@@ -238,6 +246,12 @@ type Header struct {
 	// of the unit's owner, so that a save by a replica that lost the unit
 	// (a zombie) can be told from its successor's (see checkpoint.Store).
 	OwnerEpoch uint64
+	// KeySpec is the identity section (version 7): the key spec (DEDUP_KEY,
+	// as identity.Spec.String spells it) the filter's identities were
+	// extracted with, at most MaxKeySpecLen bytes. Empty before version 7,
+	// where it is unknown (see KeySpecKnown), and when the writer did not
+	// say.
+	KeySpec string
 
 	// Origin is the start of generation number 0. The zero Time is stored
 	// as 0.
@@ -286,6 +300,11 @@ type GenRef struct {
 // Manifest reports whether the snapshot is a manifest: version 6, whose
 // generations live in generation objects (see Refs).
 func (h *Header) Manifest() bool { return h.Version >= VersionV6 }
+
+// KeySpecKnown reports whether the snapshot records the key spec its
+// identities were extracted with (version 7 and later): an older snapshot
+// does not say, and its KeySpec is empty.
+func (h *Header) KeySpecKnown() bool { return h.Version >= VersionV7 }
 
 // DataBytes returns the size in bytes of the bit data the file itself holds:
 // Words × 8, or 0 for a manifest.
@@ -378,6 +397,12 @@ func (h *Header) check(version uint16) error {
 	}
 	if err := h.checkRefs(version); err != nil {
 		return err
+	}
+	switch {
+	case version < VersionV7 && h.KeySpec != "":
+		return fmt.Errorf("format version %d has no key spec", version)
+	case len(h.KeySpec) > MaxKeySpecLen:
+		return fmt.Errorf("key spec of %d bytes exceeds %d", len(h.KeySpec), MaxKeySpecLen)
 	}
 	return h.checkSizes(version)
 }

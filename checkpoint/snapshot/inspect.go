@@ -147,6 +147,14 @@ func writeHeader(ew *errWriter, h *Header) error {
 	} else {
 		p("scope:\tpartition %d of topic %q\n", h.Partition, h.Topic)
 	}
+	switch {
+	case !h.KeySpecKnown():
+		p("identity:\tnot recorded (format version %d)\n", h.Version)
+	case h.KeySpec == "":
+		p("identity:\tnot said by the writer\n")
+	default:
+		p("identity:\t%s\n", h.KeySpec)
+	}
 	p("window:\t%d generations × %v = %v\n", h.Generations, h.Interval, time.Duration(h.Generations)*h.Interval)
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)

@@ -38,12 +38,12 @@ func encodeManifest(t testing.TB, h Header) []byte {
 	return b.Bytes()
 }
 
-// encodeManifestV6 writes h as a version 6 manifest, as kdedup did before owner epochs.
-func encodeManifestV6(t testing.TB, h Header) []byte {
+// encodeManifestVersion encodes a manifest in an older manifest version.
+func encodeManifestVersion(t testing.TB, h Header, version uint16) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := encode(&b, &h, VersionV6, func(io.Writer) error { return nil }); err != nil {
-		t.Fatalf("encode v6: %v", err)
+	if err := encode(&b, &h, version, func(io.Writer) error { return nil }); err != nil {
+		t.Fatalf("encode v%d: %v", version, err)
 	}
 	return b.Bytes()
 }
@@ -132,8 +132,7 @@ func TestGoldenV6(t *testing.T) {
 	h := withRefs(goldenHeaderV5())
 	words, sections := goldenGenWords()
 	files := map[string][]byte{
-		"golden-v6.snap": encodeManifestV6(t, h),
-		"golden-v7.snap": encodeManifest(t, withOwner(h)),
+		"golden-v6.snap": encodeManifestVersion(t, h, VersionV6),
 		"golden-v6.gen":  encodeGen(t, 1234, sections, words, 300),
 	}
 	for name, b := range files {
@@ -159,13 +158,6 @@ func TestGoldenV6(t *testing.T) {
 	le := binary.LittleEndian
 	H := int(le.Uint32(m[10:]))
 	refs := m[14+H-(4+3*(2+8+4)+len(h.Refs[0].Object)+len(h.Refs[1].Object)+len(h.Refs[2].Object)) : 14+H]
-	if v7 := files["golden-v7.snap"]; len(v7) != len(m)+8 || le.Uint16(v7[8:]) != 7 ||
-		le.Uint64(v7[14+H:]) != withOwner(h).OwnerEpoch {
-		t.Error("golden v7 manifest does not end its header body with the owner epoch")
-	}
-	if got, _, err := decodeAll(bytes.NewReader(files["golden-v7.snap"])); err != nil || got.OwnerEpoch != withOwner(h).OwnerEpoch {
-		t.Errorf("golden v7 manifest: owner epoch %d, err %v", got.OwnerEpoch, err)
-	}
 	if le.Uint16(m[8:]) != 6 || le.Uint32(refs) != 3 || le.Uint16(refs[4:]) != uint16(len(h.Refs[0].Object)) ||
 		string(refs[6:6+len(h.Refs[0].Object)]) != h.Refs[0].Object ||
 		le.Uint64(refs[6+len(h.Refs[0].Object):]) != uint64(h.Refs[0].Size) ||
@@ -191,6 +183,51 @@ func TestGoldenV6(t *testing.T) {
 	}
 	if len(modes) != 2 {
 		t.Error("golden generation object lacks a raw or an empty chunk")
+	}
+}
+
+// goldenKeySpec is the key spec of golden-v7.snap.
+const goldenKeySpec = "avro:meta.id"
+
+// TestGoldenV7 pins version 7: version 6's manifest followed by the owner epoch and the identity
+// section.
+func TestGoldenV7(t *testing.T) {
+	h := withOwner(withRefs(goldenHeaderV5()))
+	h.KeySpec = goldenKeySpec
+	b := encodeManifest(t, h)
+	path := filepath.Join("testdata", "golden-v7.snap")
+	if *update {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onDisk, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate with -update)", err)
+	}
+	if !bytes.Equal(onDisk, b) {
+		t.Error("encoding no longer reproduces golden-v7.snap: bump the format version")
+	}
+	got, _, err := decodeAll(bytes.NewReader(onDisk))
+	if err != nil || got.Version != VersionV7 || got.KeySpec != goldenKeySpec || !got.KeySpecKnown() || !slices.Equal(got.Refs, h.Refs) {
+		t.Fatalf("golden v7: version %d, key spec %q, refs %v, err %v", got.Version, got.KeySpec, got.Refs, err)
+	}
+	le := binary.LittleEndian
+	H := int(le.Uint32(onDisk[10:]))
+	tail := onDisk[14+H-2-len(goldenKeySpec) : 14+H]
+	if le.Uint16(onDisk[8:]) != 7 || int(le.Uint16(tail)) != len(goldenKeySpec) || string(tail[2:]) != goldenKeySpec {
+		t.Error("golden v7 manifest does not end its header with the identity section documented on Decoder")
+	}
+	if le.Uint64(onDisk[14+H-2-len(goldenKeySpec)-8:]) != h.OwnerEpoch || got.OwnerEpoch != h.OwnerEpoch {
+		t.Errorf("golden v7 manifest: owner epoch %d, not before the identity section as documented on Decoder", got.OwnerEpoch)
+	}
+	v6, _, err := decodeAll(bytes.NewReader(encodeManifestVersion(t, withRefs(goldenHeaderV5()), VersionV6)))
+	if err != nil || v6.KeySpec != "" || v6.KeySpecKnown() {
+		t.Errorf("a v6 manifest decodes with key spec %q (known %v), err %v", v6.KeySpec, v6.KeySpecKnown(), err)
+	}
+	h.KeySpec = strings.Repeat("k", MaxKeySpecLen+1)
+	if err := EncodeManifest(io.Discard, h); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("EncodeManifest with a key spec over MaxKeySpecLen: %v, want ErrInvalidHeader", err)
 	}
 }
 
@@ -236,7 +273,7 @@ func TestInspectManifest(t *testing.T) {
 	}
 	report := squeeze(out.String())
 	t.Logf("report:\n%s", out.String())
-	for _, want := range []string{"KDDPSNAP version 7 (manifest", "generation objects:",
+	for _, want := range []string{"KDDPSNAP version 7 (manifest", "identity: not said by the writer", "generation objects:",
 		"1234 orders.p3.00000000000000000009.g234.gen", "OK", "file checksum: OK"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)

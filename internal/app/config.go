@@ -32,6 +32,7 @@ type Config struct {
 	Dedup      DedupConfig      `envPrefix:"DEDUP_"`
 	Checkpoint CheckpointConfig `envPrefix:"CHECKPOINT_"`
 	AWS        AWSConfig        `envPrefix:"AWS_"`
+	Registry   RegistryConfig   `envPrefix:"SCHEMA_REGISTRY_"`
 
 	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":8080" desc:"Listen address of the HTTP server: /healthz, /readyz and /metrics."`
 	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" desc:"Minimum log level: debug, info, warn or error. Logs are JSON lines on stderr; nothing is logged per record at info."`
@@ -77,12 +78,12 @@ type KafkaConfig struct {
 
 // DedupConfig is the DEDUP_* section.
 type DedupConfig struct {
-	Key               string        `env:"KEY" envDefault:"key" desc:"Identity of a record: key (the Kafka key), value (the whole value), header:NAME (the first header NAME) or json:PATH (a dotted path into a JSON object value, such as json:meta.id)."`
+	Key               string        `env:"KEY" envDefault:"key" desc:"Identity of a record: key (the Kafka key), value (the whole value), header:NAME (the first header NAME), json:PATH (a dotted path into a JSON object value, such as json:meta.id), avro:PATH or protobuf:PATH (a dotted path of field names into an Avro record or Protobuf message value in Confluent's wire format, with SCHEMA_REGISTRY_URL; avro-key:PATH and protobuf-key:PATH read the Kafka key). Snapshots record it: a snapshot of another identity is rebuilt, not restored."`
 	Scope             string        `env:"SCOPE" envDefault:"partition" desc:"partition: one filter per input partition, which moves with the partition between replicas; duplicates are caught within a partition. global: one filter for all partitions, catching duplicates across partitions; only for a single replica."`
 	Mode              string        `env:"MODE" envDefault:"drop" desc:"drop: duplicates are not produced. mark: every record is produced and duplicates carry the DEDUP_MARK_HEADER header with value 1."`
 	MarkHeader        string        `env:"MARK_HEADER" envDefault:"kdedup-duplicate" desc:"Header added (value \"1\") to duplicates in mark mode, after the record's own headers."`
 	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional topic that also receives every duplicate, unchanged (partition: input partition modulo its partition count)."`
-	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records whose identity cannot be extracted (no key, header missing, value not JSON or path missing): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total either way."`
+	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records that have no identity for a permanent reason (no key, header missing, value not JSON, path missing or null, no Confluent wire format header, a schema id the registry does not know, a path the record's schema lacks): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total and, by reason, kdedup_records_unkeyed_by_reason_total either way. A schema registry that cannot be reached never makes a record unkeyed: the partition waits for it."`
 	WindowCount       int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
 	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the clock DEDUP_WINDOW_CLOCK names."`
 	WindowClock       string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See docs/design.md, Which window clock."`
@@ -98,7 +99,7 @@ type DedupConfig struct {
 	WindowRefresh bool `env:"WINDOW_REFRESH" envDefault:"false" desc:"true: a duplicate re-arms its identity in the current generation (with DEDUP_WINDOW_CLOCK=event, the generation of its timestamp), so the window counts from an identity's last sighting: remembered at least (count-1) x interval and at most count x interval after it. An identity re-sent forever then never passes again. Each re-armed identity counts against DEDUP_WINDOW_CAPACITY once per interval, and a duplicate costs a write (kdedup_filter_refreshes_total). false: the window counts from the first sighting."`
 
 	// Per-source metrics (metrics.Sources).
-	MetricsSource      string        `env:"METRICS_SOURCE" desc:"Where a record's source (producer, tenant, library) is read for kdedup_source_records_total and kdedup_source_duplicates_total: the forms of DEDUP_KEY (key, value, header:NAME, json:PATH) or key-prefix:SEP (the Kafka key up to the first SEP). Empty: no per-source metrics, and no cost. See docs/operations.md, Duplicates by source."`
+	MetricsSource      string        `env:"METRICS_SOURCE" desc:"Where a record's source (producer, tenant, library) is read for kdedup_source_records_total and kdedup_source_duplicates_total: the forms of DEDUP_KEY (key, value, header:NAME, json:PATH, avro:PATH, protobuf:PATH and their -key forms; a record whose source cannot be read for now counts as none) or key-prefix:SEP (the Kafka key up to the first SEP). Empty: no per-source metrics, and no cost. See docs/operations.md, Duplicates by source."`
 	MetricsSourceLimit int           `env:"METRICS_SOURCE_LIMIT" envDefault:"50" desc:"With DEDUP_METRICS_SOURCE: the most sources with a source label of their own (the heaviest, found by a heavy-hitters sketch); the others count as source=\"other\", records without a source as source=\"none\". At most 1000."`
 	MetricsSourceHold  time.Duration `env:"METRICS_SOURCE_HOLD" envDefault:"10s" desc:"With DEDUP_METRICS_SOURCE: how long the records of a source without a label of its own wait, uncounted, for the source to earn one; then they count as source=\"other\". A source that outgrows the smallest label within it is counted exactly from its first record; the sum of the sources lags the records by up to it. Between 100ms and 10m."`
 }
@@ -327,6 +328,7 @@ func (c Config) validate() []problem {
 		add("DEDUP_OVERLOAD_POLICY", "%q is not one of drop, pass", d.OverloadPolicy)
 	}
 	ps = append(ps, validateDedup(d)...) // key spec, scope and window sizing, by the packages that own them
+	c.validateRegistry(add)
 
 	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
 	if c.Checkpoint.RebuildMaxRecords < 0 {
@@ -449,25 +451,32 @@ func (k KafkaConfig) TLSConfig() (*tls.Config, string, error) {
 	if !k.TLSEnabled {
 		return nil, "", nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.TLSServerName}
-	if k.TLSCAFile != "" {
-		pem, err := os.ReadFile(k.TLSCAFile)
+	return tlsFiles("KAFKA_TLS_", k.TLSCAFile, k.TLSCertFile, k.TLSKeyFile, k.TLSServerName)
+}
+
+// tlsFiles returns the TLS configuration of the PEM files of the settings prefix+CA_FILE,
+// CERT_FILE and KEY_FILE (each may be empty) and a server name. On failure it also returns the
+// variable at fault.
+func tlsFiles(prefix, caFile, certFile, keyFile, serverName string) (*tls.Config, string, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, "KAFKA_TLS_CA_FILE", err
+			return nil, prefix + "CA_FILE", err
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, "KAFKA_TLS_CA_FILE", fmt.Errorf("%s holds no PEM certificate", k.TLSCAFile)
+			return nil, prefix + "CA_FILE", fmt.Errorf("%s holds no PEM certificate", caFile)
 		}
 		tc.RootCAs = pool
 	}
-	if (k.TLSCertFile == "") != (k.TLSKeyFile == "") {
-		return nil, "KAFKA_TLS_CERT_FILE", errors.New("KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE must be set together")
+	if (certFile == "") != (keyFile == "") {
+		return nil, prefix + "CERT_FILE", fmt.Errorf("%sCERT_FILE and %sKEY_FILE must be set together", prefix, prefix)
 	}
-	if k.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(k.TLSCertFile, k.TLSKeyFile)
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, "KAFKA_TLS_CERT_FILE", err
+			return nil, prefix + "CERT_FILE", err
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

@@ -42,7 +42,7 @@ func runInProcess(t *testing.T, cl *embedkafka.Cluster, environ map[string]strin
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	kf, err := newKeyFunc(cfg.Dedup.Key)
+	kf, err := newKeyFunc(cfg.Dedup.Key, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

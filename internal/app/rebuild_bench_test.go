@@ -42,7 +42,7 @@ func BenchmarkRebuild(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	kf, err := newKeyFunc("key")
+	kf, err := newKeyFunc("key", nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -568,3 +568,76 @@ func TestGracefulRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartUnderChangedKeyRebuilds restarts the worker under another DEDUP_KEY: the snapshots
+// saved under the old identity are rejected, each partition is rebuilt from the output topic
+// under the new identity instead of restored, the log says why, and the duplicates of every
+// record produced before the restart are still dropped.
+func TestRestartUnderChangedKeyRebuilds(t *testing.T) {
+	t.Parallel()
+	cl := restartCluster(t)
+	environ := restartEnviron(cl, t.TempDir(), "partition")
+	environ["CHECKPOINT_INTERVAL"] = "1h"
+	ctx := context.Background()
+	produce := func(from, to int, value string) {
+		byPart := make([][]kafka.Message, restartPartitions)
+		for i := from; i < to; i++ {
+			id := []byte(fmt.Sprintf("ev-%05d", i))
+			byPart[i%restartPartitions] = append(byPart[i%restartPartitions], kafka.Message{
+				Key: id, Value: []byte(value), Headers: []kafka.Header{{Key: "event-id", Value: id}}})
+		}
+		for p, msgs := range byPart {
+			if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var logs strings.Builder
+	restores := map[string]float64{}
+	var rebuilt float64
+	runOnce := func(key string) {
+		environ["DEDUP_KEY"] = key
+		w := startWorker(t, environ)
+		waitFor(t, w, 30*time.Second, "catch-up", func() bool { return caughtUp(cl) })
+		m := w.metrics(t)
+		for _, o := range []string{"warm", "fallback", "cold"} {
+			restores[o] += m.value("kdedup_checkpoint_restores_total", "outcome", o)
+		}
+		rebuilt += m.value("kdedup_rebuild_records_total")
+		w.signal(t, syscall.SIGTERM)
+		if code := w.wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("exit status %d after SIGTERM; log:\n%s", code, tail(w.stderr.String(), logTail))
+		}
+		logs.WriteString(w.stderr.String())
+	}
+	produce(0, 1000, "first")
+	runOnce("key")
+	produce(0, 1000, "again")
+	produce(1000, 1200, "new")
+	runOnce("header:event-id")
+	if want := map[string]float64{"warm": 0, "fallback": 0, "cold": 2 * restartPartitions}; !maps.Equal(restores, want) {
+		t.Errorf("restores %v, want %v: the second run must not restore snapshots of another identity", restores, want)
+	}
+	if rebuilt != 1000 {
+		t.Errorf("%v records rebuilt from the output topic, want 1000", rebuilt)
+	}
+	if !strings.Contains(logs.String(), `DEDUP_KEY=\"key\", this worker's is \"header:event-id\"`) {
+		t.Errorf("the log does not say why the snapshots were not restored:\n%s", tail(logs.String(), logTail))
+	}
+	got, err := cl.ReadAll(ctx, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, msgs := range got {
+		for _, m := range msgs {
+			total++
+			if string(m.Value) == "again" {
+				t.Errorf("duplicate %s of a record from before the restart passed", m.Key)
+			}
+		}
+	}
+	if total != 1200 {
+		t.Errorf("%d output records, want 1200", total)
+	}
+}

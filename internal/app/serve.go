@@ -48,7 +48,12 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		_ = srv.Shutdown(shutCtx)
 		shutCancel()
 	}()
-	kf, err := newKeyFunc(cfg.Dedup.Key)
+	schemas, err := newRegistry(ctx, cfg, log)
+	if err != nil {
+		log.Error("schema registry unusable", "error", err.Error())
+		return 2
+	}
+	kf, err := newKeyFunc(cfg.Dedup.Key, schemas)
 	if err != nil {
 		log.Error("invalid DEDUP_KEY", "error", err.Error())
 		return 2
@@ -63,7 +68,7 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("cannot create the deduplication state", "error", err.Error())
 		return 1
 	}
-	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, log), dd, kf, obs, log)
+	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, kf, obs, log)
 	if err != nil {
 		log.Error("invalid worker configuration", "error", err.Error())
 		return 2

@@ -1,6 +1,6 @@
 package app
 
-// Wiring of the packages this package joins: dedup (filter manager and key extraction),
+// Wiring of the packages this package joins: identity (key extraction), dedup (filter manager),
 // window (filter sizing), metrics and checkpoint (snapshots). Everything the worker needs from them goes
 // through the functions of this file, so changes to their APIs stay here.
 
@@ -14,6 +14,7 @@ import (
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/metrics"
 	"github.com/kdedup/kdedup/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,11 +35,11 @@ var (
 var Version = "dev"
 
 // validateDedup reports the DEDUP_* problems that the owning packages detect: the key spec
-// (dedup.ParseKeySpec), the scope (dedup.ParseScope) and the window sizing (window.Size,
+// (identity.Parse), the scope (dedup.ParseScope) and the window sizing (window.Size,
 // including the memory cap).
 func validateDedup(d DedupConfig) []problem {
 	var ps []problem
-	if _, err := dedup.ParseKeySpec(d.Key); err != nil {
+	if _, err := identity.Parse(d.Key); err != nil {
 		ps = append(ps, problem{"DEDUP_KEY", err.Error()})
 	}
 	if _, err := dedup.ParseScope(d.Scope); err != nil {
@@ -51,7 +52,7 @@ func validateDedup(d DedupConfig) []problem {
 		ps = append(ps, problem{"DEDUP_LATE_RECORDS", err.Error()})
 	}
 	if d.MetricsSource != "" {
-		if _, err := dedup.ParseSourceSpec(d.MetricsSource); err != nil {
+		if _, err := identity.ParseSource(d.MetricsSource); err != nil {
 			ps = append(ps, problem{"DEDUP_METRICS_SOURCE", err.Error()})
 		}
 	}
@@ -195,13 +196,29 @@ func overloadPolicy(s string) window.OverloadPolicy {
 	return window.OverloadDrop
 }
 
-// newKeyFunc returns the identity extractor for DEDUP_KEY.
-func newKeyFunc(spec string) (consumer.KeyFunc, error) {
-	ks, err := dedup.ParseKeySpec(spec)
+// newKeyFunc returns the identity extractor for DEDUP_KEY; reg serves the schemas of Avro and
+// Protobuf specs (nil when there is none).
+func newKeyFunc(spec string, reg identity.Registry) (consumer.KeyFunc, error) {
+	ks, err := identity.Parse(spec)
 	if err != nil {
 		return nil, err
 	}
-	return ks.Extract, nil
+	e, err := identity.New(ks, identity.Options{Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	return e.Extract, nil
+}
+
+// keySpecOf returns DEDUP_KEY as the identity package spells it, so that equivalent settings
+// record the same key spec in snapshots; the setting itself when it does not parse (Load rejects
+// such a configuration).
+func keySpecOf(key string) string {
+	ks, err := identity.Parse(key)
+	if err != nil {
+		return key
+	}
+	return ks.String()
 }
 
 // maxSourceLimit bounds DEDUP_METRICS_SOURCE_LIMIT: the source label takes at most this many
@@ -214,19 +231,23 @@ const maxSourceLimit = 1000
 const minSourceHold, maxSourceHold = 100 * time.Millisecond, 10 * time.Minute
 
 // withSources returns ccfg with the per-source counts of DEDUP_METRICS_SOURCE: the counters on reg,
-// the extractor and the tallies. It returns ccfg unchanged when the setting is empty, and, logging
-// why, when it does not parse (Load rejects such a configuration).
-func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config, log *slog.Logger) consumer.Config {
+// the extractor (its schemas from schemas) and the tallies. It returns ccfg unchanged when the
+// setting is empty, and, logging why, when it does not parse (Load rejects such a configuration).
+func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config, schemas identity.Registry, log *slog.Logger) consumer.Config {
 	if d.MetricsSource == "" {
 		return ccfg
 	}
-	spec, err := dedup.ParseSourceSpec(d.MetricsSource)
+	spec, err := identity.ParseSource(d.MetricsSource)
+	var e *identity.Extractor
+	if err == nil {
+		e, err = identity.New(spec, identity.Options{Registry: schemas})
+	}
 	if err != nil {
 		log.Error("invalid DEDUP_METRICS_SOURCE: no per-source metrics", "error", err.Error())
 		return ccfg
 	}
 	src := metrics.NewSources(reg, metrics.SourceOptions{Limit: d.MetricsSourceLimit, Hold: d.MetricsSourceHold})
-	ccfg.SourceKey = spec.Extract
+	ccfg.SourceKey = e.Extract
 	ccfg.Sources = func() consumer.SourceTally { return src.NewTally() }
 	return ccfg
 }
@@ -242,6 +263,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		ProducerResetReasons:    consumer.ResetReasons(),
 		RefusalReasons:          consumer.RefusalReasons(),
 		RejectReasons:           dedup.RejectReasons(),
+		UnkeyedReasons:          identity.Reasons(),
 	})
 }
 
@@ -290,7 +312,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 			return nil, nil, err
 		}
 		output()
-		persister := dedup.NewCheckpointPersister(store, log)
+		persister := dedup.NewCheckpointPersister(store, log).WithKeySpec(keySpecOf(cfg.Dedup.Key))
 		persister.OnRejected(m.SnapshotRejected)
 		dcfg.Persister = persister
 		dcfg.CheckpointInterval = cfg.Checkpoint.Interval

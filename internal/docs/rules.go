@@ -26,12 +26,13 @@ type Rule struct {
 // and a test checks them against go list (Check). consumer and dedup are siblings: neither
 // depends on the other, and internal/app joins them.
 var Rules = []Rule{
-	{Pkg: "consumer", Deps: []string{"internal/kafkaio", "internal/grace"}, Not: []string{"dedup"}, Kafka: true},
-	{Pkg: "dedup", Deps: []string{"window", "checkpoint"}, Not: []string{"consumer"}},
+	{Pkg: "consumer", Deps: []string{"identity", "internal/kafkaio", "internal/grace"}, Not: []string{"dedup"}, Kafka: true},
+	{Pkg: "dedup", Deps: []string{"identity", "window", "checkpoint"}, Not: []string{"consumer"}},
+	{Pkg: "identity"},
 	{Pkg: "window"},
 	{Pkg: "checkpoint", Not: []string{"window"}},
 	{Pkg: "metrics", Deps: []string{"checkpoint"}, Why: "for the restore outcome"},
-	{Pkg: "loadtest", Deps: []string{"internal/kafkaio"}, Kafka: true},
+	{Pkg: "loadtest", Deps: []string{"identity", "internal/kafkaio"}, Kafka: true},
 	{Pkg: "internal/embedkafka", Deps: []string{"internal/kafkaio"}, Kafka: true},
 	{Pkg: "internal/app", Deps: []string{"consumer", "dedup", "metrics", "internal/grace"},
 		Not: []string{"loadtest", "internal/embedkafka"}, Why: "it joins `consumer` and `dedup`", Kafka: true},

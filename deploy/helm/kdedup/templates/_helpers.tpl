@@ -125,7 +125,8 @@ its cap, every partition's input buffers (kdedup.inputBytes), plus the overhead.
 kdedup.kafkaSecretMounts: whether any Kafka Secret is mounted under /etc/kdedup/kafka.
 */}}
 {{- define "kdedup.kafkaSecrets" -}}
-{{- if or .Values.kafka.tls.caSecret .Values.kafka.tls.clientCertSecret .Values.kafka.sasl.credentialsSecret }}true{{ end }}
+{{- $r := .Values.schemaRegistry }}
+{{- if or .Values.kafka.tls.caSecret .Values.kafka.tls.clientCertSecret .Values.kafka.sasl.credentialsSecret (and $r.url (or $r.credentialsSecret $r.caSecret $r.clientCertSecret)) }}true{{ end }}
 {{- end }}
 
 {{/*

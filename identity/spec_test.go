@@ -1,7 +1,8 @@
-package dedup
+package identity
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -25,24 +26,34 @@ func headerSeq(hs ...testHeader) func(yield func(string, []byte) bool) {
 	}
 }
 
-func TestParseKeySpec(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    KeySpec
+		want    Spec
 		wantErr string // substring of the error; "" means success
 	}{
-		{in: "key", want: KeySpec{}},
-		{in: "value", want: KeySpec{Kind: KeyValue}},
-		{in: "header:id", want: KeySpec{Kind: KeyHeader, Name: "id"}},
-		{in: "header:X-Message-Id", want: KeySpec{Kind: KeyHeader, Name: "X-Message-Id"}},
-		{in: "header:a:b", want: KeySpec{Kind: KeyHeader, Name: "a:b"}},
-		{in: "header: spaced ", want: KeySpec{Kind: KeyHeader, Name: " spaced "}},
-		{in: "json:id", want: KeySpec{Kind: KeyJSON, Path: []string{"id"}}},
-		{in: "json:meta.id", want: KeySpec{Kind: KeyJSON, Path: []string{"meta", "id"}}},
-		{in: "json:a.b.c.0", want: KeySpec{Kind: KeyJSON, Path: []string{"a", "b", "c", "0"}}},
-		{in: "json:a:b", want: KeySpec{Kind: KeyJSON, Path: []string{"a:b"}}},
+		{in: "key", want: Spec{}},
+		{in: "value", want: Spec{Kind: KindValue}},
+		{in: "header:id", want: Spec{Kind: KindHeader, Name: "id"}},
+		{in: "header:X-Message-Id", want: Spec{Kind: KindHeader, Name: "X-Message-Id"}},
+		{in: "header:a:b", want: Spec{Kind: KindHeader, Name: "a:b"}},
+		{in: "header: spaced ", want: Spec{Kind: KindHeader, Name: " spaced "}},
+		{in: "json:id", want: Spec{Kind: KindJSON, Path: []string{"id"}}},
+		{in: "json:meta.id", want: Spec{Kind: KindJSON, Path: []string{"meta", "id"}}},
+		{in: "json:a.b.c.0", want: Spec{Kind: KindJSON, Path: []string{"a", "b", "c", "0"}}},
+		{in: "json:a:b", want: Spec{Kind: KindJSON, Path: []string{"a:b"}}},
+		{in: "avro:meta.id", want: Spec{Kind: KindAvro, Path: []string{"meta", "id"}}},
+		{in: "avro-key:id", want: Spec{Kind: KindAvro, Path: []string{"id"}, FromKey: true}},
+		{in: "protobuf:a_1.B", want: Spec{Kind: KindProtobuf, Path: []string{"a_1", "B"}}},
+		{in: "protobuf-key:_x", want: Spec{Kind: KindProtobuf, Path: []string{"_x"}, FromKey: true}},
+		{in: "avro:", wantErr: "empty Avro path"},
+		{in: "avro:meta..id", wantErr: "element 2 of 3 is empty"},
+		{in: "avro:meta.1d", wantErr: `"1d" is not a field name`},
+		{in: "protobuf:a-b", wantErr: `"a-b" is not a field name`},
+		{in: "protobuf-key", wantErr: "empty Protobuf path"},
+		{in: "json-key:a", wantErr: `unknown kind "json-key"`},
 
-		{in: "", wantErr: "dedup: empty key spec"},
+		{in: "", wantErr: "identity: empty key spec"},
 		{in: ":x", wantErr: "missing kind"},
 		{in: "Key", wantErr: `unknown kind "Key"`},
 		{in: " key", wantErr: `unknown kind " key"`},
@@ -62,27 +73,27 @@ func TestParseKeySpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseKeySpec(tt.in)
+			got, err := Parse(tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
-					t.Fatalf("ParseKeySpec(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
+					t.Fatalf("Parse(%q) = %+v, want error containing %q", tt.in, got, tt.wantErr)
 				}
-				if !strings.HasPrefix(err.Error(), "dedup: ") || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("ParseKeySpec(%q) error = %q, want prefix \"dedup: \" and %q", tt.in, err, tt.wantErr)
+				if !strings.HasPrefix(err.Error(), "identity: ") || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse(%q) error = %q, want prefix \"identity: \" and %q", tt.in, err, tt.wantErr)
 				}
-				if !reflect.DeepEqual(got, KeySpec{}) {
-					t.Fatalf("ParseKeySpec(%q) returned %+v with an error, want the zero KeySpec", tt.in, got)
+				if !reflect.DeepEqual(got, Spec{}) {
+					t.Fatalf("Parse(%q) returned %+v with an error, want the zero Spec", tt.in, got)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseKeySpec(%q) error: %v", tt.in, err)
+				t.Fatalf("Parse(%q) error: %v", tt.in, err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ParseKeySpec(%q) = %#v, want %#v", tt.in, got, tt.want)
+				t.Fatalf("Parse(%q) = %#v, want %#v", tt.in, got, tt.want)
 			}
 			if s := got.String(); s != tt.in {
-				t.Fatalf("ParseKeySpec(%q).String() = %q, want the input back", tt.in, s)
+				t.Fatalf("Parse(%q).String() = %q, want the input back", tt.in, s)
 			}
 		})
 	}
@@ -90,40 +101,40 @@ func TestParseKeySpec(t *testing.T) {
 
 func TestKeySpecString(t *testing.T) {
 	tests := []struct {
-		spec KeySpec
+		spec Spec
 		want string
 	}{
-		{KeySpec{}, "key"},
-		{KeySpec{Kind: KeyValue}, "value"},
-		{KeySpec{Kind: KeyHeader, Name: "trace"}, "header:trace"},
-		{KeySpec{Kind: KeyJSON, Path: []string{"meta", "id"}}, "json:meta.id"},
-		{KeySpec{Kind: KeyKind(9)}, "KeyKind(9)"},
+		{Spec{}, "key"},
+		{Spec{Kind: KindValue}, "value"},
+		{Spec{Kind: KindHeader, Name: "trace"}, "header:trace"},
+		{Spec{Kind: KindJSON, Path: []string{"meta", "id"}}, "json:meta.id"},
+		{Spec{Kind: Kind(9)}, "Kind(9)"},
 	}
 	for _, tt := range tests {
 		if got := tt.spec.String(); got != tt.want {
 			t.Errorf("%#v.String() = %q, want %q", tt.spec, got, tt.want)
 		}
 	}
-	if _, err := ParseKeySpec(KeySpec{Kind: KeyKind(9)}.String()); err == nil {
-		t.Error("ParseKeySpec accepted the String of an unknown kind")
+	if _, err := Parse(Spec{Kind: Kind(9)}.String()); err == nil {
+		t.Error("Parse accepted the String of an unknown kind")
 	}
 }
 
-// FuzzParseKeySpec checks that every accepted spec survives String and that
-// ParseKeySpec never panics.
-func FuzzParseKeySpec(f *testing.F) {
+// FuzzParse checks that every accepted spec survives String and that
+// Parse never panics.
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"key", "value", "header:x", "json:a.b", "json:a..b", "", "header:", "x:y:z"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		spec, err := ParseKeySpec(s)
+		spec, err := Parse(s)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "dedup: ") {
+			if !strings.HasPrefix(err.Error(), "identity: ") {
 				t.Fatalf("error %q lacks the package prefix", err)
 			}
 			return
 		}
-		again, err := ParseKeySpec(spec.String())
+		again, err := Parse(spec.String())
 		if err != nil || !reflect.DeepEqual(again, spec) {
 			t.Fatalf("round trip of %q: %#v -> %q -> %#v, %v", s, spec, spec.String(), again, err)
 		}
@@ -142,9 +153,9 @@ func TestExtract(t *testing.T) {
 			testHeader{"empty2", nil},
 		)
 	)
-	spec := func(s string) KeySpec {
+	spec := func(s string) Spec {
 		t.Helper()
-		k, err := ParseKeySpec(s)
+		k, err := Parse(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,14 +163,14 @@ func TestExtract(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		spec    KeySpec
+		spec    Spec
 		key     []byte
 		value   []byte
 		headers func(func(string, []byte) bool)
 		want    string
 		wantOK  bool
 	}{
-		{name: "zero spec is the kafka key", spec: KeySpec{}, key: key, value: value, headers: hdrs, want: "k1", wantOK: true},
+		{name: "zero spec is the kafka key", spec: Spec{}, key: key, value: value, headers: hdrs, want: "k1", wantOK: true},
 		{name: "key", spec: spec("key"), key: key, want: "k1", wantOK: true},
 		{name: "key nil", spec: spec("key"), key: nil, value: value},
 		{name: "key empty", spec: spec("key"), key: []byte{}, value: value},
@@ -191,9 +202,9 @@ func TestExtract(t *testing.T) {
 		{name: "json not json", spec: spec("json:id"), value: []byte("id=1")},
 		{name: "json ignores key", spec: spec("json:id"), key: key, value: []byte(`[]`)},
 
-		{name: "unknown kind", spec: KeySpec{Kind: KeyKind(200)}, key: key, value: value, headers: hdrs},
-		{name: "json empty path", spec: KeySpec{Kind: KeyJSON}, value: value},
-		{name: "json hand-built path with dot", spec: KeySpec{Kind: KeyJSON, Path: []string{"a.b"}}, value: []byte(`{"a.b":"x"}`), want: "x", wantOK: true},
+		{name: "unknown kind", spec: Spec{Kind: Kind(200)}, key: key, value: value, headers: hdrs},
+		{name: "json empty path", spec: Spec{Kind: KindJSON}, value: value},
+		{name: "json hand-built path with dot", spec: Spec{Kind: KindJSON, Path: []string{"a.b"}}, value: []byte(`{"a.b":"x"}`), want: "x", wantOK: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -226,7 +237,7 @@ func TestExtractAliases(t *testing.T) {
 		{"json:e", nil},
 	}
 	for _, tt := range tests {
-		spec, err := ParseKeySpec(tt.spec)
+		spec, err := Parse(tt.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +270,7 @@ func overlaps(a, b []byte) bool {
 // TestExtractStopsHeaderIteration checks that Extract stops the iterator at
 // the first match and tolerates an iterator that ignores the stop.
 func TestExtractStopsHeaderIteration(t *testing.T) {
-	spec := KeySpec{Kind: KeyHeader, Name: "id"}
+	spec := Spec{Kind: KindHeader, Name: "id"}
 	calls := 0
 	stopping := func(yield func(string, []byte) bool) {
 		for _, h := range []string{"a", "id", "b", "c"} {
@@ -308,7 +319,7 @@ func TestExtractAllocs(t *testing.T) {
 		{"json:esc", 1},
 	}
 	for _, tt := range tests {
-		spec, err := ParseKeySpec(tt.spec)
+		spec, err := Parse(tt.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,14 +334,14 @@ func TestExtractAllocs(t *testing.T) {
 	}
 }
 
-// TestExtractConcurrent shares one KeySpec per kind among goroutines; run it
+// TestExtractConcurrent shares one Spec per kind among goroutines; run it
 // with -race to check Extract's concurrency claim, including the pooled
 // header lookup state.
 func TestExtractConcurrent(t *testing.T) {
 	specs := []string{"key", "value", "header:id", "json:meta.id", "json:esc"}
 	const goroutines, rounds = 8, 2000
 	for _, s := range specs {
-		spec, err := ParseKeySpec(s)
+		spec, err := Parse(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,5 +378,49 @@ func TestExtractConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// TestReasons checks the reason of each kind of record without an identity, and that Reasons
+// lists the fixed label set.
+func TestReasons(t *testing.T) {
+	if got := strings.Join(Reasons(), ","); got != "missing,malformed,not_wire_format,unknown_schema,not_in_schema" {
+		t.Errorf("Reasons() = %s", got)
+	}
+	if Reason(200).String() != "unknown" || NumReasons != len(Reasons())+1 {
+		t.Error("Reason out of range")
+	}
+	for _, tt := range []struct {
+		spec  string
+		key   string
+		value string
+		want  Reason
+	}{
+		{"key", "", "v", Missing},
+		{"value", "k", "", Missing},
+		{"header:x", "k", "v", Missing},
+		{"key-prefix::", "nosep", "", Missing},
+		{"json:id", "", `{"other":1}`, Missing},
+		{"json:id", "", `{"id":null}`, Missing},
+		{"json:id.x", "", `{"id":"s"}`, Missing},
+		{"json:id", "", `  [1]`, Malformed},
+		{"json:id", "", `id=1`, Malformed},
+		{"json:id", "", ``, Malformed},
+	} {
+		sp, err := ParseSource(tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(sp, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, r, err := e.Extract(context.Background(), []byte(tt.key), []byte(tt.value), nil)
+		if id != nil || r != tt.want || err != nil {
+			t.Errorf("%s on key %q value %q: %q, %v, %v; want %v", tt.spec, tt.key, tt.value, id, r, err, tt.want)
+		}
+	}
+	if _, err := New(Spec{Kind: KindAvro, Path: []string{"id"}}, Options{}); err == nil || !strings.Contains(err.Error(), "SCHEMA_REGISTRY_URL") {
+		t.Errorf("New(avro) without a registry: %v", err)
 	}
 }

@@ -1,41 +1,41 @@
-package dedup
+package identity
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestParseSourceSpec(t *testing.T) {
+func TestParseSource(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    SourceSpec
+		want    Spec
 		wantErr string
 	}{
-		{in: "key", want: SourceSpec{Key: KeySpec{Kind: KeyKafka}}},
-		{in: "value", want: SourceSpec{Key: KeySpec{Kind: KeyValue}}},
-		{in: "header:x-source", want: SourceSpec{Key: KeySpec{Kind: KeyHeader, Name: "x-source"}}},
-		{in: "json:meta.lib", want: SourceSpec{Key: KeySpec{Kind: KeyJSON, Path: []string{"meta", "lib"}}}},
-		{in: "key-prefix::", want: SourceSpec{Prefix: ":"}},
-		{in: "key-prefix:/-", want: SourceSpec{Prefix: "/-"}},
+		{in: "key", want: Spec{Kind: KindKey}},
+		{in: "value", want: Spec{Kind: KindValue}},
+		{in: "header:x-source", want: Spec{Kind: KindHeader, Name: "x-source"}},
+		{in: "json:meta.lib", want: Spec{Kind: KindJSON, Path: []string{"meta", "lib"}}},
+		{in: "key-prefix::", want: Spec{Kind: KindKeyPrefix, Name: ":"}},
+		{in: "key-prefix:/-", want: Spec{Kind: KindKeyPrefix, Name: "/-"}},
 		{in: "key-prefix:", wantErr: "empty separator"},
 		{in: "key-prefix", wantErr: "missing separator"},
 		{in: "", wantErr: "key-prefix:SEP"},
 		{in: "nope:x", wantErr: `unknown kind "nope"`},
 	}
 	for _, tt := range tests {
-		got, err := ParseSourceSpec(tt.in)
+		got, err := ParseSource(tt.in)
 		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "dedup: ") {
-				t.Errorf("ParseSourceSpec(%q) error = %v, want one containing %q", tt.in, err, tt.wantErr)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "identity: ") {
+				t.Errorf("ParseSource(%q) error = %v, want one containing %q", tt.in, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("ParseSourceSpec(%q): %v", tt.in, err)
+			t.Errorf("ParseSource(%q): %v", tt.in, err)
 			continue
 		}
-		if got.String() != tt.in || got.Prefix != tt.want.Prefix || got.Key.String() != tt.want.Key.String() {
-			t.Errorf("ParseSourceSpec(%q) = %+v (%q), want %+v", tt.in, got, got.String(), tt.want)
+		if got.String() != tt.in || got.String() != tt.want.String() {
+			t.Errorf("ParseSource(%q) = %+v (%q), want %+v", tt.in, got, got.String(), tt.want)
 		}
 	}
 }
@@ -61,7 +61,7 @@ func TestSourceExtract(t *testing.T) {
 		{spec: "key", key: "k", want: "k"},
 	}
 	for _, tt := range tests {
-		s, err := ParseSourceSpec(tt.spec)
+		s, err := ParseSource(tt.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestSourceExtract(t *testing.T) {
 }
 
 func TestSourceExtractAllocs(t *testing.T) {
-	s, _ := ParseSourceSpec("key-prefix::")
+	s, _ := ParseSource("key-prefix::")
 	key := []byte("tenant:1")
 	if n := testing.AllocsPerRun(100, func() { s.Extract(key, nil, nil) }); n != 0 {
 		t.Errorf("key-prefix Extract allocates %v times", n)

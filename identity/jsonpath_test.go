@@ -1,4 +1,4 @@
-package dedup
+package identity
 
 import (
 	"bytes"
@@ -279,7 +279,7 @@ func stdlibMapLookup(data []byte, path []string) (string, bool) {
 }
 
 func BenchmarkExtractJSON(b *testing.B) {
-	spec, err := ParseKeySpec("json:meta.id")
+	spec, err := Parse("json:meta.id")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func BenchmarkExtract(b *testing.B) {
 		{"json:meta.id", escaped},
 	}
 	for _, c := range cases {
-		spec, err := ParseKeySpec(c.spec)
+		spec, err := Parse(c.spec)
 		if err != nil {
 			b.Fatal(err)
 		}
