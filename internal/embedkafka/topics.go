@@ -123,11 +123,14 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 		ps[p] = p
 	}
 	// A real broker answers for a group only once its coordinator is loaded (the first request
-	// for any group creates __consumer_offsets): retry what says the coordinator is not ready.
+	// for any group creates __consumer_offsets): retry, for up to a minute, what says the
+	// coordinator is not ready.
 	var res *kafka.OffsetFetchResponse
-	err = kafkaio.Backoff{Max: time.Second}.Retry(ctx, 30, func(int) error {
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = kafkaio.Backoff{Max: time.Second}.Retry(rctx, 0, func(int) error {
 		var err error
-		res, err = t.Client().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+		res, err = t.Client().OffsetFetch(rctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
 		switch {
 		case err != nil:
 			return kafkaio.Permanent(err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -19,7 +20,7 @@ type Record struct {
 }
 
 // Writer writes records to one topic as producers named by the caller: each name but "" is a
-// transactional producer (transactional id "txn-" + topic + "-" + name, unique per topic so that tests sharing a broker do not fence each other), "" writes outside transactions
+// transactional producer (transactional id "txn-" + topic + "-" + name), "" writes outside transactions
 // (idempotently). A failure marks the test failed and ends the calling goroutine (the test's own,
 // or another one: deferred calls run). A Writer is safe for concurrent use by different
 // producers; one producer's calls must not overlap.
@@ -50,7 +51,10 @@ func (w *Writer) client(who string) *kgo.Client {
 	opts := []kgo.Opt{kgo.SeedBrokers(w.addrs...), kgo.DefaultProduceTopic(w.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner())}
 	if who != "" {
-		opts = append(opts, kgo.TransactionalID("txn-"+w.topic+"-"+who))
+		// The topic in the id keeps writers of different topics on one broker (a shared real
+		// Kafka) from fencing each other; a long transaction timeout keeps the broker from aborting
+		// a transaction a test holds open on a loaded machine (kgo's default is 40s).
+		opts = append(opts, kgo.TransactionalID("txn-"+w.topic+"-"+who), kgo.TransactionTimeout(5*time.Minute))
 	}
 	c, err := kgo.NewClient(opts...)
 	if err != nil {

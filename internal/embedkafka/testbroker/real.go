@@ -87,7 +87,7 @@ func StartReal(dir string, o RealOptions) (*Cluster, error) {
 	if o.Nodes <= 0 {
 		o.Nodes = 1
 	}
-	dir, err := os.MkdirTemp(dir, "kafka-")
+	dir, err := os.MkdirTemp(dir, "kdedup-kafka-")
 	if err != nil {
 		return nil, fmt.Errorf("testbroker: %w", err)
 	}

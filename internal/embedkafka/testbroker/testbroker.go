@@ -123,14 +123,14 @@ func Start(t testing.TB, k Kind, o Options) Broker {
 			t.Fatal(err)
 		}
 		t.Cleanup(cl.Close)
-		return fake{cl, ""}
+		return fakeBroker{cl, ""}
 	}
 	if testing.Short() {
 		t.Skip("real Kafka does not run with -short")
 	}
-	var r real
+	var r realBroker
 	if o.Nodes <= 1 && o.Real.Nodes <= 1 && len(o.Real.Config) == 0 && len(o.Real.Listeners) == 0 && len(o.Real.Format) == 0 {
-		r = real{shared(t), uniquePrefix(t)}
+		r = realBroker{shared(t), uniquePrefix(t)}
 	} else {
 		if o.Real.Nodes < o.Nodes {
 			o.Real.Nodes = o.Nodes
@@ -143,7 +143,7 @@ func Start(t testing.TB, k Kind, o Options) Broker {
 		}
 		t.Cleanup(c.Close)
 		t.Logf("real Kafka: %d node(s) started in %v (%s)", c.Nodes(), c.StartTime().Round(10e6), c.Dir())
-		r = real{c, ""}
+		r = realBroker{c, ""}
 	}
 	for name, n := range o.Topics {
 		if err := r.CreateTopic(t.Context(), r.Name(name), int(n)); err != nil {
@@ -216,37 +216,37 @@ func uniquePrefix(t testing.TB) string {
 // several scenarios on one cluster.
 func Scoped(b Broker, prefix string) Broker {
 	switch b := b.(type) {
-	case fake:
-		return fake{b.Cluster, b.prefix + prefix}
-	case real:
-		return real{b.Cluster, b.prefix + prefix}
+	case fakeBroker:
+		return fakeBroker{b.Cluster, b.prefix + prefix}
+	case realBroker:
+		return realBroker{b.Cluster, b.prefix + prefix}
 	}
 	panic(fmt.Sprintf("testbroker: Scoped of a %T", b))
 }
 
-type fake struct {
+type fakeBroker struct {
 	*embedkafka.Cluster
 	prefix string
 }
 
-func (fake) Kind() Kind                  { return Fake }
-func (f fake) Name(s string) string      { return f.prefix + s }
-func (f fake) Fake() *embedkafka.Cluster { return f.Cluster }
-func (fake) Real() *Cluster              { return nil }
+func (fakeBroker) Kind() Kind                  { return Fake }
+func (f fakeBroker) Name(s string) string      { return f.prefix + s }
+func (f fakeBroker) Fake() *embedkafka.Cluster { return f.Cluster }
+func (fakeBroker) Real() *Cluster              { return nil }
 
-type real struct {
+type realBroker struct {
 	*Cluster
 	prefix string
 }
 
-func (real) Kind() Kind                { return Real }
-func (r real) Name(s string) string    { return r.prefix + s }
-func (real) Fake() *embedkafka.Cluster { return nil }
-func (r real) Real() *Cluster          { return r.Cluster }
-func (r real) Addrs() []string         { return r.Listener("PLAINTEXT") }
+func (realBroker) Kind() Kind                { return Real }
+func (r realBroker) Name(s string) string    { return r.prefix + s }
+func (realBroker) Fake() *embedkafka.Cluster { return nil }
+func (r realBroker) Real() *Cluster          { return r.Cluster }
+func (r realBroker) Addrs() []string         { return r.Listener("PLAINTEXT") }
 
 // FromFake returns cl as a Broker, for a test that starts its kfake cluster itself.
-func FromFake(cl *embedkafka.Cluster) Broker { return fake{cl, ""} }
+func FromFake(cl *embedkafka.Cluster) Broker { return fakeBroker{cl, ""} }
 
 // NeedReal skips the test unless KDEDUP_TEST_KAFKA asks for real Kafka: for a test of what only
 // a real broker does (the log cleaner, an unclean election, enforced re-authentication).
