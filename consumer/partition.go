@@ -215,7 +215,9 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 // before the first Seen of the batch and Acked after its last acknowledged write; a batch without
 // records only moves the offsets. It returns an error only when pctx ended before every output
 // write was acknowledged, or errStopped when gctx ended while the partition was blocked at a
-// record the output refuses (then the input is committed up to that record; see refuse.go).
+// record the output refuses (then the input is committed up to that record; see refuse.go), or an
+// error wrapping ErrNotOwner when the generation was lost before the batch was written (see
+// committer.owned).
 func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
 	st.in = b.Records
@@ -271,6 +273,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		w.obs.Unkeyed(p, nUnkeyed)
 	}
 
+	if err := c.owned(pctx); err != nil {
+		return err
+	}
 	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
 	}
