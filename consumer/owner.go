@@ -31,14 +31,15 @@ type ownership struct {
 	lost atomic.Pointer[error]
 
 	mu        sync.Mutex // serialises confirmations: concurrent checks share one heartbeat
-	confirmed time.Time
+	confirmed time.Time  // when the coordinator last accepted a request of the generation
+	asked     time.Time  // when check last asked the coordinator
+	askErr    error      // what it answered, if it could not confirm
 }
 
 // newOwnership returns the ownership of member's generation, confirmed now (the generation just
 // started), re-confirmed by check when older than fresh.
 func newOwnership(client *kafka.Client, member kafkaio.Member, fresh time.Duration) *ownership {
-	o := &ownership{client: client, member: member, fresh: fresh, confirmed: time.Now()}
-	return o
+	return &ownership{client: client, member: member, fresh: max(fresh, 100*time.Millisecond), confirmed: time.Now()}
 }
 
 // fence records err if it says the generation was lost (kafkaio.Fenced), and reports whether it
@@ -52,9 +53,10 @@ func (o *ownership) fence(err error) bool {
 }
 
 // check returns nil while the worker owns the generation, and an error wrapping ErrNotOwner once
-// it lost it. It asks the coordinator (kafkaio.CheckMember) when the last confirmation is older
-// than fresh; an answer that cannot be had is returned as an error too, so that the caller does
-// not save on a guess.
+// it lost it. It asks the coordinator (kafkaio.CheckMember, bounded by fresh) when the last
+// confirmation is older than fresh, at most once per fresh; an answer that cannot be had is
+// returned as another error until the next question, so that a save does not go on a guess while
+// the batches do not wait on an unreachable coordinator (see committer.owned).
 func (o *ownership) check(ctx context.Context) error {
 	if err := o.lostErr(); err != nil {
 		return err
@@ -64,8 +66,14 @@ func (o *ownership) check(ctx context.Context) error {
 	if time.Since(o.confirmed) < o.fresh {
 		return o.lostErr()
 	}
+	if time.Since(o.asked) < o.fresh && o.askErr != nil {
+		return o.askErr
+	}
 	start := time.Now()
-	err := kafkaio.CheckMember(ctx, o.client, o.member)
+	actx, cancel := context.WithTimeout(ctx, o.fresh)
+	defer cancel()
+	err := kafkaio.CheckMember(actx, o.client, o.member)
+	o.asked, o.askErr = start, nil
 	switch {
 	case err == nil:
 		o.confirmed = start
@@ -73,7 +81,8 @@ func (o *ownership) check(ctx context.Context) error {
 	case o.fence(err):
 		return o.lostErr()
 	default:
-		return fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
+		o.askErr = fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
+		return o.askErr
 	}
 }
 
