@@ -73,6 +73,9 @@ func (o *ownership) check(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, o.fresh)
 	defer cancel()
 	err := kafkaio.CheckMember(actx, o.client, o.member)
+	if err != nil && ctx.Err() != nil { // the caller gave up (the generation's context ended): not an answer
+		return fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
+	}
 	o.asked, o.askErr = start, nil
 	switch {
 	case err == nil:

@@ -62,3 +62,23 @@ func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnershipCheckOfAnEndedCaller: a check whose caller's context ended (an Assign called off
+// when its generation ended) is no answer of the coordinator, and must not make the checks that
+// follow (the release's saves) fail.
+func TestOwnershipCheckOfAnEndedCaller(t *testing.T) {
+	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}
+	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond)
+	own.confirmed = time.Now().Add(-time.Hour) // stale: check asks
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := own.check(ended); err == nil {
+		t.Fatal("a check with an ended context succeeded")
+	}
+	own.mu.Lock()
+	cached := own.askErr
+	own.mu.Unlock()
+	if cached != nil {
+		t.Fatalf("the ended caller's failure was kept as the coordinator's answer: %v", cached)
+	}
+}
