@@ -42,7 +42,7 @@ func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
 			releaseCounts.revokes, releaseCounts.discards = 0, 0
 			w := &Worker{dedup: releaseDeduper{}, log: slog.New(slog.DiscardHandler), cfg: Config{RebalanceTimeout: time.Minute}}
 			// Confirmed just now: check asks the coordinator only once the confirmation is stale.
-			own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour)
+			own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour, time.Hour)
 			c := newCommitter(fencedGen{tc.err}, "in", time.Hour, NopObserver{}, discardSampler())
 			c.own = own
 			go c.run()
@@ -68,7 +68,7 @@ func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
 // follow (the release's saves) fail.
 func TestOwnershipCheckOfAnEndedCaller(t *testing.T) {
 	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}
-	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond)
+	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond, time.Second)
 	own.confirmed = time.Now().Add(-time.Hour) // stale: check asks
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
