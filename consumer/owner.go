@@ -33,18 +33,21 @@ type ownership struct {
 	fresh, lease time.Duration
 
 	lost atomic.Pointer[error]
+	// confirmed is when the coordinator last accepted a request of the generation (monotonic
+	// nanoseconds since base): read without the lock on every batch.
+	confirmed atomic.Int64
+	base      time.Time
 
-	mu        sync.Mutex // serialises confirmations: concurrent checks share one heartbeat
-	confirmed time.Time  // when the coordinator last accepted a request of the generation
-	asked     time.Time  // when check last asked the coordinator
-	askErr    error      // what it answered, if it could not confirm
+	mu     sync.Mutex // serialises questions: concurrent checks share one heartbeat
+	asked  time.Time  // when check last asked the coordinator
+	askErr error      // what it answered, if it could not confirm
 }
 
 // newOwnership returns the ownership of member's generation, confirmed now (the generation just
 // started), asked again by check when older than fresh, and held for lease without an answer.
 func newOwnership(client *kafka.Client, member kafkaio.Member, fresh, lease time.Duration) *ownership {
 	fresh = max(fresh, 100*time.Millisecond)
-	return &ownership{client: client, member: member, fresh: fresh, lease: max(lease, fresh), confirmed: time.Now()}
+	return &ownership{client: client, member: member, fresh: fresh, lease: max(lease, fresh), base: time.Now()}
 }
 
 // fence records err if it says the generation was lost (kafkaio.Fenced), and reports whether it
@@ -66,9 +69,12 @@ func (o *ownership) check(ctx context.Context) error {
 	if err := o.lostErr(); err != nil {
 		return err
 	}
+	if o.sinceConfirmed() < o.fresh {
+		return nil
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if time.Since(o.confirmed) < o.fresh {
+	if o.sinceConfirmed() < o.fresh {
 		return o.lostErr()
 	}
 	if time.Since(o.asked) >= o.fresh || o.askErr == nil {
@@ -76,7 +82,7 @@ func (o *ownership) check(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := o.lostErr(); err != nil || o.askErr == nil || time.Since(o.confirmed) < o.lease {
+	if err := o.lostErr(); err != nil || o.askErr == nil || o.sinceConfirmed() < o.lease {
 		return err
 	}
 	return o.askErr
@@ -95,7 +101,7 @@ func (o *ownership) ask(ctx context.Context) error {
 	o.asked, o.askErr = start, nil
 	switch {
 	case err == nil:
-		o.confirmed = start
+		o.confirm(start)
 	case !o.fence(err):
 		o.askErr = fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
 	}
@@ -103,13 +109,20 @@ func (o *ownership) ask(ctx context.Context) error {
 }
 
 // confirm records that the coordinator accepted a request of the generation that started at
-// start (an offset commit).
+// start (an offset commit, or a heartbeat).
 func (o *ownership) confirm(start time.Time) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if start.After(o.confirmed) {
-		o.confirmed = start
+	at := int64(start.Sub(o.base))
+	for {
+		cur := o.confirmed.Load()
+		if at <= cur || o.confirmed.CompareAndSwap(cur, at) {
+			return
+		}
 	}
+}
+
+// sinceConfirmed returns the time since the last confirmation.
+func (o *ownership) sinceConfirmed() time.Duration {
+	return time.Since(o.base) - time.Duration(o.confirmed.Load())
 }
 
 func (o *ownership) lostErr() error {

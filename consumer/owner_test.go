@@ -69,7 +69,7 @@ func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
 func TestOwnershipCheckOfAnEndedCaller(t *testing.T) {
 	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}
 	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond, time.Second)
-	own.confirmed = time.Now().Add(-time.Hour) // stale: check asks
+	own.base = own.base.Add(-time.Hour) // the last confirmation is an hour old: check asks
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := own.check(ended); err == nil {
@@ -80,5 +80,22 @@ func TestOwnershipCheckOfAnEndedCaller(t *testing.T) {
 	own.mu.Unlock()
 	if cached != nil {
 		t.Fatalf("the ended caller's failure was kept as the coordinator's answer: %v", cached)
+	}
+}
+
+// TestOwnershipLease: a check that cannot reach the coordinator passes within the lease (the
+// session timeout since the last confirmation: the partitions cannot have moved yet) and fails
+// after it, without taking the generation for lost.
+func TestOwnershipLease(t *testing.T) {
+	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:1"), Timeout: time.Second}
+	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond, time.Minute)
+	own.base = own.base.Add(-time.Second) // past fresh, within the lease
+	if err := own.check(context.Background()); err != nil {
+		t.Fatalf("within the lease: %v", err)
+	}
+	own.base = own.base.Add(-2 * time.Minute) // past the lease
+	err := own.check(context.Background())
+	if err == nil || errors.Is(err, ErrNotOwner) {
+		t.Fatalf("past the lease, with the coordinator unreachable: %v; want an error that is not ErrNotOwner", err)
 	}
 }
