@@ -128,6 +128,21 @@ func (c *committer) run() {
 	}
 }
 
+// owned returns an error wrapping ErrNotOwner if the generation was lost (see ownership.check),
+// and nil otherwise, also when ownership cannot be confirmed now: a process that resumes after a
+// pause past its session learns here, before it writes the batch in hand, that its partitions
+// moved, and gives them up unwritten (the new owner consumes them again). It is not a fence: the
+// generation can be lost right after the check.
+func (c *committer) owned(ctx context.Context) error {
+	if c.own == nil {
+		return nil
+	}
+	if err := c.own.check(ctx); errors.Is(err, ErrNotOwner) {
+		return err
+	}
+	return nil
+}
+
 // close stops run and waits for it to return.
 func (c *committer) close() {
 	close(c.stop)

@@ -20,25 +20,34 @@ var ErrNotOwner = errors.New("consumer: the consumer group generation was lost; 
 // ownership tracks whether the worker still owns the partitions of one generation. The generation
 // is lost, for good, once the coordinator answers a commit or a heartbeat with an error for which
 // kafkaio.Fenced is true (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID: a session
-// expired while the process was paused, for example). check confirms ownership with a heartbeat
-// of its own when the last confirmation is older than fresh: a paused process learns it was
-// expelled before it saves anything. Its methods are safe for concurrent use.
+// expired while the process was paused, for example). Ownership is a lease: every request of the
+// generation the coordinator accepted (a commit, or a heartbeat of check's) renews the member's
+// session, so its partitions cannot move before lease (the session timeout) has passed since the
+// last one. check asks the coordinator when the last confirmation is older than fresh (the
+// heartbeat interval), and fails, unless the answer is a confirmation, once the lease ran out: a
+// paused process learns it was expelled before it saves or writes anything. Its methods are safe
+// for concurrent use.
 type ownership struct {
-	client *kafka.Client
-	member kafkaio.Member
-	fresh  time.Duration
+	client       *kafka.Client
+	member       kafkaio.Member
+	fresh, lease time.Duration
 
 	lost atomic.Pointer[error]
+	// confirmed is when the coordinator last accepted a request of the generation (monotonic
+	// nanoseconds since base): read without the lock on every batch.
+	confirmed atomic.Int64
+	base      time.Time
 
-	mu        sync.Mutex // serialises confirmations: concurrent checks share one heartbeat
-	confirmed time.Time
+	mu     sync.Mutex // serialises questions: concurrent checks share one heartbeat
+	asked  time.Time  // when check last asked the coordinator
+	askErr error      // what it answered, if it could not confirm
 }
 
 // newOwnership returns the ownership of member's generation, confirmed now (the generation just
-// started), re-confirmed by check when older than fresh.
-func newOwnership(client *kafka.Client, member kafkaio.Member, fresh time.Duration) *ownership {
-	o := &ownership{client: client, member: member, fresh: fresh, confirmed: time.Now()}
-	return o
+// started), asked again by check when older than fresh, and held for lease without an answer.
+func newOwnership(client *kafka.Client, member kafkaio.Member, fresh, lease time.Duration) *ownership {
+	fresh = max(fresh, 100*time.Millisecond)
+	return &ownership{client: client, member: member, fresh: fresh, lease: max(lease, fresh), base: time.Now()}
 }
 
 // fence records err if it says the generation was lost (kafkaio.Fenced), and reports whether it
@@ -52,39 +61,68 @@ func (o *ownership) fence(err error) bool {
 }
 
 // check returns nil while the worker owns the generation, and an error wrapping ErrNotOwner once
-// it lost it. It asks the coordinator (kafkaio.CheckMember) when the last confirmation is older
-// than fresh; an answer that cannot be had is returned as an error too, so that the caller does
-// not save on a guess.
+// it lost it. When the last confirmation is older than fresh it asks the coordinator
+// (kafkaio.CheckMember, within half the lease), at most once per fresh; when no confirmation can
+// be had it still returns nil within the lease, and after it the error of the last question, so
+// that nothing is saved on a guess.
 func (o *ownership) check(ctx context.Context) error {
 	if err := o.lostErr(); err != nil {
 		return err
 	}
+	if o.sinceConfirmed() < o.fresh {
+		return nil
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if time.Since(o.confirmed) < o.fresh {
+	if o.sinceConfirmed() < o.fresh {
 		return o.lostErr()
 	}
+	if time.Since(o.asked) >= o.fresh || o.askErr == nil {
+		if err := o.ask(ctx); err != nil {
+			return err
+		}
+	}
+	if err := o.lostErr(); err != nil || o.askErr == nil || o.sinceConfirmed() < o.lease {
+		return err
+	}
+	return o.askErr
+}
+
+// ask sends one heartbeat and records its answer; it returns an error only when ctx ended, which
+// is no answer. The caller holds mu.
+func (o *ownership) ask(ctx context.Context) error {
 	start := time.Now()
-	err := kafkaio.CheckMember(ctx, o.client, o.member)
-	switch {
-	case err == nil:
-		o.confirmed = start
-		return o.lostErr()
-	case o.fence(err):
-		return o.lostErr()
-	default:
+	actx, cancel := context.WithTimeout(ctx, o.lease/2)
+	defer cancel()
+	err := kafkaio.CheckMember(actx, o.client, o.member)
+	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
 	}
+	o.asked, o.askErr = start, nil
+	switch {
+	case err == nil:
+		o.confirm(start)
+	case !o.fence(err):
+		o.askErr = fmt.Errorf("consumer: confirming the ownership of generation %d: %w", o.member.Generation, err)
+	}
+	return nil
 }
 
 // confirm records that the coordinator accepted a request of the generation that started at
-// start (an offset commit).
+// start (an offset commit, or a heartbeat).
 func (o *ownership) confirm(start time.Time) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if start.After(o.confirmed) {
-		o.confirmed = start
+	at := int64(start.Sub(o.base))
+	for {
+		cur := o.confirmed.Load()
+		if at <= cur || o.confirmed.CompareAndSwap(cur, at) {
+			return
+		}
 	}
+}
+
+// sinceConfirmed returns the time since the last confirmation.
+func (o *ownership) sinceConfirmed() time.Duration {
+	return time.Since(o.base) - time.Duration(o.confirmed.Load())
 }
 
 func (o *ownership) lostErr() error {

@@ -42,7 +42,7 @@ func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
 			releaseCounts.revokes, releaseCounts.discards = 0, 0
 			w := &Worker{dedup: releaseDeduper{}, log: slog.New(slog.DiscardHandler), cfg: Config{RebalanceTimeout: time.Minute}}
 			// Confirmed just now: check asks the coordinator only once the confirmation is stale.
-			own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour)
+			own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour, time.Hour)
 			c := newCommitter(fencedGen{tc.err}, "in", time.Hour, NopObserver{}, discardSampler())
 			c.own = own
 			go c.run()
@@ -60,5 +60,42 @@ func TestLostGenerationReleasesWithoutSaving(t *testing.T) {
 				t.Fatalf("check after %s = %v", tc.err, err)
 			}
 		})
+	}
+}
+
+// TestOwnershipCheckOfAnEndedCaller: a check whose caller's context ended (an Assign called off
+// when its generation ended) is no answer of the coordinator, and must not make the checks that
+// follow (the release's saves) fail.
+func TestOwnershipCheckOfAnEndedCaller(t *testing.T) {
+	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}
+	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond, time.Second)
+	own.base = own.base.Add(-time.Hour) // the last confirmation is an hour old: check asks
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := own.check(ended); err == nil {
+		t.Fatal("a check with an ended context succeeded")
+	}
+	own.mu.Lock()
+	cached := own.askErr
+	own.mu.Unlock()
+	if cached != nil {
+		t.Fatalf("the ended caller's failure was kept as the coordinator's answer: %v", cached)
+	}
+}
+
+// TestOwnershipLease: a check that cannot reach the coordinator passes within the lease (the
+// session timeout since the last confirmation: the partitions cannot have moved yet) and fails
+// after it, without taking the generation for lost.
+func TestOwnershipLease(t *testing.T) {
+	c := &kafka.Client{Addr: kafka.TCP("127.0.0.1:1"), Timeout: time.Second}
+	own := newOwnership(c, kafkaio.Member{Group: "g", Generation: 3, ID: "m"}, 100*time.Millisecond, time.Minute)
+	own.base = own.base.Add(-time.Second) // past fresh, within the lease
+	if err := own.check(context.Background()); err != nil {
+		t.Fatalf("within the lease: %v", err)
+	}
+	own.base = own.base.Add(-2 * time.Minute) // past the lease
+	err := own.check(context.Background())
+	if err == nil || errors.Is(err, ErrNotOwner) {
+		t.Fatalf("past the lease, with the coordinator unreachable: %v; want an error that is not ErrNotOwner", err)
 	}
 }

@@ -282,9 +282,10 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 // before the first Seen of the batch and Acked after its last acknowledged write; a batch without
 // records only moves the offsets. It returns an error only when pctx ended before every output
 // write was acknowledged, or errStopped when gctx ended while the partition was blocked at a
-// record the output refuses (then the input is committed up to that record; see refuse.go), or
+// record the output refuses (then the input is committed up to that record; see refuse.go),
 // errHeld when gctx ended while the batch's identities could not be extracted (then nothing of the
-// batch was passed to the Deduper).
+// batch was passed to the Deduper), or an error wrapping ErrNotOwner when the generation was lost
+// before the batch was written (see committer.owned).
 func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, b *kafkaio.Batch) error {
 	p := st.p
 	st.in = b.Records
@@ -342,6 +343,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		}
 	}
 
+	if err := c.owned(pctx); err != nil {
+		return err
+	}
 	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
 	}

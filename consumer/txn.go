@@ -54,6 +54,9 @@ type offsetSink interface {
 	mark(partition int, next int64)
 	// flush marks next and waits until it is committed.
 	flush(ctx context.Context, partition int, next int64) error
+	// owned returns an error wrapping ErrNotOwner once the partition's writes must stop because
+	// its generation was lost.
+	owned(ctx context.Context) error
 }
 
 // txnSink is one input partition's transactions. Only its partition goroutine uses it.
@@ -209,6 +212,10 @@ func (t *txnSink) commit(ctx context.Context) error {
 	}
 	return t.begin() // sends nothing: the next records have their transaction
 }
+
+// owned returns nil: under exactly-once the partition's transactional producer is fenced by the
+// broker (its epoch), so a write after the generation was lost is refused there, not here.
+func (t *txnSink) owned(context.Context) error { return nil }
 
 // abort aborts the open transaction (taking a new producer epoch) within ctx.
 func (t *txnSink) abort(ctx context.Context) error {

@@ -343,7 +343,7 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	}
 	slices.Sort(parts)
 	own := newOwnership(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
-		w.cfg.HeartbeatInterval)
+		w.cfg.HeartbeatInterval, w.cfg.SessionTimeout)
 	w.dedup.Generation(gen.ID, parts, own.check)
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))

@@ -239,12 +239,13 @@ var errSaveCancelled = errors.New("dedup: save cancelled: the partition was rele
 // mayProceed returns nil if a save of unit that got its slot may go on: live (nil for always)
 // still holds and the worker still owns its consumer group generation (see Set.Generation).
 // Otherwise nothing may be saved: errSaveCancelled, or the ownership check's error, counted as a
-// failed checkpoint.
+// failed checkpoint. The global filter is not checked: global scope runs on one replica, and its
+// final save at Close comes after the worker left the group.
 func (s *Set) mayProceed(ctx context.Context, unit string, live func() bool) error {
 	if live != nil && !live() {
 		return errSaveCancelled
 	}
-	if owns := s.owns.Load(); owns != nil {
+	if owns := s.owns.Load(); owns != nil && s.global.Load() == nil {
 		if err := (*owns)(ctx); err != nil {
 			s.failed()
 			return fmt.Errorf("dedup: saving %s: not saved, the ownership of the partition is not confirmed: %w", unit, err)
