@@ -101,7 +101,7 @@ func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 		e = uint64(d / f.cfg.Interval)
 	}
 	var p probe
-	f.makeProbe(&p, h, v, false)
+	f.makeProbe(&p, h, v, false, true)
 	if !f.single {
 		return f.testAndAddOld(&p, e)
 	}

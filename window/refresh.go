@@ -31,7 +31,7 @@ func (f *Filter) TestAndRefresh(key []byte) (seen, refreshed bool) {
 func (f *Filter) TestAndRefreshHash(h uint64) (seen, refreshed bool) {
 	var p probe
 	v := f.view.Load()
-	f.makeProbe(&p, h, v, true)
+	f.makeProbe(&p, h, v, true, true)
 	if !f.single {
 		seen, _, refreshed = f.testAndRefresh(&p, 0, false)
 		return seen, refreshed
@@ -65,7 +65,7 @@ func (f *Filter) TestAndRefreshHashAt(h uint64, t time.Time) (seen, late, refres
 		e = uint64(d / f.cfg.Interval)
 	}
 	var p probe
-	f.makeProbe(&p, h, v, false)
+	f.makeProbe(&p, h, v, false, true)
 	if !f.single {
 		return f.testAndRefresh(&p, e, true)
 	}

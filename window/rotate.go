@@ -164,6 +164,7 @@ func (f *Filter) endSweepLocked() {
 func (f *Filter) sweepGroupsLocked(s int, from, to uint64) {
 	tag := tagOf(f.uses[s].Load())
 	sweep := func(w *uint64) { sweepWord(w, tag) }
+	f.writeFirst(from*f.groupWords, (to-from)*f.groupWords)
 	for g := from; g < to; g++ {
 		f.slotWords(g, s, sweep)
 	}
