@@ -1,6 +1,7 @@
 package window
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
@@ -85,6 +86,32 @@ func (b *blocks) writeFirst(from, n uint64) {
 		atomic.AddUint64(&b.words[i], 0)
 		atomic.OrUint64(w, bit)
 	}
+}
+
+// markPages marks the pages holding words [from, from+n) written, for a caller that writes them
+// itself before anything reads them. Safe for concurrent use.
+func (b *blocks) markPages(from, n uint64) {
+	if b.pages == nil || n == 0 {
+		return
+	}
+	last := (from + n - 1 + b.pageOff) / pageWords
+	for pg := (from + b.pageOff) / pageWords; pg <= last; pg++ {
+		if w, bit := &b.pages[pg/64], uint64(1)<<(pg%64); atomic.LoadUint64(w)&bit == 0 {
+			atomic.OrUint64(w, bit)
+		}
+	}
+}
+
+// writtenBytes returns the bytes of the pages of words marked written, at most the size of words.
+func (b *blocks) writtenBytes() uint64 {
+	if b.pages == nil {
+		return uint64(len(b.words)) * 8
+	}
+	n := uint64(0)
+	for i := range b.pages {
+		n += uint64(bits.OnesCount64(atomic.LoadUint64(&b.pages[i])))
+	}
+	return min(n*pageSize, uint64(len(b.words))*8)
 }
 
 // markWritten marks every page of the blocks written: a restore wrote them all.

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"bytes"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
@@ -115,5 +116,51 @@ func TestWriteFirst(t *testing.T) {
 	populateWords(w[3:])
 	if !allZero(w) {
 		t.Fatal("populateWords changed a word")
+	}
+}
+
+// TestResidentBytes checks Stats.ResidentBytes: a new filter with a single writer holds only the
+// pages its keys reached, a filter restored from its generations only those its generations' data
+// needs, and one restored from a single-file snapshot all of stage 0.
+func TestResidentBytes(t *testing.T) {
+	clock := newFakeClock()
+	cfg := Config{Generations: 4, Interval: time.Minute, Capacity: 1_000_000, FalsePositiveRate: 1e-6,
+		SingleWriter: true, Clock: clock.Now}
+	f := mustNew(t, cfg)
+	claims := uint64(len(f.claims)) * 8
+	if got := f.Stats().ResidentBytes; got != 0 {
+		t.Fatalf("new filter: %d resident bytes, want 0", got)
+	}
+	const keys = 2000
+	addKeys(f, 1, keys)
+	st := f.Stats()
+	groupPages := (f.groupWords*8+pageSize-1)/pageSize + 1
+	if st.ResidentBytes == 0 || st.ResidentBytes > keys*groupPages*pageSize || st.ResidentBytes > st.TotalBytes {
+		t.Fatalf("after %d keys: %d resident bytes of %d (at most %d pages per key)", keys, st.ResidentBytes, st.TotalBytes, groupPages)
+	}
+	meta, gens := exportAll(t, f)
+	r, err := restoreFromGens(cfg, meta, gens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Stats().ResidentBytes; got == 0 || got > st.ResidentBytes {
+		t.Fatalf("restored from generations: %d resident bytes, the original %d", got, st.ResidentBytes)
+	}
+	for i := range uint64(keys) {
+		if !r.Test(key(1, i)) {
+			t.Fatalf("restored from generations: key %d lost", i)
+		}
+	}
+	var buf bytes.Buffer
+	m, _, err := f.WriteSnapshot(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Restore(cfg, m, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.Stats().ResidentBytes, st.TotalBytes-claims; got != want {
+		t.Fatalf("restored from a snapshot: %d resident bytes, want %d", got, want)
 	}
 }

@@ -258,6 +258,7 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 			f.dirty[s] = true // the slots' words may be stale: settleSlot checks every tag
 		}
 		f.touched.markAll() // where the data lies is not known: exports read every group
+		f.markWritten()     // and every page was written
 		return f.restoreStages(m, r)
 	})
 }
