@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,9 +112,18 @@ func New(cfg Config) (*Filter, error) {
 	return f, nil
 }
 
+// newFilter returns an empty filter of sizing s. Its stage 0 is mapped outside the Go heap where
+// the system allows (mapWords) and unmapped when the filter is garbage collected: every method
+// keeps f reachable while it reads or writes the words (runtime.KeepAlive where its last use of f
+// could come before its last use of them), and no slice of them leaves the package.
 func newFilter(cfg Config, s Sizing) *Filter {
+	lp := layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits}
+	words, unmap := mapWords(blockWords(s.Groups, s.Slots, lp))
+	if words == nil {
+		words = alignedWords(blockWords(s.Groups, s.Slots, lp), false)
+	}
 	f := &Filter{
-		blocks:    newBlocks(s.Groups, s.Slots, layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits}, false),
+		blocks:    blocksIn(words, s.Groups, s.Slots, lp, false),
 		claims:    newClaims(s.Groups, cfg.SingleWriter),
 		touched:   newTouched(s.Slots, s.Groups),
 		single:    cfg.SingleWriter,
@@ -140,6 +150,9 @@ func newFilter(cfg Config, s Sizing) *Filter {
 	}
 	for i := range f.slotEpoch {
 		f.slotEpoch[i] = -1
+	}
+	if unmap != nil {
+		runtime.AddCleanup(f, func(unmap func()) { unmap() }, unmap)
 	}
 	return f
 }
@@ -201,14 +214,15 @@ func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
 	if f.single {
 		v := f.view.Load()
 		f.makeProbe(&p, h, v, true, true)
-		if f.contains(v, &p) || f.grownHas(&p) {
-			return true
+		if seen = f.contains(v, &p) || f.grownHas(&p); !seen {
+			f.insert(v, &p)
 		}
-		f.insert(v, &p)
-		return false
+	} else {
+		f.makeProbe(&p, h, f.view.Load(), true, true)
+		seen = f.testAndAdd(&p)
 	}
-	f.makeProbe(&p, h, f.view.Load(), true, true)
-	return f.testAndAdd(&p)
+	runtime.KeepAlive(f)
+	return seen
 }
 
 // TestHash is Test for a hash returned by Hash.
@@ -216,7 +230,9 @@ func (f *Filter) TestHash(h uint64) bool {
 	var p probe
 	v := f.view.Load()
 	f.makeProbe(&p, h, v, false, false)
-	return f.contains(v, &p) || f.grownHas(&p)
+	seen := f.contains(v, &p) || f.grownHas(&p)
+	runtime.KeepAlive(f)
+	return seen
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range

@@ -105,6 +105,7 @@ func (x *Export) Meta() Meta { return x.meta }
 // while writers continue; a key added before SnapshotGenerations was called is in the export of
 // its generation. It fails after Release, or for a generation that is not live in Meta.
 func (x *Export) Generation(epoch uint64, sink func(words []uint64) error) error {
+	defer runtime.KeepAlive(x) // its stage 0 is unmapped when it is collected (newFilter)
 	if !x.held {
 		return errors.New("window: generation exported after the snapshot was released")
 	}
@@ -170,6 +171,7 @@ func (x *Export) Release() {
 // call other methods of f that rotate or snapshot before Release. SnapshotGenerations returns fn's
 // error.
 func (f *Filter) SnapshotGenerations(fn func(x *Export) error) error {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	f.mu.Lock()
 	x := &Export{f: f, meta: f.metaLocked(), held: true}
 	x.stages = f.snapStages

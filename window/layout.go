@@ -41,8 +41,19 @@ type blocks struct {
 // writable at once (populateWords); the others are mapped page by page, each with a write
 // (writeFirst).
 func newBlocks(groups uint64, slots int, lp layoutParams, eager bool) blocks {
+	return blocksIn(alignedWords(blockWords(groups, slots, lp), eager), groups, slots, lp, eager)
+}
+
+// blockWords returns the number of words of blocks of the given layout.
+func blockWords(groups uint64, slots int, lp layoutParams) uint64 {
+	return groups * uint64(slots*lp.sectors) * sectorWords
+}
+
+// blocksIn returns blocks of the given layout over words, which must be zero, 64-byte aligned and
+// blockWords long; eager says whether their pages were populated.
+func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager bool) blocks {
 	b := blocks{
-		words:        alignedWords(groups*uint64(slots*lp.sectors)*sectorWords, eager),
+		words:        words,
 		groups:       groups,
 		slots:        slots,
 		sectors:      lp.sectors,

@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"runtime"
+	"time"
+)
 
 // Refresh: a window counted from a key's last sighting (kdedup's DEDUP_WINDOW_REFRESH). The
 // TestAndRefresh methods are TestAndAdd and TestAndAddAt that also re-arm a key that was seen:
@@ -29,6 +32,7 @@ func (f *Filter) TestAndRefresh(key []byte) (seen, refreshed bool) {
 
 // TestAndRefreshHash is TestAndRefresh for a hash returned by Hash.
 func (f *Filter) TestAndRefreshHash(h uint64) (seen, refreshed bool) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	var p probe
 	v := f.view.Load()
 	f.makeProbe(&p, h, v, true, true)
@@ -54,6 +58,7 @@ func (f *Filter) TestAndRefreshAt(key []byte, t time.Time) (seen, late, refreshe
 
 // TestAndRefreshHashAt is TestAndRefreshAt for a hash returned by Hash.
 func (f *Filter) TestAndRefreshHashAt(h uint64, t time.Time) (seen, late, refreshed bool) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	d := time.Duration(t.UnixNano() - f.origin.UnixNano())
 	v := f.view.Load()
 	if d >= time.Duration(v.epoch)*f.cfg.Interval {

@@ -3,6 +3,7 @@ package window
 import (
 	"math"
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -99,6 +100,7 @@ type GenerationStats struct {
 // or fewer keys than Poisson(λ) predicts). The window's rate combines the generations as
 // independent tests: 1 - ∏(1 - rate_g).
 func (f *Filter) Stats() Stats {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	v := f.view.Load()
 	now := f.cfg.Clock()
 	st := Stats{
