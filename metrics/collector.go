@@ -21,6 +21,7 @@ type dynamicCollector struct {
 	fill         *prometheus.Desc
 	keys         *prometheus.Desc
 	capacity     *prometheus.Desc
+	resident     *prometheus.Desc
 	window       *prometheus.Desc
 	rotations    *prometheus.Desc
 	stages       *prometheus.Desc
@@ -54,6 +55,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 			"Estimated distinct keys inserted into a generation (generation 0 is the newest).", gen, nil),
 		capacity: prometheus.NewDesc(name("filter_capacity_bytes"),
 			"Memory occupied by the filter's bit arrays, the stages grown past DEDUP_WINDOW_CAPACITY included.", filter, nil),
+		resident: prometheus.NewDesc(name("filter_resident_bytes"),
+			"Part of kdedup_filter_capacity_bytes the filter has written, and so holds resident: a new filter's first stage becomes resident page by page as identities reach it (all of it after its first rotation or a restore of a single-file snapshot); grown stages are resident whole.", filter, nil),
 		window: prometheus.NewDesc(name("filter_window_seconds"),
 			"Span of time the filter currently covers.", filter, nil),
 		rotations: prometheus.NewDesc(name("filter_rotations_total"),
@@ -82,7 +85,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
+	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.resident, d.window, d.rotations,
 		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late} {
 		ch <- desc
 	}
@@ -113,6 +116,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range stats {
 		ch <- prometheus.MustNewConstMetric(d.estimated, prometheus.GaugeValue, s.EstimatedFPR, s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.capacity, prometheus.GaugeValue, float64(s.CapacityBytes), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.resident, prometheus.GaugeValue, float64(s.ResidentBytes), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.window, prometheus.GaugeValue, s.WindowSeconds, s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.rotations, prometheus.CounterValue, float64(s.Rotations), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.stages, prometheus.GaugeValue, float64(s.Stages), s.Filter)

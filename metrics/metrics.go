@@ -133,6 +133,9 @@ type FilterStat struct {
 	EstimatedFPR float64
 	// CapacityBytes is the memory the filter's bit arrays occupy, grown stages included.
 	CapacityBytes uint64
+	// ResidentBytes is the part of CapacityBytes the filter has written, and so holds resident
+	// (window.Stats.ResidentBytes): less while the keys have reached only part of a new filter.
+	ResidentBytes uint64
 	// Rotations is how many times the filter has rotated generations.
 	Rotations uint64
 	// WindowSeconds is the span of time the filter currently covers.

@@ -622,7 +622,7 @@ type mutexWindow struct {
 func newMutexWindow(s Sizing, seed uint64) *mutexWindow {
 	m := &mutexWindow{gens: make([]blocks, s.Generations), seed: seed}
 	for i := range m.gens {
-		m.gens[i] = newBlocks(s.Groups, 1, layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits})
+		m.gens[i] = newBlocks(s.Groups, 1, layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits}, false)
 	}
 	return m
 }

@@ -161,6 +161,15 @@
 //     word with the old tag that the sweep had already emptied. Its stale bits then read as set
 //     in a later use of the slot (a few false-positive bits), never as a lost key.
 //
+// # Memory
+//
+// Stage 0 is an anonymous private mapping of its own outside the Go heap (on Linux), unmapped by a
+// cleanup when the Filter is garbage collected; every method keeps the Filter reachable while it
+// touches the words, and no slice of them leaves the package. Its pages are mapped as writers
+// reach them, each with a write before any read (blocks.writeFirst), so that no page is first
+// mapped as the shared zero page and then copied; grown stages are populated whole when they are
+// made. Stats.ResidentBytes is the part of the memory written so far. See populate.go.
+//
 // # Hashing
 //
 // Keys are hashed with xxhash64 seeded by Config.Seed. The group comes from the hash's high bits

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"runtime"
 	"time"
 )
 
@@ -52,6 +53,7 @@ func (f *Filter) OldestGenerationStart() time.Time {
 // does. A jump of k generations therefore costs min(k, N) sweeps of one generation on the
 // caller's goroutine. It is safe for concurrent use, and never blocks TestAndAdd.
 func (f *Filter) AdvanceEventTo(t time.Time) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	target := f.epochFor(t)
 	f.mu.Lock()
 	cur := f.view.Load().epoch
@@ -91,6 +93,7 @@ func (f *Filter) TestAndAddAt(key []byte, t time.Time) (seen, late bool) {
 // TestAndAddHashAt is TestAndAddAt for a hash returned by Hash. t must lie in the years 1678 to
 // 2262, which Unix nanoseconds represent (Kafka timestamps do).
 func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
+	defer runtime.KeepAlive(f)                             // its stage 0 is unmapped when it is collected (newFilter)
 	d := time.Duration(t.UnixNano() - f.origin.UnixNano()) // cheaper than t.Sub on the hot path
 	v := f.view.Load()
 	if d >= time.Duration(v.epoch)*f.cfg.Interval {
@@ -101,7 +104,7 @@ func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 		e = uint64(d / f.cfg.Interval)
 	}
 	var p probe
-	f.makeProbe(&p, h, v, false)
+	f.makeProbe(&p, h, v, false, true)
 	if !f.single {
 		return f.testAndAddOld(&p, e)
 	}

@@ -334,7 +334,7 @@ func TestEventTimeHelpOld(t *testing.T) {
 			k := key(7, 1)
 			h := f.Hash(k)
 			var p probe
-			f.makeProbe(&p, h, f.view.Load(), false)
+			f.makeProbe(&p, h, f.view.Load(), false, false)
 			c := &f.claims[p.group]
 			cw := c.Load()
 			c.Store(cw | p.tag | f.claimGen(tt.claimed))

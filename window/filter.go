@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,10 +112,19 @@ func New(cfg Config) (*Filter, error) {
 	return f, nil
 }
 
+// newFilter returns an empty filter of sizing s. Its stage 0 is mapped outside the Go heap where
+// the system allows (mapWords) and unmapped when the filter is garbage collected: every method
+// keeps f reachable while it reads or writes the words (runtime.KeepAlive where its last use of f
+// could come before its last use of them), and no slice of them leaves the package.
 func newFilter(cfg Config, s Sizing) *Filter {
+	lp := layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits}
+	words, unmap := mapWords(blockWords(s.Groups, s.Slots, lp))
+	if words == nil {
+		words = alignedWords(blockWords(s.Groups, s.Slots, lp), false)
+	}
 	f := &Filter{
-		blocks:    newBlocks(s.Groups, s.Slots, layoutParams{sectors: s.Sectors, k: s.K, first: s.FirstBits}),
-		claims:    make([]atomic.Uint64, s.Groups),
+		blocks:    blocksIn(words, s.Groups, s.Slots, lp, false),
+		claims:    newClaims(s.Groups, cfg.SingleWriter),
 		touched:   newTouched(s.Slots, s.Groups),
 		single:    cfg.SingleWriter,
 		seed:      cfg.Seed,
@@ -141,15 +151,33 @@ func newFilter(cfg Config, s Sizing) *Filter {
 	for i := range f.slotEpoch {
 		f.slotEpoch[i] = -1
 	}
+	if unmap != nil {
+		runtime.AddCleanup(f, func(unmap func()) { unmap() }, unmap)
+	}
 	return f
 }
 
 // alignedWords returns n zeroed words starting on a 64-byte boundary, so that each sector is one
-// cache line and writers to different sectors never share a line.
-func alignedWords(n uint64) []uint64 {
+// cache line and writers to different sectors never share a line. With eager, its pages are
+// mapped writable already (populateWords).
+func alignedWords(n uint64, eager bool) []uint64 {
 	buf := make([]uint64, n+sectorWords)
 	off := (64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8
-	return buf[off : off+uintptr(n) : off+uintptr(n)]
+	words := buf[off : off+uintptr(n) : off+uintptr(n)]
+	if eager {
+		populateWords(words)
+	}
+	return words
+}
+
+// newClaims returns the claim words of groups groups: populated in shared mode, which writes
+// them, and left to the kernel with a single writer, which never touches them.
+func newClaims(groups uint64, single bool) []atomic.Uint64 {
+	c := make([]atomic.Uint64, groups)
+	if !single && groups > 0 {
+		populateWords(unsafe.Slice((*uint64)(unsafe.Pointer(&c[0])), len(c)))
+	}
+	return c
 }
 
 // Sizing returns the layout the filter was built with.
@@ -185,35 +213,42 @@ func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
 	var p probe
 	if f.single {
 		v := f.view.Load()
-		f.makeProbe(&p, h, v, true)
-		if f.contains(v, &p) || f.grownHas(&p) {
-			return true
+		f.makeProbe(&p, h, v, true, true)
+		if seen = f.contains(v, &p) || f.grownHas(&p); !seen {
+			f.insert(v, &p)
 		}
-		f.insert(v, &p)
-		return false
+	} else {
+		f.makeProbe(&p, h, f.view.Load(), true, true)
+		seen = f.testAndAdd(&p)
 	}
-	f.makeProbe(&p, h, f.view.Load(), true)
-	return f.testAndAdd(&p)
+	runtime.KeepAlive(f)
+	return seen
 }
 
 // TestHash is Test for a hash returned by Hash.
 func (f *Filter) TestHash(h uint64) bool {
 	var p probe
 	v := f.view.Load()
-	f.makeProbe(&p, h, v, false)
-	return f.contains(v, &p) || f.grownHas(&p)
+	f.makeProbe(&p, h, v, false, false)
+	seen := f.contains(v, &p) || f.grownHas(&p)
+	runtime.KeepAlive(f)
+	return seen
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range
 // reduction), its tag (the low 48 bits, forced non-zero) and its word of sector 0. Before it
 // computes the bit pattern it touches the cache lines the operation will use in v (see touch);
-// add says the operation will write the current generation, and needs the whole pattern. A test
-// gets the first bits only: contains completes the pattern for a generation whose word of sector
+// add says the operation will write the current generation, and needs the whole pattern; write,
+// that it may write some generation of the group, whose pages it then writes first (writeFirst).
+// A test gets the first bits only: contains completes the pattern for a generation whose word of sector
 // 0 has them all, which a key that was never added rarely finds.
-func (f *Filter) makeProbe(p *probe, h uint64, v *view, add bool) {
+func (f *Filter) makeProbe(p *probe, h uint64, v *view, add, write bool) {
 	g, _ := bits.Mul64(h, f.groups)
 	p.group, p.base, p.tag = g, g*f.groupWords, h&tagMask|1
 	p.shard = h >> f.shardShift
+	if write {
+		f.writeFirst(p.base, f.groupWords)
+	}
 	z0 := patternOutput(p.tag, 0)
 	f.touch(v, p.base, z0&(sectorWords-1), add)
 	f.fillFirst(p, z0)

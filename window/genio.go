@@ -105,6 +105,7 @@ func (x *Export) Meta() Meta { return x.meta }
 // while writers continue; a key added before SnapshotGenerations was called is in the export of
 // its generation. It fails after Release, or for a generation that is not live in Meta.
 func (x *Export) Generation(epoch uint64, sink func(words []uint64) error) error {
+	defer runtime.KeepAlive(x) // its stage 0 is unmapped when it is collected (newFilter)
 	if !x.held {
 		return errors.New("window: generation exported after the snapshot was released")
 	}
@@ -170,6 +171,7 @@ func (x *Export) Release() {
 // call other methods of f that rotate or snapshot before Release. SnapshotGenerations returns fn's
 // error.
 func (f *Filter) SnapshotGenerations(fn func(x *Export) error) error {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	f.mu.Lock()
 	x := &Export{f: f, meta: f.metaLocked(), held: true}
 	x.stages = f.snapStages
@@ -297,7 +299,9 @@ func canonicalWord(x, tag uint64) uint64 {
 
 // scatterSlot stores canonical words of slot s in groups [from, to), as gatherSlot orders them,
 // with the tag of the slot's use, and marks the groups that get data. The filter is not shared
-// yet: plain stores.
+// yet: plain stores. An empty block of a use with tag 0 is left alone: the words of a new filter
+// are zero already, and a page that no block of a restored generation needs stays unwritten (and
+// out of the resident set) until a key reaches it.
 func (f *Filter) scatterSlot(s int, from, to, tag uint64, src []uint64) {
 	n := 0
 	slots := uint64(f.slots)
@@ -305,8 +309,12 @@ func (f *Filter) scatterSlot(s int, from, to, tag uint64, src []uint64) {
 	for g := from; g < to; g++ {
 		if !allZero(src[n : n+block]) {
 			f.touched.mark(s, g)
+		} else if tag == 0 {
+			n += block
+			continue
 		}
 		base := g * f.groupWords
+		f.markPages(base, f.groupWords) // the stores below write them
 		for w := range uint64(sectorWords) {
 			f.words[base+w*slots+uint64(s)] = src[n]&^tagBit | tag
 			n++

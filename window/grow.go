@@ -277,7 +277,7 @@ func (f *Filter) reserve(n uint64) bool {
 // newStage allocates an empty stage.
 func newStage(l stageLayout, shardBits uint) *stage {
 	return &stage{
-		blocks: newBlocks(l.groups, 1, l.layout),
+		blocks: newBlocks(l.groups, 1, l.layout, true),
 		index:  l.index, capacity: l.capacity, target: l.target, bytes: l.bytes,
 		limit: max(l.capacity>>shardBits, 1),
 		count: make([]fillCounter, 1<<shardBits),

@@ -1,6 +1,10 @@
 package window
 
-import "sync/atomic"
+import (
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
 
 // blocks is a set of key groups in the layout of the package documentation. A group holds one
 // block per slot, a block being sectors sectors of eight words; a key sets first bits in one word
@@ -26,12 +30,30 @@ type blocks struct {
 	offs         [maxK]uint8     // per bit of a key: the first mask word of its sector
 	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
 	groupWords   uint64
+	// pages is nil for blocks populated when made; else it has one bit per page of words, set
+	// once the page was written (see writeFirst), and pageOff is the index of words[0] in its
+	// page.
+	pages   []uint64
+	pageOff uint64
 }
 
-// newBlocks allocates zeroed blocks of the given layout.
-func newBlocks(groups uint64, slots int, lp layoutParams) blocks {
+// newBlocks allocates zeroed blocks of the given layout. Eager blocks have every page mapped
+// writable at once (populateWords); the others are mapped page by page, each with a write
+// (writeFirst).
+func newBlocks(groups uint64, slots int, lp layoutParams, eager bool) blocks {
+	return blocksIn(alignedWords(blockWords(groups, slots, lp), eager), groups, slots, lp, eager)
+}
+
+// blockWords returns the number of words of blocks of the given layout.
+func blockWords(groups uint64, slots int, lp layoutParams) uint64 {
+	return groups * uint64(slots*lp.sectors) * sectorWords
+}
+
+// blocksIn returns blocks of the given layout over words, which must be zero, 64-byte aligned and
+// blockWords long; eager says whether their pages were populated.
+func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager bool) blocks {
 	b := blocks{
-		words:        alignedWords(groups * uint64(slots*lp.sectors) * sectorWords),
+		words:        words,
 		groups:       groups,
 		slots:        slots,
 		sectors:      lp.sectors,
@@ -45,7 +67,69 @@ func newBlocks(groups uint64, slots int, lp layoutParams) blocks {
 		b.ks[i] = s.sectorBits(i)
 	}
 	b.offs = maskOffsets(s)
+	if !eager {
+		b.pageOff = uint64(uintptr(unsafe.Pointer(&b.words[0])) % pageSize / 8)
+		b.pages = make([]uint64, ((uint64(len(b.words))+b.pageOff)/pageWords+64)/64)
+	}
 	return b
+}
+
+// pageWords is the number of words in a page (pageSize).
+const pageWords = pageSize / 8
+
+// writeFirst makes sure that the pages holding words [from, from+n) were written before they are
+// read, so that none is first mapped as the shared zero page by a read and then copied by a write
+// (see populate.go). A page not yet marked in pages gets an atomic add of 0 to one of the range's
+// words in it (a write that changes nothing, safe against every concurrent access), and then its
+// mark. Two goroutines may both write a page; a spare write costs a few nanoseconds. Blocks
+// populated when made have nothing to do.
+func (b *blocks) writeFirst(from, n uint64) {
+	if b.pages == nil || n == 0 {
+		return
+	}
+	last := (from + n - 1 + b.pageOff) / pageWords
+	for pg := (from + b.pageOff) / pageWords; pg <= last; pg++ {
+		w, bit := &b.pages[pg/64], uint64(1)<<(pg%64)
+		if atomic.LoadUint64(w)&bit != 0 {
+			continue
+		}
+		i := max(from, (pg*pageWords)-min(pg*pageWords, b.pageOff))
+		atomic.AddUint64(&b.words[i], 0)
+		atomic.OrUint64(w, bit)
+	}
+}
+
+// markPages marks the pages holding words [from, from+n) written, for a caller that writes them
+// itself before anything reads them. Safe for concurrent use.
+func (b *blocks) markPages(from, n uint64) {
+	if b.pages == nil || n == 0 {
+		return
+	}
+	last := (from + n - 1 + b.pageOff) / pageWords
+	for pg := (from + b.pageOff) / pageWords; pg <= last; pg++ {
+		if w, bit := &b.pages[pg/64], uint64(1)<<(pg%64); atomic.LoadUint64(w)&bit == 0 {
+			atomic.OrUint64(w, bit)
+		}
+	}
+}
+
+// writtenBytes returns the bytes of the pages of words marked written, at most the size of words.
+func (b *blocks) writtenBytes() uint64 {
+	if b.pages == nil {
+		return uint64(len(b.words)) * 8
+	}
+	n := uint64(0)
+	for i := range b.pages {
+		n += uint64(bits.OnesCount64(atomic.LoadUint64(&b.pages[i])))
+	}
+	return min(n*pageSize, uint64(len(b.words))*8)
+}
+
+// markWritten marks every page of the blocks written: a restore wrote them all.
+func (b *blocks) markWritten() {
+	for i := range b.pages {
+		atomic.StoreUint64(&b.pages[i], ^uint64(0))
+	}
 }
 
 // firstWord returns the word of sector 0 of slot s that the probe uses.

@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"runtime"
+	"time"
+)
 
 // Refresh: a window counted from a key's last sighting (kdedup's DEDUP_WINDOW_REFRESH). The
 // TestAndRefresh methods are TestAndAdd and TestAndAddAt that also re-arm a key that was seen:
@@ -29,9 +32,10 @@ func (f *Filter) TestAndRefresh(key []byte) (seen, refreshed bool) {
 
 // TestAndRefreshHash is TestAndRefresh for a hash returned by Hash.
 func (f *Filter) TestAndRefreshHash(h uint64) (seen, refreshed bool) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	var p probe
 	v := f.view.Load()
-	f.makeProbe(&p, h, v, true)
+	f.makeProbe(&p, h, v, true, true)
 	if !f.single {
 		seen, _, refreshed = f.testAndRefresh(&p, 0, false)
 		return seen, refreshed
@@ -54,6 +58,7 @@ func (f *Filter) TestAndRefreshAt(key []byte, t time.Time) (seen, late, refreshe
 
 // TestAndRefreshHashAt is TestAndRefreshAt for a hash returned by Hash.
 func (f *Filter) TestAndRefreshHashAt(h uint64, t time.Time) (seen, late, refreshed bool) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	d := time.Duration(t.UnixNano() - f.origin.UnixNano())
 	v := f.view.Load()
 	if d >= time.Duration(v.epoch)*f.cfg.Interval {
@@ -65,7 +70,7 @@ func (f *Filter) TestAndRefreshHashAt(h uint64, t time.Time) (seen, late, refres
 		e = uint64(d / f.cfg.Interval)
 	}
 	var p probe
-	f.makeProbe(&p, h, v, false)
+	f.makeProbe(&p, h, v, false, true)
 	if !f.single {
 		return f.testAndRefresh(&p, e, true)
 	}

@@ -182,7 +182,7 @@ func TestStaleViewWriter(t *testing.T) {
 	added := addKeys(f, 61, perGen)
 	for i, v := range []*view{swept, tagged} {
 		var p probe
-		f.makeProbe(&p, f.Hash(key(62, uint64(i))), f.view.Load(), true)
+		f.makeProbe(&p, f.Hash(key(62, uint64(i))), f.view.Load(), true, true)
 		f.set(v, &p) // as if the writer had loaded v before the four rotations
 		if !f.Test(key(62, uint64(i))) {
 			t.Errorf("view %d: the stale writer's key is not in the current generation", i)
@@ -285,7 +285,7 @@ func TestPatternUniform(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := newBlocks(1, 1, layoutParams{sectors: sz.Sectors, k: sz.K, first: sz.FirstBits})
+		b := newBlocks(1, 1, layoutParams{sectors: sz.Sectors, k: sz.K, first: sz.FirstBits}, false)
 		counts := make([][UsableSectorBits]int, sz.Sectors) // sector 0: word·wordBits + bit
 		const keys = 300_000
 		for i := range uint64(keys) {

@@ -36,6 +36,7 @@ func (f *Filter) startOf(e uint64) time.Time {
 // chunks; TestAndAdd meanwhile writes and reads the slot correctly, only a little slower. It waits
 // for a running snapshot.
 func (f *Filter) AdvanceTo(now time.Time) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	f.mu.Lock()
 	f.advanceLocked(f.epochFor(now))
 	f.mu.Unlock()
@@ -164,6 +165,7 @@ func (f *Filter) endSweepLocked() {
 func (f *Filter) sweepGroupsLocked(s int, from, to uint64) {
 	tag := tagOf(f.uses[s].Load())
 	sweep := func(w *uint64) { sweepWord(w, tag) }
+	f.writeFirst(from*f.groupWords, (to-from)*f.groupWords)
 	for g := from; g < to; g++ {
 		f.slotWords(g, s, sweep)
 	}

@@ -144,7 +144,8 @@ type Sizing struct {
 	// TotalBytes is the memory the filter allocates: all slots plus one claim word per group.
 	TotalBytes uint64
 	// GenerationFPR is the predicted false-positive rate of one generation holding Capacity keys
-	// in stage 0: at most (1-GrowthShare)·ShareFPR.
+	// in stage 0: at most (1-GrowthShare)·ShareFPR. It is read from the sizing table (layoutRate),
+	// within a relative 1e-4 of the Poisson model.
 	GenerationFPR float64
 	// PredictedFPR is the predicted false-positive rate of the window when all N generations hold
 	// Capacity keys: at most (1-GrowthShare)·FalsePositiveRate, about 0.88 of it.
@@ -219,7 +220,7 @@ func Size(cfg Config) (Sizing, error) {
 		BitsPerGeneration: groups * uint64(bp.sectors) * SectorBits,
 	}
 	s.BitsPerKey = float64(s.BitsPerGeneration) / float64(cfg.Capacity)
-	s.GenerationFPR = poissonLoadFPR(float64(cfg.Capacity)/float64(groups), s.sectorKs())
+	s.GenerationFPR = layoutRate(bp, target, float64(cfg.Capacity)/float64(groups))
 	s.PredictedFPR = -math.Expm1(float64(n) * math.Log1p(-s.GenerationFPR))
 	s.ShareFPR = pg
 	s.GrowAt = cfg.Capacity
@@ -285,18 +286,29 @@ func (lp layoutParams) ks() []int {
 // maxFirst bounds layoutParams.first: more bits than this in one 63-bit word never pay.
 const maxFirst = 16
 
-// layouts memoises bestLayout, which takes tens of milliseconds.
+// layouts memoises bestLayout.
 var layouts sync.Map // float64 target → layoutParams
 
-// bestLayout returns the layout Size uses for a per-generation false-positive rate target: for
-// each number of sectors, the split of bits that holds the most keys per group at the target
-// (searchParams), and of those the fewest sectors whose successor would save less than
-// sectorGain of the memory. The rate of a layout is the exact Poisson model of poissonLoadFPR,
-// the one Stats uses.
+// bestLayout returns the layout Size uses for a per-generation false-positive rate target: the one
+// searchLayout finds, read from the table of layoutfast.go in a microsecond for targets in its
+// range (with a λ up to 2·layoutMargin lower), else searched.
 func bestLayout(target float64) layoutParams {
 	if v, ok := layouts.Load(target); ok {
 		return v.(layoutParams)
 	}
+	best, ok := tableLayout(target)
+	if !ok {
+		best = searchLayout(target)
+	}
+	layouts.Store(target, best)
+	return best
+}
+
+// searchLayout returns, for a per-generation target, for each number of sectors the split of bits
+// that holds the most keys per group at the target (searchParams), and of those the fewest
+// sectors whose successor would save less than sectorGain of the memory. The rate of a layout is
+// the exact Poisson model of poissonLoadFPR, the one Stats uses. It takes tens of milliseconds.
+func searchLayout(target float64) layoutParams {
 	var best layoutParams
 	for sectors := 1; sectors <= MaxSectors; sectors++ {
 		lp := searchParams(target, sectors)
@@ -307,7 +319,6 @@ func bestLayout(target float64) layoutParams {
 		}
 		best = lp
 	}
-	layouts.Store(target, best)
 	return best
 }
 

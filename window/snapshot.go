@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,7 @@ const snapshotChunk = 32 << 10
 //
 // On a write error it returns the error from w and the bytes written so far.
 func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	var meta Meta
 	var n int64
 	err := f.Snapshot(func(m Meta, writeData func(io.Writer) (int64, error)) error {
@@ -128,6 +130,7 @@ func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
 // goroutine; fn must not call, before writeData returns, other methods of f that rotate or
 // snapshot. Snapshot returns fn's error.
 func (f *Filter) Snapshot(fn func(m Meta, writeData func(io.Writer) (int64, error)) error) error {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	f.mu.Lock()
 	locked := true
 	release := func() {
@@ -258,6 +261,7 @@ func Restore(cfg Config, m Meta, r io.Reader) (*Filter, error) {
 			f.dirty[s] = true // the slots' words may be stale: settleSlot checks every tag
 		}
 		f.touched.markAll() // where the data lies is not known: exports read every group
+		f.markWritten()     // and every page was written
 		return f.restoreStages(m, r)
 	})
 }

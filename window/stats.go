@@ -3,6 +3,7 @@ package window
 import (
 	"math"
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -28,6 +29,12 @@ type Stats struct {
 	CapacityBits uint64
 	// TotalBytes is the memory the filter allocated, grown stages included.
 	TotalBytes uint64
+	// ResidentBytes is the part of TotalBytes the filter has written, and so holds resident when
+	// its memory came fresh from the kernel: stage 0's pages as keys reach them (all of them once
+	// a sweep of an odd use or a restore of a single-file snapshot wrote every word, see
+	// populate.go), the claim words in shared mode, and every grown stage whole. Memory the Go
+	// heap reused may be resident without being written.
+	ResidentBytes uint64
 	// MaxBytes is the memory cap (Config.MaxBytes, or DefaultMaxBytes).
 	MaxBytes uint64
 	// Stages is the number of grown stages (beyond stage 0) of the live generations.
@@ -93,6 +100,7 @@ type GenerationStats struct {
 // or fewer keys than Poisson(λ) predicts). The window's rate combines the generations as
 // independent tests: 1 - ∏(1 - rate_g).
 func (f *Filter) Stats() Stats {
+	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	v := f.view.Load()
 	now := f.cfg.Clock()
 	st := Stats{
@@ -100,6 +108,7 @@ func (f *Filter) Stats() Stats {
 		CapacityBits:  uint64(f.cfg.Generations) * f.sizing.BitsPerGeneration,
 		TotalBytes:    f.sizing.TotalBytes + uint64(max(f.stageBytes.Load(), 0)),
 		MaxBytes:      f.maxBytes,
+		ResidentBytes: f.residentBytes(),
 		Growths:       f.growths.Load(),
 		Refreshes:     atomic.LoadUint64(&f.refreshes.n),
 		Rotations:     f.rotations.Load(),
@@ -118,6 +127,17 @@ func (f *Filter) Stats() Stats {
 	}
 	st.EstimatedFPR = 1 - miss
 	return st
+}
+
+// residentBytes returns Stats.ResidentBytes: TotalBytes less the pages of stage 0 not written
+// yet and, with a single writer, the claim words it never touches.
+func (f *Filter) residentBytes() uint64 {
+	total := f.sizing.TotalBytes + uint64(max(f.stageBytes.Load(), 0))
+	unwritten := uint64(len(f.words))*8 - f.writtenBytes()
+	if f.single {
+		unwritten += uint64(len(f.claims)) * 8
+	}
+	return total - min(unwritten, total)
 }
 
 // addStageStats adds the grown stages of gs's generation to gs and st: their keys, bits, bytes

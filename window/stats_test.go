@@ -320,7 +320,8 @@ func TestKeysPerGroup(t *testing.T) {
 }
 
 // TestPoissonLoadFPR checks the rate of a Poisson-loaded generation against the exact rate of
-// a filter loaded with that many keys (every group read), and against the sizing's.
+// a filter loaded with that many keys (every group read), and against the sizing's (read from
+// its table, so within 1e-4).
 func TestPoissonLoadFPR(t *testing.T) {
 	for _, p := range []float64{1e-3, 1e-6} {
 		f := mustNew(t, Config{Generations: 1, Interval: time.Minute, Capacity: 200_000, FalsePositiveRate: p, Seed: 3})
@@ -336,8 +337,8 @@ func TestPoissonLoadFPR(t *testing.T) {
 		if r := model / exact; r > 1.1 || r < 1/1.1 {
 			t.Errorf("p=%g: Poisson model %.4g is %.3fx the exact rate %.4g", p, model, r, exact)
 		}
-		if model != sizing {
-			t.Errorf("p=%g: Poisson model %.4g, sizing %.4g: want the same", p, model, sizing)
+		if math.Abs(sizing/model-1) > 1e-4 { // the sizing reads it from its table (layoutRate)
+			t.Errorf("p=%g: Poisson model %.6g, sizing %.6g: want the same within 1e-4", p, model, sizing)
 		}
 	}
 	if got := poissonLoadFPR(0, []int{5}); got != 0 {

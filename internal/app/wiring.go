@@ -339,6 +339,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 				ConfiguredFPR: s.ConfiguredFPR,
 				EstimatedFPR:  s.EstimatedFPR,
 				CapacityBytes: s.TotalBytes,
+				ResidentBytes: s.ResidentBytes,
 				Rotations:     s.Rotations,
 				WindowSeconds: s.Window.Seconds(),
 				Stages:        s.Stages,

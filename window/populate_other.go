@@ -1,0 +1,10 @@
+//go:build !linux
+
+package window
+
+// adviseWrite reports false: only Linux has MADV_POPULATE_WRITE, so populateWords writes every
+// page.
+func adviseWrite([]uint64) bool { return false }
+
+// mapWords returns nil: stage 0 stays in the Go heap where the mapping is not written for.
+func mapWords(uint64) ([]uint64, func()) { return nil, nil }
