@@ -26,6 +26,8 @@ type partitionState struct {
 
 	src SourceTally // nil unless Config.SourceKey is set
 
+	audit auditArena // the batch's audit headers (audit.go)
+
 	next int64 // next offset to commit; -1 until a batch was handled
 
 	tx     *txnSink // the partition's transactions under DeliveryExactlyOnce, else nil
@@ -282,6 +284,8 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		w.obs.Aborted(p, b.Aborted)
 	}
 	out, dups := st.out[:0], st.dups[:0]
+	st.audit.reset()
+	var diverted [4]int // by DropReasons
 	nDup, nUnkeyed := 0, 0
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
@@ -301,16 +305,21 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 			}
 			if w.cfg.Unkeyed == UnkeyedPass {
 				out = append(out, *m)
+			} else if side {
+				dups = append(dups, w.auditRecord(st, m, verdictUnkeyed))
+				diverted[verdictUnkeyed.reasonIndex()]++
 			}
 			continue
 		}
-		if !st.counted(src, w.dedup.Seen(p, id, m.Time)) {
+		v := w.judge.Judge(p, id, m.Time)
+		if !st.counted(src, v != VerdictNew) {
 			out = append(out, *m)
 			continue
 		}
 		nDup++
 		if side {
-			dups = append(dups, *m)
+			dups = append(dups, w.auditRecord(st, m, v))
+			diverted[v.reasonIndex()]++
 		}
 		if mark {
 			o := *m
@@ -332,6 +341,11 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
 	}
+	for i, n := range diverted {
+		if n > 0 {
+			w.obs.Diverted(p, DropReasons[i], n)
+		}
+	}
 	ack := time.Now()
 	if len(out) > 0 {
 		w.obs.Produced(p, len(out)-st.diverted)
@@ -351,6 +365,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	st.in = nil   // the reader's records: valid until the next Fetch
 	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
+	st.audit.reset()
 	for _, msgs := range st.byPart {
 		clear(msgs)
 	}
