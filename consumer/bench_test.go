@@ -49,6 +49,9 @@ const (
 //     worker-drop, the at-least-once default.
 //   - worker-drop-eos-batch: the same with a transaction per batch (KAFKA_TXN_MAX_RECORDS 1000):
 //     the cost of a short cadence.
+//   - worker-drop-audit: worker-drop with the audit topic (KAFKA_DUPLICATES_TOPIC): every
+//     duplicate is also written there with its coordinates. BenchmarkAuditCost compares the two
+//     at 20% duplicates.
 //
 // Besides events/s it reports cpu-ns/event, the process's CPU time per record (worker and
 // broker, both in this process), which a busy machine disturbs less than wall time.
@@ -64,6 +67,28 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("worker-nodedup", func(b *testing.B) { benchPipeline(b, workerRunnerWith(consumer.ModeDrop, nopDeduper{})) })
 	b.Run("worker-drop-eos", func(b *testing.B) { benchPipeline(b, eosRunner(0)) })
 	b.Run("worker-drop-eos-batch", func(b *testing.B) { benchPipeline(b, eosRunner(benchBatch)) })
+	b.Run("worker-drop-audit", func(b *testing.B) { benchPipeline(b, auditRunner(consumer.AuditFull)) })
+}
+
+// BenchmarkAuditCost measures what the audit topic costs at 20% duplicates: worker-drop (the
+// baseline, duplicates dropped), worker-drop-audit (every duplicate written to the audit topic
+// with its coordinates and reason, KAFKA_DUPLICATES_TOPIC) and worker-drop-audit-headers
+// (KAFKA_DUPLICATES_CONTENT=headers), in the same run. Compare their cpu-ns/event.
+func BenchmarkAuditCost(b *testing.B) {
+	b.Run("worker-drop", func(b *testing.B) { benchPipelineDups(b, testbroker.Fake, 5, workerRunner(consumer.ModeDrop)) })
+	b.Run("worker-drop-audit", func(b *testing.B) { benchPipelineDups(b, testbroker.Fake, 5, auditRunner(consumer.AuditFull)) })
+	b.Run("worker-drop-audit-headers", func(b *testing.B) {
+		benchPipelineDups(b, testbroker.Fake, 5, auditRunner(consumer.AuditHeadersOnly))
+	})
+}
+
+// auditRunner is worker-drop with the audit topic, keeping content of the dropped records.
+func auditRunner(content consumer.AuditContent) pipeline {
+	return func(ctx context.Context, cl testbroker.Broker) error {
+		return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
+			c.DuplicatesTopic, c.DuplicatesContent = cl.Name("audit"), content
+		})(ctx, cl)
+	}
 }
 
 // eosRunner is worker-drop under exactly-once delivery, with transactions of at most maxRecords
@@ -103,11 +128,15 @@ func BenchmarkEndToEndRealKafka(b *testing.B) {
 // benchPipeline runs run on kfake; see benchPipelineOn.
 func benchPipeline(b *testing.B, run pipeline) { benchPipelineOn(b, testbroker.Fake, run) }
 
-// benchPipelineOn measures run on a broker of kind k with topics of its own (see
-// BenchmarkEndToEnd).
-func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
+// benchPipelineOn measures run on a broker of kind k with topics of its own, with 25% duplicates
+// (see BenchmarkEndToEnd).
+func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) { benchPipelineDups(b, k, 4, run) }
+
+// benchPipelineDups measures run on a broker of kind k with topics of its own ("in", "out" and
+// "audit"), where every dupEvery-th record repeats an earlier identity.
+func benchPipelineDups(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline) {
 	b.ReportAllocs()
-	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
+	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions, "audit": benchPartitions}})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 1))
 	value := make([]byte, 100)
@@ -116,7 +145,7 @@ func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
 		msgs := make([]kafka.Message, 0, per)
 		for i := range per {
 			id := i
-			if i%4 == 3 {
+			if i%dupEvery == dupEvery-1 {
 				id = rng.IntN(i)
 			}
 			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()})
