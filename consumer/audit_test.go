@@ -194,3 +194,49 @@ func TestAuditBeforeCommit(t *testing.T) {
 		t.Errorf("audit topic holds %d records, want %d", got, want)
 	}
 }
+
+// judgeByKey is a Deduper and a Judge whose verdict is the record's key: "new", "duplicate",
+// "late" or "overload".
+type judgeByKey struct{ nopDeduper }
+
+func (judgeByKey) Judge(_ int32, id []byte, _ time.Time) consumer.Verdict {
+	return map[string]consumer.Verdict{"duplicate": consumer.VerdictDuplicate, "late": consumer.VerdictLate,
+		"overload": consumer.VerdictOverload}[string(id)]
+}
+
+// TestAuditReasons proves that a Judge's verdict becomes the audit record's reason, and that
+// Seen is not called for a Judge.
+func TestAuditReasons(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{Topics: map[string]int32{"audit": 1}})
+	keys := []string{"new", "duplicate", "late", "overload", "new"}
+	var in []kafka.Message
+	for i, k := range keys {
+		in = append(in, kafka.Message{Key: []byte(k), Value: []byte(strconv.Itoa(i)), Time: baseTime})
+	}
+	e.produce(0, in)
+	cfg := e.config()
+	cfg.DuplicatesTopic = "audit"
+	r := e.start(cfg, judgeByKey{}, keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.readOut(e.out)[0]; len(out) != 2 {
+		t.Errorf("output holds %d records, want the 2 new ones", len(out))
+	}
+	audit := e.readOut("audit")[0]
+	if len(audit) != 3 {
+		t.Fatalf("audit topic holds %d records, want 3", len(audit))
+	}
+	for i, m := range audit {
+		reason, _ := header(m, consumer.AuditHeaderReason)
+		offset, _ := header(m, consumer.AuditHeaderSourceOffset)
+		if reason != string(m.Key) || offset != strconv.Itoa(i+1) {
+			t.Errorf("audit record %d: key %s, reason %q, source offset %s", i, m.Key, reason, offset)
+		}
+		if r.obs.divertedFor(reason) != 1 {
+			t.Errorf("reason %s counted %d times, want once", reason, r.obs.divertedFor(reason))
+		}
+	}
+}
