@@ -50,6 +50,9 @@ const (
 //     worker-drop, the at-least-once default.
 //   - worker-drop-eos-batch: the same with a transaction per batch (KAFKA_TXN_MAX_RECORDS 1000):
 //     the cost of a short cadence.
+//   - worker-drop-audit: worker-drop with the audit topic (KAFKA_DUPLICATES_TOPIC): every
+//     duplicate is also written there with its coordinates. BenchmarkAuditCost compares the two
+//     at 20% duplicates.
 //
 // Besides events/s it reports cpu-ns/event, the process's CPU time per record (worker and
 // broker, both in this process), which a busy machine disturbs less than wall time.
@@ -65,6 +68,28 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("worker-nodedup", func(b *testing.B) { benchPipeline(b, workerRunnerWith(consumer.ModeDrop, nopDeduper{})) })
 	b.Run("worker-drop-eos", func(b *testing.B) { benchPipeline(b, eosRunner(0)) })
 	b.Run("worker-drop-eos-batch", func(b *testing.B) { benchPipeline(b, eosRunner(benchBatch)) })
+	b.Run("worker-drop-audit", func(b *testing.B) { benchPipeline(b, auditRunner(consumer.AuditFull)) })
+}
+
+// BenchmarkAuditCost measures what the audit topic costs at 20% duplicates: worker-drop (the
+// baseline, duplicates dropped), worker-drop-audit (every duplicate written to the audit topic
+// with its coordinates and reason, KAFKA_DUPLICATES_TOPIC) and worker-drop-audit-headers
+// (KAFKA_DUPLICATES_CONTENT=headers), in the same run. Compare their cpu-ns/event.
+func BenchmarkAuditCost(b *testing.B) {
+	b.Run("worker-drop", func(b *testing.B) { benchPipelineDups(b, testbroker.Fake, 5, workerRunner(consumer.ModeDrop)) })
+	b.Run("worker-drop-audit", func(b *testing.B) { benchPipelineDups(b, testbroker.Fake, 5, auditRunner(consumer.AuditFull)) })
+	b.Run("worker-drop-audit-headers", func(b *testing.B) {
+		benchPipelineDups(b, testbroker.Fake, 5, auditRunner(consumer.AuditHeadersOnly))
+	})
+}
+
+// auditRunner is worker-drop with the audit topic, keeping content of the dropped records.
+func auditRunner(content consumer.AuditContent) pipeline {
+	return func(ctx context.Context, cl testbroker.Broker) error {
+		return workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) {
+			c.DuplicatesTopic, c.DuplicatesContent = cl.Name("audit"), content
+		})(ctx, cl)
+	}
 }
 
 // eosRunner is worker-drop under exactly-once delivery, with transactions of at most maxRecords
@@ -104,20 +129,24 @@ func BenchmarkEndToEndRealKafka(b *testing.B) {
 // benchPipeline runs run on kfake; see benchPipelineOn.
 func benchPipeline(b *testing.B, run pipeline) { benchPipelineOn(b, testbroker.Fake, run) }
 
-// benchPipelineOn measures run on a broker of kind k with topics of its own (see
-// BenchmarkEndToEnd).
-func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) {
+// benchPipelineOn measures run on a broker of kind k with topics of its own, with 25% duplicates
+// (see BenchmarkEndToEnd).
+func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) { benchPipelineDups(b, k, 4, run) }
+
+// benchPipelineDups measures run on a broker of kind k with topics of its own ("in", "out" and
+// "audit"), where every dupEvery-th record repeats an earlier identity.
+func benchPipelineDups(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline) {
 	value := make([]byte, 100)
-	benchPipelineOf(b, k, run, func(p, id int) kafka.Message {
+	benchPipelineOf(b, k, dupEvery, run, func(p, id int) kafka.Message {
 		return kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()}
 	})
 }
 
-// benchPipelineOf is benchPipelineOn with the input records built by record: the record of
-// partition p for event id (25% of the events repeat an earlier id of the partition).
-func benchPipelineOf(b *testing.B, k testbroker.Kind, run pipeline, record func(p, id int) kafka.Message) {
+// benchPipelineOf is benchPipelineDups with the input records built by record: the record of
+// partition p for event id (every dupEvery-th event repeats an earlier id of the partition).
+func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline, record func(p, id int) kafka.Message) {
 	b.ReportAllocs()
-	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions}})
+	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions, "audit": benchPartitions}})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 1))
 	per := (b.N + benchPartitions - 1) / benchPartitions
@@ -125,7 +154,7 @@ func benchPipelineOf(b *testing.B, k testbroker.Kind, run pipeline, record func(
 		msgs := make([]kafka.Message, 0, per)
 		for i := range per {
 			id := i
-			if i%4 == 3 {
+			if i%dupEvery == dupEvery-1 {
 				id = rng.IntN(i)
 			}
 			msgs = append(msgs, record(p, id))

@@ -76,9 +76,13 @@ type Config struct {
 	InputTopic string
 	// OutputTopic receives the deduplicated stream. Required; must differ from InputTopic.
 	OutputTopic string
-	// DuplicatesTopic, when set, also receives every duplicate (in both modes), written to
-	// partition input partition % its partition count.
+	// DuplicatesTopic, when set, is the audit topic: it receives every record the Worker drops
+	// (duplicates, in both modes, and records dropped by a policy), plus headers that say where
+	// it came from and why, written to partition input partition % its partition count (the same
+	// partition number when the counts match). See "The audit topic" in audit.go.
 	DuplicatesTopic string
+	// DuplicatesContent says what an audit record keeps of the dropped record. Default AuditFull.
+	DuplicatesContent AuditContent
 	// DeadLetterTopic, when set, receives every record that the output (or duplicates) topic
 	// refuses on its own for what it is (kafkaio.RefusalReasons: too large for the topic's
 	// max.message.bytes, invalid), unchanged plus the DeadLetterHeader* headers, written to
@@ -255,6 +259,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Unkeyed == "" {
 		c.Unkeyed = UnkeyedPass
+	}
+	if c.DuplicatesContent == "" {
+		c.DuplicatesContent = AuditFull
 	}
 	if c.Delivery == "" {
 		c.Delivery = DeliveryAtLeastOnce
@@ -435,6 +442,11 @@ func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	case UnkeyedPass, UnkeyedDrop:
 	default:
 		bad("Unkeyed", "%q is not one of %s, %s", c.Unkeyed, UnkeyedPass, UnkeyedDrop)
+	}
+	switch c.DuplicatesContent {
+	case AuditFull, AuditHeadersOnly:
+	default:
+		bad("DuplicatesContent", "%q is not one of %s, %s", c.DuplicatesContent, AuditFull, AuditHeadersOnly)
 	}
 	if !c.Isolation.Valid() {
 		bad("Isolation", "%q is not one of %s, %s", c.Isolation, kafkaio.ReadCommitted, kafkaio.ReadUncommitted)

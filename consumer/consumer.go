@@ -160,6 +160,14 @@ type Observer interface {
 	// refused and that was written to Config.DeadLetterTopic; reason is one of
 	// kafkaio.RefusalReasons.
 	DeadLetter(partition int32, reason string)
+	// Diverted counts n records of the input partition dropped for reason (one of DropReasons)
+	// and written to the audit topic (Config.DuplicatesTopic), counted once their writes were
+	// acknowledged (a record the audit topic refused was dead-lettered instead).
+	Diverted(partition int32, reason string, n int)
+	// AuditProduceError counts one write to the audit topic that failed: refused records (which
+	// are then dead-lettered or block the partition) or a write cut short; the produce path's own
+	// retries are counted by ProduceError.
+	AuditProduceError()
 	// PartitionBlocked reports that the input partition blocked at a record that was refused
 	// for reason (one of kafkaio.RefusalReasons), with blocked true, and that it no longer is,
 	// with blocked false and the same reason: the block lifted, or the partition was released.
@@ -230,6 +238,12 @@ func (NopObserver) AssignRetry() {}
 
 // DeadLetter does nothing.
 func (NopObserver) DeadLetter(int32, string) {}
+
+// Diverted does nothing.
+func (NopObserver) Diverted(int32, string, int) {}
+
+// AuditProduceError does nothing.
+func (NopObserver) AuditProduceError() {}
 
 // PartitionBlocked does nothing.
 func (NopObserver) PartitionBlocked(int32, string, bool) {}

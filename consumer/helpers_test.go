@@ -211,6 +211,8 @@ type countingObserver struct {
 	blocked                                 sync.Map     // partition → reason, while blocked
 	identityHolds                           atomic.Int64 // IdentityHeld(p, true) calls
 	identityHeld                            atomic.Bool  // the last IdentityHeld
+	diverted                                sync.Map     // reason → *atomic.Int64
+	auditErrors                             atomic.Int64
 }
 
 func (o *countingObserver) Consumed(_ int32, n int)          { o.consumed.Add(int64(n)) }
@@ -238,6 +240,19 @@ func (o *countingObserver) Rebalance()               { o.rebalances.Add(1) }
 func (o *countingObserver) Assigned(n int)           { o.assigned.Store(int64(n)) }
 func (o *countingObserver) SetReady(r bool)          { o.ready.Store(r) }
 func (o *countingObserver) DeadLetter(int32, string) { o.deadLetters.Add(1) }
+func (o *countingObserver) Diverted(_ int32, reason string, n int) {
+	c, _ := o.diverted.LoadOrStore(reason, new(atomic.Int64))
+	c.(*atomic.Int64).Add(int64(n))
+}
+func (o *countingObserver) AuditProduceError() { o.auditErrors.Add(1) }
+
+// divertedFor returns the records counted diverted for reason.
+func (o *countingObserver) divertedFor(reason string) int64 {
+	if c, ok := o.diverted.Load(reason); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
+}
 func (o *countingObserver) PartitionBlocked(p int32, reason string, blocked bool) {
 	if blocked {
 		o.blocked.Store(p, reason)

@@ -70,7 +70,7 @@ func BenchmarkIdentityEndToEnd(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchPipelineOf(b, testbroker.Fake, identityRunner(e.Extract), func(p, id int) kafka.Message {
+			benchPipelineOf(b, testbroker.Fake, 4, identityRunner(e.Extract), func(p, id int) kafka.Message {
 				return kafka.Message{Key: []byte(fmt.Sprintf("key-%d", id%100)), Value: c.encode(p, id), Time: time.Now()}
 			})
 		})

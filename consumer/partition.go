@@ -33,6 +33,8 @@ type partitionState struct {
 
 	src SourceTally // nil unless Config.SourceKey is set
 
+	audit auditArena // the batch's audit headers (audit.go)
+
 	next int64 // next offset to commit; -1 until a batch was handled
 
 	tx     *txnSink // the partition's transactions under DeliveryExactlyOnce, else nil
@@ -297,6 +299,8 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		return err
 	}
 	out, dups := st.out[:0], st.dups[:0]
+	st.audit.reset()
+	var diverted [4]int // by DropReasons
 	nDup := 0
 	var unkeyed [identity.NumReasons]int
 	mark := w.cfg.Mode == ModeMark
@@ -313,16 +317,21 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 			}
 			if w.cfg.Unkeyed == UnkeyedPass {
 				out = append(out, *m)
+			} else if side {
+				dups = append(dups, w.auditRecord(st, m, verdictUnkeyed))
+				diverted[verdictUnkeyed.reasonIndex()]++
 			}
 			continue
 		}
-		if !st.counted(src, w.dedup.Seen(p, st.ids[i], m.Time)) {
+		v := w.judge.Judge(p, st.ids[i], m.Time)
+		if !st.counted(src, v != VerdictNew) {
 			out = append(out, *m)
 			continue
 		}
 		nDup++
 		if side {
-			dups = append(dups, *m)
+			dups = append(dups, w.auditRecord(st, m, v))
+			diverted[v.reasonIndex()]++
 		}
 		if mark {
 			o := *m
@@ -349,6 +358,11 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
 	}
+	for i, n := range diverted {
+		if n > 0 {
+			w.obs.Diverted(p, DropReasons[i], n)
+		}
+	}
 	ack := time.Now()
 	if len(out) > 0 {
 		w.obs.Produced(p, len(out)-st.diverted)
@@ -369,6 +383,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	clear(st.ids) // they alias the records
 	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
+	st.audit.reset()
 	for _, msgs := range st.byPart {
 		clear(msgs)
 	}

@@ -135,9 +135,11 @@ func (st *partitionState) addRefused(err error, topic string, output bool, msgsO
 	return len(rs) > 0
 }
 
-// write produces out to the output topic and dups to the duplicates topic. When a record is
-// refused, resolve writes what is left; next is the offset after the batch. It returns an error
-// only when pctx ended first, or errStopped.
+// write produces out to the output topic and then dups to the audit (duplicates) topic, with the
+// partition's producer (its transaction under DeliveryExactlyOnce), so that the caller marks the
+// batch's offsets only once both were acknowledged. When a record is refused, resolve writes
+// what is left; next is the offset after the batch. It returns an error only when pctx ended
+// first, or errStopped.
 func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
 	st.lanes, st.diverted = st.lanes[:0], 0
 	dupPart := 0
@@ -147,9 +149,11 @@ func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionSt
 	err := w.produceOut(pctx, st, out)
 	switch {
 	case err == nil && len(dups) > 0:
-		if err = st.producer(w).Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil &&
-			!st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafka.Message { return dups }) {
-			return err
+		if err = st.producer(w).Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil {
+			w.obs.AuditProduceError()
+			if !st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafka.Message { return dups }) {
+				return err
+			}
 		}
 	case err != nil:
 		refused := st.addRefused(err, w.cfg.OutputTopic, true, func(q int) []kafka.Message {
@@ -225,6 +229,9 @@ func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCou
 			if err == nil {
 				l.msgs = nil
 				return nil
+			}
+			if l.topic == w.cfg.DuplicatesTopic {
+				w.obs.AuditProduceError()
 			}
 			rs := kafkaio.Refusals(err)
 			if len(rs) == 0 {

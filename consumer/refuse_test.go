@@ -184,7 +184,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		partitioning consumer.Partitioning
-		dups         bool // the big records are duplicates, refused by the duplicates topic
+		dups         bool // the big records are duplicates, refused by the duplicates (audit) topic
 	}{
 		{"same", consumer.PartitionSame, false},
 		{"hash", consumer.PartitionHash, false},
@@ -223,6 +223,9 @@ func TestDeadLetterTopic(t *testing.T) {
 			}
 			if n := r.obs.deadLetters.Load(); n != 3 {
 				t.Errorf("observer: %d dead letters, want 3", n)
+			}
+			if n := r.obs.auditErrors.Load(); tc.dups != (n > 0) {
+				t.Errorf("observer: %d audit produce errors (the audit topic refusing: %v)", n, tc.dups)
 			}
 			if n := r.obs.produced.Load(); !tc.dups && n != 117 {
 				t.Errorf("observer: %d produced, want 117", n)

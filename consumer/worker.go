@@ -37,12 +37,15 @@ func RefusalReasons() []string {
 // Worker is one member of the deduplicating consumer group. Create it with New and call Run once.
 // Ready and the Observer it was given are safe to use concurrently with Run.
 type Worker struct {
-	cfg    Config
-	dedup  Deduper
-	key    KeyFunc
-	obs    Observer
-	log    *slog.Logger
-	sample *kafkaio.Sampler
+	cfg   Config
+	dedup Deduper
+	judge Judge // dedup as a Judge (judgeOf)
+
+	inputTopic []byte // the value of AuditHeaderSourceTopic
+	key        KeyFunc
+	obs        Observer
+	log        *slog.Logger
+	sample     *kafkaio.Sampler
 
 	client   *kafka.Client
 	prod     *kafkaio.Producer
@@ -80,7 +83,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{cfg: cfg, dedup: d, key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
+	w := &Worker{cfg: cfg, dedup: d, judge: judgeOf(d), inputTopic: []byte(cfg.InputTopic), key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
 		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.client = cfg.Conn.Client(cfg.ProduceTimeout)

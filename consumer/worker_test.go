@@ -234,6 +234,10 @@ func TestDuplicatesTopic(t *testing.T) {
 		var gotP, wantP []kafka.Message
 		for _, m := range dups {
 			if string(m.Value[:2]) == fmt.Sprintf("p%d", p) {
+				if reason, _ := header(m, consumer.AuditHeaderReason); reason != consumer.DropDuplicate {
+					t.Errorf("duplicate %s has reason %q", m.Value, reason)
+				}
+				m.Headers = m.Headers[:len(m.Headers)-4] // the audit headers (TestAuditTopic)
 				gotP = append(gotP, m)
 			}
 		}

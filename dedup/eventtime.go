@@ -116,7 +116,7 @@ func (s *Set) newEventClock() *eventClock {
 // generation first rotates f (advance), then the record is tested against every live generation
 // and added to the generation of its timestamp. A late record is counted and passed or dropped
 // by Config.LateRecords.
-func (s *Set) seenAt(f *window.Filter, ev *eventClock, id []byte, ts time.Time) bool {
+func (s *Set) seenAt(f *window.Filter, ev *eventClock, id []byte, ts time.Time) Verdict {
 	if ns := ts.UnixNano(); ns >= ev.next.Load() {
 		ts = s.advance(f, ev, ts)
 	} else if ns-ev.high.Load() >= streamStep {
@@ -131,9 +131,15 @@ func (s *Set) seenAt(f *window.Filter, ev *eventClock, id []byte, ts time.Time) 
 	if late {
 		ev.late.Add(1)
 		s.late.Add(1)
-		return s.cfg.LateRecords == LateDrop
+		if s.cfg.LateRecords == LateDrop {
+			return VerdictLate
+		}
+		return VerdictNew
 	}
-	return seen
+	if seen {
+		return VerdictDuplicate
+	}
+	return VerdictNew
 }
 
 // advance moves the stream time of f to ts, capped at the wall clock plus Config.MaxAhead, rotates

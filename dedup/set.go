@@ -46,6 +46,9 @@ type Set struct {
 	unassigned atomic.Uint64
 	late       atomic.Uint64 // ClockEvent: records older than their filter's oldest live generation
 	capped     atomic.Uint64 // ClockEvent: records judged at the MaxAhead cap
+	// atCap holds the filters found at their memory cap by the last Stats under
+	// window.OverloadDrop (nil while none is): Judge reports their drops as VerdictOverload.
+	atCap atomic.Pointer[map[*window.Filter]bool]
 
 	tracked    atomic.Bool              // Processing was called: Seen calls follow it
 	saveSlots  chan struct{}            // one per save under way (Config.SaveConcurrency)
@@ -107,19 +110,74 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 // different partitions may run concurrently. Under ScopeGlobal any number of goroutines may call
 // Seen, and if several offer the same new id at once, exactly one gets false.
 func (s *Set) Seen(partition int32, id []byte, ts time.Time) bool {
+	return s.Judge(partition, id, ts) != VerdictNew
+}
+
+// Verdict is Set.Judge's decision on a record.
+type Verdict uint8
+
+const (
+	// VerdictNew: the identity was not seen; the record passes.
+	VerdictNew Verdict = iota
+	// VerdictDuplicate: the identity was seen within the window (or the filter's false
+	// positive, which cannot be told apart from it).
+	VerdictDuplicate
+	// VerdictLate: under ClockEvent the record is late and Config.LateRecords is LateDrop.
+	VerdictLate
+	// VerdictOverload: the identity was reported seen by a filter at its memory cap under
+	// window.OverloadDrop, whose false-positive rate is above target: it may be a unique record.
+	VerdictOverload
+)
+
+// Judge is Seen with the reason of a drop: VerdictNew where Seen returns false, VerdictLate for
+// a late record dropped by Config.LateRecords, VerdictOverload for a record seen by a filter that
+// the last Stats found at its memory cap under window.OverloadDrop (Stats runs at every metrics
+// scrape and the worker's cap check, so the verdict lags a filter reaching or leaving the cap by
+// up to their interval), else VerdictDuplicate. It has Seen's contract.
+func (s *Set) Judge(partition int32, id []byte, ts time.Time) Verdict {
 	pt := (*s.parts.Load())[partition]
 	if pt == nil {
 		s.unassigned.Add(1)
-		return false
+		return VerdictNew
 	}
-	if pt.ev != nil {
-		return s.seenAt(pt.f, pt.ev, id, ts)
+	var v Verdict
+	switch {
+	case pt.ev != nil:
+		v = s.seenAt(pt.f, pt.ev, id, ts)
+	case s.cfg.Refresh:
+		if seen, _ := pt.f.TestAndRefresh(id); seen {
+			v = VerdictDuplicate
+		}
+	case pt.f.TestAndAdd(id):
+		v = VerdictDuplicate
 	}
-	if s.cfg.Refresh {
-		seen, _ := pt.f.TestAndRefresh(id)
-		return seen
+	if v == VerdictDuplicate {
+		if capped := s.atCap.Load(); capped != nil && (*capped)[pt.f] {
+			v = VerdictOverload
+		}
 	}
-	return pt.f.TestAndAdd(id)
+	return v
+}
+
+// noteAtCap records which of the filters of stats are at their memory cap, for Judge.
+func (s *Set) noteAtCap(stats []window.Stats, filters []*window.Filter) {
+	if s.cfg.Window.Overload != window.OverloadDrop {
+		return
+	}
+	var capped map[*window.Filter]bool
+	for i, st := range stats {
+		if st.AtCap {
+			if capped == nil {
+				capped = make(map[*window.Filter]bool)
+			}
+			capped[filters[i]] = true
+		}
+	}
+	if capped == nil {
+		s.atCap.Store(nil)
+		return
+	}
+	s.atCap.Store(&capped)
 }
 
 // Processing records that the records of partition before nextOffset are about to be passed to
@@ -202,15 +260,25 @@ func (s *Set) Partitions() []int32 {
 }
 
 // Stats returns the state of every filter, for metrics.
+// It also notes the filters at their memory cap, for Judge.
 func (s *Set) Stats() []FilterStats {
+	var out []FilterStats
+	var filters []*window.Filter
 	if g := s.global.Load(); g != nil {
-		return []FilterStats{filterStats(globalUnit, g.f, g.ev)}
+		out, filters = []FilterStats{filterStats(globalUnit, g.f, g.ev)}, []*window.Filter{g.f}
+	} else {
+		cur := *s.parts.Load()
+		out = make([]FilterStats, 0, len(cur))
+		for _, p := range slices.Sorted(maps.Keys(cur)) {
+			out = append(out, filterStats(strconv.Itoa(int(p)), cur[p].f, cur[p].ev))
+			filters = append(filters, cur[p].f)
+		}
 	}
-	cur := *s.parts.Load()
-	out := make([]FilterStats, 0, len(cur))
-	for _, p := range slices.Sorted(maps.Keys(cur)) {
-		out = append(out, filterStats(strconv.Itoa(int(p)), cur[p].f, cur[p].ev))
+	stats := make([]window.Stats, len(out))
+	for i := range out {
+		stats[i] = out[i].Stats
 	}
+	s.noteAtCap(stats, filters)
 	return out
 }
 

@@ -197,6 +197,11 @@ type Config struct {
 	// expects every oversized record that the output did not take there, and no blocked
 	// partition.
 	DeadLetterTopic string
+	// AuditTopic is the worker's KAFKA_DUPLICATES_TOPIC, if it has one: the verifier then reads it
+	// after the run and expects every record sent in exactly one of the output and the audit
+	// topic, every lost unique event (a false positive) in the audit topic with its source
+	// coordinates (Verdict.Audit).
+	AuditTopic string
 
 	// Field is where the event id is written; it must match the worker's DEDUP_KEY.
 	Field Field
@@ -375,6 +380,9 @@ func (c Config) Validate() error {
 	}
 	if c.Oversize < 0 || c.Oversize > c.Count/2 || c.OversizeBytes < 1<<10 || c.OversizeBytes > 64<<20 {
 		bad("oversized records must be in [0, count/2] (got %d), of a size in [1KiB, 64MiB] (got %d)", c.Oversize, c.OversizeBytes)
+	}
+	if c.AuditTopic != "" && (c.AuditTopic == c.InputTopic || c.AuditTopic == c.OutputTopic || c.AuditTopic == c.DeadLetterTopic) {
+		bad("the audit topic %q must differ from the input, output and dead-letter topics", c.AuditTopic)
 	}
 	if c.DeadLetterTopic != "" && (c.DeadLetterTopic == c.InputTopic || c.DeadLetterTopic == c.OutputTopic) {
 		bad("the dead-letter topic %q must differ from the input and output topics", c.DeadLetterTopic)

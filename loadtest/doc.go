@@ -60,6 +60,8 @@
 //     (with -worker-env CHECKPOINT_DIR=…).
 //   - -oversize N, -oversize-bytes, -dead-letter-topic (defaults 0, 2 MiB, $KAFKA_DEAD_LETTER_TOPIC
 //     in the external mode): records the output refuses (see Oversized records).
+//   - -audit-topic (default $KAFKA_DUPLICATES_TOPIC in the external mode): the worker's audit
+//     topic (see The audit topic).
 //   - -sizing: print memory per key against theory for FPR 1e-2…1e-9 and exit.
 //   - -settle, -timeout, -quiet, -v (defaults 5s, none): stop waiting after this much silence;
 //     bound the run; no progress; worker logs.
@@ -106,6 +108,17 @@
 // dead-letter topic: everything before the record is judged as usual, the records behind it are
 // reported as held and not judged, and the run settles (-settle) without the partition's end
 // marker.
+//
+// # The audit topic
+//
+// With -audit-topic (Config.AuditTopic; the embedded mode creates it with the input's partition
+// count and sets the worker's KAFKA_DUPLICATES_TOPIC) the verifier reads the audit topic after the
+// run (Verdict.Audit) and accounts for every record sent: in the output or in the audit topic,
+// never in neither (a record lost for good) and, outside mark mode, never in both; every lost
+// unique event (a false positive of the filter) must be there, and every audit record must name
+// the record's input partition and an offset in its kdedup-source-* headers. Repeated audit
+// records are counted, not failed: after a crash under at-least-once the worker rewrites what
+// followed its last commit.
 //
 // # Determinism
 //

@@ -36,6 +36,7 @@ type Settings struct {
 	Oversize          int     `json:"oversize,omitempty"`
 	OversizeBytes     int     `json:"oversize_bytes,omitempty"`
 	DeadLetterTopic   string  `json:"dead_letter_topic,omitempty"`
+	AuditTopic        string  `json:"audit_topic,omitempty"`
 
 	// Sources is Config.Sources; the worker counts them with DEDUP_METRICS_SOURCE=header:lt-source.
 	Sources int `json:"sources,omitempty"`
@@ -163,7 +164,8 @@ func newReport(cfg Config, inParts, outParts int, start time.Time, elapsed time.
 			Field: cfg.Field.String(), Scope: scope, WindowCount: cfg.WindowCount, WindowSeconds: cfg.WindowInterval.Seconds(),
 			FalsePositiveRate: cfg.FalsePositiveRate, MarkHeader: cfg.MarkHeader, ExpectAll: cfg.ExpectAll, Seed: cfg.Seed,
 			Oversize: cfg.Oversize, OversizeBytes: cfg.OversizeBytes, DeadLetterTopic: cfg.DeadLetterTopic,
-			Sources: cfg.Sources,
+			AuditTopic: cfg.AuditTopic,
+			Sources:    cfg.Sources,
 		},
 		Verdict:       vo.verdict,
 		Latency:       summarize(vo.latencies),
@@ -210,6 +212,7 @@ func (r *Report) Judge() {
 		f = append(f, "no records were sent")
 	}
 	f = append(f, r.oversizeFailures()...)
+	f = append(f, r.auditFailures()...)
 	f = append(f, r.extra...)
 	r.Failures = f
 	if r.Failures == nil {
@@ -262,6 +265,15 @@ func kindList(m map[string]int, kinds ...Kind) string {
 		if n := m[k.String()]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// reasonList lists the counts of m by reason, in name order.
+func reasonList(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -344,6 +356,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		v.MustDrop, v.Leaked, v.DoubleDelivered, v.Ambiguous)
 	if v.Leaked > 0 {
 		row("", "leaked by kind: %s", kindList(v.LeakedByKind, allKinds...))
+	}
+	if a := v.Audit; a != nil {
+		row("audit", "%d records in %s (%s), %d repeats: %d in neither topic, %d in both, %d of %d lost events there, %d without their source",
+			a.Records, s.AuditTopic, orNone(reasonList(a.ByReason)), a.Repeats, a.Unaccounted, a.InBoth, a.LostAudited, v.Lost, a.BadSource)
 	}
 	row("order", "%d per-key order violations", v.OrderViolations)
 	r.writeOversize(row)

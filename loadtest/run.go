@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -56,20 +57,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancelRun()
 
 	setupCtx, cancelSetup := context.WithTimeout(runCtx, 30*time.Second)
-	topics := []string{cfg.InputTopic, cfg.OutputTopic}
-	if cfg.DeadLetterTopic != "" {
-		topics = append(topics, cfg.DeadLetterTopic)
-	}
+	topics := []string{cfg.InputTopic, cfg.OutputTopic, cfg.DeadLetterTopic, cfg.AuditTopic}
+	topics = slices.DeleteFunc(topics, func(t string) bool { return t == "" })
 	counts, err := kafkaio.PartitionCounts(setupCtx, client, topics...)
 	if err == nil {
-		var starts, dlStarts []int64
-		starts, err = endOffsets(setupCtx, client, cfg.OutputTopic, counts[1])
-		if err == nil && len(counts) > 2 {
-			dlStarts, err = endOffsets(setupCtx, client, cfg.DeadLetterTopic, counts[2])
+		starts := make([][]int64, len(topics)) // the end offsets of every topic but the input
+		for i := 1; i < len(topics) && err == nil; i++ {
+			starts[i], err = endOffsets(setupCtx, client, topics[i], counts[i])
 		}
 		if err == nil {
+			var dlStarts, auditStarts []int64
+			rest := starts[2:]
+			if cfg.DeadLetterTopic != "" {
+				dlStarts, rest = rest[0], rest[1:]
+			}
+			if cfg.AuditTopic != "" {
+				auditStarts = rest[0]
+			}
 			cancelSetup()
-			return run(ctx, runCtx, cfg, client, counts[0], starts, dlStarts)
+			return run(ctx, runCtx, cfg, client, counts[0], starts[1], dlStarts, auditStarts)
 		}
 	}
 	cancelSetup()
@@ -83,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // sending (send), runs the AfterSend hook, waits for the output (waitOutput), stops reading,
 // reads the dead-letter topic from dlStarts (readDeadLetters) and verifies what arrived
 // (buildReport).
-func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts, dlStarts []int64) (*Report, error) {
+func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts, dlStarts, auditStarts []int64) (*Report, error) {
 	start := time.Now()
 	st := &outputState{markers: make([]atomic.Bool, inParts)}
 	fetchers, stopFetch := startFetchers(ctx, cfg, client, st, starts, start)
@@ -128,9 +134,13 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 	if err != nil {
 		return abort(err)
 	}
+	audit, err := readAudit(ctx, cfg, client, auditStarts)
+	if err != nil {
+		return abort(err)
+	}
 	prog.stop("done")
 
-	r := buildReport(cfg, gen, st, fetchers, inParts, start, end, drainStart, deadLetters)
+	r := buildReport(cfg, gen, st, fetchers, inParts, start, end, drainStart, deadLetters, audit)
 	r.Incomplete = incomplete
 	if note != "" {
 		r.Notes = append(r.Notes, note)
@@ -190,7 +200,7 @@ func send(ctx, runCtx context.Context, cfg Config, gen *generator, start time.Ti
 // topic held) against what gen sent and returns the report, not yet judged. drainStart (-1:
 // none) is when the AfterSend hook returned.
 func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetcher, inParts int, start time.Time, end, drainStart int64,
-	deadLetters map[int64]bool) *Report {
+	deadLetters map[int64]bool, audit []AuditRec) *Report {
 	obs := make([][]Obs, len(fetchers))
 	for i, f := range fetchers {
 		obs[i] = f.out
@@ -200,7 +210,7 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 		width = niceWidth(time.Duration(end))
 	}
 	vo := verify(verifyInput{
-		sent: gen.log, obs: obs, end: end, width: width, deadLetters: deadLetters, sources: cfg.Sources, seed: cfg.Seed,
+		sent: gen.log, obs: obs, end: end, width: width, deadLetters: deadLetters, audit: audit, sources: cfg.Sources, seed: cfg.Seed,
 		expect: Expect{
 			WindowCount: cfg.WindowCount, WindowInterval: cfg.WindowInterval, Global: cfg.Global,
 			ExpectAll: cfg.ExpectAll, FalsePositiveRate: cfg.FalsePositiveRate, Refresh: cfg.Refresh,

@@ -101,6 +101,9 @@ type Verdict struct {
 	DeadLetters       int     `json:"dead_letters,omitempty"`
 	Blocked           []Block `json:"blocked,omitempty"`
 
+	// Audit is what the worker's audit topic held (Config.AuditTopic); nil without one.
+	Audit *AuditCount `json:"audit,omitempty"`
+
 	// Examples describes up to 20 failures, for debugging.
 	Examples []string `json:"examples,omitempty"`
 }
@@ -137,6 +140,8 @@ type verifyInput struct {
 	width  time.Duration // time series bucket width; 0 means no time series
 	// deadLetters holds the lt-seq of the records found in the worker's dead-letter topic.
 	deadLetters map[int64]bool
+	// audit holds the records of this run found in the worker's audit topic; nil without one.
+	audit []AuditRec
 	// sources and seed are Config.Sources and Config.Seed, for Verdict.BySource.
 	sources int
 	seed    uint64
@@ -170,6 +175,7 @@ func verify(in verifyInput) verifyOutput {
 	case vr.v.Records > 0:
 		vr.judgeEvents(maxOrd)
 	}
+	vr.checkAudit()
 	vr.checkOrder()
 	vr.lossBounds()
 	vr.sendTimes()
@@ -198,6 +204,8 @@ type verifier struct {
 	mustDrop  []bool
 	// excluded: not judged (an oversized record the output refused, or behind one that blocked).
 	excluded []bool
+	// lostSeqs: the lt-seq of every lost unique event (its first copy), for the audit check.
+	lostSeqs []int
 }
 
 func newVerifier(in verifyInput) *verifier {
@@ -358,6 +366,7 @@ func (vr *verifier) judgeAllOnce() {
 		vr.v.Uniques++
 		if vr.delivered[s] == 0 {
 			vr.v.Lost++
+			vr.lostSeqs = append(vr.lostSeqs, s)
 			vr.v.LostByKind[r.kind.String()]++
 			vr.example("seq %d (%s of event %d) never delivered", s, r.kind, r.ord)
 		}
@@ -468,6 +477,7 @@ func (vr *verifier) judgeEpoch(ord int, e *epoch) {
 	if ins < 0 {
 		first := e.members[0]
 		v.Lost++
+		vr.lostSeqs = append(vr.lostSeqs, first)
 		if steady {
 			vr.steady(e.unit, true)
 		}
@@ -519,6 +529,7 @@ func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
 		v.Uniques++
 		if vr.delivered[b] == 0 {
 			v.Lost++
+			vr.lostSeqs = append(vr.lostSeqs, b)
 			v.LostByKind[KindBeyond.String()]++
 			vr.example("event %d (beyond seq %d) lost", ord, b)
 		}
@@ -543,6 +554,7 @@ func (vr *verifier) judgeBeyond(ord, b int, epochs []epoch) {
 		vr.steady(u, vr.delivered[b] == 0) // sent more than a window after its original
 		if vr.delivered[b] == 0 {
 			v.Lost++
+			vr.lostSeqs = append(vr.lostSeqs, b)
 			v.LostByKind[KindBeyond.String()]++
 			vr.example("event %d: beyond-window copy seq %d (partition %d) lost although sent %v after the last delivery",
 				ord, b, sent[b].part, lo.Round(time.Millisecond))

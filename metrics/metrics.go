@@ -98,6 +98,9 @@ type Options struct {
 	// passes consumer.RefusalReasons()). Any other reason is counted as
 	// "other". Default: none.
 	RefusalReasons []string
+	// DropReasons are the values of the reason label of kdedup_audit_records_total
+	// (internal/app passes consumer.DropReasons); any other reason is counted as "other".
+	DropReasons []string
 	// RejectReasons are the values of the reason label of kdedup_checkpoint_rejected_total
 	// (internal/app passes dedup.RejectReasons()); any other reason is counted as "other".
 	RejectReasons []string
@@ -228,6 +231,7 @@ type Metrics struct {
 	dyn *dynamicCollector
 
 	refusals *refusals
+	audit    *audit
 
 	// parts is a copy-on-write table of partitions indexed by partition
 	// number; a nil entry means not seen yet. Writers hold mu.
@@ -262,6 +266,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 	m.identity = newIdentityMetrics(reg, opts.UnkeyedReasons)
+	m.audit = newAudit(reg, opts.DropReasons)
 	cs = append(cs,
 		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
 		m.dyn)

@@ -689,3 +689,33 @@ func TestChartSchemaRegistry(t *testing.T) {
 		}
 	}
 }
+
+// TestChartAuditTopic proves that kafka.duplicatesTopic and kafka.duplicatesContent reach the
+// worker as KAFKA_DUPLICATES_TOPIC and KAFKA_DUPLICATES_CONTENT, and that neither is set without
+// an audit topic.
+func TestChartAuditTopic(t *testing.T) {
+	for _, tc := range []struct {
+		name, values   string
+		topic, content string
+	}{
+		{"off", "", "", ""},
+		{"full", `kafka: {duplicatesTopic: events-audit}`, "events-audit", "full"},
+		{"headers", `kafka: {duplicatesTopic: events-audit, duplicatesContent: headers}`, "events-audit", "headers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := renderChart(tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.configMap.Data["KAFKA_DUPLICATES_TOPIC"]; got != tc.topic {
+				t.Errorf("KAFKA_DUPLICATES_TOPIC = %q, want %q", got, tc.topic)
+			}
+			if got := r.configMap.Data["KAFKA_DUPLICATES_CONTENT"]; got != tc.content {
+				t.Errorf("KAFKA_DUPLICATES_CONTENT = %q, want %q", got, tc.content)
+			}
+		})
+	}
+	if _, err := renderChart(`kafka: {duplicatesTopic: a, duplicatesContent: keys}`); err == nil {
+		t.Error("duplicatesContent keys was accepted")
+	}
+}

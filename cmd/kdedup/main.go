@@ -80,6 +80,9 @@ func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer)
 	}
 	level, _ := cfg.Level()
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, msg := range cfg.Deprecations() {
+		log.Warn(msg)
+	}
 	for _, u := range app.UnknownVars(environ) { // the value is not logged: it may be a secret
 		log.Warn("unknown variable "+u.Name+" is ignored; did you mean "+u.Closest+"?", "variable", u.Name, "closest", u.Closest)
 	}

@@ -45,6 +45,8 @@ type KafkaConfig struct {
 	InputTopic        string        `env:"INPUT_TOPIC,required,notEmpty" desc:"Topic to deduplicate."`
 	OutputTopic       string        `env:"OUTPUT_TOPIC,required,notEmpty" desc:"Topic the deduplicated stream is produced to. It must exist; kdedup never creates topics."`
 	DeadLetterTopic   string        `env:"DEAD_LETTER_TOPIC" desc:"Optional topic for records the output (or duplicates) topic refuses for good: larger than its max.message.bytes, or invalid for it. Such a record is written there unchanged plus kdedup-* headers (error, source topic, partition and offset, refusing topic), and its partition goes on. Unset: the partition stops at the record (kdedup_partition_blocked) until the topic takes it. Input the worker refuses to decode (over KAFKA_DECODE_MAX_BYTES, or corrupt) is dead-lettered there too, as its coordinates and error without content. See docs/operations.md, Refused records and Refused input."`
+	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional audit topic: every record the worker drops is written there instead of disappearing: duplicates (also in DEDUP_MODE=mark), records without identity under DEDUP_UNKEYED_POLICY=drop, late records under DEDUP_LATE_RECORDS=drop. It keeps the record (see KAFKA_DUPLICATES_CONTENT) plus the headers kdedup-source-topic, kdedup-source-partition, kdedup-source-offset and kdedup-reason (duplicate, unkeyed, late, overload), in partition input partition modulo its partition count (the same number when the counts match). It must exist; kdedup never creates topics. Input offsets are committed only once the output and audit writes below them were acknowledged (in the same transaction under exactly-once). Replaces DEDUP_DUPLICATES_TOPIC. See docs/operations.md, The audit topic."`
+	DuplicatesContent string        `env:"DUPLICATES_CONTENT" envDefault:"full" desc:"What an audit record keeps of the dropped record: full (key, value, headers and timestamp: a false positive can be re-injected) or headers (its headers and timestamp, without key and value, plus the kdedup-* headers: where and why, at a fraction of the volume)."`
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
@@ -78,22 +80,22 @@ type KafkaConfig struct {
 
 // DedupConfig is the DEDUP_* section.
 type DedupConfig struct {
-	Key               string        `env:"KEY" envDefault:"key" desc:"Identity of a record: key (the Kafka key), value (the whole value), header:NAME (the first header NAME), json:PATH (a dotted path into a JSON object value, such as json:meta.id), avro:PATH or protobuf:PATH (a dotted path of field names into an Avro record or Protobuf message value in Confluent's wire format, with SCHEMA_REGISTRY_URL; avro-key:PATH and protobuf-key:PATH read the Kafka key). Snapshots record it: a snapshot of another identity is rebuilt, not restored."`
-	Scope             string        `env:"SCOPE" envDefault:"partition" desc:"partition: one filter per input partition, which moves with the partition between replicas; duplicates are caught within a partition. global: one filter for all partitions, catching duplicates across partitions; only for a single replica."`
-	Mode              string        `env:"MODE" envDefault:"drop" desc:"drop: duplicates are not produced. mark: every record is produced and duplicates carry the DEDUP_MARK_HEADER header with value 1."`
-	MarkHeader        string        `env:"MARK_HEADER" envDefault:"kdedup-duplicate" desc:"Header added (value \"1\") to duplicates in mark mode, after the record's own headers."`
-	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional topic that also receives every duplicate, unchanged (partition: input partition modulo its partition count)."`
-	Unkeyed           string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records that have no identity for a permanent reason (no key, header missing, value not JSON, path missing or null, no Confluent wire format header, a schema id the registry does not know, a path the record's schema lacks): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total and, by reason, kdedup_records_unkeyed_by_reason_total either way. A schema registry that cannot be reached never makes a record unkeyed: the partition waits for it."`
-	WindowCount       int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
-	WindowInterval    time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the clock DEDUP_WINDOW_CLOCK names."`
-	WindowClock       string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See docs/design.md, Which window clock."`
-	LateRecords       string        `env:"LATE_RECORDS" envDefault:"pass" desc:"With DEDUP_WINDOW_CLOCK=event: a record stamped before its filter's oldest live generation cannot be judged. pass: produce it as new; drop: treat it as a duplicate (dropped, or marked under DEDUP_MODE=mark). Counted in kdedup_filter_late_records_total either way."`
-	EventTimeMaxAhead time.Duration `env:"EVENT_TIME_MAX_AHEAD" envDefault:"1h" desc:"With DEDUP_WINDOW_CLOCK=event: how far ahead of the worker's wall clock a record's timestamp may move stream time. A record stamped later (a producer's clock off) is judged as if stamped at the cap, so it cannot expire the window."`
-	WindowCapacity    uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval, per partition with DEDUP_SCOPE=partition: the size of each generation's first stage, the expected load, not a hard limit. A generation that takes more grows by stages of twice the size at tighter rates, so the false-positive rate stays at target while DEDUP_MAX_MEMORY allows (kdedup_filter_stages)."`
-	FalsePositiveRate float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
-	MaxMemory         ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
-	OverloadPolicy    string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
-	HashSeed          uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities (see docs/design.md, Hostile producers). Kept in checkpoints (kdedup inspect shows only a fingerprint of it)."`
+	Key                       string        `env:"KEY" envDefault:"key" desc:"Identity of a record: key (the Kafka key), value (the whole value), header:NAME (the first header NAME), json:PATH (a dotted path into a JSON object value, such as json:meta.id), avro:PATH or protobuf:PATH (a dotted path of field names into an Avro record or Protobuf message value in Confluent's wire format, with SCHEMA_REGISTRY_URL; avro-key:PATH and protobuf-key:PATH read the Kafka key). Snapshots record it: a snapshot of another identity is rebuilt, not restored."`
+	Scope                     string        `env:"SCOPE" envDefault:"partition" desc:"partition: one filter per input partition, which moves with the partition between replicas; duplicates are caught within a partition. global: one filter for all partitions, catching duplicates across partitions; only for a single replica."`
+	Mode                      string        `env:"MODE" envDefault:"drop" desc:"drop: duplicates are not produced. mark: every record is produced and duplicates carry the DEDUP_MARK_HEADER header with value 1."`
+	MarkHeader                string        `env:"MARK_HEADER" envDefault:"kdedup-duplicate" desc:"Header added (value \"1\") to duplicates in mark mode, after the record's own headers."`
+	DeprecatedDuplicatesTopic string        `env:"DUPLICATES_TOPIC" desc:"Deprecated: the former name of KAFKA_DUPLICATES_TOPIC, still read (with a warning at startup). Setting both to different topics is an error."`
+	Unkeyed                   string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records that have no identity for a permanent reason (no key, header missing, value not JSON, path missing or null, no Confluent wire format header, a schema id the registry does not know, a path the record's schema lacks): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total and, by reason, kdedup_records_unkeyed_by_reason_total either way. A schema registry that cannot be reached never makes a record unkeyed: the partition waits for it."`
+	WindowCount               int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
+	WindowInterval            time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the clock DEDUP_WINDOW_CLOCK names."`
+	WindowClock               string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See docs/design.md, Which window clock."`
+	LateRecords               string        `env:"LATE_RECORDS" envDefault:"pass" desc:"With DEDUP_WINDOW_CLOCK=event: a record stamped before its filter's oldest live generation cannot be judged. pass: produce it as new; drop: treat it as a duplicate (dropped, or marked under DEDUP_MODE=mark). Counted in kdedup_filter_late_records_total either way."`
+	EventTimeMaxAhead         time.Duration `env:"EVENT_TIME_MAX_AHEAD" envDefault:"1h" desc:"With DEDUP_WINDOW_CLOCK=event: how far ahead of the worker's wall clock a record's timestamp may move stream time. A record stamped later (a producer's clock off) is judged as if stamped at the cap, so it cannot expire the window."`
+	WindowCapacity            uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval, per partition with DEDUP_SCOPE=partition: the size of each generation's first stage, the expected load, not a hard limit. A generation that takes more grows by stages of twice the size at tighter rates, so the false-positive rate stays at target while DEDUP_MAX_MEMORY allows (kdedup_filter_stages)."`
+	FalsePositiveRate         float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
+	MaxMemory                 ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
+	OverloadPolicy            string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
+	HashSeed                  uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities (see docs/design.md, Hostile producers). Kept in checkpoints (kdedup inspect shows only a fingerprint of it)."`
 
 	// Window counted from the last sighting (window.Filter.TestAndRefresh).
 	WindowRefresh bool `env:"WINDOW_REFRESH" envDefault:"false" desc:"true: a duplicate re-arms its identity in the current generation (with DEDUP_WINDOW_CLOCK=event, the generation of its timestamp), so the window counts from an identity's last sighting: remembered at least (count-1) x interval and at most count x interval after it. An identity re-sent forever then never passes again. Each re-armed identity counts against DEDUP_WINDOW_CAPACITY once per interval, and a duplicate costs a write (kdedup_filter_refreshes_total). false: the window counts from the first sighting."`
@@ -313,6 +315,10 @@ func (c Config) validate() []problem {
 	}
 
 	d := c.Dedup
+	if d.DeprecatedDuplicatesTopic != "" && c.Kafka.DuplicatesTopic != "" && d.DeprecatedDuplicatesTopic != c.Kafka.DuplicatesTopic {
+		add("DEDUP_DUPLICATES_TOPIC", "%q differs from KAFKA_DUPLICATES_TOPIC (%q): DEDUP_DUPLICATES_TOPIC is the deprecated name of KAFKA_DUPLICATES_TOPIC; unset it",
+			d.DeprecatedDuplicatesTopic, c.Kafka.DuplicatesTopic)
+	}
 	if d.WindowCount < 1 {
 		add("DEDUP_WINDOW_COUNT", "must be at least 1, got %d", d.WindowCount)
 	}
@@ -511,6 +517,26 @@ func (k KafkaConfig) SASL(a AWSConfig) (sasl.Mechanism, error) {
 	return m, nil
 }
 
+// duplicatesTopic returns the audit topic: KAFKA_DUPLICATES_TOPIC, else its deprecated name
+// DEDUP_DUPLICATES_TOPIC of d.
+func (k KafkaConfig) duplicatesTopic(d DedupConfig) string {
+	if k.DuplicatesTopic != "" {
+		return k.DuplicatesTopic
+	}
+	return d.DeprecatedDuplicatesTopic
+}
+
+// Deprecations returns a warning for each deprecated variable c was loaded with, saying what
+// replaces it.
+func (c Config) Deprecations() []string {
+	var out []string
+	if c.Dedup.DeprecatedDuplicatesTopic != "" {
+		out = append(out, "DEDUP_DUPLICATES_TOPIC is deprecated: it is read as KAFKA_DUPLICATES_TOPIC, the audit topic of every dropped record "+
+			"(duplicates and records dropped by a policy); rename it")
+	}
+	return out
+}
+
 // consumerFields converts the configuration into the worker's, except for TLS and SASL (see
 // consumerConfig). Its field names are those of Config's leaves, so that fieldVars names the
 // variable of every field consumer.Config.Validate may report.
@@ -524,7 +550,8 @@ func (c Config) consumerFields() consumer.Config {
 		Conn:               kafkaio.Conn{Brokers: brokers, ClientID: k.ClientID},
 		InputTopic:         k.InputTopic,
 		OutputTopic:        k.OutputTopic,
-		DuplicatesTopic:    d.DuplicatesTopic,
+		DuplicatesTopic:    c.Kafka.duplicatesTopic(d),
+		DuplicatesContent:  consumer.AuditContent(k.DuplicatesContent),
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		StartFromLatest:    k.StartOffset == "latest",

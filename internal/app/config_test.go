@@ -136,7 +136,11 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"scram without password", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-256", "KAFKA_SASL_USERNAME": "u"}),
 			[]string{"KAFKA_SASL_PASSWORD"}},
 		{"server name without tls", withEnv(map[string]string{"KAFKA_TLS_SERVER_NAME": "broker"}), []string{"KAFKA_TLS_SERVER_NAME"}},
-		{"dups topic", withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "events-dedup"}), []string{"DEDUP_DUPLICATES_TOPIC"}},
+		{"dups topic", withEnv(map[string]string{"KAFKA_DUPLICATES_TOPIC": "events-dedup"}), []string{"KAFKA_DUPLICATES_TOPIC"}},
+		{"dups topic under both names", withEnv(map[string]string{"KAFKA_DUPLICATES_TOPIC": "audit", "DEDUP_DUPLICATES_TOPIC": "dups"}),
+			[]string{"DEDUP_DUPLICATES_TOPIC"}},
+		{"dups content", withEnv(map[string]string{"KAFKA_DUPLICATES_TOPIC": "audit", "KAFKA_DUPLICATES_CONTENT": "keys"}),
+			[]string{"KAFKA_DUPLICATES_CONTENT"}},
 		{"dead-letter topic", withEnv(map[string]string{"KAFKA_DEAD_LETTER_TOPIC": "events-dedup"}), []string{"KAFKA_DEAD_LETTER_TOPIC"}},
 		{"checkpoint url with credentials", withEnv(map[string]string{"CHECKPOINT_URL": "s3://AKID:secret@bucket/p", "CHECKPOINT_KEEP": "0"}),
 			[]string{"CHECKPOINT_URL", "CHECKPOINT_KEEP"}},
@@ -245,7 +249,7 @@ func TestConfigConversion(t *testing.T) {
 	cfg, err := Load(withEnv(map[string]string{
 		"KAFKA_START_OFFSET": "latest", "KAFKA_PARTITIONING": "hash", "KAFKA_COMPRESSION": "zstd",
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
-		"DEDUP_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
+		"KAFKA_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
 		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
 		"KAFKA_IDEMPOTENT": "false", "KAFKA_ISOLATION_LEVEL": "read_uncommitted", "KAFKA_DEAD_LETTER_TOPIC": "dlq",
 	}))
@@ -311,7 +315,7 @@ func TestTLSConfig(t *testing.T) {
 // TestWorkerProblemsNameVariables proves that every problem consumer.Config.Validate can report
 // about a field that loadConfig fills is reported against that field's environment variable.
 func TestWorkerProblemsNameVariables(t *testing.T) {
-	cfg, err := Load(withEnv(map[string]string{"DEDUP_DUPLICATES_TOPIC": "dups"}))
+	cfg, err := Load(withEnv(map[string]string{"KAFKA_DUPLICATES_TOPIC": "dups"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,5 +422,36 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 		if got := defaults[c.name]; got != c.want {
 			t.Errorf("%s has envDefault %q, want the constant %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestDuplicatesTopicAlias proves that DEDUP_DUPLICATES_TOPIC, the deprecated name of
+// KAFKA_DUPLICATES_TOPIC, still sets the audit topic, with a deprecation warning, and that the
+// two names may be set together when they agree.
+func TestDuplicatesTopicAlias(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		env        map[string]string
+		topic      string
+		deprecated bool
+	}{
+		{"new name", map[string]string{"KAFKA_DUPLICATES_TOPIC": "audit"}, "audit", false},
+		{"old name", map[string]string{"DEDUP_DUPLICATES_TOPIC": "audit"}, "audit", true},
+		{"both, agreeing", map[string]string{"KAFKA_DUPLICATES_TOPIC": "audit", "DEDUP_DUPLICATES_TOPIC": "audit"}, "audit", true},
+		{"neither", map[string]string{}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(withEnv(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := cfg.consumerFields()
+			if cc.DuplicatesTopic != tc.topic || cc.DuplicatesContent != consumer.AuditFull {
+				t.Errorf("audit topic %q content %q, want %q full", cc.DuplicatesTopic, cc.DuplicatesContent, tc.topic)
+			}
+			if got := len(cfg.Deprecations()) > 0; got != tc.deprecated {
+				t.Errorf("deprecation warnings %q, want some: %v", cfg.Deprecations(), tc.deprecated)
+			}
+		})
 	}
 }

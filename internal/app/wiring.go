@@ -26,6 +26,7 @@ import (
 var (
 	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
 	_ consumer.Deduper         = (*dedup.Set)(nil)
+	_ consumer.Judge           = judgedSet{}
 	_ consumer.Observer        = (*metrics.Metrics)(nil)
 	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
 )
@@ -262,6 +263,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		CheckpointStore:         checkpointKind(cfg.Checkpoint),
 		ProducerResetReasons:    consumer.ResetReasons(),
 		RefusalReasons:          consumer.RefusalReasons(),
+		DropReasons:             consumer.DropReasons,
 		RejectReasons:           dedup.RejectReasons(),
 		UnkeyedReasons:          identity.Reasons(),
 	})
@@ -360,5 +362,22 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		stopWatch()
 		return errors.Join(set.Close(ctx), closeOutput())
 	}
-	return set, closeAll, nil
+	return judgedSet{set}, closeAll, nil
+}
+
+// judgedSet is a dedup.Set as a consumer.Judge, so that the worker's audit records say why a
+// record was dropped (consumer and dedup do not import each other).
+type judgedSet struct{ *dedup.Set }
+
+// verdicts maps dedup's verdicts to consumer's.
+var verdicts = [...]consumer.Verdict{
+	dedup.VerdictNew:       consumer.VerdictNew,
+	dedup.VerdictDuplicate: consumer.VerdictDuplicate,
+	dedup.VerdictLate:      consumer.VerdictLate,
+	dedup.VerdictOverload:  consumer.VerdictOverload,
+}
+
+// Judge is dedup.Set.Judge in consumer's terms.
+func (j judgedSet) Judge(partition int32, id []byte, ts time.Time) consumer.Verdict {
+	return verdicts[j.Set.Judge(partition, id, ts)]
 }

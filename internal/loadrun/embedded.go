@@ -108,7 +108,8 @@ func largeTopicBytes(lt loadtest.Config) int {
 }
 
 // prepareOversize lets the input topic take the oversized records of lt (-oversize) and creates
-// the dead-letter topic (-dead-letter-topic) with partitions partitions, taking them too. The
+// the dead-letter topic (-dead-letter-topic) and the audit topic (-audit-topic) with partitions
+// partitions, taking them too. The
 // output topic keeps the broker's default limit (1MiB).
 func prepareOversize(cl *embedkafka.Cluster, lt loadtest.Config, partitions int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -119,6 +120,14 @@ func prepareOversize(cl *embedkafka.Cluster, lt loadtest.Config, partitions int)
 			return err
 		}
 		if err := cl.SetTopicConfig(ctx, lt.DeadLetterTopic, limit); err != nil {
+			return err
+		}
+	}
+	if lt.AuditTopic != "" {
+		if err := cl.CreateTopic(ctx, lt.AuditTopic, partitions); err != nil {
+			return err
+		}
+		if err := cl.SetTopicConfig(ctx, lt.AuditTopic, limit); err != nil {
 			return err
 		}
 	}
@@ -265,6 +274,9 @@ func embeddedWorkerEnv(lt loadtest.Config, brokers []string, capacity uint64, ov
 	if lt.DeadLetterTopic != "" {
 		env["KAFKA_DEAD_LETTER_TOPIC"] = lt.DeadLetterTopic
 	}
+	if lt.AuditTopic != "" {
+		env["KAFKA_DUPLICATES_TOPIC"] = lt.AuditTopic
+	}
 	for _, kv := range overrides {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -292,6 +304,10 @@ func expectWorker(lt *loadtest.Config, cfg app.Config, passthrough bool) error {
 	lt.Refresh = d.WindowRefresh
 	lt.WindowCount, lt.WindowInterval, lt.FalsePositiveRate = d.WindowCount, d.WindowInterval, d.FalsePositiveRate
 	lt.DeadLetterTopic = cfg.Kafka.DeadLetterTopic
+	lt.AuditTopic = cfg.Kafka.DuplicatesTopic
+	if lt.AuditTopic == "" {
+		lt.AuditTopic = cfg.Dedup.DeprecatedDuplicatesTopic
+	}
 	if consumer.Mode(d.Mode) == consumer.ModeMark {
 		lt.MarkHeader = d.MarkHeader
 	}

@@ -31,6 +31,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 type loadtestFlags struct {
 	brokers, input, output, mix, field, scope, markHeader, runID, jsonOut, htmlOut string
 	deadLetterTopic                                                                string
+	auditTopic                                                                     string
 
 	embedded, passthrough, preload, quiet, verbose, sizing, refresh bool
 
@@ -74,6 +75,7 @@ func (f *loadtestFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.sources, "sources", 0, "stamp every record with one of this many sources in header "+loadtest.SourceHeader+" (src-000 the heaviest); embedded mode sets the worker's DEDUP_METRICS_SOURCE=header:"+loadtest.SourceHeader+", and the report counts records and drops per source")
 	fs.IntVar(&f.oversize, "oversize", 0, "oversized records: unique events whose value has -oversize-bytes, the i-th on input partition i; the output refuses them above its max.message.bytes, so the worker blocks their partitions or, with -dead-letter-topic, dead-letters them (embedded mode: the input and dead-letter topics take 16MiB, the output keeps the default 1MiB)")
 	fs.IntVar(&f.oversizeBytes, "oversize-bytes", loadtest.DefaultOversizeBytes, "value size of an oversized record (-oversize)")
+	fs.StringVar(&f.auditTopic, "audit-topic", "", "the worker's KAFKA_DUPLICATES_TOPIC: the verifier reads it and expects every record in exactly one of the output and the audit topic, every lost event there with its source offset (embedded mode: created with the input's partition count and given to the worker; external default $KAFKA_DUPLICATES_TOPIC)")
 	fs.StringVar(&f.deadLetterTopic, "dead-letter-topic", "", "the worker's KAFKA_DEAD_LETTER_TOPIC: the verifier expects every refused record there (embedded mode: created and given to the worker; external default $KAFKA_DEAD_LETTER_TOPIC)")
 	fs.Float64Var(&f.late, "late", 0, "fraction of the records that are late: unique events stamped 24h before their creation (counted late under DEDUP_WINDOW_CLOCK=event)")
 	fs.StringVar(&f.mix, "mix", loadtest.DefaultMix.String(), "relative weights of the duplicate kinds")
@@ -248,6 +250,7 @@ func (f *loadtestFlags) fromWorkerEnv(environ map[string]string) error {
 		fromEnv("input", "KAFKA_INPUT_TOPIC", func(v string) error { f.input = v; return nil }),
 		fromEnv("output", "KAFKA_OUTPUT_TOPIC", func(v string) error { f.output = v; return nil }),
 		fromEnv("dead-letter-topic", "KAFKA_DEAD_LETTER_TOPIC", func(v string) error { f.deadLetterTopic = v; return nil }),
+		fromEnv("audit-topic", "KAFKA_DUPLICATES_TOPIC", func(v string) error { f.auditTopic = v; return nil }),
 		fromEnv("field", "DEDUP_KEY", func(v string) error { f.field = v; return nil }),
 		fromEnv("scope", "DEDUP_SCOPE", func(v string) error { f.scope = v; return nil }),
 		fromEnv("window-count", "DEDUP_WINDOW_COUNT", func(v string) (err error) { f.windowCount, err = strconv.Atoi(v); return }),
@@ -286,7 +289,7 @@ func (f *loadtestFlags) config(stdout io.Writer) (loadtest.Config, error) {
 	lt := loadtest.Config{
 		InputTopic: f.input, OutputTopic: f.output,
 		Count: f.count, Rate: f.rate, Entities: f.entities, KeySize: f.keySize, ValueSize: f.valueSize,
-		DupRatio: f.dups, Late: f.late, Sources: f.sources, Oversize: f.oversize, OversizeBytes: f.oversizeBytes, DeadLetterTopic: f.deadLetterTopic, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
+		DupRatio: f.dups, Late: f.late, Sources: f.sources, Oversize: f.oversize, OversizeBytes: f.oversizeBytes, DeadLetterTopic: f.deadLetterTopic, AuditTopic: f.auditTopic, Mix: mix, WithinMax: f.withinMax, BeyondMin: f.beyondMin, BeyondMax: f.beyondMax,
 		Field: fld, Global: dedup.Scope(f.scope) == dedup.ScopeGlobal, WindowCount: f.windowCount, WindowInterval: f.windowInterval,
 		Refresh: f.refresh, FalsePositiveRate: f.fpr, MarkHeader: f.markHeader, Seed: f.seed, RunID: f.runID,
 		Settle: f.settle, Timeout: f.timeout, TTY: tty,
