@@ -340,10 +340,13 @@ func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) err
 			*at = ref.LastOffset + 1
 		},
 	}, func(recs []kafkaio.Record) error {
+		if err := s.records(recs); err != nil {
+			return err // *at stays before recs: a retry reads them again (adding an identity twice is harmless)
+		}
 		if len(recs) > 0 {
 			*at = recs[len(recs)-1].Offset + 1
 		}
-		return s.records(recs)
+		return nil
 	})
 }
 
