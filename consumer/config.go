@@ -116,6 +116,12 @@ type Config struct {
 	// worker waits kafkaio.FetchSlack (5s) more for the broker's answer before it gives up on the
 	// fetch and its connection, so a broker must answer a fetch within FetchMaxWait plus that.
 	FetchMaxWait time.Duration
+	// FetchFailingMax is how long a partition's fetches may keep failing before the worker
+	// reports not ready (Worker.Ready). Default 1m.
+	FetchFailingMax time.Duration
+	// ProgressInterval is how often a partition whose records are not being taken (blocked at a
+	// refused record, or its writes hang) looks its offsets up for Observer.Progress. Default 5s.
+	ProgressInterval time.Duration
 	// FetchMaxBytes is the maximum size of one fetch response. Each partition holds up to three
 	// responses at once (the one being processed, the next one, one more while a batch spans
 	// two). Default 16 MiB.
@@ -193,6 +199,8 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.BatchTimeout, 5*time.Millisecond)
 	def(&c.FetchMaxWait, 500*time.Millisecond)
+	def(&c.FetchFailingMax, time.Minute)
+	def(&c.ProgressInterval, 5*time.Second)
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 16 << 20
 	}
@@ -300,6 +308,8 @@ func (c Config) Validate() error {
 	atLeast("FetchMaxBytes", c.FetchMaxBytes, 1024)
 	positive("BatchTimeout", c.BatchTimeout)
 	positive("FetchMaxWait", c.FetchMaxWait)
+	positive("FetchFailingMax", c.FetchFailingMax)
+	positive("ProgressInterval", c.ProgressInterval)
 	positive("ShutdownTimeout", c.ShutdownTimeout)
 	positive("ProduceTimeout", c.ProduceTimeout)
 	positive("RetryBackoffMax", c.RetryBackoffMax)

@@ -26,6 +26,8 @@ type partitionState struct {
 
 	src SourceTally // nil unless Config.SourceKey is set
 
+	prog *progress // the partition's progress, for Observer.Progress and readiness
+
 	next int64 // next offset to commit; -1 until a batch was handled
 
 	// Refused records (see refuse.go).
@@ -65,14 +67,12 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	w.pendingAssign.Add(-1)
 	w.updateReady()
 
-	r := kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
-		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
-		Backoff: w.cfg.retry(), Log: w.sample,
-		OnHeld: func(d time.Duration) { w.obs.TransactionHeld(p, d) },
-	})
+	prog := newProgress(p, offset, w.obs)
+	defer w.progress.add(prog)()
+	defer w.updateReady()
+	r := w.newReader(p, offset, prog)
 
-	st := &partitionState{p: p, next: -1}
+	st := &partitionState{p: p, next: -1, prog: prog}
 	st.hdrSeq = st.hdr.all
 	if w.cfg.SourceKey != nil {
 		st.src = w.cfg.Sources()
@@ -99,6 +99,30 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 	}
 	<-readerClosed
 	w.release(pctx, hard, st, drained, since)
+}
+
+// newReader returns the reader of input partition p from offset on, which reports its offsets,
+// failures and skipped records to prog and the Observer.
+func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.PartitionReader {
+	return kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
+		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
+		Backoff: w.cfg.retry(), Log: w.sample, IdlePoll: w.cfg.ProgressInterval,
+		OnHeld:    func(d time.Duration) { w.obs.TransactionHeld(p, d) },
+		OnOffsets: func(o kafkaio.Offsets) { w.fetched(prog, o) },
+		OnError:   func(error) { prog.failed(); w.updateReady() },
+		OnSkipped: func(reason string, n int64) { w.obs.InputSkipped(p, reason, n) },
+	})
+}
+
+// fetched reports the offsets o of prog's partition, and readiness when its fetches had been
+// failing.
+func (w *Worker) fetched(prog *progress, o kafkaio.Offsets) {
+	wasFailing := prog.failingSince.Load() != 0
+	prog.offsets(o)
+	if wasFailing {
+		w.updateReady()
+	}
 }
 
 // consume handles the batches of r until gctx ends (drained: every record passed to Seen was
@@ -207,6 +231,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 	p := st.p
 	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
+	if len(st.in) > 0 {
+		st.prog.batch(st.in[0].Time)
+	}
 	if b.Aborted > 0 {
 		w.obs.Aborted(p, b.Aborted)
 	}
@@ -272,7 +299,8 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c *committer, st *parti
 		}
 	}
 	st.next = b.Next
-	w.obs.Lag(p, max(0, b.End-st.next))
+	st.prog.handled(st.next)
+	st.prog.offsets(kafkaio.Offsets{From: -1, End: b.End, LogStart: -1})
 	w.dedup.Acked(p, st.next)
 	c.mark(int(p), st.next)
 	st.in = nil   // the reader's records: valid until the next Fetch

@@ -334,6 +334,7 @@ func (w *Worker) block(pctx context.Context, c *committer, st *partitionState, b
 	b.Since = time.Now()
 	st.blocked = b
 	st.next = b.Offset
+	st.prog.handled(b.Offset)
 	c.mark(int(st.p), b.Offset)
 	if !st.discarded {
 		st.discarded = true

@@ -53,6 +53,8 @@ type Worker struct {
 	blockedMu sync.Mutex
 	blocked   map[int32]BlockedPartition // see Blocked
 
+	progress progressSet // the assigned partitions' progress, for readiness
+
 	limits map[string]int // max.message.bytes last read per topic; used by Run's goroutines in turn
 }
 
@@ -90,10 +92,13 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
-// partition of that generation has been assigned (Deduper.Assign returned), and no output write
-// is currently failing. A member that got no partitions (more workers than partitions) is ready.
+// partition of that generation has been assigned (Deduper.Assign returned), no output write is
+// currently failing, and no partition's fetches have been failing for longer than
+// Config.FetchFailingMax. A member that got no partitions (more workers than partitions) is
+// ready. A partition blocked at a refused record does not make the worker not ready.
 func (w *Worker) Ready() bool {
-	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing()
+	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing() &&
+		!w.progress.failing(w.cfg.FetchFailingMax)
 }
 
 // updateReady tells the Observer about readiness changes.

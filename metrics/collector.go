@@ -31,6 +31,7 @@ type dynamicCollector struct {
 	streamLag    *prometheus.Desc
 	late         *prometheus.Desc
 	generationLb []string // "0".."63", to avoid formatting on every scrape
+	progress     progressDescs
 }
 
 func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
@@ -73,6 +74,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 		late: prometheus.NewDesc(name("filter_late_records_total"),
 			"Records of an event-time filter stamped before its oldest live generation, which cannot be judged: passed as new (DEDUP_LATE_RECORDS=pass) or dropped (drop). Counted since the filter was created or restored.", filter, nil),
 	}
+	d.progress = newProgressDescs()
 	d.generationLb = make([]string, 64)
 	for i := range d.generationLb {
 		d.generationLb[i] = strconv.Itoa(i)
@@ -83,7 +85,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.window, d.rotations,
-		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late} {
+		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late,
+		d.progress.lagSeconds, d.progress.lead, d.progress.lastProgress} {
 		ch <- desc
 	}
 }
@@ -100,6 +103,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(d.held, prometheus.GaugeValue, held, pp.label)
 		}
+		d.progress.collect(ch, pp)
 	})
 
 	stats := d.m.filterStats()

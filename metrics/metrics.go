@@ -99,6 +99,11 @@ type Options struct {
 	// "other". Default: none.
 	RefusalReasons []string
 
+	// SkipReasons are the values of the reason label of kdedup_input_skipped_records_total
+	// (internal/app passes kafkaio.SkipReasons()): their series exist from the start, at 0. Any
+	// other reason is counted as "other". Default: none.
+	SkipReasons []string
+
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -167,6 +172,10 @@ type partition struct {
 	// heldSince is when reading the partition was last found held back by an open transaction,
 	// in Unix nanoseconds by Metrics.now; 0 when it is not.
 	heldSince atomic.Int64
+	// progress is the partition's last Progress report; nil before the first one (or after a
+	// Rebalance, which forgets it with the lag).
+	progress    atomic.Pointer[Progress]
+	fetchErrors prometheus.Counter
 }
 
 // Metrics records kdedup's metrics. It is safe for concurrent use by multiple
@@ -213,6 +222,7 @@ type Metrics struct {
 	dyn *dynamicCollector
 
 	refusals *refusals
+	inputs   inputMetrics
 
 	// parts is a copy-on-write table of partitions indexed by partition
 	// number; a nil entry means not seen yet. Writers hold mu.
@@ -244,6 +254,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	cs := m.newRecordMetrics(opts)
 	cs = append(cs, m.newCheckpointMetrics(opts, durationBuckets)...)
 	m.newRebalanceMetrics(durationBuckets)
+	cs = append(cs, m.inputs.init(opts)...)
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 	cs = append(cs,
@@ -412,12 +423,13 @@ func (m *Metrics) slowPart(p int32) *partition {
 func (m *Metrics) newPartition(p int32) *partition {
 	l := strconv.FormatInt(int64(p), 10)
 	return &partition{
-		label:      l,
-		consumed:   m.consumed.WithLabelValues(l),
-		produced:   m.produced.WithLabelValues(l),
-		duplicates: m.duplicates.WithLabelValues(l, m.mode),
-		unkeyed:    m.unkeyed.WithLabelValues(l),
-		aborted:    m.aborted.WithLabelValues(l),
+		label:       l,
+		consumed:    m.consumed.WithLabelValues(l),
+		produced:    m.produced.WithLabelValues(l),
+		duplicates:  m.duplicates.WithLabelValues(l, m.mode),
+		unkeyed:     m.unkeyed.WithLabelValues(l),
+		aborted:     m.aborted.WithLabelValues(l),
+		fetchErrors: m.inputs.fetchErrors.WithLabelValues(l),
 	}
 }
 
@@ -554,6 +566,7 @@ func (m *Metrics) Rebalance() {
 	m.eachPartition(func(pp *partition) {
 		pp.lagSet.Store(false)
 		pp.heldSince.Store(0)
+		pp.progress.Store(nil)
 	})
 }
 

@@ -56,6 +56,7 @@ type KafkaConfig struct {
 	BatchTimeout      time.Duration `env:"BATCH_TIMEOUT" envDefault:"5ms" desc:"How long a partition waits to fill a batch once it has a record: the latency added for throughput."`
 	CommitInterval    time.Duration `env:"COMMIT_INTERVAL" envDefault:"1s" desc:"How often acknowledged input offsets are committed (0: after every batch). A crash re-delivers at most this much; a graceful stop commits everything."`
 	FetchMaxWait      time.Duration `env:"FETCH_MAX_WAIT" envDefault:"500ms" desc:"How long a fetch waits on the broker for new records when a partition is idle."`
+	FetchFailingMax   time.Duration `env:"FETCH_FAILING_MAX" envDefault:"1m" desc:"How long an input partition's fetches may keep failing before the worker reports not ready (/readyz, kdedup_ready 0). The worker retries failed fetches by itself either way."`
 	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"16777216" desc:"Maximum bytes of one fetch response per partition."`
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
 	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
@@ -357,6 +358,7 @@ func (c Config) validateZeros(add func(name, format string, args ...any)) {
 		{"KAFKA_BATCH_BYTES", k.BatchBytes == 0},
 		{"KAFKA_BATCH_TIMEOUT", k.BatchTimeout == 0},
 		{"KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait == 0},
+		{"KAFKA_FETCH_FAILING_MAX", k.FetchFailingMax == 0},
 		{"KAFKA_FETCH_MAX_BYTES", k.FetchMaxBytes == 0},
 		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout == 0},
 	} {
@@ -523,6 +525,7 @@ func (c Config) consumerFields() consumer.Config {
 		BatchTimeout:       k.BatchTimeout,
 		CommitInterval:     k.CommitInterval,
 		FetchMaxWait:       k.FetchMaxWait,
+		FetchFailingMax:    k.FetchFailingMax,
 		FetchMaxBytes:      k.FetchMaxBytes,
 		Partitioning:       consumer.Partitioning(k.Partitioning),
 		Mode:               consumer.Mode(d.Mode),

@@ -60,7 +60,7 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("cannot create the deduplication state", "error", err.Error())
 		return 1
 	}
-	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, log), dd, kf, obs, log)
+	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, log), dd, kf, observer{obs}, log)
 	if err != nil {
 		log.Error("invalid worker configuration", "error", err.Error())
 		return 2

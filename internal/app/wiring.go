@@ -14,6 +14,7 @@ import (
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/metrics"
 	"github.com/kdedup/kdedup/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,7 @@ import (
 var (
 	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
 	_ consumer.Deduper         = (*dedup.Set)(nil)
-	_ consumer.Observer        = (*metrics.Metrics)(nil)
+	_ consumer.Observer        = observer{}
 	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
 )
 
@@ -231,9 +232,18 @@ func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config,
 	return ccfg
 }
 
+// observer is the worker's consumer.Observer: the metrics, with consumer's types converted.
+type observer struct{ *metrics.Metrics }
+
+// Progress implements consumer.Observer.
+func (o observer) Progress(p int32, pr consumer.Progress) {
+	o.Metrics.Progress(p, metrics.Progress(pr))
+}
+
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 	return metrics.New(reg, metrics.Options{
+		SkipReasons:             kafkaio.SkipReasons(),
 		Mode:                    cfg.Dedup.Mode,
 		Version:                 Version,
 		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
