@@ -86,7 +86,7 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 		p.log.Warn("snapshot has no output offsets (format v1): the filter cannot be re-warmed from the output topic",
 			"unit", unit, "file", res.Snapshot.Name)
 	}
-	return r.f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot)}, nil
+	return r.f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot), SavedAt: res.Snapshot.ModTime}, nil
 }
 
 // restoreOne restores the filter of one snapshot: from the generation objects a manifest

@@ -90,3 +90,49 @@ func TestInputCounters(t *testing.T) {
 		t.Errorf("%d skip series, want 3", n)
 	}
 }
+
+// TestLossCounters proves that the counts of the deduplication state are read at every scrape
+// (0 before a source is registered), that re-warm skips are counted, and that the unkeyed
+// records carry the policy and the filters their forgotten identities.
+func TestLossCounters(t *testing.T) {
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true, UnkeyedPolicy: "drop"})
+	values := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, s := range mf.GetMetric() {
+				key := mf.GetName()
+				for _, l := range s.GetLabel() {
+					key += "," + l.GetName() + "=" + l.GetValue()
+				}
+				got[key] = s.GetCounter().GetValue()
+			}
+		}
+		return got
+	}
+	if v := values()["kdedup_records_unassigned_total"]; v != 0 {
+		t.Errorf("unassigned %v before a source", v)
+	}
+	counts := SetCounts{Unassigned: 3, FutureCapped: 7}
+	m.RegisterSetCounts(func() SetCounts { return counts })
+	m.RewarmSkipped(5)
+	m.RewarmSkipped(-1)
+	m.Unkeyed(1, 2)
+	m.RegisterFilterSource(func() []FilterStat { return []FilterStat{{Filter: "1", Forgotten: 9}} })
+	counts.Unassigned = 4
+	got := values()
+	for key, want := range map[string]float64{
+		"kdedup_records_unassigned_total":                      4,
+		"kdedup_records_future_capped_total":                   7,
+		"kdedup_rewarm_skipped_records_total":                  5,
+		"kdedup_records_unkeyed_total,partition=1,policy=drop": 2,
+		"kdedup_filter_forgotten_total,filter=1":               9,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
+	}
+}

@@ -59,6 +59,16 @@ type Options struct {
 	// any other value is used verbatim: the caller validates it.
 	Mode string
 
+	// UnkeyedPolicy is what the worker does with a record without a key (DEDUP_UNKEYED: "pass"
+	// or "drop"), reported in the policy label of kdedup_records_unkeyed_total. Empty means
+	// "unknown".
+	UnkeyedPolicy string
+
+	// LatePolicy is what an event-time filter does with a late record (DEDUP_LATE_RECORDS:
+	// "pass" or "drop"), reported in the policy label of kdedup_filter_late_records_total.
+	// Empty means "unknown".
+	LatePolicy string
+
 	// Version is the build version reported by kdedup_build_info. Empty means
 	// "unknown".
 	Version string
@@ -104,6 +114,11 @@ type Options struct {
 	// other reason is counted as "other". Default: none.
 	SkipReasons []string
 
+	// CheckpointFailureReasons are the values of the reason label of
+	// kdedup_checkpoint_failures_total (internal/app passes dedup.CheckpointFailureReasons()):
+	// their series exist from the start, at 0. Any other reason is counted as "other".
+	CheckpointFailureReasons []string
+
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -141,6 +156,9 @@ type FilterStat struct {
 	Growths uint64
 	// Refreshes counts the duplicates that re-armed their identity (window.Stats.Refreshes).
 	Refreshes uint64
+	// Forgotten counts the new identities not remembered at the memory cap under the pass
+	// overload policy (window.Stats.Forgotten).
+	Forgotten uint64
 	// AtCap is true when a live generation needed a further stage and the memory cap refused it.
 	AtCap bool
 	// Generations lists the generations, newest first (index 0).
@@ -181,8 +199,9 @@ type partition struct {
 // Metrics records kdedup's metrics. It is safe for concurrent use by multiple
 // goroutines. The zero value is not usable; build one with New.
 type Metrics struct {
-	now  func() time.Time
-	mode string
+	now           func() time.Time
+	mode          string
+	unkeyedPolicy string
 
 	consumed   *prometheus.CounterVec
 	produced   *prometheus.CounterVec
@@ -205,7 +224,8 @@ type Metrics struct {
 	checkpointDuration    prometheus.Histogram
 	checkpointSize        prometheus.Gauge
 	checkpointLastSuccess prometheus.Gauge
-	checkpointFailures    prometheus.Counter
+	checkpointFailures    map[string]prometheus.Counter
+	units                 *unitHealth
 	checkpointWritten     *prometheus.CounterVec
 	restores              map[checkpoint.Outcome]prometheus.Counter
 	restoreUnknown        prometheus.Counter
@@ -223,6 +243,7 @@ type Metrics struct {
 
 	refusals *refusals
 	inputs   inputMetrics
+	losses   lossMetrics
 
 	// parts is a copy-on-write table of partitions indexed by partition
 	// number; a nil entry means not seen yet. Writers hold mu.
@@ -249,13 +270,20 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	if opts.Version == "" {
 		opts.Version = unknown
 	}
-	m := &Metrics{now: opts.Now, mode: opts.Mode, farParts: make(map[int32]*partition)}
+	if opts.UnkeyedPolicy == "" {
+		opts.UnkeyedPolicy = unknown
+	}
+	if opts.LatePolicy == "" {
+		opts.LatePolicy = unknown
+	}
+	m := &Metrics{now: opts.Now, mode: opts.Mode, unkeyedPolicy: opts.UnkeyedPolicy, farParts: make(map[int32]*partition)}
 	durationBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	cs := m.newRecordMetrics(opts)
 	cs = append(cs, m.newCheckpointMetrics(opts, durationBuckets)...)
 	m.newRebalanceMetrics(durationBuckets)
 	cs = append(cs, m.inputs.init(opts)...)
-	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
+	cs = append(cs, m.losses.init()...)
+	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate, opts.LatePolicy)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 	cs = append(cs,
 		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
@@ -294,7 +322,9 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 	m.duplicates = counterVec("duplicates_total",
 		"Records recognised as duplicates within the window (dropped or marked, see the mode label). Includes the filter's false positives.",
 		"partition", "mode")
-	m.unkeyed = counterVec("records_unkeyed_total", "Records without a deduplication key; they are passed through unfiltered.", "partition")
+	m.unkeyed = counterVec("records_unkeyed_total",
+		"Records without a deduplication key, by what DEDUP_UNKEYED did with them (policy): pass (produced unfiltered, so their duplicates pass) or drop (not produced: lost events).",
+		"partition", "policy")
 	m.aborted = counterVec("records_aborted_total",
 		"Input records of aborted transactions skipped under KAFKA_ISOLATION_LEVEL=read_committed: neither deduplicated nor produced.", "partition")
 	m.produceErrors = counter("produce_errors_total", "Failed attempts to write a batch to the output topic.")
@@ -342,7 +372,9 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	if opts.Checkpointing {
 		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
 	}
-	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
+	failures, failureVec := failureCounters(opts.CheckpointFailureReasons)
+	m.checkpointFailures = failures
+	m.units = newUnitHealth(m.now)
 	m.checkpointWritten = counterVec("checkpoint_written_bytes_total",
 		"Bytes sent to the checkpoint store, by the kind of store (file or s3): the generation objects and manifests of every save, failed ones included. A save writes what changed since the last checkpoint; kdedup_checkpoint_size_bytes is what a restore reads.", "store")
 	if opts.CheckpointStore != "" {
@@ -357,7 +389,7 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Output records read back to re-warm the filter after a restore.")
 	return []prometheus.Collector{
-		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
+		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, failureVec, m.units, m.checkpointWritten,
 		restores, m.restoreDuration, m.rewarmed,
 	}
 }
@@ -427,7 +459,7 @@ func (m *Metrics) newPartition(p int32) *partition {
 		consumed:    m.consumed.WithLabelValues(l),
 		produced:    m.produced.WithLabelValues(l),
 		duplicates:  m.duplicates.WithLabelValues(l, m.mode),
-		unkeyed:     m.unkeyed.WithLabelValues(l),
+		unkeyed:     m.unkeyed.WithLabelValues(l, m.unkeyedPolicy),
 		aborted:     m.aborted.WithLabelValues(l),
 		fetchErrors: m.inputs.fetchErrors.WithLabelValues(l),
 	}
@@ -568,6 +600,7 @@ func (m *Metrics) Rebalance() {
 		pp.heldSince.Store(0)
 		pp.progress.Store(nil)
 	})
+	m.units.rebalance()
 }
 
 // Assigned sets the number of input partitions assigned to this worker. It is
@@ -584,18 +617,27 @@ func (m *Metrics) SetReady(ready bool) {
 	}
 }
 
-// CheckpointSaved records a successful checkpoint that took duration and
-// holds sizeBytes bytes (a skipped checkpoint, current because nothing changed,
-// counts too), and sets the last-success timestamp to now. It is safe for
-// concurrent use.
-func (m *Metrics) CheckpointSaved(duration time.Duration, sizeBytes int64) {
+// CheckpointSaved records a successful checkpoint of the unit of partition (-1: the global
+// unit) that took duration and holds sizeBytes bytes (a skipped checkpoint, current because
+// nothing changed, counts too), and sets the worker's and the unit's last-success timestamps to
+// now. It is safe for concurrent use.
+func (m *Metrics) CheckpointSaved(partition int32, duration time.Duration, sizeBytes int64) {
 	m.checkpointDuration.Observe(max(duration, 0).Seconds())
 	m.checkpointSize.Set(float64(sizeBytes))
 	m.checkpointLastSuccess.Set(unixSeconds(m.now()))
+	m.units.saved(partition)
 }
 
-// CheckpointFailed counts one failed checkpoint. It is safe for concurrent use.
-func (m *Metrics) CheckpointFailed() { m.checkpointFailures.Inc() }
+// CheckpointFailed counts one failed checkpoint of the unit of partition, by reason (one of
+// Options.CheckpointFailureReasons; anything else is counted as "other"). It is safe for
+// concurrent use.
+func (m *Metrics) CheckpointFailed(_ int32, reason string) {
+	c, ok := m.checkpointFailures[reason]
+	if !ok {
+		c = m.checkpointFailures[resetOther]
+	}
+	c.Inc()
+}
 
 // CheckpointWritten counts bytes sent to a checkpoint store of the given kind ("file", "s3"); an
 // empty kind is counted as "unknown". It is safe for concurrent use.
@@ -608,16 +650,19 @@ func (m *Metrics) CheckpointWritten(store string, bytes int64) {
 	}
 }
 
-// Restored records a state restore with the given outcome that took
-// duration. An outcome that is not one of checkpoint.Outcomes is counted
-// under the label value "unknown". It is safe for concurrent use.
-func (m *Metrics) Restored(outcome checkpoint.Outcome, duration time.Duration) {
+// Restored records a state restore of the unit of partition (-1: the global unit) with the given
+// outcome that took duration, and seeds the unit's last checkpoint success with savedAt, when the
+// restored snapshot was written (zero: none, the clock starts now unless a later success is
+// known). An outcome that is not one of checkpoint.Outcomes is counted under the label value
+// "unknown". It is safe for concurrent use.
+func (m *Metrics) Restored(partition int32, outcome checkpoint.Outcome, duration time.Duration, savedAt time.Time) {
 	c, ok := m.restores[outcome]
 	if !ok {
 		c = m.restoreUnknown
 	}
 	c.Inc()
 	m.restoreDuration.Observe(max(duration, 0).Seconds())
+	m.units.restored(partition, savedAt)
 }
 
 // Rewarmed counts n output records read back to re-warm the filter after a restore.

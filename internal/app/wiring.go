@@ -243,14 +243,17 @@ func (o observer) Progress(p int32, pr consumer.Progress) {
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 	return metrics.New(reg, metrics.Options{
-		SkipReasons:             kafkaio.SkipReasons(),
-		Mode:                    cfg.Dedup.Mode,
-		Version:                 Version,
-		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
-		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
-		CheckpointStore:         checkpointKind(cfg.Checkpoint),
-		ProducerResetReasons:    consumer.ResetReasons(),
-		RefusalReasons:          consumer.RefusalReasons(),
+		SkipReasons:              kafkaio.SkipReasons(),
+		CheckpointFailureReasons: dedup.CheckpointFailureReasons(),
+		UnkeyedPolicy:            cfg.Dedup.Unkeyed,
+		LatePolicy:               cfg.Dedup.LateRecords,
+		Mode:                     cfg.Dedup.Mode,
+		Version:                  Version,
+		TargetFalsePositiveRate:  cfg.Dedup.FalsePositiveRate,
+		Checkpointing:            cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
+		CheckpointStore:          checkpointKind(cfg.Checkpoint),
+		ProducerResetReasons:     consumer.ResetReasons(),
+		RefusalReasons:           consumer.RefusalReasons(),
 	})
 }
 
@@ -286,6 +289,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 	output := func() *consumer.OutputReader {
 		if out == nil {
 			out = consumer.NewOutputReader(ccfg, kf, log)
+			out.OnSkipped(m.RewarmSkipped)
 			closeOutput = out.Close
 			dcfg.Output = out
 		}
@@ -329,6 +333,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 				Stages:        s.Stages,
 				Growths:       s.Growths,
 				Refreshes:     s.Refreshes,
+				Forgotten:     s.Forgotten,
 				AtCap:         s.AtCap,
 				Generations:   gens,
 				EventTime:     s.EventTime,
@@ -337,6 +342,9 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 			}
 		}
 		return out
+	})
+	m.RegisterSetCounts(func() metrics.SetCounts {
+		return metrics.SetCounts{Unassigned: set.Unassigned(), FutureCapped: set.Capped()}
 	})
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	go watchCap(watchCtx, set.Stats, cfg.Dedup.OverloadPolicy, log)

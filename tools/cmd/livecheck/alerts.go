@@ -31,6 +31,7 @@ var mustFire = []requiredAlert{
 	{"KdedupFilterAtMemoryCapLosing", overfill},
 	{"KdedupCheckpointStale", brokenStore},
 	{"KdedupCheckpointFailing", brokenStore},
+	{"KdedupCheckpointPartitionStale", brokenStore},
 	{"KdedupProducerReset", faults},
 	{"KdedupProduceRetriesUncertain", faults},
 }

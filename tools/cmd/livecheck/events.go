@@ -94,6 +94,7 @@ var events = []event{
 	{"Checkpoint age", "A", "healthy", nil, bound{op: "<", v: 9}, "a checkpoint every second (the live KdedupCheckpointStale threshold is 9s)"},
 	{"Checkpoint age", "A", "handover", nil, bound{op: "<", v: 9}, "a checkpoint every second, also around the rebalances"},
 	{"Checkpoint age", "A", "degraded", nil, bound{op: ">", v: 9}, "the store is unwritable"},
+	{"Checkpoint age", "B", "degraded", nil, bound{op: ">", v: 9}, "no partition can save: each one's age grows from its last success"},
 	{"Estimated false-positive rate vs target", "A", "healthy", nil, bound{op: "<", v: 2 * targetFPR}, "the filter is within capacity"},
 	{"Estimated false-positive rate vs target", "A", "degraded", nil, bound{op: ">", v: 2 * targetFPR}, "the filter is overfilled"},
 	{"Filter growth past capacity", "A", "healthy", nil, none, "the filters are within capacity"},
