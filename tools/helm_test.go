@@ -624,3 +624,42 @@ func TestChartKafkaSecurity(t *testing.T) {
 		t.Errorf("MSK IAM: %v", r.configMap.Data)
 	}
 }
+
+// TestChartSLOObjectives proves that prometheusRule.slo sets the objectives of the two SLOs in
+// the PrometheusRule, keeping the shape of the rule in alerts.yml, and that the defaults are
+// alerts.yml's own.
+func TestChartSLOObjectives(t *testing.T) {
+	tests := []struct {
+		name, values string
+		lost, leaked string
+	}{
+		{"defaults", "", "0.9999", "0.999"},
+		{"set", "prometheusRule: {slo: {eventsDelivered: 0.99999, duplicatesStopped: 0.9995}}", "0.99999", "0.9995"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := renderChart(tt.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, g := range r.prometheusRule.Spec.Groups {
+				for _, rule := range g.Rules {
+					if strings.HasPrefix(rule.Record, "kdedup:slo_") {
+						got[rule.Record] = rule.Expr.String()
+					}
+				}
+			}
+			want := map[string]string{
+				"kdedup:slo_events_lost:objective":       tt.lost + " * group by (job) (kdedup_build_info)",
+				"kdedup:slo_duplicates_leaked:objective": tt.leaked + " * group by (job) (kdedup_build_info)",
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("objectives %v, want %v", got, want)
+			}
+		})
+	}
+	if _, err := renderChart("prometheusRule: {slo: {eventsDelivered: 1}}"); err == nil {
+		t.Error("an objective of 1 (no error budget) was accepted")
+	}
+}
