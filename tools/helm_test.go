@@ -645,7 +645,7 @@ func TestChartSLOObjectives(t *testing.T) {
 			got := map[string]string{}
 			for _, g := range r.prometheusRule.Spec.Groups {
 				for _, rule := range g.Rules {
-					if strings.HasPrefix(rule.Record, "kdedup:slo_") {
+					if strings.HasPrefix(rule.Record, "kdedup:slo_") && strings.HasSuffix(rule.Record, ":objective") {
 						got[rule.Record] = rule.Expr.String()
 					}
 				}
