@@ -172,6 +172,10 @@ func (c Config) releaseBudget() time.Duration {
 	return c.RebalanceTimeout - c.HeartbeatInterval - margin
 }
 
+// ReleaseBudget returns how long a partition may take to be released at the end of a generation
+// (see RebalanceTimeout), with c's defaults applied.
+func (c Config) ReleaseBudget() time.Duration { return c.withDefaults().releaseBudget() }
+
 // retry returns the retry policy of c's Kafka requests and Deduper calls: kafkaio.Backoff capped at
 // RetryBackoffMax.
 func (c Config) retry() kafkaio.Backoff {

@@ -119,6 +119,11 @@ type Options struct {
 	// their series exist from the start, at 0. Any other reason is counted as "other".
 	CheckpointFailureReasons []string
 
+	// ReleaseBudget is how long the worker allows the release of a revoked partition
+	// (consumer.Config.ReleaseBudget), exported as kdedup_partition_release_budget_seconds for
+	// the alert on release times near it. Zero omits the gauge's value (0).
+	ReleaseBudget time.Duration
+
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -238,6 +243,7 @@ type Metrics struct {
 	rebuildDuration prometheus.Histogram
 	rebuildFailures prometheus.Counter
 	releaseDuration prometheus.Histogram
+	releaseBudget   prometheus.Gauge
 
 	dyn *dynamicCollector
 
@@ -281,12 +287,13 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	cs := m.newRecordMetrics(opts)
 	cs = append(cs, m.newCheckpointMetrics(opts, durationBuckets)...)
 	m.newRebalanceMetrics(durationBuckets)
+	m.releaseBudget.Set(opts.ReleaseBudget.Seconds())
 	cs = append(cs, m.inputs.init(opts)...)
 	cs = append(cs, m.losses.init()...)
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate, opts.LatePolicy)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 	cs = append(cs,
-		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
+		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration, m.releaseBudget,
 		m.dyn)
 	for _, c := range cs {
 		reg.MustRegister(c)
@@ -688,6 +695,8 @@ func (m *Metrics) newRebalanceMetrics(buckets []float64) {
 	m.releaseDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "partition_release_duration_seconds",
 		Help:    "Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
 		Buckets: buckets})
+	m.releaseBudget = gauge("partition_release_budget_seconds",
+		"How long the worker allows the release of a revoked partition: KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin. A release that takes longer is cut short (its final snapshot may be missing).")
 }
 
 // RebuildStarted counts one unit that started rebuilding from the output topic (the

@@ -242,7 +242,12 @@ func (o observer) Progress(p int32, pr consumer.Progress) {
 
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
+	var budget time.Duration
+	if ccfg, err := cfg.consumerConfig(); err == nil {
+		budget = ccfg.ReleaseBudget()
+	}
 	return metrics.New(reg, metrics.Options{
+		ReleaseBudget:            budget,
 		SkipReasons:              kafkaio.SkipReasons(),
 		CheckpointFailureReasons: dedup.CheckpointFailureReasons(),
 		UnkeyedPolicy:            cfg.Dedup.Unkeyed,
