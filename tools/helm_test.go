@@ -456,6 +456,11 @@ func checkSelectors(t *testing.T, r *rendered) {
 				t.Errorf("ServiceMonitor selector %s=%s does not match Service %s", k, v, svc.Name)
 			}
 		}
+		for _, other := range r.services {
+			if other != svc && labelsMatch(sm.Spec.Selector.MatchLabels, other.Labels) {
+				t.Errorf("ServiceMonitor also selects Service %s: every pod would be scraped under two jobs", other.Name)
+			}
+		}
 		for _, ep := range sm.Spec.Endpoints {
 			found := false
 			for _, p := range svc.Spec.Ports {
@@ -661,5 +666,46 @@ func TestChartSLOObjectives(t *testing.T) {
 	}
 	if _, err := renderChart("prometheusRule: {slo: {eventsDelivered: 1}}"); err == nil {
 		t.Error("an objective of 1 (no error budget) was accepted")
+	}
+}
+
+// labelsMatch reports whether labels hold every pair of sel.
+func labelsMatch(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestChartGoMemLimit proves that GOMEMLIMIT is goMemLimitPercent of the container's memory limit,
+// computed or given in any unit, and absent at 0.
+func TestChartGoMemLimit(t *testing.T) {
+	tests := []struct{ name, values, want string }{
+		{"sizing formula", "", fmt.Sprint(int64(387973120) * 90 / 100)}, // 370Mi
+		{"explicit limit", `resources: {requests: {memory: 2Gi}, limits: {memory: 2Gi}}`, fmt.Sprint(int64(2<<30) * 90 / 100)},
+		{"decimal unit, other percent", `{goMemLimitPercent: 80, resources: {requests: {memory: 1G}, limits: {memory: 1G}}}`, "800000000"},
+		{"off", `goMemLimitPercent: 0`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := renderChart(tt.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, e := range r.container(t).Env {
+				if e.Name == "GOMEMLIMIT" {
+					got = e.Value
+				}
+			}
+			if got != tt.want {
+				t.Errorf("GOMEMLIMIT = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if _, err := renderChart(`resources: {requests: {memory: 2Xi}, limits: {memory: 2Xi}}`); err == nil {
+		t.Error("a memory limit with an unknown unit was accepted")
 	}
 }

@@ -36,6 +36,8 @@ type Config struct {
 	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":8080" desc:"Listen address of the HTTP server: /healthz, /readyz and /metrics."`
 	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" desc:"Minimum log level: debug, info, warn or error. Logs are JSON lines on stderr; nothing is logged per record at info."`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM/SIGINT: time allowed to stop fetching, produce what is in flight, commit, save state and leave the group before exiting."`
+	// GoMemLimit is read by the Go runtime itself; it is here to be documented and logged.
+	GoMemLimit string `env:"GOMEMLIMIT" desc:"Soft limit of the Go heap as a whole, read by the Go runtime (bytes, or with a unit such as 1800MiB): the garbage collector works harder as the heap nears it. Empty: none. Set it below the container's memory limit (the chart sets 90% of it) and above the filters' memory (DEDUP_MAX_MEMORY per filter): the filters are heap memory."`
 }
 
 // KafkaConfig is the KAFKA_* section.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -69,7 +70,8 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 	log.Info("kdedup started", "version", Version, "http", ln.Addr().String(),
 		"input", cfg.Kafka.InputTopic, "output", cfg.Kafka.OutputTopic, "group", cfg.Kafka.GroupID,
 		"key", cfg.Dedup.Key, "scope", cfg.Dedup.Scope, "mode", cfg.Dedup.Mode,
-		"window", (time.Duration(cfg.Dedup.WindowCount) * cfg.Dedup.WindowInterval).String())
+		"window", (time.Duration(cfg.Dedup.WindowCount) * cfg.Dedup.WindowInterval).String(),
+		"gomemlimit", debug.SetMemoryLimit(-1))
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
