@@ -135,6 +135,12 @@ type Config struct {
 	// worker waits kafkaio.FetchSlack (5s) more for the broker's answer before it gives up on the
 	// fetch and its connection, so a broker must answer a fetch within FetchMaxWait plus that.
 	FetchMaxWait time.Duration
+	// FetchFailingMax is how long a partition's fetches may keep failing before the worker
+	// reports not ready (Worker.Ready). Default 1m.
+	FetchFailingMax time.Duration
+	// ProgressInterval is how often a partition whose records are not being taken (blocked at a
+	// refused record, or its writes hang) looks its offsets up for Observer.Progress. Default 5s.
+	ProgressInterval time.Duration
 	// FetchMaxBytes is the maximum size of one fetch response. Each partition holds up to three
 	// responses at once (the one being processed, the next one, one more while a batch spans
 	// two). Default 16 MiB.
@@ -212,6 +218,10 @@ func (c Config) releaseBudget() time.Duration {
 	return c.RebalanceTimeout - c.HeartbeatInterval - margin
 }
 
+// ReleaseBudget returns how long a partition may take to be released at the end of a generation
+// (see RebalanceTimeout), with c's defaults applied.
+func (c Config) ReleaseBudget() time.Duration { return c.withDefaults().releaseBudget() }
+
 // retry returns the retry policy of c's Kafka requests and Deduper calls: kafkaio.Backoff capped at
 // RetryBackoffMax.
 func (c Config) retry() kafkaio.Backoff {
@@ -239,6 +249,8 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.BatchTimeout, 5*time.Millisecond)
 	def(&c.FetchMaxWait, 500*time.Millisecond)
+	def(&c.FetchFailingMax, time.Minute)
+	def(&c.ProgressInterval, 5*time.Second)
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 16 << 20
 	}
@@ -362,6 +374,8 @@ func (c Config) Validate() error {
 	atLeast("DecodeMaxBytes", c.DecodeMaxBytes, 1024)
 	positive("BatchTimeout", c.BatchTimeout)
 	positive("FetchMaxWait", c.FetchMaxWait)
+	positive("FetchFailingMax", c.FetchFailingMax)
+	positive("ProgressInterval", c.ProgressInterval)
 	positive("ShutdownTimeout", c.ShutdownTimeout)
 	positive("ProduceTimeout", c.ProduceTimeout)
 	positive("RetryBackoffMax", c.RetryBackoffMax)

@@ -121,8 +121,8 @@ type SourceTally interface {
 }
 
 // Observer receives the Worker's measurements; metrics.Metrics implements it. Every method must be
-// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Aborted, Lag and
-// Latency are called on the record path, TransactionHeld after every fetch. It includes the produce
+// safe for concurrent use and cheap: Consumed, Produced, Duplicates, Unkeyed, Aborted and Latency
+// are called on the record path, TransactionHeld and Progress after every fetch. It includes the produce
 // path's kafkaio.ProduceObserver (ProduceError, ProducerReset, UncertainRetry).
 type Observer interface {
 	// Consumed counts n records read from the input partition.
@@ -175,9 +175,18 @@ type Observer interface {
 	// Latency observes one produced record: time since its Kafka timestamp and since its batch
 	// was consumed, both measured when the output write was acknowledged.
 	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
-	// Lag reports the number of records behind the end of the partition: its last stable offset
-	// under kafkaio.ReadCommitted, its high watermark under kafkaio.ReadUncommitted.
-	Lag(partition int32, lag int64)
+	// Progress reports the input partition's progress (see Progress): after every fetch and every
+	// handled batch, and every Config.ProgressInterval while the partition's records are not taken
+	// (blocked at a refused record, or its writes hang). It is called on the partition's fetch
+	// goroutine or on its processing goroutine.
+	Progress(partition int32, p Progress)
+	// FetchError counts one failed fetch (or offset lookup) of the input partition; the worker
+	// retries by itself. It is called on the partition's fetch goroutine.
+	FetchError(partition int32)
+	// InputSkipped counts n records of the input partition that were never read, for reason (one
+	// of kafkaio.SkipReasons): retention deleted them first, or a reset to the end of a
+	// recreated topic passed them. They are neither deduplicated nor produced: lost.
+	InputSkipped(partition int32, reason string, n int64)
 	// TransactionHeld reports, after every fetch of the partition, for how long reading it has
 	// been held at its last stable offset by a transaction left open (0: it is not). It is called
 	// on the partition's fetch goroutine.
@@ -251,8 +260,14 @@ func (NopObserver) PartitionBlocked(int32, string, bool) {}
 // Latency does nothing.
 func (NopObserver) Latency(time.Duration, time.Duration) {}
 
-// Lag does nothing.
-func (NopObserver) Lag(int32, int64) {}
+// Progress does nothing.
+func (NopObserver) Progress(int32, Progress) {}
+
+// FetchError does nothing.
+func (NopObserver) FetchError(int32) {}
+
+// InputSkipped does nothing.
+func (NopObserver) InputSkipped(int32, string, int64) {}
 
 // Rebalance does nothing.
 func (NopObserver) Rebalance() {}

@@ -213,6 +213,8 @@ type countingObserver struct {
 	identityHeld                            atomic.Bool  // the last IdentityHeld
 	diverted                                sync.Map     // reason → *atomic.Int64
 	auditErrors                             atomic.Int64
+	progress                                sync.Map // partition → the last consumer.Progress
+	fetchErrors, skipped                    atomic.Int64
 }
 
 func (o *countingObserver) Consumed(_ int32, n int)          { o.consumed.Add(int64(n)) }
@@ -231,8 +233,12 @@ func (o *countingObserver) UncertainRetry()            {}
 func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
 func (o *countingObserver) AssignRetry()               {}
 func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
-func (o *countingObserver) Lag(int32, int64)           {}
-func (o *countingObserver) Aborted(_ int32, n int)     { o.aborted.Add(int64(n)) }
+func (o *countingObserver) Progress(p int32, pr consumer.Progress) {
+	o.progress.Store(p, pr)
+}
+func (o *countingObserver) FetchError(int32)                        { o.fetchErrors.Add(1) }
+func (o *countingObserver) InputSkipped(_ int32, _ string, n int64) { o.skipped.Add(n) }
+func (o *countingObserver) Aborted(_ int32, n int)                  { o.aborted.Add(int64(n)) }
 func (o *countingObserver) TransactionHeld(_ int32, d time.Duration) {
 	o.held.Store(int64(d))
 }

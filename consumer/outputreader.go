@@ -33,6 +33,20 @@ type OutputReader struct {
 	// emptyFetches is how many fetches in a row may return nothing below the end offset before
 	// the rest of the range is given up as unreadable.
 	emptyFetches int
+	// skipped hears the records retention deleted before they were read back; nil: nobody.
+	skipped func(n int64)
+}
+
+// OnSkipped makes r report to fn the output records that retention deleted before a re-warm or
+// rebuild read them back (their identities are not in the filter, so their duplicates pass). It
+// must be called before r is used; fn must be safe for concurrent use.
+func (r *OutputReader) OnSkipped(fn func(n int64)) { r.skipped = fn }
+
+// skip reports n records deleted by retention before they were read back.
+func (r *OutputReader) skip(n int64) {
+	if r.skipped != nil && n > 0 {
+		r.skipped(n)
+	}
 }
 
 // NewOutputReader returns an OutputReader for cfg's output topic that extracts identities with
@@ -184,6 +198,7 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 		case start < o.FirstOffset:
 			r.log.Warn("output records were deleted by retention before they could be re-read; their identities are not re-warmed and their duplicates may pass",
 				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "earliest", o.FirstOffset, "skipped", o.FirstOffset-start)
+			r.skip(min(o.FirstOffset, end) - start)
 			start = o.FirstOffset
 		}
 		if err := rs.partition(ctx, int(q), start, end); err != nil {
@@ -303,7 +318,7 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
 		if attempt > 0 {
 			var err error
-			if start, err = s.resume(ctx, q, start); err != nil {
+			if start, err = s.resume(ctx, q, start, end); err != nil {
 				return err
 			}
 		}
@@ -332,6 +347,7 @@ func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) err
 		OnSkip: func(from, to int64) {
 			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
 				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
+			r.skip(min(to, end) - from)
 			*at = to
 		},
 		OnRefused: func(ref *kafkaio.RefusedInput) {
@@ -350,9 +366,9 @@ func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) err
 	})
 }
 
-// resume returns the offset a stalled read of output partition q goes on from: at, or the
-// partition's log start if retention deleted the records from at on.
-func (s *rewarmState) resume(ctx context.Context, q int, at int64) (int64, error) {
+// resume returns the offset a stalled read of output partition q (up to end) goes on from: at,
+// or the partition's log start if retention deleted the records from at on.
+func (s *rewarmState) resume(ctx context.Context, q int, at, end int64) (int64, error) {
 	r := s.r
 	offs, err := r.offsets(ctx, []int{q})
 	if err != nil {
@@ -365,6 +381,7 @@ func (s *rewarmState) resume(ctx context.Context, q int, at int64) (int64, error
 	if o.FirstOffset > at {
 		r.log.Warn("output records were deleted by retention before they could be re-read; their identities are not re-warmed and their duplicates may pass",
 			"topic", r.cfg.OutputTopic, "partition", q, "from", at, "earliest", o.FirstOffset, "skipped", o.FirstOffset-at)
+		r.skip(min(o.FirstOffset, end) - at)
 		return o.FirstOffset, nil
 	}
 	return at, nil

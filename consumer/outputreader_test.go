@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,6 +283,8 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	logs := &captureHandler{}
 	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), slog.New(logs))
 	defer r.Close()
+	var skipped atomic.Int64
+	r.OnSkipped(func(n int64) { skipped.Add(n) })
 	var got []string
 	n, err := r.Rewarm(ctx, map[int32]int64{0: 20}, func(id []byte, ts time.Time) {
 		if !ts.Equal(recent.Truncate(time.Millisecond)) {
@@ -297,6 +300,9 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	}
 	if logs.count("deleted by retention") != 1 {
 		t.Errorf("%d retention warnings, want 1", logs.count("deleted by retention"))
+	}
+	if skipped.Load() != 80 {
+		t.Errorf("%d records reported skipped, want the 80 from 20 to 100", skipped.Load())
 	}
 }
 

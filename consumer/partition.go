@@ -34,6 +34,7 @@ type partitionState struct {
 	src SourceTally // nil unless Config.SourceKey is set
 
 	audit auditArena // the batch's audit headers (audit.go)
+	prog  *progress  // the partition's progress, for Observer.Progress and readiness
 
 	next int64 // next offset to commit; -1 until a batch was handled
 
@@ -115,13 +116,12 @@ func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, offset int6
 // stopped at a block, with its state discarded), restart that an aborted transaction calls for
 // discarding the state and starting over.
 func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink, tc topicCounts, p int32, offset int64) (st *partitionState, drained, restart bool) {
-	r := kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
-		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
-		Backoff: w.cfg.retry(), Log: w.sample, Limits: kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),
-		OnHeld: func(d time.Duration) { w.obs.TransactionHeld(p, d) },
-	})
+	prog := newProgress(p, offset, w.obs)
+	defer w.progress.add(prog)()
+	defer w.updateReady()
+	r := w.newReader(p, offset, prog)
 	st = w.newPartitionState(p, tc, tx)
+	st.prog = prog
 	var sink offsetSink = c
 	if tx != nil {
 		sink = tx
@@ -160,6 +160,31 @@ func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partit
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 	return st
+}
+
+// newReader returns the reader of input partition p from offset on, which reports its offsets,
+// failures and skipped records to prog and the Observer.
+func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.PartitionReader {
+	return kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
+		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
+		Backoff: w.cfg.retry(), Log: w.sample, IdlePoll: w.cfg.ProgressInterval,
+		Limits:    kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),
+		OnHeld:    func(d time.Duration) { w.obs.TransactionHeld(p, d) },
+		OnOffsets: func(o kafkaio.Offsets) { w.fetched(prog, o) },
+		OnError:   func(error) { prog.failed(); w.updateReady() },
+		OnSkipped: func(reason string, n int64) { w.obs.InputSkipped(p, reason, n) },
+	})
+}
+
+// fetched reports the offsets o of prog's partition, and readiness when its fetches had been
+// failing.
+func (w *Worker) fetched(prog *progress, o kafkaio.Offsets) {
+	wasFailing := prog.failingSince.Load() != 0
+	prog.offsets(o)
+	if wasFailing {
+		w.updateReady()
+	}
 }
 
 // consume handles the batches of r until gctx ends (drained: every record passed to Seen was
@@ -292,6 +317,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	p := st.p
 	st.in = b.Records
 	w.obs.Consumed(p, len(st.in))
+	if len(st.in) > 0 {
+		st.prog.batch(st.in[0].Time)
+	}
 	if b.Aborted > 0 {
 		w.obs.Aborted(p, b.Aborted)
 	}
@@ -374,7 +402,8 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		}
 	}
 	st.next = b.Next
-	w.obs.Lag(p, max(0, b.End-st.next))
+	st.prog.handled(st.next)
+	st.prog.offsets(kafkaio.Offsets{From: -1, End: b.End, LogStart: -1})
 	if st.tx == nil { // with transactions, after the commit
 		w.dedup.Acked(p, st.next)
 	}

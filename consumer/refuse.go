@@ -346,6 +346,7 @@ func (w *Worker) block(pctx context.Context, c offsetSink, st *partitionState, b
 	b.Since = time.Now()
 	st.blocked = b
 	st.next = b.Offset
+	st.prog.handled(b.Offset)
 	c.mark(int(st.p), b.Offset)
 	if st.tx != nil { // everything before the refused record is written: make it visible
 		if err := st.tx.commit(pctx); err != nil {

@@ -62,6 +62,7 @@ type Worker struct {
 
 	txnMu    sync.Mutex
 	txnProds map[int32]*kafkaio.Producer // the partitions' transactional producers (DeliveryExactlyOnce)
+	progress progressSet                 // the assigned partitions' progress, for readiness
 
 	limits map[string]int // max.message.bytes last read per topic; used by Run's goroutines in turn
 }
@@ -100,13 +101,15 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
-// partition of that generation has been assigned (Deduper.Assign returned), and no output write
-// is currently failing, and no partition has been held for longer than Config.IdentityHold at a
+// partition of that generation has been assigned (Deduper.Assign returned), no output write is
+// currently failing, no partition's fetches have been failing for longer than
+// Config.FetchFailingMax, and no partition has been held for longer than Config.IdentityHold at a
 // record whose identity cannot be extracted. A member that got no partitions (more workers than
-// partitions) is ready.
+// partitions) is ready. A partition blocked at a refused record does not make the worker not
+// ready.
 func (w *Worker) Ready() bool {
 	return w.inGeneration.Load() && w.pendingAssign.Load() == 0 && !w.prod.Failing() && !w.txnFailing() &&
-		w.identityHeld.Load() == 0
+		w.identityHeld.Load() == 0 && !w.progress.failing(w.cfg.FetchFailingMax)
 }
 
 // txnFailing reports whether a partition's transactional producer is retrying a request.

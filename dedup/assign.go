@@ -48,7 +48,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 		}
 	}
 	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
-		s.cfg.Observer.Restored(r.Outcome, time.Since(start))
+		s.cfg.Observer.Restored(partition, r.Outcome, time.Since(start), r.SavedAt)
 	}
 	if cold && s.cfg.Persister != nil {
 		// The baseline: a filter that covers the output up to now. Failing to write it only

@@ -141,7 +141,7 @@ func (p *CheckpointPersister) Restore(ctx context.Context, unit string, cfg wind
 			"unit", unit, "file", res.Snapshot.Name)
 	}
 	return r.f, Restored{Outcome: res.Outcome, OutputOffsets: out, Snapshot: refOf(res.Snapshot), Epoch: res.Epoch,
-		Created: res.Header.Created}, nil
+		Created: res.Header.Created, SavedAt: res.Snapshot.ModTime}, nil
 }
 
 // restoreOne restores the filter of one snapshot: from the generation objects a manifest

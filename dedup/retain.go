@@ -178,7 +178,7 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 		}
 	}
 	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
-		s.cfg.Observer.Restored(checkpoint.OutcomeRetained, time.Since(start))
+		s.cfg.Observer.Restored(partition, checkpoint.OutcomeRetained, time.Since(start), time.Time{})
 	}
 	s.cfg.Logger.Info("state restored", "unit", unit, "outcome", checkpoint.OutcomeRetained, "snapshot", lin.snap.Name,
 		"rewarmed_records", n, "duration", time.Since(start).String())

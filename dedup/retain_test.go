@@ -104,10 +104,10 @@ type rebuildReport struct {
 	failed  bool
 }
 
-func (o *recordingObserver) CheckpointSaved(time.Duration, int64) {}
-func (o *recordingObserver) CheckpointFailed()                    {}
-func (o *recordingObserver) CheckpointWritten(string, int64)      {}
-func (o *recordingObserver) Restored(outcome checkpoint.Outcome, _ time.Duration) {
+func (o *recordingObserver) CheckpointSaved(int32, time.Duration, int64) {}
+func (o *recordingObserver) CheckpointFailed(int32, string)              {}
+func (o *recordingObserver) CheckpointWritten(string, int64)             {}
+func (o *recordingObserver) Restored(_ int32, outcome checkpoint.Outcome, _ time.Duration, _ time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.restores == nil {

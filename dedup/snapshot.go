@@ -32,6 +32,9 @@ type Restored struct {
 	Epoch uint64
 	// Created is when the snapshot restored was taken, by its saver's clock (zero: unknown).
 	Created time.Time
+	// SavedAt is when the snapshot restored was written, by the store's clock (zero for
+	// OutcomeCold, or when the store does not say).
+	SavedAt time.Time
 }
 
 // SnapshotRef identifies one saved snapshot of a unit: the name its store gave it (unique within
@@ -99,21 +102,23 @@ type Persister interface {
 // it from Assign, Revoke, Close and its checkpoint loop at once, so methods must be safe for
 // concurrent use; they should return quickly, as they run on those paths.
 type CheckpointObserver interface {
-	// CheckpointSaved reports a snapshot that became visible: how long saving it took, from
-	// reading the output end offsets to the store's commit (including the wait for the seal), and
-	// its size in bytes.
-	CheckpointSaved(duration time.Duration, sizeBytes int64)
-	// CheckpointFailed reports a snapshot that was not saved: the output end offsets could not be
-	// read, the seal timed out or the Persister failed. The previous snapshots stay usable.
-	CheckpointFailed()
+	// CheckpointSaved reports a snapshot of the unit of partition (-1: the global unit) that became
+	// visible, or that is current because nothing changed since the last one: how long saving it
+	// took, from reading the output end offsets to the store's commit (including the wait for the
+	// seal), and its size in bytes.
+	CheckpointSaved(partition int32, duration time.Duration, sizeBytes int64)
+	// CheckpointFailed reports a snapshot of the unit of partition (-1: the global unit) that was
+	// not saved, for reason (one of CheckpointFailureReasons). The previous snapshots stay usable.
+	CheckpointFailed(partition int32, reason string)
 	// CheckpointWritten reports bytes sent to the checkpoint store, of kind store ("file",
 	// "s3"), by one save, whether it succeeded or not.
 	CheckpointWritten(store string, bytes int64)
-	// Restored reports how the state of a unit was prepared (the snapshot restored, the filter
-	// kept in memory, or none: a cold start, rebuilt or empty) and how long restoring, rebuilding
-	// and re-warming took. Only a Set with a Persister or a rebuild calls it: once per Assign under
-	// ScopePartition, once in NewSet under ScopeGlobal.
-	Restored(outcome checkpoint.Outcome, duration time.Duration)
+	// Restored reports how the state of the unit of partition (-1: the global unit) was prepared
+	// (the snapshot restored, the filter kept in memory, or none: a cold start, rebuilt or empty),
+	// how long restoring, rebuilding and re-warming took, and when the snapshot restored was
+	// written (zero when none was, or the filter was kept). Only a Set with a Persister or a
+	// rebuild calls it: once per Assign under ScopePartition, once in NewSet under ScopeGlobal.
+	Restored(partition int32, outcome checkpoint.Outcome, duration time.Duration, savedAt time.Time)
 	// Rewarmed reports how many output records were read back into a restored filter.
 	Rewarmed(n int)
 	// ClockSkew reports, for every snapshot restored, how far its creation time lies ahead of the
@@ -187,16 +192,16 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 	progress, quiet := progressOf(parts)
 	if m := markOf(mark); m != nil && s.tracked.Load() && maps.Equal(m.progress, progress) {
 		res.snap, res.stats = m.snap, SaveStats{Store: m.stats.Store, Size: m.stats.Size, Skipped: true}
-		s.saved(time.Since(start), res.stats)
+		s.saved(partition, time.Since(start), res.stats)
 		return res, nil
 	}
 	release, err := s.acquireSave(ctx)
 	if err != nil {
-		s.failed()
+		s.failed(partition, FailureCancelled)
 		return res, fmt.Errorf("dedup: saving %s: waiting for a save slot: %w", unit, err)
 	}
 	defer release()
-	if err := s.mayProceed(ctx, unit, live); err != nil {
+	if err := s.mayProceed(ctx, partition, unit, live); err != nil {
 		return res, err
 	}
 	info := SnapshotInfo{Scope: s.cfg.Scope, Topic: s.cfg.Topic, Partition: partition, InputOffsets: map[int32]int64{},
@@ -204,7 +209,7 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 	if s.cfg.Output != nil {
 		out, err := s.cfg.Output.End(ctx, partition)
 		if err != nil {
-			s.failed()
+			s.failed(partition, FailureOutputOffsets)
 			return res, fmt.Errorf("dedup: saving %s: reading output end offsets: %w", unit, err)
 		}
 		info.OutputOffsets, res.out = out, out
@@ -221,11 +226,11 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 	}
 	res.stats = stats
 	if err != nil {
-		s.failed()
+		s.failed(partition, failureReason(err))
 		return res, fmt.Errorf("dedup: saving %s: %w", unit, err)
 	}
 	res.snap = snap
-	s.saved(time.Since(start), stats)
+	s.saved(partition, time.Since(start), stats)
 	if mark != nil && quiet {
 		mark.Store(&saveMark{progress: progress, snap: snap, stats: stats})
 	}
@@ -241,35 +246,75 @@ var errSaveCancelled = errors.New("dedup: save cancelled: the partition was rele
 // Otherwise nothing may be saved: errSaveCancelled, or the ownership check's error, counted as a
 // failed checkpoint. The global filter is not checked: global scope runs on one replica, and its
 // final save at Close comes after the worker left the group.
-func (s *Set) mayProceed(ctx context.Context, unit string, live func() bool) error {
+func (s *Set) mayProceed(ctx context.Context, partition int32, unit string, live func() bool) error {
 	if live != nil && !live() {
 		return errSaveCancelled
 	}
 	if owns := s.owns.Load(); owns != nil && s.global.Load() == nil {
 		if err := (*owns)(ctx); err != nil {
-			s.failed()
+			s.failed(partition, FailureOwnership)
 			return fmt.Errorf("dedup: saving %s: not saved, the ownership of the partition is not confirmed: %w", unit, err)
 		}
 	}
 	return nil
 }
 
-// saved reports a checkpoint that is current: saved now, or skipped because the last one is.
-func (s *Set) saved(d time.Duration, stats SaveStats) {
+// saved reports a checkpoint of partition's unit that is current: saved now, or skipped because
+// the last one is.
+func (s *Set) saved(partition int32, d time.Duration, stats SaveStats) {
 	if s.cfg.Observer != nil {
-		s.cfg.Observer.CheckpointSaved(d, stats.Size)
+		s.cfg.Observer.CheckpointSaved(partition, d, stats.Size)
 	}
 }
 
-func (s *Set) failed() {
+// failed reports a failed save of partition's unit, for reason.
+func (s *Set) failed(partition int32, reason string) {
 	if s.cfg.Observer != nil {
-		s.cfg.Observer.CheckpointFailed()
+		s.cfg.Observer.CheckpointFailed(partition, reason)
 	}
+}
+
+// Reasons of CheckpointObserver.CheckpointFailed.
+const (
+	// FailureCancelled: the save was called off (shutdown, or the generation ended) before it
+	// could start.
+	FailureCancelled = "cancelled"
+	// FailureOutputOffsets: the output topic's end offsets could not be read.
+	FailureOutputOffsets = "output_offsets"
+	// FailureSeal: records the snapshot holds were not acknowledged by the output topic in time
+	// (or were given up): the snapshot was dropped.
+	FailureSeal = "seal"
+	// FailureStore: the Persister (the checkpoint store) failed.
+	FailureStore = "store"
+	// FailureOwnership: the worker could not confirm that it still owns the partition (its
+	// consumer group generation was lost, or the coordinator could not be asked), so nothing
+	// was saved.
+	FailureOwnership = "ownership"
+)
+
+// CheckpointFailureReasons returns every reason CheckpointObserver.CheckpointFailed is given.
+func CheckpointFailureReasons() []string {
+	return []string{FailureCancelled, FailureOutputOffsets, FailureSeal, FailureStore, FailureOwnership}
+}
+
+// failureReason classifies the error of a Persister's Save.
+func failureReason(err error) string {
+	switch {
+	case errors.Is(err, errSealTimeout), errors.Is(err, errTainted):
+		return FailureSeal
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return FailureCancelled
+	}
+	return FailureStore
 }
 
 // errSealTimeout is returned when records that a snapshot may contain were not acknowledged in
 // time; the snapshot is dropped.
 var errSealTimeout = errors.New("dedup: records in the snapshot were not acknowledged by the output topic in time")
+
+// errTainted is returned by seal when the filter holds identities of records that were not
+// produced; the snapshot is dropped.
+var errTainted = errors.New("dedup: the filter holds identities of records that were not produced")
 
 // seal waits until every partition acknowledged what it had processed when seal was called.
 // Under ScopeGlobal every partition assigned by then feeds the shared filter, so it waits for those
@@ -289,7 +334,7 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 	wait := 100 * time.Microsecond
 	for {
 		if s.tainted() {
-			return errors.New("dedup: the filter holds identities of records that were not produced")
+			return errTainted
 		}
 		pending := false
 		for pt, target := range targets {

@@ -31,10 +31,12 @@ type dynamicCollector struct {
 	streamTime   *prometheus.Desc
 	streamLag    *prometheus.Desc
 	late         *prometheus.Desc
+	forgotten    *prometheus.Desc
 	generationLb []string // "0".."63", to avoid formatting on every scrape
+	progress     progressDescs
 }
 
-func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
+func newDynamicCollector(m *Metrics, targetFPR float64, latePolicy string) *dynamicCollector {
 	name := func(n string) string { return prometheus.BuildFQName(Namespace, "", n) }
 	filter := []string{"filter"}
 	gen := []string{"filter", "generation"}
@@ -74,8 +76,11 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 		streamLag: prometheus.NewDesc(name("filter_stream_lag_seconds"),
 			"Wall clock minus the stream time of an event-time filter: how far behind the data's time the filter is (large during a replay or catch-up, negative for records stamped ahead of the worker's clock).", filter, nil),
 		late: prometheus.NewDesc(name("filter_late_records_total"),
-			"Records of an event-time filter stamped before its oldest live generation, which cannot be judged: passed as new (DEDUP_LATE_RECORDS=pass) or dropped (drop). Counted since the filter was created or restored.", filter, nil),
+			"Records of an event-time filter stamped before its oldest live generation, which cannot be judged, by what DEDUP_LATE_RECORDS did with them (policy): passed as new (pass: beyond the window, as its duplicates are) or dropped (drop: lost events). Counted since the filter was created or restored.", filter, prometheus.Labels{"policy": latePolicy}),
+		forgotten: prometheus.NewDesc(name("filter_forgotten_total"),
+			"New identities a filter at DEDUP_MAX_MEMORY did not remember under DEDUP_OVERLOAD_POLICY=pass: their duplicates within the window pass. Counted since the filter was created or restored.", filter, nil),
 	}
+	d.progress = newProgressDescs()
 	d.generationLb = make([]string, 64)
 	for i := range d.generationLb {
 		d.generationLb[i] = strconv.Itoa(i)
@@ -86,7 +91,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64) *dynamicCollector {
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.resident, d.window, d.rotations,
-		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late} {
+		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late, d.forgotten,
+		d.progress.lagSeconds, d.progress.lead, d.progress.lastProgress} {
 		ch <- desc
 	}
 }
@@ -103,6 +109,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(d.held, prometheus.GaugeValue, held, pp.label)
 		}
+		d.progress.collect(ch, pp)
 	})
 
 	stats := d.m.filterStats()
@@ -122,6 +129,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.stages, prometheus.GaugeValue, float64(s.Stages), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.growths, prometheus.CounterValue, float64(s.Growths), s.Filter)
 		ch <- prometheus.MustNewConstMetric(d.refreshes, prometheus.CounterValue, float64(s.Refreshes), s.Filter)
+		ch <- prometheus.MustNewConstMetric(d.forgotten, prometheus.CounterValue, float64(s.Forgotten), s.Filter)
 		atCap := 0.0
 		if s.AtCap {
 			atCap = 1

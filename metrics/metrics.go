@@ -59,6 +59,16 @@ type Options struct {
 	// any other value is used verbatim: the caller validates it.
 	Mode string
 
+	// UnkeyedPolicy is what the worker does with a record without a key (DEDUP_UNKEYED: "pass"
+	// or "drop"), reported in the policy label of kdedup_records_unkeyed_total. Empty means
+	// "unknown".
+	UnkeyedPolicy string
+
+	// LatePolicy is what an event-time filter does with a late record (DEDUP_LATE_RECORDS:
+	// "pass" or "drop"), reported in the policy label of kdedup_filter_late_records_total.
+	// Empty means "unknown".
+	LatePolicy string
+
 	// Version is the build version reported by kdedup_build_info. Empty means
 	// "unknown".
 	Version string
@@ -110,6 +120,21 @@ type Options struct {
 	// reason is counted as "other". Default: none.
 	UnkeyedReasons []string
 
+	// SkipReasons are the values of the reason label of kdedup_input_skipped_records_total
+	// (internal/app passes kafkaio.SkipReasons()): their series exist from the start, at 0. Any
+	// other reason is counted as "other". Default: none.
+	SkipReasons []string
+
+	// CheckpointFailureReasons are the values of the reason label of
+	// kdedup_checkpoint_failures_total (internal/app passes dedup.CheckpointFailureReasons()):
+	// their series exist from the start, at 0. Any other reason is counted as "other".
+	CheckpointFailureReasons []string
+
+	// ReleaseBudget is how long the worker allows the release of a revoked partition
+	// (consumer.Config.ReleaseBudget), exported as kdedup_partition_release_budget_seconds for
+	// the alert on release times near it. Zero omits the gauge's value (0).
+	ReleaseBudget time.Duration
+
 	// Now is the clock used for the checkpoint success timestamp. Nil means
 	// time.Now.
 	Now func() time.Time
@@ -150,6 +175,9 @@ type FilterStat struct {
 	Growths uint64
 	// Refreshes counts the duplicates that re-armed their identity (window.Stats.Refreshes).
 	Refreshes uint64
+	// Forgotten counts the new identities not remembered at the memory cap under the pass
+	// overload policy (window.Stats.Forgotten).
+	Forgotten uint64
 	// AtCap is true when a live generation needed a further stage and the memory cap refused it.
 	AtCap bool
 	// Generations lists the generations, newest first (index 0).
@@ -181,13 +209,18 @@ type partition struct {
 	// heldSince is when reading the partition was last found held back by an open transaction,
 	// in Unix nanoseconds by Metrics.now; 0 when it is not.
 	heldSince atomic.Int64
+	// progress is the partition's last Progress report; nil before the first one (or after a
+	// Rebalance, which forgets it with the lag).
+	progress    atomic.Pointer[Progress]
+	fetchErrors prometheus.Counter
 }
 
 // Metrics records kdedup's metrics. It is safe for concurrent use by multiple
 // goroutines. The zero value is not usable; build one with New.
 type Metrics struct {
-	now  func() time.Time
-	mode string
+	now           func() time.Time
+	mode          string
+	unkeyedPolicy string
 
 	consumed   *prometheus.CounterVec
 	produced   *prometheus.CounterVec
@@ -212,7 +245,8 @@ type Metrics struct {
 	checkpointDuration    prometheus.Histogram
 	checkpointSize        prometheus.Gauge
 	checkpointLastSuccess prometheus.Gauge
-	checkpointFailures    prometheus.Counter
+	checkpointFailures    map[string]prometheus.Counter
+	units                 *unitHealth
 	checkpointWritten     *prometheus.CounterVec
 	restores              map[checkpoint.Outcome]prometheus.Counter
 	rejected              map[string]prometheus.Counter // by reason, "other" included
@@ -227,11 +261,14 @@ type Metrics struct {
 	rebuildDuration prometheus.Histogram
 	rebuildFailures prometheus.Counter
 	releaseDuration prometheus.Histogram
+	releaseBudget   prometheus.Gauge
 
 	dyn *dynamicCollector
 
 	refusals *refusals
 	audit    *audit
+	inputs   inputMetrics
+	losses   lossMetrics
 
 	// parts is a copy-on-write table of partitions indexed by partition
 	// number; a nil entry means not seen yet. Writers hold mu.
@@ -258,17 +295,26 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	if opts.Version == "" {
 		opts.Version = unknown
 	}
-	m := &Metrics{now: opts.Now, mode: opts.Mode, farParts: make(map[int32]*partition)}
+	if opts.UnkeyedPolicy == "" {
+		opts.UnkeyedPolicy = unknown
+	}
+	if opts.LatePolicy == "" {
+		opts.LatePolicy = unknown
+	}
+	m := &Metrics{now: opts.Now, mode: opts.Mode, unkeyedPolicy: opts.UnkeyedPolicy, farParts: make(map[int32]*partition)}
 	durationBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	cs := m.newRecordMetrics(opts)
 	cs = append(cs, m.newCheckpointMetrics(opts, durationBuckets)...)
 	m.newRebalanceMetrics(durationBuckets)
-	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate)
+	m.releaseBudget.Set(opts.ReleaseBudget.Seconds())
+	cs = append(cs, m.inputs.init(opts)...)
+	cs = append(cs, m.losses.init()...)
+	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate, opts.LatePolicy)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 	m.identity = newIdentityMetrics(reg, opts.UnkeyedReasons)
 	m.audit = newAudit(reg, opts.DropReasons)
 	cs = append(cs,
-		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration,
+		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration, m.releaseBudget,
 		m.dyn)
 	for _, c := range cs {
 		reg.MustRegister(c)
@@ -304,7 +350,9 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 	m.duplicates = counterVec("duplicates_total",
 		"Records recognised as duplicates within the window (dropped or marked, see the mode label). Includes the filter's false positives.",
 		"partition", "mode")
-	m.unkeyed = counterVec("records_unkeyed_total", "Records without a deduplication key; they are passed through unfiltered.", "partition")
+	m.unkeyed = counterVec("records_unkeyed_total",
+		"Records without a deduplication key, by what DEDUP_UNKEYED did with them (policy): pass (produced unfiltered, so their duplicates pass) or drop (not produced: lost events).",
+		"partition", "policy")
 	m.aborted = counterVec("records_aborted_total",
 		"Input records of aborted transactions skipped under KAFKA_ISOLATION_LEVEL=read_committed: neither deduplicated nor produced.", "partition")
 	m.produceErrors = counter("produce_errors_total", "Failed attempts to write a batch to the output topic.")
@@ -354,7 +402,9 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	if opts.Checkpointing {
 		m.checkpointLastSuccess.Set(unixSeconds(m.now()))
 	}
-	m.checkpointFailures = counter("checkpoint_failures_total", "Failed attempts to write a checkpoint.")
+	failures, failureVec := failureCounters(opts.CheckpointFailureReasons)
+	m.checkpointFailures = failures
+	m.units = newUnitHealth(m.now)
 	m.checkpointWritten = counterVec("checkpoint_written_bytes_total",
 		"Bytes sent to the checkpoint store, by the kind of store (file or s3): the generation objects and manifests of every save, failed ones included. A save writes what changed since the last checkpoint; kdedup_checkpoint_size_bytes is what a restore reads.", "store")
 	if opts.CheckpointStore != "" {
@@ -376,7 +426,7 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	m.clockSkew = gauge("checkpoint_clock_skew_seconds",
 		"How far the creation time of the last snapshot restored lies ahead of this worker's clock (0 when it does not): the saving replica's clock ran ahead of this one's by at least this much, so this worker keeps identities that long beyond the window.")
 	return []prometheus.Collector{
-		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, m.checkpointFailures, m.checkpointWritten,
+		m.checkpointDuration, m.checkpointSize, m.checkpointLastSuccess, failureVec, m.units, m.checkpointWritten,
 		restores, m.restoreDuration, m.rewarmed, rejected, m.clockSkew,
 	}
 }
@@ -442,12 +492,13 @@ func (m *Metrics) slowPart(p int32) *partition {
 func (m *Metrics) newPartition(p int32) *partition {
 	l := strconv.FormatInt(int64(p), 10)
 	return &partition{
-		label:      l,
-		consumed:   m.consumed.WithLabelValues(l),
-		produced:   m.produced.WithLabelValues(l),
-		duplicates: m.duplicates.WithLabelValues(l, m.mode),
-		unkeyed:    m.unkeyed.WithLabelValues(l),
-		aborted:    m.aborted.WithLabelValues(l),
+		label:       l,
+		consumed:    m.consumed.WithLabelValues(l),
+		produced:    m.produced.WithLabelValues(l),
+		duplicates:  m.duplicates.WithLabelValues(l, m.mode),
+		unkeyed:     m.unkeyed.WithLabelValues(l, m.unkeyedPolicy),
+		aborted:     m.aborted.WithLabelValues(l),
+		fetchErrors: m.inputs.fetchErrors.WithLabelValues(l),
 	}
 }
 
@@ -583,7 +634,9 @@ func (m *Metrics) Rebalance() {
 	m.eachPartition(func(pp *partition) {
 		pp.lagSet.Store(false)
 		pp.heldSince.Store(0)
+		pp.progress.Store(nil)
 	})
+	m.units.rebalance()
 }
 
 // Assigned sets the number of input partitions assigned to this worker. It is
@@ -600,18 +653,27 @@ func (m *Metrics) SetReady(ready bool) {
 	}
 }
 
-// CheckpointSaved records a successful checkpoint that took duration and
-// holds sizeBytes bytes (a skipped checkpoint, current because nothing changed,
-// counts too), and sets the last-success timestamp to now. It is safe for
-// concurrent use.
-func (m *Metrics) CheckpointSaved(duration time.Duration, sizeBytes int64) {
+// CheckpointSaved records a successful checkpoint of the unit of partition (-1: the global
+// unit) that took duration and holds sizeBytes bytes (a skipped checkpoint, current because
+// nothing changed, counts too), and sets the worker's and the unit's last-success timestamps to
+// now. It is safe for concurrent use.
+func (m *Metrics) CheckpointSaved(partition int32, duration time.Duration, sizeBytes int64) {
 	m.checkpointDuration.Observe(max(duration, 0).Seconds())
 	m.checkpointSize.Set(float64(sizeBytes))
 	m.checkpointLastSuccess.Set(unixSeconds(m.now()))
+	m.units.saved(partition)
 }
 
-// CheckpointFailed counts one failed checkpoint. It is safe for concurrent use.
-func (m *Metrics) CheckpointFailed() { m.checkpointFailures.Inc() }
+// CheckpointFailed counts one failed checkpoint of the unit of partition, by reason (one of
+// Options.CheckpointFailureReasons; anything else is counted as "other"). It is safe for
+// concurrent use.
+func (m *Metrics) CheckpointFailed(_ int32, reason string) {
+	c, ok := m.checkpointFailures[reason]
+	if !ok {
+		c = m.checkpointFailures[resetOther]
+	}
+	c.Inc()
+}
 
 // CheckpointWritten counts bytes sent to a checkpoint store of the given kind ("file", "s3"); an
 // empty kind is counted as "unknown". It is safe for concurrent use.
@@ -624,16 +686,19 @@ func (m *Metrics) CheckpointWritten(store string, bytes int64) {
 	}
 }
 
-// Restored records a state restore with the given outcome that took
-// duration. An outcome that is not one of checkpoint.Outcomes is counted
-// under the label value "unknown". It is safe for concurrent use.
-func (m *Metrics) Restored(outcome checkpoint.Outcome, duration time.Duration) {
+// Restored records a state restore of the unit of partition (-1: the global unit) with the given
+// outcome that took duration, and seeds the unit's last checkpoint success with savedAt, when the
+// restored snapshot was written (zero: none, the clock starts now unless a later success is
+// known). An outcome that is not one of checkpoint.Outcomes is counted under the label value
+// "unknown". It is safe for concurrent use.
+func (m *Metrics) Restored(partition int32, outcome checkpoint.Outcome, duration time.Duration, savedAt time.Time) {
 	c, ok := m.restores[outcome]
 	if !ok {
 		c = m.restoreUnknown
 	}
 	c.Inc()
 	m.restoreDuration.Observe(max(duration, 0).Seconds())
+	m.units.restored(partition, savedAt)
 }
 
 // SnapshotRejected counts a snapshot a restore rejected for reason (one of Options.RejectReasons;
@@ -669,6 +734,8 @@ func (m *Metrics) newRebalanceMetrics(buckets []float64) {
 	m.releaseDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "partition_release_duration_seconds",
 		Help:    "Time from the end of a consumer group generation (or shutdown) until a revoked partition's output was produced, its offsets committed and its final checkpoint saved. The worker allows KAFKA_REBALANCE_TIMEOUT minus the heartbeat interval and a margin.",
 		Buckets: buckets})
+	m.releaseBudget = gauge("partition_release_budget_seconds",
+		"How long the worker allows the release of a revoked partition: KAFKA_REBALANCE_TIMEOUT minus KAFKA_HEARTBEAT_INTERVAL minus a margin. A release that takes longer is cut short (its final snapshot may be missing).")
 }
 
 // RebuildStarted counts one unit that started rebuilding from the output topic (the

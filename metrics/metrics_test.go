@@ -102,12 +102,17 @@ func populate(m *Metrics) {
 	m.Lag(0, 42)
 	m.Rebalance()
 	m.Lag(0, 42)
+	m.Progress(0, Progress{Lag: 42, LagTime: time.Second, LagTimeKnown: true, Lead: 7, LastProgress: fixedNow})
+	m.FetchError(0)
+	m.InputSkipped(0, "retention", 3)
+	m.RegisterSetCounts(func() SetCounts { return SetCounts{Unassigned: 1, FutureCapped: 2} })
+	m.RewarmSkipped(4)
 	m.Assigned(1)
 	m.SetReady(true)
-	m.CheckpointSaved(time.Second, 1234)
-	m.CheckpointFailed()
+	m.CheckpointSaved(0, time.Second, 1234)
+	m.CheckpointFailed(0, "store")
 	m.CheckpointWritten("file", 4096)
-	m.Restored(checkpoint.OutcomeWarm, time.Second)
+	m.Restored(0, checkpoint.OutcomeWarm, time.Second, time.Time{})
 	m.Rewarmed(5)
 	m.RebuildStarted()
 	m.RebuildRecords(100)
@@ -138,14 +143,14 @@ func fakeEventSource() []FilterStat {
 // TestEventTimeCollector checks the event-time metrics: exported for event-time filters only,
 // and the stream-time gauges only once a filter has a stream time.
 func TestEventTimeCollector(t *testing.T) {
-	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
+	m, reg := newTest(t, Options{SkipRuntimeCollectors: true, LatePolicy: "drop"})
 	m.RegisterFilterSource(fakeSource)
 	m.RegisterFilterSource(fakeEventSource)
 	want := fmt.Sprintf(`
-# HELP kdedup_filter_late_records_total Records of an event-time filter stamped before its oldest live generation, which cannot be judged: passed as new (DEDUP_LATE_RECORDS=pass) or dropped (drop). Counted since the filter was created or restored.
+# HELP kdedup_filter_late_records_total Records of an event-time filter stamped before its oldest live generation, which cannot be judged, by what DEDUP_LATE_RECORDS did with them (policy): passed as new (pass: beyond the window, as its duplicates are) or dropped (drop: lost events). Counted since the filter was created or restored.
 # TYPE kdedup_filter_late_records_total counter
-kdedup_filter_late_records_total{filter="3"} 5
-kdedup_filter_late_records_total{filter="4"} 0
+kdedup_filter_late_records_total{filter="3",policy="drop"} 5
+kdedup_filter_late_records_total{filter="4",policy="drop"} 0
 # HELP kdedup_filter_stream_lag_seconds Wall clock minus the stream time of an event-time filter: how far behind the data's time the filter is (large during a replay or catch-up, negative for records stamped ahead of the worker's clock).
 # TYPE kdedup_filter_stream_lag_seconds gauge
 kdedup_filter_stream_lag_seconds{filter="3"} 5400
@@ -212,7 +217,7 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 		{"Duplicates carries mode", func(m *Metrics) { m.Duplicates(2, 4) },
 			func(m *Metrics) prometheus.Collector { return m.duplicates.WithLabelValues("2", "mark") }, 4},
 		{"Unkeyed", func(m *Metrics) { m.Unkeyed(0, "missing", 3) },
-			func(m *Metrics) prometheus.Collector { return m.unkeyed.WithLabelValues("0") }, 3},
+			func(m *Metrics) prometheus.Collector { return m.unkeyed.WithLabelValues("0", unknown) }, 3},
 		{"far partition", func(m *Metrics) { m.Consumed(maxTablePartition+5, 2) },
 			func(m *Metrics) prometheus.Collector {
 				return m.consumed.WithLabelValues(strconv.Itoa(maxTablePartition + 5))
@@ -237,12 +242,12 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.ready }, 1},
 		{"SetReady false", func(m *Metrics) { m.SetReady(true); m.SetReady(false) },
 			func(m *Metrics) prometheus.Collector { return m.ready }, 0},
-		{"CheckpointSaved size", func(m *Metrics) { m.CheckpointSaved(time.Second, 4096) },
+		{"CheckpointSaved size", func(m *Metrics) { m.CheckpointSaved(0, time.Second, 4096) },
 			func(m *Metrics) prometheus.Collector { return m.checkpointSize }, 4096},
-		{"CheckpointSaved timestamp", func(m *Metrics) { m.CheckpointSaved(time.Second, 1) },
+		{"CheckpointSaved timestamp", func(m *Metrics) { m.CheckpointSaved(0, time.Second, 1) },
 			func(m *Metrics) prometheus.Collector { return m.checkpointLastSuccess }, float64(fixedNow.Unix())},
-		{"CheckpointFailed", func(m *Metrics) { m.CheckpointFailed() },
-			func(m *Metrics) prometheus.Collector { return m.checkpointFailures }, 1},
+		{"CheckpointFailed bogus reason is bounded", func(m *Metrics) { m.CheckpointFailed(0, "cosmic ray") },
+			func(m *Metrics) prometheus.Collector { return m.checkpointFailures[resetOther] }, 1},
 		{"CheckpointWritten", func(m *Metrics) {
 			m.CheckpointWritten("s3", 100)
 			m.CheckpointWritten("s3", 0)
@@ -251,15 +256,15 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.checkpointWritten.WithLabelValues("s3") }, 120},
 		{"CheckpointWritten without a kind", func(m *Metrics) { m.CheckpointWritten("", 7) },
 			func(m *Metrics) prometheus.Collector { return m.checkpointWritten.WithLabelValues(unknown) }, 7},
-		{"Restored warm", func(m *Metrics) { m.Restored(checkpoint.OutcomeWarm, time.Second) },
+		{"Restored warm", func(m *Metrics) { m.Restored(0, checkpoint.OutcomeWarm, time.Second, time.Time{}) },
 			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeWarm] }, 1},
-		{"Restored fallback", func(m *Metrics) { m.Restored(checkpoint.OutcomeFallback, time.Second) },
+		{"Restored fallback", func(m *Metrics) { m.Restored(0, checkpoint.OutcomeFallback, time.Second, time.Time{}) },
 			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeFallback] }, 1},
-		{"Restored bogus outcome is bounded", func(m *Metrics) { m.Restored("lukewarm", time.Second) },
+		{"Restored bogus outcome is bounded", func(m *Metrics) { m.Restored(0, "lukewarm", time.Second, time.Time{}) },
 			func(m *Metrics) prometheus.Collector { return m.restoreUnknown }, 1},
 		{"Rewarmed", func(m *Metrics) { m.Rewarmed(100); m.Rewarmed(-1) },
 			func(m *Metrics) prometheus.Collector { return m.rewarmed }, 100},
-		{"Restored retained", func(m *Metrics) { m.Restored(checkpoint.OutcomeRetained, time.Second) },
+		{"Restored retained", func(m *Metrics) { m.Restored(0, checkpoint.OutcomeRetained, time.Second, time.Time{}) },
 			func(m *Metrics) prometheus.Collector { return m.restores[checkpoint.OutcomeRetained] }, 1},
 		{"rebuilding while started", func(m *Metrics) {
 			m.RebuildStarted()
@@ -294,8 +299,8 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 func TestHistograms(t *testing.T) {
 	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
 	m.Latency(2*time.Second, -time.Millisecond) // negative clamps to 0
-	m.CheckpointSaved(3*time.Second, 1)
-	m.Restored(checkpoint.OutcomeCold, 500*time.Millisecond)
+	m.CheckpointSaved(0, 3*time.Second, 1)
+	m.Restored(0, checkpoint.OutcomeCold, 500*time.Millisecond, time.Time{})
 	m.RebuildStarted()
 	m.RebuildDone(2*time.Second, 0, nil)
 	m.RebuildStarted()
@@ -562,7 +567,7 @@ func TestConcurrentUse(t *testing.T) {
 				if i%100 == 0 {
 					m.Rebalance()
 					m.RegisterFilterSource(func() []FilterStat { return nil })
-					m.CheckpointSaved(time.Millisecond, 1)
+					m.CheckpointSaved(0, time.Millisecond, 1)
 				}
 			}
 		}()

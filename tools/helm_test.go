@@ -473,6 +473,11 @@ func checkSelectors(t *testing.T, r *rendered) {
 				t.Errorf("ServiceMonitor selector %s=%s does not match Service %s", k, v, svc.Name)
 			}
 		}
+		for _, other := range r.services {
+			if other != svc && labelsMatch(sm.Spec.Selector.MatchLabels, other.Labels) {
+				t.Errorf("ServiceMonitor also selects Service %s: every pod would be scraped under two jobs", other.Name)
+			}
+		}
 		for _, ep := range sm.Spec.Endpoints {
 			found := false
 			for _, p := range svc.Spec.Ports {
@@ -717,5 +722,85 @@ func TestChartAuditTopic(t *testing.T) {
 	}
 	if _, err := renderChart(`kafka: {duplicatesTopic: a, duplicatesContent: keys}`); err == nil {
 		t.Error("duplicatesContent keys was accepted")
+	}
+}
+
+// TestChartSLOObjectives proves that prometheusRule.slo sets the objectives of the two SLOs in
+// the PrometheusRule, keeping the shape of the rule in alerts.yml, and that the defaults are
+// alerts.yml's own.
+func TestChartSLOObjectives(t *testing.T) {
+	tests := []struct {
+		name, values string
+		lost, leaked string
+	}{
+		{"defaults", "", "0.9999", "0.999"},
+		{"set", "prometheusRule: {slo: {eventsDelivered: 0.99999, duplicatesStopped: 0.9995}}", "0.99999", "0.9995"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := renderChart(tt.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, g := range r.prometheusRule.Spec.Groups {
+				for _, rule := range g.Rules {
+					if strings.HasPrefix(rule.Record, "kdedup:slo_") && strings.HasSuffix(rule.Record, ":objective") {
+						got[rule.Record] = rule.Expr.String()
+					}
+				}
+			}
+			want := map[string]string{
+				"kdedup:slo_events_lost:objective":       tt.lost + " * group by (job) (kdedup_build_info)",
+				"kdedup:slo_duplicates_leaked:objective": tt.leaked + " * group by (job) (kdedup_build_info)",
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("objectives %v, want %v", got, want)
+			}
+		})
+	}
+	if _, err := renderChart("prometheusRule: {slo: {eventsDelivered: 1}}"); err == nil {
+		t.Error("an objective of 1 (no error budget) was accepted")
+	}
+}
+
+// labelsMatch reports whether labels hold every pair of sel.
+func labelsMatch(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestChartGoMemLimit proves that GOMEMLIMIT is goMemLimitPercent of the container's memory limit,
+// computed or given in any unit, and absent at 0.
+func TestChartGoMemLimit(t *testing.T) {
+	tests := []struct{ name, values, want string }{
+		{"sizing formula", "", fmt.Sprint(int64(538968064) * 90 / 100)}, // 514Mi: the default sizing formula
+		{"explicit limit", `resources: {requests: {memory: 2Gi}, limits: {memory: 2Gi}}`, fmt.Sprint(int64(2<<30) * 90 / 100)},
+		{"decimal unit, other percent", `{goMemLimitPercent: 80, resources: {requests: {memory: 1G}, limits: {memory: 1G}}}`, "800000000"},
+		{"off", `goMemLimitPercent: 0`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := renderChart(tt.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, e := range r.container(t).Env {
+				if e.Name == "GOMEMLIMIT" {
+					got = e.Value
+				}
+			}
+			if got != tt.want {
+				t.Errorf("GOMEMLIMIT = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if _, err := renderChart(`resources: {requests: {memory: 2Xi}, limits: {memory: 2Xi}}`); err == nil {
+		t.Error("a memory limit with an unknown unit was accepted")
 	}
 }

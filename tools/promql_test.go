@@ -211,6 +211,10 @@ func TestAlertRulesHaveAnnotations(t *testing.T) {
 					t.Errorf("alert %s has no %s annotation", r.Alert, a)
 				}
 			}
+			// An operator reading the alert must learn when it really fires.
+			if d := r.Annotations["description"]; !strings.Contains(d, "Fires") && !strings.Contains(d, "fires") {
+				t.Errorf("alert %s: the description does not say when it fires", r.Alert)
+			}
 			if s := r.Labels["severity"]; s != "critical" && s != "warning" && s != "info" {
 				t.Errorf("alert %s: severity %q, want critical, warning or info", r.Alert, s)
 			}

@@ -61,6 +61,7 @@ type Filter struct {
 	stageBytes atomic.Int64             // bytes of the live grown stages
 	growths    atomic.Uint64            // stages added since the filter was made
 	refreshes  fillCounter              // re-arms of seen keys (refresh.go), on a line of its own
+	forgotten  atomic.Uint64            // new keys not remembered at the memory cap (OverloadPass)
 	snapStages []*stage                 // the stages the snapshot under way writes; guarded by mu
 
 	mu         sync.Mutex // serialises rotation, sweeping and snapshots

@@ -184,7 +184,9 @@ func (f *Filter) addGrown(v *view, p *probe) {
 		f.stageProbe(&sp, last, p)
 		last.put(&sp, 0, f.single)
 		f.recheckRotation(v, p)
+		return
 	}
+	f.forgotten.Add(1) // OverloadPass: the key is nowhere, so its duplicates pass
 }
 
 // recheckRotation adds a key that was put in a grown stage of v's current generation to the new

@@ -48,6 +48,10 @@ type Stats struct {
 	// from then on Config.Overload applies, and with OverloadDrop EstimatedFPR rises above the
 	// target as keys arrive. It clears when that generation expires.
 	AtCap bool
+	// Forgotten counts the new keys that were not remembered because the memory cap stopped the
+	// generation from growing under OverloadPass (their duplicates pass), since the filter was
+	// created (not carried by snapshots).
+	Forgotten uint64
 	// Rotations counts generation boundaries crossed since the filter was created (restored filters
 	// continue the count of the snapshot).
 	Rotations uint64
@@ -111,6 +115,7 @@ func (f *Filter) Stats() Stats {
 		ResidentBytes: f.residentBytes(),
 		Growths:       f.growths.Load(),
 		Refreshes:     atomic.LoadUint64(&f.refreshes.n),
+		Forgotten:     f.forgotten.Load(),
 		Rotations:     f.rotations.Load(),
 		Generations:   make([]GenerationStats, 0, len(v.active)),
 	}

@@ -37,6 +37,8 @@ type Config struct {
 	HTTPAddr        string        `env:"HTTP_ADDR" envDefault:":8080" desc:"Listen address of the HTTP server: /healthz, /readyz and /metrics."`
 	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" desc:"Minimum log level: debug, info, warn or error. Logs are JSON lines on stderr; nothing is logged per record at info."`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"On SIGTERM/SIGINT: time allowed to stop fetching, produce what is in flight, commit, save state and leave the group before exiting."`
+	// GoMemLimit is read by the Go runtime itself; it is here to be documented and logged.
+	GoMemLimit string `env:"GOMEMLIMIT" desc:"Soft limit of the Go heap as a whole, read by the Go runtime (bytes, or with a unit such as 1800MiB): the garbage collector works harder as the heap nears it. Empty: none. Set it below the container's memory limit (the chart sets 90% of it) and above the filters' memory (DEDUP_MAX_MEMORY per filter): the filters are heap memory."`
 }
 
 // KafkaConfig is the KAFKA_* section.
@@ -59,6 +61,7 @@ type KafkaConfig struct {
 	BatchTimeout      time.Duration `env:"BATCH_TIMEOUT" envDefault:"5ms" desc:"How long a partition waits to fill a batch once it has a record: the latency added for throughput."`
 	CommitInterval    time.Duration `env:"COMMIT_INTERVAL" envDefault:"1s" desc:"How often acknowledged input offsets are committed (0: after every batch). A crash re-delivers at most this much; a graceful stop commits everything."`
 	FetchMaxWait      time.Duration `env:"FETCH_MAX_WAIT" envDefault:"500ms" desc:"How long a fetch waits on the broker for new records when a partition is idle."`
+	FetchFailingMax   time.Duration `env:"FETCH_FAILING_MAX" envDefault:"1m" desc:"How long an input partition's fetches may keep failing before the worker reports not ready (/readyz, kdedup_ready 0). The worker retries failed fetches by itself either way."`
 	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"16777216" desc:"Maximum bytes of one fetch response per partition. Must be at least the input topic's max.message.bytes: a response may exceed it by one batch, but one announcing more than twice it plus 1 MiB is not read."`
 	DecodeMaxBytes    int           `env:"DECODE_MAX_BYTES" desc:"Cap on the decompressed records of one input record batch; a record's headers are capped at a 256th of it. A batch or record over it is refused input: dead-lettered (coordinates and error, not content) when KAFKA_DEAD_LETTER_TOPIC is set, else its partition blocks (kdedup_partition_blocked). Unset: four times KAFKA_FETCH_MAX_BYTES, at least 16 MiB. See docs/operations.md, Refused input."`
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
@@ -370,6 +373,7 @@ func (c Config) validateZeros(add func(name, format string, args ...any)) {
 		{"KAFKA_BATCH_BYTES", k.BatchBytes == 0},
 		{"KAFKA_BATCH_TIMEOUT", k.BatchTimeout == 0},
 		{"KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait == 0},
+		{"KAFKA_FETCH_FAILING_MAX", k.FetchFailingMax == 0},
 		{"KAFKA_FETCH_MAX_BYTES", k.FetchMaxBytes == 0},
 		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout == 0},
 	} {
@@ -564,6 +568,7 @@ func (c Config) consumerFields() consumer.Config {
 		BatchTimeout:       k.BatchTimeout,
 		CommitInterval:     k.CommitInterval,
 		FetchMaxWait:       k.FetchMaxWait,
+		FetchFailingMax:    k.FetchFailingMax,
 		FetchMaxBytes:      k.FetchMaxBytes,
 		DecodeMaxBytes:     k.DecodeMaxBytes,
 		Partitioning:       consumer.Partitioning(k.Partitioning),

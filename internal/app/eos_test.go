@@ -57,7 +57,7 @@ func runInProcess(t *testing.T, cl *embedkafka.Cluster, environ map[string]strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := consumer.New(ccfg, wrap(dd), kf, obs, log)
+	w, err := consumer.New(ccfg, wrap(dd), kf, observer{obs}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -68,7 +69,7 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("cannot create the deduplication state", "error", err.Error())
 		return 1
 	}
-	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, kf, obs, log)
+	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, kf, observer{obs}, log)
 	if err != nil {
 		log.Error("invalid worker configuration", "error", err.Error())
 		return 2
@@ -77,7 +78,8 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 	log.Info("kdedup started", "version", Version, "http", ln.Addr().String(),
 		"input", cfg.Kafka.InputTopic, "output", cfg.Kafka.OutputTopic, "group", cfg.Kafka.GroupID,
 		"key", cfg.Dedup.Key, "scope", cfg.Dedup.Scope, "mode", cfg.Dedup.Mode,
-		"window", (time.Duration(cfg.Dedup.WindowCount) * cfg.Dedup.WindowInterval).String())
+		"window", (time.Duration(cfg.Dedup.WindowCount) * cfg.Dedup.WindowInterval).String(),
+		"gomemlimit", debug.SetMemoryLimit(-1))
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

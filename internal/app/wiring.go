@@ -15,6 +15,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/identity"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/metrics"
 	"github.com/kdedup/kdedup/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,7 @@ var (
 	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
 	_ consumer.Deduper         = (*dedup.Set)(nil)
 	_ consumer.Judge           = judgedSet{}
-	_ consumer.Observer        = (*metrics.Metrics)(nil)
+	_ consumer.Observer        = observer{}
 	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
 )
 
@@ -253,19 +254,36 @@ func withSources(reg prometheus.Registerer, d DedupConfig, ccfg consumer.Config,
 	return ccfg
 }
 
+// observer is the worker's consumer.Observer: the metrics, with consumer's types converted.
+type observer struct{ *metrics.Metrics }
+
+// Progress implements consumer.Observer.
+func (o observer) Progress(p int32, pr consumer.Progress) {
+	o.Metrics.Progress(p, metrics.Progress(pr))
+}
+
 // newObserver builds the metrics on reg.
 func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
+	var budget time.Duration
+	if ccfg, err := cfg.consumerConfig(); err == nil {
+		budget = ccfg.ReleaseBudget()
+	}
 	return metrics.New(reg, metrics.Options{
-		Mode:                    cfg.Dedup.Mode,
-		Version:                 Version,
-		TargetFalsePositiveRate: cfg.Dedup.FalsePositiveRate,
-		Checkpointing:           cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
-		CheckpointStore:         checkpointKind(cfg.Checkpoint),
-		ProducerResetReasons:    consumer.ResetReasons(),
-		RefusalReasons:          consumer.RefusalReasons(),
-		DropReasons:             consumer.DropReasons,
-		RejectReasons:           dedup.RejectReasons(),
-		UnkeyedReasons:          identity.Reasons(),
+		ReleaseBudget:            budget,
+		SkipReasons:              kafkaio.SkipReasons(),
+		CheckpointFailureReasons: dedup.CheckpointFailureReasons(),
+		UnkeyedPolicy:            cfg.Dedup.Unkeyed,
+		LatePolicy:               cfg.Dedup.LateRecords,
+		Mode:                     cfg.Dedup.Mode,
+		Version:                  Version,
+		TargetFalsePositiveRate:  cfg.Dedup.FalsePositiveRate,
+		Checkpointing:            cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
+		CheckpointStore:          checkpointKind(cfg.Checkpoint),
+		ProducerResetReasons:     consumer.ResetReasons(),
+		RefusalReasons:           consumer.RefusalReasons(),
+		DropReasons:              consumer.DropReasons,
+		RejectReasons:            dedup.RejectReasons(),
+		UnkeyedReasons:           identity.Reasons(),
 	})
 }
 
@@ -301,6 +319,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 	output := func() *consumer.OutputReader {
 		if out == nil {
 			out = consumer.NewOutputReader(ccfg, kf, log)
+			out.OnSkipped(m.RewarmSkipped)
 			closeOutput = out.Close
 			dcfg.Output = out
 		}
@@ -347,6 +366,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 				Stages:        s.Stages,
 				Growths:       s.Growths,
 				Refreshes:     s.Refreshes,
+				Forgotten:     s.Forgotten,
 				AtCap:         s.AtCap,
 				Generations:   gens,
 				EventTime:     s.EventTime,
@@ -355,6 +375,9 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 			}
 		}
 		return out
+	})
+	m.RegisterSetCounts(func() metrics.SetCounts {
+		return metrics.SetCounts{Unassigned: set.Unassigned(), FutureCapped: set.Capped()}
 	})
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	go watchCap(watchCtx, set.Stats, cfg.Dedup.OverloadPolicy, log)

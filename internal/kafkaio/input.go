@@ -43,7 +43,48 @@ type PartitionReaderConfig struct {
 	// partition's last stable offset, unchanged, while records exist after it (0 when it is
 	// not). It is called on the reader's fetch goroutine and must be cheap.
 	OnHeld func(d time.Duration)
+	// OnOffsets, when not nil, hears the partition's offsets after every fetch response (a fetch
+	// the broker answered without records included) and, while a response waits for Fetch (the
+	// partition's records are not being taken: a partition blocked downstream), every IdlePoll
+	// from a ListOffsets request. It is called on the reader's fetch goroutine and must be cheap.
+	OnOffsets func(o Offsets)
+	// OnError, when not nil, hears every failed fetch or offset lookup; the reader retries by
+	// itself. It is called on the reader's fetch goroutine and must be cheap.
+	OnError func(err error)
+	// OnSkipped, when not nil, hears n input records the reader skipped without reading them,
+	// for reason (one of SkipReasons). It is called on the reader's fetch goroutine.
+	OnSkipped func(reason string, n int64)
+	// IdlePoll is how often the offsets are looked up while a fetched response waits for Fetch.
+	// Default: 5s.
+	IdlePoll time.Duration
 }
+
+// Offsets are where a partition's log starts and ends, as a fetch response or a ListOffsets
+// request gave them.
+type Offsets struct {
+	// From is the offset the fetch asked for; -1 for a ListOffsets request.
+	From int64
+	// End is the readable end: the last stable offset under ReadCommitted, the high watermark
+	// under ReadUncommitted.
+	End int64
+	// LogStart is the first offset of the partition's log (retention deletes records below it);
+	// -1 when the broker did not say (Fetch before v5).
+	LogStart int64
+}
+
+// Reasons of PartitionReaderConfig.OnSkipped.
+const (
+	// SkipRetention: the records at the offset to read were deleted by retention before they
+	// were read; reading goes on at the log start.
+	SkipRetention = "retention"
+	// SkipResetToLatest: the offset to read was past the end of the log (the log was truncated,
+	// or the topic recreated) and ResetToLatest moved it to the end, past the records the log
+	// holds.
+	SkipResetToLatest = "reset_to_latest"
+)
+
+// SkipReasons returns every reason PartitionReaderConfig.OnSkipped can be given.
+func SkipReasons() []string { return []string{SkipRetention, SkipResetToLatest} }
 
 // Batch is what PartitionReader.Fetch hands out: the next records of the partition, in offset
 // order, and how far the partition was read.
@@ -129,6 +170,9 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	if cfg.Isolation == "" {
 		cfg.Isolation = ReadCommitted
 	}
+	if cfg.IdlePoll <= 0 {
+		cfg.IdlePoll = 5 * time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &PartitionReader{
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
@@ -157,6 +201,9 @@ func (r *PartitionReader) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		f, next, err := r.fetch(ctx, &offset)
 		if err != nil {
+			if ctx.Err() == nil && r.cfg.OnError != nil {
+				r.cfg.OnError(err)
+			}
 			if ctx.Err() != nil || !r.hand(ctx, &fetched{err: err}) {
 				return
 			}
@@ -165,6 +212,9 @@ func (r *PartitionReader) run(ctx context.Context) {
 			continue
 		}
 		attempt = 0
+		if r.cfg.OnOffsets != nil {
+			r.cfg.OnOffsets(Offsets{From: offset, End: f.end, LogStart: f.res.part.LogStartOffset})
+		}
 		if r.cfg.OnHeld != nil {
 			r.cfg.OnHeld(held.observe(r.cfg.Isolation.committed() && next >= f.end && f.hwm > f.end, f.end))
 		}
@@ -179,16 +229,47 @@ func (r *PartitionReader) run(ctx context.Context) {
 	}
 }
 
-// hand passes f to Fetch; false means ctx ended first.
+// hand passes f to Fetch; false means ctx ended first. While it waits, it looks the offsets up
+// every IdlePoll for OnOffsets, so that a partition whose records are not taken still shows its
+// end moving.
 func (r *PartitionReader) hand(ctx context.Context, f *fetched) bool {
-	select {
-	case r.ready <- f:
-		return true
-	case <-ctx.Done():
-		if f.res != nil {
-			r.bufs.put(f.res.buf)
+	var tick <-chan time.Time
+	if r.cfg.OnOffsets != nil {
+		t := time.NewTicker(r.cfg.IdlePoll)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case r.ready <- f:
+			return true
+		case <-tick:
+			r.pollOffsets(ctx)
+		case <-ctx.Done():
+			if f.res != nil {
+				r.bufs.put(f.res.buf)
+			}
+			return false
 		}
-		return false
+	}
+}
+
+// pollOffsets looks the partition's offsets up and hands them to OnOffsets, or the error to
+// OnError.
+func (r *PartitionReader) pollOffsets(ctx context.Context) {
+	o, err := r.offsets(ctx)
+	switch {
+	case err == nil:
+		r.cfg.OnOffsets(Offsets{From: -1, End: o.LastOffset, LogStart: o.FirstOffset})
+	case ctx.Err() == nil && r.cfg.OnError != nil:
+		r.cfg.OnError(err)
+	}
+}
+
+// skipped tells OnSkipped about n records skipped for reason.
+func (r *PartitionReader) skipped(reason string, n int64) {
+	if r.cfg.OnSkipped != nil && n > 0 {
+		r.cfg.OnSkipped(reason, n)
 	}
 }
 
@@ -274,6 +355,7 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 	case offset < o.FirstOffset:
 		r.cfg.Log.Log(slog.LevelWarn, "fetch-reset", "input records were deleted by retention before they were read; reading on at the earliest offset",
 			"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "earliest", o.FirstOffset, "skipped", o.FirstOffset-offset)
+		r.skipped(SkipRetention, o.FirstOffset-offset)
 		return o.FirstOffset, nil
 	case offset <= o.LastOffset:
 		return offset, nil
@@ -281,6 +363,7 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 	to, where := o.FirstOffset, "earliest"
 	if r.cfg.ResetToLatest {
 		to, where = o.LastOffset, "latest"
+		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
 	}
 	r.cfg.Log.Log(slog.LevelError, "fetch-reset", "offset is past the end of the input partition (log truncated or topic recreated); reading on at the "+where+" offset",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "end", o.LastOffset, "to", to)

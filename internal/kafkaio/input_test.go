@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,19 +172,28 @@ func TestPartitionReaderOffsetReset(t *testing.T) {
 		offset int64
 		latest bool
 		want   []int64
+		skips  map[string]int64
 	}{
-		{"deleted by retention", 10, false, offsets(40, 100)},
-		{"deleted by retention, latest", 10, true, offsets(40, 100)},
-		{"past the end", 500, false, offsets(40, 100)},
-		{"past the end, latest", 500, true, nil},
-		{"first offset", kafka.FirstOffset, false, offsets(40, 100)},
-		{"last offset", kafka.LastOffset, false, nil},
+		{"deleted by retention", 10, false, offsets(40, 100), map[string]int64{kafkaio.SkipRetention: 30}},
+		{"deleted by retention, latest", 10, true, offsets(40, 100), map[string]int64{kafkaio.SkipRetention: 30}},
+		{"past the end", 500, false, offsets(40, 100), map[string]int64{}},
+		{"past the end, latest", 500, true, nil, map[string]int64{kafkaio.SkipResetToLatest: 60}},
+		{"first offset", kafka.FirstOffset, false, offsets(40, 100), map[string]int64{}},
+		{"last offset", kafka.LastOffset, false, nil, map[string]int64{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			skips := map[string]int64{}
 			r := newReader(c, 0, tc.offset, func(cfg *kafkaio.PartitionReaderConfig) {
 				cfg.Topic, cfg.ResetToLatest = "r", tc.latest
+				cfg.OnSkipped = func(reason string, n int64) { mu.Lock(); skips[reason] += n; mu.Unlock() }
 			})
-			defer func() { <-r.Close() }()
+			defer func() {
+				<-r.Close()
+				if !maps.Equal(skips, tc.skips) {
+					t.Errorf("skipped %v, want %v", skips, tc.skips)
+				}
+			}()
 			if tc.want == nil { // nothing to read: failed fetches (the first one is out of range) at most
 				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 				defer cancel()
@@ -199,6 +211,41 @@ func TestPartitionReaderOffsetReset(t *testing.T) {
 				t.Errorf("read %v…, want %d records from %d", got[:min(3, len(got))], len(tc.want), tc.want[0])
 			}
 		})
+	}
+}
+
+// TestPartitionReaderOffsetsWhileNotTaken proves that a reader whose records are not taken (the
+// partition is blocked downstream) goes on reporting the partition's end and log start every
+// IdlePoll, so its lag shows the backlog growing; and that failed fetches reach OnError.
+func TestPartitionReaderOffsetsWhileNotTaken(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	produce(t, c, "t", 0, 0, 10, time.Now())
+	var end, start atomic.Int64
+	end.Store(-1)
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) {
+		cfg.IdlePoll = 50 * time.Millisecond
+		cfg.OnOffsets = func(o kafkaio.Offsets) { end.Store(o.End); start.Store(o.LogStart) }
+	})
+	defer func() { <-r.Close() }()
+	b, err := r.Fetch(context.Background(), 5, 0) // takes 5, then leaves the rest untaken
+	if err != nil || len(b.Records) != 5 {
+		t.Fatalf("Fetch = %v, %v", b, err)
+	}
+	// The end 100 comes from the next fetch, which then waits to be taken; 150 only from the polls.
+	for _, step := range []struct{ from, n int }{{10, 90}, {100, 50}} {
+		produce(t, c, "t", 0, step.from, step.n, time.Now())
+		want := int64(step.from + step.n)
+		deadline := time.Now().Add(20 * time.Second)
+		for end.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("end %d reported while the records are not taken, want %d", end.Load(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if start.Load() != 0 {
+		t.Errorf("log start %d, want 0", start.Load())
 	}
 }
 

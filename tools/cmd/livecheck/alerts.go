@@ -31,18 +31,22 @@ var mustFire = []requiredAlert{
 	{"KdedupFilterAtMemoryCapLosing", overfill},
 	{"KdedupCheckpointStale", brokenStore},
 	{"KdedupCheckpointFailing", brokenStore},
+	{"KdedupCheckpointPartitionStale", brokenStore},
 	{"KdedupProducerReset", faults},
 	{"KdedupProduceRetriesUncertain", faults},
 }
 
 // mayFire are alerts the degraded phase may fire without failing the check, with the reason.
 var mayFire = map[string]string{
-	"KdedupGenerationOverfilled":    "a generation's first stage overfills only when the cap left it no stage: in each filter one generation in three holds the grown stage, so the fill series of a generation position may drop below 60% within the shortened for:",
-	"KdedupFilterGrowing":           "the overfilled filters grow a stage as soon as the phase starts; its for: of 30m shortened to 18s may or may not end within the phase",
-	"KdedupProduceErrors":           "the produce faults are failed produce attempts; its [5m] rate stays above 0 for longer than its for: shortened to 3s",
-	"KdedupRestarting":              "each phase's loadtest is a new process: the degraded phase's is the third restart within the rule's hour (changes(process_start_time_seconds[1h]) > 2)",
-	"KdedupPartitionBlocked":        "the refused phase's block ends with its worker, which exits as the degraded phase's loadtest starts: the alert may still be firing at the phase's first evaluations",
-	"KdedupSourceDuplicateRateJump": "the overfilled filter's false positives raise the duplicate ratio of every source; with 12 sources of very different sizes one can cross the thresholds while the whole input's ratio does not",
+	"KdedupGenerationOverfilled":     "a generation's first stage overfills only when the cap left it no stage: in each filter one generation in three holds the grown stage, so the fill series of a generation position may drop below 60% within the shortened for:",
+	"KdedupFilterGrowing":            "the overfilled filters grow a stage as soon as the phase starts; its for: of 30m shortened to 18s may or may not end within the phase",
+	"KdedupProduceErrors":            "the produce faults are failed produce attempts; its [5m] rate stays above 0 for longer than its for: shortened to 3s",
+	"KdedupAbsent":                   "between the refused phase's worker and the degraded phase's, no worker is scraped: kdedup_build_info is absent, and its for: shortened to 6s may end before the new worker's first scrape",
+	"KdedupRestarting":               "each phase's loadtest is a new process: the degraded phase's is the third restart within the rule's hour (changes(process_start_time_seconds[1h]) > 2)",
+	"KdedupPartitionBlocked":         "the refused phase's block ends with its worker, which exits as the degraded phase's loadtest starts: the alert may still be firing at the phase's first evaluations",
+	"KdedupEventsLostBudgetBurn":     "the overfilled filter's false positives are lost events: the events-lost SLI rises far above its budget, but its [1h] window also holds the clean phases, so whether it crosses 14.4 times the budget within the phase depends on how fast the rate rises",
+	"KdedupEventsLostBudgetBurnSlow": "the same false positives over the [3d] and [6h] windows, which hold the whole run, with a for: shortened to 9s",
+	"KdedupSourceDuplicateRateJump":  "the overfilled filter's false positives raise the duplicate ratio of every source; with 12 sources of very different sizes one can cross the thresholds while the whole input's ratio does not",
 }
 
 // firstFiring returns, for every alert with a firing ALERTS series in [from, to], the first

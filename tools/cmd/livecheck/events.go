@@ -94,6 +94,21 @@ var events = []event{
 	{"Checkpoint age", "A", "healthy", nil, bound{op: "<", v: 9}, "a checkpoint every second (the live KdedupCheckpointStale threshold is 9s)"},
 	{"Checkpoint age", "A", "handover", nil, bound{op: "<", v: 9}, "a checkpoint every second, also around the rebalances"},
 	{"Checkpoint age", "A", "degraded", nil, bound{op: ">", v: 9}, "the store is unwritable"},
+	{"Checkpoint age", "B", "degraded", nil, bound{op: ">", v: 9}, "no partition can save: each one's age grows from its last success"},
+	// The SLIs of the shipped recording rules (kdedup.slo): 0 on the clean phases, above 0 when a
+	// policy drops records or duplicates can pass. The events-lost SLI of a clean run is the
+	// filter's expected false positives (the estimate times the unique rate), below twice the
+	// target; its dead_letter cause keeps the healthy phase's dead letter for the 5m of its
+	// rate, so the clean check is on the other causes.
+	{"SLO: duplicates leaked", "A", "healthy", nil, bound{op: "<=", v: 0}, "every record has a key and nothing is forgotten, reset or re-warmed short"},
+	{"SLO: duplicates leaked", "A", "handover", nil, bound{op: "<=", v: 0}, "the rebuild reads the whole window, the handovers re-warm everything"},
+	{"SLO: duplicates leaked", "A", "degraded", nil, bound{op: ">", v: 0}, "the producer resets may have written their batches twice"},
+	{"SLO: duplicates leaked", "D", "degraded", map[string]string{"cause": "producer_reset"}, bound{op: ">", v: 0}, "the leaks are the producer resets"},
+	{"SLO: events lost", "D", "healthy", map[string]string{"cause": "false_positive"}, bound{op: "<", v: 2 * targetFPR}, "the filter within its capacity: false positives below twice the target"},
+	{"SLO: events lost", "D", "handover", map[string]string{"cause": "false_positive"}, bound{op: "<", v: 2 * targetFPR}, "the filter within its capacity: false positives below twice the target"},
+	{"SLO: events lost", "D", "handover", map[string]string{"cause": "input_skipped"}, bound{op: "<=", v: 0}, "no input record is skipped"},
+	{"SLO: events lost", "D", "healthy", map[string]string{"cause": "dead_letter"}, bound{op: ">", v: 0}, "the oversized record goes to the dead-letter topic: a loss for the output"},
+	{"SLO: events lost", "A", "degraded", nil, bound{op: ">", v: 2 * targetFPR}, "the overfilled filter at its memory cap drops unique events as false positives (DEDUP_OVERLOAD_POLICY=drop)"},
 	{"Estimated false-positive rate vs target", "A", "healthy", nil, bound{op: "<", v: 2 * targetFPR}, "the filter is within capacity"},
 	{"Estimated false-positive rate vs target", "A", "degraded", nil, bound{op: ">", v: 2 * targetFPR}, "the filter is overfilled"},
 	{"Filter growth past capacity", "A", "healthy", nil, none, "the filters are within capacity"},

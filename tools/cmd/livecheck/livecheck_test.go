@@ -80,7 +80,8 @@ func TestTestRules(t *testing.T) {
 		{"threshold edit missing", "groups:\n- name: g\n  rules:\n  - alert: KdedupCheckpointStale\n    expr: up > 600\n", "", "thresholdEdits"},
 		{"alert of threshold edit missing", "groups:\n- name: g\n  rules:\n  - alert: A\n    expr: up\n", "", "no alert KdedupCheckpointStale"},
 	}
-	stale := "  - alert: KdedupCheckpointStale\n    expr: time() - x > 900\n"
+	stale := "  - alert: KdedupCheckpointStale\n    expr: time() - x > 900\n" +
+		"  - alert: KdedupCheckpointPartitionStale\n    expr: time() - max(max_over_time(x[10m])) > 900\n"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := tt.src

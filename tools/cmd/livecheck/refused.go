@@ -37,7 +37,8 @@ const deadLetterAlert = "KdedupDeadLettered"
 // lingering are alerts that the healthy phase must fire and that then keep firing for the rest
 // of the run, with the reason: every later phase ignores them.
 var lingering = map[string]string{
-	deadLetterAlert: "the healthy phase's dead letter stays in the rule's increase over [1h] for the rest of the run",
+	deadLetterAlert:     "the healthy phase's dead letter stays in the rule's increase over [1h] for the rest of the run",
+	"KdedupColdRestore": "the healthy phase's first worker starts on an empty checkpoint store (a cold restore, as every first start is), and the rule's increase over [1h] keeps it for the rest of the run; the handover phase's rebuild is another",
 }
 
 // checkDeadLetterAlert checks that KdedupDeadLettered fired while run (the healthy phase, whose

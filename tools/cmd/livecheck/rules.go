@@ -44,6 +44,10 @@ type thresholdEdit struct{ alert, old, new string }
 // KdedupConsumerLagGrowing, 2x the target false-positive rate) are kept too.
 var thresholdEdits = []thresholdEdit{
 	{"KdedupCheckpointStale", "> 900", "> 9"},
+	{"KdedupCheckpointPartitionStale", "> 900", "> 9"},
+	// Its [10m] bridges restarts in production; in the run it would carry a phase's last
+	// successes into the gap before the next phase's worker restores them.
+	{"KdedupCheckpointPartitionStale", "[10m]", "[5s]"},
 }
 
 // ruleChange describes one edit of the test rule file, for the summary.

@@ -86,6 +86,33 @@ its cap, every partition's input buffers (kdedup.inputBytes), plus the overhead.
 {{- printf "%dMi" (add (int64 $mib) (int64 .Values.sizing.overheadMiB)) }}
 {{- end }}
 
+{{/*
+kdedup.bytes: a Kubernetes memory quantity (plain bytes, or with a suffix k, M, G, T, Ki, Mi, Gi,
+Ti) in bytes.
+*/}}
+{{- define "kdedup.bytes" -}}
+{{- $q := toString . }}
+{{- $units := dict "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
+{{- $n := regexFind "^[0-9.]+" $q }}
+{{- $unit := trimPrefix $n $q }}
+{{- if and $unit (not (hasKey $units $unit)) }}
+{{- fail (printf "memory quantity %q: unit %q is not one of k, M, G, T, Ki, Mi, Gi, Ti" $q $unit) }}
+{{- end }}
+{{- mulf (float64 $n) (get $units $unit | default 1) | floor | int64 }}
+{{- end }}
+
+{{/*
+kdedup.goMemLimit: GOMEMLIMIT in bytes, goMemLimitPercent of the container's memory limit (the
+limit given, or the sizing formula's figure); empty when goMemLimitPercent is 0.
+*/}}
+{{- define "kdedup.goMemLimit" -}}
+{{- $pct := .Values.goMemLimitPercent | int }}
+{{- if gt $pct 0 }}
+{{- $limit := .Values.resources.limits.memory | default (include "kdedup.memory" .) }}
+{{- div (mul (include "kdedup.bytes" $limit | int64) $pct) 100 }}
+{{- end }}
+{{- end }}
+
 {{/* kdedup.validate fails the render on combinations that cannot work. */}}
 {{- define "kdedup.validate" -}}
 {{- if and (eq .Values.dedup.scope "global") (gt (int .Values.replicaCount) 1) }}
