@@ -119,7 +119,8 @@ const fillSlack = 0.05
 
 // checkFill checks, for each live generation of f (restored, not shared yet), that its stage 0
 // took no more keys than GrowAt allows (plus the last few percent insert lets through), and that
-// the keys its set bits imply are at most twice its recorded keys plus fillSlack of its capacity;
+// the keys its set bits imply are at most its capacity or twice its recorded keys, whichever is
+// more, plus fillSlack of its capacity;
 // likewise for each grown stage against its own capacity and counts.
 func (f *Filter) checkFill() error {
 	stride := max(f.groups/f.statsSample, 1)
@@ -147,7 +148,10 @@ func plausible(epoch int64, stage int, rec uint64, est float64, capacity uint64)
 	if float64(rec) > float64(capacity)*(1+fillSlack)+1024 {
 		return implausible(ImplausibleFill, "generation %d, stage %d records %d keys, more than it takes (%d)", epoch, stage, rec, capacity)
 	}
-	if est > 2*float64(rec)+slack+64 {
+	// A stage holds at most its capacity keys, so bits that imply up to that many are plausible
+	// whatever the counts say: a snapshot copies the counts before the words, and a busy writer
+	// can add many keys in between.
+	if est > max(2*float64(rec), float64(capacity))+slack+64 {
 		return implausible(ImplausibleFill, "generation %d, stage %d: its set bits imply %.0f keys, %d recorded", epoch, stage, est, rec)
 	}
 	return nil
