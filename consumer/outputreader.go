@@ -348,22 +348,15 @@ func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) err
 			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
 				"topic", r.cfg.OutputTopic, "partition", q, "from", from, "earliest", to, "skipped", to-from)
 			r.skip(min(to, end) - from)
-			*at = to
 		},
 		OnRefused: func(ref *kafkaio.RefusedInput) {
 			r.log.Warn("output records could not be decoded within the decode limits and were skipped; their identities are not re-warmed",
 				"topic", r.cfg.OutputTopic, "partition", q, "offset", ref.Offset, "last_offset", ref.LastOffset, "reason", ref.Reason, "error", ref.Err.Error())
-			*at = ref.LastOffset + 1
 		},
-	}, func(recs []kafkaio.Record) error {
-		if err := s.records(recs); err != nil {
-			return err // *at stays before recs: a retry reads them again (adding an identity twice is harmless)
-		}
-		if len(recs) > 0 {
-			*at = recs[len(recs)-1].Offset + 1
-		}
-		return nil
-	})
+		// *at moves only past what was passed on (or skipped): after an error of s.records a retry
+		// reads the batch again (adding an identity twice is harmless).
+		OnAdvance: func(next int64) { *at = next },
+	}, s.records)
 }
 
 // resume returns the offset a stalled read of output partition q (up to end) goes on from: at,
@@ -383,6 +376,29 @@ func (s *rewarmState) resume(ctx context.Context, q int, at, end int64) (int64, 
 			"topic", r.cfg.OutputTopic, "partition", q, "from", at, "earliest", o.FirstOffset, "skipped", o.FirstOffset-at)
 		r.skip(min(o.FirstOffset, end) - at)
 		return o.FirstOffset, nil
+	}
+	return s.undecided(ctx, q, at, end)
+}
+
+// undecided returns end when a read_committed re-warm of output partition q stalled at at because
+// everything from at on is held by open transactions (at is the last stable offset): those records
+// are not decided yet, and a transaction left open by a worker that died stays open until its
+// transactional id is fenced or its timeout, so waiting for it would hold the assignment that
+// long. Their identities are not re-warmed; should the transaction commit later, a duplicate of
+// them can pass (see "Exactly-once delivery" in docs/design.md). Otherwise it returns at.
+func (s *rewarmState) undecided(ctx context.Context, q int, at, end int64) (int64, error) {
+	r := s.r
+	if r.cfg.Isolation != kafkaio.ReadCommitted {
+		return at, nil
+	}
+	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, []int{q}, kafkaio.ReadCommitted)
+	if err != nil {
+		return at, fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, q, err)
+	}
+	if lso := offs[q].LastOffset; offs[q].Error == nil && lso <= at {
+		r.log.Warn("output records after the last stable offset belong to open transactions; the re-warm ends there and their identities are not re-warmed",
+			"topic", r.cfg.OutputTopic, "partition", q, "last_stable_offset", lso, "end", end)
+		return end, nil
 	}
 	return at, nil
 }

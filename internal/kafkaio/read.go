@@ -49,6 +49,10 @@ type Range struct {
 	// OnRefused, when not nil, hears of input Read refused to decode (see "Bounded decoding");
 	// Read goes on after it. Default limits: DefaultDecodeLimits for MaxBytes.
 	OnRefused func(*RefusedInput)
+	// OnAdvance, when not nil, hears each offset Read goes on from once everything below it was
+	// passed to fn (or skipped: control records, aborted transactions, refused or deleted input),
+	// so that a caller can resume a read that failed where it got to.
+	OnAdvance func(next int64)
 }
 
 // Record is one record that Read passes on: a data record (never a control record, and under
@@ -109,6 +113,9 @@ func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error
 		}
 		if next > offset {
 			offset, stalls = next, 0
+			if r.OnAdvance != nil {
+				r.OnAdvance(offset)
+			}
 			continue
 		}
 		if stalls++; r.End >= 0 && stalls >= r.Stalls {
