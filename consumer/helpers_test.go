@@ -497,14 +497,20 @@ func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
 func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
 
-func (h *captureHandler) count(substr string) int { return h.countIn(h.msgs, substr) }
+func (h *captureHandler) count(substr string) int { return h.countIn(false, substr) }
 
 // countFull counts the log lines whose message or attributes hold substr.
-func (h *captureHandler) countFull(substr string) int { return h.countIn(h.full, substr) }
+func (h *captureHandler) countFull(substr string) int { return h.countIn(true, substr) }
 
-func (h *captureHandler) countIn(lines []string, substr string) int {
+// countIn counts the messages (full: the lines with attributes) that hold substr; it reads them
+// under h.mu, which Handle appends under.
+func (h *captureHandler) countIn(full bool, substr string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	lines := h.msgs
+	if full {
+		lines = h.full
+	}
 	n := 0
 	for _, m := range lines {
 		if strings.Contains(m, substr) {
