@@ -155,7 +155,12 @@ func (p *CheckpointPersister) restoreOne(ctx context.Context, unit string, cfg w
 		return restored{}, fmt.Errorf("%w: the snapshot's identities were extracted with DEDUP_KEY=%q, this worker's is %q; the unit is rebuilt instead",
 			checkpoint.ErrIncompatible, h.KeySpec, p.keySpec)
 	}
+	if !h.SeedMatches(cfg.Seed) {
+		return restored{}, fmt.Errorf("%w: the snapshot was written with another hash seed (fingerprint %s, this worker's DEDUP_HASH_SEED has %s); the unit is rebuilt instead",
+			checkpoint.ErrIncompatible, h.SeedFingerprint(), snapshot.SeedFingerprint(cfg.Seed))
+	}
 	m := metaFromHeader(h)
+	m.Seed = cfg.Seed // matched above; a version 7 header holds only the fingerprint
 	var f *window.Filter
 	var err error
 	r := restored{}

@@ -78,3 +78,53 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedFingerprintRestore saves a manifest under one hash seed and restores it under another:
+// the manifest holds only the seed's fingerprint, the restore refuses it as incompatible (counted,
+// and logged without the seed) and starts cold; under the seed it was written with it is warm.
+func TestSeedFingerprintRestore(t *testing.T) {
+	ctx := context.Background()
+	p, store := dirPersister(t)
+	var reasons []string
+	p.OnRejected(func(r string) { reasons = append(reasons, r) })
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	const seed = 0x5eed5eed5eed5eed
+	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6, Seed: seed,
+		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
+	f, err := window.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.TestAndAdd([]byte("key"))
+	const unit = "orders.p0"
+	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: 1}}
+	if _, _, err := p.Save(ctx, unit, f, info, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.List(ctx, unit)
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("List: %v, %v", snaps, err)
+	}
+	rc, err := store.Open(ctx, snaps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || bytes.Contains(raw, binary.LittleEndian.AppendUint64(nil, seed)) {
+		t.Fatalf("the manifest holds the seed (read error %v)", err)
+	}
+	other := cfg
+	other.Seed = seed + 1
+	r, res, err := p.Restore(ctx, unit, other)
+	if err != nil || r != nil || res.Outcome != checkpoint.OutcomeCold {
+		t.Fatalf("Restore under another seed: filter %v, outcome %q, %v; want cold", r != nil, res.Outcome, err)
+	}
+	if len(reasons) != 1 || reasons[0] != RejectIncompatible {
+		t.Errorf("rejections counted %v, want one %s", reasons, RejectIncompatible)
+	}
+	r, res, err = p.Restore(ctx, unit, cfg)
+	if err != nil || r == nil || res.Outcome != checkpoint.OutcomeWarm || !r.Test([]byte("key")) {
+		t.Fatalf("Restore under the seed: filter %v, outcome %q, %v; want warm with its key", r != nil, res.Outcome, err)
+	}
+}

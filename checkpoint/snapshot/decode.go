@@ -37,7 +37,10 @@ import (
 //	  +4        8        interval (int64 nanoseconds)
 //	  +12       8        capacity per interval (uint64)
 //	  +20       8        configured false positive rate (float64 IEEE-754 bits)
-//	  +28       8        hash seed (uint64)
+//	  +28       8        hash seed (uint64) up to v6; from v7 on its fingerprint
+//	                     instead (SeedPrintOf: the first 8 bytes of SHA-256 over
+//	                     "kdedup hash seed\x00" and the seed as uint64 LE, read
+//	                     big-endian and stored LE), never the seed
 //	  +36       4        K, bits a key sets per generation (uint32)
 //	  +40       4        block bits: the size of one sector (uint32, multiple of 64)
 //	  +44       8        groups (uint64)
@@ -496,7 +499,11 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	h.Interval = time.Duration(c.u64())
 	h.Capacity = c.u64()
 	h.FalsePositiveRate = math.Float64frombits(c.u64())
-	h.Seed = c.u64()
+	if version >= VersionV7 {
+		h.SeedPrint = c.u64()
+	} else {
+		h.Seed = c.u64()
+	}
 	h.K = int(c.u32())
 	h.BlockBits = int(c.u32())
 	h.Groups = c.u64()

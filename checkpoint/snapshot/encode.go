@@ -17,7 +17,7 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	b = le.AppendUint64(b, uint64(h.Interval))
 	b = le.AppendUint64(b, h.Capacity)
 	b = le.AppendUint64(b, math.Float64bits(h.FalsePositiveRate))
-	b = le.AppendUint64(b, h.Seed)
+	b = le.AppendUint64(b, h.seedField(version))
 	b = le.AppendUint32(b, uint32(h.K))
 	b = le.AppendUint32(b, uint32(h.BlockBits))
 	b = le.AppendUint64(b, h.Groups)

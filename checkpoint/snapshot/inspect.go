@@ -158,7 +158,7 @@ func writeHeader(ew *errWriter, h *Header) error {
 	p("window:\t%d generations × %v = %v\n", h.Generations, h.Interval, time.Duration(h.Generations)*h.Interval)
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
-	p("hashing:\tk=%d%s seed fingerprint=%s\n", h.K, firstWordNote(h), SeedFingerprint(h.Seed))
+	p("hashing:\tk=%d%s seed fingerprint=%s\n", h.K, firstWordNote(h), h.SeedFingerprint())
 	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
 		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.Words*8), h.BitsPerGeneration())
 	if h.Tagged() {

@@ -62,8 +62,7 @@ func TestManifestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", rk.name, err)
 			}
-			want := h
-			want.Version = CurrentVersion
+			want := asDecoded(h, CurrentVersion)
 			if d := diffHeader(got, want); d != "" {
 				t.Fatalf("%s: header differs:\n%s", rk.name, d)
 			}
@@ -217,6 +216,10 @@ func TestGoldenV7(t *testing.T) {
 	tail := onDisk[14+H-2-len(goldenKeySpec) : 14+H]
 	if le.Uint16(onDisk[8:]) != 7 || int(le.Uint16(tail)) != len(goldenKeySpec) || string(tail[2:]) != goldenKeySpec {
 		t.Error("golden v7 manifest does not end its header with the identity section documented on Decoder")
+	}
+	if le.Uint64(onDisk[14+28:]) != SeedPrintOf(h.Seed) || got.Seed != 0 || !got.SeedMatches(h.Seed) || got.SeedMatches(h.Seed+1) ||
+		bytes.Contains(onDisk, binary.LittleEndian.AppendUint64(nil, h.Seed)) {
+		t.Error("golden v7 manifest does not hold the seed's fingerprint in place of the seed, as documented on Decoder")
 	}
 	if le.Uint64(onDisk[14+H-2-len(goldenKeySpec)-8:]) != h.OwnerEpoch || got.OwnerEpoch != h.OwnerEpoch {
 		t.Errorf("golden v7 manifest: owner epoch %d, not before the identity section as documented on Decoder", got.OwnerEpoch)
