@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -263,6 +264,15 @@ type Header struct {
 	// say.
 	KeySpec string
 
+	// Signature is the HMAC-SHA256 of a signed manifest (version 7's
+	// signature section), nil when unsigned. Decode sets it; see
+	// EncodeSignedManifest and VerifySignature.
+	Signature []byte
+	// signed holds the bytes Signature covers (decoded manifests only).
+	signed []byte
+	// key is the signing key of EncodeSignedManifest, nil when unsigned.
+	key []byte
+
 	// Origin is the start of generation number 0. The zero Time is stored
 	// as 0.
 	Origin time.Time
@@ -305,6 +315,10 @@ type GenRef struct {
 	// Checksum is the object's trailing checksum (GenEncoder.Checksum), which
 	// ties the reference to the object's content.
 	Checksum uint32
+	// SHA256 is the SHA-256 of the object's bytes in a signed manifest
+	// (version 7's signature section), all zero otherwise. The manifest's
+	// HMAC covers it, so it authenticates the object.
+	SHA256 [sha256.Size]byte
 }
 
 // Manifest reports whether the snapshot is a manifest: version 6, whose
@@ -588,6 +602,35 @@ func checkOffsets(what string, m map[int32]int64) error {
 		if p < 0 || o < 0 {
 			return fmt.Errorf("%s offset %d:%d must not be negative", what, p, o)
 		}
+	}
+	return nil
+}
+
+// MinSigningKey is the shortest signing key EncodeSignedManifest and VerifySignature accept, in
+// bytes: the output size of SHA-256, as RFC 2104 recommends for an HMAC key.
+const MinSigningKey = 32
+
+// ErrUnsigned is returned (wrapped) by VerifySignature for a snapshot that carries no signature:
+// a version 7 manifest written without a key, or any older snapshot, which cannot be signed.
+var ErrUnsigned = errors.New("snapshot: not signed")
+
+// ErrBadSignature is returned (wrapped) by VerifySignature for a manifest whose HMAC does not
+// match the key, and by readers of a generation object whose SHA-256 differs from the one the
+// signed manifest records.
+var ErrBadSignature = errors.New("snapshot: signature does not match")
+
+// VerifySignature checks the HMAC-SHA256 of a decoded signed manifest with key. It returns nil
+// when it matches, an error wrapping ErrUnsigned for an unsigned snapshot, and one wrapping
+// ErrBadSignature otherwise. A nil return authenticates the header, including the SHA-256 of
+// every generation reference; the caller checks the objects against those.
+func (h *Header) VerifySignature(key []byte) error {
+	if h.Signature == nil || h.signed == nil {
+		return fmt.Errorf("%w (format version %d)", ErrUnsigned, h.Version)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(h.signed)
+	if !hmac.Equal(mac.Sum(nil), h.Signature) {
+		return fmt.Errorf("%w: the manifest's HMAC was not made with the configured key", ErrBadSignature)
 	}
 	return nil
 }
