@@ -117,6 +117,9 @@ func (p *CheckpointPersister) WithKeySpec(spec string) *CheckpointPersister {
 	return p
 }
 
+// MinSigningKey is the shortest key WithSigningKey takes, in bytes.
+const MinSigningKey = snapshot.MinSigningKey
+
 // WithSigningKey makes p sign every manifest it saves with key (snapshot.EncodeSignedManifest:
 // an HMAC-SHA256 over the manifest, and the SHA-256 of every generation object it references),
 // and restore only snapshots signed with it: an unsigned snapshot (any single-file snapshot, and
@@ -126,8 +129,8 @@ func (p *CheckpointPersister) WithKeySpec(spec string) *CheckpointPersister {
 // snapshot.MinSigningKey bytes; it panics otherwise (the config checks it first). It returns p;
 // call it before p is used. Default: nil (sign nothing, check nothing, hash nothing).
 func (p *CheckpointPersister) WithSigningKey(key []byte) *CheckpointPersister {
-	if len(key) < snapshot.MinSigningKey {
-		panic(fmt.Sprintf("dedup: signing key of %d bytes, at least %d", len(key), snapshot.MinSigningKey))
+	if len(key) < MinSigningKey {
+		panic(fmt.Sprintf("dedup: signing key of %d bytes, at least %d", len(key), MinSigningKey))
 	}
 	p.signKey = key
 	return p

@@ -18,6 +18,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -110,6 +111,7 @@ type CheckpointConfig struct {
 	Dir               string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
 	Interval          time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
 	Keep              int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	SigningKey        string        `env:"SIGNING_KEY" secret:"true" desc:"Key (at least 32 bytes) that authenticates checkpoints: every manifest saved carries an HMAC-SHA256 with it and the SHA-256 of each generation object it references, and a restore refuses a snapshot that is unsigned (including every snapshot of format version 6 or older), signed with another key, or whose objects differ (kdedup_checkpoint_rejected_total reasons unsigned, bad_signature), falling back to an older snapshot or a rebuild. Set it when others may write the checkpoint store (see docs/checkpoints.md, Signing). Empty: checkpoints are neither signed nor checked."`
 	RebuildMaxRecords int64         `env:"REBUILD_MAX_RECORDS" envDefault:"10000000" desc:"A partition with no usable snapshot (no store, per-pod disks, lost bucket, first start, snapshot of an incompatible configuration) is rebuilt from the output records of the last (DEDUP_WINDOW_COUNT-1) x DEDUP_WINDOW_INTERVAL (before the wall clock, or with DEDUP_WINDOW_CLOCK=event before the newest output record's timestamp), found by record timestamp, reading at most this many records; the worker is not ready meanwhile. Past the bound the oldest records of the window are skipped: their duplicates can pass until they would have left the window; the rebuild logs a warning and counts them in kdedup_rebuild_skipped_records_total. 0 disables the rebuild (such a partition starts empty). Not done under KAFKA_PARTITIONING=hash with DEDUP_SCOPE=partition, where every output partition mixes all input partitions."`
 }
 
@@ -333,6 +335,9 @@ func (c Config) validate() []problem {
 	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
 	if c.Checkpoint.RebuildMaxRecords < 0 {
 		add("CHECKPOINT_REBUILD_MAX_RECORDS", "must be >= 0 (0 disables the rebuild), got %d", c.Checkpoint.RebuildMaxRecords)
+	}
+	if k := c.Checkpoint.SigningKey; k != "" && len(k) < dedup.MinSigningKey {
+		add("CHECKPOINT_SIGNING_KEY", "must be at least %d bytes, got %d", dedup.MinSigningKey, len(k))
 	}
 	if c.Checkpoint.URL != "" || c.Checkpoint.Dir != "" {
 		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)

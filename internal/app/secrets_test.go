@@ -20,7 +20,7 @@ func TestSecretFiles(t *testing.T) {
 		}
 		return p
 	}
-	want := []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "DEDUP_HASH_SEED", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+	want := []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "DEDUP_HASH_SEED", "CHECKPOINT_SIGNING_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
 		"SCHEMA_REGISTRY_USERNAME", "SCHEMA_REGISTRY_PASSWORD"}
 	if got := SecretVars(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("SecretVars = %v, want %v", got, want)
