@@ -69,14 +69,19 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 }
 
 // appendSignature appends the version 7 signature section: 0 for an unsigned manifest, else 1,
-// the SHA-256 of every referenced object, and room for the HMAC, which encode fills in.
+// the SHA-256 of every referenced object, and the HMAC: room for it, which encode fills in, when
+// signing, or the decoded header's Signature as it is, so that a decoded manifest re-encodes to
+// the same bytes.
 func appendSignature(b []byte, h *Header) []byte {
-	if h.key == nil {
+	if h.key == nil && h.Signature == nil {
 		return append(b, 0)
 	}
 	b = append(b, 1)
 	for _, r := range h.Refs {
 		b = append(b, r.SHA256[:]...)
+	}
+	if h.key == nil {
+		return append(b, h.Signature...)
 	}
 	return append(b, make([]byte, sha256.Size)...)
 }

@@ -425,6 +425,8 @@ func (h *Header) check(version uint16) error {
 	switch {
 	case version < VersionV7 && h.KeySpec != "":
 		return fmt.Errorf("format version %d has no key spec", version)
+	case h.Signature != nil && (version < VersionV7 || len(h.Signature) != sha256.Size):
+		return fmt.Errorf("signature of %d bytes in format version %d (only version 7 holds one, of %d bytes)", len(h.Signature), version, sha256.Size)
 	case h.SeedPrint != 0 && h.Seed != 0 && h.SeedPrint != SeedPrintOf(h.Seed):
 		return errors.New("seed fingerprint is not the fingerprint of the seed")
 	case len(h.KeySpec) > MaxKeySpecLen:
