@@ -155,6 +155,12 @@ func writeHeader(ew *errWriter, h *Header) error {
 	default:
 		p("identity:\t%s\n", h.KeySpec)
 	}
+	switch {
+	case h.Signature != nil:
+		p("signature:\tHMAC-SHA256 %x, SHA-256 per generation object (inspect has no key: not verified)\n", h.Signature)
+	case h.Manifest():
+		p("signature:\tnone (a worker with CHECKPOINT_SIGNING_KEY rejects it)\n")
+	}
 	p("window:\t%d generations × %v = %v\n", h.Generations, h.Interval, time.Duration(h.Generations)*h.Interval)
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)

@@ -347,6 +347,11 @@ func TestSignedManifest(t *testing.T) {
 	if err := got.VerifySignature(key); err != nil {
 		t.Errorf("VerifySignature with the key: %v", err)
 	}
+	var report bytes.Buffer
+	_ = Inspect(&report, bytes.NewReader(b.Bytes())) // the objects are absent: only the header matters
+	if !strings.Contains(report.String(), "HMAC-SHA256") {
+		t.Errorf("inspect does not report the signature:\n%s", report.String())
+	}
 	if err := got.VerifySignature(other); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("VerifySignature with another key: %v, want ErrBadSignature", err)
 	}
