@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/window"
@@ -37,13 +36,7 @@ const signUnit = "orders.p0"
 func newSignFixture(t *testing.T) *signFixture {
 	t.Helper()
 	store, dir := dirStore(t)
-	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6,
-		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
-	f, err := window.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, f := trustFilter(t, 0)
 	fx := &signFixture{store: store, dir: dir, cfg: cfg, f: f, p: fx0(store, signKey)}
 	fx.add(0, 100)
 	fx.save(t, fx.p)

@@ -14,6 +14,20 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
+// trustFilter returns the configuration of a small filter with hash seed seed, on a fixed clock
+// (wall clock too, which the restore's plausibility checks read), and an empty filter of it.
+func trustFilter(t testing.TB, seed uint64) (window.Config, *window.Filter) {
+	t.Helper()
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6, Seed: seed,
+		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
+	f, err := window.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, f
+}
+
 // TestCraftedSnapshotRejected puts in the store, above an honest snapshot, one written as an
 // attacker who may write the store would: every generation all ones, the epoch a year ahead, the
 // checksums recomputed. The restore rejects it as implausible, counts the reason, falls back to
@@ -23,13 +37,7 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 	p, store := dirPersister(t)
 	var reasons []string
 	p.OnRejected(func(r string) { reasons = append(reasons, r) })
-	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6,
-		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
-	f, err := window.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, f := trustFilter(t, 0)
 	for i := range 500 {
 		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
 	}
@@ -87,14 +95,8 @@ func TestSeedFingerprintRestore(t *testing.T) {
 	p, store := dirPersister(t)
 	var reasons []string
 	p.OnRejected(func(r string) { reasons = append(reasons, r) })
-	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	const seed = 0x5eed5eed5eed5eed
-	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6, Seed: seed,
-		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
-	f, err := window.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, f := trustFilter(t, seed)
 	f.TestAndAdd([]byte("key"))
 	const unit = "orders.p0"
 	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: 1}}
