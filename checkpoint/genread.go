@@ -1,8 +1,12 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"hash"
+	"io"
 	"slices"
 
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
@@ -18,6 +22,7 @@ type GenReader struct {
 	d    *snapshot.GenDecoder
 	ref  snapshot.GenRef
 	left uint64
+	sum  hash.Hash // SHA-256 of the bytes read, when ref has one
 }
 
 // OpenGeneration opens the generation object ref names, a generation of unit, and checks its size
@@ -34,7 +39,12 @@ func (s *Store) OpenGeneration(ctx context.Context, unit string, ref snapshot.Ge
 		_ = r.Close()
 		return nil, fmt.Errorf("%w: %s is %d bytes, the manifest says %d", snapshot.ErrCorrupt, ref.Object, size, ref.Size)
 	}
-	g.d = snapshot.NewGenDecoder(ctxReader{ctx, r}, ref.Size)
+	var src io.Reader = ctxReader{ctx, r}
+	if ref.SHA256 != ([sha256.Size]byte{}) { // a signed manifest's reference: hash what is read
+		g.sum = sha256.New()
+		src = io.TeeReader(src, g.sum)
+	}
+	g.d = snapshot.NewGenDecoder(src, ref.Size)
 	h, err := g.d.Header()
 	if err == nil && (h.Generation != gen || !slices.Equal(h.Sections, sections)) {
 		err = fmt.Errorf("%w: holds generation %d in sections %v, the manifest says generation %d in %v",
@@ -55,8 +65,22 @@ func (g *GenReader) ReadWords(dst []uint64) error {
 		return fmt.Errorf("%s: %w", g.ref.Object, err)
 	}
 	g.left -= uint64(len(dst))
-	if g.left == 0 && g.d.Checksum() != g.ref.Checksum {
+	if g.left == 0 {
+		return g.checkSums()
+	}
+	return nil
+}
+
+// checkSums checks, once the whole object was read, its checksum and, for a signed manifest's
+// reference, its SHA-256 against the reference's: a mismatch of the latter wraps ErrUntrusted and
+// snapshot.ErrBadSignature, as the object is not the one the signer wrote.
+func (g *GenReader) checkSums() error {
+	if g.d.Checksum() != g.ref.Checksum {
 		return fmt.Errorf("%w: %s has checksum %08x, the manifest says %08x", snapshot.ErrCorrupt, g.ref.Object, g.d.Checksum(), g.ref.Checksum)
+	}
+	if g.sum != nil && !bytes.Equal(g.sum.Sum(nil), g.ref.SHA256[:]) {
+		return fmt.Errorf("%w: %w: %s is not the generation object the signed manifest references (SHA-256 differs)",
+			ErrUntrusted, snapshot.ErrBadSignature, g.ref.Object)
 	}
 	return nil
 }
@@ -66,10 +90,7 @@ func (g *GenReader) Verify() error {
 	if err := g.d.Verify(); err != nil {
 		return fmt.Errorf("%s: %w", g.ref.Object, err)
 	}
-	if g.d.Checksum() != g.ref.Checksum {
-		return fmt.Errorf("%w: %s has checksum %08x, the manifest says %08x", snapshot.ErrCorrupt, g.ref.Object, g.d.Checksum(), g.ref.Checksum)
-	}
-	return nil
+	return g.checkSums()
 }
 
 // Close closes the object.

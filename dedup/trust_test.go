@@ -14,6 +14,20 @@ import (
 	"github.com/kdedup/kdedup/window"
 )
 
+// trustFilter returns the configuration of a small filter with hash seed seed, on a fixed clock
+// (wall clock too, which the restore's plausibility checks read), and an empty filter of it.
+func trustFilter(t testing.TB, seed uint64) (window.Config, *window.Filter) {
+	t.Helper()
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6, Seed: seed,
+		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
+	f, err := window.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, f
+}
+
 // TestCraftedSnapshotRejected puts in the store, above an honest snapshot, one written as an
 // attacker who may write the store would: every generation all ones, the epoch a year ahead, the
 // checksums recomputed. The restore rejects it as implausible, counts the reason, falls back to
@@ -23,13 +37,7 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 	p, store := dirPersister(t)
 	var reasons []string
 	p.OnRejected(func(r string) { reasons = append(reasons, r) })
-	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
-	cfg := window.Config{Generations: 3, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-6,
-		Clock: func() time.Time { return now }, WallClock: func() time.Time { return now }}
-	f, err := window.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, f := trustFilter(t, 0)
 	for i := range 500 {
 		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
 	}
@@ -76,5 +84,49 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 		if !r.Test([]byte("key-" + strconv.Itoa(i))) {
 			t.Fatalf("key %d of the honest snapshot lost", i)
 		}
+	}
+}
+
+// TestSeedFingerprintRestore saves a manifest under one hash seed and restores it under another:
+// the manifest holds only the seed's fingerprint, the restore refuses it as incompatible (counted,
+// and logged without the seed) and starts cold; under the seed it was written with it is warm.
+func TestSeedFingerprintRestore(t *testing.T) {
+	ctx := context.Background()
+	p, store := dirPersister(t)
+	var reasons []string
+	p.OnRejected(func(r string) { reasons = append(reasons, r) })
+	const seed = 0x5eed5eed5eed5eed
+	cfg, f := trustFilter(t, seed)
+	f.TestAndAdd([]byte("key"))
+	const unit = "orders.p0"
+	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: 1}}
+	if _, _, err := p.Save(ctx, unit, f, info, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.List(ctx, unit)
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("List: %v, %v", snaps, err)
+	}
+	rc, err := store.Open(ctx, snaps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || bytes.Contains(raw, binary.LittleEndian.AppendUint64(nil, seed)) {
+		t.Fatalf("the manifest holds the seed (read error %v)", err)
+	}
+	other := cfg
+	other.Seed = seed + 1
+	r, res, err := p.Restore(ctx, unit, other)
+	if err != nil || r != nil || res.Outcome != checkpoint.OutcomeCold {
+		t.Fatalf("Restore under another seed: filter %v, outcome %q, %v; want cold", r != nil, res.Outcome, err)
+	}
+	if len(reasons) != 1 || reasons[0] != RejectIncompatible {
+		t.Errorf("rejections counted %v, want one %s", reasons, RejectIncompatible)
+	}
+	r, res, err = p.Restore(ctx, unit, cfg)
+	if err != nil || r == nil || res.Outcome != checkpoint.OutcomeWarm || !r.Test([]byte("key")) {
+		t.Fatalf("Restore under the seed: filter %v, outcome %q, %v; want warm with its key", r != nil, res.Outcome, err)
 	}
 }

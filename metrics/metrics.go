@@ -418,7 +418,7 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	m.restoreUnknown = restores.WithLabelValues(unknown)
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Output records read back to re-warm the filter after a restore.")
-	rejected := counterVec("checkpoint_rejected_total", "Snapshots a restore rejected (and fell back from, to an older one or a rebuild), by reason: corrupt, incompatible (another configuration), missing, or implausible_* (intact but impossible: implausible_memory over the filter's cap, implausible_future generations after the wall clock, implausible_fill set bits that do not fit the recorded keys; the store is a trust boundary, see docs/checkpoints.md).", "reason")
+	rejected := counterVec("checkpoint_rejected_total", "Snapshots a restore rejected (and fell back from, to an older one or a rebuild), by reason: corrupt, incompatible (another configuration), missing, unsigned or bad_signature (with CHECKPOINT_SIGNING_KEY: no signature, or not the key's), or implausible_* (intact but impossible: implausible_memory over the filter's cap, implausible_future generations after the wall clock, implausible_fill set bits that do not fit the recorded keys; the store is a trust boundary, see docs/checkpoints.md).", "reason")
 	m.rejected = make(map[string]prometheus.Counter)
 	for _, r := range append(slices.Clone(opts.RejectReasons), resetOther) {
 		m.rejected[r] = rejected.WithLabelValues(r)

@@ -6,8 +6,8 @@ import (
 
 // TestChartNetworkPolicyAndDigest proves the optional NetworkPolicy (off by default: no policy
 // rendered) limits ingress to the HTTP port from the given peers and egress to the given rules
-// plus DNS, that image.digest pins the image by digest, and that the hash seed comes from a
-// Secret.
+// plus DNS, that image.digest pins the image by digest, and that the hash seed and the checkpoint
+// signing key come from Secrets.
 func TestChartNetworkPolicyAndDigest(t *testing.T) {
 	off, err := renderChart(`checkpoint: {s3: {bucket: my-bucket}}`)
 	if err != nil {
@@ -18,7 +18,7 @@ func TestChartNetworkPolicyAndDigest(t *testing.T) {
 	}
 	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	r, err := renderChart(`
-checkpoint: {s3: {bucket: my-bucket}}
+checkpoint: {s3: {bucket: my-bucket}, signingKeySecret: {name: kdedup-signing, key: hmac}}
 image: {digest: "` + digest + `"}
 dedup: {hashSeedSecret: {name: kdedup-seed, key: seed}}
 networkPolicy:
@@ -44,12 +44,22 @@ networkPolicy:
 	if c.Image != "ghcr.io/kdedup/kdedup@"+digest {
 		t.Errorf("image %q, want it pinned by digest", c.Image)
 	}
-	seeded := false
+	seeded, signed := false, false
 	for _, e := range c.Env {
 		seeded = seeded || e.Name == "DEDUP_HASH_SEED" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
 			e.ValueFrom.SecretKeyRef.Name == "kdedup-seed" && e.ValueFrom.SecretKeyRef.Key == "seed"
+		signed = signed || e.Name == "CHECKPOINT_SIGNING_KEY" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+			e.ValueFrom.SecretKeyRef.Name == "kdedup-signing" && e.ValueFrom.SecretKeyRef.Key == "hmac"
 	}
 	if !seeded {
 		t.Errorf("env %+v: DEDUP_HASH_SEED does not come from the Secret", c.Env)
+	}
+	if !signed {
+		t.Errorf("env %+v: CHECKPOINT_SIGNING_KEY does not come from the Secret", c.Env)
+	}
+	for _, e := range off.container(t).Env {
+		if e.Name == "CHECKPOINT_SIGNING_KEY" {
+			t.Error("CHECKPOINT_SIGNING_KEY is set without checkpoint.signingKeySecret")
+		}
 	}
 }

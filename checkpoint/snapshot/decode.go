@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,7 +38,10 @@ import (
 //	  +4        8        interval (int64 nanoseconds)
 //	  +12       8        capacity per interval (uint64)
 //	  +20       8        configured false positive rate (float64 IEEE-754 bits)
-//	  +28       8        hash seed (uint64)
+//	  +28       8        hash seed (uint64) up to v6; from v7 on its fingerprint
+//	                     instead (SeedPrintOf: the first 8 bytes of SHA-256 over
+//	                     "kdedup hash seed\x00" and the seed as uint64 LE, read
+//	                     big-endian and stored LE), never the seed
 //	  +36       4        K, bits a key sets per generation (uint32)
 //	  +40       4        block bits: the size of one sector (uint32, multiple of 64)
 //	  +44       8        groups (uint64)
@@ -82,6 +86,15 @@ import (
 //	                     filter's identities were extracted with: uint16
 //	                     length k (<= MaxKeySpecLen), then k bytes; empty
 //	                     when the writer did not say
+//	            1+…      signature section (v7): a flag (uint8): 0 for an
+//	                     unsigned manifest, which ends here; 1 for a signed
+//	                     one (EncodeSignedManifest), followed by 32R bytes:
+//	                     the SHA-256 of each referenced generation object's
+//	                     bytes, in the order of the references, then 32
+//	                     bytes: HMAC-SHA256 with the signing key over the
+//	                     file's bytes [0, 14+H-32), the preamble and every
+//	                     header field before it; the header and file CRCs
+//	                     cover it too
 //	14+H        4      header CRC32C over bytes [0, 14+H)
 //	18+H        8      data word count D (uint64): W up to version 5, 0 in a
 //	                   manifest (v6 and later)
@@ -299,6 +312,9 @@ func (d *Decoder) readHeader() error {
 	if err != nil {
 		return corruptf("header: %v", err)
 	}
+	if h.Signature != nil { // what the HMAC covers: everything before it
+		h.signed = append(pre[:], body[:len(body)-len(h.Signature)]...)
+	}
 	var wc [8]byte
 	if err := d.readFull(wc[:], "data word count"); err != nil {
 		return err
@@ -488,6 +504,25 @@ func (c *cursor) refs() []GenRef {
 	return refs
 }
 
+// signature decodes the version 7 signature section: a flag, and when it is 1 a SHA-256 per
+// generation reference and the HMAC.
+func (c *cursor) signature(h *Header) {
+	b := c.take(1)
+	switch {
+	case b == nil || b[0] == 0:
+		return
+	case b[0] != 1:
+		c.err = fmt.Errorf("signature flag %d, want 0 or 1", b[0])
+		return
+	}
+	for i := range h.Refs {
+		if s := c.take(sha256.Size); s != nil {
+			copy(h.Refs[i].SHA256[:], s)
+		}
+	}
+	h.Signature = c.take(sha256.Size)
+}
+
 // parseBody decodes and validates a header body.
 func parseBody(body []byte, version uint16) (Header, error) {
 	c := &cursor{b: body}
@@ -496,7 +531,11 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	h.Interval = time.Duration(c.u64())
 	h.Capacity = c.u64()
 	h.FalsePositiveRate = math.Float64frombits(c.u64())
-	h.Seed = c.u64()
+	if version >= VersionV7 {
+		h.SeedPrint = c.u64()
+	} else {
+		h.Seed = c.u64()
+	}
 	h.K = int(c.u32())
 	h.BlockBits = int(c.u32())
 	h.Groups = c.u64()
@@ -537,6 +576,7 @@ func parseBody(body []byte, version uint16) (Header, error) {
 	if version >= VersionV7 {
 		h.OwnerEpoch = c.u64()
 		h.KeySpec = c.str()
+		c.signature(&h)
 	}
 	if c.err != nil {
 		return Header{}, c.err

@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"bufio"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -17,7 +19,7 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	b = le.AppendUint64(b, uint64(h.Interval))
 	b = le.AppendUint64(b, h.Capacity)
 	b = le.AppendUint64(b, math.Float64bits(h.FalsePositiveRate))
-	b = le.AppendUint64(b, h.Seed)
+	b = le.AppendUint64(b, h.seedField(version))
 	b = le.AppendUint32(b, uint32(h.K))
 	b = le.AppendUint32(b, uint32(h.BlockBits))
 	b = le.AppendUint64(b, h.Groups)
@@ -61,8 +63,27 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 		b = le.AppendUint64(b, h.OwnerEpoch)
 		b = le.AppendUint16(b, uint16(len(h.KeySpec)))
 		b = append(b, h.KeySpec...)
+		b = appendSignature(b, h)
 	}
 	return b
+}
+
+// appendSignature appends the version 7 signature section: 0 for an unsigned manifest, else 1,
+// the SHA-256 of every referenced object, and the HMAC: room for it, which encode fills in, when
+// signing, or the decoded header's Signature as it is, so that a decoded manifest re-encodes to
+// the same bytes.
+func appendSignature(b []byte, h *Header) []byte {
+	if h.key == nil && h.Signature == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	for _, r := range h.Refs {
+		b = append(b, r.SHA256[:]...)
+	}
+	if h.key == nil {
+		return append(b, h.Signature...)
+	}
+	return append(b, make([]byte, sha256.Size)...)
 }
 
 // appendRefs appends the version 6 generation references.
@@ -146,6 +167,25 @@ func EncodeManifest(w io.Writer, h Header) error {
 	return encode(w, &h, CurrentVersion, func(io.Writer) error { return nil })
 }
 
+// EncodeSignedManifest writes a manifest as EncodeManifest does, signed with key: its signature
+// section holds the SHA-256 of every referenced generation object (GenRef.SHA256, which the caller
+// sets) and an HMAC-SHA256 with key over every byte of the file before the HMAC, so that a reader
+// holding the key can tell that the manifest, and through the SHA-256 sums the objects it
+// references, were written by a holder of the key (Header.VerifySignature). It fails, wrapping
+// ErrInvalidHeader, for a key shorter than MinSigningKey bytes or a reference without a SHA-256.
+func EncodeSignedManifest(w io.Writer, h Header, key []byte) error {
+	if len(key) < MinSigningKey {
+		return fmt.Errorf("%w: signing key of %d bytes, at least %d", ErrInvalidHeader, len(key), MinSigningKey)
+	}
+	for _, r := range h.Refs {
+		if r.SHA256 == ([sha256.Size]byte{}) {
+			return fmt.Errorf("%w: reference to %s has no SHA-256", ErrInvalidHeader, r.Object)
+		}
+	}
+	h.key = key
+	return EncodeManifest(w, h)
+}
+
 // encode writes h in the given version. Only tests write old versions.
 func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error) error {
 	if err := h.check(version); err != nil {
@@ -163,6 +203,11 @@ func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error
 		return fmt.Errorf("%w: header body is %d bytes, max %d", ErrInvalidHeader, bodyLen, MaxHeaderBytes)
 	}
 	binary.LittleEndian.PutUint32(head[10:], uint32(bodyLen))
+	if h.key != nil && version >= VersionV7 {
+		mac := hmac.New(sha256.New, h.key)
+		mac.Write(head[:len(head)-sha256.Size])
+		mac.Sum(head[:len(head)-sha256.Size])
+	}
 	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(head, castagnoli))
 	h.Version = version
 	head = binary.LittleEndian.AppendUint64(head, h.DataBytes()/8)

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -50,7 +51,9 @@ const (
 	// owned the unit when it saved (see Header.OwnerEpoch), then the identity
 	// section: the key spec (DEDUP_KEY, as identity.Spec.String spells it)
 	// whose identities the filter holds, so that a filter is never restored
-	// under another identity. Its generation objects are version 6's.
+	// under another identity. In place of the hash seed it stores the
+	// seed's fingerprint (SeedPrintOf), never the seed. Its generation
+	// objects are version 6's.
 	VersionV7 uint16 = 7
 	// CurrentVersion is the newest version: the version of the manifests
 	// EncodeManifest writes. The generation objects they reference are
@@ -198,8 +201,16 @@ type Header struct {
 	Capacity uint64
 	// FalsePositiveRate is the configured target FPR over the whole window.
 	FalsePositiveRate float64
-	// Seed is the hash seed; a restorer must hash with the same seed.
+	// Seed is the hash seed; a restorer must hash with the same seed. Up to
+	// version 6 the header stores it, and Decode sets it; from version 7 on
+	// the header stores only SeedPrint, and Seed decodes as 0 (see
+	// SeedMatches). Encode and EncodeManifest take it from here.
 	Seed uint64
+	// SeedPrint is the fingerprint of the hash seed (SeedPrintOf), which
+	// version 7 stores in place of the seed so that a store reader never
+	// learns the secret. Decode sets it from version 7 on (0 before). An
+	// encoder writes it when it is not 0, SeedPrintOf(Seed) otherwise.
+	SeedPrint uint64
 	// K is the number of bits a key sets in one generation (over all of
 	// its block's sectors).
 	K int
@@ -253,6 +264,15 @@ type Header struct {
 	// say.
 	KeySpec string
 
+	// Signature is the HMAC-SHA256 of a signed manifest (version 7's
+	// signature section), nil when unsigned. Decode sets it; see
+	// EncodeSignedManifest and VerifySignature.
+	Signature []byte
+	// signed holds the bytes Signature covers (decoded manifests only).
+	signed []byte
+	// key is the signing key of EncodeSignedManifest, nil when unsigned.
+	key []byte
+
 	// Origin is the start of generation number 0. The zero Time is stored
 	// as 0.
 	Origin time.Time
@@ -295,6 +315,10 @@ type GenRef struct {
 	// Checksum is the object's trailing checksum (GenEncoder.Checksum), which
 	// ties the reference to the object's content.
 	Checksum uint32
+	// SHA256 is the SHA-256 of the object's bytes in a signed manifest
+	// (version 7's signature section), all zero otherwise. The manifest's
+	// HMAC covers it, so it authenticates the object.
+	SHA256 [sha256.Size]byte
 }
 
 // Manifest reports whether the snapshot is a manifest: version 6, whose
@@ -401,6 +425,10 @@ func (h *Header) check(version uint16) error {
 	switch {
 	case version < VersionV7 && h.KeySpec != "":
 		return fmt.Errorf("format version %d has no key spec", version)
+	case h.Signature != nil && (version < VersionV7 || len(h.Signature) != sha256.Size):
+		return fmt.Errorf("signature of %d bytes in format version %d (only version 7 holds one, of %d bytes)", len(h.Signature), version, sha256.Size)
+	case h.SeedPrint != 0 && h.Seed != 0 && h.SeedPrint != SeedPrintOf(h.Seed):
+		return errors.New("seed fingerprint is not the fingerprint of the seed")
 	case len(h.KeySpec) > MaxKeySpecLen:
 		return fmt.Errorf("key spec of %d bytes exceeds %d", len(h.KeySpec), MaxKeySpecLen)
 	}
@@ -580,12 +608,87 @@ func checkOffsets(what string, m map[int32]int64) error {
 	return nil
 }
 
-// SeedFingerprint returns a fingerprint of a hash seed: the first 8 bytes of SHA-256 over a
-// domain string and the seed, in hex. It tells two seeds apart (a snapshot written with another
-// seed) without revealing the seed, which is a secret: whoever knows it can craft identities that
-// collide in the filter. Inspect prints it instead of the seed.
-func SeedFingerprint(seed uint64) string {
+// MinSigningKey is the shortest signing key EncodeSignedManifest and VerifySignature accept, in
+// bytes: the output size of SHA-256, as RFC 2104 recommends for an HMAC key.
+const MinSigningKey = 32
+
+// ErrUnsigned is returned (wrapped) by VerifySignature for a snapshot that carries no signature:
+// a version 7 manifest written without a key, or any older snapshot, which cannot be signed.
+var ErrUnsigned = errors.New("snapshot: not signed")
+
+// ErrBadSignature is returned (wrapped) by VerifySignature for a manifest whose HMAC does not
+// match the key, and by readers of a generation object whose SHA-256 differs from the one the
+// signed manifest records.
+var ErrBadSignature = errors.New("snapshot: signature does not match")
+
+// VerifySignature checks the HMAC-SHA256 of a decoded signed manifest with key. It returns nil
+// when it matches, an error wrapping ErrUnsigned for an unsigned snapshot, and one wrapping
+// ErrBadSignature otherwise. A nil return authenticates the header, including the SHA-256 of
+// every generation reference; the caller checks the objects against those.
+func (h *Header) VerifySignature(key []byte) error {
+	if h.Signature == nil || h.signed == nil {
+		return fmt.Errorf("%w (format version %d)", ErrUnsigned, h.Version)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(h.signed)
+	if !hmac.Equal(mac.Sum(nil), h.Signature) {
+		return fmt.Errorf("%w: the manifest's HMAC was not made with the configured key", ErrBadSignature)
+	}
+	return nil
+}
+
+// SeedPrintOf returns the fingerprint of a hash seed: the first 8 bytes of SHA-256 over a domain
+// string and the seed (little-endian), read as a big-endian uint64. It tells two seeds apart (a
+// snapshot written with another seed) without revealing the seed, which is a secret: whoever
+// knows it can craft identities that collide in the filter. Version 7 headers store it instead of
+// the seed.
+func SeedPrintOf(seed uint64) uint64 {
 	b := binary.LittleEndian.AppendUint64([]byte("kdedup hash seed\x00"), seed)
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// SeedFingerprint returns SeedPrintOf(seed) in hex (16 digits), as Inspect and the logs print it.
+func SeedFingerprint(seed uint64) string {
+	return fmtSeedPrint(SeedPrintOf(seed))
+}
+
+func fmtSeedPrint(p uint64) string {
+	return hex.EncodeToString(binary.BigEndian.AppendUint64(nil, p))
+}
+
+// StoredSeedPrint returns the fingerprint of the seed the snapshot was written with: SeedPrint
+// from version 7 on, SeedPrintOf(Seed) before.
+func (h *Header) StoredSeedPrint() uint64 {
+	if h.Version >= VersionV7 {
+		return h.SeedPrint
+	}
+	return SeedPrintOf(h.Seed)
+}
+
+// SeedFingerprint returns StoredSeedPrint in hex, as SeedFingerprint spells a seed's.
+func (h *Header) SeedFingerprint() string {
+	return fmtSeedPrint(h.StoredSeedPrint())
+}
+
+// SeedMatches reports whether the snapshot was written with the hash seed seed: by its
+// fingerprint from version 7 on, by the stored seed before.
+func (h *Header) SeedMatches(seed uint64) bool {
+	if h.Version >= VersionV7 {
+		return h.SeedPrint == SeedPrintOf(seed)
+	}
+	return h.Seed == seed
+}
+
+// seedField is the 8 bytes at body offset 28 that version writes: the seed up to version 6,
+// its fingerprint from version 7 on.
+func (h *Header) seedField(version uint16) uint64 {
+	switch {
+	case version < VersionV7:
+		return h.Seed
+	case h.SeedPrint != 0:
+		return h.SeedPrint
+	default:
+		return SeedPrintOf(h.Seed)
+	}
 }

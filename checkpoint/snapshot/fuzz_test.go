@@ -25,6 +25,15 @@ func FuzzDecode(f *testing.F) {
 	m := encodeManifest(f, withRefs(withStages(testHeader(1))))
 	f.Add(m)
 	f.Add(m[:len(m)-7])
+	sh := withRefs(withStages(testHeader(1)))
+	for i := range sh.Refs {
+		sh.Refs[i].SHA256[i] = 1
+	}
+	var signed bytes.Buffer
+	if err := EncodeSignedManifest(&signed, sh, make([]byte, MinSigningKey)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(signed.Bytes())
 	for _, name := range []string{"golden-v1.snap", "golden-v2.snap", "golden-v3.snap", "golden-v4.snap", "golden-v5.snap", "golden-v6.snap", "golden-v7.snap"} {
 		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
 			f.Add(b)

@@ -31,6 +31,9 @@ func withStages(h Header) Header {
 // the fields that version does not hold.
 func asDecoded(h Header, version uint16) Header {
 	h.Version = version
+	if version >= VersionV7 && h.SeedPrint == 0 {
+		h.SeedPrint, h.Seed = SeedPrintOf(h.Seed), 0
+	}
 	if version < VersionV2 {
 		h.OutputOffsets = nil
 	}

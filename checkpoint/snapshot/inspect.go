@@ -155,10 +155,16 @@ func writeHeader(ew *errWriter, h *Header) error {
 	default:
 		p("identity:\t%s\n", h.KeySpec)
 	}
+	switch {
+	case h.Signature != nil:
+		p("signature:\tHMAC-SHA256 %x, SHA-256 per generation object (inspect has no key: not verified)\n", h.Signature)
+	case h.Manifest():
+		p("signature:\tnone (a worker with CHECKPOINT_SIGNING_KEY rejects it)\n")
+	}
 	p("window:\t%d generations × %v = %v\n", h.Generations, h.Interval, time.Duration(h.Generations)*h.Interval)
 	p("capacity:\t%d keys per interval\n", h.Capacity)
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
-	p("hashing:\tk=%d%s seed fingerprint=%s\n", h.K, firstWordNote(h), SeedFingerprint(h.Seed))
+	p("hashing:\tk=%d%s seed fingerprint=%s\n", h.K, firstWordNote(h), h.SeedFingerprint())
 	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
 		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.Words*8), h.BitsPerGeneration())
 	if h.Tagged() {

@@ -62,8 +62,7 @@ func TestManifestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", rk.name, err)
 			}
-			want := h
-			want.Version = CurrentVersion
+			want := asDecoded(h, CurrentVersion)
 			if d := diffHeader(got, want); d != "" {
 				t.Fatalf("%s: header differs:\n%s", rk.name, d)
 			}
@@ -214,11 +213,16 @@ func TestGoldenV7(t *testing.T) {
 	}
 	le := binary.LittleEndian
 	H := int(le.Uint32(onDisk[10:]))
-	tail := onDisk[14+H-2-len(goldenKeySpec) : 14+H]
-	if le.Uint16(onDisk[8:]) != 7 || int(le.Uint16(tail)) != len(goldenKeySpec) || string(tail[2:]) != goldenKeySpec {
+	tail := onDisk[14+H-2-len(goldenKeySpec)-1 : 14+H]
+	if le.Uint16(onDisk[8:]) != 7 || int(le.Uint16(tail)) != len(goldenKeySpec) || string(tail[2:2+len(goldenKeySpec)]) != goldenKeySpec ||
+		tail[len(tail)-1] != 0 || got.Signature != nil {
 		t.Error("golden v7 manifest does not end its header with the identity section documented on Decoder")
 	}
-	if le.Uint64(onDisk[14+H-2-len(goldenKeySpec)-8:]) != h.OwnerEpoch || got.OwnerEpoch != h.OwnerEpoch {
+	if le.Uint64(onDisk[14+28:]) != SeedPrintOf(h.Seed) || got.Seed != 0 || !got.SeedMatches(h.Seed) || got.SeedMatches(h.Seed+1) ||
+		bytes.Contains(onDisk, binary.LittleEndian.AppendUint64(nil, h.Seed)) {
+		t.Error("golden v7 manifest does not hold the seed's fingerprint in place of the seed, as documented on Decoder")
+	}
+	if le.Uint64(onDisk[14+H-1-2-len(goldenKeySpec)-8:]) != h.OwnerEpoch || got.OwnerEpoch != h.OwnerEpoch {
 		t.Errorf("golden v7 manifest: owner epoch %d, not before the identity section as documented on Decoder", got.OwnerEpoch)
 	}
 	v6, _, err := decodeAll(bytes.NewReader(encodeManifestVersion(t, withRefs(goldenHeaderV5()), VersionV6)))
@@ -320,5 +324,59 @@ func TestInspectGen(t *testing.T) {
 	out.Reset()
 	if err := InspectGen(&out, bytes.NewReader(b[:len(b)-1])); !errors.Is(err, ErrCorrupt) || !strings.Contains(out.String(), "NOT VERIFIED") {
 		t.Errorf("truncated object: %v\n%s", err, out.String())
+	}
+}
+
+// TestSignedManifest signs a manifest and checks it with the right key, another key, after a
+// flipped reference sum (checksums recomputed, as an attacker who may write the store would),
+// unsigned, and in an older version.
+func TestSignedManifest(t *testing.T) {
+	key, other := bytes.Repeat([]byte{7}, MinSigningKey), bytes.Repeat([]byte{8}, MinSigningKey)
+	h := withOwner(withRefs(goldenHeaderV5()))
+	for i := range h.Refs {
+		h.Refs[i].SHA256[0] = byte(i + 1)
+	}
+	var b bytes.Buffer
+	if err := EncodeSignedManifest(&b, h, key); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := decodeAll(bytes.NewReader(b.Bytes()))
+	if err != nil || !slices.Equal(got.Refs, h.Refs) || len(got.Signature) != 32 {
+		t.Fatalf("signed manifest: refs %v, signature %x, err %v", got.Refs, got.Signature, err)
+	}
+	if err := got.VerifySignature(key); err != nil {
+		t.Errorf("VerifySignature with the key: %v", err)
+	}
+	var report bytes.Buffer
+	_ = Inspect(&report, bytes.NewReader(b.Bytes())) // the objects are absent: only the header matters
+	if !strings.Contains(report.String(), "HMAC-SHA256") {
+		t.Errorf("inspect does not report the signature:\n%s", report.String())
+	}
+	if err := got.VerifySignature(other); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("VerifySignature with another key: %v, want ErrBadSignature", err)
+	}
+	// Change the first reference's SHA-256 and recompute both CRCs.
+	m := bytes.Clone(b.Bytes())
+	le := binary.LittleEndian
+	H := int(le.Uint32(m[10:]))
+	m[14+H-32-32*len(h.Refs)] ^= 0xff
+	le.PutUint32(m[14+H:], crc32.Checksum(m[:14+H], castagnoli))
+	le.PutUint32(m[26+H:], crc32.Checksum(m[:26+H], castagnoli))
+	if forged, _, err := decodeAll(bytes.NewReader(m)); err != nil || !errors.Is(forged.VerifySignature(key), ErrBadSignature) {
+		t.Errorf("forged reference sum: decode %v, verify %v; want ErrBadSignature", err, forged.VerifySignature(key))
+	}
+	unsigned, _, err := decodeAll(bytes.NewReader(encodeManifest(t, h)))
+	if err != nil || !errors.Is(unsigned.VerifySignature(key), ErrUnsigned) {
+		t.Errorf("unsigned manifest: %v, %v; want ErrUnsigned", err, unsigned.VerifySignature(key))
+	}
+	v6, _, err := decodeAll(bytes.NewReader(encodeManifestVersion(t, withRefs(goldenHeaderV5()), VersionV6)))
+	if err != nil || !errors.Is(v6.VerifySignature(key), ErrUnsigned) {
+		t.Errorf("v6 manifest: %v, %v; want ErrUnsigned", err, v6.VerifySignature(key))
+	}
+	if err := EncodeSignedManifest(io.Discard, h, key[:31]); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("a 31-byte key: %v, want ErrInvalidHeader", err)
+	}
+	if err := EncodeSignedManifest(io.Discard, withRefs(goldenHeaderV5()), key); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("references without SHA-256: %v, want ErrInvalidHeader", err)
 	}
 }

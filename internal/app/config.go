@@ -18,6 +18,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
@@ -98,7 +99,7 @@ type DedupConfig struct {
 	FalsePositiveRate         float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
 	MaxMemory                 ByteSize      `env:"MAX_MEMORY" envDefault:"0" desc:"Memory cap of one filter (one per assigned partition with DEDUP_SCOPE=partition) in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted; 0 means 8GiB. It caps the generations' first stages plus every stage grown past DEDUP_WINDOW_CAPACITY; startup fails if the first stages alone need more (the defaults need about 39MB per filter). At the cap the filter stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."`
 	OverloadPolicy            string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter at DEDUP_MAX_MEMORY does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
-	HashSeed                  uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities (see docs/design.md, Hostile producers). Kept in checkpoints (kdedup inspect shows only a fingerprint of it)."`
+	HashSeed                  uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities (see docs/design.md, Hostile producers). Checkpoints hold only a fingerprint of it, which kdedup inspect shows."`
 
 	// Window counted from the last sighting (window.Filter.TestAndRefresh).
 	WindowRefresh bool `env:"WINDOW_REFRESH" envDefault:"false" desc:"true: a duplicate re-arms its identity in the current generation (with DEDUP_WINDOW_CLOCK=event, the generation of its timestamp), so the window counts from an identity's last sighting: remembered at least (count-1) x interval and at most count x interval after it. An identity re-sent forever then never passes again. Each re-armed identity counts against DEDUP_WINDOW_CAPACITY once per interval, and a duplicate costs a write (kdedup_filter_refreshes_total). false: the window counts from the first sighting."`
@@ -115,6 +116,7 @@ type CheckpointConfig struct {
 	Dir               string        `env:"DIR" desc:"Shorthand for CHECKPOINT_URL=file://DIR (a relative path is taken from the working directory). Set one of the two; both only if they name the same directory."`
 	Interval          time.Duration `env:"INTERVAL" envDefault:"1m" desc:"How often filters are snapshotted to the checkpoint store, besides on partition revoke and shutdown."`
 	Keep              int           `env:"KEEP" envDefault:"3" desc:"Snapshots kept per unit (partition, or global); older ones are pruned. A corrupt newest snapshot falls back to the previous one."`
+	SigningKey        string        `env:"SIGNING_KEY" secret:"true" desc:"Key (at least 32 bytes) that authenticates checkpoints: every manifest saved carries an HMAC-SHA256 with it and the SHA-256 of each generation object it references, and a restore refuses a snapshot that is unsigned (including every snapshot of format version 6 or older), signed with another key, or whose objects differ (kdedup_checkpoint_rejected_total reasons unsigned, bad_signature), falling back to an older snapshot or a rebuild. Set it when others may write the checkpoint store (see docs/checkpoints.md, Signing). Empty: checkpoints are neither signed nor checked."`
 	RebuildMaxRecords int64         `env:"REBUILD_MAX_RECORDS" envDefault:"10000000" desc:"A partition with no usable snapshot (no store, per-pod disks, lost bucket, first start, snapshot of an incompatible configuration) is rebuilt from the output records of the last (DEDUP_WINDOW_COUNT-1) x DEDUP_WINDOW_INTERVAL (before the wall clock, or with DEDUP_WINDOW_CLOCK=event before the newest output record's timestamp), found by record timestamp, reading at most this many records; the worker is not ready meanwhile. Past the bound the oldest records of the window are skipped: their duplicates can pass until they would have left the window; the rebuild logs a warning and counts them in kdedup_rebuild_skipped_records_total. 0 disables the rebuild (such a partition starts empty). Not done under KAFKA_PARTITIONING=hash with DEDUP_SCOPE=partition, where every output partition mixes all input partitions."`
 }
 
@@ -342,6 +344,9 @@ func (c Config) validate() []problem {
 	ps = append(ps, validateCheckpoint(c.Checkpoint, c.AWS)...) // the store URL, by the checkpoint package
 	if c.Checkpoint.RebuildMaxRecords < 0 {
 		add("CHECKPOINT_REBUILD_MAX_RECORDS", "must be >= 0 (0 disables the rebuild), got %d", c.Checkpoint.RebuildMaxRecords)
+	}
+	if k := c.Checkpoint.SigningKey; k != "" && len(k) < dedup.MinSigningKey {
+		add("CHECKPOINT_SIGNING_KEY", "must be at least %d bytes, got %d", dedup.MinSigningKey, len(k))
 	}
 	if c.Checkpoint.URL != "" || c.Checkpoint.Dir != "" {
 		positive("CHECKPOINT_INTERVAL", c.Checkpoint.Interval)

@@ -128,6 +128,7 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 			"DEDUP_WINDOW_COUNT", "DEDUP_WINDOW_INTERVAL", "DEDUP_FALSE_POSITIVE_RATE", "DEDUP_MARK_HEADER",
 			"SHUTDOWN_TIMEOUT", "KAFKA_BROKERS", "HTTP_ADDR"}},
 		{"memory cap", withEnv(map[string]string{"DEDUP_MAX_MEMORY": "1MiB"}), []string{"DEDUP_MAX_MEMORY"}},
+		{"short signing key", withEnv(map[string]string{"CHECKPOINT_SIGNING_KEY": "secret-of-31-bytes-is-too-shor"}), []string{"CHECKPOINT_SIGNING_KEY"}},
 		{"tls without tls", withEnv(map[string]string{"KAFKA_TLS_CA_FILE": "/ca.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"tls missing file", withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CA_FILE": "/does/not/exist.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"sasl", withEnv(map[string]string{"KAFKA_SASL_MECHANISM": "plain"}), []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"}},

@@ -20,7 +20,7 @@ func TestSecretFiles(t *testing.T) {
 		}
 		return p
 	}
-	want := []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "DEDUP_HASH_SEED", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+	want := []string{"KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "DEDUP_HASH_SEED", "CHECKPOINT_SIGNING_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
 		"SCHEMA_REGISTRY_USERNAME", "SCHEMA_REGISTRY_PASSWORD"}
 	if got := SecretVars(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("SecretVars = %v, want %v", got, want)
@@ -28,9 +28,13 @@ func TestSecretFiles(t *testing.T) {
 	cfg, err := Load(withEnv(map[string]string{
 		"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_SASL_USERNAME_FILE": write("user", "svc\n"),
 		"KAFKA_SASL_PASSWORD_FILE": write("pw", "pw-Zq9 with spaces \n"), "DEDUP_HASH_SEED_FILE": write("seed", "42"),
+		"CHECKPOINT_SIGNING_KEY_FILE": write("hmac", strings.Repeat("h", 32)+"\n"),
 	}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Checkpoint.SigningKey != strings.Repeat("h", 32) {
+		t.Errorf("signing key from a file: %d bytes, want the file's 32", len(cfg.Checkpoint.SigningKey))
 	}
 	if cfg.Kafka.SASLUsername != "svc" || cfg.Kafka.SASLPassword != "pw-Zq9 with spaces " || cfg.Dedup.HashSeed != 42 {
 		t.Errorf("from files: user %q, password %q, seed %d", cfg.Kafka.SASLUsername, cfg.Kafka.SASLPassword, cfg.Dedup.HashSeed)

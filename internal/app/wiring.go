@@ -334,6 +334,9 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		}
 		output()
 		persister := dedup.NewCheckpointPersister(store, log).WithKeySpec(keySpecOf(cfg.Dedup.Key))
+		if k := cfg.Checkpoint.SigningKey; k != "" {
+			persister.WithSigningKey([]byte(k))
+		}
 		persister.OnRejected(m.SnapshotRejected)
 		dcfg.Persister = persister
 		dcfg.CheckpointInterval = cfg.Checkpoint.Interval
