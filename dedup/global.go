@@ -103,22 +103,7 @@ func (s *Set) swapGlobal(f *window.Filter, ev *eventClock) (old *shared, stale, 
 // it; its Acked may go to either part. A partition given up meanwhile is not waited for: its
 // records either reached the output or were discarded, which taints the filter again.
 func (s *Set) awaitAcked(ctx context.Context, stale, fresh map[int32]*part) error {
-	deadline := time.Now().Add(s.cfg.SealTimeout)
-	wait := 100 * time.Microsecond
-	for {
-		if s.staleAcked(stale, fresh) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errSealTimeout
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 10*time.Millisecond)
-	}
+	return s.awaitUntil(ctx, func() bool { return s.staleAcked(stale, fresh) })
 }
 
 // staleAcked reports whether every partition of stale still served by its part of fresh

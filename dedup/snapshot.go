@@ -330,22 +330,31 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 	if s.global.Load() != nil {
 		add(*s.parts.Load())
 	}
-	deadline := time.Now().Add(s.cfg.SealTimeout)
-	wait := 100 * time.Microsecond
-	for {
+	var err error
+	ok := func() bool {
 		if s.tainted() {
-			return errTainted
+			err = errTainted
+			return true
 		}
-		pending := false
 		for pt, target := range targets {
 			if pt.acked.Load() < target {
-				pending = true
-				break
+				return false
 			}
 		}
-		if !pending {
-			return nil
-		}
+		return true
+	}
+	if werr := s.awaitUntil(ctx, ok); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// awaitUntil polls ok, backing off from 100µs to 10ms, until it holds (nil), ctx ends (its error)
+// or the seal timeout passes (errSealTimeout).
+func (s *Set) awaitUntil(ctx context.Context, ok func() bool) error {
+	deadline := time.Now().Add(s.cfg.SealTimeout)
+	wait := 100 * time.Microsecond
+	for !ok() {
 		if time.Now().After(deadline) {
 			return errSealTimeout
 		}
@@ -356,6 +365,7 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 		}
 		wait = min(2*wait, 10*time.Millisecond)
 	}
+	return nil
 }
 
 // checkpointLoop snapshots every filter each CheckpointInterval until Close.
