@@ -84,14 +84,29 @@ func (t topics) Partitions(ctx context.Context, topic string) (int, error) {
 }
 
 // Produce writes msgs, in order, to topic/partition with acks=all (see kafkaio.Producer: requests
-// of at most kafkaio.DefaultBatchBytes, no idempotence, no retry). Only Key, Value, Headers and
-// Time of msgs are used.
+// of at most kafkaio.DefaultBatchBytes, no idempotence). Only Key, Value, Headers and Time of msgs
+// are used. An answer that the partition has no leader here yet (a real broker just after the
+// topic was created, or during a leader change) is retried for up to about 10 s: such a request
+// was not appended, though requests before it in the same call were and are sent again.
 func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
 	_, p := t.conns()
-	if err := p.Produce(ctx, topic, partition, msgs); err != nil {
+	err := kafkaio.Backoff{Min: 50 * time.Millisecond, Max: time.Second}.Retry(ctx, 15, func(int) error {
+		err := p.Produce(ctx, topic, partition, msgs)
+		if err != nil && !leaderMoving(err) {
+			return kafkaio.Permanent(err)
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("embedkafka: %w", err)
 	}
 	return nil
+}
+
+// leaderMoving reports whether err says that the partition's leader is not known or not here yet.
+func leaderMoving(err error) bool {
+	return errors.Is(err, kafka.NotLeaderForPartition) || errors.Is(err, kafka.LeaderNotAvailable) ||
+		errors.Is(err, kafka.UnknownTopicOrPartition)
 }
 
 // EndOffsets returns the high watermark of every partition of topic.
