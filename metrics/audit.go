@@ -1,28 +1,24 @@
 package metrics
 
 import (
-	"slices"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // audit holds the metrics of the audit topic (consumer.Observer's Diverted and
 // AuditProduceError).
 type audit struct {
-	records map[string]prometheus.Counter // by reason, "other" included; read-only after newAudit
+	records reasonCounters // read-only after newAudit
 	errors  prometheus.Counter
 }
 
 // newAudit builds the audit topic's metrics and registers them on reg; reasons are the known
 // values of the reason label (Options.DropReasons).
 func newAudit(reg prometheus.Registerer, reasons []string) *audit {
-	a := &audit{records: make(map[string]prometheus.Counter)}
+	a := &audit{}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "audit_records_total",
 		Help: "Records the worker dropped and wrote to the audit topic KAFKA_DUPLICATES_TOPIC instead, by reason: duplicate, unkeyed (DEDUP_UNKEYED_POLICY=drop), late (DEDUP_LATE_RECORDS=drop), overload (seen by a filter at DEDUP_MAX_MEMORY under DEDUP_OVERLOAD_POLICY=drop). Counted once acknowledged."},
 		[]string{"reason"})
-	for _, r := range append(slices.Clone(reasons), resetOther) {
-		a.records[r] = vec.WithLabelValues(r)
-	}
+	a.records = newReasonCounters(vec, reasons)
 	a.errors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "audit_produce_errors_total",
 		Help: "Writes to the audit topic KAFKA_DUPLICATES_TOPIC that failed: refused records (dead-lettered, or the partition blocks) or a write cut short. The input is not committed past records whose audit write failed."})
 	reg.MustRegister(vec, a.errors)
@@ -32,11 +28,7 @@ func newAudit(reg prometheus.Registerer, reasons []string) *audit {
 // Diverted counts n records of the input partition written to the audit topic for reason (one
 // of Options.DropReasons; anything else is counted as "other"). It is safe for concurrent use.
 func (m *Metrics) Diverted(_ int32, reason string, n int) {
-	c, ok := m.audit.records[reason]
-	if !ok {
-		c = m.audit.records[resetOther]
-	}
-	c.Add(float64(n))
+	m.audit.records.add(reason, float64(n))
 }
 
 // AuditProduceError counts one failed write to the audit topic. It is safe for concurrent use.

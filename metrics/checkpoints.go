@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -92,13 +91,9 @@ func (u *unitHealth) Collect(ch chan<- prometheus.Metric) {
 
 // failureCounters returns the children of kdedup_checkpoint_failures_total for reasons and
 // "other", and the vector to register.
-func failureCounters(reasons []string) (map[string]prometheus.Counter, *prometheus.CounterVec) {
+func failureCounters(reasons []string) (reasonCounters, *prometheus.CounterVec) {
 	vec := counterVec("checkpoint_failures_total",
 		"Failed attempts to write a checkpoint, by reason: cancelled (shutdown or the end of a generation came first), output_offsets (the output topic's end offsets could not be read), seal (records in the snapshot were not acknowledged by the output in time), store (the checkpoint store failed).",
 		"reason")
-	out := map[string]prometheus.Counter{}
-	for _, r := range append(slices.Clone(reasons), resetOther) {
-		out[r] = vec.WithLabelValues(r)
-	}
-	return out, vec
+	return newReasonCounters(vec, reasons), vec
 }

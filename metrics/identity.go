@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,20 +9,18 @@ import (
 // identityMetrics are the metrics of identity extraction: unkeyed records by reason, and the
 // partitions held at a record whose identity cannot be extracted for now.
 type identityMetrics struct {
-	byReason map[string]prometheus.Counter // fixed at New: Options.UnkeyedReasons and "other"
+	byReason reasonCounters // fixed at New: Options.UnkeyedReasons and "other"
 	held     prometheus.Gauge
 	heldN    atomic.Int64
 }
 
 // newIdentityMetrics registers the identity metrics on reg.
 func newIdentityMetrics(reg prometheus.Registerer, reasons []string) *identityMetrics {
-	im := &identityMetrics{byReason: map[string]prometheus.Counter{}}
+	im := &identityMetrics{}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "records_unkeyed_by_reason_total",
 		Help: "Records without a deduplication identity, by reason: missing (key, value, header or field absent, null or empty), malformed (the value cannot be read), not_wire_format (no Confluent magic byte and schema id), unknown_schema (the schema registry does not know the id), not_in_schema (the path is not in the record's schema). DEDUP_UNKEYED_POLICY applies to them."},
 		[]string{"reason"})
-	for _, r := range append(slices.Clone(reasons), resetOther) {
-		im.byReason[r] = vec.WithLabelValues(r)
-	}
+	im.byReason = newReasonCounters(vec, reasons)
 	im.held = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "identity_held_partitions",
 		Help: "Input partitions held at a record whose identity cannot be extracted for now (the schema registry is down, times out or answers 5xx): nothing after the record is processed until it can be."})
 	reg.MustRegister(vec, im.held)
@@ -39,11 +36,7 @@ func (m *Metrics) Unkeyed(partition int32, reason string, n int) {
 		return
 	}
 	m.part(partition).unkeyed.Add(float64(n))
-	c, ok := m.identity.byReason[reason]
-	if !ok {
-		c = m.identity.byReason[resetOther]
-	}
-	c.Add(float64(n))
+	m.identity.byReason.add(reason, float64(n))
 }
 
 // IdentityHeld counts the input partition in kdedup_identity_held_partitions while held is true

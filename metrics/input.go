@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +25,7 @@ type Progress struct {
 // records skipped unread.
 type inputMetrics struct {
 	fetchErrors *prometheus.CounterVec
-	skipped     map[string]prometheus.Counter
+	skipped     reasonCounters
 }
 
 // init makes the input metrics and returns them for registration.
@@ -36,10 +35,7 @@ func (in *inputMetrics) init(opts Options) []prometheus.Collector {
 	skipped := counterVec("input_skipped_records_total",
 		"Input records that were never read, by reason: retention (deleted by the input topic's retention before the worker read them) or reset_to_latest (passed by KAFKA_START_FROM_LATEST after the offset fell past the end of a truncated or recreated log). They are neither deduplicated nor produced: lost events.",
 		"reason")
-	in.skipped = make(map[string]prometheus.Counter)
-	for _, r := range append(slices.Clone(opts.SkipReasons), resetOther) {
-		in.skipped[r] = skipped.WithLabelValues(r)
-	}
+	in.skipped = newReasonCounters(skipped, opts.SkipReasons)
 	return []prometheus.Collector{in.fetchErrors, skipped}
 }
 
@@ -63,12 +59,8 @@ func (m *Metrics) FetchError(partition int32) { m.part(partition).fetchErrors.In
 // InputSkipped counts n input records of the partition skipped unread for reason (one of
 // Options.SkipReasons; anything else is counted as "other"). It is safe for concurrent use.
 func (m *Metrics) InputSkipped(_ int32, reason string, n int64) {
-	c, ok := m.inputs.skipped[reason]
-	if !ok {
-		c = m.inputs.skipped[resetOther]
-	}
 	if n > 0 {
-		c.Add(float64(n))
+		m.inputs.skipped.add(reason, float64(n))
 	}
 }
 

@@ -39,9 +39,32 @@ const Namespace = "kdedup"
 // empty Options.Mode or Options.Version: labels stay bounded and never empty.
 const unknown = "unknown"
 
-// resetOther is the reason label of a producer reset whose reason is not one of
-// Options.ProducerResetReasons, so that the label stays bounded.
+// resetOther is the reason label of a count whose reason is not one of its closed set (a producer
+// reset's, a dead letter's, a rejected snapshot's, ...), so that the label stays bounded.
 const resetOther = "other"
+
+// reasonCounters holds a counter vector's children for a closed set of reason label values and
+// resetOther, so that the label never takes a value outside the set. It is read-only once built
+// and safe for concurrent use.
+type reasonCounters map[string]prometheus.Counter
+
+// newReasonCounters returns vec's children for reasons and resetOther.
+func newReasonCounters(vec *prometheus.CounterVec, reasons []string) reasonCounters {
+	rc := make(reasonCounters, len(reasons)+1)
+	for _, r := range append(slices.Clone(reasons), resetOther) {
+		rc[r] = vec.WithLabelValues(r)
+	}
+	return rc
+}
+
+// add adds v to reason's counter, or to resetOther's for a reason outside the set.
+func (rc reasonCounters) add(reason string, v float64) {
+	c, ok := rc[reason]
+	if !ok {
+		c = rc[resetOther]
+	}
+	c.Add(v)
+}
 
 // maxTablePartition bounds the directly indexed partition table. Partition
 // numbers at or above it (or negative ones) go through a mutex-guarded map,
@@ -231,7 +254,7 @@ type Metrics struct {
 
 	produceErrors    prometheus.Counter
 	uncertainRetries prometheus.Counter
-	producerResets   map[string]prometheus.Counter
+	producerResets   reasonCounters
 	commitErrors     prometheus.Counter
 	assignRetries    prometheus.Counter
 	rebalances       prometheus.Counter
@@ -245,11 +268,11 @@ type Metrics struct {
 	checkpointDuration    prometheus.Histogram
 	checkpointSize        prometheus.Gauge
 	checkpointLastSuccess prometheus.Gauge
-	checkpointFailures    map[string]prometheus.Counter
+	checkpointFailures    reasonCounters
 	units                 *unitHealth
 	checkpointWritten     *prometheus.CounterVec
 	restores              map[checkpoint.Outcome]prometheus.Counter
-	rejected              map[string]prometheus.Counter // by reason, "other" included
+	rejected              reasonCounters
 	restoreUnknown        prometheus.Counter
 	restoreDuration       prometheus.Histogram
 	rewarmed              prometheus.Counter
@@ -361,10 +384,7 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 	resets := counterVec("producer_resets_total",
 		"Batches the brokers rejected for their idempotent producer state (reason: the broker error, such as out_of_order_sequence) and that were re-sent under a new producer id. Such a batch is written twice if an earlier attempt of it had been written.",
 		"reason")
-	m.producerResets = make(map[string]prometheus.Counter, len(opts.ProducerResetReasons)+1)
-	for _, r := range append(slices.Clone(opts.ProducerResetReasons), resetOther) {
-		m.producerResets[r] = resets.WithLabelValues(r)
-	}
+	m.producerResets = newReasonCounters(resets, opts.ProducerResetReasons)
 	m.commitErrors = counter("commit_errors_total", "Failed attempts to commit consumer offsets.")
 	m.assignRetries = counter("assign_retries_total",
 		"Failed attempts to prepare an assigned partition's state (restore, re-warm or rebuild from the output topic); each is logged and retried, and the worker is not ready meanwhile.")
@@ -419,10 +439,7 @@ func (m *Metrics) newCheckpointMetrics(opts Options, durationBuckets []float64) 
 	m.restoreDuration = histogram("checkpoint_restore_duration_seconds", "Time taken to restore state, whatever the outcome.", durationBuckets)
 	m.rewarmed = counter("checkpoint_rewarmed_records_total", "Output records read back to re-warm the filter after a restore.")
 	rejected := counterVec("checkpoint_rejected_total", "Snapshots a restore rejected (and fell back from, to an older one or a rebuild), by reason: corrupt, incompatible (another configuration), missing, unsigned or bad_signature (with CHECKPOINT_SIGNING_KEY: no signature, or not the key's), or implausible_* (intact but impossible: implausible_memory over the filter's cap, implausible_future generations after the wall clock, implausible_fill set bits that do not fit the recorded keys; the store is a trust boundary, see docs/checkpoints.md).", "reason")
-	m.rejected = make(map[string]prometheus.Counter)
-	for _, r := range append(slices.Clone(opts.RejectReasons), resetOther) {
-		m.rejected[r] = rejected.WithLabelValues(r)
-	}
+	m.rejected = newReasonCounters(rejected, opts.RejectReasons)
 	m.clockSkew = gauge("checkpoint_clock_skew_seconds",
 		"How far the creation time of the last snapshot restored lies ahead of this worker's clock (0 when it does not): the saving replica's clock ran ahead of this one's by at least this much, so this worker keeps identities that long beyond the window.")
 	return []prometheus.Collector{
@@ -583,11 +600,7 @@ func (m *Metrics) UncertainRetry() { m.uncertainRetries.Inc() }
 // Options.ProducerResetReasons; anything else is counted as "other"). It is
 // safe for concurrent use.
 func (m *Metrics) ProducerReset(reason string) {
-	c, ok := m.producerResets[reason]
-	if !ok {
-		c = m.producerResets[resetOther]
-	}
-	c.Inc()
+	m.producerResets.add(reason, 1)
 }
 
 // CommitError counts one failed offset commit. It is safe for concurrent use.
@@ -668,11 +681,7 @@ func (m *Metrics) CheckpointSaved(partition int32, duration time.Duration, sizeB
 // Options.CheckpointFailureReasons; anything else is counted as "other"). It is safe for
 // concurrent use.
 func (m *Metrics) CheckpointFailed(_ int32, reason string) {
-	c, ok := m.checkpointFailures[reason]
-	if !ok {
-		c = m.checkpointFailures[resetOther]
-	}
-	c.Inc()
+	m.checkpointFailures.add(reason, 1)
 }
 
 // CheckpointWritten counts bytes sent to a checkpoint store of the given kind ("file", "s3"); an
@@ -704,11 +713,7 @@ func (m *Metrics) Restored(partition int32, outcome checkpoint.Outcome, duration
 // SnapshotRejected counts a snapshot a restore rejected for reason (one of Options.RejectReasons;
 // anything else is counted as "other"). It is safe for concurrent use.
 func (m *Metrics) SnapshotRejected(reason string) {
-	c, ok := m.rejected[reason]
-	if !ok {
-		c = m.rejected[resetOther]
-	}
-	c.Inc()
+	m.rejected.add(reason, 1)
 }
 
 // Rewarmed counts n output records read back to re-warm the filter after a restore.
