@@ -201,7 +201,9 @@ func (o routeObserver) CommitError() { o.main.CommitError() }
 func (o routeObserver) DeadLetter(p int32, reason string) { o.main.DeadLetter(p, reason) }
 
 // InputSkipped counts input records never read.
-func (o routeObserver) InputSkipped(p int32, reason string, n int64) { o.main.InputSkipped(p, reason, n) }
+func (o routeObserver) InputSkipped(p int32, reason string, n int64) {
+	o.main.InputSkipped(p, reason, n)
+}
 
 // Diverted counts records written to the audit topic.
 func (o routeObserver) Diverted(p int32, reason string, n int) { o.main.Diverted(p, reason, n) }
