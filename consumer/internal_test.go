@@ -229,6 +229,28 @@ func TestIdentityPartitioner(t *testing.T) {
 	}
 }
 
+// TestUnitPartitions checks the unit-ownership function of the re-warm and rebuild.
+func TestUnitPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		part Partitioning
+		unit int32
+		n    int
+		want []int
+	}{
+		{PartitionSame, 3, 0, []int{3}},
+		{PartitionSame, 3, 12, []int{3}},
+		{PartitionSame, -1, 3, []int{0, 1, 2}},
+		{PartitionSame, -1, 0, nil},
+		{PartitionHash, 1, 3, []int{0, 1, 2}},
+		{PartitionHash, 1, 0, nil},
+		{PartitionIdentity, 0, 2, []int{0, 1}},
+	} {
+		if got := UnitPartitions(tc.part, tc.unit, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("UnitPartitions(%s, %d, %d) = %v, want %v", tc.part, tc.unit, tc.n, got, tc.want)
+		}
+	}
+}
+
 // TestStripRouteHeaders checks that stage 2 removes exactly the router's headers, in order.
 func TestStripRouteHeaders(t *testing.T) {
 	var a routeArena
