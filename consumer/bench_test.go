@@ -278,6 +278,7 @@ func routedRunner(ctx context.Context, cl testbroker.Broker) error {
 	r.Partitioning, r.Route = consumer.PartitionIdentity, true
 	s := base
 	s.InputTopic, s.OutputTopic, s.GroupID, s.StripRouteHeaders = cl.Name("route"), cl.Name("out"), cl.Name("g-route"), true
+	s.FetchMaxWait = consumer.RouteFetchMaxWait // as internal/app sets it
 	router, err := consumer.New(r, consumer.Passer{}, kafkaKey, nil, testLog)
 	if err != nil {
 		return err

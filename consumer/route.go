@@ -40,6 +40,12 @@ const (
 	RouteHeaderID = RouteHeaderPrefix + "id"
 )
 
+// RouteFetchMaxWait caps the second stage's Config.FetchMaxWait. Its input, the route topic,
+// arrives as a stream of small batches from every router, so its partitions are usually at their
+// end, and a fetch waiting there for the broker's full wait held the whole pipeline back: on
+// BenchmarkRoutedScope the default 500ms wait made the routed scope 0.2x as fast as 50ms did.
+const RouteFetchMaxWait = 50 * time.Millisecond
+
 // routeSeed seeds the hash that picks a record's route partition. It differs from the filter's
 // seed (DEDUP_HASH_SEED, 0 by default) so that the identities of one route partition do not share
 // the low bits of the hash the filter places them by. It must never change: a record routed with

@@ -88,6 +88,7 @@ func stageConfigs(cfg Config, ccfg consumer.Config) (routers []consumer.Config, 
 	}
 	stage2 = ccfg
 	stage2.InputTopic, stage2.GroupID, stage2.StripRouteHeaders = cfg.Kafka.RouteTopic, routeGroup(ccfg.GroupID), true
+	stage2.FetchMaxWait = min(ccfg.FetchMaxWait, consumer.RouteFetchMaxWait)
 	return routers, stage2
 }
 

@@ -89,6 +89,9 @@ func TestStageConfigs(t *testing.T) {
 	if s2.InputTopic != "r" || s2.OutputTopic != "events-dedup" || s2.GroupID != "g-route" || !s2.StripRouteHeaders || s2.Partitioning != consumer.PartitionSame {
 		t.Errorf("stage 2: input %q output %q group %q strip %v partitioning %s", s2.InputTopic, s2.OutputTopic, s2.GroupID, s2.StripRouteHeaders, s2.Partitioning)
 	}
+	if s2.FetchMaxWait != consumer.RouteFetchMaxWait {
+		t.Errorf("stage 2 fetch wait %v, want %v", s2.FetchMaxWait, consumer.RouteFetchMaxWait)
+	}
 	if err := s2.Validate(); err != nil {
 		t.Error(err)
 	}
