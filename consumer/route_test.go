@@ -198,3 +198,24 @@ func TestRoutedInputPartitionsGrow(t *testing.T) {
 	e.waitCommitted("g-route", "route")
 	e.checkOutput()
 }
+
+// TestRoutedUnkeyedPass checks where a record without identity goes under UnkeyedPass: through
+// route partition input partition % n to the output partition of that number, unchanged.
+func TestRoutedUnkeyedPass(t *testing.T) {
+	e := newRoutedEnv(t, 6, 1, 4)
+	e.router("in", "g-in-in")
+	e.stage2()
+	m := kafka.Message{Value: []byte("no key"), Headers: []kafka.Header{{Key: "app", Value: []byte("x")}}, Time: time.UnixMilli(1_700_000_000_000)}
+	e.produceTo("in", 5, m, m)
+	e.waitCommitted("g-in-in", "in")
+	e.waitCommitted("g-route", "route")
+	out := e.readOut("out")
+	if len(out[1]) != 2 {
+		t.Fatalf("output partition 1 holds %d records, want both copies (unkeyed records are not judged): %v", len(out[1]), out)
+	}
+	for _, got := range out[1] {
+		if d := sameRecord(got, m); d != "" {
+			t.Errorf("unkeyed record changed: %s", d)
+		}
+	}
+}
