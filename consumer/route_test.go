@@ -15,7 +15,8 @@ import (
 // the output topic "out", the routers in groups "g-in-<topic>" and stage 2 in "g-route".
 type routedEnv struct {
 	*env
-	ids map[string]kafka.Message // every identity produced, with its record
+	ids  map[string]kafka.Message // every identity produced, with its record
+	edit func(*consumer.Config)   // applied to both stages' configurations, when set
 }
 
 func newRoutedEnv(t *testing.T, in, in2, route int) *routedEnv {
@@ -28,6 +29,9 @@ func (e *routedEnv) router(topic, group string) *running {
 	cfg := e.config()
 	cfg.InputTopic, cfg.OutputTopic, cfg.GroupID = topic, "route", group
 	cfg.Partitioning, cfg.Route = consumer.PartitionIdentity, true
+	if e.edit != nil {
+		e.edit(&cfg)
+	}
 	return e.start(cfg, consumer.Passer{}, kafkaKey)
 }
 
@@ -35,6 +39,9 @@ func (e *routedEnv) router(topic, group string) *running {
 func (e *routedEnv) stage2() (*running, *mapDeduper) {
 	cfg := e.config()
 	cfg.InputTopic, cfg.GroupID, cfg.StripRouteHeaders = "route", "g-route", true
+	if e.edit != nil {
+		e.edit(&cfg)
+	}
 	d := newMapDeduper(false, nil)
 	return e.start(cfg, d, consumer.RouteKey(kafkaKey)), d
 }
@@ -115,7 +122,19 @@ func (e *routedEnv) checkOutput() {
 // unchanged; then a router that routes the whole of "in" again (what a crash between the route
 // topic's acknowledgement and the input commit does, at its worst) adds nothing to the output.
 func TestRouted(t *testing.T) {
+	testRouted(t, newRoutedEnv(t, 6, 4, 4))
+}
+
+// TestRoutedExactlyOnce is TestRouted with both stages under exactly-once delivery: the routers
+// write the route topic in transactions, the second stage reads it read_committed.
+func TestRoutedExactlyOnce(t *testing.T) {
 	e := newRoutedEnv(t, 6, 4, 4)
+	e.edit = func(c *consumer.Config) { c.Delivery = consumer.DeliveryExactlyOnce }
+	testRouted(t, e)
+}
+
+// testRouted is TestRouted on e.
+func testRouted(t *testing.T, e *routedEnv) {
 	e.router("in", "g-in-in")
 	e.router("in2", "g-in-in2")
 	s2, d := e.stage2()
