@@ -146,7 +146,8 @@ func benchPipelineDups(b *testing.B, k testbroker.Kind, dupEvery int, run pipeli
 // partition p for event id (every dupEvery-th event repeats an earlier id of the partition).
 func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline, record func(p, id int) kafka.Message) {
 	b.ReportAllocs()
-	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions, "audit": benchPartitions}})
+	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions, "audit": benchPartitions,
+		"route": benchPartitions}})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 1))
 	per := (b.N + benchPartitions - 1) / benchPartitions
@@ -194,6 +195,7 @@ func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	waitStage2(b, cl, errc)
 	elapsed := time.Since(start)
 	cpu1, _ := processCPU()
 	var jvm1 time.Duration
@@ -223,6 +225,71 @@ func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline
 	if jvmOK { // a real broker's JVM, outside this process
 		b.ReportMetric(float64(jvm1-jvm0)/float64(total), "broker-cpu-ns/event")
 	}
+}
+
+// waitStage2 waits, when the pipeline routed records (routedRunner), until the second stage's
+// committed offsets reach the end of the route topic.
+func waitStage2(b *testing.B, cl testbroker.Broker, errc chan error) {
+	ctx := context.Background()
+	for {
+		ends, err := cl.EndOffsets(ctx, cl.Name("route"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		com, err := cl.Committed(ctx, cl.Name("g-route"), cl.Name("route"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var end, done int64
+		for p, o := range ends {
+			end, done = end+o, done+max(com[p], 0)
+		}
+		if done == end {
+			return
+		}
+		select {
+		case err := <-errc:
+			b.Fatalf("pipeline stopped early: %v", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// BenchmarkRoutedScope compares the routed scope with the partition scope on the same records
+// (BenchmarkEndToEnd's: 4 partitions, 25% duplicates, kfake in process) in the same run:
+// partition is worker-drop; routed is a router (input to the route topic by identity, in group
+// "g", so the timer's wait on "g" covers it) and a second stage over the route topic (group
+// "g-route", deduplicating into the output), run together as one replica does, the timer
+// stopping when the second stage committed the whole route topic. Compare events/s and
+// cpu-ns/event: each routed record is produced and consumed twice.
+func BenchmarkRoutedScope(b *testing.B) {
+	b.Run("partition", func(b *testing.B) { benchPipeline(b, workerRunner(consumer.ModeDrop)) })
+	b.Run("routed", func(b *testing.B) { benchPipeline(b, routedRunner) })
+}
+
+// routedRunner runs the two stages of the routed scope until ctx ends.
+func routedRunner(ctx context.Context, cl testbroker.Broker) error {
+	base := consumer.Config{
+		Conn: kafkaio.Conn{Brokers: cl.Addrs()}, SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
+	}
+	r := base
+	r.InputTopic, r.OutputTopic, r.GroupID = cl.Name("in"), cl.Name("route"), cl.Name("g")
+	r.Partitioning, r.Route = consumer.PartitionIdentity, true
+	s := base
+	s.InputTopic, s.OutputTopic, s.GroupID, s.StripRouteHeaders = cl.Name("route"), cl.Name("out"), cl.Name("g-route"), true
+	s.FetchMaxWait = consumer.RouteFetchMaxWait // as internal/app sets it
+	router, err := consumer.New(r, consumer.Passer{}, kafkaKey, nil, testLog)
+	if err != nil {
+		return err
+	}
+	stage2, err := consumer.New(s, newMapDeduper(false, nil), consumer.RouteKey(kafkaKey), nil, testLog)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- router.Run(ctx) }()
+	return errors.Join(stage2.Run(ctx), <-errc)
 }
 
 // brokerConns returns the number of established TCP connections to the brokers at addrs

@@ -32,6 +32,10 @@ const (
 	// partition the Java client's default partitioner picks; a record with a null key goes to
 	// input partition % n.
 	PartitionHash Partitioning = "hash"
+	// PartitionIdentity writes a record to the partition of its identity (RoutePartition), so that
+	// every copy of an identity, from any input partition or topic, reaches one partition; a record
+	// without an identity goes to input partition % n. It is the router's (see route.go).
+	PartitionIdentity Partitioning = "identity"
 )
 
 // UnkeyedPolicy says what happens to a record whose identity cannot be extracted.
@@ -153,6 +157,13 @@ type Config struct {
 
 	// Partitioning chooses the output partition. Default PartitionSame.
 	Partitioning Partitioning
+	// Route makes the Worker the router of the routed scope (see route.go): every record it
+	// produces carries the RouteHeader* headers (where it was read, and its identity). Use it with
+	// PartitionIdentity and a Passer. Default false.
+	Route bool
+	// StripRouteHeaders makes the Worker stage 2 of the routed scope: the records it produces to
+	// the output (and audit) topics lose their RouteHeader* headers. Default false.
+	StripRouteHeaders bool
 	// Mode says what happens to duplicates. Default ModeDrop.
 	Mode Mode
 	// MarkHeader is the header ModeMark adds to duplicates. Default DefaultMarkHeader.
@@ -443,9 +454,12 @@ func (c Config) validateDelivery(bad func(field, format string, args ...any)) {
 // validateEnums checks the enumerations and the mark header.
 func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	switch c.Partitioning {
-	case PartitionSame, PartitionHash:
+	case PartitionSame, PartitionHash, PartitionIdentity:
 	default:
-		bad("Partitioning", "%q is not one of %s, %s", c.Partitioning, PartitionSame, PartitionHash)
+		bad("Partitioning", "%q is not one of %s, %s, %s", c.Partitioning, PartitionSame, PartitionHash, PartitionIdentity)
+	}
+	if c.Route && c.Partitioning != PartitionIdentity {
+		bad("Route", "needs partitioning %q: the route topic's partition must follow the identity", PartitionIdentity)
 	}
 	switch c.Mode {
 	case ModeDrop, ModeMark:

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
 )
 
 // fakeGen records commits and fails the test's expectations if two commits ever overlap.
@@ -193,13 +195,83 @@ func (o *countObs) CommitError() { o.commitErrors.Add(1) }
 func TestHashPartitionerNullKeys(t *testing.T) {
 	h := newHashPartitioner(3)
 	for in := range 7 {
-		if got := h.partition(nil, in); got != in%3 {
+		if got := h.partition(&kafka.Message{}, nil, in); got != in%3 {
 			t.Errorf("null key from input %d: partition %d, want %d", in, got, in%3)
 		}
 	}
 	// Empty (non-null) keys are hashed like Java does, the same way every time.
-	if a, b := h.partition([]byte{}, 0), h.partition([]byte{}, 2); a != b {
+	if a, b := h.partition(&kafka.Message{Key: []byte{}}, nil, 0), h.partition(&kafka.Message{Key: []byte{}}, nil, 2); a != b {
 		t.Errorf("empty key placed by input partition: %d vs %d", a, b)
+	}
+}
+
+// TestIdentityPartitioner checks that every copy of an identity goes to one partition whatever
+// its input partition, that identities spread over all partitions, and that a record without one
+// stays with its input partition's number modulo n.
+func TestIdentityPartitioner(t *testing.T) {
+	p := identityPartitioner{n: 12}
+	hits := make([]int, 12)
+	for i := range 12000 {
+		id := []byte(fmt.Sprintf("event-%d", i))
+		q := p.partition(&kafka.Message{}, id, 0)
+		if other := p.partition(&kafka.Message{}, id, 5); other != q {
+			t.Fatalf("identity %s: partition %d from input 0, %d from input 5", id, q, other)
+		}
+		hits[q]++
+	}
+	for q, n := range hits {
+		if n < 800 || n > 1200 { // 1000 expected, sd about 30
+			t.Errorf("partition %d got %d of 12000 identities", q, n)
+		}
+	}
+	if got := p.partition(&kafka.Message{}, nil, 14); got != 2 {
+		t.Errorf("record without identity from input 14: partition %d, want 2", got)
+	}
+}
+
+// TestUnitPartitions checks the unit-ownership function of the re-warm and rebuild.
+func TestUnitPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		part Partitioning
+		unit int32
+		n    int
+		want []int
+	}{
+		{PartitionSame, 3, 0, []int{3}},
+		{PartitionSame, 3, 12, []int{3}},
+		{PartitionSame, -1, 3, []int{0, 1, 2}},
+		{PartitionSame, -1, 0, nil},
+		{PartitionHash, 1, 3, []int{0, 1, 2}},
+		{PartitionHash, 1, 0, nil},
+		{PartitionIdentity, 0, 2, []int{0, 1}},
+	} {
+		if got := UnitPartitions(tc.part, tc.unit, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("UnitPartitions(%s, %d, %d) = %v, want %v", tc.part, tc.unit, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestStripRouteHeaders checks that stage 2 removes exactly the router's headers, in order.
+func TestStripRouteHeaders(t *testing.T) {
+	var a routeArena
+	a.reset(1, 0)
+	m := kafka.Message{Offset: 7, Headers: []kafka.Header{{Key: "a", Value: []byte("1")}, {Key: "b"}}}
+	r := a.routed(&m, "in", 3, []byte("id"))
+	want := map[string]string{RouteHeaderTopic: "in", RouteHeaderPartition: "3", RouteHeaderOffset: "7", RouteHeaderID: "id"}
+	for _, h := range r.Headers[2:] {
+		if want[h.Key] != string(h.Value) {
+			t.Errorf("header %s = %q, want %q", h.Key, h.Value, want[h.Key])
+		}
+	}
+	if len(r.Headers) != 6 || len(m.Headers) != 2 {
+		t.Fatalf("routed headers %v (the original's %v)", r.Headers, m.Headers)
+	}
+	s := stripRouteHeaders(r)
+	if len(s.Headers) != 2 || s.Headers[0].Key != "a" || s.Headers[1].Key != "b" {
+		t.Errorf("stripped headers %v", s.Headers)
+	}
+	if s := stripRouteHeaders(kafka.Message{}); s.Headers != nil {
+		t.Errorf("a record without headers got %v", s.Headers)
 	}
 }
 

@@ -269,22 +269,38 @@ func (r *OutputReader) missing(ctx context.Context, offs map[int]kafka.Partition
 	return nil
 }
 
-// outputPartitions returns the output partitions that can hold records of inputPartition:
-// {inputPartition} under PartitionSame, every output partition under PartitionHash or when
-// inputPartition < 0 (global scope).
+// outputPartitions returns the output partitions that can hold records of inputPartition
+// (UnitPartitions); it looks the output topic's partition count up only when they are not one.
 func (r *OutputReader) outputPartitions(ctx context.Context, inputPartition int32) ([]int, error) {
-	if r.cfg.Partitioning == PartitionSame && inputPartition >= 0 {
-		return []int{int(inputPartition)}, nil
+	if own := UnitPartitions(r.cfg.Partitioning, inputPartition, 0); own != nil {
+		return own, nil
 	}
 	n, err := r.partitionCount(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return UnitPartitions(r.cfg.Partitioning, inputPartition, n), nil
+}
+
+// UnitPartitions is the unit-ownership function of the re-warm and the rebuild: the output
+// partitions, of n, that can hold the records of a deduplication unit. A unit is the input
+// partition of that number (under the routed scope's second stage, a route partition), or, when
+// unit < 0, every partition at once (global scope). Under PartitionSame a unit owns the output
+// partition of its number, whatever n; under PartitionHash and PartitionIdentity every output
+// partition can hold its records, and so can every unit's under unit < 0: it returns all n (nil
+// when n is 0, for a caller that has not looked n up yet). It is safe for concurrent use.
+func UnitPartitions(part Partitioning, unit int32, n int) []int {
+	if (part == PartitionSame || part == "") && unit >= 0 {
+		return []int{int(unit)}
+	}
+	if n == 0 {
+		return nil
+	}
 	parts := make([]int, n)
 	for i := range parts {
 		parts[i] = i
 	}
-	return parts, nil
+	return parts
 }
 
 // partitionCount returns the number of partitions of the output topic.

@@ -25,8 +25,10 @@ type partitionState struct {
 	out        []kafka.Message
 	dups       []kafka.Message
 
-	byPart [][]kafka.Message // hash partitioning: out grouped by output partition
-	hash   *hashPartitioner
+	byPart [][]kafka.Message // hash and identity partitioning: out grouped by output partition
+	hash   partitioner       // nil under PartitionSame
+	outIDs [][]byte          // identity partitioning: outIDs[i] is the identity of out[i], or nil
+	route  routeArena        // Config.Route: the batch's routing headers
 
 	hdr    headerSource
 	hdrSeq func(yield func(string, []byte) bool)
@@ -155,8 +157,14 @@ func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partit
 	if w.cfg.SourceKey != nil {
 		st.src = w.cfg.Sources()
 	}
-	if w.cfg.Partitioning == PartitionHash {
+	switch w.cfg.Partitioning {
+	case PartitionHash:
 		st.hash = newHashPartitioner(tc.output)
+	case PartitionIdentity:
+		st.hash = identityPartitioner{n: tc.output}
+		st.outIDs = [][]byte{}
+	}
+	if st.hash != nil {
 		st.byPart = make([][]kafka.Message, tc.output)
 	}
 	return st
@@ -333,6 +341,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	var unkeyed [identity.NumReasons]int
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
+	w.startOut(st)
 	w.dedup.Processing(p, b.Next)
 	for i := range st.in {
 		m := &st.in[i]
@@ -344,7 +353,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 					"topic", w.cfg.InputTopic, "partition", p, "offset", m.Offset, "reason", r.String(), "policy", string(w.cfg.Unkeyed))
 			}
 			if w.cfg.Unkeyed == UnkeyedPass {
-				out = append(out, *m)
+				out = w.emit(st, out, m, nil)
 			} else if side {
 				dups = append(dups, w.auditRecord(st, m, verdictUnkeyed))
 				diverted[verdictUnkeyed.reasonIndex()]++
@@ -353,7 +362,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		}
 		v := w.judge.Judge(p, st.ids[i], m.Time)
 		if !st.counted(src, v != VerdictNew) {
-			out = append(out, *m)
+			out = w.emit(st, out, m, st.ids[i])
 			continue
 		}
 		nDup++
@@ -362,11 +371,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 			diverted[v.reasonIndex()]++
 		}
 		if mark {
-			o := *m
-			o.Headers = make([]kafka.Header, len(m.Headers), len(m.Headers)+1)
-			copy(o.Headers, m.Headers)
-			o.Headers = append(o.Headers, kafka.Header{Key: w.cfg.MarkHeader, Value: []byte(MarkValue)})
-			out = append(out, o)
+			out = w.emitMarked(st, out, m, st.ids[i])
 		}
 	}
 	st.out, st.dups = out, dups
@@ -410,6 +415,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	c.mark(int(p), st.next)
 	st.in = nil   // the reader's records: valid until the next Fetch
 	clear(st.ids) // they alias the records
+	clear(st.outIDs)
 	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
 	st.audit.reset()
@@ -531,7 +537,11 @@ func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafk
 		st.byPart[i] = st.byPart[i][:0]
 	}
 	for i := range out {
-		q := st.hash.partition(out[i].Key, int(st.p))
+		var id []byte
+		if st.outIDs != nil {
+			id = st.outIDs[i]
+		}
+		q := st.hash.partition(&out[i], id, int(st.p))
 		st.byPart[q] = append(st.byPart[q], out[i])
 	}
 	return st.producer(w).ProduceParts(pctx, w.cfg.OutputTopic, st.byPart) // all at once; each keeps its order
@@ -552,9 +562,53 @@ func newHashPartitioner(n int) *hashPartitioner {
 	return &hashPartitioner{ids: ids}
 }
 
-func (h *hashPartitioner) partition(key []byte, input int) int {
-	if key == nil {
+func (h *hashPartitioner) partition(m *kafka.Message, _ []byte, input int) int {
+	if m.Key == nil {
 		return input % len(h.ids)
 	}
-	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, h.ids...)
+	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: m.Key}, h.ids...)
+}
+
+// startOut prepares the batch's output: the identities kept for identity partitioning and the
+// arena of the routing headers.
+func (w *Worker) startOut(st *partitionState) {
+	if st.outIDs != nil {
+		st.outIDs = st.outIDs[:0]
+	}
+	if w.cfg.Route {
+		st.route.reset(len(st.in), 0)
+	}
+}
+
+// emit appends m, whose identity is id (nil: none), to out as the output topic receives it: with
+// the routing headers under Config.Route, without them under Config.StripRouteHeaders, else as
+// it is.
+func (w *Worker) emit(st *partitionState, out []kafka.Message, m *kafka.Message, id []byte) []kafka.Message {
+	if st.outIDs != nil {
+		st.outIDs = append(st.outIDs, id)
+	}
+	switch {
+	case w.cfg.Route:
+		return append(out, st.route.routed(m, w.cfg.InputTopic, st.p, id))
+	case w.cfg.StripRouteHeaders:
+		return append(out, stripRouteHeaders(*m))
+	}
+	return append(out, *m)
+}
+
+// emitMarked appends m, a duplicate whose identity is id, to out with the mark header, for
+// ModeMark.
+func (w *Worker) emitMarked(st *partitionState, out []kafka.Message, m *kafka.Message, id []byte) []kafka.Message {
+	o := *m
+	if w.cfg.StripRouteHeaders {
+		o = stripRouteHeaders(o)
+	}
+	hs := o.Headers
+	o.Headers = make([]kafka.Header, len(hs), len(hs)+1)
+	copy(o.Headers, hs)
+	o.Headers = append(o.Headers, kafka.Header{Key: w.cfg.MarkHeader, Value: []byte(MarkValue)})
+	if st.outIDs != nil {
+		st.outIDs = append(st.outIDs, id)
+	}
+	return append(out, o)
 }

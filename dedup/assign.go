@@ -17,7 +17,7 @@ import (
 // Unit returns the snapshot unit name of a partition's state: "<topic>.p<partition>", or "global"
 // under ScopeGlobal.
 func (s *Set) Unit(partition int32) string {
-	if s.cfg.Scope == ScopeGlobal {
+	if s.cfg.Scope.Shared() {
 		return globalUnit
 	}
 	return s.cfg.Topic + ".p" + strconv.Itoa(int(partition))

@@ -13,7 +13,8 @@ import (
 // Scope says which records share a filter.
 type Scope string
 
-// The scopes a Set offers. Their names are those snapshots record (snapshot.Header.Scope).
+// The scopes a Set offers. A scope is a name for operators (DEDUP_SCOPE); what a snapshot records
+// is SnapshotScope's, so that a scope can be added without a format change.
 const (
 	// ScopePartition keeps one filter per input partition. A partition's state can move to another
 	// replica on rebalance, and duplicates are only caught within a partition. It is the default.
@@ -21,14 +22,36 @@ const (
 	// ScopeGlobal keeps one filter for all partitions, so that duplicates that arrive on different
 	// partitions are caught too. It suits single-replica deployments: replicas do not share it.
 	ScopeGlobal Scope = snapshot.ScopeGlobal
+	// ScopeRouted is stage 2 of the routed scope: the Set's input is the route topic, whose
+	// partitions each hold every copy of their identities (consumer.PartitionIdentity), and it
+	// keeps one filter per route partition exactly as ScopePartition does per input partition.
+	// Its snapshots record ScopePartition: their unit is a partition of the route topic (Topic).
+	ScopeRouted Scope = "routed"
 )
+
+// Shared reports whether every partition feeds one filter (ScopeGlobal) rather than a filter of
+// its own.
+func (s Scope) Shared() bool { return s == ScopeGlobal }
+
+// SnapshotScope returns the scope a snapshot of s records (snapshot.Header.Scope): the partition
+// scope for every scope with a filter per partition.
+func (s Scope) SnapshotScope() string {
+	if s.Shared() {
+		return snapshot.ScopeGlobal
+	}
+	return snapshot.ScopePartition
+}
 
 // globalUnit names the global filter: its snapshot unit and its metrics label.
 const globalUnit = string(ScopeGlobal)
 
-// ParseScope returns the Scope named s (ScopePartition or ScopeGlobal).
+// ParseScope returns the Scope named s (ScopePartition, ScopeGlobal or ScopeRouted).
 func ParseScope(s string) (Scope, error) {
-	return parseChoice("scope", s, ScopePartition, ScopeGlobal)
+	switch v := Scope(s); v {
+	case ScopePartition, ScopeGlobal, ScopeRouted:
+		return v, nil
+	}
+	return "", fmt.Errorf("dedup: unknown scope %q (want %s, %s or %s)", s, ScopePartition, ScopeGlobal, ScopeRouted)
 }
 
 // parseChoice returns s as a T if it names a or b, else an error that names what, s and both
@@ -149,6 +172,6 @@ func (cfg *Config) setDefaults() error {
 	// run in the caller of Assign, the partition's goroutine): its filter can skip the atomic
 	// read-modify-writes. A filter kept across a rebalance is written by the next generation's
 	// goroutine only after the previous one returned.
-	cfg.Window.SingleWriter = cfg.Scope == ScopePartition
+	cfg.Window.SingleWriter = !cfg.Scope.Shared()
 	return nil
 }

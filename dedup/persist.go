@@ -400,7 +400,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {
 		Origin:            m.Origin,
 		Epoch:             m.Epoch,
 		Rotations:         m.Rotations,
-		Scope:             string(info.Scope),
+		Scope:             info.Scope.SnapshotScope(),
 		Topic:             info.Topic,
 		Partition:         info.Partition,
 		InputOffsets:      info.InputOffsets,

@@ -3,6 +3,8 @@ package dedup
 import (
 	"context"
 	"testing"
+
+	"github.com/kdedup/kdedup/checkpoint/snapshot"
 )
 
 // TestScopeSetsWriterMode checks the filter mode each scope uses: single-writer per partition
@@ -17,6 +19,7 @@ func TestScopeSetsWriterMode(t *testing.T) {
 	}{
 		{ScopePartition, false, true},
 		{ScopeGlobal, true, false},
+		{ScopeRouted, false, true},
 	} {
 		cfg := Config{Scope: tt.scope, Window: testWindow()}
 		cfg.Window.SingleWriter = tt.asked
@@ -32,6 +35,21 @@ func TestScopeSetsWriterMode(t *testing.T) {
 		}
 		if err := s.Close(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestSnapshotScope checks that every scope records one of the snapshot format's scopes: the
+// routed scope's filters are per partition (of the route topic), so its snapshots say so and the
+// format needs no new value.
+func TestSnapshotScope(t *testing.T) {
+	for scope, want := range map[Scope]string{
+		ScopePartition: snapshot.ScopePartition,
+		ScopeGlobal:    snapshot.ScopeGlobal,
+		ScopeRouted:    snapshot.ScopePartition,
+	} {
+		if got := scope.SnapshotScope(); got != want {
+			t.Errorf("%s: SnapshotScope() = %q, want %q", scope, got, want)
 		}
 	}
 }

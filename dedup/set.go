@@ -76,7 +76,7 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	s := &Set{cfg: cfg, parked: map[int32]*part{}, saveSlots: make(chan struct{}, cfg.SaveConcurrency)}
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
-	if cfg.Scope == ScopeGlobal {
+	if cfg.Scope.Shared() {
 		ev := s.newEventClock()
 		f, _, err := s.open(ctx, globalUnit, -1, ev)
 		if err != nil {

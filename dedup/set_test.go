@@ -65,7 +65,8 @@ func TestParseScope(t *testing.T) {
 	}{
 		{"partition", ScopePartition, ""},
 		{"global", ScopeGlobal, ""},
-		{"Global", "", `dedup: unknown scope "Global" (want partition or global)`},
+		{"routed", ScopeRouted, ""},
+		{"Global", "", `dedup: unknown scope "Global" (want partition, global or routed)`},
 		{"", "", `dedup: unknown scope ""`},
 	} {
 		got, err := ParseScope(tt.in)

@@ -626,6 +626,7 @@ func TestMetricNamesFile(t *testing.T) {
 	m, reg := newTest(t, Options{Checkpointing: true})
 	populate(m)
 	populateSources(reg)
+	populateRoute(reg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -29,14 +32,14 @@ import (
 func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) int {
 	reg := prometheus.NewRegistry()
 	obs := newObserver(reg, cfg)
-	var worker atomic.Pointer[consumer.Worker]
+	var worker atomic.Pointer[runner]
 	ready := func() bool {
 		w := worker.Load()
-		return w != nil && w.Ready()
+		return w != nil && (*w).Ready()
 	}
 	blocked := func() []consumer.BlockedPartition {
 		if w := worker.Load(); w != nil {
-			return w.Blocked()
+			return (*w).Blocked()
 		}
 		return nil
 	}
@@ -64,17 +67,11 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 		log.Error("invalid Kafka configuration", "error", err.Error())
 		return 2
 	}
-	dd, closeDedup, err := newDeduper(ctx, cfg, ccfg, kf, log, obs)
-	if err != nil {
-		log.Error("cannot create the deduplication state", "error", err.Error())
-		return 1
+	w, closeDedup, code := newRunner(ctx, cfg, ccfg, kf, reg, obs, schemas, log)
+	if w == nil {
+		return code
 	}
-	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, kf, observer{obs}, log)
-	if err != nil {
-		log.Error("invalid worker configuration", "error", err.Error())
-		return 2
-	}
-	worker.Store(w)
+	worker.Store(&w)
 	log.Info("kdedup started", "version", Version, "http", ln.Addr().String(),
 		"input", cfg.Kafka.InputTopic, "output", cfg.Kafka.OutputTopic, "group", cfg.Kafka.GroupID,
 		"key", cfg.Dedup.Key, "scope", cfg.Dedup.Scope, "mode", cfg.Dedup.Mode,
@@ -112,12 +109,46 @@ func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) i
 	return 0
 }
 
+// newRunner builds what Serve runs: the worker and its deduplication state, or under
+// DEDUP_SCOPE=routed the routers and the second stage over the route topic (whose state is the
+// deduplication state). On failure it logs why and returns a nil runner and the exit status: 1
+// when the state cannot be created, 2 for a configuration that fails only now.
+func newRunner(ctx context.Context, cfg Config, ccfg consumer.Config, kf consumer.KeyFunc, reg *prometheus.Registry,
+	obs *metrics.Metrics, schemas identity.Registry, log *slog.Logger) (runner, func(context.Context) error, int) {
+	var routers []consumer.Config
+	stageKey := kf
+	if cfg.Dedup.Scope == string(dedup.ScopeRouted) {
+		routers, ccfg = stageConfigs(cfg, ccfg)
+		stageKey = consumer.RouteKey(kf) // the re-warm and rebuild read the output with kf
+		log.Info("routed scope", "stages", describeStages(routers, ccfg))
+	}
+	dd, closeDedup, err := newDeduper(ctx, cfg, ccfg, kf, log, obs)
+	if err != nil {
+		log.Error("cannot create the deduplication state", "error", err.Error())
+		return nil, nil, 1
+	}
+	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, stageKey, observer{obs}, log)
+	if err == nil && routers != nil {
+		var rs []*consumer.Worker
+		if rs, err = newRouters(routers, kf, cfg.Dedup.Unkeyed, obs, metrics.NewRoute(reg), log); err == nil {
+			return &stages{routers: rs, stage2: w}, closeDedup, 0
+		}
+	}
+	if err != nil {
+		log.Error("invalid worker configuration", "error", err.Error())
+		_ = closeDedup(ctx)
+		return nil, nil, 2
+	}
+	return w, closeDedup, 0
+}
+
 // logFailure logs why the worker failed, with a hint for the failures a setting fixes.
 func logFailure(log *slog.Logger, err error) {
 	switch {
 	case errors.Is(err, consumer.ErrPartitionMismatch):
 		log.Error("cannot run: "+err.Error(),
-			"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash")
+			"hint", "create the output topic with as many partitions as the input topic, or set KAFKA_PARTITIONING=hash; "+
+				"with DEDUP_SCOPE=routed, the route topic (KAFKA_ROUTE_TOPIC, the second stage's input) and the output topic need the same count")
 	case errors.Is(err, consumer.ErrIdempotenceUnsupported):
 		log.Error("cannot run: "+err.Error(),
 			"hint", "grant the client IDEMPOTENT_WRITE on the cluster (or upgrade to Kafka 0.11+), or set KAFKA_IDEMPOTENT=false "+

@@ -310,7 +310,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		LateRecords: dedup.LatePolicy(cfg.Dedup.LateRecords),
 		MaxAhead:    cfg.Dedup.EventTimeMaxAhead,
 		Refresh:     cfg.Dedup.WindowRefresh,
-		Topic:       cfg.Kafka.InputTopic,
+		Topic:       ccfg.InputTopic, // the route topic under DEDUP_SCOPE=routed
 		Logger:      log,
 		Observer:    m,
 	}

@@ -117,7 +117,12 @@ func resolveVariables(ctx context.Context, api promAPI, vars []tools.Variable, w
 // emptyAllowed lists the targets that are legitimately empty in this run (key: panel title and
 // refId), with the reason. A listed target that returns data fails, so the list cannot go stale.
 var emptyAllowed = map[string]string{
-	"Records per second/D": `marked duplicates: kdedup_duplicates_total has mode="mark" series only under DEDUP_MODE=mark; the run uses drop`,
+	"Records per second/D":    `marked duplicates: kdedup_duplicates_total has mode="mark" series only under DEDUP_MODE=mark; the run uses drop`,
+	"Lag by stage/A":          `the routed scope: kdedup_route_* exist only under DEDUP_SCOPE=routed; the run uses the partition scope`,
+	"Lag by stage/B":          `the routed scope: kdedup_route_* exist only under DEDUP_SCOPE=routed; the run uses the partition scope`,
+	"Records routed/A":        `the routed scope: kdedup_route_* exist only under DEDUP_SCOPE=routed; the run uses the partition scope`,
+	"Route produce latency/A": `the routed scope: kdedup_route_* exist only under DEDUP_SCOPE=routed; the run uses the partition scope`,
+	"Route produce latency/B": `the routed scope: kdedup_route_* exist only under DEDUP_SCOPE=routed; the run uses the partition scope`,
 }
 
 // checkPanels evaluates every dashboard target over [start, end] with a range query (step

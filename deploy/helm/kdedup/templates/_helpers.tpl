@@ -72,12 +72,12 @@ fetch responses of kafka.fetchMaxBytes, and one batch decompressed at the decode
 kdedup.memory: memory per replica from the sizing formula, in Mi, rounded up: every filter at
 its cap, every partition's input buffers (kdedup.inputBytes), plus the overhead.
 
-  filters = sizing.partitionsPerReplica (dedup.scope partition) or 1 (global)
+  filters = sizing.partitionsPerReplica (dedup.scope partition or routed: route partitions) or 1 (global)
   memory  = ceil((filters x filterMaxBytes + partitionsPerReplica x inputBytes) / 2^20) + sizing.overheadMiB
 */}}
 {{- define "kdedup.memory" -}}
 {{- $filters := 1 }}
-{{- if eq .Values.dedup.scope "partition" }}
+{{- if ne .Values.dedup.scope "global" }}
 {{- $filters = .Values.sizing.partitionsPerReplica }}
 {{- end }}
 {{- $bytes := mulf $filters (include "kdedup.filterMaxBytes" . | float64) }}
@@ -115,6 +115,12 @@ limit given, or the sizing formula's figure); empty when goMemLimitPercent is 0.
 
 {{/* kdedup.validate fails the render on combinations that cannot work. */}}
 {{- define "kdedup.validate" -}}
+{{- if and (eq .Values.dedup.scope "routed") (not .Values.kafka.routeTopic) }}
+{{- fail "dedup.scope=routed needs kafka.routeTopic: the topic every record is routed through by its identity" }}
+{{- end }}
+{{- if and (ne .Values.dedup.scope "routed") .Values.kafka.routeTopic }}
+{{- fail "kafka.routeTopic is only used with dedup.scope=routed" }}
+{{- end }}
 {{- if and (eq .Values.dedup.scope "global") (gt (int .Values.replicaCount) 1) }}
 {{- fail "dedup.scope=global keeps one filter for the whole topic: replicaCount must be 1" }}
 {{- end }}

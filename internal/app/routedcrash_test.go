@@ -1,0 +1,213 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/segmentio/kafka-go"
+)
+
+// routedCrashEvents is the number of events of TestRoutedCrash (the run: about 120k events
+// and 30k duplicates); KDEDUP_ROUTED_EVENTS sets another.
+func routedCrashEvents(t *testing.T) int {
+	if s := os.Getenv("KDEDUP_ROUTED_EVENTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return 120_000
+}
+
+// routedRecord is one input record of TestRoutedCrash: its topic, partition and content.
+type routedRecord struct {
+	topic string
+	p     int
+	m     kafka.Message
+}
+
+// routedStream builds n events on two 6-partition topics plus n/4 duplicates, a third on the
+// original's partition, a third on another partition of its topic and a third on the other topic,
+// each after its original, shuffled otherwise.
+func routedStream(n int, seed uint64) (recs []routedRecord, events map[string]kafka.Message) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	events = make(map[string]kafka.Message, n)
+	topics := []string{"in", "in2"}
+	for i := range n {
+		id := fmt.Sprintf("ev-%d", i)
+		m := kafka.Message{Key: []byte(id), Value: fmt.Appendf(nil, "payload %d %x", i, rng.Uint64()),
+			Headers: []kafka.Header{{Key: "src", Value: []byte(topics[i%2])}}, Time: time.UnixMilli(1_790_000_000_000 + int64(i))}
+		events[id] = m
+		t, p := i%2, rng.IntN(6)
+		recs = append(recs, routedRecord{topics[t], p, m})
+		if i%4 != 3 {
+			continue
+		}
+		switch i % 3 {
+		case 0:
+			recs = append(recs, routedRecord{topics[t], p, m})
+		case 1:
+			recs = append(recs, routedRecord{topics[t], (p + 1 + rng.IntN(5)) % 6, m})
+		default:
+			recs = append(recs, routedRecord{topics[1-t], rng.IntN(6), m})
+		}
+	}
+	return recs, events
+}
+
+// produceRouted produces recs in order, in requests of up to 500 records per partition.
+func produceRouted(t *testing.T, cl testbroker.Broker, recs []routedRecord) {
+	t.Helper()
+	type tp struct {
+		topic string
+		p     int
+	}
+	batches := map[tp][]kafka.Message{}
+	flush := func() {
+		for k, ms := range batches {
+			if err := cl.Produce(context.Background(), k.topic, k.p, ms...); err != nil {
+				t.Error(err)
+			}
+			delete(batches, k)
+		}
+	}
+	for i, r := range recs {
+		k := tp{r.topic, r.p}
+		batches[k] = append(batches[k], r.m)
+		if i%3000 == 2999 {
+			flush()
+		}
+	}
+	flush()
+}
+
+// TestRoutedCrash is the run of the routed scope as processes: two input topics of 6
+// partitions, route and output topics of 12, three replicas; one SIGTERMed and one SIGKILLed while
+// records flow, then one restarted. Every event must be in the output exactly once (0 leaked, 0
+// lost at a false-positive rate of 1e-9), in the output partition its identity routes to, with
+// its key, value, headers and timestamp unchanged.
+func TestRoutedCrash(t *testing.T) {
+	cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": 6, "in2": 6, "route": 12, "out": 12}})
+	environ := restartEnviron(cl, t.TempDir(), "routed")
+	environ["KAFKA_INPUT_TOPIC"] = "in,in2"
+	environ["KAFKA_ROUTE_TOPIC"] = "route"
+	recs, events := routedStream(routedCrashEvents(t), 31)
+	ws := []*worker{startWorker(t, environ), startWorker(t, environ), startWorker(t, environ)}
+	for _, w := range ws {
+		waitFor(t, w, 60*time.Second, "worker started", func() bool { return true })
+	}
+	third := len(recs) / 3
+	produceRouted(t, cl, recs[:third])
+	ws[0].signal(t, syscall.SIGTERM)
+	produceRouted(t, cl, recs[third:2*third])
+	if code := ws[0].wait(t, 60*time.Second); code != 0 {
+		t.Errorf("SIGTERMed worker exited with %d", code)
+	}
+	// Kill while the stages are busy: the first two thirds partly routed, not all deduplicated.
+	waitFor(t, ws[1], 2*time.Minute, "a third of the records routed", func() bool {
+		return topicRecords(cl, "route") >= int64(third)
+	})
+	t.Logf("SIGKILL with %d of %d records routed, %d in the output", topicRecords(cl, "route"), 2*third, topicRecords(cl, "out"))
+	ws[1].signal(t, syscall.SIGKILL)
+	produceRouted(t, cl, recs[2*third:])
+	ws = append(ws, startWorker(t, environ))
+	for _, g := range [][2]string{{"kdedup-in-in", "in"}, {"kdedup-in-in2", "in2"}, {"kdedup-route", "route"}} {
+		waitCommitted(t, cl, g[0], g[1], ws[2])
+	}
+	checkRoutedOutput(t, cl, events)
+}
+
+// topicRecords returns the sum of the end offsets of topic's partitions (0 when it cannot tell).
+func topicRecords(cl testbroker.Broker, topic string) int64 {
+	ends, err := cl.EndOffsets(context.Background(), topic)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ends {
+		n += e
+	}
+	return n
+}
+
+// waitCommitted waits until group committed the end of every partition of topic (with records).
+func waitCommitted(t *testing.T, cl testbroker.Broker, group, topic string, alive *worker) {
+	t.Helper()
+	waitFor(t, alive, 5*time.Minute, group+" at the end of "+topic, func() bool {
+		ends, err1 := cl.EndOffsets(context.Background(), topic)
+		com, err2 := cl.Committed(context.Background(), group, topic)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		for p, end := range ends {
+			if end > 0 && com[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// checkRoutedOutput checks that the output holds every event exactly once, unchanged, in the
+// partition of its identity.
+func checkRoutedOutput(t *testing.T, cl testbroker.Broker, events map[string]kafka.Message) {
+	t.Helper()
+	out, err := cl.ReadAll(context.Background(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]int, len(events))
+	changed := 0
+	for p, msgs := range out {
+		for _, m := range msgs {
+			id := string(m.Key)
+			seen[id]++
+			want, ok := events[id]
+			if !ok || sameMessage(m, want) != "" || consumer.RoutePartition(m.Key, 12) != p {
+				if changed++; changed <= 5 {
+					t.Errorf("output partition %d: record %s differs or is misplaced: %s", p, id, sameMessage(m, want))
+				}
+			}
+		}
+	}
+	leaked, lost := 0, 0
+	for id := range events {
+		switch n := seen[id]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			leaked += n - 1
+		}
+	}
+	t.Logf("%d events: %d leaked, %d lost, %d changed or misplaced", len(events), leaked, lost, changed)
+	if leaked != 0 || lost != 0 {
+		t.Errorf("%d leaked, %d lost", leaked, lost)
+	}
+}
+
+// sameMessage says how a differs from b in key, value, headers and timestamp; "" when it does not.
+func sameMessage(a, b kafka.Message) string {
+	switch {
+	case string(a.Key) != string(b.Key) || string(a.Value) != string(b.Value):
+		return "key or value"
+	case !a.Time.Equal(b.Time):
+		return fmt.Sprintf("time %v != %v", a.Time, b.Time)
+	case len(a.Headers) != len(b.Headers):
+		return fmt.Sprintf("headers %v != %v", a.Headers, b.Headers)
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || string(a.Headers[i].Value) != string(b.Headers[i].Value) {
+			return fmt.Sprintf("headers %v != %v", a.Headers, b.Headers)
+		}
+	}
+	return ""
+}
