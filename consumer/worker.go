@@ -52,6 +52,7 @@ type Worker struct {
 	balancer *kafkaio.StickyBalancer
 
 	inGeneration  atomic.Bool
+	own           atomic.Pointer[ownership] // the latest generation's, for retryOwned; nil before the first
 	pendingAssign atomic.Int64
 	identityHeld  atomic.Int64 // partitions held at an identity for longer than Config.IdentityHold
 	readyMu       sync.Mutex
@@ -96,8 +97,27 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		Observer:    obs,
 		Log:         w.sample,
 		OnFailing:   w.updateReady,
+		BeforeRetry: w.retryOwned,
 	})
 	return w, nil
+}
+
+// retryOwned is the producer's BeforeRetry: a produce request that failed is sent again only
+// while the latest generation is not known to be lost (see ownership.check). A process resumed
+// after a pause past its session would otherwise re-send a request that timed out meanwhile,
+// after the partition's new owner wrote the same records; instead the batch fails with an error
+// wrapping ErrNotOwner and the partition is discarded. A request already on the wire when the
+// process was paused still lands: only the transactional output (DeliveryExactlyOnce) fences
+// that. It is safe for concurrent use.
+func (w *Worker) retryOwned(ctx context.Context) error {
+	own := w.own.Load()
+	if own == nil {
+		return nil
+	}
+	if err := own.check(ctx); errors.Is(err, ErrNotOwner) {
+		return err
+	}
+	return nil
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
@@ -350,6 +370,7 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	slices.Sort(parts)
 	own := newOwnership(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
 		w.cfg.HeartbeatInterval, w.cfg.SessionTimeout)
+	w.own.Store(own)
 	w.dedup.Generation(gen.ID, parts, own.check)
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))

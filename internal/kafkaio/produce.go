@@ -67,6 +67,12 @@ type ProducerConfig struct {
 	// OnFailing, when not nil, is called after every change of Failing, on the goroutine that
 	// changed it.
 	OnFailing func()
+	// BeforeRetry, when not nil, is called before every attempt that follows a failed attempt of
+	// the same request. An error ends the delivery without sending again: the callers whose
+	// records the request carries get an error wrapping ErrNotRetried and it. The worker uses it
+	// so that a process resumed after a pause past its session does not re-send a request that
+	// timed out meanwhile once its partitions may have moved. Default: nil (always retry).
+	BeforeRetry func(ctx context.Context) error
 	// TransactionalID, when set, makes the producer transactional (and idempotent): records are
 	// written in transactions (see txn.go) and Start fences every earlier producer of the same
 	// id. Default: "" (no transactions).
@@ -326,6 +332,10 @@ func (p *Producer) send(ctx context.Context, tp topicPartition, b *recordBatch) 
 	}
 	return err
 }
+
+// ErrNotRetried is wrapped by the error of a request that failed and was not sent again because
+// ProducerConfig.BeforeRetry refused it. Its records may or may not have been written.
+var ErrNotRetried = errors.New("kafkaio: the failed request was not sent again")
 
 // nextRequest returns how many leading records of msgs (at least one) go into one request of at
 // most batchBytes, and their estimated size.

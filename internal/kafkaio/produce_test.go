@@ -673,6 +673,35 @@ func TestProducerAttempts(t *testing.T) {
 	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(b))
 }
 
+// TestProducerBeforeRetry proves ProducerConfig.BeforeRetry: a request that failed is not sent
+// again once the hook refuses (a worker that lost its partitions while it was paused), its caller
+// gets ErrNotRetried with the hook's error, nothing of it is in the log, and the partition goes on
+// with the next request.
+func TestProducerBeforeRetry(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	lost := errors.New("partitions moved (test)")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	p := newTestProducer(t, cl, ProducerConfig{Idempotent: true, BeforeRetry: func(context.Context) error {
+		if refuse.Load() {
+			return lost
+		}
+		return nil
+	}})
+	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, 1))
+	err := p.Produce(context.Background(), "out", 0, testMsgs("a", 4))
+	if !errors.Is(err, ErrNotRetried) || !errors.Is(err, lost) || h.Hits() != 1 {
+		t.Fatalf("Produce = %v after %d attempts, want ErrNotRetried and the hook's error after 1", err, h.Hits())
+	}
+	refuse.Store(false)
+	b := testMsgs("b", 4)
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(b))
+}
+
 // TestProducerStartUnsupported proves that Start names brokers that cannot take what the
 // producer writes, at once: record format v2 for both modes, InitProducerId for idempotence.
 func TestProducerStartUnsupported(t *testing.T) {
