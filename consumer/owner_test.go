@@ -100,23 +100,23 @@ func TestOwnershipLease(t *testing.T) {
 	}
 }
 
-// TestRetryOwned: the producer re-sends a failed request only while the latest generation is not
-// known to be lost. A process resumed after a pause past its session learns from the
-// coordinator that its generation ended, and its timed-out request is not sent again after its
+// TestSendOwned: the producer sends a request only while the latest generation is not known to
+// be lost. A process resumed after a pause past its session learns from the coordinator that its
+// generation ended, and neither sends the batch it held nor re-sends a timed-out one after its
 // partitions' new owner wrote the same records.
-func TestRetryOwned(t *testing.T) {
+func TestSendOwned(t *testing.T) {
 	w := &Worker{}
 	ctx := context.Background()
-	if err := w.retryOwned(ctx); err != nil {
+	if err := w.sendOwned(ctx); err != nil {
 		t.Fatalf("before any generation: %v", err)
 	}
 	own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour, time.Hour)
 	w.own.Store(own)
-	if err := w.retryOwned(ctx); err != nil {
+	if err := w.sendOwned(ctx); err != nil {
 		t.Fatalf("owned generation: %v", err)
 	}
 	own.fence(kafka.IllegalGeneration)
-	if err := w.retryOwned(ctx); !errors.Is(err, ErrNotOwner) {
+	if err := w.sendOwned(ctx); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("lost generation: %v, want ErrNotOwner", err)
 	}
 }

@@ -97,19 +97,21 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		Observer:    obs,
 		Log:         w.sample,
 		OnFailing:   w.updateReady,
-		BeforeRetry: w.retryOwned,
+		BeforeSend:  w.sendOwned,
 	})
 	return w, nil
 }
 
-// retryOwned is the producer's BeforeRetry: a produce request that failed is sent again only
-// while the latest generation is not known to be lost (see ownership.check). A process resumed
-// after a pause past its session would otherwise re-send a request that timed out meanwhile,
-// after the partition's new owner wrote the same records; instead the batch fails with an error
-// wrapping ErrNotOwner and the partition is discarded. A request already on the wire when the
-// process was paused still lands: only the transactional output (DeliveryExactlyOnce) fences
-// that. It is safe for concurrent use.
-func (w *Worker) retryOwned(ctx context.Context) error {
+// sendOwned is the producer's BeforeSend: a produce request is sent, the first time or again after
+// a failure, only while the latest generation is not known to be lost (see ownership.check; it
+// asks the coordinator when the last confirmation is older than the heartbeat interval, so right
+// after a pause). A process resumed after a pause past its session would otherwise send the
+// batch it held, or re-send one that timed out meanwhile, after the partition's new owner wrote
+// the same records; instead the batch fails with an error wrapping ErrNotOwner and the partition
+// is discarded. A process paused between this check and the request's write still writes it when
+// it resumes: only the transactional output (DeliveryExactlyOnce) fences that. It is safe for
+// concurrent use.
+func (w *Worker) sendOwned(ctx context.Context) error {
 	own := w.own.Load()
 	if own == nil {
 		return nil
