@@ -103,9 +103,9 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 }
 
 // sendOwned is the producer's BeforeSend: a produce request is sent, the first time or again after
-// a failure, only while the latest generation is not known to be lost (see ownership.check; it
-// asks the coordinator when the last confirmation is older than the heartbeat interval, so right
-// after a pause). A process resumed after a pause past its session would otherwise send the
+// a failure, only while the latest generation is not known to be lost (see ownership.checkLease;
+// it asks the coordinator once the last confirmation is older than the session timeout, so right
+// after a pause past the session). A process resumed after a pause past its session would otherwise send the
 // batch it held, or re-send one that timed out meanwhile, after the partition's new owner wrote
 // the same records; instead the batch fails with an error wrapping ErrNotOwner and the partition
 // is discarded. A process paused between this check and the request's write still writes it when
@@ -116,7 +116,7 @@ func (w *Worker) sendOwned(ctx context.Context) error {
 	if own == nil {
 		return nil
 	}
-	if err := own.check(ctx); errors.Is(err, ErrNotOwner) {
+	if err := own.checkLease(ctx); errors.Is(err, ErrNotOwner) {
 		return err
 	}
 	return nil
