@@ -160,23 +160,14 @@ func TestRebuild(t *testing.T) {
 		{"bounded", ScopePartition, 60, [2]int{150, 210}, 120},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			clock := newFakeClock(now)
 			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: minuteRecords("a", first, 210)}}
 			if tc.scope == ScopeGlobal {
 				topic.parts[1] = minuteRecords("b", first, 210)
 			}
 			obs := &recordingObserver{}
-			s, err := NewSet(ctx, Config{Scope: tc.scope, Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: tc.max,
-				Observer: obs, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
-			if err := s.Assign(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			f := s.Filter(0)
+			f := rebuiltFilter(t, Config{Scope: tc.scope, Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: tc.max,
+				Observer: obs})
 			for q, recs := range topic.parts {
 				got := held(f, recs)
 				if !span(got, 0, tc.wantRead[0], false) || !span(got, tc.wantRead[0], 210, true) {
@@ -200,6 +191,23 @@ func TestRebuild(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rebuiltFilter returns the filter of partition 0 of a new Set of cfg (logging nowhere), assigned
+// without a snapshot, so rebuilt from cfg.Output; the Set is closed with the test.
+func rebuiltFilter(t *testing.T, cfg Config) *window.Filter {
+	t.Helper()
+	ctx := context.Background()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(ctx) })
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	return s.Filter(0)
 }
 
 // ranges describes which records are held, as index ranges.
@@ -366,7 +374,6 @@ func TestRebuildAfterCatchUp(t *testing.T) {
 	first := now.Add(-210 * time.Minute) // processed one a minute; record 30 at now-3h
 	for _, header := range []bool{true, false} {
 		t.Run(fmt.Sprintf("header=%v", header), func(t *testing.T) {
-			ctx := context.Background()
 			recs := minuteRecords("a", first, 210)
 			for i := range recs {
 				if header {
@@ -376,16 +383,7 @@ func TestRebuildAfterCatchUp(t *testing.T) {
 			}
 			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: recs}}
 			clock := newFakeClock(now)
-			s, err := NewSet(ctx, Config{Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: 1_000_000,
-				Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
-			if err := s.Assign(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			f := s.Filter(0)
+			f := rebuiltFilter(t, Config{Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: 1_000_000})
 			got := held(f, recs)
 			if !header {
 				if !span(got, 0, 210, false) {
