@@ -50,6 +50,8 @@ const (
 //     worker-drop, the at-least-once default.
 //   - worker-drop-eos-batch: the same with a transaction per batch (KAFKA_TXN_MAX_RECORDS 1000):
 //     the cost of a short cadence.
+//   - worker-drop-processed: worker-drop with the processed-time header (DEDUP_PROCESSED_HEADER)
+//     on every output record: its cost beside worker-drop.
 //   - worker-drop-audit: worker-drop with the audit topic (KAFKA_DUPLICATES_TOPIC): every
 //     duplicate is also written there with its coordinates. BenchmarkAuditCost compares the two
 //     at 20% duplicates.
@@ -69,6 +71,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("worker-drop-eos", func(b *testing.B) { benchPipeline(b, eosRunner(0)) })
 	b.Run("worker-drop-eos-batch", func(b *testing.B) { benchPipeline(b, eosRunner(benchBatch)) })
 	b.Run("worker-drop-audit", func(b *testing.B) { benchPipeline(b, auditRunner(consumer.AuditFull)) })
+	b.Run("worker-drop-processed", func(b *testing.B) {
+		benchPipeline(b, workerRunnerCfg(consumer.ModeDrop, nil, func(c *consumer.Config) { c.ProcessedHeader = "kdedup-processed" }))
+	})
 }
 
 // BenchmarkAuditCost measures what the audit topic costs at 20% duplicates: worker-drop (the

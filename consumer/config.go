@@ -168,6 +168,13 @@ type Config struct {
 	Mode Mode
 	// MarkHeader is the header ModeMark adds to duplicates. Default DefaultMarkHeader.
 	MarkHeader string
+	// ProcessedHeader, when set, names a header the worker adds to every output record: the
+	// time its batch was processed, 8 bytes of big-endian Unix milliseconds (before the mark
+	// header in ModeMark). The OutputReader then reports that time instead of the record's own
+	// timestamp, so that a rebuild under processing time finds what this stage produced in the
+	// last window even when the records' timestamps are older (a catch-up; see "Rebuild after a
+	// catch-up" in dedup/rebuild.go). Default "" (no header).
+	ProcessedHeader string
 	// Unkeyed says what happens to records without an extractable key. Default UnkeyedPass.
 	Unkeyed UnkeyedPolicy
 	// Compression of produced batches. Default none.
@@ -478,6 +485,12 @@ func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	}
 	if !c.Isolation.Valid() {
 		bad("Isolation", "%q is not one of %s, %s", c.Isolation, kafkaio.ReadCommitted, kafkaio.ReadUncommitted)
+	}
+	if c.ProcessedHeader != "" && strings.TrimSpace(c.ProcessedHeader) == "" {
+		bad("ProcessedHeader", "must not be blank")
+	}
+	if c.ProcessedHeader != "" && c.ProcessedHeader == c.MarkHeader {
+		bad("ProcessedHeader", "must differ from MarkHeader")
 	}
 	if strings.TrimSpace(c.MarkHeader) == "" {
 		bad("MarkHeader", "must not be blank")

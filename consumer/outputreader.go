@@ -435,7 +435,13 @@ func (s *rewarmState) records(recs []kafkaio.Record) error {
 			return fmt.Errorf("consumer: identity of the output record at offset %d: %w", rec.Offset, err)
 		}
 		if absent == identity.Found {
-			s.add(id, rec.Time)
+			ts := rec.Time
+			if name := s.r.cfg.ProcessedHeader; name != "" {
+				if at, ok := processedAt(rec.Headers, name); ok {
+					ts = at
+				}
+			}
+			s.add(id, ts)
 			s.added++
 		}
 	}

@@ -88,6 +88,21 @@ func (o *ownership) check(ctx context.Context) error {
 	return o.askErr
 }
 
+// checkLease is check without the questions that only refresh a confirmation: it asks the
+// coordinator only once the lease ran out since the last confirmation, which a pause past the
+// session timeout always leaves behind. The produce path calls it before every request, where a
+// heartbeat per heartbeat interval of its own would add requests to a coordinator that is
+// failing (and, on kfake, take answers meant for kafka-go's heartbeats).
+func (o *ownership) checkLease(ctx context.Context) error {
+	if err := o.lostErr(); err != nil {
+		return err
+	}
+	if o.sinceConfirmed() < o.lease {
+		return nil
+	}
+	return o.check(ctx)
+}
+
 // ask sends one heartbeat and records its answer; it returns an error only when ctx ended, which
 // is no answer. The caller holds mu.
 func (o *ownership) ask(ctx context.Context) error {

@@ -99,3 +99,24 @@ func TestOwnershipLease(t *testing.T) {
 		t.Fatalf("past the lease, with the coordinator unreachable: %v; want an error that is not ErrNotOwner", err)
 	}
 }
+
+// TestSendOwned: the producer sends a request only while the latest generation is not known to
+// be lost. A process resumed after a pause past its session learns from the coordinator that its
+// generation ended, and neither sends the batch it held nor re-sends a timed-out one after its
+// partitions' new owner wrote the same records.
+func TestSendOwned(t *testing.T) {
+	w := &Worker{}
+	ctx := context.Background()
+	if err := w.sendOwned(ctx); err != nil {
+		t.Fatalf("before any generation: %v", err)
+	}
+	own := newOwnership(nil, kafkaio.Member{Group: "g", Generation: 7, ID: "m"}, time.Hour, time.Hour)
+	w.own.Store(own)
+	if err := w.sendOwned(ctx); err != nil {
+		t.Fatalf("owned generation: %v", err)
+	}
+	own.fence(kafka.IllegalGeneration)
+	if err := w.sendOwned(ctx); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("lost generation: %v, want ErrNotOwner", err)
+	}
+}

@@ -35,8 +35,10 @@ type partitionState struct {
 
 	src SourceTally // nil unless Config.SourceKey is set
 
-	audit auditArena // the batch's audit headers (audit.go)
-	prog  *progress  // the partition's progress, for Observer.Progress and readiness
+	audit   auditArena     // the batch's audit headers (audit.go)
+	stamps  []kafka.Header // the batch's output headers with Config.ProcessedHeader (stamp.go)
+	stampAt []byte         // the value of the batch's processed header
+	prog    *progress      // the partition's progress, for Observer.Progress and readiness
 
 	next int64 // next offset to commit; -1 until a batch was handled
 
@@ -385,6 +387,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		}
 	}
 
+	if w.cfg.ProcessedHeader != "" {
+		st.stamp(out, w.cfg.ProcessedHeader, mark, w.cfg.MarkHeader, time.Now())
+	}
 	if err := c.owned(pctx); err != nil {
 		return err
 	}
@@ -418,6 +423,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	clear(st.outIDs)
 	clear(st.out) // drop references to record bytes until the slices are reused
 	clear(st.dups)
+	clear(st.stamps)
 	st.audit.reset()
 	for _, msgs := range st.byPart {
 		clear(msgs)

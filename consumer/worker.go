@@ -52,6 +52,7 @@ type Worker struct {
 	balancer *kafkaio.StickyBalancer
 
 	inGeneration  atomic.Bool
+	own           atomic.Pointer[ownership] // the latest generation's, for retryOwned; nil before the first
 	pendingAssign atomic.Int64
 	identityHeld  atomic.Int64 // partitions held at an identity for longer than Config.IdentityHold
 	readyMu       sync.Mutex
@@ -96,8 +97,29 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		Observer:    obs,
 		Log:         w.sample,
 		OnFailing:   w.updateReady,
+		BeforeSend:  w.sendOwned,
 	})
 	return w, nil
+}
+
+// sendOwned is the producer's BeforeSend: a produce request is sent, the first time or again after
+// a failure, only while the latest generation is not known to be lost (see ownership.checkLease;
+// it asks the coordinator once the last confirmation is older than the session timeout, so right
+// after a pause past the session). A process resumed after a pause past its session would otherwise send the
+// batch it held, or re-send one that timed out meanwhile, after the partition's new owner wrote
+// the same records; instead the batch fails with an error wrapping ErrNotOwner and the partition
+// is discarded. A process paused between this check and the request's write still writes it when
+// it resumes: only the transactional output (DeliveryExactlyOnce) fences that. It is safe for
+// concurrent use.
+func (w *Worker) sendOwned(ctx context.Context) error {
+	own := w.own.Load()
+	if own == nil {
+		return nil
+	}
+	if err := own.checkLease(ctx); errors.Is(err, ErrNotOwner) {
+		return err
+	}
+	return nil
 }
 
 // Ready reports whether the worker is a member of an active consumer group generation, every
@@ -350,6 +372,7 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) e
 	slices.Sort(parts)
 	own := newOwnership(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
 		w.cfg.HeartbeatInterval, w.cfg.SessionTimeout)
+	w.own.Store(own)
 	w.dedup.Generation(gen.ID, parts, own.check)
 	w.obs.Rebalance()
 	w.obs.Assigned(len(assigned))

@@ -228,12 +228,14 @@ func (s *Set) Revoke(ctx context.Context, partition int32) error {
 // when records it passed to Seen never reached the output topic: a snapshot would make the next
 // owner drop them as duplicates. Under ScopeGlobal the shared filter holds those identities too:
 // it is tainted, no snapshot is taken of it, and the next Assign rebuilds it from the last good
-// snapshot and the output topic before the partition is served again (see rebuildGlobal).
+// snapshot and the output topic before the partition is served again (see rebuildGlobal). A save
+// of the partition sealing meanwhile gives up at once (errDiscarded) and frees its save slot.
 func (s *Set) Discard(_ context.Context, partition int32) error {
 	pt := s.remove(partition)
 	if pt == nil {
 		return nil
 	}
+	pt.discarded.Store(true)
 	if s.global.Load() != nil {
 		s.taints.Add(1)
 		s.cfg.Logger.Warn("the global filter holds identities of records that were not produced; "+

@@ -240,3 +240,69 @@ func TestQueuedSaveDuringHandover(t *testing.T) {
 		})
 	}
 }
+
+// sealSignal is a Persister whose Save reports, once armed, that the save of unit started to seal.
+type sealSignal struct {
+	Persister
+	unit    string
+	armed   atomic.Bool
+	once    sync.Once
+	sealing chan struct{}
+}
+
+func (p *sealSignal) Save(ctx context.Context, unit string, f *window.Filter, info SnapshotInfo, seal func(context.Context) error) (SnapshotRef, SaveStats, error) {
+	if unit != p.unit || !p.armed.Load() {
+		return p.Persister.Save(ctx, unit, f, info, seal)
+	}
+	signalled := func(ctx context.Context) error {
+		p.once.Do(func() { close(p.sealing) })
+		return seal(ctx)
+	}
+	return p.Persister.Save(ctx, unit, f, info, signalled)
+}
+
+// TestDiscardEndsSealingSave: a periodic save sealing a partition whose batch is never
+// acknowledged (its transaction was fenced) gives up when the partition is discarded, instead of
+// holding its save slot until the seal timeout, so the next generation's final saves get a slot.
+func TestDiscardEndsSealingSave(t *testing.T) {
+	ctx := context.Background()
+	e := newFenceEnv(t)
+	store := &sealSignal{Persister: e.store, unit: "orders.p0", sealing: make(chan struct{})}
+	s, err := NewSet(ctx, Config{Window: testWindow(), Topic: "orders", Persister: store, Output: e.topic,
+		SaveConcurrency: 1, SealTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(ctx) })
+	s.Generation(1, []int32{0}, nil)
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Processing(0, 100) // a batch handed to Seen whose output is never acknowledged
+	s.Seen(0, []byte("unacked"), time.Time{})
+	store.armed.Store(true)
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- s.Checkpoint(ctx) }()
+	select {
+	case <-store.sealing:
+	case <-time.After(time.Minute):
+		t.Fatal("the save never started to seal")
+	}
+	s.Discard(ctx, 0)
+	select {
+	case err := <-checkpointed:
+		if !errors.Is(err, errDiscarded) {
+			t.Fatalf("Checkpoint = %v, want errDiscarded", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the sealing save still holds its slot after the partition was discarded")
+	}
+	s.Generation(2, []int32{1}, nil)
+	if err := s.Assign(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	handle(t, s, e.topic, 1, 10, ids("next", 5)...)
+	if err := s.Revoke(ctx, 1); err != nil {
+		t.Fatalf("the next generation's final save: %v", err)
+	}
+}

@@ -71,9 +71,15 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eve
 	if plan, err = s.planRebuild(ctx, partition, origin); err != nil {
 		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
 	}
+	if ev == nil {
+		if err = s.extendBack(ctx, &plan, origin.Add(iv)); err != nil {
+			return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
+		}
+	}
 	log := s.cfg.Logger.With("unit", unit)
 	log.Info("no usable snapshot: rebuilding the filter from the output topic", "since", origin.Add(iv).Format(time.RFC3339),
-		"records", plan.total-plan.skipped, "skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
+		"records", plan.total-plan.skipped, "skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords,
+		"older_timestamps", plan.extended)
 	if plan.skipped > 0 {
 		log.Warn("the window holds more output records than the rebuild may read: the oldest are skipped, and their duplicates can pass until they leave the window",
 			"skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords)
@@ -182,6 +188,9 @@ func (s *Set) readInOnePass(ctx context.Context, f *window.Filter, plan rebuildP
 	cur := int64(1)
 	f.AdvanceTo(origin.Add(iv))
 	add := func(id []byte, ts time.Time) {
+		if plan.extended > 0 && ts.Before(origin.Add(iv)) {
+			return // produced before the window: part of extendBack's last step
+		}
 		if k := min(int64(ts.Sub(origin)/iv), last); k > cur {
 			cur = k
 			f.AdvanceTo(origin.Add(time.Duration(k) * iv))
@@ -200,6 +209,58 @@ type rebuildPlan struct {
 	bounds         []map[int32]int64
 	end            map[int32]int64
 	total, skipped int64
+	extended       int64 // records before the window by timestamp that extendBack added
+}
+
+// Rebuild after a catch-up. Under ClockProcessing the window ends at the wall clock, but
+// OffsetsAt finds records by their timestamp, which is the input's: a worker that caught up with
+// more lag than the window produced records whose timestamps lie before it, and planRebuild
+// leaves them out. When the output records carry the time they were processed (the worker's
+// processed-time header, which the OutputLog reports as a record's time), extendBack finds them:
+// reading back from the plan's start, in steps that double from one record, as long as the
+// records it reads were processed within the window. It reads every record it adds twice, and
+// one record when there is nothing to add. Without the header, Read reports the records'
+// timestamps, the first step finds the record before the plan's start older than the window,
+// and nothing is added: the catch-up limit remains (docs/design.md, Failure model). Only a plan
+// over one output partition is extended: under ScopeGlobal several output partitions are read
+// generation by generation, by their timestamps.
+
+// extendBack moves the start of a plan over one output partition back over the records before it
+// that were processed at or after from (see "Rebuild after a catch-up"), within
+// Config.RebuildMaxRecords, and counts them in plan.extended and plan.total. It returns the
+// OutputLog's error.
+func (s *Set) extendBack(ctx context.Context, plan *rebuildPlan, from time.Time) error {
+	if len(plan.end) != 1 || plan.skipped > 0 {
+		return nil
+	}
+	var q int32
+	for k := range plan.end {
+		q = k
+	}
+	start, budget := plan.bounds[0][q], s.cfg.RebuildMaxRecords-plan.total
+	for step := int64(1); start > 0 && budget > 0; step *= 2 {
+		lo := max(start-min(step, budget), 0)
+		all, some := true, false // the step's records with an identity: all, some processed since from
+		_, err := s.cfg.Output.Read(ctx, map[int32]int64{q: lo}, map[int32]int64{q: start}, func(_ []byte, ts time.Time) {
+			in := !ts.Before(from)
+			all, some = all && in, some || in
+		})
+		if err != nil {
+			return err
+		}
+		if !some {
+			break // processed before the window, or nothing tells when
+		}
+		budget -= start - lo
+		plan.extended += start - lo
+		start = lo
+		if !all {
+			break
+		}
+	}
+	plan.bounds[0][q] = start
+	plan.total += plan.extended
+	return nil
 }
 
 // planRebuild finds the offsets where each generation's interval starts, given generation 0

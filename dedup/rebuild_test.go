@@ -28,6 +28,17 @@ type fakeTopic struct {
 type fakeRecord struct {
 	id string
 	ts time.Time
+	// processed, when set, is the time the record was produced, as the worker's processed-time
+	// header gives it: Read reports it instead of ts, OffsetsAt still finds records by ts.
+	processed time.Time
+}
+
+// readTime is the time Read reports for r.
+func (r fakeRecord) readTime() time.Time {
+	if !r.processed.IsZero() {
+		return r.processed
+	}
+	return r.ts
 }
 
 func (f *fakeTopic) serving(in int32) []int32 {
@@ -76,7 +87,7 @@ func (f *fakeTopic) Read(_ context.Context, from, to map[int32]int64, add func([
 			end = t
 		}
 		for i := from[q]; i < end; i++ {
-			add([]byte(recs[i].id), recs[i].ts)
+			add([]byte(recs[i].id), recs[i].readTime())
 			n++
 		}
 	}
@@ -149,23 +160,14 @@ func TestRebuild(t *testing.T) {
 		{"bounded", ScopePartition, 60, [2]int{150, 210}, 120},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			clock := newFakeClock(now)
 			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: minuteRecords("a", first, 210)}}
 			if tc.scope == ScopeGlobal {
 				topic.parts[1] = minuteRecords("b", first, 210)
 			}
 			obs := &recordingObserver{}
-			s, err := NewSet(ctx, Config{Scope: tc.scope, Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: tc.max,
-				Observer: obs, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
-			if err := s.Assign(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			f := s.Filter(0)
+			f := rebuiltFilter(t, Config{Scope: tc.scope, Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: tc.max,
+				Observer: obs})
 			for q, recs := range topic.parts {
 				got := held(f, recs)
 				if !span(got, 0, tc.wantRead[0], false) || !span(got, tc.wantRead[0], 210, true) {
@@ -189,6 +191,23 @@ func TestRebuild(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rebuiltFilter returns the filter of partition 0 of a new Set of cfg (logging nowhere), assigned
+// without a snapshot, so rebuilt from cfg.Output; the Set is closed with the test.
+func rebuiltFilter(t *testing.T, cfg Config) *window.Filter {
+	t.Helper()
+	ctx := context.Background()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(ctx) })
+	if err := s.Assign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	return s.Filter(0)
 }
 
 // ranges describes which records are held, as index ranges.
@@ -342,5 +361,43 @@ func TestRebuildRewarmsItsTail(t *testing.T) {
 	}
 	if !restarted.Filter(1).Test([]byte("written-during-the-rebuild")) {
 		t.Error("after a restart, the record written during the rebuild is forgotten: the baseline claims it")
+	}
+}
+
+// TestRebuildAfterCatchUp: a worker that caught up with 6 hours of lag, more than the 3 hours a
+// rebuild reads, produced records whose timestamps (the input's) all lie before the window. With
+// the processed-time header the rebuild finds the ones produced in the last 3 hours and places
+// each in the generation of its processing time; without it (the records' own timestamps only) it
+// finds none, the documented limit.
+func TestRebuildAfterCatchUp(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	first := now.Add(-210 * time.Minute) // processed one a minute; record 30 at now-3h
+	for _, header := range []bool{true, false} {
+		t.Run(fmt.Sprintf("header=%v", header), func(t *testing.T) {
+			recs := minuteRecords("a", first, 210)
+			for i := range recs {
+				if header {
+					recs[i].processed = recs[i].ts
+				}
+				recs[i].ts = recs[i].ts.Add(-6 * time.Hour) // the input's timestamps: 6 hours of lag
+			}
+			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: recs}}
+			clock := newFakeClock(now)
+			f := rebuiltFilter(t, Config{Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: 1_000_000})
+			got := held(f, recs)
+			if !header {
+				if !span(got, 0, 210, false) {
+					t.Fatalf("without the header the filter holds %v, want none (the catch-up limit)", ranges(got))
+				}
+				return
+			}
+			if !span(got, 0, 30, false) || !span(got, 30, 210, true) {
+				t.Errorf("the filter holds records %v, want exactly 30..209", ranges(got))
+			}
+			f.AdvanceTo(now.Add(time.Hour))
+			if got := held(f, recs); !span(got, 0, 90, false) || !span(got, 90, 210, true) {
+				t.Errorf("an hour later the filter holds records %v, want exactly 90..209", ranges(got))
+			}
+		})
 	}
 }

@@ -210,6 +210,7 @@ type part struct {
 	// batch whose output was acknowledged; -1 until the first batch.
 	processed, acked atomic.Int64
 	gone             atomic.Bool // revoked or discarded
+	discarded        atomic.Bool // discarded: what it processed and did not acknowledge never will be
 	lin              atomic.Pointer[lineage]
 	mark             atomic.Pointer[saveMark] // the filter's last checkpoint, see saveMark
 }

@@ -300,7 +300,7 @@ func CheckpointFailureReasons() []string {
 // failureReason classifies the error of a Persister's Save.
 func failureReason(err error) string {
 	switch {
-	case errors.Is(err, errSealTimeout), errors.Is(err, errTainted):
+	case errors.Is(err, errSealTimeout), errors.Is(err, errTainted), errors.Is(err, errDiscarded):
 		return FailureSeal
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return FailureCancelled
@@ -316,9 +316,15 @@ var errSealTimeout = errors.New("dedup: records in the snapshot were not acknowl
 // produced; the snapshot is dropped.
 var errTainted = errors.New("dedup: the filter holds identities of records that were not produced")
 
+// errDiscarded is returned by seal when a partition it waits for was discarded: what it processed
+// and did not acknowledge will never be, and the snapshot is dropped.
+var errDiscarded = errors.New("dedup: a partition of the snapshot was discarded with records that were not produced")
+
 // seal waits until every partition acknowledged what it had processed when seal was called.
 // Under ScopeGlobal every partition assigned by then feeds the shared filter, so it waits for those
-// too: a partition assigned while the copy ran may have records in it.
+// too: a partition assigned while the copy ran may have records in it. A partition discarded while
+// it waits ends the wait at once (errDiscarded): its acknowledgements will never come, and a wait
+// until the seal timeout would hold a save slot that the next generation's saves need.
 func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 	targets := make(map[*part]int64, len(parts))
 	add := func(m map[int32]*part) {
@@ -337,9 +343,14 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 			return true
 		}
 		for pt, target := range targets {
-			if pt.acked.Load() < target {
-				return false
+			if pt.acked.Load() >= target {
+				continue
 			}
+			if pt.discarded.Load() {
+				err = errDiscarded
+				return true
+			}
+			return false
 		}
 		return true
 	}

@@ -89,6 +89,7 @@ type DedupConfig struct {
 	Scope                     string        `env:"SCOPE" envDefault:"partition" desc:"partition: one filter per input partition, which moves with the partition between replicas; duplicates are caught within a partition. global: one filter for all partitions, catching duplicates across partitions; only for a single replica. routed: duplicates across partitions and topics on any number of replicas: every record is produced to KAFKA_ROUTE_TOPIC at the partition of its identity, and each route partition is deduplicated as with partition (each record crosses the brokers twice). See docs/design.md, Routed scope."`
 	Mode                      string        `env:"MODE" envDefault:"drop" desc:"drop: duplicates are not produced. mark: every record is produced and duplicates carry the DEDUP_MARK_HEADER header with value 1."`
 	MarkHeader                string        `env:"MARK_HEADER" envDefault:"kdedup-duplicate" desc:"Header added (value \"1\") to duplicates in mark mode, after the record's own headers."`
+	ProcessedHeader           string        `env:"PROCESSED_HEADER" desc:"With DEDUP_WINDOW_CLOCK=processing: a header added to every output record holding when it was processed (8 bytes, big-endian Unix milliseconds; before the mark header). A rebuild then finds what this stage produced in the last window by that time, also after a catch-up with more lag than the window, when the records' own timestamps (the input's) all lie before it. Empty (the default): no header, and such a rebuild reads only records stamped within the window. See docs/design.md, Failure model."`
 	DeprecatedDuplicatesTopic string        `env:"DUPLICATES_TOPIC" desc:"Deprecated: the former name of KAFKA_DUPLICATES_TOPIC, still read (with a warning at startup). Setting both to different topics is an error."`
 	Unkeyed                   string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records that have no identity for a permanent reason (no key, header missing, value not JSON, path missing or null, no Confluent wire format header, a schema id the registry does not know, a path the record's schema lacks): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total and, by reason, kdedup_records_unkeyed_by_reason_total either way. A schema registry that cannot be reached never makes a record unkeyed: the partition waits for it."`
 	WindowCount               int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
@@ -327,6 +328,9 @@ func (c Config) validate() []problem {
 	}
 	if d.WindowCount < 1 {
 		add("DEDUP_WINDOW_COUNT", "must be at least 1, got %d", d.WindowCount)
+	}
+	if d.ProcessedHeader != "" && d.WindowClock != string(dedup.ClockProcessing) {
+		add("DEDUP_PROCESSED_HEADER", "only with DEDUP_WINDOW_CLOCK=processing (the event clock places records by their own timestamps), got %q", d.WindowClock)
 	}
 	positive("DEDUP_WINDOW_INTERVAL", d.WindowInterval)
 	positive("DEDUP_EVENT_TIME_MAX_AHEAD", d.EventTimeMaxAhead)
@@ -581,6 +585,7 @@ func (c Config) consumerFields() consumer.Config {
 		Partitioning:       consumer.Partitioning(k.Partitioning),
 		Mode:               consumer.Mode(d.Mode),
 		MarkHeader:         d.MarkHeader,
+		ProcessedHeader:    d.ProcessedHeader,
 		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
 		Compression:        compressions[k.Compression],
 		ShutdownTimeout:    c.ShutdownTimeout,

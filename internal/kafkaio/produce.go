@@ -67,6 +67,13 @@ type ProducerConfig struct {
 	// OnFailing, when not nil, is called after every change of Failing, on the goroutine that
 	// changed it.
 	OnFailing func()
+	// BeforeSend, when not nil, is called before every attempt to send a request, the first and
+	// each retry. An error ends the delivery without sending: the callers whose records the
+	// request carries get an error wrapping ErrNotSent and it. The worker uses it so that a
+	// process resumed after a pause past its session sends nothing more, neither a request that
+	// timed out meanwhile nor one it was about to send, once its partitions may have moved. It is
+	// called on the sending goroutine and should be cheap when nothing changed. Default: nil.
+	BeforeSend func(ctx context.Context) error
 	// TransactionalID, when set, makes the producer transactional (and idempotent): records are
 	// written in transactions (see txn.go) and Start fences every earlier producer of the same
 	// id. Default: "" (no transactions).
@@ -326,6 +333,11 @@ func (p *Producer) send(ctx context.Context, tp topicPartition, b *recordBatch) 
 	}
 	return err
 }
+
+// ErrNotSent is wrapped by the error of a request that ProducerConfig.BeforeSend refused. Its
+// records were not written by this attempt; an earlier attempt of the same request that failed
+// may have written them.
+var ErrNotSent = errors.New("kafkaio: the request was not sent")
 
 // nextRequest returns how many leading records of msgs (at least one) go into one request of at
 // most batchBytes, and their estimated size.

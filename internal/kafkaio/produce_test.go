@@ -673,6 +673,38 @@ func TestProducerAttempts(t *testing.T) {
 	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(b))
 }
 
+// TestProducerBeforeSend proves ProducerConfig.BeforeSend: once the hook refuses (a worker that
+// lost its partitions while it was paused), neither a request that failed nor a new one is sent;
+// their callers get ErrNotSent with the hook's error, nothing of them is in the log, and the
+// partition goes on once the hook allows again.
+func TestProducerBeforeSend(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"out": 1})
+	lost := errors.New("partitions moved (test)")
+	var calls atomic.Int32
+	var allow atomic.Bool
+	p := newTestProducer(t, cl, ProducerConfig{Idempotent: true, BeforeSend: func(context.Context) error {
+		if calls.Add(1) == 1 || allow.Load() { // the first attempt goes out, and fails
+			return nil
+		}
+		return lost
+	}})
+	h := cl.Fault(produceFault("out", kerr.NotEnoughReplicas, 1))
+	err := p.Produce(context.Background(), "out", 0, testMsgs("a", 4))
+	if !errors.Is(err, ErrNotSent) || !errors.Is(err, lost) || h.Hits() != 1 {
+		t.Fatalf("Produce = %v after %d attempts, want ErrNotSent and the hook's error after 1", err, h.Hits())
+	}
+	if err := p.Produce(context.Background(), "out", 0, testMsgs("c", 4)); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("a new request while refused: %v, want ErrNotSent", err)
+	}
+	allow.Store(true)
+	b := testMsgs("b", 4)
+	if err := p.Produce(context.Background(), "out", 0, b); err != nil {
+		t.Fatal(err)
+	}
+	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(b))
+}
+
 // TestProducerStartUnsupported proves that Start names brokers that cannot take what the
 // producer writes, at once: record format v2 for both modes, InitProducerId for idempotence.
 func TestProducerStartUnsupported(t *testing.T) {

@@ -292,6 +292,8 @@ func (s *sequencer) deliver(b *batch) error {
 		return nil
 	case refusalReason(err) != "":
 		return err // not retried: settle splits b or refuses its record
+	case errors.Is(err, ErrNotSent):
+		return fmt.Errorf("kafkaio: produce to %s/%d: %w", s.tp.topic, s.tp.partition, err)
 	case s.p.txn != nil && (errors.Is(err, ErrFenced) || errors.Is(err, ErrTxnAbortable) || errors.Is(err, ErrNoTransaction)):
 		return fmt.Errorf("kafkaio: produce to %s/%d: %w", s.tp.topic, s.tp.partition, err)
 	case ctx.Err() != nil:
@@ -314,6 +316,11 @@ type delivery struct {
 // and after a failure counts, logs and, for a reset error, re-seals it for the next attempt.
 func (d *delivery) attempt(attempt int) error {
 	s, b, p := d.s, d.b, d.s.p
+	if p.cfg.BeforeSend != nil {
+		if err := p.cfg.BeforeSend(d.ctx); err != nil {
+			return Permanent(fmt.Errorf("%w: %w", ErrNotSent, err))
+		}
+	}
 	if b.id == nil {
 		if err := s.seal(d.ctx, b); err != nil {
 			return err // only when ctx ended
