@@ -24,7 +24,10 @@
 //     in place with kmsg) and Isolation; records.go: the walk of a fetched partition's batches
 //     (control records never data, aborted transactions skipped under ReadCommitted).
 //   - input.go: PartitionReader, the worker's input fetch path: a fetch loop of our own, one fetch
-//     in flight, records handed out as slices into recycled buffers; read.go: Read, the one way to
+//     in flight, records handed out as slices into recycled buffers; fetchpool.go: FetchPool, which
+//     sends the fetches of many readers as one request per broker, routed to each partition's
+//     leader; brokerfetch.go: one broker's fetch loop in a fetch session (KIP-227), each answer
+//     copied into its reader's buffers, a partition whose reader holds an answer left out; read.go: Read, the one way to
 //     read a range of a partition, on the same fetch; metadata.go: partition counts, offsets (the
 //     last stable offset under ReadCommitted) and topic configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;

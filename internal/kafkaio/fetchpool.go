@@ -1,0 +1,196 @@
+package kafkaio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// A FetchPool sends one Fetch request per broker at a time, carrying every partition of its
+// readers that the broker leads, instead of one request (and one connection) per partition.
+// Each broker's requests belong to a fetch session (KIP-227): after the first full fetch, a
+// request names only the partitions whose fetch offset changed and the partitions to forget, and
+// the broker answers only the partitions with something new.
+//
+// Readers (PartitionReaderConfig.Pool) hand the pool one fetch each at a time, and only once the
+// records of their previous answer were taken: a partition whose reader's buffer is full (its
+// consumer is slow or blocked) has no fetch waiting, so it is left out of the next request
+// (forgotten from the session) and never holds the other partitions back.
+
+// FetchPoolConfig configures a FetchPool.
+type FetchPoolConfig struct {
+	// Isolation says which records of transactional producers are read. Every reader of the pool
+	// reads with it. Default: ReadCommitted.
+	Isolation Isolation
+	// MaxWait is how long a broker holds a fetch while none of its partitions has records, and
+	// how long a partition waits for an answer before it is answered without records (its
+	// offsets as last seen). Default: 500ms.
+	MaxWait time.Duration
+	// MaxBytes caps one broker's fetch response (each partition is capped by its reader's
+	// MaxBytes too). Default: 64 MiB.
+	MaxBytes int
+}
+
+// FetchPool routes the fetches of many PartitionReaders to the leaders of their partitions, one
+// request in flight per broker (see the file comment). It is safe for concurrent use. Close it
+// once its readers are closed.
+type FetchPool struct {
+	client   *kafka.Client
+	cfg      FetchPoolConfig
+	clientID string
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	metaMu  sync.Mutex // held while leaders are looked up
+	leaders map[topicPartition]int32
+
+	mu      sync.Mutex
+	brokers map[int32]*brokerFetcher
+
+	lookups chan struct{} // the slots of the readers' offset lookups
+}
+
+// lookupSlots is how many offset lookups (ListOffsets) of a pool's readers run at once: each
+// takes a connection to the partition's leader while it runs, so 2 keeps the connections per
+// broker few when every reader looks its offsets up at once (at the start, or while blocked).
+const lookupSlots = 2
+
+// ErrPoolClosed is returned by the fetches of a closed FetchPool.
+var ErrPoolClosed = errors.New("kafkaio: fetch pool closed")
+
+// NewFetchPool returns a pool that fetches through client (a Client made by Conn.Client: its
+// Transport is used, one pooled connection per broker for fetches).
+func NewFetchPool(client *kafka.Client, cfg FetchPoolConfig) *FetchPool {
+	if cfg.Isolation == "" {
+		cfg.Isolation = ReadCommitted
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 500 * time.Millisecond
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 64 << 20
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &FetchPool{
+		client: client, cfg: cfg, clientID: clientIDOf(client), ctx: ctx, cancel: cancel,
+		leaders: map[topicPartition]int32{}, brokers: map[int32]*brokerFetcher{},
+		lookups: make(chan struct{}, lookupSlots),
+	}
+}
+
+// Close stops every broker's fetching; fetches waiting fail with ErrPoolClosed. It waits for the
+// pool's goroutines to end.
+func (p *FetchPool) Close() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// fetch sends f's partition fetch with the next request to the partition's leader and returns
+// the partition's answer, as fetchPartition does: a partition error is a kafka.Error, returned
+// with the response, whose buffer the caller gives back to f.bufs either way. It waits until
+// ctx ends; the pool bounds each broker request by MaxWait plus FetchSlack.
+func (p *FetchPool) fetch(ctx context.Context, f *fetchRequest) (*fetchResponse, error) {
+	tp := topicPartition{f.topic, int(f.partition)}
+	id, err := p.leader(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	b := p.broker(id)
+	if b == nil {
+		return nil, ErrPoolClosed
+	}
+	w := &want{tp: tp, offset: f.offset, maxBytes: f.maxBytes, bufs: f.bufs, since: time.Now(), done: make(chan wantResult, 1)}
+	b.add(w)
+	select {
+	case r := <-w.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		if !b.remove(w) { // answered meanwhile
+			if r := <-w.done; r.res != nil {
+				f.bufs.put(r.res.buf)
+			}
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// lookupOffsets runs fn, an offset lookup of one of p's readers, in one of p's lookup slots, once one is
+// free; ctx's error if it ends first.
+func (p *FetchPool) lookupOffsets(ctx context.Context, fn func() error) error {
+	select {
+	case p.lookups <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.lookups }()
+	return fn()
+}
+
+// leader returns the broker leading tp, looking the topic's leaders up when it is not known.
+func (p *FetchPool) leader(ctx context.Context, tp topicPartition) (int32, error) {
+	p.metaMu.Lock()
+	defer p.metaMu.Unlock()
+	if id, ok := p.leaders[tp]; ok {
+		return id, nil
+	}
+	if err := p.lookup(ctx, tp.topic); err != nil {
+		return -1, err
+	}
+	if id, ok := p.leaders[tp]; ok {
+		return id, nil
+	}
+	return -1, fmt.Errorf("kafkaio: no leader known for %s/%d: %w", tp.topic, tp.partition, kafka.LeaderNotAvailable)
+}
+
+// lookup reads the leaders of topic's partitions from one Metadata request. p.metaMu is held.
+func (p *FetchPool) lookup(ctx context.Context, topic string) error {
+	mctx, cancel := context.WithTimeout(ctx, p.cfg.MaxWait+FetchSlack)
+	defer cancel()
+	md, err := p.client.Metadata(mctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return fmt.Errorf("kafkaio: looking up the leaders of topic %q: %w", topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return fmt.Errorf("kafkaio: looking up the leaders of topic %q: %w", topic, t.Error)
+		}
+		for _, pt := range t.Partitions {
+			if pt.Error == nil && pt.Leader.ID >= 0 && pt.Leader.Host != "" {
+				p.leaders[topicPartition{t.Name, pt.ID}] = int32(pt.Leader.ID)
+			}
+		}
+	}
+	return nil
+}
+
+// forget drops the leader known for tp, after its fetch failed: the next fetch looks it up.
+func (p *FetchPool) forget(tp topicPartition) {
+	p.metaMu.Lock()
+	delete(p.leaders, tp)
+	p.metaMu.Unlock()
+}
+
+// broker returns the fetcher of broker id, starting it when needed; nil once the pool is closed.
+func (p *FetchPool) broker(id int32) *brokerFetcher {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil {
+		return nil
+	}
+	b := p.brokers[id]
+	if b == nil {
+		b = newBrokerFetcher(p, id)
+		p.brokers[id] = b
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			b.run(p.ctx)
+		}()
+	}
+	return b
+}
