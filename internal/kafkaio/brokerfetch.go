@@ -153,7 +153,7 @@ func (b *brokerFetcher) fail(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, w := range b.batch {
-		b.pool.forget(w.tp)
+		b.pool.leaders.forget(w.tp)
 		b.answer(w, wantResult{err: err})
 	}
 }
@@ -203,7 +203,7 @@ func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchRespo
 	var err error
 	if part.ErrorCode != 0 {
 		if part.ErrorCode != int16(kafka.OffsetOutOfRange) {
-			b.pool.forget(tp)
+			b.pool.leaders.forget(tp)
 		}
 		err = kafka.Error(part.ErrorCode)
 	}

@@ -12,7 +12,10 @@
 //     Fatal, Denied).
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
-//     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse
+//     production (producer ids, sequence numbers, resets); brokerproduce.go: the batches of the
+//     partitions a broker leads sent to it together, a few requests in flight per broker;
+//     leaders.go: leaderCache, the partition leaders that the per-broker fetches and produce
+//     requests are routed by; refuse.go: records the brokers refuse
 //     (batches bounded by the topic's max.message.bytes, split when refused, RefusedError for a
 //     record refused on its own); txn.go: transactions (Begin, SendOffsets, Commit, Abort) and
 //     fencing by transactional id (ErrFenced), CommittedOffsets.

@@ -3,7 +3,6 @@ package kafkaio
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -46,8 +45,7 @@ type FetchPool struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	metaMu  sync.Mutex // held while leaders are looked up
-	leaders map[topicPartition]int32
+	leaders leaderCache
 
 	mu      sync.Mutex
 	brokers map[int32]*brokerFetcher
@@ -78,7 +76,7 @@ func NewFetchPool(client *kafka.Client, cfg FetchPoolConfig) *FetchPool {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &FetchPool{
 		client: client, cfg: cfg, clientID: clientIDOf(client), ctx: ctx, cancel: cancel,
-		leaders: map[topicPartition]int32{}, brokers: map[int32]*brokerFetcher{},
+		leaders: leaderCache{client: client, timeout: cfg.MaxWait + FetchSlack}, brokers: map[int32]*brokerFetcher{},
 		lookups: make(chan struct{}, lookupSlots),
 	}
 }
@@ -96,7 +94,7 @@ func (p *FetchPool) Close() {
 // ctx ends; the pool bounds each broker request by MaxWait plus FetchSlack.
 func (p *FetchPool) fetch(ctx context.Context, f *fetchRequest) (*fetchResponse, error) {
 	tp := topicPartition{f.topic, int(f.partition)}
-	id, err := p.leader(ctx, tp)
+	id, err := p.leaders.leader(ctx, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -129,50 +127,6 @@ func (p *FetchPool) lookupOffsets(ctx context.Context, fn func() error) error {
 	}
 	defer func() { <-p.lookups }()
 	return fn()
-}
-
-// leader returns the broker leading tp, looking the topic's leaders up when it is not known.
-func (p *FetchPool) leader(ctx context.Context, tp topicPartition) (int32, error) {
-	p.metaMu.Lock()
-	defer p.metaMu.Unlock()
-	if id, ok := p.leaders[tp]; ok {
-		return id, nil
-	}
-	if err := p.lookup(ctx, tp.topic); err != nil {
-		return -1, err
-	}
-	if id, ok := p.leaders[tp]; ok {
-		return id, nil
-	}
-	return -1, fmt.Errorf("kafkaio: no leader known for %s/%d: %w", tp.topic, tp.partition, kafka.LeaderNotAvailable)
-}
-
-// lookup reads the leaders of topic's partitions from one Metadata request. p.metaMu is held.
-func (p *FetchPool) lookup(ctx context.Context, topic string) error {
-	mctx, cancel := context.WithTimeout(ctx, p.cfg.MaxWait+FetchSlack)
-	defer cancel()
-	md, err := p.client.Metadata(mctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return fmt.Errorf("kafkaio: looking up the leaders of topic %q: %w", topic, err)
-	}
-	for _, t := range md.Topics {
-		if t.Error != nil {
-			return fmt.Errorf("kafkaio: looking up the leaders of topic %q: %w", topic, t.Error)
-		}
-		for _, pt := range t.Partitions {
-			if pt.Error == nil && pt.Leader.ID >= 0 && pt.Leader.Host != "" {
-				p.leaders[topicPartition{t.Name, pt.ID}] = int32(pt.Leader.ID)
-			}
-		}
-	}
-	return nil
-}
-
-// forget drops the leader known for tp, after its fetch failed: the next fetch looks it up.
-func (p *FetchPool) forget(tp topicPartition) {
-	p.metaMu.Lock()
-	delete(p.leaders, tp)
-	p.metaMu.Unlock()
 }
 
 // broker returns the fetcher of broker id, starting it when needed; nil once the pool is closed.

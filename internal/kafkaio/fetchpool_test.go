@@ -259,3 +259,49 @@ func TestFetchPoolCloses(t *testing.T) {
 		t.Errorf("closing took %v with a fetch of MaxWait 10s in flight", d)
 	}
 }
+
+// TestProducerConnectionsByBroker writes to 96 partitions on 3 brokers at once, one caller per
+// partition, through one Producer: the batches are sent by broker, over a few connections to
+// each, and every record is written in order.
+func TestProducerConnectionsByBroker(t *testing.T) {
+	t.Parallel()
+	const parts, per = 96, 30
+	var conns connCounter
+	kc, _, _ := poolCluster(t, 3, parts, nil)
+	c := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	conns.count(c.Transport.(*kafka.Transport))
+	defer kafkaio.CloseIdle(c)
+	prod := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Idempotent: true})
+	if err := prod.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				m := kafka.Message{Value: fmt.Appendf(nil, "v%d", i), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+				if err := prod.Produce(context.Background(), "t", p, []kafka.Message{m}); err != nil {
+					t.Errorf("partition %d: %v", p, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// The produce requests in flight, a metadata connection and the producer id's.
+	if n := conns.maxPeak(); n > 6 {
+		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
+	}
+	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
+	pool := kafkaio.NewFetchPool(c, kafkaio.FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	defer pool.Close()
+	for _, p := range []int{0, 47, 95} {
+		r := newReader(c, p, 0, withPool(pool))
+		if got := fetchAll(t, r, per, 20*time.Second); !slices.Equal(got, offsets(0, per)) {
+			t.Errorf("partition %d: read %v, want 0..%d in order", p, got, per-1)
+		}
+		<-r.Close()
+	}
+}
