@@ -69,7 +69,7 @@ func newProduceRouter(client *kafka.Client) *produceRouter {
 // requestTimeout returns how long one produce request of client may take: its Timeout, else
 // defaultProduceTimeout.
 func requestTimeout(client *kafka.Client) time.Duration {
-	if client.Timeout > 0 {
+	if client != nil && client.Timeout > 0 {
 		return client.Timeout
 	}
 	return defaultProduceTimeout
