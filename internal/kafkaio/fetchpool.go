@@ -117,9 +117,11 @@ func (p *FetchPool) fetch(ctx context.Context, f *fetchRequest) (*fetchResponse,
 	}
 }
 
-// lookupOffsets runs fn, an offset lookup of one of p's readers, in one of p's lookup slots, once one is
-// free; ctx's error if it ends first.
-func (p *FetchPool) lookupOffsets(ctx context.Context, fn func() error) error {
+// Lookup runs fn, a request of the pool's readers besides their fetches (an offset or metadata
+// lookup), in one of the pool's lookup slots once one is free, and returns its error; ctx's error
+// if ctx ends first. Readers that look up at once (at an assignment) then share a few
+// connections instead of opening one each. It is safe for concurrent use.
+func (p *FetchPool) Lookup(ctx context.Context, fn func() error) error {
 	select {
 	case p.lookups <- struct{}{}:
 	case <-ctx.Done():
