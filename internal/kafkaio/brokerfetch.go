@@ -44,7 +44,8 @@ type brokerFetcher struct {
 	wake chan struct{} // capacity 1: a want was added
 
 	mu      sync.Mutex
-	pending map[topicPartition]*want
+	pending map[topicPartition]*want   // the next request's wants, one per partition
+	queued  map[topicPartition][]*want // wants of partitions with one pending already (two readers of one partition), in order
 
 	// Owned by run.
 	round   uint64
@@ -57,16 +58,26 @@ type brokerFetcher struct {
 func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 	return &brokerFetcher{
 		pool: p, id: id, wake: make(chan struct{}, 1),
-		pending: map[topicPartition]*want{}, seen: map[topicPartition]seenOffsets{},
+		pending: map[topicPartition]*want{}, queued: map[topicPartition][]*want{}, seen: map[topicPartition]seenOffsets{},
 		session: fetchSession{sent: map[topicPartition]sentPartition{}},
 	}
 }
 
-// add queues w for the next request. A partition has one want at a time (its reader's).
+// add queues w for the next request, or after the partition's want pending (a fetch session
+// holds one offset per partition, and two readers of one partition may want two).
 func (b *brokerFetcher) add(w *want) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending[w.tp] != nil {
+		b.queued[w.tp] = append(b.queued[w.tp], w)
+		return
+	}
 	b.pending[w.tp] = w
-	b.mu.Unlock()
+	b.wakeUp()
+}
+
+// wakeUp tells run that a want is pending.
+func (b *brokerFetcher) wakeUp() {
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -77,11 +88,30 @@ func (b *brokerFetcher) add(w *want) {
 func (b *brokerFetcher) remove(w *want) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pending[w.tp] != w {
-		return false
+	if b.pending[w.tp] == w {
+		b.promote(w.tp)
+		return true
 	}
-	delete(b.pending, w.tp)
-	return true
+	q := b.queued[w.tp]
+	for i, x := range q {
+		if x == w {
+			b.queued[w.tp] = append(q[:i:i], q[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// promote replaces tp's pending want with the first one queued, if any; b is locked.
+func (b *brokerFetcher) promote(tp topicPartition) {
+	delete(b.pending, tp)
+	q := b.queued[tp]
+	if len(q) == 0 {
+		delete(b.queued, tp)
+		return
+	}
+	b.pending[tp], b.queued[tp] = q[0], q[1:]
+	b.wakeUp()
 }
 
 // answer removes w and sends it r, unless it was withdrawn; b is locked.
@@ -92,7 +122,7 @@ func (b *brokerFetcher) answer(w *want, r wantResult) {
 		}
 		return
 	}
-	delete(b.pending, w.tp)
+	b.promote(w.tp)
 	w.done <- r
 }
 
@@ -118,8 +148,10 @@ func (b *brokerFetcher) run(ctx context.Context) {
 		}
 	}
 	b.mu.Lock()
-	for _, w := range b.pending {
-		b.answer(w, wantResult{err: ErrPoolClosed})
+	for len(b.pending) > 0 { // answering promotes the queued
+		for _, w := range b.pending {
+			b.answer(w, wantResult{err: ErrPoolClosed})
+		}
 	}
 	b.mu.Unlock()
 }

@@ -305,3 +305,30 @@ func TestProducerConnectionsByBroker(t *testing.T) {
 		<-r.Close()
 	}
 }
+
+// TestFetchPoolSamePartitionTwice reads one partition with two readers of one pool at once (as
+// re-warms of several input partitions read the same output partition): a fetch session holds one
+// offset per partition, so their fetches take turns, and both read every record.
+func TestFetchPoolSamePartitionTwice(t *testing.T) {
+	t.Parallel()
+	_, c, pool := poolCluster(t, 1, 3, nil)
+	produce(t, c, "t", 0, 0, 300, time.Now())
+	var wg sync.WaitGroup
+	for _, from := range []int64{0, 100} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := newReader(c, 0, from, withPool(pool))
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, 300, 20*time.Second); !slices.Equal(got, offsets(from, 300)) {
+				t.Errorf("reader from %d: read %d records, want %d in order", from, len(got), 300-from)
+			}
+		}()
+	}
+	col := &collect{t: t}
+	err := kafkaio.Read(context.Background(), c, kafkaio.Range{Topic: "t", Partition: 0, Start: 50, End: 300, Pool: pool}, col.fn)
+	if err != nil || !slices.Equal(col.offs, offsets(50, 300)) {
+		t.Errorf("Read through the pool: %v, %d records, want 250", err, len(col.offs))
+	}
+	wg.Wait()
+}
