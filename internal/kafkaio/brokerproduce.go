@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,12 +185,10 @@ func (b *brokerProducer) exchange(ws []*produceWant) []error {
 	ctx, cancel := callersContext(ws, timeout)
 	defer cancel()
 	req := &rawproduce.Request{Acks: int16(kafka.RequireAll), Timeout: int32(timeout.Milliseconds())}
-	idx := map[string]int{}
 	for _, w := range ws {
-		i, ok := idx[w.tp.topic]
-		if !ok {
+		i := slices.IndexFunc(req.Topics, func(t rawproduce.RequestTopic) bool { return t.Topic == w.tp.topic })
+		if i < 0 {
 			i = len(req.Topics)
-			idx[w.tp.topic] = i
 			req.Topics = append(req.Topics, rawproduce.RequestTopic{Topic: w.tp.topic})
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rawproduce.RequestPartition{
@@ -218,6 +217,9 @@ func (b *brokerProducer) exchange(ws []*produceWant) []error {
 // under the context's deadline, and a request still queued for its connection once it passed is
 // not written.
 func callersContext(ws []*produceWant, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if len(ws) == 1 {
+		return context.WithTimeout(ws[0].ctx, timeout)
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), callersDeadline(ws, time.Now().Add(timeout)))
 	left := int64(len(ws))
 	var mu sync.Mutex
