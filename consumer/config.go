@@ -145,9 +145,10 @@ type Config struct {
 	// ProgressInterval is how often a partition whose records are not being taken (blocked at a
 	// refused record, or its writes hang) looks its offsets up for Observer.Progress. Default 5s.
 	ProgressInterval time.Duration
-	// FetchMaxBytes is the maximum size of one fetch response. Each partition holds up to three
-	// responses at once (the one being processed, the next one, one more while a batch spans
-	// two). Default 16 MiB.
+	// FetchMaxBytes is the maximum size of one partition's part of a fetch response; the one
+	// fetch per broker that carries all of its partitions is capped at four times it. Each
+	// partition holds up to three answers at once (the one being processed, the next one, one
+	// more while a batch spans two). Default 16 MiB.
 	FetchMaxBytes int
 	// DecodeMaxBytes caps the decompressed records of one input record batch, and the headers of
 	// one record at DecodeMaxBytes/256 (kafkaio.DefaultDecodeLimits); a batch or record over them

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kdedup/kdedup/identity"
@@ -27,6 +28,9 @@ type OutputReader struct {
 	key    KeyFunc
 	log    *slog.Logger
 	client *kafka.Client
+
+	poolMu sync.Mutex
+	pool   *kafkaio.FetchPool // the re-warm's fetches, one request per broker; replaced by Close
 
 	// fetchWait bounds how long one fetch waits on the broker when no record is available.
 	fetchWait time.Duration
@@ -58,7 +62,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &OutputReader{
+	r := &OutputReader{
 		cfg:          cfg,
 		key:          key,
 		log:          log,
@@ -66,10 +70,48 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 		fetchWait:    100 * time.Millisecond,
 		emptyFetches: 5,
 	}
+	r.pool = r.newPool()
+	return r
 }
 
-// Close releases the reader's idle broker connections. A later call opens new ones.
+// newPool returns a fetch pool for the reader's re-warm reads (it starts nothing until used).
+func (r *OutputReader) newPool() *kafkaio.FetchPool {
+	return kafkaio.NewFetchPool(r.client, kafkaio.FetchPoolConfig{
+		Isolation: r.cfg.Isolation, MaxWait: r.fetchWait, MaxBytes: 4 * r.cfg.FetchMaxBytes,
+	})
+}
+
+// fetchPool returns the current fetch pool.
+func (r *OutputReader) fetchPool() *kafkaio.FetchPool {
+	r.poolMu.Lock()
+	defer r.poolMu.Unlock()
+	return r.pool
+}
+
+// lookup runs fn, an offset or metadata request, in a lookup slot of the fetch pool: partitions
+// assigned at once then share a few connections instead of opening one each.
+func (r *OutputReader) lookup(ctx context.Context, fn func() error) error {
+	return r.fetchPool().Lookup(ctx, fn)
+}
+
+// stableOffsets is kafkaio.StableOffsets of parts of the output topic, in a lookup slot.
+func (r *OutputReader) stableOffsets(ctx context.Context, parts []int, iso kafkaio.Isolation) (map[int]kafka.PartitionOffsets, error) {
+	var offs map[int]kafka.PartitionOffsets
+	err := r.lookup(ctx, func() (err error) {
+		offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, parts, iso)
+		return err
+	})
+	return offs, err
+}
+
+// Close stops the reader's fetch goroutines and releases its idle broker connections. A later
+// call opens new ones; a read in flight fails.
 func (r *OutputReader) Close() error {
+	r.poolMu.Lock()
+	old := r.pool
+	r.pool = r.newPool()
+	r.poolMu.Unlock()
+	old.Close()
 	kafkaio.CloseIdle(r.client)
 	return nil
 }
@@ -85,7 +127,7 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 	if err != nil {
 		return nil, err
 	}
-	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, parts, r.cfg.Isolation)
+	offs, err := r.stableOffsets(ctx, parts, r.cfg.Isolation)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: end offsets of the output topic: %w", err)
 	}
@@ -139,7 +181,11 @@ func (r *OutputReader) OffsetsAt(ctx context.Context, inputPartition int32, t ti
 	if err != nil {
 		return nil, err
 	}
-	at, err := kafkaio.OffsetsAfter(ctx, r.client, r.cfg.OutputTopic, parts, t)
+	var at map[int]int64
+	err = r.lookup(ctx, func() (err error) {
+		at, err = kafkaio.OffsetsAfter(ctx, r.client, r.cfg.OutputTopic, parts, t)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: output offsets by time: %w", err)
 	}
@@ -232,7 +278,7 @@ func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.Pa
 	var offs map[int]kafka.PartitionOffsets
 	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
 		var err error
-		if offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, ids, iso); err != nil {
+		if offs, err = r.stableOffsets(ctx, ids, iso); err != nil {
 			return fmt.Errorf("consumer: offsets of the output topic: %w", err)
 		}
 		return r.missing(ctx, offs, attempt)
@@ -305,7 +351,11 @@ func UnitPartitions(part Partitioning, unit int32, n int) []int {
 
 // partitionCount returns the number of partitions of the output topic.
 func (r *OutputReader) partitionCount(ctx context.Context) (int, error) {
-	n, err := kafkaio.PartitionCount(ctx, r.client, r.cfg.OutputTopic)
+	var n int
+	err := r.lookup(ctx, func() (err error) {
+		n, err = kafkaio.PartitionCount(ctx, r.client, r.cfg.OutputTopic)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("consumer: output topic: %w", err)
 	}
@@ -358,7 +408,7 @@ func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) err
 	r := s.r
 	return kafkaio.Read(ctx, r.client, kafkaio.Range{
 		Topic: r.cfg.OutputTopic, Partition: q, Start: *at, End: end, Isolation: r.cfg.Isolation,
-		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait,
+		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait, Pool: r.fetchPool(),
 		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
 		OnSkip: func(from, to int64) {
 			r.log.Warn("output records were deleted by retention while they were re-read; their identities are not re-warmed and their duplicates may pass",
@@ -407,7 +457,7 @@ func (s *rewarmState) undecided(ctx context.Context, q int, at, end int64) (int6
 	if r.cfg.Isolation != kafkaio.ReadCommitted {
 		return at, nil
 	}
-	offs, err := kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, []int{q}, kafkaio.ReadCommitted)
+	offs, err := r.stableOffsets(ctx, []int{q}, kafkaio.ReadCommitted)
 	if err != nil {
 		return at, fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, q, err)
 	}

@@ -48,6 +48,7 @@ type Worker struct {
 	sample     *kafkaio.Sampler
 
 	client   *kafka.Client
+	pool     *kafkaio.FetchPool // the partition readers' fetches, one request per broker; set by Run
 	prod     *kafkaio.Producer
 	balancer *kafkaio.StickyBalancer
 
@@ -173,6 +174,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	defer stopLog()
 	defer kafkaio.CloseIdle(w.client)
+	w.pool = kafkaio.NewFetchPool(w.client, kafkaio.FetchPoolConfig{
+		Isolation: w.cfg.Isolation, MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
+	})
+	defer w.pool.Close()
 	defer w.updateReady()
 
 	if _, err := w.topicInfo(ctx); err != nil {

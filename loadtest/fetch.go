@@ -32,9 +32,14 @@ type outputState struct {
 	errors   atomic.Int64 // failed fetch requests
 }
 
+// fetchMaxWait is how long the broker holds the verifier's fetch while the output has no new
+// record.
+const fetchMaxWait = 200 * time.Millisecond
+
 // fetcher reads one output partition from a start offset, in offset order.
 type fetcher struct {
 	client     *kafka.Client
+	pool       *kafkaio.FetchPool // the fetches of every output partition, one request per broker
 	topic      string
 	part       int
 	offset     int64
@@ -55,8 +60,8 @@ type fetcher struct {
 func (f *fetcher) run(ctx context.Context) {
 	f.pos.Store(f.offset)
 	r := kafkaio.NewPartitionReader(f.client, kafkaio.PartitionReaderConfig{
-		Topic: f.topic, Partition: f.part, Offset: f.offset, MaxWait: 200 * time.Millisecond,
-		Backoff: kafkaio.Backoff{Max: time.Second},
+		Topic: f.topic, Partition: f.part, Offset: f.offset, MaxWait: fetchMaxWait,
+		Backoff: kafkaio.Backoff{Max: time.Second}, Pool: f.pool,
 	})
 	defer func() { <-r.Close() }()
 	for ctx.Err() == nil {

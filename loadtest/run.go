@@ -159,11 +159,12 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 // stop waits for the readers to end.
 func startFetchers(ctx context.Context, cfg Config, client *kafka.Client, st *outputState, starts []int64, start time.Time) (fetchers []*fetcher, stop func()) {
 	fetchCtx, stopFetch := context.WithCancel(context.WithoutCancel(ctx))
+	pool := kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{MaxWait: fetchMaxWait})
 	fetchers = make([]*fetcher, len(starts))
 	var wg sync.WaitGroup
 	for p, off := range starts {
 		f := &fetcher{
-			client: client, topic: cfg.OutputTopic, part: p, offset: off, start: start,
+			client: client, pool: pool, topic: cfg.OutputTopic, part: p, offset: off, start: start,
 			runID: []byte(cfg.RunID), markHeader: cfg.MarkHeader, count: int64(cfg.Count), st: st,
 		}
 		f.pos.Store(off)
@@ -177,6 +178,7 @@ func startFetchers(ctx context.Context, cfg Config, client *kafka.Client, st *ou
 	return fetchers, func() {
 		stopFetch()
 		wg.Wait()
+		pool.Close()
 	}
 }
 

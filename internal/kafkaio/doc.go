@@ -12,7 +12,10 @@
 //     Fatal, Denied).
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
-//     production (producer ids, sequence numbers, resets); refuse.go: records the brokers refuse
+//     production (producer ids, sequence numbers, resets); brokerproduce.go: the batches of the
+//     partitions a broker leads sent to it together, a few requests in flight per broker;
+//     leaders.go: leaderCache, the partition leaders that the per-broker fetches and produce
+//     requests are routed by; refuse.go: records the brokers refuse
 //     (batches bounded by the topic's max.message.bytes, split when refused, RefusedError for a
 //     record refused on its own); txn.go: transactions (Begin, SendOffsets, Commit, Abort) and
 //     fencing by transactional id (ErrFenced), CommittedOffsets.
@@ -24,7 +27,10 @@
 //     in place with kmsg) and Isolation; records.go: the walk of a fetched partition's batches
 //     (control records never data, aborted transactions skipped under ReadCommitted).
 //   - input.go: PartitionReader, the worker's input fetch path: a fetch loop of our own, one fetch
-//     in flight, records handed out as slices into recycled buffers; read.go: Read, the one way to
+//     in flight, records handed out as slices into recycled buffers; fetchpool.go: FetchPool, which
+//     sends the fetches of many readers as one request per broker, routed to each partition's
+//     leader; brokerfetch.go: one broker's fetch loop in a fetch session (KIP-227), each answer
+//     copied into its reader's buffers, a partition whose reader holds an answer left out; read.go: Read, the one way to
 //     read a range of a partition, on the same fetch; metadata.go: partition counts, offsets (the
 //     last stable offset under ReadCommitted) and topic configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;

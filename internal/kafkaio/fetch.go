@@ -151,7 +151,7 @@ func (f *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = f.topic
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = f.partition, f.offset, f.maxBytes
+	setPartitionFields(&rp, f.partition, f.offset, f.maxBytes)
 	rt.Partitions = []kmsg.FetchRequestTopicPartition{rp}
 	req.Topics = []kmsg.FetchRequestTopic{rt}
 	id := correlationIDs.Add(1)
@@ -161,27 +161,18 @@ func (f *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	return f.readResponse(rw, id)
 }
 
+// setPartitionFields fills in what a fetch asks of one partition: where to read from and how
+// much. Both the single-partition fetch and the per-broker fetch (brokerFetch) build their
+// partitions with it.
+func setPartitionFields(rp *kmsg.FetchRequestTopicPartition, partition int32, offset int64, maxBytes int32) {
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = partition, offset, maxBytes
+}
+
 // readResponse reads the response to request id from r into a buffer of f.bufs and decodes it.
 func (f *fetchRequest) readResponse(r io.Reader, id int32) (*fetchResponse, error) {
-	var size [4]byte
-	if _, err := io.ReadFull(r, size[:]); err != nil {
+	buf, err := readFrame(r, id, f.maxBytes, f.bufs)
+	if err != nil {
 		return nil, err
-	}
-	n := int32(binary.BigEndian.Uint32(size[:]))
-	if n < 4 {
-		return nil, fmt.Errorf("kafkaio: fetch response of %d bytes", n)
-	}
-	if limit := maxResponseBytes(f.maxBytes); int64(n) > limit {
-		return nil, fmt.Errorf("%w: %d bytes, more than the %d a fetch of at most %d bytes may take", ErrResponseTooLarge, n, limit, f.maxBytes)
-	}
-	buf := f.bufs.get(int(n))
-	if _, err := io.ReadFull(r, buf); err != nil {
-		f.bufs.put(buf)
-		return nil, err
-	}
-	if got := int32(binary.BigEndian.Uint32(buf)); got != id {
-		f.bufs.put(buf)
-		return nil, fmt.Errorf("kafkaio: fetch response with correlation id %d, want %d", got, id)
 	}
 	kr := kmsg.FetchResponse{Version: f.version}
 	if err := kr.UnsafeReadFrom(buf[4:]); err != nil {

@@ -57,6 +57,10 @@ type PartitionReaderConfig struct {
 	// IdlePoll is how often the offsets are looked up while a fetched response waits for Fetch.
 	// Default: 5s.
 	IdlePoll time.Duration
+	// Pool, when not nil, sends the reader's fetches with those of the pool's other readers, one
+	// request per broker (see FetchPool); the pool's Isolation and MaxWait replace the reader's.
+	// Default: nil, a request of its own per fetch.
+	Pool *FetchPool
 }
 
 // Offsets are where a partition's log starts and ends, as a fetch response or a ListOffsets
@@ -160,6 +164,9 @@ type fetched struct {
 func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *PartitionReader {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 16 << 20
+	}
+	if cfg.Pool != nil {
+		cfg.Isolation, cfg.MaxWait = cfg.Pool.cfg.Isolation, cfg.Pool.cfg.MaxWait
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 500 * time.Millisecond
@@ -284,9 +291,7 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		}
 		*offset = o
 	}
-	fctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
-	defer cancel()
-	res, err := fetchPartition(fctx, r.client, &fetchRequest{
+	res, err := r.send(ctx, &fetchRequest{
 		clientID: r.clientID, topic: r.cfg.Topic, partition: int32(r.cfg.Partition), offset: *offset,
 		maxWait: r.cfg.MaxWait, maxBytes: int32(r.cfg.MaxBytes), isolation: r.cfg.Isolation, bufs: &r.bufs,
 	})
@@ -312,6 +317,17 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 	return nil, 0, r.errorf(*offset, err)
 }
 
+// send sends f through the pool, else as a request of its own that waits MaxWait plus
+// FetchSlack at most.
+func (r *PartitionReader) send(ctx context.Context, f *fetchRequest) (*fetchResponse, error) {
+	if r.cfg.Pool != nil {
+		return r.cfg.Pool.fetch(ctx, f)
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+	defer cancel()
+	return fetchPartition(fctx, r.client, f)
+}
+
 func (r *PartitionReader) errorf(offset int64, err error) error {
 	return fmt.Errorf("kafkaio: fetching %s/%d at offset %d: %w", r.cfg.Topic, r.cfg.Partition, offset, err)
 }
@@ -330,9 +346,13 @@ func (r *PartitionReader) listOffset(ctx context.Context, which int64) (int64, e
 }
 
 func (r *PartitionReader) offsets(ctx context.Context) (kafka.PartitionOffsets, error) {
-	lctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
-	defer cancel()
-	offs, err := listOffsets(lctx, r.client, r.cfg.Topic, []int{r.cfg.Partition}, r.cfg.Isolation)
+	var offs map[int]kafka.PartitionOffsets
+	err := r.lookup(ctx, func() (err error) {
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+		defer cancel()
+		offs, err = listOffsets(lctx, r.client, r.cfg.Topic, []int{r.cfg.Partition}, r.cfg.Isolation)
+		return err
+	})
 	if err != nil {
 		return kafka.PartitionOffsets{}, r.errorf(-1, err)
 	}
@@ -341,6 +361,14 @@ func (r *PartitionReader) offsets(ctx context.Context) (kafka.PartitionOffsets, 
 		return o, r.errorf(-1, o.Error)
 	}
 	return o, nil
+}
+
+// lookup runs fn, an offset lookup, in a lookup slot of the pool, if any.
+func (r *PartitionReader) lookup(ctx context.Context, fn func() error) error {
+	if r.cfg.Pool != nil {
+		return r.cfg.Pool.Lookup(ctx, fn)
+	}
+	return fn()
 }
 
 // resetOffset returns where to read after offset was answered OFFSET_OUT_OF_RANGE: the start of

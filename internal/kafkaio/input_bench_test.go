@@ -23,6 +23,8 @@ import (
 //   - path=reader: the input path before issue 25, kafka-go's Reader (readerBaseline below, as
 //     PartitionReader was configured then: QueueCapacity 2000, MaxBytes 16 MiB).
 //   - path=fetchloop: PartitionReader, read_committed.
+//   - path=pool: PartitionReader through one FetchPool for the 4 readers (one fetch per broker),
+//     as the worker reads.
 //
 // It reports events/s and cpu-ns/event (the process's CPU time per record: readers and broker,
 // both in this process) besides allocs/op, which is per record. Run it on 1M records, the
@@ -30,7 +32,7 @@ import (
 //
 //	go test -run '^$' -bench InputPath -benchtime 1000000x -count 6 ./internal/kafkaio/ | benchstat -col /path -
 func BenchmarkInputPath(b *testing.B) {
-	for _, path := range []string{"reader", "fetchloop"} {
+	for _, path := range []string{"reader", "fetchloop", "pool"} {
 		b.Run("path="+path, func(b *testing.B) { benchInput(b, path) })
 	}
 }
@@ -58,6 +60,11 @@ func benchInput(b *testing.B, path string) {
 	}
 	client := kafkaio.Conn{Brokers: cl.Addrs()}.Client(10 * time.Second)
 	defer kafkaio.CloseIdle(client)
+	var pool *kafkaio.FetchPool
+	if path == "pool" {
+		pool = kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{})
+		defer pool.Close()
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := processCPU()
@@ -67,7 +74,7 @@ func benchInput(b *testing.B, path string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := drain(path, client, cl.Addrs(), p, int64(per)); err != nil {
+			if err := drain(path, client, pool, cl.Addrs(), p, int64(per)); err != nil {
 				b.Error(err)
 			}
 		}()
@@ -81,7 +88,8 @@ func benchInput(b *testing.B, path string) {
 }
 
 // drain reads partition p from 0 to end through path and looks at every key and value.
-func drain(path string, client *kafka.Client, brokers []string, p int, end int64) error {
+// pool, when not nil, carries the fetches.
+func drain(path string, client *kafka.Client, pool *kafkaio.FetchPool, brokers []string, p int, end int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var fetch func() ([]kafka.Message, int64, error)
@@ -97,7 +105,7 @@ func drain(path string, client *kafka.Client, brokers []string, p int, end int64
 			return msgs, msgs[len(msgs)-1].Offset + 1, nil
 		}
 	default:
-		r := kafkaio.NewPartitionReader(client, kafkaio.PartitionReaderConfig{Topic: "in", Partition: p, Offset: kafka.FirstOffset})
+		r := kafkaio.NewPartitionReader(client, kafkaio.PartitionReaderConfig{Topic: "in", Partition: p, Offset: kafka.FirstOffset, Pool: pool})
 		defer func() { <-r.Close() }()
 		fetch = func() ([]kafka.Message, int64, error) {
 			b, err := r.Fetch(ctx, 1000, 5*time.Millisecond)

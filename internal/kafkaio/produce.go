@@ -119,8 +119,9 @@ type ProducerConfig struct {
 type Producer struct {
 	client *kafka.Client
 	cfg    ProducerConfig
-	ids    *producerIDs // nil without idempotence
-	txn    *txnState    // nil without transactions
+	ids    *producerIDs   // nil without idempotence
+	txn    *txnState      // nil without transactions
+	router *produceRouter // sends the batches by broker (see brokerproduce.go); nil with transactions
 
 	// failing counts the requests currently being retried.
 	failing atomic.Int64
@@ -159,6 +160,9 @@ func NewProducer(client *kafka.Client, cfg ProducerConfig) *Producer {
 	}
 	if cfg.Idempotent {
 		p.ids = &producerIDs{p: p, renewing: make(chan struct{}, 1)}
+	}
+	if p.txn == nil {
+		p.router = newProduceRouter(client)
 	}
 	return p
 }
@@ -308,9 +312,18 @@ func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]kaf
 	return first
 }
 
-// send makes one attempt to produce the sealed batch b to tp. DUPLICATE_SEQUENCE_NUMBER counts as
-// success: the broker already has the batch.
+// send makes one attempt to produce the sealed batch b to tp: by broker (produceRouter) without
+// transactions, alone in a request of its own with them (a request carries one transactional
+// id, and each input partition has a transactional producer of its own).
+// DUPLICATE_SEQUENCE_NUMBER counts as success: the broker already has the batch.
 func (p *Producer) send(ctx context.Context, tp topicPartition, b *recordBatch) error {
+	if p.router != nil {
+		err := p.router.send(ctx, tp, b.raw)
+		if errors.Is(err, kafka.DuplicateSequenceNumber) {
+			return nil
+		}
+		return err
+	}
 	var txnID string
 	if p.txn != nil {
 		txnID = p.txn.id

@@ -32,6 +32,10 @@ type Range struct {
 	// MaxWait bounds how long one fetch waits on the broker when no record is available.
 	// Default: 100ms.
 	MaxWait time.Duration
+	// Pool, when not nil and of the same Isolation, sends the fetches with those of the pool's
+	// other readers, one request per broker (see FetchPool); its MaxWait replaces MaxWait.
+	// Default: nil, a request of its own per fetch.
+	Pool *FetchPool
 	// Backoff spaces the retries of failed fetches. Default: the zero Backoff's defaults.
 	Backoff Backoff
 	// Failures is how many fetches in a row may fail before Read gives up; 0 means retry until
@@ -194,6 +198,20 @@ func (r *Range) retained(ctx context.Context, c *kafka.Client, offset int64, err
 	return o.FirstOffset, true
 }
 
+// send sends f through r.Pool when it reads r's Isolation, else as a request of its own; either
+// way the answer is awaited for the longest a fetch may take plus FetchSlack.
+func (r *Range) send(ctx context.Context, c *kafka.Client, f *fetchRequest) (*fetchResponse, error) {
+	if r.Pool != nil && r.Pool.cfg.Isolation == r.Isolation {
+		// A fetch can wait for the broker's request in flight, then for its own.
+		fctx, cancel := context.WithTimeout(ctx, 2*r.Pool.cfg.MaxWait+FetchSlack)
+		defer cancel()
+		return r.Pool.fetch(fctx, f)
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.MaxWait+FetchSlack)
+	defer cancel()
+	return fetchPartition(fctx, c, f)
+}
+
 // decoder holds the records of the last fetch response and the memory they are decoded in; all
 // of it is reused from fetch to fetch.
 type decoder struct {
@@ -211,9 +229,7 @@ type decoder struct {
 // at or past it shows up.
 func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset int64) (int64, error) {
 	d.release()
-	fctx, cancel := context.WithTimeout(ctx, r.MaxWait+FetchSlack)
-	defer cancel()
-	res, err := fetchPartition(fctx, c, &fetchRequest{
+	res, err := r.send(ctx, c, &fetchRequest{
 		clientID: d.clientID, topic: r.Topic, partition: int32(r.Partition), offset: offset,
 		maxWait: r.MaxWait, maxBytes: int32(r.MaxBytes), isolation: r.Isolation, bufs: &d.bufs,
 	})

@@ -1,0 +1,334 @@
+package kafkaio_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// connCounter counts the connections a Transport opens, by address: how many are open now and
+// the most that were open at once.
+type connCounter struct {
+	mu   sync.Mutex
+	open map[string]int
+	peak map[string]int
+}
+
+// count makes tr's dials go through c.
+func (c *connCounter) count(tr *kafka.Transport) {
+	c.open, c.peak = map[string]int{}, map[string]int{}
+	dial := tr.Dial
+	tr.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.open[addr]++
+		c.peak[addr] = max(c.peak[addr], c.open[addr])
+		c.mu.Unlock()
+		return &countedConn{Conn: conn, close: func() { c.mu.Lock(); c.open[addr]--; c.mu.Unlock() }}, nil
+	}
+}
+
+// maxPeak returns the largest number of connections that were open at once to one address.
+func (c *connCounter) maxPeak() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.peak {
+		n = max(n, p)
+	}
+	return n
+}
+
+type countedConn struct {
+	net.Conn
+	once  sync.Once
+	close func()
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.close)
+	return c.Conn.Close()
+}
+
+// poolCluster starts nb kfake brokers with topic "t" of n partitions and returns a client whose
+// connections c counts, and a pool over it.
+func poolCluster(t *testing.T, nb, n int, c *connCounter) (*kfake.Cluster, *kafka.Client, *kafkaio.FetchPool) {
+	t.Helper()
+	ports := make([]int, nb)
+	kc, err := kfake.NewCluster(kfake.Ports(ports...), kfake.NumBrokers(nb), kfake.SeedTopics(int32(n), "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	if c != nil {
+		c.count(client.Transport.(*kafka.Transport))
+	}
+	pool := kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	t.Cleanup(func() {
+		pool.Close()
+		kafkaio.CloseIdle(client)
+		kc.Close()
+	})
+	return kc, client, pool
+}
+
+func withPool(p *kafkaio.FetchPool) func(*kafkaio.PartitionReaderConfig) {
+	return func(cfg *kafkaio.PartitionReaderConfig) { cfg.Pool = p }
+}
+
+// TestFetchPoolPartitions reads 96 partitions on 3 brokers through one pool: every record in
+// order, and at most a few connections per broker for all the readers' fetches, offset lookups
+// and metadata.
+func TestFetchPoolPartitions(t *testing.T) {
+	t.Parallel()
+	const parts, per = 96, 40
+	var conns connCounter
+	kc, c, pool := poolCluster(t, 3, parts, &conns)
+	prod := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer kafkaio.CloseIdle(prod)
+	for p := range parts {
+		produce(t, prod, "t", p, 0, per, time.Now())
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		r := newReader(c, p, kafka.FirstOffset, withPool(pool))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, per, 30*time.Second); !slices.Equal(got, offsets(0, per)) {
+				t.Errorf("partition %d: read %v, want 0..%d", p, got, per-1)
+			}
+		}()
+	}
+	wg.Wait()
+	// One for the fetches, one for metadata, and the offset lookups' slots (kafka-go sends the
+	// first and last offset lookups of a slot at once).
+	if n := conns.maxPeak(); n > 6 {
+		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
+	}
+	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
+}
+
+// TestFetchPoolFaults reads through broker faults on one partition while another is read too:
+// every error is retried and nothing is lost, repeated or reordered.
+func TestFetchPoolFaults(t *testing.T) {
+	t.Parallel()
+	fetchFault := func(err *kerr.Error, count int) kfake.Fault {
+		return kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Err: err, Count: count}
+	}
+	for _, tc := range []struct {
+		name  string
+		fault kfake.Fault
+	}{
+		{"NOT_LEADER_FOR_PARTITION", fetchFault(kerr.NotLeaderForPartition, 5)},
+		{"OFFSET_OUT_OF_RANGE with nothing deleted", fetchFault(kerr.OffsetOutOfRange, 3)},
+		{"UNKNOWN_TOPIC_OR_PARTITION", fetchFault(kerr.UnknownTopicOrPartition, 3)},
+		{"FETCH_SESSION_ID_NOT_FOUND", func() kfake.Fault {
+			f := fetchFault(kerr.FetchSessionIDNotFound, 3)
+			f.TopLevel = true
+			return f
+		}()},
+		{"top-level error", func() kfake.Fault { f := fetchFault(kerr.UnknownServerError, 3); f.TopLevel = true; return f }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc, c, pool := poolCluster(t, 1, 3, nil)
+			produce(t, c, "t", 1, 0, 600, time.Now())
+			produce(t, c, "t", 2, 0, 300, time.Now())
+			h := kc.Fault(tc.fault)
+			r1, r2 := newReader(c, 1, 0, withPool(pool)), newReader(c, 2, 0, withPool(pool))
+			defer func() { <-r1.Close(); <-r2.Close() }()
+			if got := fetchAll(t, r1, 600, 20*time.Second); !slices.Equal(got, offsets(0, 600)) {
+				t.Errorf("read %d records, want 600 in order", len(got))
+			}
+			if got := fetchAll(t, r2, 300, 20*time.Second); !slices.Equal(got, offsets(0, 300)) {
+				t.Errorf("read %d records, want 300 in order", len(got))
+			}
+			if h.Hits() == 0 {
+				t.Error("the fault never hit")
+			}
+		})
+	}
+}
+
+// TestFetchPoolBlockedPartition proves that a partition whose records are not taken does not
+// hold the others: they are read to their end while it waits, through fetches that leave it out.
+func TestFetchPoolBlockedPartition(t *testing.T) {
+	t.Parallel()
+	kc, c, pool := poolCluster(t, 1, 3, nil)
+	var incremental atomic.Int64
+	kc.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if r := req.(*kmsg.FetchRequest); r.SessionEpoch > 0 {
+			incremental.Add(1)
+		}
+		return nil, nil, false
+	})
+	produce(t, c, "t", 0, 0, 100, time.Now())
+	blocked := newReader(c, 0, 0, withPool(pool))
+	defer func() { <-blocked.Close() }()
+	if b, err := blocked.Fetch(context.Background(), 10, 0); err != nil || len(b.Records) == 0 {
+		t.Fatalf("Fetch = %v, %v", b, err)
+	}
+	// Partition 0 is never fetched from again: its reader holds one answer, and asks no more.
+	produce(t, c, "t", 0, 100, 100, time.Now())
+	r := newReader(c, 1, 0, withPool(pool))
+	defer func() { <-r.Close() }()
+	var got []int64
+	for i := range 5 {
+		produce(t, c, "t", 1, 100*i, 100, time.Now())
+		got = append(got, fetchAll(t, r, int64(100*(i+1)), 20*time.Second)...)
+	}
+	if !slices.Equal(got, offsets(0, 500)) {
+		t.Errorf("read %d records of partition 1, want 500 in order", len(got))
+	}
+	if incremental.Load() == 0 {
+		t.Error("no incremental fetch (session epoch > 0) was sent")
+	}
+	b, err := blocked.Fetch(context.Background(), 1000, time.Millisecond)
+	if err != nil || len(b.Records) == 0 || b.Records[0].Offset != 10 {
+		t.Errorf("the blocked partition goes on with %v, %v; want offset 10", b, err)
+	}
+}
+
+// TestFetchPoolLeaderMoves reads two partitions while their leadership moves between brokers:
+// each is routed to its new leader, and nothing is lost or repeated.
+func TestFetchPoolLeaderMoves(t *testing.T) {
+	t.Parallel()
+	kc, c, pool := poolCluster(t, 3, 3, nil)
+	readers := map[int32]*kafkaio.PartitionReader{}
+	got := map[int32][]int64{}
+	for _, p := range []int32{1, 2} {
+		produce(t, c, "t", int(p), 0, 300, time.Now())
+		readers[p] = newReader(c, int(p), 0, withPool(pool))
+		defer func() { <-readers[p].Close() }()
+		got[p] = fetchAll(t, readers[p], 100, 10*time.Second)
+	}
+	prod := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Backoff: kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
+	for i := range 3 {
+		for _, p := range []int32{1, 2} {
+			if err := kc.MoveTopicPartition("t", p, (kc.LeaderFor("t", p)+1+p)%3); err != nil {
+				t.Fatal(err)
+			}
+			var msgs []kafka.Message
+			for j := 300 + 100*i; j < 400+100*i; j++ {
+				msgs = append(msgs, kafka.Message{Value: fmt.Appendf(nil, "v%d", j), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, j)}}})
+			}
+			if err := prod.Produce(context.Background(), "t", int(p), msgs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range []int32{1, 2} {
+		got[p] = append(got[p], fetchAll(t, readers[p], 600, 30*time.Second)...)
+		if !slices.Equal(got[p], offsets(0, 600)) {
+			t.Errorf("partition %d: read %d records, want the 600 in order", p, len(got[p]))
+		}
+	}
+}
+
+// TestFetchPoolCloses proves that closing a reader and then the pool returns at once while
+// fetches wait on an idle partition.
+func TestFetchPoolCloses(t *testing.T) {
+	t.Parallel()
+	_, c, _ := poolCluster(t, 1, 3, nil)
+	pool := kafkaio.NewFetchPool(c, kafkaio.FetchPoolConfig{MaxWait: 10 * time.Second})
+	r := newReader(c, 0, 0, withPool(pool))
+	r2 := newReader(c, 1, 0, withPool(pool))
+	time.Sleep(100 * time.Millisecond) // the fetch is with the broker
+	began := time.Now()
+	<-r.Close()
+	pool.Close()
+	<-r2.Close()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("closing took %v with a fetch of MaxWait 10s in flight", d)
+	}
+}
+
+// TestProducerConnectionsByBroker writes to 96 partitions on 3 brokers at once, one caller per
+// partition, through one Producer: the batches are sent by broker, over a few connections to
+// each, and every record is written in order.
+func TestProducerConnectionsByBroker(t *testing.T) {
+	t.Parallel()
+	const parts, per = 96, 30
+	var conns connCounter
+	kc, _, _ := poolCluster(t, 3, parts, nil)
+	c := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	conns.count(c.Transport.(*kafka.Transport))
+	defer kafkaio.CloseIdle(c)
+	prod := kafkaio.NewProducer(c, kafkaio.ProducerConfig{Idempotent: true})
+	if err := prod.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				m := kafka.Message{Value: fmt.Appendf(nil, "v%d", i), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+				if err := prod.Produce(context.Background(), "t", p, []kafka.Message{m}); err != nil {
+					t.Errorf("partition %d: %v", p, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// The produce requests in flight, a metadata connection and the producer id's.
+	if n := conns.maxPeak(); n > 6 {
+		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
+	}
+	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
+	pool := kafkaio.NewFetchPool(c, kafkaio.FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	defer pool.Close()
+	for _, p := range []int{0, 47, 95} {
+		r := newReader(c, p, 0, withPool(pool))
+		if got := fetchAll(t, r, per, 20*time.Second); !slices.Equal(got, offsets(0, per)) {
+			t.Errorf("partition %d: read %v, want 0..%d in order", p, got, per-1)
+		}
+		<-r.Close()
+	}
+}
+
+// TestFetchPoolSamePartitionTwice reads one partition with two readers of one pool at once (as
+// re-warms of several input partitions read the same output partition): a fetch session holds one
+// offset per partition, so their fetches take turns, and both read every record.
+func TestFetchPoolSamePartitionTwice(t *testing.T) {
+	t.Parallel()
+	_, c, pool := poolCluster(t, 1, 3, nil)
+	produce(t, c, "t", 0, 0, 300, time.Now())
+	var wg sync.WaitGroup
+	for _, from := range []int64{0, 100} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := newReader(c, 0, from, withPool(pool))
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, 300, 20*time.Second); !slices.Equal(got, offsets(from, 300)) {
+				t.Errorf("reader from %d: read %d records, want %d in order", from, len(got), 300-from)
+			}
+		}()
+	}
+	col := &collect{t: t}
+	err := kafkaio.Read(context.Background(), c, kafkaio.Range{Topic: "t", Partition: 0, Start: 50, End: 300, Pool: pool}, col.fn)
+	if err != nil || !slices.Equal(col.offs, offsets(50, 300)) {
+		t.Errorf("Read through the pool: %v, %d records, want 250", err, len(col.offs))
+	}
+	wg.Wait()
+}
