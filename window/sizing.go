@@ -24,7 +24,7 @@ const (
 )
 
 // MaxSectors is the largest number of sectors a generation's block is split into.
-const MaxSectors = 4
+const MaxSectors = 6
 
 // MaxGenerations is the largest number of generations a Filter accepts.
 const MaxGenerations = 1024
