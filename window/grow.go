@@ -260,10 +260,12 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 			return true
 		}
 		f.stageBytes.Add(-int64(lay.bytes))
+		f.budget.release(lay.bytes)
 	}
 }
 
-// reserve adds n bytes to the grown stages' total if the filter stays under its memory cap.
+// reserve adds n bytes to the grown stages' total if the filter stays under its memory cap and
+// its Config.Budget has them.
 func (f *Filter) reserve(n uint64) bool {
 	for {
 		cur := f.stageBytes.Load()
@@ -271,9 +273,14 @@ func (f *Filter) reserve(n uint64) bool {
 			return false
 		}
 		if f.stageBytes.CompareAndSwap(cur, cur+int64(n)) {
-			return true
+			break
 		}
 	}
+	if !f.budget.reserve(n) {
+		f.stageBytes.Add(-int64(n))
+		return false
+	}
+	return true
 }
 
 // newStage allocates an empty stage.
@@ -315,6 +322,7 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 		}
 		if f.grown.CompareAndSwap(old, next) {
 			f.stageBytes.Add(-freed)
+			f.budget.release(uint64(freed))
 			return
 		}
 	}
