@@ -13,7 +13,7 @@ type Budget interface {
 	Limit() uint64
 	// Used returns the bytes the filters hold now.
 	Used() uint64
-	// Refusals returns how many growths the budget refused.
+	// Refusals returns how many generations the budget stopped from growing.
 	Refusals() uint64
 }
 
@@ -40,7 +40,7 @@ func (bm *budgetMetrics) init() []prometheus.Collector {
 		Help: "Memory the worker's filters hold of kdedup_memory_budget_bytes: their first stages and the stages they grew. Above the budget when the first stages of the assigned partitions alone need more (they are taken anyway: every partition is served), and then no filter grows."},
 		read(Budget.Used))
 	refusals := prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "memory_budget_refusals_total",
-		Help: "Stages a filter needed and DEDUP_MEMORY_LIMIT refused: the generation stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."},
+		Help: "Generations that needed a further stage and DEDUP_MEMORY_LIMIT refused it, each counted once: the generation stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap)."},
 		read(Budget.Refusals))
 	return []prometheus.Collector{limit, used, refusals}
 }

@@ -13,7 +13,9 @@ import (
 // memory when it is released (Filter.Release) or garbage collected. So the filters share the
 // budget by load: the one that takes more distinct keys grows further, while the budget lasts.
 // When a growth does not fit, the generation stops growing and Config.Overload applies, as at
-// Config.MaxBytes; Refusals counts such growths.
+// Config.MaxBytes; Refusals counts the generations so stopped. A stopped generation asks again
+// for every new key that finds its stages full, so it grows again as soon as another filter
+// returns memory.
 //
 // Stage 0 and the grown stages of a restored snapshot are taken even past the limit: a filter
 // cannot serve its partition without them, and refusing a restore would lose the state. Used then
@@ -55,17 +57,16 @@ func (b *Budget) Available() uint64 {
 // Overcommitted reports whether the filters hold more than Limit (see Budget).
 func (b *Budget) Overcommitted() bool { return b.used.Load() > b.limit }
 
-// Refusals returns how many reservations the budget refused since it was made: growths that did
-// not fit, after which the filter's overload policy applied.
+// Refusals returns how many generations the budget stopped from growing since it was made: each
+// needed a stage that did not fit, after which its filter's overload policy applied. A generation
+// counts once however often it asks again.
 func (b *Budget) Refusals() uint64 { return b.refusals.Load() }
 
-// Reserve takes n bytes if they fit under Limit and reports whether they did. A refusal is
-// counted in Refusals.
+// Reserve takes n bytes if they fit under Limit and reports whether they did.
 func (b *Budget) Reserve(n uint64) bool {
 	for {
 		u := b.used.Load()
 		if u+n < u || u+n > b.limit {
-			b.refusals.Add(1)
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {
@@ -86,6 +87,13 @@ type budgetShare struct {
 	b        *Budget
 	held     atomic.Uint64
 	released atomic.Bool // Filter.Release ran: the filter no longer draws on the budget
+}
+
+// refused counts a generation the budget stopped from growing (nil share: nothing).
+func (s *budgetShare) refused() {
+	if s != nil {
+		s.b.refusals.Add(1)
+	}
 }
 
 // reserve reserves n bytes of the budget for the filter (nil or released share: always true).

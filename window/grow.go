@@ -249,8 +249,10 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 			return true
 		}
 		lay := f.stageLayout(i)
-		if !f.reserve(lay.bytes) {
-			gg.capped.Store(true)
+		if ok, byBudget := f.reserve(lay.bytes); !ok {
+			if !gg.capped.Swap(true) && byBudget {
+				f.budget.refused()
+			}
 			return false
 		}
 		st := newStage(lay, f.shardBits)
@@ -265,12 +267,12 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 }
 
 // reserve adds n bytes to the grown stages' total if the filter stays under its memory cap and
-// its Config.Budget has them.
-func (f *Filter) reserve(n uint64) bool {
+// its Config.Budget has them; byBudget says that the budget refused them.
+func (f *Filter) reserve(n uint64) (ok, byBudget bool) {
 	for {
 		cur := f.stageBytes.Load()
 		if f.sizing.TotalBytes+uint64(cur)+n > f.maxBytes {
-			return false
+			return false, false
 		}
 		if f.stageBytes.CompareAndSwap(cur, cur+int64(n)) {
 			break
@@ -278,9 +280,9 @@ func (f *Filter) reserve(n uint64) bool {
 	}
 	if !f.budget.reserve(n) {
 		f.stageBytes.Add(-int64(n))
-		return false
+		return false, true
 	}
-	return true
+	return true, false
 }
 
 // newStage allocates an empty stage.
