@@ -55,7 +55,7 @@ func (d DedupConfig) MemoryBudget() (bytes uint64, source string) {
 		return uint64(d.MemoryLimit), "DEDUP_MEMORY_LIMIT"
 	}
 	if limit, ok := cgroupMemoryLimit(cgroupRoot); ok {
-		return uint64(float64(limit) * memoryLimitShare), fmt.Sprintf("%g of the cgroup memory limit %d", memoryLimitShare, limit)
+		return max(uint64(float64(limit)*memoryLimitShare), 1), fmt.Sprintf("%g of the cgroup memory limit %d", memoryLimitShare, limit)
 	}
 	return defaultMemoryLimit, "default, no cgroup memory limit"
 }
