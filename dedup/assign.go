@@ -166,6 +166,7 @@ func (s *Set) add(partition int32, f *window.Filter, ev *eventClock, lin lineage
 	if s.closed || assigned {
 		if f != nil {
 			f.Close()
+			f.Release()
 		}
 		if s.closed {
 			return errClosed
@@ -243,6 +244,7 @@ func (s *Set) Discard(_ context.Context, partition int32) error {
 		return nil
 	}
 	pt.f.Close()
+	pt.f.Release()
 	return nil
 }
 

@@ -71,7 +71,10 @@ type Config struct {
 	// SingleWriter is set (one goroutine writes each partition's filter, see Set.Seen); under
 	// ScopeGlobal SingleWriter is cleared. Window.Clock is the wall clock: it rotates filters under
 	// ClockProcessing, and bounds stream time (MaxAhead) and places the rebuild under ClockEvent,
-	// where each filter gets its stream time as its own Clock.
+	// where each filter gets its stream time as its own Clock. With Window.Budget set, every
+	// filter of the Set draws on that one budget, and the Set releases a filter's memory to it
+	// when it drops the filter (a discarded or closed partition, a parked filter that did not come
+	// back, a replaced global filter).
 	Window window.Config
 	// Topic names the input topic; it prefixes snapshot unit names. Default: "input".
 	Topic string

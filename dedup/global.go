@@ -61,6 +61,7 @@ func (s *Set) rebuildGlobal(ctx context.Context) error {
 	}
 	old, stale, fresh := s.swapGlobal(f, ev)
 	old.f.Close()
+	defer old.f.Release() // after the Seen calls that still read it are acknowledged
 	if err := s.awaitAcked(ctx, stale, fresh); err != nil {
 		return fmt.Errorf("dedup: rebuilding the global filter: %w", err)
 	}

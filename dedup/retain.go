@@ -97,7 +97,9 @@ func (s *Set) park(partition int32, pt *part) {
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.parked[partition] = pt
+		return
 	}
+	pt.f.Release()
 }
 
 // Generation drops the parked filters of the partitions that are not in partitions, the ones
@@ -119,9 +121,10 @@ func (s *Set) Generation(id int32, partitions []int32, owns func(context.Context
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for p := range s.parked {
+	for p, pt := range s.parked {
 		if !keep[p] {
 			delete(s.parked, p)
+			pt.f.Release()
 		}
 	}
 }
@@ -136,6 +139,9 @@ func (s *Set) Parked() int {
 func (s *Set) dropParked() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, pt := range s.parked {
+		pt.f.Release()
+	}
 	clear(s.parked)
 }
 
@@ -157,6 +163,8 @@ func (s *Set) unpark(ctx context.Context, unit string, partition int32) (*window
 	if !ok || err != nil {
 		if err != nil {
 			s.park(partition, pt)
+		} else {
+			pt.f.Release() // the store holds a newer state: the kept filter is dropped
 		}
 		return nil, nil, lineage{}, false, err
 	}

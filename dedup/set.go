@@ -339,6 +339,7 @@ func (s *Set) Close(ctx context.Context) error {
 		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
 		s.releases.add(start, res.stats, err)
 		errs = append(errs, err)
+		g.f.Release()
 		for _, p := range s.Partitions() {
 			s.remove(p)
 		}

@@ -16,7 +16,7 @@ type audit struct {
 func newAudit(reg prometheus.Registerer, reasons []string) *audit {
 	a := &audit{}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "audit_records_total",
-		Help: "Records the worker dropped and wrote to the audit topic KAFKA_DUPLICATES_TOPIC instead, by reason: duplicate, unkeyed (DEDUP_UNKEYED_POLICY=drop), late (DEDUP_LATE_RECORDS=drop), overload (seen by a filter at DEDUP_MAX_MEMORY under DEDUP_OVERLOAD_POLICY=drop). Counted once acknowledged."},
+		Help: "Records the worker dropped and wrote to the audit topic KAFKA_DUPLICATES_TOPIC instead, by reason: duplicate, unkeyed (DEDUP_UNKEYED_POLICY=drop), late (DEDUP_LATE_RECORDS=drop), overload (seen by a filter stopped by DEDUP_MEMORY_LIMIT under DEDUP_OVERLOAD_POLICY=drop). Counted once acknowledged."},
 		[]string{"reason"})
 	a.records = newReasonCounters(vec, reasons)
 	a.errors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "audit_produce_errors_total",

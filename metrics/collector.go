@@ -70,7 +70,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64, latePolicy string) *dyna
 		refreshes: prometheus.NewDesc(name("filter_refreshes_total"),
 			"Duplicates that re-armed their identity in the filter's current generation (DEDUP_WINDOW_REFRESH=true; under DEDUP_WINDOW_CLOCK=event, the generation of their timestamp), at most one per identity and generation, since the filter was created or restored. Re-armed identities count against DEDUP_WINDOW_CAPACITY.", filter, nil),
 		atCap: prometheus.NewDesc(name("filter_at_memory_cap"),
-			"1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.", filter, nil),
+			"1 when a live generation needed a further stage and the worker's memory budget (DEDUP_MEMORY_LIMIT) refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.", filter, nil),
 		streamTime: prometheus.NewDesc(name("filter_stream_time_seconds"),
 			"Stream time of a filter whose window follows record timestamps (DEDUP_WINDOW_CLOCK=event): the highest record timestamp it has seen, capped at the wall clock plus DEDUP_EVENT_TIME_MAX_AHEAD, in seconds since the Unix epoch.", filter, nil),
 		streamLag: prometheus.NewDesc(name("filter_stream_lag_seconds"),
@@ -78,7 +78,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64, latePolicy string) *dyna
 		late: prometheus.NewDesc(name("filter_late_records_total"),
 			"Records of an event-time filter stamped before its oldest live generation, which cannot be judged, by what DEDUP_LATE_RECORDS did with them (policy): passed as new (pass: beyond the window, as its duplicates are) or dropped (drop: lost events). Counted since the filter was created or restored.", filter, prometheus.Labels{"policy": latePolicy}),
 		forgotten: prometheus.NewDesc(name("filter_forgotten_total"),
-			"New identities a filter at DEDUP_MAX_MEMORY did not remember under DEDUP_OVERLOAD_POLICY=pass: their duplicates within the window pass. Counted since the filter was created or restored.", filter, nil),
+			"New identities a filter stopped by DEDUP_MEMORY_LIMIT did not remember under DEDUP_OVERLOAD_POLICY=pass: their duplicates within the window pass. Counted since the filter was created or restored.", filter, nil),
 	}
 	d.progress = newProgressDescs()
 	d.generationLb = make([]string, 64)

@@ -292,6 +292,7 @@ type Metrics struct {
 	audit    *audit
 	inputs   inputMetrics
 	losses   lossMetrics
+	budget   budgetMetrics
 
 	// parts is a copy-on-write table of partitions indexed by partition
 	// number; a nil entry means not seen yet. Writers hold mu.
@@ -332,6 +333,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.releaseBudget.Set(opts.ReleaseBudget.Seconds())
 	cs = append(cs, m.inputs.init(opts)...)
 	cs = append(cs, m.losses.init()...)
+	cs = append(cs, m.budget.init()...)
 	m.dyn = newDynamicCollector(m, opts.TargetFalsePositiveRate, opts.LatePolicy)
 	m.refusals = newRefusals(reg, opts.RefusalReasons)
 	m.identity = newIdentityMetrics(reg, opts.UnkeyedReasons)

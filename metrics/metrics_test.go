@@ -365,7 +365,7 @@ func TestCheckpointingStartsTheClock(t *testing.T) {
 }
 
 const filterHelp = `
-# HELP kdedup_filter_at_memory_cap 1 when a live generation needed a further stage and DEDUP_MAX_MEMORY refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.
+# HELP kdedup_filter_at_memory_cap 1 when a live generation needed a further stage and the worker's memory budget (DEDUP_MEMORY_LIMIT) refused it: DEDUP_OVERLOAD_POLICY applies (drop: the false-positive rate rises, events may be lost; pass: duplicates may pass). 0 otherwise.
 # TYPE kdedup_filter_at_memory_cap gauge
 kdedup_filter_at_memory_cap{filter="0"} 0
 kdedup_filter_at_memory_cap{filter="7"} 1

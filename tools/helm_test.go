@@ -177,14 +177,14 @@ func (r *rendered) container(t *testing.T) corev1.Container {
 // defaultHeadroom is sizing.growthHeadroom's default in values.yaml.
 const defaultHeadroom = 2
 
-// expectedMaxMemory is DEDUP_MAX_MEMORY by the sizing formula of values.yaml, computed
+// expectedMaxMemory is one filter's share of DEDUP_MEMORY_LIMIT by the sizing formula of values.yaml, computed
 // independently of the chart's template helper: ceil(N x capacity x bitsPerKey / 8 x headroom).
 func expectedMaxMemory(n, capacity int, bitsPerKey, headroom float64) int64 {
 	return int64(math.Ceil(float64(n) * float64(capacity) * bitsPerKey / 8 * headroom))
 }
 
 // expectedMemory is the memory per replica by the sizing formula of values.yaml, with the
-// default growth headroom: ceil((filters x DEDUP_MAX_MEMORY + partitions x inputBytes) / 2^20) +
+// default growth headroom: ceil((DEDUP_MEMORY_LIMIT + partitions x inputBytes) / 2^20) +
 // overheadMiB.
 func expectedMemory(filters, n, capacity int, bitsPerKey float64, overheadMiB int) string {
 	return expectedMemoryWith(filters, n, capacity, bitsPerKey, defaultHeadroom, overheadMiB)
@@ -209,29 +209,29 @@ func expectedMemoryWith(filters, n, capacity int, bitsPerKey, headroom float64, 
 
 func TestChartRendersStrictly(t *testing.T) {
 	tests := []struct {
-		name      string
-		values    string
-		wantKinds []string
-		memory    string
-		replicas  int32
-		maxMemory int64 // DEDUP_MAX_MEMORY; 0: not checked
+		name        string
+		values      string
+		wantKinds   []string
+		memory      string
+		replicas    int32
+		memoryLimit int64 // DEDUP_MEMORY_LIMIT: the filters x their memory by the formula; 0: not checked
 	}{
 		{
 			name:   "defaults",
 			values: "",
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:    expectedMemory(4, 8, 1000000, 40, 64),
-			replicas:  2,
-			maxMemory: expectedMaxMemory(8, 1000000, 40, defaultHeadroom),
+			memory:      expectedMemory(4, 8, 1000000, 40, 64),
+			replicas:    2,
+			memoryLimit: 4 * expectedMaxMemory(8, 1000000, 40, defaultHeadroom),
 		},
 		{
-			name:      "no room to grow",
-			values:    `sizing: {growthHeadroom: 1}`,
-			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:    expectedMemoryWith(4, 8, 1000000, 40, 1, 64),
-			replicas:  2,
-			maxMemory: 40_000_000,
+			name:        "no room to grow",
+			values:      `sizing: {growthHeadroom: 1}`,
+			wantKinds:   []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor", "StatefulSet"},
+			memory:      expectedMemoryWith(4, 8, 1000000, 40, 1, 64),
+			replicas:    2,
+			memoryLimit: 4 * 40_000_000,
 		},
 		{
 			name: "global scope, PodMonitor, no rules or PDB",
@@ -244,9 +244,10 @@ prometheusRule: {enabled: false}
 podDisruptionBudget: {enabled: false}
 serviceAccount: {create: false}
 `,
-			wantKinds: []string{"ConfigMap", "PodMonitor", "Service", "Service", "StatefulSet"},
-			memory:    expectedMemory(1, 8, 1000000, 40, 64),
-			replicas:  1,
+			wantKinds:   []string{"ConfigMap", "PodMonitor", "Service", "Service", "StatefulSet"},
+			memory:      expectedMemory(1, 8, 1000000, 40, 64),
+			replicas:    1,
+			memoryLimit: expectedMaxMemory(8, 1000000, 40, defaultHeadroom),
 		},
 		{
 			name: "p=1e-3 sizing with 12 partitions per replica and extra env",
@@ -258,9 +259,9 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 `,
 			wantKinds: []string{"ConfigMap", "PodDisruptionBudget", "PrometheusRule", "Service", "Service",
 				"ServiceAccount", "ServiceMonitor", "StatefulSet"},
-			memory:    expectedMemory(12, 8, 5000000, 21, 96),
-			replicas:  3,
-			maxMemory: expectedMaxMemory(8, 5000000, 21, defaultHeadroom),
+			memory:      expectedMemory(12, 8, 5000000, 21, 96),
+			replicas:    3,
+			memoryLimit: 12 * expectedMaxMemory(8, 5000000, 21, defaultHeadroom),
 		},
 		{
 			name:   "directory per pod",
@@ -325,10 +326,13 @@ extraEnv: [{name: LOG_LEVEL, value: debug}]
 				t.Errorf("kinds = %v, want %v", r.kinds, tt.wantKinds)
 			}
 			checkStatefulSet(t, r, tt.replicas, tt.memory)
-			if got, want := r.configMap.Data["DEDUP_MAX_MEMORY"], fmt.Sprint(tt.maxMemory); tt.maxMemory != 0 && got != want {
-				t.Errorf("DEDUP_MAX_MEMORY = %q, want %s", got, want)
+			if got, want := r.configMap.Data["DEDUP_MEMORY_LIMIT"], fmt.Sprint(tt.memoryLimit); tt.memoryLimit != 0 && got != want {
+				t.Errorf("DEDUP_MEMORY_LIMIT = %q, want %s", got, want)
 			}
-			if note := fmt.Sprintf("Memory cap per filter (DEDUP_MAX_MEMORY): %d bytes", tt.maxMemory); tt.maxMemory != 0 && !strings.Contains(r.notes, note) {
+			if _, ok := r.configMap.Data["DEDUP_MAX_MEMORY"]; ok {
+				t.Error("the chart sets DEDUP_MAX_MEMORY, which kdedup refuses")
+			}
+			if note := fmt.Sprintf("Memory budget of the filters (DEDUP_MEMORY_LIMIT): %d bytes", tt.memoryLimit); tt.memoryLimit != 0 && !strings.Contains(r.notes, note) {
 				t.Errorf("notes do not say %q:\n%s", note, r.notes)
 			}
 			checkEnvNames(t, "chart ("+tt.name+")", r.envNames(t))

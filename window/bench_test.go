@@ -738,3 +738,25 @@ func TestMemoryReport(t *testing.T) {
 	}
 	t.Logf("bits/key = TotalBytes·8/(N·Capacity), with tag bits and claim words; live b/key = the N generations' sectors only; opt = 1.44·log2(1/p) bits/key")
 }
+
+// TestRateTable prints the operator's table of docs/operations.md ("Choosing the false-positive
+// rate"): for N = 8 and a window full at a Capacity of 1M keys per generation, the bytes per key
+// of the window, an optimal Bloom filter's 1.44·log2(1/p) bits, their ratio, and the unique
+// events lost per billion at design load (PredictedFPR) and at most (the target). It checks that
+// every rate of the table, near-exact ones included, stays within 1.5x of the optimal filter.
+func TestRateTable(t *testing.T) {
+	t.Logf("| rate | S | K | bytes per key | optimal | ratio | lost per 10^9 at design load | at most |")
+	for _, p := range []float64{1e-3, 1e-4, 1e-6, 1e-9, 1e-12} {
+		const n, capacity = 8, 1_000_000
+		s, err := Size(Config{Generations: n, Interval: time.Minute, Capacity: capacity, FalsePositiveRate: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perKey := float64(s.TotalBytes) / (n * capacity)
+		opt := 1.44 * math.Log2(1/p) / 8
+		if perKey/opt > 1.5 {
+			t.Errorf("p=%g: %.2f bytes per key is %.3fx the optimal Bloom filter, want at most 1.5x", p, perKey, perKey/opt)
+		}
+		t.Logf("| %g | %d | %d | %.2f | %.2f | %.2f× | %.3g | %.3g |", p, s.Sectors, s.K, perKey, opt, perKey/opt, s.PredictedFPR*1e9, p*1e9)
+	}
+}

@@ -56,7 +56,7 @@
 //
 // Confining the first bits to one word of 63 costs memory (the load per word varies more than
 // the load per sector); spreading the rest over S-1 full sectors wins it back. Size picks S (1 to
-// 4), FirstBits and K per target rate by the exact rate of a generation whose groups hold a
+// MaxSectors = 6), FirstBits and K per target rate by the exact rate of a generation whose groups hold a
 // Poisson number of keys (poissonLoadFPR): at N=8 the layout takes the same memory as the
 // earlier one at 1e-3 and 0.5% less at 1e-6. Each generation is sized for the rate
 // (1-GrowthShare)·(1-(1-p)^(1/N)) at Capacity, so that the union of N full generations stays under

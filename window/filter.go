@@ -57,6 +57,7 @@ type Filter struct {
 	shardShift uint
 	limit0     uint64
 	maxBytes   uint64
+	budget     *budgetShare             // what the filter holds of Config.Budget; nil without one
 	grown      atomic.Pointer[grownSet] // nil until a generation grows
 	stageBytes atomic.Int64             // bytes of the live grown stages
 	growths    atomic.Uint64            // stages added since the filter was made
@@ -145,16 +146,14 @@ func newFilter(cfg Config, s Sizing) *Filter {
 	f.shardShift = 64 - f.shardBits
 	f.limit0 = max(s.GrowAt>>f.shardBits, 1) // shards·limit0 ≤ GrowAt: the sum decides
 	f.fill = make([]fillCounter, s.Slots<<f.shardBits)
-	f.maxBytes = cfg.MaxBytes
-	if f.maxBytes == 0 {
-		f.maxBytes = DefaultMaxBytes
-	}
+	f.maxBytes = capBytes(cfg)
 	for i := range f.slotEpoch {
 		f.slotEpoch[i] = -1
 	}
 	if unmap != nil {
 		runtime.AddCleanup(f, func(unmap func()) { unmap() }, unmap)
 	}
+	f.attachBudget()
 	return f
 }
 

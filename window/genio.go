@@ -347,12 +347,14 @@ func restore(cfg Config, m Meta, load func(f *Filter) error) (*Filter, error) {
 	}
 	f := newFilter(cfg, s)
 	if err := load(f); err != nil {
+		f.Release()
 		return nil, err
 	}
 	f.origin = m.Origin
 	f.restoreSlots(m)
 	f.restoreFill(m)
 	if err := f.checkFill(); err != nil {
+		f.Release()
 		return nil, err
 	}
 	f.rotations.Store(m.Rotations)

@@ -249,8 +249,10 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 			return true
 		}
 		lay := f.stageLayout(i)
-		if !f.reserve(lay.bytes) {
-			gg.capped.Store(true)
+		if ok, byBudget := f.reserve(lay.bytes); !ok {
+			if !gg.capped.Swap(true) && byBudget {
+				f.budget.refused()
+			}
 			return false
 		}
 		st := newStage(lay, f.shardBits)
@@ -260,20 +262,27 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 			return true
 		}
 		f.stageBytes.Add(-int64(lay.bytes))
+		f.budget.release(lay.bytes)
 	}
 }
 
-// reserve adds n bytes to the grown stages' total if the filter stays under its memory cap.
-func (f *Filter) reserve(n uint64) bool {
+// reserve adds n bytes to the grown stages' total if the filter stays under its memory cap and
+// its Config.Budget has them; byBudget says that the budget refused them.
+func (f *Filter) reserve(n uint64) (ok, byBudget bool) {
 	for {
 		cur := f.stageBytes.Load()
 		if f.sizing.TotalBytes+uint64(cur)+n > f.maxBytes {
-			return false
+			return false, false
 		}
 		if f.stageBytes.CompareAndSwap(cur, cur+int64(n)) {
-			return true
+			break
 		}
 	}
+	if !f.budget.reserve(n) {
+		f.stageBytes.Add(-int64(n))
+		return false, true
+	}
+	return true, false
 }
 
 // newStage allocates an empty stage.
@@ -315,6 +324,7 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 		}
 		if f.grown.CompareAndSwap(old, next) {
 			f.stageBytes.Add(-freed)
+			f.budget.release(uint64(freed))
 			return
 		}
 	}

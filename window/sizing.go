@@ -24,7 +24,7 @@ const (
 )
 
 // MaxSectors is the largest number of sectors a generation's block is split into.
-const MaxSectors = 4
+const MaxSectors = 6
 
 // MaxGenerations is the largest number of generations a Filter accepts.
 const MaxGenerations = 1024
@@ -64,8 +64,14 @@ type Config struct {
 	// growing and Overload applies. Default: DefaultMaxBytes (8 GiB).
 	MaxBytes uint64
 
-	// Overload says what happens to new keys when the memory cap stops a generation from
-	// growing and its last stage is full. Default: OverloadDrop.
+	// Budget, when set, is a memory budget the filter shares with others (see Budget): stage 0 is
+	// taken from it, every grown stage reserved from it, and a growth it refuses stops the
+	// generation as MaxBytes does. Size fails if stage 0 alone exceeds its Limit. Default: nil,
+	// the filter is bounded by MaxBytes alone.
+	Budget *Budget
+
+	// Overload says what happens to new keys when the memory cap or the Budget stops a generation
+	// from growing and its last stage is full. Default: OverloadDrop.
 	Overload OverloadPolicy
 
 	// Seed seeds the key hash. Keep it secret to stop an adversary from crafting keys that collide
@@ -225,10 +231,7 @@ func Size(cfg Config) (Sizing, error) {
 	s.ShareFPR = pg
 	s.GrowAt = cfg.Capacity
 
-	maxBytes := cfg.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = DefaultMaxBytes
-	}
+	maxBytes := capBytes(cfg)
 	// groups × perGroup must not overflow and must fit under the cap.
 	perGroup := uint64(s.Slots)*uint64(s.Sectors)*SectorBits/8 + 8
 	if groups > maxBytes/perGroup {
@@ -237,6 +240,19 @@ func Size(cfg Config) (Sizing, error) {
 	}
 	s.TotalBytes = groups * perGroup
 	return s, nil
+}
+
+// capBytes returns the most memory a filter of cfg may hold: Config.MaxBytes (DefaultMaxBytes
+// when zero), or the Budget's limit when that is lower.
+func capBytes(cfg Config) uint64 {
+	c := cfg.MaxBytes
+	if c == 0 {
+		c = DefaultMaxBytes
+	}
+	if cfg.Budget != nil {
+		c = min(c, cfg.Budget.Limit())
+	}
+	return c
 }
 
 // validate reports every problem with cfg at once, wrapped in ErrConfig.

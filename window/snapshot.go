@@ -455,6 +455,7 @@ func (f *Filter) restoreStages(m Meta, r io.Reader) error {
 		sts := append(*gg.stages.Load(), st)
 		gg.stages.Store(&sts)
 		f.stageBytes.Add(int64(lay.bytes))
+		f.budget.take(lay.bytes) // a restored stage is taken even past the budget (see Budget)
 	}
 	f.grown.Store(&grownSet{gens: gens})
 	return nil

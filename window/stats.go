@@ -35,7 +35,7 @@ type Stats struct {
 	// populate.go), the claim words in shared mode, and every grown stage whole. Memory the Go
 	// heap reused may be resident without being written.
 	ResidentBytes uint64
-	// MaxBytes is the memory cap (Config.MaxBytes, or DefaultMaxBytes).
+	// MaxBytes is the memory cap (Config.MaxBytes, or DefaultMaxBytes; the Budget's limit when lower).
 	MaxBytes uint64
 	// Stages is the number of grown stages (beyond stage 0) of the live generations.
 	Stages int

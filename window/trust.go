@@ -65,14 +65,10 @@ func implausible(reason, format string, args ...any) error {
 }
 
 // RestoreLimit returns the most memory a filter of cfg restored from a snapshot may take: the
-// filter's cap, Config.MaxBytes (DefaultMaxBytes when zero). A filter can grow to its cap and no
-// further, so no snapshot a filter of cfg wrote needs more.
-func RestoreLimit(cfg Config) uint64 {
-	if cfg.MaxBytes == 0 {
-		return DefaultMaxBytes
-	}
-	return cfg.MaxBytes
-}
+// filter's cap, Config.MaxBytes (DefaultMaxBytes when zero), or the limit of Config.Budget when
+// that is lower. A filter can grow to its cap and no further, so no snapshot a filter of cfg
+// wrote needs more.
+func RestoreLimit(cfg Config) uint64 { return capBytes(cfg) }
 
 // checkTrust checks what m claims before anything is allocated for it: its memory against
 // RestoreLimit and its generations against the wall clock. s is cfg's sizing; m is compatible.

@@ -75,10 +75,10 @@ func TestConfigDefaults(t *testing.T) {
 		{"sasl", cc.SASL == nil, true},
 		{"key", cfg.Dedup.Key, "key"},
 		{"scope", cfg.Dedup.Scope, "partition"},
-		{"window", windowConfig(cfg.Dedup).Generations, 8},
-		{"interval", windowConfig(cfg.Dedup).Interval, 15 * time.Minute},
-		{"capacity", windowConfig(cfg.Dedup).Capacity, uint64(1_000_000)},
-		{"fpr", windowConfig(cfg.Dedup).FalsePositiveRate, 1e-6},
+		{"window", windowConfig(cfg.Dedup, nil).Generations, 8},
+		{"interval", windowConfig(cfg.Dedup, nil).Interval, 15 * time.Minute},
+		{"capacity", windowConfig(cfg.Dedup, nil).Capacity, uint64(1_000_000)},
+		{"fpr", windowConfig(cfg.Dedup, nil).FalsePositiveRate, 1e-6},
 		{"http", cfg.HTTPAddr, ":8080"},
 	}
 	for _, c := range checks {
@@ -111,8 +111,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		{"nothing set", map[string]string{}, []string{"KAFKA_BROKERS", "KAFKA_INPUT_TOPIC", "KAFKA_OUTPUT_TOPIC"}},
 		{"parse errors", withEnv(map[string]string{
 			"KAFKA_BATCH_SIZE": "many", "KAFKA_SESSION_TIMEOUT": "soon", "DEDUP_FALSE_POSITIVE_RATE": "low",
-			"DEDUP_MAX_MEMORY": "lots", "KAFKA_TLS_ENABLED": "perhaps",
-		}), []string{"KAFKA_BATCH_SIZE", "KAFKA_SESSION_TIMEOUT", "DEDUP_FALSE_POSITIVE_RATE", "DEDUP_MAX_MEMORY", "KAFKA_TLS_ENABLED"}},
+			"DEDUP_MEMORY_LIMIT": "lots", "KAFKA_TLS_ENABLED": "perhaps",
+		}), []string{"KAFKA_BATCH_SIZE", "KAFKA_SESSION_TIMEOUT", "DEDUP_FALSE_POSITIVE_RATE", "DEDUP_MEMORY_LIMIT", "KAFKA_TLS_ENABLED"}},
 		{"enumerations", withEnv(map[string]string{
 			"KAFKA_START_OFFSET": "middle", "KAFKA_PARTITIONING": "random", "KAFKA_COMPRESSION": "rar",
 			"DEDUP_SCOPE": "cluster", "DEDUP_MODE": "delete", "DEDUP_UNKEYED_POLICY": "keep", "LOG_LEVEL": "chatty",
@@ -127,7 +127,8 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		}), []string{"KAFKA_OUTPUT_TOPIC", "KAFKA_HEARTBEAT_INTERVAL", "KAFKA_BATCH_SIZE", "KAFKA_BATCH_TIMEOUT",
 			"DEDUP_WINDOW_COUNT", "DEDUP_WINDOW_INTERVAL", "DEDUP_FALSE_POSITIVE_RATE", "DEDUP_MARK_HEADER",
 			"SHUTDOWN_TIMEOUT", "KAFKA_BROKERS", "HTTP_ADDR"}},
-		{"memory cap", withEnv(map[string]string{"DEDUP_MAX_MEMORY": "1MiB"}), []string{"DEDUP_MAX_MEMORY"}},
+		{"memory budget below one filter", withEnv(map[string]string{"DEDUP_MEMORY_LIMIT": "1MiB"}), []string{"DEDUP_MEMORY_LIMIT"}},
+		{"removed per-filter cap", withEnv(map[string]string{"DEDUP_MAX_MEMORY": "1GiB"}), []string{"DEDUP_MAX_MEMORY"}},
 		{"short signing key", withEnv(map[string]string{"CHECKPOINT_SIGNING_KEY": "secret-of-31-bytes-is-too-shor"}), []string{"CHECKPOINT_SIGNING_KEY"}},
 		{"tls without tls", withEnv(map[string]string{"KAFKA_TLS_CA_FILE": "/ca.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
 		{"tls missing file", withEnv(map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CA_FILE": "/does/not/exist.pem"}), []string{"KAFKA_TLS_CA_FILE"}},
@@ -251,7 +252,7 @@ func TestConfigConversion(t *testing.T) {
 		"KAFKA_START_OFFSET": "latest", "KAFKA_PARTITIONING": "hash", "KAFKA_COMPRESSION": "zstd",
 		"DEDUP_MODE": "mark", "DEDUP_MARK_HEADER": "x-dup", "DEDUP_UNKEYED_POLICY": "drop",
 		"KAFKA_DUPLICATES_TOPIC": "dups", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
-		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MAX_MEMORY": "1GiB", "DEDUP_HASH_SEED": "42",
+		"KAFKA_SASL_PASSWORD": "secret", "DEDUP_MEMORY_LIMIT": "1GiB", "DEDUP_HASH_SEED": "42",
 		"KAFKA_IDEMPOTENT": "false", "KAFKA_ISOLATION_LEVEL": "read_uncommitted", "KAFKA_DEAD_LETTER_TOPIC": "dlq",
 	}))
 	if err != nil {
@@ -267,9 +268,9 @@ func TestConfigConversion(t *testing.T) {
 		cc.Isolation != kafkaio.ReadUncommitted {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}
-	wc := windowConfig(cfg.Dedup)
-	if wc.MaxBytes != 1<<30 || wc.Seed != 42 {
-		t.Errorf("window config %+v, want MaxBytes 1GiB and Seed 42", wc)
+	wc := windowConfig(cfg.Dedup, newBudget(cfg.Dedup))
+	if wc.Budget.Limit() != 1<<30 || wc.Seed != 42 {
+		t.Errorf("window config %+v, want a budget of 1GiB and Seed 42", wc)
 	}
 }
 

@@ -23,10 +23,10 @@ func TestCapWatcherLogsTransitions(t *testing.T) {
 			w.observe(stat(atCap))
 		}
 		out := buf.String()
-		if n := strings.Count(out, "reached DEDUP_MAX_MEMORY"); n != 1 || !strings.Contains(out, "DEDUP_OVERLOAD_POLICY="+policy) {
+		if n := strings.Count(out, "reached the memory budget"); n != 1 || !strings.Contains(out, "DEDUP_OVERLOAD_POLICY="+policy) {
 			t.Errorf("%s: %d cap warnings:\n%s", policy, n, out)
 		}
-		if n := strings.Count(out, "below DEDUP_MAX_MEMORY again"); n != 1 || strings.Contains(out, "filter=4") {
+		if n := strings.Count(out, "below the memory budget again"); n != 1 || strings.Contains(out, "filter=4") {
 			t.Errorf("%s: %d recoveries, or a filter that never hit the cap logged:\n%s", policy, n, out)
 		}
 	}

@@ -65,10 +65,11 @@ func validateDedup(d DedupConfig) []problem {
 		ps = append(ps, problem{"DEDUP_METRICS_SOURCE_HOLD", fmt.Sprintf("must be between %v and %v, got %v", minSourceHold, maxSourceHold, d.MetricsSourceHold)})
 	}
 	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.WindowCapacity >= 1 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
-		if _, err := window.Size(windowConfig(d)); err != nil {
+		if _, err := window.Size(windowConfig(d, newBudget(d))); err != nil {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
 			if errors.Is(err, window.ErrMemory) {
-				name = "DEDUP_MAX_MEMORY"
+				n, from := d.MemoryBudget()
+				name, err = "DEDUP_MEMORY_LIMIT", fmt.Errorf("the budget of %d bytes (%s) cannot hold one filter: %w", n, from, err)
 			}
 			ps = append(ps, problem{name, err.Error()})
 		}
@@ -177,14 +178,15 @@ func rebuildMaxRecords(cfg Config, log *slog.Logger) int64 {
 	return n
 }
 
-// windowConfig converts DEDUP_* into the configuration of one filter.
-func windowConfig(d DedupConfig) window.Config {
+// windowConfig converts DEDUP_* into the configuration of one filter drawing on budget (the
+// worker's one budget, see newBudget).
+func windowConfig(d DedupConfig, budget *window.Budget) window.Config {
 	return window.Config{
 		Generations:       d.WindowCount,
 		Interval:          d.WindowInterval,
 		Capacity:          d.WindowCapacity,
 		FalsePositiveRate: d.FalsePositiveRate,
-		MaxBytes:          uint64(d.MaxMemory),
+		Budget:            budget,
 		Overload:          overloadPolicy(d.OverloadPolicy),
 		Seed:              d.HashSeed,
 	}
@@ -303,9 +305,13 @@ func checkpointKind(c CheckpointConfig) string {
 // function saves what is left (the global filter under DEDUP_SCOPE=global) and must be called after
 // the worker returned.
 func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consumer.KeyFunc, log *slog.Logger, m *metrics.Metrics) (consumer.Deduper, func(context.Context) error, error) {
+	budget := newBudget(cfg.Dedup)
+	limit, from := cfg.Dedup.MemoryBudget()
+	log.Info("filter memory budget", "bytes", limit, "from", from)
+	m.RegisterBudget(budget)
 	dcfg := dedup.Config{
 		Scope:       dedup.Scope(cfg.Dedup.Scope),
-		Window:      windowConfig(cfg.Dedup),
+		Window:      windowConfig(cfg.Dedup, budget),
 		Clock:       dedup.Clock(cfg.Dedup.WindowClock),
 		LateRecords: dedup.LatePolicy(cfg.Dedup.LateRecords),
 		MaxAhead:    cfg.Dedup.EventTimeMaxAhead,

@@ -507,7 +507,7 @@ func workerSettings(d app.DedupConfig) map[string]string {
 func filterInfo(d app.DedupConfig, units int, metrics map[string]float64) *loadtest.FilterInfo {
 	wc := window.Config{
 		Generations: d.WindowCount, Interval: d.WindowInterval, Capacity: d.WindowCapacity,
-		FalsePositiveRate: d.FalsePositiveRate, MaxBytes: uint64(d.MaxMemory),
+		FalsePositiveRate: d.FalsePositiveRate,
 	}
 	sz, err := window.Size(wc)
 	if err != nil {

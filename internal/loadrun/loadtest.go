@@ -459,6 +459,6 @@ func printGrowth(w io.Writer, generations int, capacity uint64) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "Growth: bits per key of one generation that receives that many times its capacity of %d keys in its interval: stage 0 (full at about 0.98x) plus the stages the load needs, each twice the last at half its rate; the window's rate stays at target. DEDUP_MAX_MEMORY caps the total.\n", capacity)
+	fmt.Fprintf(w, "Growth: bits per key of one generation that receives that many times its capacity of %d keys in its interval: stage 0 (full at about 0.98x) plus the stages the load needs, each twice the last at half its rate; the window's rate stays at target. DEDUP_MEMORY_LIMIT, shared by the worker's filters, caps the total.\n", capacity)
 	return nil
 }

@@ -42,9 +42,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-kdedup.filterMaxBytes: DEDUP_MAX_MEMORY, the memory cap of one filter, in bytes: its first
-stages at the sized load, times sizing.growthHeadroom, the room it has to grow past
-dedup.window.capacity before it stops growing.
+kdedup.filterMaxBytes: one filter's share of DEDUP_MEMORY_LIMIT, in bytes: its first stages at
+the sized load, times sizing.growthHeadroom, the room it has to grow past dedup.window.capacity.
 
   filterMaxBytes = ceil(dedup.window.count x dedup.window.capacity x sizing.bitsPerKey / 8 x sizing.growthHeadroom)
 */}}
@@ -52,6 +51,19 @@ dedup.window.capacity before it stops growing.
 {{- $generations := int .Values.dedup.window.count }}
 {{- $bytes := mulf $generations .Values.dedup.window.capacity .Values.sizing.bitsPerKey 0.125 .Values.sizing.growthHeadroom }}
 {{- printf "%d" (int64 (ceil $bytes)) }}
+{{- end }}
+
+{{/*
+kdedup.memoryLimit: DEDUP_MEMORY_LIMIT, the memory budget all of a replica's filters share, in
+bytes: filters x kdedup.filterMaxBytes, filters = sizing.partitionsPerReplica (dedup.scope
+partition, or routed: route partitions) or 1 (global). The busiest filters grow furthest while the budget lasts.
+*/}}
+{{- define "kdedup.memoryLimit" -}}
+{{- $filters := 1 }}
+{{- if ne .Values.dedup.scope "global" }}
+{{- $filters = .Values.sizing.partitionsPerReplica }}
+{{- end }}
+{{- printf "%d" (mul (int64 $filters) (include "kdedup.filterMaxBytes" . | int64)) }}
 {{- end }}
 
 {{/*
@@ -72,15 +84,10 @@ fetch responses of kafka.fetchMaxBytes, and one batch decompressed at the decode
 kdedup.memory: memory per replica from the sizing formula, in Mi, rounded up: every filter at
 its cap, every partition's input buffers (kdedup.inputBytes), plus the overhead.
 
-  filters = sizing.partitionsPerReplica (dedup.scope partition or routed: route partitions) or 1 (global)
-  memory  = ceil((filters x filterMaxBytes + partitionsPerReplica x inputBytes) / 2^20) + sizing.overheadMiB
+  memory  = ceil((memoryLimit + partitionsPerReplica x inputBytes) / 2^20) + sizing.overheadMiB
 */}}
 {{- define "kdedup.memory" -}}
-{{- $filters := 1 }}
-{{- if ne .Values.dedup.scope "global" }}
-{{- $filters = .Values.sizing.partitionsPerReplica }}
-{{- end }}
-{{- $bytes := mulf $filters (include "kdedup.filterMaxBytes" . | float64) }}
+{{- $bytes := include "kdedup.memoryLimit" . | float64 }}
 {{- $bytes = addf $bytes (mulf .Values.sizing.partitionsPerReplica (include "kdedup.inputBytes" . | float64)) }}
 {{- $mib := ceil (divf $bytes 1048576) }}
 {{- printf "%dMi" (add (int64 $mib) (int64 .Values.sizing.overheadMiB)) }}

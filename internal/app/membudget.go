@@ -1,0 +1,71 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kdedup/kdedup/window"
+)
+
+// memoryLimitShare is the share of the container's memory limit that DEDUP_MEMORY_LIMIT takes by
+// default: the rest is for the Go runtime, the input buffers of the assigned partitions and the
+// producer.
+const memoryLimitShare = 0.5
+
+// defaultMemoryLimit is DEDUP_MEMORY_LIMIT's default where no cgroup memory limit is found: 4 GiB.
+const defaultMemoryLimit = 4 << 30
+
+// cgroupRoot is where the worker looks for its cgroup's memory limit; tests replace it.
+var cgroupRoot = "/sys/fs/cgroup"
+
+// noCgroupLimit is the least cgroup v1 limit read as "no limit": v1 reports an unlimited group
+// as a page-rounded maximum int64.
+const noCgroupLimit = 1 << 62
+
+// cgroupMemoryLimit returns the memory limit of the worker's cgroup under root: cgroup v2's
+// memory.max, else cgroup v1's memory/memory.limit_in_bytes. ok is false when neither file is
+// readable, or the limit is "max" (v2) or unlimited (v1).
+func cgroupMemoryLimit(root string) (limit uint64, ok bool) {
+	for _, name := range []string{"memory.max", filepath.Join("memory", "memory.limit_in_bytes")} {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n == 0 || n >= noCgroupLimit {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// MemoryBudget returns DEDUP_MEMORY_LIMIT in bytes and where it comes from: "DEDUP_MEMORY_LIMIT"
+// when set, else memoryLimitShare of the cgroup memory limit ("cgroup limit N"), else
+// defaultMemoryLimit ("default, no cgroup limit").
+func (d DedupConfig) MemoryBudget() (bytes uint64, source string) {
+	if d.MemoryLimit > 0 {
+		return uint64(d.MemoryLimit), "DEDUP_MEMORY_LIMIT"
+	}
+	if limit, ok := cgroupMemoryLimit(cgroupRoot); ok {
+		return max(uint64(float64(limit)*memoryLimitShare), 1), fmt.Sprintf("%g of the cgroup memory limit %d", memoryLimitShare, limit)
+	}
+	return defaultMemoryLimit, "default, no cgroup memory limit"
+}
+
+// newBudget returns the worker's memory budget of DEDUP_MEMORY_LIMIT (see MemoryBudget).
+func newBudget(d DedupConfig) *window.Budget {
+	n, _ := d.MemoryBudget()
+	b, err := window.NewBudget(n)
+	if err != nil { // MemoryBudget is never 0
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,61 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestCgroupMemoryLimit reads cgroup v2 and v1 limit files, and treats "max", the v1 unlimited
+// value and missing files as no limit.
+func TestCgroupMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, content string
+		want                uint64
+		ok                  bool
+	}{
+		{"v2", "memory.max", "2147483648\n", 2 << 30, true},
+		{"v2 unlimited", "memory.max", "max\n", 0, false},
+		{"v1", "memory/memory.limit_in_bytes", "1073741824\n", 1 << 30, true},
+		{"v1 unlimited", "memory/memory.limit_in_bytes", "9223372036854771712\n", 0, false},
+		{"garbage", "memory.max", "lots\n", 0, false},
+		{"none", "", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.file != "" {
+				path := filepath.Join(root, tc.file)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(tc.content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok := cgroupMemoryLimit(root)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("cgroupMemoryLimit = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestMemoryBudgetDefault checks DEDUP_MEMORY_LIMIT's default: half the cgroup limit, else
+// defaultMemoryLimit; and that a value set wins.
+func TestMemoryBudgetDefault(t *testing.T) {
+	old := cgroupRoot
+	t.Cleanup(func() { cgroupRoot = old })
+	cgroupRoot = t.TempDir()
+	if got, _ := (DedupConfig{}).MemoryBudget(); got != defaultMemoryLimit {
+		t.Fatalf("without a cgroup limit: %d, want %d", got, defaultMemoryLimit)
+	}
+	if err := os.WriteFile(filepath.Join(cgroupRoot, "memory.max"), []byte("2147483648\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := (DedupConfig{}).MemoryBudget(); got != 1<<30 {
+		t.Fatalf("with a 2GiB cgroup limit: %d, want 1GiB", got)
+	}
+	if got, from := (DedupConfig{MemoryLimit: 256 << 20}).MemoryBudget(); got != 256<<20 || from != "DEDUP_MEMORY_LIMIT" {
+		t.Fatalf("set: %d from %q, want 256MiB from DEDUP_MEMORY_LIMIT", got, from)
+	}
+}
