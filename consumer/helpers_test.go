@@ -146,7 +146,10 @@ func (d *mapDeduper) Seen(p int32, id []byte, _ time.Time) bool {
 
 // Processing and Acked do nothing: progressDeduper checks them.
 func (d *mapDeduper) Processing(int32, int64) {}
-func (d *mapDeduper) Acked(int32, int64)      {}
+
+// Rewind implements consumer.Deduper; mapDeduper keeps what it saw.
+func (d *mapDeduper) Rewind(int32, int64) {}
+func (d *mapDeduper) Acked(int32, int64)  {}
 
 func (d *mapDeduper) check(t *testing.T) {
 	t.Helper()

@@ -111,6 +111,15 @@ type Batch struct {
 	// right after Records: Next is its first offset. It is handed out once; the next Fetch goes
 	// on after it.
 	Refused *RefusedInput
+	// Rewound says that reading went back: an offset reset (the offset to read was past the end
+	// of the log, which an unclean leader election truncated or a re-created topic restarted)
+	// moved it below the Next of the batches before, to From. The batch starts there, and its
+	// records may have the offsets of records handed out before. A rewound batch is always the
+	// first of a Fetch: the reset follows a failed fetch, which ends the batch before it.
+	Rewound bool
+	// From is the offset the batch starts at: the previous batch's Next, or where a reset moved
+	// reading to.
+	From int64
 }
 
 // PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
@@ -404,7 +413,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 		return nil, err
 	}
 	b := &r.batch
-	b.Records, b.Aborted, b.Refused = b.Records[:0], 0, nil
+	b.Records, b.Aborted, b.Refused, b.Rewound, b.From = b.Records[:0], 0, nil, false, r.pos
 	start, lingering := r.pos, false
 	for len(b.Records) < max && b.Refused == nil && !r.full(b) {
 		if r.cur != nil {
@@ -431,7 +440,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 		if f == nil { // linger is over
 			break
 		}
-		r.begin(f)
+		r.begin(b, f)
 		if b.Start.IsZero() || len(b.Records) == 0 {
 			b.Start = time.Now()
 		}
@@ -472,14 +481,16 @@ func (r *PartitionReader) startLinger(d time.Duration) {
 	r.linger.Reset(d)
 }
 
-// begin starts walking f.
-func (r *PartitionReader) begin(f *fetched) {
+// begin starts walking f into b: from where the last response ended, or where the first
+// response or an offset reset starts (b.Rewound when that is below the position).
+func (r *PartitionReader) begin(b *Batch, f *fetched) {
 	r.cur = f
 	r.set.reset(&r.dec, f.res, r.cfg.Isolation.committed())
-	if f.res.from != r.pos {
-		r.pos = f.res.from // the first response, or the offset was reset
+	if from := f.res.from; from != r.pos {
+		b.Rewound = b.Rewound || from < r.pos
+		r.pos, b.From = from, from
 	}
-	r.batch.End = f.end
+	b.End = f.end
 }
 
 // take appends records of the response being walked to b until b has limit records, the walk

@@ -338,3 +338,44 @@ func TestReadBoundsDecodedMemory(t *testing.T) {
 		t.Fatalf("Read: %v, offsets %v", err, offsets)
 	}
 }
+
+// TestPartitionReaderRewound proves that a reader whose partition was truncated under it (the
+// topic deleted and created again with fewer records) hands out the reset to the start as a
+// rewound batch from the lower offset, so that the offset is committed backward, and reads the
+// new records.
+func TestPartitionReaderRewound(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	retentionTopic(t, c, "re")
+	produce(t, c, "re", 0, 0, 20, time.Now())
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.Topic = "re" })
+	defer func() { <-r.Close() }()
+	if got := fetchAll(t, r, 20, 10*time.Second); !slices.Equal(got, offsets(0, 20)) {
+		t.Fatalf("read %v, want 0..19", got)
+	}
+	res, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{"re"}})
+	if err == nil {
+		err = res.Errors["re"]
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	retentionTopic(t, c, "re")
+	produce(t, c, "re", 0, 0, 5, time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		b, err := r.Fetch(ctx, 50, 0)
+		if ctx.Err() != nil {
+			t.Fatalf("no rewound batch: %v", err)
+		}
+		if err != nil {
+			continue // the fetches that found the topic gone or the offset out of range
+		}
+		if !b.Rewound || b.From != 0 || b.Next != 5 || len(b.Records) != 5 {
+			t.Fatalf("batch after the re-creation: rewound %v from %d next %d, %d records; want rewound from 0 to 5, 5 records",
+				b.Rewound, b.From, b.Next, len(b.Records))
+		}
+		return
+	}
+}
