@@ -153,14 +153,19 @@ type PartitionReader struct {
 	batch      Batch
 	pendingErr error
 	linger     *time.Timer
+
+	// The fetch goroutine's side.
+	corruptAt int64 // the offset of the last fetch that found a corrupt batch
+	corruptN  int   // how many fetches in a row found it there
 }
 
 // fetched is what the fetch goroutine hands to Fetch: a response, or an error.
 type fetched struct {
-	res *fetchResponse
-	err error
-	end int64 // the readable end: LSO or HWM
-	hwm int64
+	res     *fetchResponse
+	err     error
+	end     int64         // the readable end: LSO or HWM
+	hwm     int64         // the high watermark
+	refused *RefusedInput // a corrupt batch at the fetched offset, refused (see corruptBatch)
 }
 
 // NewPartitionReader returns a reader of cfg's partition that fetches through client (a Client
@@ -300,11 +305,15 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		maxWait: r.cfg.MaxWait, maxBytes: int32(r.cfg.MaxBytes), isolation: r.cfg.Isolation, bufs: &r.bufs,
 	})
 	if err == nil {
-		next, _, serr := scanBatches(res.part.RecordBatches, *offset)
-		if serr == nil {
-			f := &fetched{res: res, end: res.part.HighWatermark, hwm: res.part.HighWatermark}
+		next, n, serr := scanBatches(res.part.RecordBatches, *offset)
+		refused, ok := r.corruptBatch(res, *offset, next, n, serr)
+		if serr == nil || ok {
+			f := &fetched{res: res, end: res.part.HighWatermark, hwm: res.part.HighWatermark, refused: refused}
 			if r.cfg.Isolation.committed() {
 				f.end = res.part.LastStableOffset
+			}
+			if refused != nil {
+				next = refused.LastOffset + 1
 			}
 			return f, next, nil
 		}
@@ -319,6 +328,54 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		}
 	}
 	return nil, 0, r.errorf(*offset, err)
+}
+
+// corruptAttempts is how many fetches in a row must answer a batch with a wrong checksum at the
+// same offset before the reader refuses it: a batch damaged on the way reads right when fetched
+// again, one damaged in the broker's log does not.
+const corruptAttempts = 3
+
+// corruptBatch reports whether a response whose scan failed with err after n bytes of good
+// batches, which end at next, is walked anyway: its good batches when they reach past offset
+// (the corrupt one is fetched again next), else, once corruptAttempts fetches in a row found a corrupt batch at offset, the
+// refusal of that batch, returned. The response is then cut to the good batches. It is called
+// on the fetch goroutine.
+func (r *PartitionReader) corruptBatch(res *fetchResponse, offset, next int64, n int, err error) (*RefusedInput, bool) {
+	if !errors.Is(err, ErrCorruptBatch) {
+		return nil, false
+	}
+	set := res.part.RecordBatches
+	res.part.RecordBatches = set[:n]
+	if next > offset {
+		return nil, true
+	}
+	set = set[n:]
+	if r.corruptAt != offset {
+		r.corruptAt, r.corruptN = offset, 0
+	}
+	if r.corruptN++; r.corruptN < corruptAttempts {
+		return nil, false
+	}
+	r.corruptN = 0
+	return r.corruptRefusal(set, offset, res.part.HighWatermark, err), true
+}
+
+// corruptRefusal returns the refusal of the corrupt batch that set starts with at offset (a
+// batch whose checksum or header is wrong in the broker's log): the batch's offsets as its
+// header gives them when they contain offset and lie below the high watermark hwm, else offset
+// alone. It is handed out like input refused for its records: the partition blocks at it, or it
+// goes to the dead-letter topic; nothing after it is committed before that.
+func (r *PartitionReader) corruptRefusal(set []byte, offset, hwm int64, err error) *RefusedInput {
+	last := offset
+	var d BatchDecoder
+	if hdr, _, herr := d.header(set); herr == nil || errors.Is(herr, ErrCorruptBatch) {
+		if l := batchNext(&hdr) - 1; hdr.FirstOffset <= offset && l >= offset && l < hwm {
+			last = l
+		}
+	}
+	r.cfg.Log.Log(slog.LevelError, "corrupt-batch", "a record batch in the input partition's log is still corrupt when fetched again; refusing it",
+		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "last_offset", last, "error", err.Error())
+	return &RefusedInput{Offset: offset, LastOffset: last, Reason: RefusalInputCorrupt, Err: r.errorf(offset, err)}
 }
 
 func (r *PartitionReader) errorf(offset int64, err error) error {
@@ -486,6 +543,7 @@ func (r *PartitionReader) startLinger(d time.Duration) {
 func (r *PartitionReader) begin(b *Batch, f *fetched) {
 	r.cur = f
 	r.set.reset(&r.dec, f.res, r.cfg.Isolation.committed())
+	r.set.refused = f.refused
 	if from := f.res.from; from != r.pos {
 		b.Rewound = b.Rewound || from < r.pos
 		r.pos, b.From = from, from

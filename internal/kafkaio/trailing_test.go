@@ -2,6 +2,7 @@ package kafkaio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -54,8 +55,8 @@ func TestWalkPassesTrailingBatches(t *testing.T) {
 	}
 }
 
-// answerFetches makes kc answer every fetch of topic t below end with set, the partition's
-// log ending at end; a fetch at end is held for its MaxWait and answered empty.
+// answerFetches makes kc answer every fetch of topic t below end with set from the batch that
+// holds the fetched offset on, the partition's log ending at end; a fetch at end is held for its MaxWait and answered empty.
 func answerFetches(kc *kfake.Cluster, set []byte, end int64) {
 	kc.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
@@ -68,7 +69,7 @@ func answerFetches(kc *kfake.Cluster, set []byte, end int64) {
 				p := kmsg.NewFetchResponseTopicPartition()
 				p.Partition, p.HighWatermark, p.LastStableOffset, p.LogStartOffset = rp.Partition, end, end, 0
 				if rp.FetchOffset < end {
-					p.RecordBatches = set
+					p.RecordBatches = from(set, rp.FetchOffset)
 				} else {
 					wait := time.Duration(req.MaxWaitMillis) * time.Millisecond
 					kc.SleepControl(func() { time.Sleep(wait) }) // a broker's hold of a fetch with nothing to return
@@ -79,6 +80,19 @@ func answerFetches(kc *kfake.Cluster, set []byte, end int64) {
 		}
 		return res, nil, true
 	})
+}
+
+// from returns set from the batch that holds offset on, as a broker answers a fetch.
+func from(set []byte, offset int64) []byte {
+	var d BatchDecoder
+	for len(set) > 0 {
+		hdr, rest, err := d.header(set)
+		if err != nil || batchNext(&hdr) > offset {
+			break
+		}
+		set = rest
+	}
+	return set
 }
 
 // trailingCluster starts a kfake broker with topic t whose fetches are answered with set.
@@ -136,5 +150,49 @@ func TestReadPassesTrailingBatches(t *testing.T) {
 				t.Errorf("PartitionReader read %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPartitionReaderRefusesCorruptBatch proves, on a hand-built fetch response, that a batch
+// whose checksum stays wrong when fetched again is handed out as refused input (which the worker
+// blocks at, or dead-letters) after the good batches before it, instead of failing every fetch
+// of the partition, and that reading goes on after it once it was handed out.
+func TestPartitionReaderRefusesCorruptBatch(t *testing.T) {
+	t.Parallel()
+	bad := sparseBatch(3, 2, 0, 1, 2)
+	bad[len(bad)-1] ^= 0xff
+	c := trailingCluster(t, slices.Concat(sparseBatch(0, 2, 0, 1, 2), bad, sparseBatch(6, 1, 0, 1)), 8)
+	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", MaxWait: 10 * time.Millisecond,
+		Backoff: Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}})
+	defer func() { <-r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []int64
+	var refused []RefusedInput
+	for next := int64(0); next < 8; {
+		b, err := r.Fetch(ctx, 100, 0)
+		if ctx.Err() != nil {
+			t.Fatalf("Fetch: %v; Next stuck at %d, records %v", err, next, got)
+		}
+		if err != nil {
+			continue // the fetches that found the corrupt batch before it is refused
+		}
+		for _, m := range b.Records {
+			got = append(got, m.Offset)
+		}
+		if b.Refused != nil {
+			refused = append(refused, *b.Refused)
+			if b.Next != b.Refused.Offset {
+				t.Errorf("batch with a refusal at %d ends at %d", b.Refused.Offset, b.Next)
+			}
+		}
+		next = b.Next
+	}
+	if !slices.Equal(got, []int64{0, 1, 2, 6, 7}) {
+		t.Errorf("read %v, want 0 1 2 6 7", got)
+	}
+	if len(refused) != 1 || refused[0].Offset != 3 || refused[0].LastOffset != 5 || refused[0].Reason != RefusalInputCorrupt ||
+		!errors.Is(refused[0].Err, ErrCorruptBatch) {
+		t.Errorf("refused %+v, want offsets 3..5, %s, wrapping ErrCorruptBatch", refused, RefusalInputCorrupt)
 	}
 }
