@@ -200,6 +200,12 @@ type Observer interface {
 	// of kafkaio.SkipReasons): retention deleted them first, or a reset to the end of a
 	// recreated topic passed them. They are neither deduplicated nor produced: lost.
 	InputSkipped(partition int32, reason string, n int64)
+	// InputReread counts n offsets of the input partition that the worker reads again, for
+	// reason (one of kafkaio.RereadReasons): the log was truncated under the reader by an unclean
+	// leader election, or the topic was re-created. The records there are deduplicated against
+	// what the filter holds (see Deduper.Rewind). It is called on the partition's fetch
+	// goroutine.
+	InputReread(partition int32, reason string, n int64)
 	// TransactionHeld reports, after every fetch of the partition, for how long reading it has
 	// been held at its last stable offset by a transaction left open (0: it is not). It is called
 	// on the partition's fetch goroutine.
@@ -281,6 +287,9 @@ func (NopObserver) FetchError(int32) {}
 
 // InputSkipped does nothing.
 func (NopObserver) InputSkipped(int32, string, int64) {}
+
+// InputReread does nothing.
+func (NopObserver) InputReread(int32, string, int64) {}
 
 // Rebalance does nothing.
 func (NopObserver) Rebalance() {}

@@ -174,6 +174,7 @@ func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.Parti
 		OnOffsets: func(o kafkaio.Offsets) { w.fetched(prog, o) },
 		OnError:   func(error) { prog.failed(); w.updateReady() },
 		OnSkipped: func(reason string, n int64) { w.obs.InputSkipped(p, reason, n) },
+		OnReread:  func(reason string, n int64) { w.obs.InputReread(p, reason, n) },
 	})
 }
 

@@ -86,6 +86,9 @@ type fetchRequest struct {
 	isolation Isolation
 	bufs      *bufferPool
 	version   int16 // negotiated for the connection, set by Required
+	// epoch is the partition's leader epoch as the reader knows it (see "Leader epochs"); -1
+	// (as Read sends) fetches from whichever leader answers.
+	epoch int32
 }
 
 // fetchResponse is the answer to a fetchRequest: the partition's part of the response, decoded in
@@ -150,15 +153,22 @@ func (f *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	req.SessionEpoch = -1 // a full fetch outside any fetch session
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = f.topic
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = f.partition, f.offset, f.maxBytes
-	rt.Partitions = []kmsg.FetchRequestTopicPartition{rp}
+	rt.Partitions = []kmsg.FetchRequestTopicPartition{f.partitionFields()}
 	req.Topics = []kmsg.FetchRequestTopic{rt}
 	id := correlationIDs.Add(1)
 	if _, err := rw.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID(f.clientID)).AppendRequest(nil, &req, id)); err != nil {
 		return nil, err
 	}
 	return f.readResponse(rw, id)
+}
+
+// partitionFields returns the partition's part of the request: where to fetch from, how much, and
+// the leader epoch the reader knows (Fetch v9 on; older versions leave it out).
+func (f *fetchRequest) partitionFields() kmsg.FetchRequestTopicPartition {
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = f.partition, f.offset, f.maxBytes
+	rp.CurrentLeaderEpoch = f.epoch
+	return rp
 }
 
 // readResponse reads the response to request id from r into a buffer of f.bufs and decodes it.

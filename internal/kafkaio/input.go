@@ -54,6 +54,11 @@ type PartitionReaderConfig struct {
 	// OnSkipped, when not nil, hears n input records the reader skipped without reading them,
 	// for reason (one of SkipReasons). It is called on the reader's fetch goroutine.
 	OnSkipped func(reason string, n int64)
+	// OnReread, when not nil, hears that reading went back n offsets below its position, for
+	// reason (one of RereadReasons): the log was truncated under the reader, or the topic was
+	// re-created. The records there are read again (Batch.Rewound). It is called on the reader's
+	// fetch goroutine.
+	OnReread func(reason string, n int64)
 	// IdlePoll is how often the offsets are looked up while a fetched response waits for Fetch.
 	// Default: 5s.
 	IdlePoll time.Duration
@@ -85,6 +90,20 @@ const (
 
 // SkipReasons returns every reason PartitionReaderConfig.OnSkipped can be given.
 func SkipReasons() []string { return []string{SkipRetention, SkipResetToLatest} }
+
+// Reasons of PartitionReaderConfig.OnReread.
+const (
+	// RereadTruncated: the log was truncated below the reader's position (an unclean leader
+	// election: the new leader's log diverged at an earlier offset, or the offset to read was
+	// past the end of the log), and reading goes back to where it now goes on.
+	RereadTruncated = "truncated"
+	// RereadRecreated: the topic was deleted and created again (its topic ID changed, or its
+	// leader epoch went down), and reading starts over in the new log.
+	RereadRecreated = "recreated"
+)
+
+// RereadReasons returns every reason PartitionReaderConfig.OnReread can be given.
+func RereadReasons() []string { return []string{RereadTruncated, RereadRecreated} }
 
 // Batch is what PartitionReader.Fetch hands out: the next records of the partition, in offset
 // order, and how far the partition was read.
@@ -157,6 +176,7 @@ type PartitionReader struct {
 	// The fetch goroutine's side.
 	corruptAt int64 // the offset of the last fetch that found a corrupt batch
 	corruptN  int   // how many fetches in a row found it there
+	epochs    epochState
 }
 
 // fetched is what the fetch goroutine hands to Fetch: a response, or an error.
@@ -194,6 +214,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	}
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
+	r.epochs = newEpochState()
 	r.clientID = clientIDOf(client)
 	go r.run(ctx)
 	return r
@@ -298,12 +319,17 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		}
 		*offset = o
 	}
+	if err := r.validate(ctx, offset); err != nil {
+		return nil, 0, r.errorf(*offset, err)
+	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
 	defer cancel()
 	res, err := fetchPartition(fctx, r.client, &fetchRequest{
 		clientID: r.clientID, topic: r.cfg.Topic, partition: int32(r.cfg.Partition), offset: *offset,
 		maxWait: r.cfg.MaxWait, maxBytes: int32(r.cfg.MaxBytes), isolation: r.cfg.Isolation, bufs: &r.bufs,
+		epoch: r.epochs.lead.epoch,
 	})
+	r.epochs.observe(err)
 	if err == nil {
 		next, n, serr := scanBatches(res.part.RecordBatches, *offset)
 		refused, ok := r.corruptBatch(res, *offset, next, n, serr)
@@ -315,6 +341,7 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 			if refused != nil {
 				next = refused.LastOffset + 1
 			}
+			r.epochs.walked(res.part.RecordBatches)
 			return f, next, nil
 		}
 		err = serr
@@ -426,14 +453,23 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 	case offset <= o.LastOffset:
 		return offset, nil
 	}
-	to, where := o.FirstOffset, "earliest"
+	to, where := r.policyOffset(o)
 	if r.cfg.ResetToLatest {
-		to, where = o.LastOffset, "latest"
 		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
 	}
 	r.cfg.Log.Log(slog.LevelError, "fetch-reset", "offset is past the end of the input partition (log truncated or topic recreated); reading on at the "+where+" offset",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "end", o.LastOffset, "to", to)
+	r.reread(RereadTruncated, offset-to)
 	return to, nil
+}
+
+// policyOffset returns where reading goes on in a log of offsets o that lost the reader's
+// offset: its start, or its end when ResetToLatest is set, and which of the two.
+func (r *PartitionReader) policyOffset(o kafka.PartitionOffsets) (int64, string) {
+	if r.cfg.ResetToLatest {
+		return o.LastOffset, "latest"
+	}
+	return o.FirstOffset, "earliest"
 }
 
 // heldClock measures how long reading has been held back by an open transaction.
