@@ -197,6 +197,19 @@ func (cl *Cluster) ApplyRetention() {
 	}
 }
 
+// NewLeaderEpoch makes the running cluster elect the leader of topic/partition again, under a
+// new leader epoch, as a leader election does (kfake's MoveTopicPartition to the same broker). It
+// fails when the cluster is stopped or has no such partition.
+func (cl *Cluster) NewLeaderEpoch(topic string, partition int32) error {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c == nil {
+		return errors.New("embedkafka: the cluster is stopped")
+	}
+	return c.MoveTopicPartition(topic, partition, c.LeaderFor(topic, partition))
+}
+
 // Fault installs broker faults (see kfake.Cluster.Fault: errors answered in place of the real
 // answer, REQUEST_TIMED_OUT on produce after the records were appended) on the running cluster
 // and returns their handle, or nil when the cluster is stopped. Faults do not survive Stop.
