@@ -56,21 +56,7 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, nil)}
 	r := e.start(e.config(), d, keyFuncFor(t, "key"))
 	e.waitAllCommitted(20 * time.Second)
-	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, func(kr kmsg.Request) kmsg.Response {
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		res := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		for _, rt := range req.Topics {
-			t := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			t.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, rp.LeaderEpoch, 60
-				t.Partitions = append(t.Partitions, p)
-			}
-			res.Topics = append(res.Topics, t)
-		}
-		return res
-	})
+	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, embedkafka.EpochEnd(60))
 	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -210,6 +210,27 @@ func (cl *Cluster) NewLeaderEpoch(topic string, partition int32) error {
 	return c.MoveTopicPartition(topic, partition, c.LeaderFor(topic, partition))
 }
 
+// EpochEnd returns an answer (for Answer, or a kfake control function) to an OffsetForLeaderEpoch
+// request that says the log of every partition's asked epoch ends at end, as a new leader
+// whose log was truncated there by an unclean election answers (kfake never truncates a log).
+func EpochEnd(end int64) func(kmsg.Request) kmsg.Response {
+	return func(kr kmsg.Request) kmsg.Response {
+		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+		res := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		for _, rt := range req.Topics {
+			t := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			t.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, rp.LeaderEpoch, end
+				t.Partitions = append(t.Partitions, p)
+			}
+			res.Topics = append(res.Topics, t)
+		}
+		return res
+	}
+}
+
 // Fault installs broker faults (see kfake.Cluster.Fault: errors answered in place of the real
 // answer, REQUEST_TIMED_OUT on produce after the records were appended) on the running cluster
 // and returns their handle, or nil when the cluster is stopped. Faults do not survive Stop.

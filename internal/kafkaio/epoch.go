@@ -172,11 +172,7 @@ func (x *leaderExchange) Broker(c protocol.Cluster) (protocol.Broker, error) {
 
 // roundTrip sends m through c's Transport and returns its response.
 func roundTrip(ctx context.Context, c *kafka.Client, m protocol.Message) (kmsg.Response, error) {
-	rt := c.Transport
-	if rt == nil {
-		rt = kafka.DefaultTransport
-	}
-	res, err := rt.RoundTrip(ctx, c.Addr, m)
+	res, err := transportOf(c).RoundTrip(ctx, c.Addr, m)
 	if err != nil {
 		return nil, err
 	}

@@ -236,11 +236,7 @@ func maxResponseBytes(maxBytes int32) int64 {
 // kafka.OffsetOutOfRange and the others), together with the response, whose buffer the caller
 // gives back to f.bufs either way.
 func fetchPartition(ctx context.Context, c *kafka.Client, f *fetchRequest) (*fetchResponse, error) {
-	rt := c.Transport
-	if rt == nil {
-		rt = kafka.DefaultTransport
-	}
-	m, err := rt.RoundTrip(ctx, c.Addr, f)
+	m, err := transportOf(c).RoundTrip(ctx, c.Addr, f)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +248,14 @@ func fetchPartition(ctx context.Context, c *kafka.Client, f *fetchRequest) (*fet
 		return res, kafka.Error(code)
 	}
 	return res, nil
+}
+
+// transportOf returns c's Transport, kafka-go's default one when c has none.
+func transportOf(c *kafka.Client) kafka.RoundTripper {
+	if c.Transport == nil {
+		return kafka.DefaultTransport
+	}
+	return c.Transport
 }
 
 // topLevelError returns the top-level error code of a fetch response of version v (v7+; the

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -423,20 +424,8 @@ func TestPartitionReaderDiverged(t *testing.T) {
 	var asked atomic.Int32
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		res := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		for _, rt := range req.Topics {
-			t := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			t.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				asked.Store(rp.CurrentLeaderEpoch)
-				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, rp.LeaderEpoch, 12
-				t.Partitions = append(t.Partitions, p)
-			}
-			res.Topics = append(res.Topics, t)
-		}
-		return res, nil, true
+		asked.Store(kr.(*kmsg.OffsetForLeaderEpochRequest).Topics[0].Partitions[0].CurrentLeaderEpoch)
+		return embedkafka.EpochEnd(12)(kr), nil, true
 	})
 	if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil { // a new leader epoch
 		t.Fatal(err)
