@@ -15,6 +15,7 @@ type epochState struct {
 	lead        partitionLeader // epoch -1 until known
 	fetched     int32           // the leader epoch of the last batch fetched; -1 for none
 	stale       bool            // the metadata is asked again before the next fetch
+	lower       int             // metadata answers in a row with a lower epoch than lead's
 	unsupported bool            // the brokers cannot tell epochs (before Kafka 2.1): fetch with -1
 }
 
@@ -65,28 +66,48 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 		return err
 	}
 	prev := e.lead
+	ids := prev.topicID != [16]byte{} && lead.topicID != [16]byte{} // both known (Metadata v10 on)
 	switch {
 	case prev.epoch < 0: // the first look: nothing to compare
-	case prev.topicID != lead.topicID || lead.epoch < prev.epoch:
+	case ids && prev.topicID != lead.topicID:
+		err = r.recreated(lctx, offset, prev, lead)
+	case lead.epoch < prev.epoch && (ids || e.lower < staleAnswers-1):
+		e.lower++
+		err = errStaleMetadata
+	case lead.epoch < prev.epoch:
 		err = r.recreated(lctx, offset, prev, lead)
 	case lead.epoch > prev.epoch && e.fetched >= 0:
 		err = r.diverged(lctx, offset, lead.epoch)
 	}
 	if err == nil {
-		e.lead, e.stale = lead, false
+		e.lead, e.stale, e.lower = lead, false, 0
 	}
 	return err
 }
 
+// staleAnswers is how many metadata answers in a row must give a partition a lower leader epoch
+// than the reader knows before a topic without topic IDs (before Kafka 2.8) counts as re-created:
+// a broker whose metadata lags behind can give one such answer.
+const staleAnswers = 3
+
+// errStaleMetadata is the error of a fetch skipped because the metadata gave the partition a lower
+// leader epoch than the reader knows: a broker's metadata lags, or, when it persists without topic
+// IDs, the topic was re-created. The reader asks again.
+var errStaleMetadata = errors.New("kafkaio: the metadata gives an older leader epoch than the reader knows (a broker's metadata lags behind)")
+
 // recreated handles a topic that was deleted and created again under the reader (its ID changed,
-// or its leader epoch went down): it is logged and counted, and reading starts over in the new
-// log, at its start or (ResetToLatest) its end.
+// or, without topic IDs, its leader epoch stayed lower for staleAnswers answers): it is logged and
+// counted, and reading starts over in the new log, at its start or (ResetToLatest) its end, past
+// the records it holds (counted as skipped).
 func (r *PartitionReader) recreated(ctx context.Context, offset *int64, prev, lead partitionLeader) error {
 	o, err := r.offsets(ctx)
 	if err != nil {
 		return err
 	}
 	to, where := r.policyOffset(o)
+	if r.cfg.ResetToLatest {
+		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
+	}
 	r.cfg.Log.Log(slog.LevelError, "topic-recreated", "the input topic was deleted and created again under the reader; reading starts over in the new log at the "+where+
 		" offset, and records of the old topic after the offset were not read", "topic", r.cfg.Topic, "partition", r.cfg.Partition,
 		"offset", *offset, "to", to, "leader_epoch", lead.epoch, "previous_leader_epoch", prev.epoch, "topic_id_changed", prev.topicID != lead.topicID)
