@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,4 +196,105 @@ func TestPartitionReaderRefusesCorruptBatch(t *testing.T) {
 		!errors.Is(refused[0].Err, ErrCorruptBatch) {
 		t.Errorf("refused %+v, want offsets 3..5, %s, wrapping ErrCorruptBatch", refused, RefusalInputCorrupt)
 	}
+}
+
+// TestPartitionReaderStaleMetadata proves that metadata from a broker that lags behind (a lower
+// leader epoch than the reader knows, for the same topic ID) does not pass for a re-created
+// topic: the reader waits for an answer that has caught up, and reads on without going back.
+func TestPartitionReaderStaleMetadata(t *testing.T) {
+	t.Parallel()
+	kc, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	t.Cleanup(func() { CloseIdle(c); kc.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := NewProducer(c, ProducerConfig{Attempts: 1})
+	produceN := func(from int) {
+		var msgs []kafka.Message
+		for i := from; i < from+10; i++ {
+			msgs = append(msgs, kafka.Message{Value: fmt.Append(nil, i)})
+		}
+		if err := p.Produce(ctx, "t", 0, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produceN(0)
+	lead, err := leaderOf(ctx, c, "kdedup", "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil { // the reader starts at epoch 1
+		t.Fatal(err)
+	}
+	var stale, rereads atomic.Int32
+	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", MaxWait: 10 * time.Millisecond,
+		Backoff:  Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond},
+		OnError:  func(err error) { stale.Add(int32(bool2int(errors.Is(err, errStaleMetadata)))) },
+		OnReread: func(string, int64) { rereads.Add(1) }})
+	defer func() { <-r.Close() }()
+	var got []int64
+	for next := int64(0); next < 10; {
+		b, err := r.Fetch(ctx, 100, 0)
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		if err == nil {
+			for _, m := range b.Records {
+				got = append(got, m.Offset)
+			}
+			next = b.Next
+		}
+	}
+	answered := 0
+	kc.ControlKey(int16(kmsg.Metadata), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := kr.(*kmsg.MetadataRequest)
+		if req.Version < 10 || answered >= 3 { // kafka-go's own requests, and the answers that caught up
+			return nil, nil, false
+		}
+		answered++
+		res := req.ResponseKind().(*kmsg.MetadataResponse)
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic, mt.TopicID = kmsg.StringPtr("t"), lead.topicID
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition, mp.Leader, mp.LeaderEpoch = 0, kc.LeaderFor("t", 0), lead.epoch // epoch 0: lower than the reader's
+		mt.Partitions = append(mt.Partitions, mp)
+		res.Topics = append(res.Topics, mt)
+		return res, nil, true
+	})
+	if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil { // epoch 2 fences the reader's fetches
+		t.Fatal(err)
+	}
+	produceN(10)
+	for next := int64(10); next < 20; {
+		b, err := r.Fetch(ctx, 100, 0)
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		if err == nil {
+			if b.Rewound {
+				t.Fatalf("rewound batch from %d", b.From)
+			}
+			for _, m := range b.Records {
+				got = append(got, m.Offset)
+			}
+			next = b.Next
+		}
+	}
+	if len(got) != 20 || got[19] != 19 || rereads.Load() != 0 {
+		t.Errorf("read %v, %d rereads; want 0-19 once each, none", got, rereads.Load())
+	}
+	if stale.Load() == 0 {
+		t.Errorf("the lagging metadata was not noticed")
+	}
+}
+
+func bool2int(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
