@@ -113,6 +113,7 @@ func (nopDeduper) Revoke(context.Context, int32) error                    { retu
 func (nopDeduper) Seen(int32, []byte, time.Time) bool                     { return false }
 func (nopDeduper) Generation(int32, []int32, func(context.Context) error) {}
 func (nopDeduper) Processing(int32, int64)                                {}
+func (nopDeduper) Rewind(int32, int64)                                    {}
 func (nopDeduper) Acked(int32, int64)                                     {}
 func (nopDeduper) Discard(context.Context, int32) error                   { return nil }
 

@@ -38,6 +38,7 @@ type committer struct {
 	mu        sync.Mutex
 	pending   map[int]int64 // acknowledged, not yet committed: next offset per partition
 	committed map[int]int64
+	rewinds   map[int]int // per partition: how often its offset moved backward (rewind)
 	waiters   []commitWaiter
 }
 
@@ -55,6 +56,7 @@ func newCommitter(gen offsetCommitter, topic string, interval time.Duration, obs
 		done:      make(chan struct{}),
 		pending:   make(map[int]int64),
 		committed: make(map[int]int64),
+		rewinds:   make(map[int]int),
 	}
 }
 
@@ -69,6 +71,20 @@ func (c *committer) mark(partition int, next int64) {
 	if c.interval <= 0 {
 		c.wake()
 	}
+}
+
+// rewind records that partition is read again from next, below what was marked or committed (an
+// offset reset after the log was truncated or the topic re-created): next is committed although
+// it is lower, so that the partition's next owner does not skip the records from next on, and
+// marks go on from it. A commit in flight with the higher offset does not count as committed
+// when it returns; next is committed after it. It never blocks.
+func (c *committer) rewind(partition int, next int64) {
+	c.mu.Lock()
+	c.pending[partition] = next
+	delete(c.committed, partition)
+	c.rewinds[partition]++
+	c.mu.Unlock()
+	c.wake()
 }
 
 // flush marks next for partition and waits until it is committed. It returns the commit error
@@ -157,6 +173,10 @@ func (c *committer) commitOnce() {
 	}
 	offsets := c.pending
 	c.pending = make(map[int]int64, len(offsets))
+	rewinds := make(map[int]int, len(offsets))
+	for p := range offsets {
+		rewinds[p] = c.rewinds[p]
+	}
 	c.mu.Unlock()
 
 	start := time.Now()
@@ -175,16 +195,14 @@ func (c *committer) commitOnce() {
 		c.obs.CommitError()
 		c.log.Log(slog.LevelWarn, "commit-failed", "offset commit failed; records after the last committed offset will be re-consumed",
 			"topic", c.topic, "error", err.Error())
-		for p, o := range offsets {
-			if o > c.pending[p] {
-				c.pending[p] = o
-			}
-		}
-	} else {
-		for p, o := range offsets {
-			if o > c.committed[p] {
-				c.committed[p] = o
-			}
+	}
+	for p, o := range offsets {
+		switch {
+		case c.rewinds[p] != rewinds[p]: // rewound while in flight: the lower offset is pending
+		case err != nil && o > c.pending[p]:
+			c.pending[p] = o
+		case err == nil && o > c.committed[p]:
+			c.committed[p] = o
 		}
 	}
 	kept := c.waiters[:0]

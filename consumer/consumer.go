@@ -71,8 +71,21 @@ type Deduper interface {
 	Seen(partition int32, id []byte, ts time.Time) bool
 	// Processing says that the records of partition below nextOffset are about to be passed to
 	// Seen. It is called right before the records of a batch are, with nextOffset strictly
-	// increasing within one assignment. It must be cheap.
+	// increasing within one assignment, except that Rewind moves it back. It must be cheap.
 	Processing(partition int32, nextOffset int64)
+	// Rewind says that the input offset of partition moved backward to nextOffset: an offset
+	// reset (the log was truncated under the reader by an unclean leader election, or the topic
+	// was re-created) makes the worker read again from below the last Processing offset. It is
+	// called before the Processing of the first batch after the reset; Processing's offsets
+	// increase again from nextOffset on, and every record below nextOffset counts as
+	// acknowledged, so that a snapshot claims no offset past what the worker commits. The
+	// Deduper keeps the identities it holds and treats the re-read records as a re-warm does: an
+	// identity it holds is that of a record the output topic already got within the window, so
+	// a re-read record that carries it is a duplicate of written output (dropping it loses no
+	// event), and a record that the truncation replaced carries an identity of its own and
+	// passes. Forgetting the identities instead would let every re-read record through again: a
+	// leaked duplicate for each. It must be cheap.
+	Rewind(partition int32, nextOffset int64)
 	// Acked says that every record of partition below nextOffset was acknowledged by the output
 	// topic (and by the duplicates topic, if one is configured), or was dropped. Acked(p, next)
 	// always follows Processing(p, next) and, under DeliveryAtLeastOnce, comes before the next
@@ -187,6 +200,12 @@ type Observer interface {
 	// of kafkaio.SkipReasons): retention deleted them first, or a reset to the end of a
 	// recreated topic passed them. They are neither deduplicated nor produced: lost.
 	InputSkipped(partition int32, reason string, n int64)
+	// InputReread counts n offsets of the input partition that the worker reads again, for
+	// reason (one of kafkaio.RereadReasons): the log was truncated under the reader by an unclean
+	// leader election, or the topic was re-created. The records there are deduplicated against
+	// what the filter holds (see Deduper.Rewind). It is called on the partition's fetch
+	// goroutine.
+	InputReread(partition int32, reason string, n int64)
 	// TransactionHeld reports, after every fetch of the partition, for how long reading it has
 	// been held at its last stable offset by a transaction left open (0: it is not). It is called
 	// on the partition's fetch goroutine.
@@ -268,6 +287,9 @@ func (NopObserver) FetchError(int32) {}
 
 // InputSkipped does nothing.
 func (NopObserver) InputSkipped(int32, string, int64) {}
+
+// InputReread does nothing.
+func (NopObserver) InputReread(int32, string, int64) {}
 
 // Rebalance does nothing.
 func (NopObserver) Rebalance() {}

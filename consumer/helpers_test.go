@@ -146,7 +146,10 @@ func (d *mapDeduper) Seen(p int32, id []byte, _ time.Time) bool {
 
 // Processing and Acked do nothing: progressDeduper checks them.
 func (d *mapDeduper) Processing(int32, int64) {}
-func (d *mapDeduper) Acked(int32, int64)      {}
+
+// Rewind implements consumer.Deduper; mapDeduper keeps what it saw.
+func (d *mapDeduper) Rewind(int32, int64) {}
+func (d *mapDeduper) Acked(int32, int64)  {}
 
 func (d *mapDeduper) check(t *testing.T) {
 	t.Helper()
@@ -238,6 +241,7 @@ func (o *countingObserver) Progress(p int32, pr consumer.Progress) {
 }
 func (o *countingObserver) FetchError(int32)                        { o.fetchErrors.Add(1) }
 func (o *countingObserver) InputSkipped(_ int32, _ string, n int64) { o.skipped.Add(n) }
+func (o *countingObserver) InputReread(int32, string, int64)        {}
 func (o *countingObserver) Aborted(_ int32, n int)                  { o.aborted.Add(int64(n)) }
 func (o *countingObserver) TransactionHeld(_ int32, d time.Duration) {
 	o.held.Store(int64(d))

@@ -25,6 +25,8 @@ type fakeGen struct {
 	// quiesce, for a fakeGen used in a synctest bubble, holds every commit until all other
 	// goroutines of the bubble are blocked, so that a commit that could overlap it has started.
 	quiesce bool
+	// backward allows a partition's offset to go down (a rewind).
+	backward bool
 
 	mu      sync.Mutex
 	commits []map[int]int64
@@ -49,7 +51,7 @@ func (g *fakeGen) CommitOffsets(offsets map[string]map[int]int64) error {
 	c := map[int]int64{}
 	for p, o := range offsets["in"] {
 		c[p] = o
-		if o < g.best[p] {
+		if o < g.best[p] && !g.backward {
 			return errors.New("offset went backwards")
 		}
 		g.best[p] = o
@@ -78,6 +80,37 @@ func TestCommitterCoalescesAndFlushes(t *testing.T) {
 	defer g.mu.Unlock()
 	if len(g.commits) != 1 || g.commits[0][0] != 20 || g.commits[0][1] != 5 {
 		t.Fatalf("commits = %v, want one commit {0:20 1:5}", g.commits)
+	}
+}
+
+// TestCommitterRewind proves that an offset moved backward (an offset reset) is committed, and
+// that marks go on from it, while other partitions keep theirs.
+func TestCommitterRewind(t *testing.T) {
+	g := &fakeGen{backward: true}
+	c := newCommitter(g, "in", time.Hour, NopObserver{}, discardSampler())
+	go c.run()
+	defer c.close()
+	ctx := context.Background()
+	c.mark(1, 40)
+	if err := c.flush(ctx, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	c.rewind(0, 5)
+	if err := c.flush(ctx, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	c.mark(0, 3) // below the rewound offset: ignored
+	if err := c.flush(ctx, 0, 8); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var zero []int64
+	for _, cm := range g.commits {
+		zero = append(zero, cm[0])
+	}
+	if !slices.Equal(zero, []int64{100, 5, 8}) || g.best[1] != 40 {
+		t.Fatalf("partition 0 committed %v, partition 1 at %d; want [100 5 8] and 40", zero, g.best[1])
 	}
 }
 

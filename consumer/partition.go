@@ -185,6 +185,7 @@ func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.Parti
 		OnError:   func(error) { prog.failed(); w.updateReady() },
 		OnSkipped: func(reason string, n int64) { w.obs.InputSkipped(p, reason, n) },
 		Pool:      w.pool,
+		OnReread:  func(reason string, n int64) { w.obs.InputReread(p, reason, n) },
 	})
 }
 
@@ -334,6 +335,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if b.Aborted > 0 {
 		w.obs.Aborted(p, b.Aborted)
 	}
+	if b.Rewound {
+		w.rewind(c, st, b.From)
+	}
 	if err := w.identify(gctx, st); err != nil {
 		return err
 	}
@@ -434,6 +438,17 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		return w.refuseInput(gctx, pctx, c, st, tc, b.Refused)
 	}
 	return nil
+}
+
+// rewind tells the Deduper and the offset sink that p's input is read again from from, below
+// what the partition handled (an offset reset), and logs it: the offsets between are read a
+// second time (the reader logged and counted the reset).
+func (w *Worker) rewind(c offsetSink, st *partitionState, from int64) {
+	w.log.Warn("input offset moved backward after an offset reset; committing the lower offset and reading on from it",
+		"topic", w.cfg.InputTopic, "partition", st.p, "from", st.next, "to", from)
+	w.dedup.Rewind(st.p, from)
+	c.rewind(int(st.p), from)
+	st.next = from
 }
 
 // source returns the source of m, for the per-source counts: nil when they are off

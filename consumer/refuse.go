@@ -508,7 +508,8 @@ func (w *Worker) inputDeadLetter(p int32, ref *kafkaio.RefusedInput) kafka.Messa
 // inputHint says what an operator can change to lift a block at input refused for reason.
 func inputHint(reason string) string {
 	if reason == kafkaio.RefusalInputCorrupt {
-		return "the producer wrote a batch that cannot be decoded: configure a dead-letter topic (KAFKA_DEAD_LETTER_TOPIC) and restart, " +
+		return "the batch cannot be decoded (its producer wrote it so, or its checksum is wrong in the broker's log: check the brokers' disks " +
+			"and the partition's other replicas): configure a dead-letter topic (KAFKA_DEAD_LETTER_TOPIC) and restart, " +
 			"or move the group's committed offset past the refused offsets"
 	}
 	return "if the input is legitimate, raise KAFKA_DECODE_MAX_BYTES (it bounds the worker's memory per partition) and restart; " +

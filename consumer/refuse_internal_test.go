@@ -22,6 +22,7 @@ func (uniqueDeduper) Generation(int32, []int32, func(context.Context) error) {}
 func (uniqueDeduper) Assign(context.Context, int32) error                    { return nil }
 func (uniqueDeduper) Seen(int32, []byte, time.Time) bool                     { return false }
 func (uniqueDeduper) Processing(int32, int64)                                {}
+func (uniqueDeduper) Rewind(int32, int64)                                    {}
 func (uniqueDeduper) Acked(int32, int64)                                     {}
 func (uniqueDeduper) Revoke(context.Context, int32) error                    { return nil }
 func (uniqueDeduper) Discard(context.Context, int32) error                   { return nil }

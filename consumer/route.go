@@ -188,6 +188,10 @@ func (Passer) Processing(int32, int64) {}
 // Acked does nothing.
 func (Passer) Acked(int32, int64) {}
 
+// Rewind does nothing: records the router reads again are routed again, and stage 2 drops the
+// copies it already produced.
+func (Passer) Rewind(int32, int64) {}
+
 // Revoke does nothing.
 func (Passer) Revoke(context.Context, int32) error { return nil }
 

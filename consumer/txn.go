@@ -52,6 +52,9 @@ func TransactionalID(group, topic string, p int32) string {
 type offsetSink interface {
 	// mark records that every input record of partition before next was handled.
 	mark(partition int, next int64)
+	// rewind records that the partition is read again from next, below what was marked (an
+	// offset reset): next is committed although it is lower, and marks go on from it.
+	rewind(partition int, next int64)
 	// flush marks next and waits until it is committed.
 	flush(ctx context.Context, partition int, next int64) error
 	// owned returns an error wrapping ErrNotOwner once the partition's writes must stop because
@@ -160,6 +163,12 @@ func (t *txnSink) mark(_ int, next int64) {
 	if next > t.pending {
 		t.pending = next
 	}
+}
+
+// rewind makes next the input offset the transaction commits, below the one marked before, and
+// forgets the committed one, so that commit sends it.
+func (t *txnSink) rewind(_ int, next int64) {
+	t.pending, t.committed = next, -1
 }
 
 // handled counts a batch of n input records in the open transaction.

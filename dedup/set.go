@@ -193,6 +193,19 @@ func (s *Set) Processing(partition int32, nextOffset int64) {
 	}
 }
 
+// Rewind records that the worker reads partition again from nextOffset, below what it processed
+// (an offset reset after the log was truncated or the topic re-created): every record before
+// nextOffset counts as processed and acknowledged, so that a snapshot's input offset does not
+// claim the offsets the worker reads again. The filter keeps its identities: they are records the
+// output topic got, so a re-read record that carries one is a duplicate of written output, as
+// after a re-warm, and a record the truncation replaced carries an identity of its own.
+func (s *Set) Rewind(partition int32, nextOffset int64) {
+	if pt := (*s.parts.Load())[partition]; pt != nil {
+		pt.processed.Store(nextOffset)
+		pt.acked.Store(nextOffset)
+	}
+}
+
 // Acked records that every record of partition before nextOffset reached the output topic (or was
 // a duplicate). A snapshot becomes visible only once everything it may contain is acknowledged.
 func (s *Set) Acked(partition int32, nextOffset int64) {

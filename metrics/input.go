@@ -26,6 +26,7 @@ type Progress struct {
 type inputMetrics struct {
 	fetchErrors *prometheus.CounterVec
 	skipped     reasonCounters
+	reread      reasonCounters
 }
 
 // init makes the input metrics and returns them for registration.
@@ -36,7 +37,11 @@ func (in *inputMetrics) init(opts Options) []prometheus.Collector {
 		"Input records that were never read, by reason: retention (deleted by the input topic's retention before the worker read them) or reset_to_latest (passed by KAFKA_START_FROM_LATEST after the offset fell past the end of a truncated or recreated log). They are neither deduplicated nor produced: lost events.",
 		"reason")
 	in.skipped = newReasonCounters(skipped, opts.SkipReasons)
-	return []prometheus.Collector{in.fetchErrors, skipped}
+	reread := counterVec("input_reread_records_total",
+		"Input offsets read a second time, by reason: truncated (an unclean leader election truncated the log below the worker's position, or the offset fell past the end of the log) or recreated (the topic was deleted and created again). The offset is committed backward; re-read records whose identity the filter holds are dropped as duplicates, the records that replaced them pass.",
+		"reason")
+	in.reread = newReasonCounters(reread, opts.RereadReasons)
+	return []prometheus.Collector{in.fetchErrors, skipped, reread}
 }
 
 // Progress records the progress of an assigned input partition (consumer.Observer, through
@@ -61,6 +66,14 @@ func (m *Metrics) FetchError(partition int32) { m.part(partition).fetchErrors.In
 func (m *Metrics) InputSkipped(_ int32, reason string, n int64) {
 	if n > 0 {
 		m.inputs.skipped.add(reason, float64(n))
+	}
+}
+
+// InputReread counts n input offsets of the partition read a second time for reason (one of
+// Options.RereadReasons; anything else is counted as "other"). It is safe for concurrent use.
+func (m *Metrics) InputReread(_ int32, reason string, n int64) {
+	if n > 0 {
+		m.inputs.reread.add(reason, float64(n))
 	}
 }
 

@@ -147,6 +147,10 @@ type Options struct {
 	// (internal/app passes kafkaio.SkipReasons()): their series exist from the start, at 0. Any
 	// other reason is counted as "other". Default: none.
 	SkipReasons []string
+	// RereadReasons are the values of the reason label of kdedup_input_reread_records_total
+	// (internal/app passes kafkaio.RereadReasons()): their series exist from the start, at 0.
+	// Any other reason is counted as "other". Default: none.
+	RereadReasons []string
 
 	// CheckpointFailureReasons are the values of the reason label of
 	// kdedup_checkpoint_failures_total (internal/app passes dedup.CheckpointFailureReasons()):

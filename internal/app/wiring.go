@@ -273,6 +273,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 	return metrics.New(reg, metrics.Options{
 		ReleaseBudget:            budget,
 		SkipReasons:              kafkaio.SkipReasons(),
+		RereadReasons:            kafkaio.RereadReasons(),
 		CheckpointFailureReasons: dedup.CheckpointFailureReasons(),
 		UnkeyedPolicy:            cfg.Dedup.Unkeyed,
 		LatePolicy:               cfg.Dedup.LateRecords,

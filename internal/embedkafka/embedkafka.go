@@ -197,6 +197,40 @@ func (cl *Cluster) ApplyRetention() {
 	}
 }
 
+// NewLeaderEpoch makes the running cluster elect the leader of topic/partition again, under a
+// new leader epoch, as a leader election does (kfake's MoveTopicPartition to the same broker). It
+// fails when the cluster is stopped or has no such partition.
+func (cl *Cluster) NewLeaderEpoch(topic string, partition int32) error {
+	cl.mu.Lock()
+	c := cl.c
+	cl.mu.Unlock()
+	if c == nil {
+		return errors.New("embedkafka: the cluster is stopped")
+	}
+	return c.MoveTopicPartition(topic, partition, c.LeaderFor(topic, partition))
+}
+
+// EpochEnd returns an answer (for Answer, or a kfake control function) to an OffsetForLeaderEpoch
+// request that says the log of every partition's asked epoch ends at end, as a new leader
+// whose log was truncated there by an unclean election answers (kfake never truncates a log).
+func EpochEnd(end int64) func(kmsg.Request) kmsg.Response {
+	return func(kr kmsg.Request) kmsg.Response {
+		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+		res := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		for _, rt := range req.Topics {
+			t := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			t.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, rp.LeaderEpoch, end
+				t.Partitions = append(t.Partitions, p)
+			}
+			res.Topics = append(res.Topics, t)
+		}
+		return res
+	}
+}
+
 // Fault installs broker faults (see kfake.Cluster.Fault: errors answered in place of the real
 // answer, REQUEST_TIMED_OUT on produce after the records were appended) on the running cluster
 // and returns their handle, or nil when the cluster is stopped. Faults do not survive Stop.

@@ -50,7 +50,8 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrCorruptBatch is wrapped by the error of a record batch whose checksum, lengths, magic byte,
 // compression or records are wrong: a fetch that returns a batch with a wrong checksum fails (and
-// is retried); a batch whose checksum matches but whose records are wrong is refused input.
+// is retried; a PartitionReader refuses the batch when it is still wrong after a few fetches); a
+// batch whose checksum matches but whose records are wrong is refused input.
 var ErrCorruptBatch = errors.New("kafkaio: corrupt record batch")
 
 // ErrOldMessageFormat is wrapped by the error of a fetch that returned a message set of magic v0 or

@@ -19,6 +19,7 @@ type want struct {
 	tp       topicPartition
 	offset   int64
 	maxBytes int32
+	epoch    int32 // the partition's leader epoch as its reader knows it (-1: unknown)
 	bufs     *bufferPool
 	since    time.Time       // when it was handed to the pool
 	round    uint64          // the last request that carried it (0: none yet); owned by brokerFetcher.mu
@@ -276,6 +277,7 @@ func (b *brokerFetcher) roundTrip(ctx context.Context) (*brokerFetchResponse, er
 type sentPartition struct {
 	offset   int64
 	maxBytes int32
+	epoch    int32
 }
 
 // fetchSession is the client side of one broker's fetch session (KIP-227). id 0 means none:
@@ -318,13 +320,13 @@ func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig) *kmsg.FetchRequ
 	topics := map[string]int{}
 	for _, w := range wants {
 		named[w.tp] = true
-		sp := sentPartition{w.offset, w.maxBytes}
+		sp := sentPartition{w.offset, w.maxBytes, w.epoch}
 		if old, ok := s.sent[w.tp]; ok && old == sp {
 			continue
 		}
 		s.sent[w.tp] = sp
 		rp := kmsg.NewFetchRequestTopicPartition()
-		setPartitionFields(&rp, int32(w.tp.partition), w.offset, w.maxBytes)
+		setPartitionFields(&rp, int32(w.tp.partition), w.offset, w.maxBytes, w.epoch)
 		req.Topics = appendPartition(req.Topics, topics, w.tp.topic, rp)
 	}
 	s.forget(&req, named)

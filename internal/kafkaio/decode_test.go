@@ -278,7 +278,7 @@ func TestDecoderFreesLargeBuffers(t *testing.T) {
 // TestFetchResponseSizeCapped proves that a response's 4-byte size prefix is checked against the
 // fetch's size before anything is allocated for it.
 func TestFetchResponseSizeCapped(t *testing.T) {
-	f := fetchRequest{maxBytes: 1 << 20, bufs: &bufferPool{}}
+	f := fetchRequest{maxBytes: 1 << 20, bufs: &bufferPool{}, epoch: -1}
 	prefix := binary.BigEndian.AppendUint32(nil, 1<<31-1)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

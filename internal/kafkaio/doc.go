@@ -25,14 +25,19 @@
 //     with their headers capped, and RefusedInput for what goes over a limit or cannot be decoded.
 //   - fetch.go: raw Fetch requests through kafka-go's Transport (one response buffer each, decoded
 //     in place with kmsg) and Isolation; records.go: the walk of a fetched partition's batches
-//     (control records never data, aborted transactions skipped under ReadCommitted).
+//     (control records never data, aborted transactions skipped under ReadCommitted, a batch
+//     that yields nothing still passed); epoch.go: leader epochs (KIP-320), raw Metadata and
+//     OffsetForLeaderEpoch requests; diverge.go: what a PartitionReader does with them (a
+//     truncated log, a re-created topic).
 //   - input.go: PartitionReader, the worker's input fetch path: a fetch loop of our own, one fetch
-//     in flight, records handed out as slices into recycled buffers; fetchpool.go: FetchPool, which
+//     in flight, records handed out as slices into recycled buffers, offset resets (a backward
+//     one handed out as a rewound Batch), a corrupt batch refused; fetchpool.go: FetchPool, which
 //     sends the fetches of many readers as one request per broker, routed to each partition's
 //     leader; brokerfetch.go: one broker's fetch loop in a fetch session (KIP-227), each answer
-//     copied into its reader's buffers, a partition whose reader holds an answer left out; read.go: Read, the one way to
-//     read a range of a partition, on the same fetch; metadata.go: partition counts, offsets (the
-//     last stable offset under ReadCommitted) and topic configuration.
+//     copied into its reader's buffers, a partition whose reader holds an answer left out;
+//     read.go: Read, the one way to read a range of a partition, on the same fetch; metadata.go:
+//     partition counts, offsets (the last stable offset under ReadCommitted) and topic
+//     configuration.
 //   - sticky.go: StickyBalancer, the consumer group assignor and its UserData format;
 //     heartbeat.go: Heartbeats, which keep a member in its group while it releases partitions
 //     after kafka-go stopped heartbeating.

@@ -86,6 +86,9 @@ type fetchRequest struct {
 	isolation Isolation
 	bufs      *bufferPool
 	version   int16 // negotiated for the connection, set by Required
+	// epoch is the partition's leader epoch as the reader knows it (see "Leader epochs"); -1
+	// (as Read sends) fetches from whichever leader answers.
+	epoch int32
 }
 
 // fetchResponse is the answer to a fetchRequest: the partition's part of the response, decoded in
@@ -151,7 +154,7 @@ func (f *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = f.topic
 	rp := kmsg.NewFetchRequestTopicPartition()
-	setPartitionFields(&rp, f.partition, f.offset, f.maxBytes)
+	setPartitionFields(&rp, f.partition, f.offset, f.maxBytes, f.epoch)
 	rt.Partitions = []kmsg.FetchRequestTopicPartition{rp}
 	req.Topics = []kmsg.FetchRequestTopic{rt}
 	id := correlationIDs.Add(1)
@@ -161,11 +164,13 @@ func (f *fetchRequest) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
 	return f.readResponse(rw, id)
 }
 
-// setPartitionFields fills in what a fetch asks of one partition: where to read from and how
-// much. Both the single-partition fetch and the per-broker fetch (brokerFetch) build their
+// setPartitionFields fills in what a fetch asks of one partition: where to read from, how much,
+// and the leader epoch the reader knows (Fetch v9 on; older versions leave it out; -1 when
+// unknown). Both the single-partition fetch and the per-broker fetch (brokerFetch) build their
 // partitions with it.
-func setPartitionFields(rp *kmsg.FetchRequestTopicPartition, partition int32, offset int64, maxBytes int32) {
+func setPartitionFields(rp *kmsg.FetchRequestTopicPartition, partition int32, offset int64, maxBytes, epoch int32) {
 	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = partition, offset, maxBytes
+	rp.CurrentLeaderEpoch = epoch
 }
 
 // readResponse reads the response to request id from r into a buffer of f.bufs and decodes it.
@@ -217,11 +222,7 @@ func maxResponseBytes(maxBytes int32) int64 {
 // kafka.OffsetOutOfRange and the others), together with the response, whose buffer the caller
 // gives back to f.bufs either way.
 func fetchPartition(ctx context.Context, c *kafka.Client, f *fetchRequest) (*fetchResponse, error) {
-	rt := c.Transport
-	if rt == nil {
-		rt = kafka.DefaultTransport
-	}
-	m, err := rt.RoundTrip(ctx, c.Addr, f)
+	m, err := transportOf(c).RoundTrip(ctx, c.Addr, f)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +234,14 @@ func fetchPartition(ctx context.Context, c *kafka.Client, f *fetchRequest) (*fet
 		return res, kafka.Error(code)
 	}
 	return res, nil
+}
+
+// transportOf returns c's Transport, kafka-go's default one when c has none.
+func transportOf(c *kafka.Client) kafka.RoundTripper {
+	if c.Transport == nil {
+		return kafka.DefaultTransport
+	}
+	return c.Transport
 }
 
 // topLevelError returns the top-level error code of a fetch response of version v (v7+; the

@@ -102,7 +102,7 @@ func (p *FetchPool) fetch(ctx context.Context, f *fetchRequest) (*fetchResponse,
 	if b == nil {
 		return nil, ErrPoolClosed
 	}
-	w := &want{tp: tp, offset: f.offset, maxBytes: f.maxBytes, bufs: f.bufs, since: time.Now(), done: make(chan wantResult, 1)}
+	w := &want{tp: tp, offset: f.offset, maxBytes: f.maxBytes, epoch: f.epoch, bufs: f.bufs, since: time.Now(), done: make(chan wantResult, 1)}
 	b.add(w)
 	select {
 	case r := <-w.done:

@@ -54,6 +54,11 @@ type PartitionReaderConfig struct {
 	// OnSkipped, when not nil, hears n input records the reader skipped without reading them,
 	// for reason (one of SkipReasons). It is called on the reader's fetch goroutine.
 	OnSkipped func(reason string, n int64)
+	// OnReread, when not nil, hears that reading went back n offsets below its position, for
+	// reason (one of RereadReasons): the log was truncated under the reader, or the topic was
+	// re-created. The records there are read again (Batch.Rewound). It is called on the reader's
+	// fetch goroutine.
+	OnReread func(reason string, n int64)
 	// IdlePoll is how often the offsets are looked up while a fetched response waits for Fetch.
 	// Default: 5s.
 	IdlePoll time.Duration
@@ -90,6 +95,20 @@ const (
 // SkipReasons returns every reason PartitionReaderConfig.OnSkipped can be given.
 func SkipReasons() []string { return []string{SkipRetention, SkipResetToLatest} }
 
+// Reasons of PartitionReaderConfig.OnReread.
+const (
+	// RereadTruncated: the log was truncated below the reader's position (an unclean leader
+	// election: the new leader's log diverged at an earlier offset, or the offset to read was
+	// past the end of the log), and reading goes back to where it now goes on.
+	RereadTruncated = "truncated"
+	// RereadRecreated: the topic was deleted and created again (its topic ID changed, or its
+	// leader epoch went down), and reading starts over in the new log.
+	RereadRecreated = "recreated"
+)
+
+// RereadReasons returns every reason PartitionReaderConfig.OnReread can be given.
+func RereadReasons() []string { return []string{RereadTruncated, RereadRecreated} }
+
 // Batch is what PartitionReader.Fetch hands out: the next records of the partition, in offset
 // order, and how far the partition was read.
 type Batch struct {
@@ -115,6 +134,15 @@ type Batch struct {
 	// right after Records: Next is its first offset. It is handed out once; the next Fetch goes
 	// on after it.
 	Refused *RefusedInput
+	// Rewound says that reading went back: an offset reset (the offset to read was past the end
+	// of the log, which an unclean leader election truncated or a re-created topic restarted)
+	// moved it below the Next of the batches before, to From. The batch starts there, and its
+	// records may have the offsets of records handed out before. A rewound batch is always the
+	// first of a Fetch: the reset follows a failed fetch, which ends the batch before it.
+	Rewound bool
+	// From is the offset the batch starts at: the previous batch's Next, or where a reset moved
+	// reading to.
+	From int64
 }
 
 // PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
@@ -148,14 +176,20 @@ type PartitionReader struct {
 	batch      Batch
 	pendingErr error
 	linger     *time.Timer
+
+	// The fetch goroutine's side.
+	corruptAt int64 // the offset of the last fetch that found a corrupt batch
+	corruptN  int   // how many fetches in a row found it there
+	epochs    epochState
 }
 
 // fetched is what the fetch goroutine hands to Fetch: a response, or an error.
 type fetched struct {
-	res *fetchResponse
-	err error
-	end int64 // the readable end: LSO or HWM
-	hwm int64
+	res     *fetchResponse
+	err     error
+	end     int64         // the readable end: LSO or HWM
+	hwm     int64         // the high watermark
+	refused *RefusedInput // a corrupt batch at the fetched offset, refused (see corruptBatch)
 }
 
 // NewPartitionReader returns a reader of cfg's partition that fetches through client (a Client
@@ -187,6 +221,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	}
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
+	r.epochs = newEpochState()
 	r.clientID = clientIDOf(client)
 	go r.run(ctx)
 	return r
@@ -291,17 +326,27 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		}
 		*offset = o
 	}
+	if err := r.validate(ctx, offset); err != nil {
+		return nil, 0, r.errorf(*offset, err)
+	}
 	res, err := r.send(ctx, &fetchRequest{
 		clientID: r.clientID, topic: r.cfg.Topic, partition: int32(r.cfg.Partition), offset: *offset,
 		maxWait: r.cfg.MaxWait, maxBytes: int32(r.cfg.MaxBytes), isolation: r.cfg.Isolation, bufs: &r.bufs,
+		epoch: r.epochs.lead.epoch,
 	})
+	r.epochs.observe(err)
 	if err == nil {
-		next, _, serr := scanBatches(res.part.RecordBatches, *offset)
-		if serr == nil {
-			f := &fetched{res: res, end: res.part.HighWatermark, hwm: res.part.HighWatermark}
+		next, n, serr := scanBatches(res.part.RecordBatches, *offset)
+		refused, ok := r.corruptBatch(res, *offset, next, n, serr)
+		if serr == nil || ok {
+			f := &fetched{res: res, end: res.part.HighWatermark, hwm: res.part.HighWatermark, refused: refused}
 			if r.cfg.Isolation.committed() {
 				f.end = res.part.LastStableOffset
 			}
+			if refused != nil {
+				next = refused.LastOffset + 1
+			}
+			r.epochs.walked(res.part.RecordBatches)
 			return f, next, nil
 		}
 		err = serr
@@ -326,6 +371,54 @@ func (r *PartitionReader) send(ctx context.Context, f *fetchRequest) (*fetchResp
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
 	defer cancel()
 	return fetchPartition(fctx, r.client, f)
+}
+
+// corruptAttempts is how many fetches in a row must answer a batch with a wrong checksum at the
+// same offset before the reader refuses it: a batch damaged on the way reads right when fetched
+// again, one damaged in the broker's log does not.
+const corruptAttempts = 3
+
+// corruptBatch reports whether a response whose scan failed with err after n bytes of good
+// batches, which end at next, is walked anyway: its good batches when they reach past offset
+// (the corrupt one is fetched again next), else, once corruptAttempts fetches in a row found a
+// corrupt batch at offset, the refusal of that batch, returned. The response is then cut to the
+// good batches. It is called on the fetch goroutine.
+func (r *PartitionReader) corruptBatch(res *fetchResponse, offset, next int64, n int, err error) (*RefusedInput, bool) {
+	if !errors.Is(err, ErrCorruptBatch) {
+		return nil, false
+	}
+	set := res.part.RecordBatches
+	res.part.RecordBatches = set[:n]
+	if next > offset {
+		return nil, true
+	}
+	set = set[n:]
+	if r.corruptAt != offset {
+		r.corruptAt, r.corruptN = offset, 0
+	}
+	if r.corruptN++; r.corruptN < corruptAttempts {
+		return nil, false
+	}
+	r.corruptN = 0
+	return r.corruptRefusal(set, offset, res.part.HighWatermark, err), true
+}
+
+// corruptRefusal returns the refusal of the corrupt batch that set starts with at offset (a
+// batch whose checksum or header is wrong in the broker's log): the batch's offsets as its
+// header gives them when they contain offset and lie below the high watermark hwm, else offset
+// alone. It is handed out like input refused for its records: the partition blocks at it, or it
+// goes to the dead-letter topic; nothing after it is committed before that.
+func (r *PartitionReader) corruptRefusal(set []byte, offset, hwm int64, err error) *RefusedInput {
+	last := offset
+	var d BatchDecoder
+	if hdr, _, herr := d.header(set); herr == nil || errors.Is(herr, ErrCorruptBatch) {
+		if l := batchNext(&hdr) - 1; hdr.FirstOffset <= offset && l >= offset && l < hwm {
+			last = l
+		}
+	}
+	r.cfg.Log.Log(slog.LevelError, "corrupt-batch", "a record batch in the input partition's log is still corrupt when fetched again; refusing it",
+		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "last_offset", last, "error", err.Error())
+	return &RefusedInput{Offset: offset, LastOffset: last, Reason: RefusalInputCorrupt, Err: r.errorf(offset, err)}
 }
 
 func (r *PartitionReader) errorf(offset int64, err error) error {
@@ -388,14 +481,23 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 	case offset <= o.LastOffset:
 		return offset, nil
 	}
-	to, where := o.FirstOffset, "earliest"
+	to, where := r.policyOffset(o)
 	if r.cfg.ResetToLatest {
-		to, where = o.LastOffset, "latest"
 		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
 	}
 	r.cfg.Log.Log(slog.LevelError, "fetch-reset", "offset is past the end of the input partition (log truncated or topic recreated); reading on at the "+where+" offset",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "end", o.LastOffset, "to", to)
+	r.reread(RereadTruncated, offset-to)
 	return to, nil
+}
+
+// policyOffset returns where reading goes on in a log of offsets o that lost the reader's
+// offset: its start, or its end when ResetToLatest is set, and which of the two.
+func (r *PartitionReader) policyOffset(o kafka.PartitionOffsets) (int64, string) {
+	if r.cfg.ResetToLatest {
+		return o.LastOffset, "latest"
+	}
+	return o.FirstOffset, "earliest"
 }
 
 // heldClock measures how long reading has been held back by an open transaction.
@@ -432,7 +534,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 		return nil, err
 	}
 	b := &r.batch
-	b.Records, b.Aborted, b.Refused = b.Records[:0], 0, nil
+	b.Records, b.Aborted, b.Refused, b.Rewound, b.From = b.Records[:0], 0, nil, false, r.pos
 	start, lingering := r.pos, false
 	for len(b.Records) < max && b.Refused == nil && !r.full(b) {
 		if r.cur != nil {
@@ -459,7 +561,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 		if f == nil { // linger is over
 			break
 		}
-		r.begin(f)
+		r.begin(b, f)
 		if b.Start.IsZero() || len(b.Records) == 0 {
 			b.Start = time.Now()
 		}
@@ -500,14 +602,17 @@ func (r *PartitionReader) startLinger(d time.Duration) {
 	r.linger.Reset(d)
 }
 
-// begin starts walking f.
-func (r *PartitionReader) begin(f *fetched) {
+// begin starts walking f into b: from where the last response ended, or where the first
+// response or an offset reset starts (b.Rewound when that is below the position).
+func (r *PartitionReader) begin(b *Batch, f *fetched) {
 	r.cur = f
 	r.set.reset(&r.dec, f.res, r.cfg.Isolation.committed())
-	if f.res.from != r.pos {
-		r.pos = f.res.from // the first response, or the offset was reset
+	r.set.refused = f.refused
+	if from := f.res.from; from != r.pos {
+		b.Rewound = b.Rewound || from < r.pos
+		r.pos, b.From = from, from
 	}
-	r.batch.End = f.end
+	b.End = f.end
 }
 
 // take appends records of the response being walked to b until b has limit records, the walk

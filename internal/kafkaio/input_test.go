@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -336,5 +337,147 @@ func TestReadBoundsDecodedMemory(t *testing.T) {
 	})
 	if err != nil || !slices.Equal(offsets, []int64{0, 1, 2, 3, 4, 5, 6, 7}) {
 		t.Fatalf("Read: %v, offsets %v", err, offsets)
+	}
+}
+
+// TestPartitionReaderRewound proves that a reader whose partition was truncated under it (the
+// topic deleted and created again with fewer records) hands out the reset to the start as a
+// rewound batch from the lower offset, so that the offset is committed backward, and reads the
+// new records.
+func TestPartitionReaderRewound(t *testing.T) {
+	t.Parallel()
+	_, c := cluster(t)
+	retentionTopic(t, c, "re")
+	produce(t, c, "re", 0, 0, 20, time.Now())
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.Topic = "re" })
+	defer func() { <-r.Close() }()
+	if got := fetchAll(t, r, 20, 10*time.Second); !slices.Equal(got, offsets(0, 20)) {
+		t.Fatalf("read %v, want 0..19", got)
+	}
+	res, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{"re"}})
+	if err == nil {
+		err = res.Errors["re"]
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	retentionTopic(t, c, "re")
+	produce(t, c, "re", 0, 0, 5, time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		b, err := r.Fetch(ctx, 50, 0)
+		if ctx.Err() != nil {
+			t.Fatalf("no rewound batch: %v", err)
+		}
+		if err != nil {
+			continue // the fetches that found the topic gone or the offset out of range
+		}
+		if !b.Rewound || b.From != 0 || b.Next != 5 || len(b.Records) != 5 {
+			t.Fatalf("batch after the re-creation: rewound %v from %d next %d, %d records; want rewound from 0 to 5, 5 records",
+				b.Rewound, b.From, b.Next, len(b.Records))
+		}
+		return
+	}
+}
+
+// rereads collects what a reader's OnReread hears.
+type rereads struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (r *rereads) add(reason string, n int64) { r.mu.Lock(); r.n[reason] += n; r.mu.Unlock() }
+
+func (r *rereads) get() map[string]int64 { r.mu.Lock(); defer r.mu.Unlock(); return maps.Clone(r.n) }
+
+// fetchRewound fetches from r until a batch comes that is rewound, and returns it.
+func fetchRewound(t *testing.T, r *kafkaio.PartitionReader) *kafkaio.Batch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		b, err := r.Fetch(ctx, 100, 0)
+		switch {
+		case ctx.Err() != nil:
+			t.Fatalf("no rewound batch: %v", err)
+		case err == nil && len(b.Records) > 0 && !b.Rewound:
+			t.Fatalf("batch from %d (next %d) not rewound", b.Records[0].Offset, b.Next)
+		case err == nil && b.Rewound:
+			return b
+		}
+	}
+}
+
+// TestPartitionReaderDiverged proves that a reader fetches with the leader epoch: after a leader
+// change the old epoch is fenced, the reader asks the new leader where the log of the epoch it
+// read ends (OffsetForLeaderEpoch, answered here as after an unclean election that truncated
+// the log to 12), and goes back there, counting the offsets it reads again.
+func TestPartitionReaderDiverged(t *testing.T) {
+	t.Parallel()
+	kc, c := cluster(t)
+	produce(t, c, "t", 0, 0, 20, time.Now())
+	rr := &rereads{n: map[string]int64{}}
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.OnReread = rr.add })
+	defer func() { <-r.Close() }()
+	fetchAll(t, r, 20, 10*time.Second)
+	var asked atomic.Int32
+	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		asked.Store(kr.(*kmsg.OffsetForLeaderEpochRequest).Topics[0].Partitions[0].CurrentLeaderEpoch)
+		return embedkafka.EpochEnd(12)(kr), nil, true
+	})
+	if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil { // a new leader epoch
+		t.Fatal(err)
+	}
+	b := fetchRewound(t, r)
+	if b.From != 12 || len(b.Records) == 0 || b.Records[0].Offset != 12 {
+		t.Errorf("rewound batch from %d, %d records; want from 12", b.From, len(b.Records))
+	}
+	if got := rr.get(); !maps.Equal(got, map[string]int64{kafkaio.RereadTruncated: 8}) {
+		t.Errorf("rereads %v, want 8 truncated", got)
+	}
+	if asked.Load() != 1 {
+		t.Errorf("OffsetForLeaderEpoch with current epoch %d, want 1", asked.Load())
+	}
+}
+
+// TestPartitionReaderTopicRecreated holds a fetch with SleepControl while the topic is deleted
+// and created again with 30 new records: the reader, whose leader epoch the new topic does not
+// know, learns from the metadata that the topic ID changed, reports it and starts over at the
+// new log's start, instead of reading on at its old offset in the new log.
+func TestPartitionReaderTopicRecreated(t *testing.T) {
+	t.Parallel()
+	kc, c := cluster(t)
+	retentionTopic(t, c, "re")
+	produce(t, c, "re", 0, 0, 20, time.Now())
+	if err := kc.MoveTopicPartition("re", 0, kc.LeaderFor("re", 0)); err != nil { // epoch 1: above the new topic's
+		t.Fatal(err)
+	}
+	rr := &rereads{n: map[string]int64{}}
+	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.Topic, cfg.OnReread = "re", rr.add })
+	defer func() { <-r.Close() }()
+	fetchAll(t, r, 20, 10*time.Second)
+	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.SleepControl(func() {
+			res, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{"re"}})
+			if err == nil {
+				err = res.Errors["re"]
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			retentionTopic(t, c, "re")
+			produce(t, c, "re", 0, 0, 30, time.Now())
+		})
+		return nil, nil, false
+	})
+	b := fetchRewound(t, r)
+	if b.From != 0 || len(b.Records) == 0 || b.Records[0].Offset != 0 {
+		t.Errorf("rewound batch from %d, %d records; want from 0", b.From, len(b.Records))
+	}
+	if got := rr.get(); !maps.Equal(got, map[string]int64{kafkaio.RereadRecreated: 20}) {
+		t.Errorf("rereads %v, want 20 recreated", got)
 	}
 }

@@ -231,7 +231,7 @@ func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset i
 	d.release()
 	res, err := r.send(ctx, c, &fetchRequest{
 		clientID: d.clientID, topic: r.Topic, partition: int32(r.Partition), offset: offset,
-		maxWait: r.MaxWait, maxBytes: int32(r.MaxBytes), isolation: r.Isolation, bufs: &d.bufs,
+		maxWait: r.MaxWait, maxBytes: int32(r.MaxBytes), isolation: r.Isolation, bufs: &d.bufs, epoch: -1,
 	})
 	if res != nil {
 		d.res = res

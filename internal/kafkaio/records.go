@@ -166,6 +166,7 @@ func batchNext(hdr *kmsg.RecordBatch) int64 {
 // advance walks to the next batch that has data records to yield and opens it into s.recs. It
 // returns false at the end of the walk, or when the batch is refused whole (s.refused).
 func (s *recordSet) advance() bool {
+	s.passBatch()
 	for len(s.rest) > 0 {
 		b := s.rest
 		hdr, rest, err := s.dec.header(b)
@@ -187,6 +188,16 @@ func (s *recordSet) advance() bool {
 		return true
 	}
 	return false
+}
+
+// passBatch moves the walk's position past the batch just walked, once none of its records is
+// left: a batch can end without yielding its last offset (an empty batch the log cleaner keeps
+// for a producer's state, or a compacted batch whose remaining records lie below the fetched
+// offset), and the position must still move past it, or a reader stalls below the end offset.
+func (s *recordSet) passBatch() {
+	if s.hdr.Magic == 2 && s.recs.left == 0 {
+		s.next = max(s.next, batchNext(&s.hdr))
+	}
 }
 
 // scanBatches checks the complete record batches at the start of b, a fetched partition's

@@ -1,0 +1,88 @@
+package consumer_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// rewindDeduper is a mapDeduper that records the Rewind calls and the Processing offsets.
+type rewindDeduper struct {
+	*mapDeduper
+	mu         sync.Mutex
+	rewinds    []int64
+	processing []int64
+}
+
+func (d *rewindDeduper) Rewind(_ int32, next int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rewinds = append(d.rewinds, next)
+	d.processing = append(d.processing, -next) // marks where the offsets may go down
+}
+
+func (d *rewindDeduper) Processing(_ int32, next int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.processing = append(d.processing, next)
+}
+
+func (d *rewindDeduper) calls() (rewinds, processing []int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.rewinds), slices.Clone(d.processing)
+}
+
+// TestWorkerRewindsAfterTruncation proves the worker's side of a log truncated under it: after a
+// leader election whose new leader says the log of the epoch the worker read ends at 60 (an
+// unclean election, answered by hand: kfake never truncates), the worker tells the Deduper
+// Rewind(60) before it processes from 60 again, the offsets it hands Processing only go down
+// there, the records read again (the same ones here, so their identities are held) are dropped
+// as duplicates rather than written twice, and the partition is committed to its end again.
+func TestWorkerRewindsAfterTruncation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	var in []kafka.Message
+	for i := range 100 {
+		in = append(in, kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	e.produce(0, in)
+	d := &rewindDeduper{mapDeduper: newMapDeduper(false, nil)}
+	r := e.start(e.config(), d, keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, embedkafka.EpochEnd(60))
+	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the worker to rewind and process up to 100 again", func() bool {
+		_, proc := d.calls()
+		i := slices.Index(proc, -60)
+		return answered() == 1 && i >= 0 && slices.Contains(proc[i:], 100)
+	})
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rewinds, proc := d.calls()
+	if !slices.Equal(rewinds, []int64{60}) {
+		t.Errorf("Rewind calls %v, want [60]", rewinds)
+	}
+	for i := 1; i < len(proc); i++ {
+		if proc[i] >= 0 && proc[i-1] >= 0 && proc[i] <= proc[i-1] {
+			t.Errorf("Processing offsets %v go down without a Rewind", proc)
+			break
+		}
+	}
+	if got := e.readOut(e.out)[0]; len(got) != 100 {
+		t.Errorf("output holds %d records, want the 100 once each", len(got))
+	}
+	if n := r.obs.duplicates.Load(); n != 40 {
+		t.Errorf("%d duplicates, want the 40 records read again", n)
+	}
+}
