@@ -118,7 +118,7 @@ func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 	case i == 0:
 		f.insert(v, &p)
 	default:
-		f.writeOld(v.active[i], &p)
+		f.writeOld(v, i, &p)
 	}
 	return false, false
 }
@@ -143,8 +143,33 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it. It then
 // counts the write in the slot's oldWrites, which changes the generation's version: a snapshot
 // that reads the count after the bits were set copies them.
-func (f *Filter) writeOld(s int, p *probe) {
+//
+// An auto-sized generation holds most of its keys in its grown stages, so there the key goes to
+// the generation's newest stage, counted, if it has one; stage 0 takes it only if the generation
+// never grew (then it took fewer keys than stage 0's capacity while it was current).
+func (f *Filter) writeOld(v *view, i int, p *probe) {
+	s := v.active[i]
 	f.touched.mark(s, p.group)
-	f.put(p, s, f.single)
+	if !f.cfg.Auto || !f.putOldStage(v.epochs[i], p) {
+		f.put(p, s, f.single)
+	}
 	f.oldWrites[s].n.Add(1)
+}
+
+// putOldStage adds the key to the newest grown stage of generation epoch, counting it in the
+// stage's shard, and reports whether the generation has one.
+func (f *Filter) putOldStage(epoch uint64, p *probe) bool {
+	gg := f.grownGenIfAny(epoch)
+	if gg == nil {
+		return false
+	}
+	sts := *gg.stages.Load()
+	if len(sts) == 0 {
+		return false
+	}
+	var sp probe
+	st := sts[len(sts)-1]
+	f.bump(&st.count[f.stageProbe(&sp, st, p)])
+	st.put(&sp, 0, f.single)
+	return true
 }

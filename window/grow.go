@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -18,6 +19,7 @@ type stage struct {
 	target   float64
 	bytes    uint64
 	count    []fillCounter // per shard: keys the stage was offered
+	mapped   bool          // words is a mapping of its own (newStage)
 }
 
 // fillCounter counts keys offered to one shard of a stage, alone on its cache line. full is set
@@ -248,7 +250,7 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 		if len(*cur) >= i {
 			return true
 		}
-		lay := f.stageLayout(i)
+		lay := f.nextStageLayout(gg, i)
 		if !f.reserve(lay.bytes) {
 			gg.capped.Store(true)
 			return false
@@ -276,13 +278,37 @@ func (f *Filter) reserve(n uint64) bool {
 	}
 }
 
-// newStage allocates an empty stage.
+// newStage allocates an empty stage, its pages populated. Its words are a mapping of their own
+// where the system allows (mapWords), unmapped when the stage is garbage collected and emptied
+// (release) as soon as its generation expires; else they are in the Go heap.
 func newStage(l stageLayout, shardBits uint) *stage {
-	return &stage{
-		blocks: newBlocks(l.groups, 1, l.layout, true),
+	n := blockWords(l.groups, 1, l.layout)
+	words, unmap := mapWords(n)
+	if words == nil {
+		words = alignedWords(n, true)
+	} else {
+		populateWords(words)
+	}
+	st := &stage{
+		blocks: blocksIn(words, l.groups, 1, l.layout, true),
 		index:  l.index, capacity: l.capacity, target: l.target, bytes: l.bytes,
-		limit: max(l.capacity>>shardBits, 1),
-		count: make([]fillCounter, 1<<shardBits),
+		limit:  max(l.capacity>>shardBits, 1),
+		count:  make([]fillCounter, 1<<shardBits),
+		mapped: unmap != nil,
+	}
+	if unmap != nil {
+		runtime.AddCleanup(st, func(unmap func()) { unmap() }, unmap)
+	}
+	return st
+}
+
+// release returns the memory of a mapped stage of an expired generation to the system at once
+// (dropPages), rather than when the garbage collector finds the stage unreachable. A reader or
+// writer with a view from before the expiry may still touch the words: it reads zeros (the
+// generation's keys are past their guarantee) or maps a page again, until the stage is collected.
+func (sg *stage) release() {
+	if sg.mapped {
+		dropPages(sg.words)
 	}
 }
 
@@ -296,6 +322,7 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 			return
 		}
 		var kept []*grownGen
+		var dropped []*stage
 		var freed int64
 		for _, gg := range old.gens {
 			if gg.epoch+n > epoch {
@@ -304,6 +331,7 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 			}
 			for _, st := range *gg.stages.Load() {
 				freed += int64(st.bytes)
+				dropped = append(dropped, st)
 			}
 		}
 		if len(kept) == len(old.gens) {
@@ -315,6 +343,9 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 		}
 		if f.grown.CompareAndSwap(old, next) {
 			f.stageBytes.Add(-freed)
+			for _, st := range dropped {
+				st.release()
+			}
 			return
 		}
 	}

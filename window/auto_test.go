@@ -1,0 +1,178 @@
+package window
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// addSteady adds load fresh keys to the current generation at an even rate over its interval,
+// moving the clock along (so that auto sizing can project the rate), and returns those the
+// filter took as new (a false positive is not added, and expires with the key it matched).
+func addSteady(f *Filter, clock *fakeClock, rng *rand.Rand, load uint64) []uint64 {
+	start := f.CurrentGenerationStart()
+	iv := f.Config().Interval
+	keys := make([]uint64, 0, load)
+	for i := range load {
+		if i%256 == 0 {
+			clock.Set(start.Add(time.Duration(float64(iv) * float64(i) / float64(load))))
+		}
+		if k := rng.Uint64(); !f.TestAndAddHash(k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// rotate moves the clock to the start of the next generation and rotates the filter there.
+func rotate(f *Filter, clock *fakeClock) {
+	clock.Set(f.CurrentGenerationStart().Add(f.Config().Interval))
+	f.AdvanceTo(clock.Now())
+}
+
+// optimalBytes returns the memory of an optimal Bloom filter of keys keys at rate p.
+func optimalBytes(keys uint64, p float64) float64 {
+	return float64(keys) * 1.44 * math.Log2(1/p) / 8
+}
+
+// TestAutoStartsSmall checks that an auto-sized filter with no history takes a few KiB.
+func TestAutoStartsSmall(t *testing.T) {
+	f := mustNew(t, Config{Generations: 8, Interval: time.Minute, Auto: true, FalsePositiveRate: 1e-6})
+	if got := f.Stats().TotalBytes; got > 64<<10 {
+		t.Fatalf("new auto filter takes %d bytes, want ≤ 64 KiB", got)
+	}
+	if f.Config().Capacity != AutoCapacity {
+		t.Fatalf("capacity %d, want AutoCapacity", f.Config().Capacity)
+	}
+}
+
+// TestAutoFollowsLoad runs a load ramp (low, 20× low, low again, one window each and one more)
+// through an auto-sized filter and checks, against a sequential reference (the keys of the live
+// generations), that no key of the window is missed, that its memory is within 3× an optimal
+// Bloom filter of the window's keys once the load has been steady for a window, and that the
+// memory of the high load is returned after the load falls.
+func TestAutoFollowsLoad(t *testing.T) {
+	const n, low, p = 4, 4000, 1e-4
+	clock := newFakeClock()
+	f := mustNew(t, Config{Generations: n, Interval: time.Minute, Auto: true, FalsePositiveRate: p, Clock: clock.Now})
+	rng := rand.New(rand.NewPCG(1, 2))
+	var window [][]uint64
+	bytesAt := func(load uint64) (ratio float64, total uint64) {
+		for range n + 1 {
+			rotate(f, clock)
+			window = append(window, addSteady(f, clock, rng, load))
+			if len(window) > n {
+				window = window[1:]
+			}
+		}
+		for g, keys := range window {
+			for _, k := range keys {
+				if !f.TestHash(k) {
+					t.Fatalf("key of generation %d of the window missed", g)
+				}
+			}
+		}
+		total = f.Stats().TotalBytes
+		return float64(total) / optimalBytes(uint64(n)*load, p), total
+	}
+	lowRatio, lowBytes := bytesAt(low)
+	highRatio, highBytes := bytesAt(20 * low)
+	backRatio, backBytes := bytesAt(low)
+	t.Logf("memory vs optimal: low %.2f× (%d B), high %.2f× (%d B), low again %.2f× (%d B)",
+		lowRatio, lowBytes, highRatio, highBytes, backRatio, backBytes)
+	if lowRatio > 4 || highRatio > 3 || backRatio > 4 {
+		t.Errorf("memory vs optimal low %.2f×, high %.2f×, low again %.2f×; want ≤ 4×, 3×, 4×", lowRatio, highRatio, backRatio)
+	}
+	if float64(backBytes) > 1.25*float64(lowBytes) {
+		t.Errorf("after the load fell the filter holds %d bytes, %d at the low load before", backBytes, lowBytes)
+	}
+}
+
+// TestAutoKeepsTarget measures the false-positive rate of auto-sized filters whose generations
+// took a steady load, a load that rose 20× at once, and a burst at the start of the interval
+// with no history: within 1.5× the target, as TestGrowthKeepsTarget.
+func TestAutoKeepsTarget(t *testing.T) {
+	expected, rates := 200.0, []float64{1e-3, 1e-4}
+	if testing.Short() || raceEnabled {
+		expected, rates = 100, rates[:1]
+	}
+	loads := map[string][]uint64{"steady": {20_000, 20_000}, "spike": {2_000, 40_000}, "burst": {60_000}}
+	for _, p := range rates {
+		for name, load := range loads {
+			t.Run(fmt.Sprintf("%s/%s", fprName(p), name), func(t *testing.T) {
+				t.Parallel()
+				clock := newFakeClock()
+				f := mustNew(t, Config{Generations: len(load), Interval: time.Minute, Auto: true, FalsePositiveRate: p, Clock: clock.Now})
+				rng := rand.New(rand.NewPCG(uint64(len(name)), math.Float64bits(p)))
+				for i, l := range load {
+					if i > 0 {
+						rotate(f, clock)
+					}
+					if name == "burst" {
+						for range l {
+							f.TestAndAddHash(rng.Uint64())
+						}
+						continue
+					}
+					addSteady(f, clock, rng, l)
+				}
+				fp, probes := 0, int(expected/p)
+				for range probes {
+					if f.TestHash(rng.Uint64()) {
+						fp++
+					}
+				}
+				if rate := float64(fp) / float64(probes); rate > 1.5*p {
+					t.Fatalf("false-positive rate %.3g, target %g (stats %+v)", rate, p, f.Stats().EstimatedFPR)
+				}
+			})
+		}
+	}
+}
+
+// TestAutoSnapshot restores an auto-sized filter whose generations have stages of different
+// sizes, from a snapshot and from its generations, and checks that the copy answers as the
+// original and sizes its next generation from the same history.
+func TestAutoSnapshot(t *testing.T) {
+	clock := newFakeClock()
+	cfg := Config{Generations: 3, Interval: time.Minute, Auto: true, FalsePositiveRate: 1e-4, Clock: clock.Now}
+	f := mustNew(t, cfg)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var keys []uint64
+	for i, l := range []uint64{3000, 30000, 8000} {
+		if i > 0 {
+			rotate(f, clock)
+		}
+		keys = append(keys, addSteady(f, clock, rng, l)...)
+	}
+	var buf bytes.Buffer
+	m, _, err := f.WriteSnapshot(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Restore(cfg, m, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !g.TestHash(k) {
+			t.Fatal("restored filter misses a key")
+		}
+	}
+	fc, fp := f.ObservedLoad()
+	gc, gp := g.ObservedLoad()
+	if fc != gc || fp != gp {
+		t.Fatalf("observed load %d/%d, restored %d/%d", fc, fp, gc, gp)
+	}
+	if f.Stats().TotalBytes != g.Stats().TotalBytes {
+		t.Fatalf("restored filter takes %d bytes, original %d", g.Stats().TotalBytes, f.Stats().TotalBytes)
+	}
+	fixed := cfg
+	fixed.Auto, fixed.Capacity = false, AutoCapacity
+	if _, err := Restore(fixed, m, bytes.NewReader(nil)); err == nil {
+		t.Fatal("a snapshot of an auto-sized filter restored into a fixed capacity")
+	}
+}
