@@ -67,7 +67,7 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 		w.finish(report)
 		return report, 0
 	}
-	fmt.Fprintf(stdout, "loadtest: window %d x %v, capacity %d per filter, scope %s\n",
+	fmt.Fprintf(stdout, "loadtest: window %d x %v, capacity %v per filter, scope %s\n",
 		lt.WindowCount, lt.WindowInterval, cfg.Dedup.WindowCapacity, cfg.Dedup.Scope)
 	return runWorkerLoadtest(ctx, lt, o, cl, w, stderr)
 }
@@ -506,7 +506,7 @@ func workerSettings(d app.DedupConfig) map[string]string {
 // false-positive estimate from metrics (-1: unknown); nil if the window cannot be sized.
 func filterInfo(d app.DedupConfig, units int, metrics map[string]float64) *loadtest.FilterInfo {
 	wc := window.Config{
-		Generations: d.WindowCount, Interval: d.WindowInterval, Capacity: d.WindowCapacity,
+		Generations: d.WindowCount, Interval: d.WindowInterval, Capacity: uint64(d.WindowCapacity), Auto: d.WindowCapacity == 0,
 		FalsePositiveRate: d.FalsePositiveRate, MaxBytes: uint64(d.MaxMemory),
 	}
 	sz, err := window.Size(wc)
