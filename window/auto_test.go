@@ -157,18 +157,32 @@ func TestAutoSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range keys {
-		if !g.TestHash(k) {
-			t.Fatal("restored filter misses a key")
+	gm, gens := exportAll(t, f)
+	h, err := restoreFromGens(cfg, gm, gens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*Filter{"snapshot": g, "generations": h} {
+		for _, k := range keys {
+			if !r.TestHash(k) {
+				t.Fatalf("filter restored from its %s misses a key", name)
+			}
+		}
+		fc, fp := f.ObservedLoad()
+		rc, rp := r.ObservedLoad()
+		if fc != rc || fp != rp {
+			t.Fatalf("observed load %d/%d, restored from its %s %d/%d", fc, fp, name, rc, rp)
+		}
+		if f.Stats().TotalBytes != r.Stats().TotalBytes {
+			t.Fatalf("filter restored from its %s takes %d bytes, original %d", name, r.Stats().TotalBytes, f.Stats().TotalBytes)
 		}
 	}
-	fc, fp := f.ObservedLoad()
-	gc, gp := g.ObservedLoad()
-	if fc != gc || fp != gp {
-		t.Fatalf("observed load %d/%d, restored %d/%d", fc, fp, gc, gp)
+	// The copies size their next generation as the original does.
+	for _, r := range []*Filter{f, g, h} {
+		rotate(r, clock)
 	}
-	if f.Stats().TotalBytes != g.Stats().TotalBytes {
-		t.Fatalf("restored filter takes %d bytes, original %d", g.Stats().TotalBytes, f.Stats().TotalBytes)
+	if a, b := f.nextStageLayout(f.grownGen(f.view.Load().epoch), 1), g.nextStageLayout(g.grownGen(g.view.Load().epoch), 1); a.groups != b.groups {
+		t.Fatalf("next stage 1: %d groups, restored %d", a.groups, b.groups)
 	}
 	fixed := cfg
 	fixed.Auto, fixed.Capacity = false, AutoCapacity
