@@ -190,3 +190,43 @@ func TestAutoSnapshot(t *testing.T) {
 		t.Fatal("a snapshot of an auto-sized filter restored into a fixed capacity")
 	}
 }
+
+// BenchmarkAuto compares an auto-sized filter with one whose capacity was set by hand to the
+// load (1.25 × it, as auto sizing holds), both at steady state: N=8 generations at 1e-6, each
+// having taken 150k keys (the per-partition load of the six-partition workload of
+// docs/performance.md). op=miss tests absent keys (RunParallel), op=add offers fresh keys to the
+// single writer's TestAndAddHash.
+func BenchmarkAuto(b *testing.B) {
+	const n, load, p = 8, 150_000, 1e-6
+	for _, mode := range []string{"fixed", "auto"} {
+		clock := newFakeClock()
+		cfg := Config{Generations: n, Interval: time.Minute, FalsePositiveRate: p, Clock: clock.Now, SingleWriter: true}
+		if mode == "auto" {
+			cfg.Auto = true
+		} else {
+			cfg.Capacity = load * 5 / 4
+		}
+		f := mustNew(b, cfg)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for range n + 1 {
+			rotate(f, clock)
+			addSteady(f, clock, rng, load)
+		}
+		rotate(f, clock)
+		b.Run("mode="+mode+"/op=miss", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := rand.New(rand.NewPCG(rand.Uint64(), 7))
+				for pb.Next() {
+					f.TestHash(r.Uint64())
+				}
+			})
+		})
+		b.Run("mode="+mode+"/op=add", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				f.TestAndAddHash(rng.Uint64())
+			}
+		})
+	}
+}

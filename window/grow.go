@@ -58,40 +58,67 @@ func stageHash(group, tag uint64, i int) uint64 {
 // returns its shard.
 func (f *Filter) stageProbe(sp *probe, st *stage, p *probe) uint64 {
 	x := stageHash(p.group, p.tag, st.index)
+	stageProbeFrom(sp, st, x)
+	return x >> f.shardShift
+}
+
+// stageProbeFrom fills sp with the position in st of the key whose stage hash is x, the bits in
+// its word of sector 0 only.
+func stageProbeFrom(sp *probe, st *stage, x uint64) {
 	g, _ := bits.Mul64(x, st.groups)
 	sp.group = g
 	sp.base = g * st.groupWords
 	sp.tag = x&tagMask | 1
 	sp.rest = false
 	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
-	return x >> f.shardShift
 }
 
 // grownHas reports whether the key is in a grown stage of a live generation. It costs one atomic
 // pointer load while no generation has grown. Otherwise it first loads one word of the key's
 // block in every stage, so that their cache misses overlap (as touch does for stage 0), then
 // tests the stages one by one.
+//
+// The stage hash depends only on the key and the stage's index, so it is computed once per index
+// (generations with stages of the same index share it).
 func (f *Filter) grownHas(p *probe) bool {
 	gs := f.grown.Load()
 	if gs == nil {
 		return false
 	}
+	var xs [maxCachedStages]uint64
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			g, _ := bits.Mul64(stageHash(p.group, p.tag, st.index), st.groups)
+			x := cachedStageHash(&xs, p, st.index)
+			g, _ := bits.Mul64(x, st.groups)
 			atomic.LoadUint64(&st.words[g*st.groupWords])
 		}
 	}
 	var sp probe
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			f.stageProbe(&sp, st, p)
+			stageProbeFrom(&sp, st, cachedStageHash(&xs, p, st.index))
 			if st.has(&sp, 0) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// maxCachedStages is how many stage indexes grownHas keeps the stage hash of.
+const maxCachedStages = 8
+
+// cachedStageHash returns stageHash for the probe's key and stage i, from xs when it was
+// computed before (0 marks an empty entry: a stage hash of 0 is recomputed, which is only
+// slower).
+func cachedStageHash(xs *[maxCachedStages]uint64, p *probe, i int) uint64 {
+	if i > maxCachedStages {
+		return stageHash(p.group, p.tag, i)
+	}
+	if xs[i-1] == 0 {
+		xs[i-1] = stageHash(p.group, p.tag, i)
+	}
+	return xs[i-1]
 }
 
 // bump counts one key offered to a shard counter and returns the new count: an atomic add in
