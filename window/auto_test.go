@@ -230,3 +230,32 @@ func BenchmarkAuto(b *testing.B) {
 		})
 	}
 }
+
+// TestAutoEventTimeLate adds late keys, stamped in an older generation that grew, to an
+// auto-sized event-time filter, in both write modes: they go to that generation's newest stage,
+// are counted in its observed load, and are seen afterwards.
+func TestAutoEventTimeLate(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		clock := newFakeClock()
+		clock.Set(EventTimeOrigin.Add(10 * time.Minute))
+		f := mustNew(t, Config{Generations: 3, Interval: time.Minute, Auto: true, FalsePositiveRate: 1e-3,
+			Clock: clock.Now, SingleWriter: single})
+		then := clock.Now()
+		addKeys(f, 41, 5_000)
+		f.AdvanceEventTo(then.Add(time.Minute))
+		_, before := f.ObservedLoad()
+		for i := range uint64(3_000) {
+			if _, late := f.TestAndAddAt(key(42, i), then); late {
+				t.Fatalf("single=%v: key stamped in a live generation reported late", single)
+			}
+		}
+		if _, after := f.ObservedLoad(); after < before+2_900 {
+			t.Errorf("single=%v: the older generation's load went from %d to %d after 3000 late keys", single, before, after)
+		}
+		for i := range uint64(3_000) {
+			if !f.Test(key(42, i)) || !f.Test(key(41, i)) {
+				t.Fatalf("single=%v: key %d not seen", single, i)
+			}
+		}
+	}
+}
