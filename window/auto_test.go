@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -257,5 +260,91 @@ func TestAutoEventTimeLate(t *testing.T) {
 				t.Fatalf("single=%v: key %d not seen", single, i)
 			}
 		}
+	}
+}
+
+// residentSetBytes returns the process's resident memory from /proc/self/statm, or 0 where there
+// is none.
+func residentSetBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss uint64
+	if _, err := fmt.Sscan(string(b), &size, &rss); err != nil {
+		return 0
+	}
+	return rss * uint64(os.Getpagesize())
+}
+
+// rampPhase feeds every filter load keys per generation for a window and one more generation, and
+// returns the filters' allocated bytes, the optimal bytes for the keys their live generations took,
+// and the process's resident memory after the Go heap was returned to the system.
+func rampPhase(fs []*Filter, clock *fakeClock, rng *rand.Rand, load uint64) (alloc, optimal, rss uint64) {
+	cfg := fs[0].Config()
+	for range cfg.Generations + 1 {
+		start := fs[0].CurrentGenerationStart().Add(cfg.Interval)
+		for step := range uint64(16) { // the partitions take their keys side by side
+			clock.Set(start.Add(time.Duration(step) * cfg.Interval / 16))
+			for _, f := range fs {
+				f.AdvanceTo(clock.Now())
+				for range load / 16 {
+					f.TestAndAddHash(rng.Uint64())
+				}
+			}
+		}
+	}
+	var keys uint64
+	for _, f := range fs {
+		st := f.Stats()
+		alloc += st.TotalBytes
+		for _, g := range st.Generations {
+			keys += g.Keys
+		}
+	}
+	debug.FreeOSMemory()
+	return alloc, uint64(optimalBytes(keys, cfg.FalsePositiveRate)), residentSetBytes()
+}
+
+// TestAutoRamp runs the load ramp of the auto-sizing issue through eight filters (partitions) of
+// the default target with a window of 4 × 3 s: a low load, 20× it, the low load again, each for a
+// window and one generation more. Auto sizing must hold ≤ 4× an optimal Bloom filter of the
+// window's keys at the low load and ≤ 3× at the high one, and be back at the low level (allocated
+// and resident) after the load fell. The fixed default of main (1M keys per generation) runs the
+// same ramp in the same process for comparison.
+func TestAutoRamp(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a ramp of 9M keys")
+	}
+	const partitions, low = 8, 10_000
+	for _, mode := range []string{"auto", "fixed-1M"} {
+		clock := newFakeClock()
+		cfg := Config{Generations: 4, Interval: 3 * time.Second, FalsePositiveRate: 1e-6, Clock: clock.Now, SingleWriter: true, Auto: mode == "auto"}
+		if !cfg.Auto {
+			cfg.Capacity = 1_000_000
+		}
+		fs := make([]*Filter, partitions)
+		for i := range fs {
+			fs[i] = mustNew(t, cfg)
+		}
+		rng := rand.New(rand.NewPCG(7, 8))
+		var ratio [3]float64
+		var alloc, rss [3]uint64
+		for i, load := range []uint64{low, 20 * low, low} {
+			a, opt, r := rampPhase(fs, clock, rng, load)
+			ratio[i], alloc[i], rss[i] = float64(a)/float64(opt), a, r
+		}
+		t.Logf("%s: allocated vs optimal low %.2f×, high %.2f×, low again %.2f×; allocated %d, %d, %d B; RSS %d, %d, %d MiB",
+			mode, ratio[0], ratio[1], ratio[2], alloc[0], alloc[1], alloc[2], rss[0]>>20, rss[1]>>20, rss[2]>>20)
+		if mode != "auto" {
+			continue
+		}
+		if ratio[0] > 4 || ratio[1] > 3 || ratio[2] > 4 || float64(alloc[2]) > 1.25*float64(alloc[0]) {
+			t.Errorf("auto: memory vs optimal %.2f×, %.2f×, %.2f× (want ≤ 4, 3, 4), allocated %v", ratio[0], ratio[1], ratio[2], alloc)
+		}
+		if rss[0] > 0 && rss[2] > rss[0]+16<<20 {
+			t.Errorf("auto: RSS %d MiB after the load fell, %d MiB at the low load before", rss[2]>>20, rss[0]>>20)
+		}
+		runtime.KeepAlive(fs)
 	}
 }
