@@ -65,29 +65,49 @@ func autoTarget(share float64, i int) float64 {
 }
 
 // nextStageLayout returns the layout of stage i ≥ 1 of generation gg, made now: for a fixed
-// Capacity its layout by index (stageLayout), else sized by autoCapacity.
+// Capacity its layout by index (stageLayout), else sized by autoStageCapacity from the load
+// observed and the memory the filter may still use under its cap.
 func (f *Filter) nextStageLayout(gg *grownGen, i int) stageLayout {
 	if !f.cfg.Auto {
 		return f.stageLayout(i)
 	}
+	target := autoTarget(f.sizing.ShareFPR, i)
 	held := f.generationKeys(gg.epoch)
-	return stageFor(f.autoCapacity(gg.epoch, held, i), autoTarget(f.sizing.ShareFPR, i), i, f.shardBits)
+	hist := 0.0
+	if i == 1 && gg.epoch > 0 {
+		hist = float64(f.generationKeys(gg.epoch - 1))
+	}
+	room := f.roomKeys(target)
+	c := autoStageCapacity(held, f.cfg.Capacity, hist, f.projectedLoad(gg.epoch, held), room)
+	return stageFor(c, target, i, f.shardBits)
 }
 
-// autoCapacity returns the capacity of stage i of generation epoch, made now that the generation
-// holds held keys (see the sizing rule above).
-func (f *Filter) autoCapacity(epoch, held uint64, i int) uint64 {
-	est := f.projectedLoad(epoch, held)
-	hi := autoMaxStep * float64(max(held, 1))
-	if i == 1 && epoch > 0 {
-		if hist := float64(f.generationKeys(epoch - 1)); hist > 0 {
-			est = min(est, hist)
-			hi = max(hi, AutoHeadroom*hist)
-		}
+// autoStageCapacity is the sizing rule of auto sizing: the capacity of a stage made for a
+// generation that holds held keys, given the keys the previous generation took (hist, 0 when
+// unknown or not for stage 1), the keys the generation's rate projects over its interval, and
+// room, the most keys the memory the filter may use still holds at the stage's rate. The stage
+// takes AutoHeadroom times the smaller observation less what the generation holds, at least held
+// and floor (stage 0's capacity); without history at most autoMaxStep times held; and never more
+// than room (a stage of at least one key: the memory cap then refuses it if it must).
+func autoStageCapacity(held, floor uint64, hist, projected, room float64) uint64 {
+	est, hi := projected, autoMaxStep*float64(max(held, 1))
+	if hist > 0 {
+		est, hi = min(est, hist), max(hi, AutoHeadroom*hist)
 	}
-	lo := float64(max(held, f.cfg.Capacity))
-	want := min(max(AutoHeadroom*est-float64(held), lo), max(hi, lo))
-	return uint64(min(want, math.MaxUint64/4))
+	lo := float64(max(held, floor))
+	want := min(max(AutoHeadroom*est-float64(held), lo), max(hi, lo), room)
+	return uint64(max(min(want, math.MaxUint64/4), 1))
+}
+
+// roomKeys returns the keys a stage at the false-positive rate target holds in the memory the
+// filter may still use under its cap.
+func (f *Filter) roomKeys(target float64) float64 {
+	used := f.sizing.TotalBytes + uint64(max(f.stageBytes.Load(), 0))
+	if used >= f.maxBytes {
+		return 0
+	}
+	bp := bestLayout(target)
+	return float64(f.maxBytes-used) / float64(bp.sectors*SectorBits/8) * bp.lambda
 }
 
 // projectedLoad returns the keys generation epoch takes over its interval at the rate at which it

@@ -348,3 +348,29 @@ func TestAutoRamp(t *testing.T) {
 		runtime.KeepAlive(fs)
 	}
 }
+
+// TestAutoStageCapacity checks the sizing rule on its own.
+func TestAutoStageCapacity(t *testing.T) {
+	inf := math.Inf(1)
+	cases := []struct {
+		name                  string
+		held, floor           uint64
+		hist, projected, room float64
+		want                  uint64
+	}{
+		{"steady", 1024, 1024, 100_000, 100_000, inf, 123_976},
+		{"falling: the projection", 1024, 1024, 100_000, 5_000, inf, 5_226},
+		{"rising: the history, growth takes the rest", 1024, 1024, 5_000, 100_000, inf, 5_226},
+		{"no history, a burst: 8x what it holds", 1024, 1024, 0, inf, inf, 8_192},
+		{"no history, steady", 1024, 1024, 0, 3_000, inf, 2_726},
+		{"at least what it holds", 1024, 1024, 0, 100, inf, 1_024},
+		{"later stage of a spike", 50_000, 1024, 0, 400_000, inf, 400_000},
+		{"the memory it may use", 1024, 1024, 100_000, 100_000, 500, 500},
+		{"no memory left", 1024, 1024, 100_000, 100_000, 0, 1},
+	}
+	for _, c := range cases {
+		if got := autoStageCapacity(c.held, c.floor, c.hist, c.projected, c.room); got != c.want {
+			t.Errorf("%s: capacity %d, want %d", c.name, got, c.want)
+		}
+	}
+}
