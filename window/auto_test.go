@@ -374,3 +374,38 @@ func TestAutoStageCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoOlderGenerationGrows fills an older generation of an auto-sized event-time filter with
+// many keys, as a rebuild from the output topic does (oldest records first, each into the
+// generation of its timestamp): the generation grows as the current one would, every key is seen
+// and the false-positive rate stays within 1.5× the target (as TestAutoKeepsTarget).
+func TestAutoOlderGenerationGrows(t *testing.T) {
+	const p, keys = 1e-3, 40_000
+	for _, single := range []bool{false, true} {
+		clock := newFakeClock()
+		clock.Set(EventTimeOrigin.Add(10 * time.Minute))
+		f := mustNew(t, Config{Generations: 3, Interval: time.Minute, Auto: true, FalsePositiveRate: p,
+			Clock: clock.Now, SingleWriter: single})
+		then := clock.Now()
+		f.AdvanceEventTo(then.Add(2 * time.Minute))
+		for i := range uint64(keys) {
+			if seen, late := f.TestAndAddAt(key(43, i), then); late || (seen && i < 10) {
+				t.Fatalf("single=%v: key %d stamped in the oldest generation: seen %v, late %v", single, i, seen, late)
+			}
+		}
+		for i := range uint64(keys) {
+			if !f.Test(key(43, i)) {
+				t.Fatalf("single=%v: key %d not seen", single, i)
+			}
+		}
+		fp, probes := 0, int(100/p)
+		for i := range uint64(probes) {
+			if f.Test(key(44, i)) {
+				fp++
+			}
+		}
+		if rate := float64(fp) / float64(probes); rate > 1.5*p {
+			t.Errorf("single=%v: false-positive rate %.3g after 40k keys into an older generation, target %g", single, rate, p)
+		}
+	}
+}

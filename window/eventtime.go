@@ -2,6 +2,7 @@ package window
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -144,32 +145,38 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // counts the write in the slot's oldWrites, which changes the generation's version: a snapshot
 // that reads the count after the bits were set copies them.
 //
-// An auto-sized generation holds most of its keys in its grown stages, so there the key goes to
-// the generation's newest stage, counted, if it has one; stage 0 takes it only if the generation
-// never grew (then it took fewer keys than stage 0's capacity while it was current).
+// An auto-sized generation's stage 0 is small, so there the key is inserted as into the current
+// generation, counted: into stage 0 while it has room, else into the generation's stages, which
+// grow as they would for the current one (a rebuild from the output topic fills older generations
+// this way). At the memory cap it goes to the last stage or stage 0 (OverloadDrop) or nowhere
+// (OverloadPass).
 func (f *Filter) writeOld(v *view, i int, p *probe) {
 	s := v.active[i]
 	f.touched.mark(s, p.group)
-	if !f.cfg.Auto || !f.putOldStage(v.epochs[i], p) {
+	if !f.cfg.Auto {
 		f.put(p, s, f.single)
+	} else {
+		f.insertOld(s, v.epochs[i], p)
 	}
 	f.oldWrites[s].n.Add(1)
 }
 
-// putOldStage adds the key to the newest grown stage of generation epoch, counting it in the
-// stage's shard, and reports whether the generation has one.
-func (f *Filter) putOldStage(epoch uint64, p *probe) bool {
-	gg := f.grownGenIfAny(epoch)
-	if gg == nil {
-		return false
+// insertOld adds the key to generation epoch, an older live generation held by slot s, of an
+// auto-sized filter (see writeOld).
+func (f *Filter) insertOld(s int, epoch uint64, p *probe) {
+	c := &f.fill[s<<f.shardBits+int(p.shard)]
+	if atomic.LoadUint32(&c.full) == 0 && (f.bump(c) <= f.limit0 || f.stage0Room(s)) {
+		f.put(p, s, f.single)
+		return
 	}
-	sts := *gg.stages.Load()
-	if len(sts) == 0 {
-		return false
+	last, ok := f.addToStages(f.grownGen(epoch), p)
+	switch {
+	case ok:
+	case f.cfg.Overload == OverloadPass:
+		f.forgotten.Add(1)
+	case last != nil:
+		f.putStage(last, p)
+	default:
+		f.put(p, s, f.single)
 	}
-	var sp probe
-	st := sts[len(sts)-1]
-	f.bump(&st.count[f.stageProbe(&sp, st, p)])
-	st.put(&sp, 0, f.single)
-	return true
 }

@@ -184,14 +184,30 @@ func (f *Filter) markFull(slot int, full uint32) {
 // the key to the last stage (OverloadDrop) or nowhere (OverloadPass). If a rotation happened
 // meanwhile, the key is added to the new current generation too, as set does.
 func (f *Filter) addGrown(v *view, p *probe) {
-	gg := f.grownGen(v.epoch)
+	last, ok := f.addToStages(f.grownGen(v.epoch), p)
+	switch {
+	case ok:
+		f.recheckRotation(v, p)
+	case last == nil && f.cfg.Overload == OverloadDrop:
+		f.set(v, p) // no stage could be allocated: stage 0 takes the key
+	case last != nil && f.cfg.Overload == OverloadDrop:
+		f.putStage(last, p)
+		f.recheckRotation(v, p)
+	default:
+		f.forgotten.Add(1) // OverloadPass: the key is nowhere, so its duplicates pass
+	}
+}
+
+// addToStages adds the key to the first stage of gg whose shard has room, growing gg if every
+// stage is full, and reports whether it did; at the memory cap it returns false and gg's last
+// stage (nil if it has none).
+func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
 	var sp probe
-	var last *stage
 	for i := 1; ; i++ {
 		sts := *gg.stages.Load()
 		if i > len(sts) {
 			if !f.grow(gg, i) {
-				break
+				return last, false
 			}
 			sts = *gg.stages.Load()
 		}
@@ -202,20 +218,15 @@ func (f *Filter) addGrown(v *view, p *probe) {
 			continue
 		}
 		st.put(&sp, 0, f.single)
-		f.recheckRotation(v, p)
-		return
+		return st, true
 	}
-	if last == nil && f.cfg.Overload == OverloadDrop {
-		f.set(v, p) // no stage could be allocated: stage 0 takes the key
-		return
-	}
-	if last != nil && f.cfg.Overload == OverloadDrop {
-		f.stageProbe(&sp, last, p)
-		last.put(&sp, 0, f.single)
-		f.recheckRotation(v, p)
-		return
-	}
-	f.forgotten.Add(1) // OverloadPass: the key is nowhere, so its duplicates pass
+}
+
+// putStage sets the key's bits in stage st, uncounted.
+func (f *Filter) putStage(st *stage, p *probe) {
+	var sp probe
+	f.stageProbe(&sp, st, p)
+	st.put(&sp, 0, f.single)
 }
 
 // recheckRotation adds a key that was put in a grown stage of v's current generation to the new
