@@ -96,11 +96,36 @@ func (f *Filter) grownHas(p *probe) bool {
 	var sp probe
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			stageProbeFrom(&sp, st, cachedStageHash(&xs, p, st.index))
+			x := cachedStageHash(&xs, p, st.index)
+			if st.firstMissing(x) {
+				continue
+			}
+			stageProbeFrom(&sp, st, x)
 			if st.has(&sp, 0) {
 				return true
 			}
 		}
+	}
+	return false
+}
+
+// firstMissing reports whether one of the first bits of the key whose stage hash is x is missing
+// from its word of sector 0 in st: the test of a key that was never added, which usually stops at
+// the first or second bit, without building the key's mask (stageProbeFrom and has do the rest
+// when every first bit is set).
+func (sg *stage) firstMissing(x uint64) bool {
+	g, _ := bits.Mul64(x, sg.groups)
+	tag := x&tagMask | 1
+	z := patternOutput(tag, 0)
+	w := atomic.LoadUint64(&sg.words[g*sg.groupWords+z&(sectorWords-1)])
+	for i := range sg.first {
+		if i&3 == 0 && i > 0 {
+			z = patternOutput(tag, i>>2)
+		}
+		if w&dataBit(z) == 0 {
+			return true
+		}
+		z >>= 16
 	}
 	return false
 }
