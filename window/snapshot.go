@@ -78,10 +78,13 @@ type StageMeta struct {
 	// Epoch is the number of the generation the stage belongs to.
 	Epoch uint64
 	// Index is the stage's number in its generation, from 1: stage i holds up to
-	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i.
+	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i; with Config.Auto, the
+	// keys its Groups hold at the rate of its index (autoTarget), so that generations of
+	// different sizes need nothing more in a snapshot.
 	Index int
 	// Groups, K, FirstBits and Sectors are the stage's layout, which Restore checks against the
-	// Config.
+	// Config (with Config.Auto, K, FirstBits and Sectors only: Groups may be anything the memory
+	// cap allows).
 	Groups    uint64
 	K         int
 	FirstBits int
