@@ -46,18 +46,30 @@ func seenKeys(f *window.Filter, prefix string, n int) int {
 // more); the others are referenced again. A restored filter's sealed generations are not written
 // again by its first save.
 func TestPersisterWritesWhatChanged(t *testing.T) {
+	for _, auto := range []bool{false, true} {
+		t.Run(fmt.Sprintf("auto=%v", auto), func(t *testing.T) { testPersisterWritesWhatChanged(t, auto) })
+	}
+}
+
+// testPersisterWritesWhatChanged is TestPersisterWritesWhatChanged with a fixed capacity, or
+// auto sizing with three times the keys, so that the generations have stages of different sizes.
+func testPersisterWritesWhatChanged(t *testing.T, auto bool) {
 	ctx := context.Background()
 	p, store := dirPersister(t)
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	cfg := window.Config{Generations: 4, Interval: time.Minute, Capacity: 5_000, FalsePositiveRate: 1e-4, Clock: clock, SingleWriter: true}
+	scale := 1
+	if auto {
+		cfg.Capacity, cfg.Auto, scale = 0, true, 3
+	}
 	f, err := window.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	step := func(name string, keys, wantCreated, wantReused int) {
 		t.Helper()
-		addKeys(f, name, keys)
+		addKeys(f, name, keys*scale)
 		if st := persistSave(t, p, "orders.p0", f); st.Created != wantCreated || st.Reused != wantReused {
 			t.Fatalf("%s: wrote %d generations and reused %d, want %d and %d", name, st.Created, st.Reused, wantCreated, wantReused)
 		}
@@ -77,7 +89,7 @@ func TestPersisterWritesWhatChanged(t *testing.T) {
 		t.Fatalf("Restore: %v, %v", res.Outcome, err)
 	}
 	for _, prefix := range []string{"a", "c", "d", "e"} {
-		if n := map[string]int{"a": 1000, "c": 1000, "d": 10, "e": 10}[prefix]; seenKeys(r, prefix, n) != n {
+		if n := map[string]int{"a": 1000, "c": 1000, "d": 10, "e": 10}[prefix] * scale; seenKeys(r, prefix, n) != n {
 			t.Fatalf("restored filter lost keys %q", prefix)
 		}
 	}
@@ -92,10 +104,21 @@ func TestPersisterWritesWhatChanged(t *testing.T) {
 // TestPersisterEventTimeRewritesOlderGeneration: under event time a key can go to an older
 // generation; the next save writes that generation again, so its key survives a restore.
 func TestPersisterEventTimeRewritesOlderGeneration(t *testing.T) {
+	for _, auto := range []bool{false, true} {
+		t.Run(fmt.Sprintf("auto=%v", auto), func(t *testing.T) { testPersisterEventTimeRewritesOlderGeneration(t, auto) })
+	}
+}
+
+// testPersisterEventTimeRewritesOlderGeneration is TestPersisterEventTimeRewritesOlderGeneration
+// with a fixed capacity or auto sizing.
+func testPersisterEventTimeRewritesOlderGeneration(t *testing.T, auto bool) {
 	ctx := context.Background()
 	p, _ := dirPersister(t)
 	cfg := window.Config{Generations: 4, Interval: time.Minute, Capacity: 5_000, FalsePositiveRate: 1e-4,
-		Clock: func() time.Time { return window.EventTimeOrigin }, SingleWriter: true}
+		Clock: func() time.Time { return window.EventTimeOrigin }, SingleWriter: true, Auto: auto}
+	if auto {
+		cfg.Capacity = 0
+	}
 	f, err := window.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -61,20 +61,40 @@ func TestOldLayoutSnapshotRefused(t *testing.T) {
 // the checkpoint store (the path of restarts, re-warm and the partition handover) and restores
 // it: every key is still seen, and the stages came back.
 func TestGrownFilterSurvivesSnapshot(t *testing.T) {
+	for _, auto := range []bool{false, true} {
+		t.Run(fmt.Sprintf("auto=%v", auto), func(t *testing.T) { testGrownFilterSurvivesSnapshot(t, auto) })
+	}
+}
+
+// testGrownFilterSurvivesSnapshot is TestGrownFilterSurvivesSnapshot with a fixed capacity or
+// auto sizing, whose generations differ in size: the first took 6000 keys, the second is sized
+// from it and took 60000 more, so it grew beyond its stage 1.
+func testGrownFilterSurvivesSnapshot(t *testing.T, auto bool) {
 	ctx := context.Background()
 	p, _ := dirPersister(t)
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	cfg := window.Config{Generations: 2, Interval: time.Minute, Capacity: 1_000, FalsePositiveRate: 1e-3,
 		Clock: func() time.Time { return now }}
+	if auto {
+		cfg.Capacity, cfg.Auto = 0, true
+	}
 	f, err := window.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 6_000 // 6x capacity: three stages
+	n := 6_000 // 6x capacity: three stages
 	for i := range n {
 		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
 	}
-	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: n}}
+	if auto {
+		now = now.Add(time.Minute)
+		f.AdvanceTo(now)
+		for i := range 10 * n {
+			f.TestAndAdd([]byte("key-" + strconv.Itoa(n+i)))
+		}
+		n += 10 * n
+	}
+	info := SnapshotInfo{Scope: ScopePartition, Topic: "orders", Partition: 0, InputOffsets: map[int32]int64{0: int64(n)}}
 	if _, _, err := p.Save(ctx, "orders.p0", f, info, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +102,7 @@ func TestGrownFilterSurvivesSnapshot(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatalf("Restore: %v (outcome %q)", err, res.Outcome)
 	}
-	if a, b := f.Stats(), r.Stats(); a.Stages < 3 || a.Stages != b.Stages || a.TotalBytes != b.TotalBytes {
+	if a, b := f.Stats(), r.Stats(); a.Stages < map[bool]int{false: 3, true: 1}[auto] || a.Stages != b.Stages || a.TotalBytes != b.TotalBytes {
 		t.Fatalf("stages %d, restored %d; bytes %d, restored %d", a.Stages, b.Stages, a.TotalBytes, b.TotalBytes)
 	}
 	for i := range n {

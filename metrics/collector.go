@@ -20,6 +20,7 @@ type dynamicCollector struct {
 	estimated    *prometheus.Desc
 	fill         *prometheus.Desc
 	keys         *prometheus.Desc
+	load         *prometheus.Desc // kdedup_filter_generation_keys: the observed load per generation
 	capacity     *prometheus.Desc
 	resident     *prometheus.Desc
 	window       *prometheus.Desc
@@ -55,6 +56,8 @@ func newDynamicCollector(m *Metrics, targetFPR float64, latePolicy string) *dyna
 			"Fraction of a generation's bits that are set (generation 0 is the newest).", gen, nil),
 		keys: prometheus.NewDesc(name("filter_estimated_keys"),
 			"Estimated distinct keys inserted into a generation (generation 0 is the newest).", gen, nil),
+		load: prometheus.NewDesc(name("filter_generation_keys"),
+			"Distinct identities a generation took, counted as they arrived (generation 0 is the newest, still filling; 1 is the one before): the observed load that DEDUP_WINDOW_CAPACITY=auto sizes each new generation from.", gen, nil),
 		capacity: prometheus.NewDesc(name("filter_capacity_bytes"),
 			"Memory occupied by the filter's bit arrays, the stages grown past DEDUP_WINDOW_CAPACITY included.", filter, nil),
 		resident: prometheus.NewDesc(name("filter_resident_bytes"),
@@ -90,7 +93,7 @@ func newDynamicCollector(m *Metrics, targetFPR float64, latePolicy string) *dyna
 
 // Describe implements prometheus.Collector.
 func (d *dynamicCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.capacity, d.resident, d.window, d.rotations,
+	for _, desc := range []*prometheus.Desc{d.lag, d.held, d.target, d.estimated, d.fill, d.keys, d.load, d.capacity, d.resident, d.window, d.rotations,
 		d.stages, d.growths, d.refreshes, d.atCap, d.streamTime, d.streamLag, d.late, d.forgotten,
 		d.progress.lagSeconds, d.progress.lead, d.progress.lastProgress} {
 		ch <- desc
@@ -140,6 +143,7 @@ func (d *dynamicCollector) Collect(ch chan<- prometheus.Metric) {
 			lb := d.generation(i)
 			ch <- prometheus.MustNewConstMetric(d.fill, prometheus.GaugeValue, g.Fill, s.Filter, lb)
 			ch <- prometheus.MustNewConstMetric(d.keys, prometheus.GaugeValue, g.EstimatedKeys, s.Filter, lb)
+			ch <- prometheus.MustNewConstMetric(d.load, prometheus.GaugeValue, float64(g.Keys), s.Filter, lb)
 		}
 	}
 }

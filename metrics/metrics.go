@@ -173,6 +173,9 @@ type GenerationStat struct {
 	Fill float64
 	// EstimatedKeys is the estimated number of distinct keys inserted.
 	EstimatedKeys float64
+	// Keys is the number of distinct keys the generation took, counted as they arrived
+	// (window.GenerationStats.Keys): the observed load auto sizing follows.
+	Keys uint64
 }
 
 // FilterStat is a point-in-time description of one sliding-window filter,

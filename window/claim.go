@@ -116,7 +116,7 @@ func (f *Filter) helpOld(v *view, p *probe, field uint64) {
 	r := field>>tagBits - 1
 	for i := len(v.epochs) - 1; i > 0; i-- {
 		if v.epochs[i]%uint64(f.cfg.Generations) == r {
-			f.writeOld(v.active[i], p)
+			f.writeOld(v, i, p)
 			return
 		}
 	}
@@ -136,7 +136,7 @@ func (f *Filter) claimWrite(c *atomic.Uint64, cw uint64, v *view, p *probe, i in
 	if i == 0 {
 		f.insert(v, p)
 	} else {
-		f.writeOld(v.active[i], p)
+		f.writeOld(v, i, p)
 	}
 	c.CompareAndSwap(claim, cw+f.seqOne())
 	return true

@@ -36,6 +36,18 @@
 // as before and load one pointer, nil until a generation grows; only grown generations cost more.
 // Rotation drops an expired generation's stages, and snapshots carry them.
 //
+// # Auto sizing
+//
+// With Config.Auto, Capacity is only the size of stage 0 (AutoCapacity by default, a few KiB),
+// which takes 1/16 of p_g. The stage a generation adds when stage 0 fills, stage 1, is sized from
+// the load observed: AutoHeadroom times the smaller of the keys the previous generation took and
+// the current generation's rate projected over its interval (with no history, at most 8 times
+// the keys it holds), at (1-GrowthShare-1/16)·p_g; further stages follow the projection at
+// GrowthShare·p_g·2^-(i-1), so a generation's rate stays under p_g at any load. Generations thus
+// differ in size and follow the load, and the stages of an expired generation are returned to
+// the system at once (see auto.go and grow.go's newStage). A lookup then tests each live
+// generation's stage 1 as well: one more cache line per generation.
+//
 // # Layout
 //
 // A key's hash selects a group, and a pattern of K bits in a block of S sectors, a sector being

@@ -2,6 +2,7 @@ package window
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -118,7 +119,7 @@ func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 	case i == 0:
 		f.insert(v, &p)
 	default:
-		f.writeOld(v.active[i], &p)
+		f.writeOld(v, i, &p)
 	}
 	return false, false
 }
@@ -143,8 +144,39 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it. It then
 // counts the write in the slot's oldWrites, which changes the generation's version: a snapshot
 // that reads the count after the bits were set copies them.
-func (f *Filter) writeOld(s int, p *probe) {
+//
+// An auto-sized generation's stage 0 is small, so there the key is inserted as into the current
+// generation, counted: into stage 0 while it has room, else into the generation's stages, which
+// grow as they would for the current one (a rebuild from the output topic fills older generations
+// this way). At the memory cap it goes to the last stage or stage 0 (OverloadDrop) or nowhere
+// (OverloadPass).
+func (f *Filter) writeOld(v *view, i int, p *probe) {
+	s := v.active[i]
 	f.touched.mark(s, p.group)
-	f.put(p, s, f.single)
+	if !f.cfg.Auto {
+		f.put(p, s, f.single)
+	} else {
+		f.insertOld(s, v.epochs[i], p)
+	}
 	f.oldWrites[s].n.Add(1)
+}
+
+// insertOld adds the key to generation epoch, an older live generation held by slot s, of an
+// auto-sized filter (see writeOld).
+func (f *Filter) insertOld(s int, epoch uint64, p *probe) {
+	c := &f.fill[s<<f.shardBits+int(p.shard)]
+	if atomic.LoadUint32(&c.full) == 0 && (f.bump(c) <= f.limit0 || f.stage0Room(s)) {
+		f.put(p, s, f.single)
+		return
+	}
+	last, ok := f.addToStages(f.grownGen(epoch), p)
+	switch {
+	case ok:
+	case f.cfg.Overload == OverloadPass:
+		f.forgotten.Add(1)
+	case last != nil:
+		f.putStage(last, p)
+	default:
+		f.put(p, s, f.single)
+	}
 }

@@ -99,6 +99,7 @@ type view struct {
 // errors Size returns for a bad Config. The filter does not rotate until Start or AdvanceTo is
 // called.
 func New(cfg Config) (*Filter, error) {
+	cfg = cfg.withAuto()
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}

@@ -332,6 +332,7 @@ func (f *Filter) scatterSlot(s int, from, to, tag uint64, src []uint64) {
 // restore builds a Filter for cfg from a snapshot's Meta, reading its data with load, and ages it
 // to cfg.Clock().
 func restore(cfg Config, m Meta, load func(f *Filter) error) (*Filter, error) {
+	cfg = cfg.withAuto()
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}

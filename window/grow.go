@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -18,6 +19,7 @@ type stage struct {
 	target   float64
 	bytes    uint64
 	count    []fillCounter // per shard: keys the stage was offered
+	mapped   bool          // words is a mapping of its own (newStage)
 }
 
 // fillCounter counts keys offered to one shard of a stage, alone on its cache line. full is set
@@ -56,40 +58,92 @@ func stageHash(group, tag uint64, i int) uint64 {
 // returns its shard.
 func (f *Filter) stageProbe(sp *probe, st *stage, p *probe) uint64 {
 	x := stageHash(p.group, p.tag, st.index)
+	stageProbeFrom(sp, st, x)
+	return x >> f.shardShift
+}
+
+// stageProbeFrom fills sp with the position in st of the key whose stage hash is x, the bits in
+// its word of sector 0 only.
+func stageProbeFrom(sp *probe, st *stage, x uint64) {
 	g, _ := bits.Mul64(x, st.groups)
 	sp.group = g
 	sp.base = g * st.groupWords
 	sp.tag = x&tagMask | 1
 	sp.rest = false
 	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
-	return x >> f.shardShift
 }
 
 // grownHas reports whether the key is in a grown stage of a live generation. It costs one atomic
 // pointer load while no generation has grown. Otherwise it first loads one word of the key's
 // block in every stage, so that their cache misses overlap (as touch does for stage 0), then
 // tests the stages one by one.
+//
+// The stage hash depends only on the key and the stage's index, so it is computed once per index
+// (generations with stages of the same index share it).
 func (f *Filter) grownHas(p *probe) bool {
 	gs := f.grown.Load()
 	if gs == nil {
 		return false
 	}
+	var xs [maxCachedStages]uint64
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			g, _ := bits.Mul64(stageHash(p.group, p.tag, st.index), st.groups)
+			x := cachedStageHash(&xs, p, st.index)
+			g, _ := bits.Mul64(x, st.groups)
 			atomic.LoadUint64(&st.words[g*st.groupWords])
 		}
 	}
 	var sp probe
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			f.stageProbe(&sp, st, p)
+			x := cachedStageHash(&xs, p, st.index)
+			if st.firstMissing(x) {
+				continue
+			}
+			stageProbeFrom(&sp, st, x)
 			if st.has(&sp, 0) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// firstMissing reports whether one of the first bits of the key whose stage hash is x is missing
+// from its word of sector 0 in st: the test of a key that was never added, which usually stops at
+// the first or second bit, without building the key's mask (stageProbeFrom and has do the rest
+// when every first bit is set).
+func (sg *stage) firstMissing(x uint64) bool {
+	g, _ := bits.Mul64(x, sg.groups)
+	tag := x&tagMask | 1
+	z := patternOutput(tag, 0)
+	w := atomic.LoadUint64(&sg.words[g*sg.groupWords+z&(sectorWords-1)])
+	for i := range sg.first {
+		if i&3 == 0 && i > 0 {
+			z = patternOutput(tag, i>>2)
+		}
+		if w&dataBit(z) == 0 {
+			return true
+		}
+		z >>= 16
+	}
+	return false
+}
+
+// maxCachedStages is how many stage indexes grownHas keeps the stage hash of.
+const maxCachedStages = 8
+
+// cachedStageHash returns stageHash for the probe's key and stage i, from xs when it was
+// computed before (0 marks an empty entry: a stage hash of 0 is recomputed, which is only
+// slower).
+func cachedStageHash(xs *[maxCachedStages]uint64, p *probe, i int) uint64 {
+	if i > maxCachedStages {
+		return stageHash(p.group, p.tag, i)
+	}
+	if xs[i-1] == 0 {
+		xs[i-1] = stageHash(p.group, p.tag, i)
+	}
+	return xs[i-1]
 }
 
 // bump counts one key offered to a shard counter and returns the new count: an atomic add in
@@ -155,14 +209,30 @@ func (f *Filter) markFull(slot int, full uint32) {
 // the key to the last stage (OverloadDrop) or nowhere (OverloadPass). If a rotation happened
 // meanwhile, the key is added to the new current generation too, as set does.
 func (f *Filter) addGrown(v *view, p *probe) {
-	gg := f.grownGen(v.epoch)
+	last, ok := f.addToStages(f.grownGen(v.epoch), p)
+	switch {
+	case ok:
+		f.recheckRotation(v, p)
+	case last == nil && f.cfg.Overload == OverloadDrop:
+		f.set(v, p) // no stage could be allocated: stage 0 takes the key
+	case last != nil && f.cfg.Overload == OverloadDrop:
+		f.putStage(last, p)
+		f.recheckRotation(v, p)
+	default:
+		f.forgotten.Add(1) // OverloadPass: the key is nowhere, so its duplicates pass
+	}
+}
+
+// addToStages adds the key to the first stage of gg whose shard has room, growing gg if every
+// stage is full, and reports whether it did; at the memory cap it returns false and gg's last
+// stage (nil if it has none).
+func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
 	var sp probe
-	var last *stage
 	for i := 1; ; i++ {
 		sts := *gg.stages.Load()
 		if i > len(sts) {
 			if !f.grow(gg, i) {
-				break
+				return last, false
 			}
 			sts = *gg.stages.Load()
 		}
@@ -173,20 +243,15 @@ func (f *Filter) addGrown(v *view, p *probe) {
 			continue
 		}
 		st.put(&sp, 0, f.single)
-		f.recheckRotation(v, p)
-		return
+		return st, true
 	}
-	if last == nil && f.cfg.Overload == OverloadDrop {
-		f.set(v, p) // no stage could be allocated: stage 0 takes the key
-		return
-	}
-	if last != nil && f.cfg.Overload == OverloadDrop {
-		f.stageProbe(&sp, last, p)
-		last.put(&sp, 0, f.single)
-		f.recheckRotation(v, p)
-		return
-	}
-	f.forgotten.Add(1) // OverloadPass: the key is nowhere, so its duplicates pass
+}
+
+// putStage sets the key's bits in stage st, uncounted.
+func (f *Filter) putStage(st *stage, p *probe) {
+	var sp probe
+	f.stageProbe(&sp, st, p)
+	st.put(&sp, 0, f.single)
 }
 
 // recheckRotation adds a key that was put in a grown stage of v's current generation to the new
@@ -248,7 +313,7 @@ func (f *Filter) grow(gg *grownGen, i int) bool {
 		if len(*cur) >= i {
 			return true
 		}
-		lay := f.stageLayout(i)
+		lay := f.nextStageLayout(gg, i)
 		if ok, byBudget := f.reserve(lay.bytes); !ok {
 			if !gg.capped.Swap(true) && byBudget {
 				f.budget.refused()
@@ -285,13 +350,37 @@ func (f *Filter) reserve(n uint64) (ok, byBudget bool) {
 	return true, false
 }
 
-// newStage allocates an empty stage.
+// newStage allocates an empty stage, its pages populated. Its words are a mapping of their own
+// where the system allows (mapWords), unmapped when the stage is garbage collected and emptied
+// (release) as soon as its generation expires; else they are in the Go heap.
 func newStage(l stageLayout, shardBits uint) *stage {
-	return &stage{
-		blocks: newBlocks(l.groups, 1, l.layout, true),
+	n := blockWords(l.groups, 1, l.layout)
+	words, unmap := mapWords(n)
+	if words == nil {
+		words = alignedWords(n, true)
+	} else {
+		populateWords(words)
+	}
+	st := &stage{
+		blocks: blocksIn(words, l.groups, 1, l.layout, true),
 		index:  l.index, capacity: l.capacity, target: l.target, bytes: l.bytes,
-		limit: max(l.capacity>>shardBits, 1),
-		count: make([]fillCounter, 1<<shardBits),
+		limit:  max(l.capacity>>shardBits, 1),
+		count:  make([]fillCounter, 1<<shardBits),
+		mapped: unmap != nil,
+	}
+	if unmap != nil {
+		runtime.AddCleanup(st, func(unmap func()) { unmap() }, unmap)
+	}
+	return st
+}
+
+// release returns the memory of a mapped stage of an expired generation to the system at once
+// (dropPages), rather than when the garbage collector finds the stage unreachable. A reader or
+// writer with a view from before the expiry may still touch the words: it reads zeros (the
+// generation's keys are past their guarantee) or maps a page again, until the stage is collected.
+func (sg *stage) release() {
+	if sg.mapped {
+		dropPages(sg.words)
 	}
 }
 
@@ -305,6 +394,7 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 			return
 		}
 		var kept []*grownGen
+		var dropped []*stage
 		var freed int64
 		for _, gg := range old.gens {
 			if gg.epoch+n > epoch {
@@ -313,6 +403,7 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 			}
 			for _, st := range *gg.stages.Load() {
 				freed += int64(st.bytes)
+				dropped = append(dropped, st)
 			}
 		}
 		if len(kept) == len(old.gens) {
@@ -325,6 +416,9 @@ func (f *Filter) dropGrownLocked(epoch uint64) {
 		if f.grown.CompareAndSwap(old, next) {
 			f.stageBytes.Add(-freed)
 			f.budget.release(uint64(freed))
+			for _, st := range dropped {
+				st.release()
+			}
 			return
 		}
 	}

@@ -98,10 +98,21 @@ func TestGrowAtCapacity(t *testing.T) {
 // a false positive, which a sequential filter fed the same keys predicts to within a few), and
 // every key must be seen afterwards.
 func TestGrowthOneWinner(t *testing.T) {
+	for _, auto := range []bool{false, true} {
+		t.Run(fmt.Sprintf("auto=%v", auto), func(t *testing.T) { testGrowthOneWinner(t, auto) })
+	}
+}
+
+// testGrowthOneWinner is TestGrowthOneWinner with a fixed capacity or auto sizing (whose stages
+// grow from AutoCapacity, sized by the projection alone: no history).
+func testGrowthOneWinner(t *testing.T, auto bool) {
 	workers := max(4, 2*runtime.GOMAXPROCS(0))
 	const capacity = 2_000
 	keys := 20 * capacity
-	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3}
+	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3, Auto: auto}
+	if auto {
+		cfg.Capacity, keys = 0, 200*AutoCapacity
+	}
 	f := mustNew(t, cfg)
 	// Neighbouring offsets: goroutines meet on the same key, and on the stage-0 to stage-1
 	// transition, at the same moment.
@@ -127,7 +138,7 @@ func TestGrowthOneWinner(t *testing.T) {
 	if many > 0 || missed > 0 {
 		t.Errorf("%d keys had more than one winner, %d were not seen afterwards", many, missed)
 	}
-	if st.Stages < 3 {
+	if want := map[bool]int{false: 3, true: 2}[auto]; st.Stages < want {
 		t.Errorf("%d stages, want the race to cross several growths", st.Stages)
 	}
 	if zero > 2*refFP+10 {

@@ -57,3 +57,12 @@ func mapWords(n uint64) (words []uint64, unmap func()) {
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n), func() { _ = syscall.Munmap(mem) }
 }
+
+// dropPages returns the whole pages of words to the system (MADV_DONTNEED): they read as zeros
+// afterwards, and a later write maps a fresh page. Errors are ignored: the memory then stays
+// resident until the words are unmapped.
+func dropPages(words []uint64) {
+	if pages, _, _ := interior(words); pages != nil {
+		_ = syscall.Madvise(pages, syscall.MADV_DONTNEED)
+	}
+}

@@ -84,7 +84,7 @@ func (f *Filter) TestAndRefreshHashAt(h uint64, t time.Time) (seen, late, refres
 	case i == 0:
 		f.insert(v, &p)
 	default:
-		f.writeOld(v.active[i], &p)
+		f.writeOld(v, i, &p)
 	}
 	f.countRefresh(seen)
 	return seen, false, seen

@@ -52,8 +52,15 @@ type Config struct {
 
 	// Capacity is the expected number of distinct keys added per Interval: the size of each
 	// generation's first stage, not a hard limit. A generation that takes more keys grows (see
-	// the package documentation). It must be positive.
+	// the package documentation). It must be positive, except with Auto.
 	Capacity uint64
+
+	// Auto sizes each generation from the load observed (see auto.go): Capacity is then only the
+	// size of stage 0, the least any generation holds (AutoCapacity when zero), and each
+	// generation's further stages are sized from the keys the generation before it took and the
+	// rate at which the generation itself takes them, with AutoHeadroom. Default: false (every
+	// generation sized for Capacity).
+	Auto bool
 
 	// FalsePositiveRate is the target probability that a key never added is reported as seen,
 	// over the whole window (all N generations full at Capacity). It must be in (0, 1).
@@ -207,12 +214,13 @@ var (
 // number of sectors S is the smallest in 1..MaxSectors whose successor would save less than 5%
 // memory: every sector is another cache line that an insert writes and a hit reads.
 func Size(cfg Config) (Sizing, error) {
+	cfg = cfg.withAuto()
 	if err := validate(cfg); err != nil {
 		return Sizing{}, err
 	}
 	n, p := cfg.Generations, cfg.FalsePositiveRate
 	pg := -math.Expm1(math.Log1p(-p) / float64(n)) // 1-(1-p)^(1/N), accurate for tiny p
-	target := (1 - GrowthShare) * pg               // stage 0's rate at Capacity: the rest is the stages'
+	target := stage0Share(cfg) * pg                // stage 0's rate at Capacity: the rest is the stages'
 	bp := bestLayout(target)
 	groups := max(uint64(math.Ceil(float64(cfg.Capacity)/bp.lambda)), 1)
 	s := Sizing{
@@ -438,17 +446,29 @@ func (f *Filter) stageLayout(i int) stageLayout {
 }
 
 func growthStage(capacity uint64, share float64, i int, shardBits uint) stageLayout {
-	target := GrowthShare * share * math.Ldexp(1, -i)
-	bp := bestLayout(target)
 	c := capacity << (i - 1)
 	if i-1 >= 64 || c>>(i-1) != capacity {
 		c = math.MaxUint64 / 2
 	}
-	groups := max(uint64(math.Ceil(float64(c)/bp.lambda)), 1)
+	return stageFor(c, GrowthShare*share*math.Ldexp(1, -i), i, shardBits)
+}
+
+// stageFor returns the layout of stage i that holds capacity keys at the false-positive rate
+// target, with 2^shardBits fill counters.
+func stageFor(capacity uint64, target float64, i int, shardBits uint) stageLayout {
+	bp := bestLayout(target)
+	groups := max(uint64(math.Ceil(float64(capacity)/bp.lambda)), 1)
 	return stageLayout{
-		index: i, groups: groups, layout: bp, capacity: c, target: target,
-		bytes: saturatingMul(groups, uint64(bp.sectors)*SectorBits/8) + 64<<shardBits,
+		index: i, groups: groups, layout: bp, capacity: capacity, target: target,
+		bytes: stageBytes(groups, bp.sectors, shardBits),
 	}
+}
+
+// stageBytes returns the memory of a stage of groups blocks of sectors sectors and its fill
+// counters (saturating).
+func stageBytes(groups uint64, sectors int, shardBits uint) uint64 {
+	b := saturatingMul(groups, uint64(sectors)*SectorBits/8)
+	return min(b, math.MaxUint64-64<<shardBits) + 64<<shardBits
 }
 
 // shardLayout returns how many bits of a stage hash select a fill-counter shard for a stage 0

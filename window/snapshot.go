@@ -78,10 +78,13 @@ type StageMeta struct {
 	// Epoch is the number of the generation the stage belongs to.
 	Epoch uint64
 	// Index is the stage's number in its generation, from 1: stage i holds up to
-	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i.
+	// Capacity·2^(i-1) keys at false-positive rate GrowthShare·p_g·2^-i; with Config.Auto, the
+	// keys its Groups hold at the rate of its index (autoTarget), so that generations of
+	// different sizes need nothing more in a snapshot.
 	Index int
 	// Groups, K, FirstBits and Sectors are the stage's layout, which Restore checks against the
-	// Config.
+	// Config (with Config.Auto, K, FirstBits and Sectors only: Groups may be anything the memory
+	// cap allows).
 	Groups    uint64
 	K         int
 	FirstBits int
@@ -442,7 +445,10 @@ func (f *Filter) restoreStages(m Meta, r io.Reader) error {
 		if len(*gg.stages.Load())+1 != sm.Index {
 			return fmt.Errorf("%w: generation %d: stage %d out of order", ErrIncompatible, sm.Epoch, sm.Index)
 		}
-		lay := f.stageLayout(sm.Index)
+		lay, err := f.restoredLayout(sm)
+		if err != nil {
+			return err
+		}
 		st := newStage(lay, f.shardBits)
 		if r != nil {
 			if err := readWords(r, st.words); err != nil {
@@ -470,13 +476,8 @@ func (f *Filter) checkStage(m Meta, sm StageMeta) error {
 	if !live || sm.Index < 1 || sm.Index > 64 || len(sm.Counts) != 1<<f.shardBits {
 		return fmt.Errorf("%w: stage %d of generation %d does not fit the generation table", ErrIncompatible, sm.Index, sm.Epoch)
 	}
-	lay := f.stageLayout(sm.Index)
-	if sm.Groups != lay.groups || sm.K != lay.layout.k || sm.FirstBits != lay.layout.first || sm.Sectors != lay.layout.sectors ||
-		sm.Words != lay.groups*uint64(lay.layout.sectors)*sectorWords {
-		return fmt.Errorf("%w: stage %d has %d groups, k %d (%d in the first word), %d sectors and %d words; layout needs %d, %d (%d), %d",
-			ErrIncompatible, sm.Index, sm.Groups, sm.K, sm.FirstBits, sm.Sectors, sm.Words, lay.groups, lay.layout.k, lay.layout.first, lay.layout.sectors)
-	}
-	return nil
+	_, err := f.restoredLayout(sm)
+	return err
 }
 
 // restoreFill sets the stage-0 fill counters from m, or, for a snapshot without them, spreads

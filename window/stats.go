@@ -37,7 +37,8 @@ type Stats struct {
 	ResidentBytes uint64
 	// MaxBytes is the memory cap (Config.MaxBytes, or DefaultMaxBytes; the Budget's limit when lower).
 	MaxBytes uint64
-	// Stages is the number of grown stages (beyond stage 0) of the live generations.
+	// Stages is the number of grown stages (beyond stage 0) of the live generations; with
+	// Config.Auto, beyond stage 1 (the stage sized from the load), as GenerationStats.Stages.
 	Stages int
 	// Growths counts the stages added since the filter was created (not carried by snapshots).
 	Growths uint64
@@ -77,7 +78,14 @@ type GenerationStats struct {
 	// EstimatedFPR is the false-positive rate of this generation alone, its grown stages
 	// included.
 	EstimatedFPR float64
+	// Keys is the number of new keys the generation took, counted as they arrived (stage 0's
+	// fill counters and its stages' together): the observed load that auto sizing follows
+	// (Config.Auto). Unlike EstimatedKeys it is exact but for keys a late record added to a
+	// generation that never grew (see writeOld).
+	Keys uint64
 	// Stages is the number of grown stages of the generation (0 while it is within Capacity).
+	// With Config.Auto, stage 1, sized from the load, is not counted: Stages counts the stages
+	// the generation needed beyond it.
 	Stages int
 	// AtCap is true when the generation needed a further stage and the memory cap refused it.
 	AtCap bool
@@ -126,6 +134,7 @@ func (f *Filter) Stats() Stats {
 		gs := f.generationStats(slot, stride)
 		gs.Epoch = v.epochs[i]
 		gs.Start = f.startOf(gs.Epoch)
+		gs.Keys = f.slotKeys(slot, gs.Epoch)
 		f.addStageStats(&st, &gs)
 		miss *= 1 - gs.EstimatedFPR
 		st.Generations = append(st.Generations, gs)
@@ -159,8 +168,10 @@ func (f *Filter) addStageStats(st *Stats, gs *GenerationStats) {
 		keys, fpr := sg.stats(f.statsSample)
 		gs.EstimatedKeys += keys
 		miss *= 1 - fpr
-		gs.Stages++
-		st.Stages++
+		if !f.cfg.Auto || sg.index > 1 {
+			gs.Stages++
+			st.Stages++
+		}
 		st.CapacityBits += sg.groups * uint64(sg.sectors) * SectorBits
 	}
 	gs.EstimatedFPR = 1 - miss

@@ -73,6 +73,7 @@ func RestoreLimit(cfg Config) uint64 { return capBytes(cfg) }
 // checkTrust checks what m claims before anything is allocated for it: its memory against
 // RestoreLimit and its generations against the wall clock. s is cfg's sizing; m is compatible.
 func checkTrust(cfg Config, s Sizing, m Meta) error {
+	cfg = cfg.withAuto()
 	now := time.Now()
 	if cfg.WallClock != nil {
 		now = cfg.WallClock()
@@ -100,6 +101,9 @@ func snapshotBytes(cfg Config, s Sizing, m Meta) uint64 {
 			return math.MaxUint64
 		}
 		b := growthStage(cfg.Capacity, s.ShareFPR, sm.Index, shardBits).bytes
+		if cfg.Auto { // any number of groups: what the snapshot lists
+			b = stageBytes(sm.Groups, max(sm.Sectors, 1), shardBits)
+		}
 		if total+b < total {
 			return math.MaxUint64
 		}

@@ -97,9 +97,9 @@ type DedupConfig struct {
 	WindowClock               string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See docs/design.md, Which window clock."`
 	LateRecords               string        `env:"LATE_RECORDS" envDefault:"pass" desc:"With DEDUP_WINDOW_CLOCK=event: a record stamped before its filter's oldest live generation cannot be judged. pass: produce it as new; drop: treat it as a duplicate (dropped, or marked under DEDUP_MODE=mark). Counted in kdedup_filter_late_records_total either way."`
 	EventTimeMaxAhead         time.Duration `env:"EVENT_TIME_MAX_AHEAD" envDefault:"1h" desc:"With DEDUP_WINDOW_CLOCK=event: how far ahead of the worker's wall clock a record's timestamp may move stream time. A record stamped later (a producer's clock off) is judged as if stamped at the cap, so it cannot expire the window."`
-	WindowCapacity            uint64        `env:"WINDOW_CAPACITY" envDefault:"1000000" desc:"Expected distinct identities per interval, per partition with DEDUP_SCOPE=partition: the size of each generation's first stage, the expected load, not a hard limit. A generation that takes more grows by stages of twice the size at tighter rates, so the false-positive rate stays at target while DEDUP_MEMORY_LIMIT allows (kdedup_filter_stages)."`
+	WindowCapacity            Capacity      `env:"WINDOW_CAPACITY" envDefault:"auto" desc:"auto: each generation is sized from the load observed (the distinct identities the previous generation took and the rate of the current one, with 25% headroom), starting from a few KiB per filter, so memory follows the load (kdedup_filter_generation_keys); see docs/design.md, Auto sizing. A number: the expected distinct identities per interval, per partition with DEDUP_SCOPE=partition, the size of each generation's first stage, not a hard limit. Either way a generation that takes more grows by stages at tighter rates, so the false-positive rate stays at target while DEDUP_MEMORY_LIMIT allows (kdedup_filter_stages)."`
 	FalsePositiveRate         float64       `env:"FALSE_POSITIVE_RATE" envDefault:"1e-6" desc:"Target probability over the whole window that a new identity is wrongly taken for a duplicate (and dropped)."`
-	MemoryLimit               ByteSize      `env:"MEMORY_LIMIT" envDefault:"0" desc:"Memory budget of all the worker's filters together (every assigned partition's with DEDUP_SCOPE=partition, the one filter with global), in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted. 0: half the container's memory limit (cgroup v2 memory.max, else v1 memory.limit_in_bytes), or 4GiB where there is none. A filter takes its first stages from it when it is created or restored and each stage it grows past DEDUP_WINDOW_CAPACITY, so the busiest partitions grow furthest; rotation and unassignment give memory back. When a growth does not fit, the generation stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap, kdedup_memory_budget_refusals_total). Startup fails if one filter's first stages need more (the defaults need about 39MB); first stages are taken even past the budget, so that every assigned partition is served (kdedup_memory_budget_used_bytes then exceeds kdedup_memory_budget_bytes). Filters only: the Go runtime and the input buffers come on top."`
+	MemoryLimit               ByteSize      `env:"MEMORY_LIMIT" envDefault:"0" desc:"Memory budget of all the worker's filters together (every assigned partition's with DEDUP_SCOPE=partition, the one filter with global), in bytes; suffixes KiB, MiB, GiB, KB, MB, GB accepted. 0: half the container's memory limit (cgroup v2 memory.max, else v1 memory.limit_in_bytes), or 4GiB where there is none. A filter takes its first stages from it when it is created or restored and each stage it grows past DEDUP_WINDOW_CAPACITY, so the busiest partitions grow furthest; rotation and unassignment give memory back. When a growth does not fit, the generation stops growing and DEDUP_OVERLOAD_POLICY applies (kdedup_filter_at_memory_cap, kdedup_memory_budget_refusals_total). Startup fails if one filter's first stages need more (a few KiB per filter with DEDUP_WINDOW_CAPACITY=auto, about 39MB with 1000000); first stages are taken even past the budget, so that every assigned partition is served (kdedup_memory_budget_used_bytes then exceeds kdedup_memory_budget_bytes). Filters only: the Go runtime and the input buffers come on top."`
 	RemovedMaxMemory          string        `env:"MAX_MEMORY" desc:"Removed: it was the memory cap of each filter, replaced by DEDUP_MEMORY_LIMIT, one budget for all the worker's filters. Startup fails while it is set: set DEDUP_MEMORY_LIMIT instead (about the number of partitions per worker times the old value holds as much)."`
 	OverloadPolicy            string        `env:"OVERLOAD_POLICY" envDefault:"drop" desc:"What a filter that DEDUP_MEMORY_LIMIT stops from growing does with new identities once its last stage is full. drop: keep adding them; every identity is remembered but the false-positive rate rises above target, so unique records may be dropped as duplicates. pass: stop adding them; the rate stays at target, and a later duplicate of an identity that was not added passes."`
 	HashSeed                  uint64        `env:"HASH_SEED" envDefault:"0" secret:"true" desc:"Seed of the identity hash. Set a secret value if producers could craft colliding identities (see docs/design.md, Hostile producers). Checkpoints hold only a fingerprint of it, which kdedup inspect shows."`
@@ -163,6 +163,33 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	}
 	*b = ByteSize(n * mult)
 	return nil
+}
+
+// Capacity is DEDUP_WINDOW_CAPACITY: a number of distinct identities per interval, or 0 for
+// "auto" (window.Config.Auto).
+type Capacity uint64
+
+// UnmarshalText parses "auto" or a positive number.
+func (c *Capacity) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if strings.EqualFold(s, "auto") {
+		*c = 0
+		return nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		return fmt.Errorf("%q is neither auto nor a positive number of identities", text)
+	}
+	*c = Capacity(n)
+	return nil
+}
+
+// String returns "auto" or the number.
+func (c Capacity) String() string {
+	if c == 0 {
+		return "auto"
+	}
+	return strconv.FormatUint(uint64(c), 10)
 }
 
 // ConfigError lists every configuration problem, one per line, each naming its variable.
@@ -335,9 +362,6 @@ func (c Config) validate() []problem {
 	}
 	positive("DEDUP_WINDOW_INTERVAL", d.WindowInterval)
 	positive("DEDUP_EVENT_TIME_MAX_AHEAD", d.EventTimeMaxAhead)
-	if d.WindowCapacity < 1 {
-		add("DEDUP_WINDOW_CAPACITY", "must be at least 1")
-	}
 	if !(d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1) {
 		add("DEDUP_FALSE_POSITIVE_RATE", "must be between 0 and 1 (exclusive), got %v", d.FalsePositiveRate)
 	}

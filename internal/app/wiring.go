@@ -64,7 +64,7 @@ func validateDedup(d DedupConfig) []problem {
 	if d.MetricsSourceHold < minSourceHold || d.MetricsSourceHold > maxSourceHold {
 		ps = append(ps, problem{"DEDUP_METRICS_SOURCE_HOLD", fmt.Sprintf("must be between %v and %v, got %v", minSourceHold, maxSourceHold, d.MetricsSourceHold)})
 	}
-	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.WindowCapacity >= 1 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
+	if d.WindowCount >= 1 && d.WindowInterval > 0 && d.FalsePositiveRate > 0 && d.FalsePositiveRate < 1 {
 		if _, err := window.Size(windowConfig(d, newBudget(d))); err != nil {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
 			if errors.Is(err, window.ErrMemory) {
@@ -184,7 +184,8 @@ func windowConfig(d DedupConfig, budget *window.Budget) window.Config {
 	return window.Config{
 		Generations:       d.WindowCount,
 		Interval:          d.WindowInterval,
-		Capacity:          d.WindowCapacity,
+		Capacity:          uint64(d.WindowCapacity),
+		Auto:              d.WindowCapacity == 0,
 		FalsePositiveRate: d.FalsePositiveRate,
 		Budget:            budget,
 		Overload:          overloadPolicy(d.OverloadPolicy),
@@ -363,7 +364,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		for i, s := range stats {
 			gens := make([]metrics.GenerationStat, len(s.Generations))
 			for j, g := range s.Generations {
-				gens[j] = metrics.GenerationStat{Fill: g.Fill, EstimatedKeys: g.EstimatedKeys}
+				gens[j] = metrics.GenerationStat{Fill: g.Fill, EstimatedKeys: g.EstimatedKeys, Keys: g.Keys}
 			}
 			out[i] = metrics.FilterStat{
 				Filter:        s.Name,

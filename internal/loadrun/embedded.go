@@ -67,7 +67,7 @@ func loadtestEmbedded(ctx context.Context, lt loadtest.Config, o embeddedOptions
 		w.finish(report)
 		return report, 0
 	}
-	fmt.Fprintf(stdout, "loadtest: window %d x %v, capacity %d per filter, scope %s\n",
+	fmt.Fprintf(stdout, "loadtest: window %d x %v, capacity %v per filter, scope %s\n",
 		lt.WindowCount, lt.WindowInterval, cfg.Dedup.WindowCapacity, cfg.Dedup.Scope)
 	return runWorkerLoadtest(ctx, lt, o, cl, w, stderr)
 }
@@ -455,7 +455,7 @@ var workerMetrics = []string{
 	"kdedup_rebalances_total", "kdedup_partition_release_duration_seconds_count", "kdedup_rebuild_records_total",
 	"kdedup_producer_resets_total", "kdedup_produce_uncertain_retries_total", "kdedup_filter_late_records_total",
 	"kdedup_filter_stages", "kdedup_filter_growths_total", "kdedup_filter_at_memory_cap",
-	"kdedup_dead_letters_total", "kdedup_partition_blocked",
+	"kdedup_dead_letters_total", "kdedup_partition_blocked", "kdedup_filter_generation_keys",
 }
 
 // addWorkerReport adds what the worker at base says to the report: its metrics, the restart
@@ -506,7 +506,7 @@ func workerSettings(d app.DedupConfig) map[string]string {
 // false-positive estimate from metrics (-1: unknown); nil if the window cannot be sized.
 func filterInfo(d app.DedupConfig, units int, metrics map[string]float64) *loadtest.FilterInfo {
 	wc := window.Config{
-		Generations: d.WindowCount, Interval: d.WindowInterval, Capacity: d.WindowCapacity,
+		Generations: d.WindowCount, Interval: d.WindowInterval, Capacity: uint64(d.WindowCapacity), Auto: d.WindowCapacity == 0,
 		FalsePositiveRate: d.FalsePositiveRate,
 	}
 	sz, err := window.Size(wc)
@@ -519,12 +519,29 @@ func filterInfo(d app.DedupConfig, units int, metrics map[string]float64) *loadt
 	if v, ok := metrics["kdedup_filter_false_positive_rate_estimated:max"]; ok {
 		est = v
 	}
-	return &loadtest.FilterInfo{
+	info := &loadtest.FilterInfo{
 		Filters: units, Generations: sz.Generations, IntervalSeconds: wc.Interval.Seconds(), Capacity: wc.Capacity,
 		FalsePositiveRate: wc.FalsePositiveRate, BitsPerKey: sz.BitsPerKey,
 		TheoryBitsPerKey: loadtest.TheoryBitsPerKey(pGen), TheoryBitsPerKeyWindow: loadtest.TheoryBitsPerKey(wc.FalsePositiveRate),
 		TotalBytes: sz.TotalBytes, BytesPerKey: float64(sz.TotalBytes) / (n * float64(wc.Capacity)),
 		PredictedFPR: sz.PredictedFPR, EstimatedFPR: est, EstimateAverage: -1,
+	}
+	if wc.Auto {
+		autoFilterInfo(info, metrics)
+	}
+	return info
+}
+
+// autoFilterInfo replaces the sizing of auto-sized filters, which the Config does not give, by
+// what the worker reports at the end of the run: the bytes its filters hold and the keys their
+// live generations took (BytesPerKey is then per key held; BitsPerKey, per key of one
+// generation's capacity, is 0: the generations differ).
+func autoFilterInfo(info *loadtest.FilterInfo, metrics map[string]float64) {
+	bytes, keys := metrics["kdedup_filter_capacity_bytes"], metrics["kdedup_filter_generation_keys"]
+	info.TotalBytes = uint64(bytes) / uint64(max(info.Filters, 1))
+	info.BytesPerKey, info.BitsPerKey = 0, 0
+	if keys > 0 {
+		info.BytesPerKey = bytes / keys
 	}
 }
 

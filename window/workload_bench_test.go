@@ -1,0 +1,103 @@
+package window
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkWorkload runs the filter side of the six-partition workload of the auto-sizing issue:
+// 1M records whose JSON id is the identity, 20% of them duplicates of an earlier record, spread
+// over six partitions, one single-writer filter each, with the worker's default window (8 × 15
+// min, 1e-6), all within the first generation as in a run from process start. Per configuration
+// (workloadConfigs) it reports the CPU per record of the six filter goroutines, the minor page
+// faults per record, the filters' allocated bytes and the growth of the process's resident
+// memory (the Go heap returned first).
+func BenchmarkWorkload(b *testing.B) {
+	const records, partitions = 1_000_000, 6
+	keys := workloadKeys(records, partitions)
+	for name, cfg := range workloadConfigs() {
+		b.Run("mode="+name, func(b *testing.B) {
+			for range b.N {
+				runtime.GC()
+				debug.FreeOSMemory()
+				rss0, cpu0, flt0 := workloadRSS(), processCPU(), minorFaults()
+				fs := workloadRun(b, cfg, keys)
+				cpu, flt := processCPU()-cpu0, minorFaults()-flt0
+				var alloc uint64
+				for _, f := range fs {
+					alloc += f.Stats().TotalBytes
+				}
+				debug.FreeOSMemory()
+				rss := workloadRSS()
+				b.ReportMetric(float64(cpu.Nanoseconds())/records, "cpu-ns/record")
+				b.ReportMetric(float64(flt)/records, "faults/record")
+				b.ReportMetric(float64(alloc)/(1<<20), "filter-MiB")
+				b.ReportMetric(float64(int64(rss)-int64(rss0))/(1<<20), "rss-MiB")
+				runtime.KeepAlive(fs)
+			}
+		})
+	}
+}
+
+// workloadKeys returns the identities of each partition's records in order: 20% repeat an
+// earlier identity of the partition.
+func workloadKeys(records, partitions int) [][][]byte {
+	rng := rand.New(rand.NewPCG(11, 12))
+	out := make([][][]byte, partitions)
+	for i := range records {
+		p := i % partitions
+		if n := len(out[p]); n > 0 && rng.Float64() < 0.2 {
+			out[p] = append(out[p], out[p][rng.IntN(n)])
+			continue
+		}
+		out[p] = append(out[p], []byte(fmt.Sprintf("evt-%012d-%08x", i, rng.Uint32())))
+	}
+	return out
+}
+
+// workloadRun makes one filter per partition and offers each its records from a goroutine of
+// its own, as the worker's partition loops do.
+func workloadRun(b *testing.B, cfg Config, keys [][][]byte) []*Filter {
+	fs := make([]*Filter, len(keys))
+	var wg sync.WaitGroup
+	for p := range keys {
+		f, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs[p] = f
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, k := range keys[p] {
+				f.TestAndAdd(k)
+			}
+		}()
+	}
+	wg.Wait()
+	return fs
+}
+
+// workloadRSS returns the process's resident memory from /proc/self/statm, or 0.
+func workloadRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss uint64
+	if _, err := fmt.Sscan(string(b), &size, &rss); err != nil {
+		return 0
+	}
+	return rss * uint64(os.Getpagesize())
+}
+
+// workloadDefault is the worker's default window with a fixed capacity of 1M, main's default.
+func workloadDefault() Config {
+	return Config{Generations: 8, Interval: 15 * time.Minute, Capacity: 1_000_000, FalsePositiveRate: 1e-6, SingleWriter: true}
+}
