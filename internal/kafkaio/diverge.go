@@ -57,7 +57,11 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
 	defer cancel()
-	lead, err := leaderOf(lctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition))
+	var lead partitionLeader
+	err := r.lookup(lctx, func() (err error) {
+		lead, err = leaderOf(lctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition))
+		return err
+	})
 	if errors.Is(err, errUnsupportedVersion) {
 		e.unsupported, e.lead.epoch = true, -1
 		return nil
@@ -124,7 +128,11 @@ func (r *PartitionReader) recreated(ctx context.Context, offset *int64, prev, le
 // the leader knows no epoch as old (it answers no end), the offset is reset as ResetToLatest
 // says. Either is logged and counted.
 func (r *PartitionReader) diverged(ctx context.Context, offset *int64, current int32) error {
-	end, err := epochEnd(ctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition), current, r.epochs.fetched)
+	var end int64
+	err := r.lookup(ctx, func() (err error) {
+		end, err = epochEnd(ctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition), current, r.epochs.fetched)
+		return err
+	})
 	if err != nil {
 		return err
 	}
