@@ -123,12 +123,12 @@ func (c Conn) checkBroker(ctx context.Context, addr string, topics []string) err
 func (c Conn) connectOnce(ctx context.Context, addr string, topics []string) (answered bool, tr *trackedSASL, err error) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	d := c.Dialer()
-	d.Timeout = checkTimeout
 	if c.SASL != nil {
 		tr = &trackedSASL{Mechanism: c.SASL}
-		d.SASLMechanism = tr
+		c.SASL = tr
 	}
+	d := c.Dialer()
+	d.Timeout = checkTimeout
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err == nil {
 		deadline, _ := ctx.Deadline()
