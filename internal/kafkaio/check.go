@@ -114,6 +114,20 @@ func Fatal(err error) bool {
 	return errors.Is(err, ErrAuthentication) || errors.Is(err, ErrTLS) || errors.Is(err, ErrAuthorization)
 }
 
+// AuthFailed returns a *ConnError of kind ErrAuthentication wrapping err when err is a SASL
+// failure of a connection opened outside Check (kafka-go's ConsumerGroup, a Client):
+// SASL_AUTHENTICATION_FAILED or UNSUPPORTED_SASL_MECHANISM, unless the broker throttles
+// (Throttled). It returns err unchanged otherwise.
+func AuthFailed(err error) error {
+	if err == nil || Fatal(err) || Throttled(err) {
+		return err
+	}
+	if errors.Is(err, kafka.SASLAuthenticationFailed) || errors.Is(err, kafka.UnsupportedSASLMechanism) {
+		return &ConnError{Kind: ErrAuthentication, Err: err, Detail: "the broker refused the SASL authentication of a new connection"}
+	}
+	return err
+}
+
 // Denied returns a *ConnError of kind ErrAuthorization if err is one of Kafka's authorization
 // error codes, naming the operation on the resource (such as "READ", "group \"kdedup\""), and
 // err unchanged otherwise.
