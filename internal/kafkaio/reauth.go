@@ -86,14 +86,23 @@ func (c Conn) authenticate(ctx context.Context, nc net.Conn, address string) (*r
 	return rc, nil
 }
 
+// minReauthInterval is how soon after an exchange a broker accepts the next one on the same
+// connection (Kafka's KafkaChannel refuses re-authentications less than a second apart).
+const minReauthInterval = 1100 * time.Millisecond
+
 // reauthDue returns when a session granted lifetime at start should re-authenticate: after a
 // random 80-90% of it, as the Java client does, so that the connections of a process spread
-// their exchanges; zero when the session does not expire.
+// their exchanges, but not before minReauthInterval unless the lifetime is shorter; zero when the
+// session does not expire.
 func reauthDue(start time.Time, lifetime time.Duration) time.Time {
 	if lifetime <= 0 {
 		return time.Time{}
 	}
-	return start.Add(time.Duration(float64(lifetime) * (0.8 + 0.1*rand.Float64())))
+	d := time.Duration(float64(lifetime) * (0.8 + 0.1*rand.Float64()))
+	if d < minReauthInterval {
+		d = min(minReauthInterval, lifetime*95/100)
+	}
+	return start.Add(d)
 }
 
 // reauthConn is an authenticated connection that re-authenticates its SASL session in place

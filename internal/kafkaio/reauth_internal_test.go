@@ -99,3 +99,31 @@ func TestFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestReauthDue proves when a session re-authenticates: never without a lifetime, after 80-90%
+// of it, and not sooner than a broker accepts (minReauthInterval) unless the lifetime is shorter.
+func TestReauthDue(t *testing.T) {
+	start := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		lifetime, lo, hi time.Duration // hi exclusive; lo == hi == 0: never
+	}{
+		{0, 0, 0},
+		{time.Hour, 48 * time.Minute, 54 * time.Minute},
+		{3 * time.Second, 2400 * time.Millisecond, 2700 * time.Millisecond},
+		{time.Second + 200*time.Millisecond, minReauthInterval, minReauthInterval + 1},
+		{time.Second, 950 * time.Millisecond, 950*time.Millisecond + 1},
+	} {
+		for range 100 {
+			due := reauthDue(start, tc.lifetime)
+			if tc.lifetime == 0 {
+				if !due.IsZero() {
+					t.Fatalf("lifetime 0: due %v, want never", due)
+				}
+				continue
+			}
+			if d := due.Sub(start); d < tc.lo || d >= tc.hi {
+				t.Fatalf("lifetime %v: due after %v, want [%v, %v)", tc.lifetime, d, tc.lo, tc.hi)
+			}
+		}
+	}
+}
