@@ -50,11 +50,11 @@ func newAuthenticator(mech sasl.Mechanism, clientID, address string) (*authentic
 // of an authenticated one) and returns the session lifetime the broker granted (0: the session
 // does not expire). The exchange's request IDs are its own: rw must carry no other request
 // meanwhile. A refusal is a kafka.Error (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
-// ...) with the broker's message; a connection the broker closed during the exchange is
-// kafka.SASLAuthenticationFailed, as brokers end some failed exchanges so.
+// ...) with the broker's message; a connection the broker closed during the exchange (after the
+// handshake) is kafka.SASLAuthenticationFailed, as brokers end some failed exchanges so.
 func (a *authenticator) authenticate(ctx context.Context, rw io.ReadWriter) (time.Duration, error) {
 	if err := a.handshake(rw); err != nil {
-		return 0, eofAsAuthFailure(err)
+		return 0, err // a listener that speaks another protocol (TLS) closes here: Check tells it
 	}
 	ctx = sasl.WithMetadata(ctx, &sasl.Metadata{Host: a.host, Port: a.port})
 	sm, state, err := a.mech.Start(ctx)
