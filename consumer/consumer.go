@@ -169,6 +169,10 @@ type Observer interface {
 	// AssignRetry counts one failed attempt of Deduper.Assign, which the Worker logs and retries
 	// (the partition is not consumed and the Worker is not ready meanwhile).
 	AssignRetry()
+	// ConnectionRetry counts one retried connection failure that would be fatal on the first
+	// connection (an authentication, TLS or authorization failure) or that a throttling broker
+	// caused; reason is one of RetryReasons.
+	ConnectionRetry(reason string)
 	// DeadLetter counts one record of the input partition that the output (or duplicates) topic
 	// refused and that was written to Config.DeadLetterTopic; reason is one of
 	// kafkaio.RefusalReasons.
@@ -263,6 +267,9 @@ func (NopObserver) CommitError() {}
 
 // AssignRetry does nothing.
 func (NopObserver) AssignRetry() {}
+
+// ConnectionRetry does nothing.
+func (NopObserver) ConnectionRetry(string) {}
 
 // DeadLetter does nothing.
 func (NopObserver) DeadLetter(int32, string) {}

@@ -211,6 +211,7 @@ type countingObserver struct {
 	releaseMax                              atomic.Int64 // nanoseconds
 	ready                                   atomic.Bool
 	deadLetters                             atomic.Int64
+	connRetries                             atomic.Int64
 	blocked                                 sync.Map     // partition → reason, while blocked
 	identityHolds                           atomic.Int64 // IdentityHeld(p, true) calls
 	identityHeld                            atomic.Bool  // the last IdentityHeld
@@ -235,6 +236,7 @@ func (o *countingObserver) ProducerReset(string)       {}
 func (o *countingObserver) UncertainRetry()            {}
 func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
 func (o *countingObserver) AssignRetry()               {}
+func (o *countingObserver) ConnectionRetry(string)     { o.connRetries.Add(1) }
 func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
 func (o *countingObserver) Progress(p int32, pr consumer.Progress) {
 	o.progress.Store(p, pr)

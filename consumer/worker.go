@@ -67,6 +67,8 @@ type Worker struct {
 	progress progressSet                 // the assigned partitions' progress, for readiness
 
 	limits map[string]int // max.message.bytes last read per topic; used by Run's goroutines in turn
+
+	connFail connFailures // which connection failures are retried
 }
 
 // New validates cfg and returns a Worker that deduplicates with d, extracts identities with key,
@@ -89,6 +91,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	w := &Worker{cfg: cfg, dedup: d, judge: judgeOf(d), inputTopic: []byte(cfg.InputTopic), key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
 		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
 	w.balancer = &kafkaio.StickyBalancer{}
+	w.connFail.bound = cfg.RebalanceTimeout
 	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
 	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
 		Idempotent:  !cfg.DisableIdempotence,
@@ -163,8 +166,10 @@ func (w *Worker) updateReady() {
 // retried with backoff. Run returns an error only for problems retrying cannot fix: an
 // ErrPartitionMismatch, an ErrIdempotenceUnsupported, a kafkaio.ErrProduceUnsupported (brokers
 // before Kafka 0.11), an authentication, TLS or authorization failure (kafkaio.Fatal: wrong
-// credentials, a certificate that does not verify, a topic or group the ACLs deny), or a
-// consumer group that cannot be created.
+// credentials, a certificate that does not verify, a topic or group the ACLs deny) on the first
+// connection, or one that persisted for Config.RebalanceTimeout after the worker had connected
+// (until then it is logged, counted by Observer.ConnectionRetry and retried), or a consumer group
+// that cannot be created. A broker throttling new connections is always retried.
 func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
@@ -216,10 +221,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				break
 			}
-			if err = kafkaio.Denied(err, "READ", fmt.Sprintf("group %q", w.cfg.GroupID)); kafkaio.Fatal(err) {
+			err = kafkaio.AuthFailed(kafkaio.Denied(err, "READ", fmt.Sprintf("group %q", w.cfg.GroupID)))
+			if !w.connFail.retry(err) {
 				fatal = err
 				break
 			}
+			w.countRetry(err)
 			w.sample.Log(slog.LevelWarn, "group-next", "consumer group: cannot join, retrying",
 				"group", w.cfg.GroupID, "error", err.Error())
 			continue
@@ -266,8 +273,9 @@ type topicCounts struct {
 // topicInfo checks the connection (kafkaio.Conn.Check), looks the topics up and checks that the
 // input topic may be read (kafkaio.CheckRead), retrying under the retry policy until they all
 // exist or ctx ends (then it returns ctx's error), and reads their limits (readLimits). An
-// authentication, TLS or authorization failure (kafkaio.Fatal) is returned at once. In
-// PartitionSame mode a partition count mismatch is an ErrPartitionMismatch.
+// authentication, TLS or authorization failure (kafkaio.Fatal) is returned when connFailures
+// says it is not retried: at once before the worker first connected. In PartitionSame mode a
+// partition count mismatch is an ErrPartitionMismatch.
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	var tc topicCounts
 	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
@@ -279,18 +287,22 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 			err = kafkaio.CheckRead(ctx, w.client, w.cfg.InputTopic)
 		}
 		switch {
-		case kafkaio.Fatal(err):
+		case err != nil && !w.connFail.retry(err):
 			return kafkaio.Permanent(err)
 		case err != nil && ctx.Err() == nil:
+			w.countRetry(err)
 			w.sample.Log(slog.LevelWarn, "topics", "waiting for Kafka topics; retrying", "error", err.Error(),
 				"brokers", w.cfg.Brokers)
-		case err == nil && attempt > 0:
-			w.log.Info("topics available", "input", w.cfg.InputTopic, "output", w.cfg.OutputTopic)
+		case err == nil:
+			w.connFail.ok()
+			if attempt > 0 {
+				w.log.Info("topics available", "input", w.cfg.InputTopic, "output", w.cfg.OutputTopic)
+			}
 		}
 		return err
 	})
-	if kafkaio.Fatal(err) {
-		return tc, err
+	if err != nil && ctx.Err() == nil {
+		return tc, err // a failure connFailures does not retry
 	}
 	if err != nil {
 		return tc, ctx.Err()
@@ -303,6 +315,14 @@ func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 			ErrPartitionMismatch, w.cfg.OutputTopic, tc.output, w.cfg.InputTopic, tc.input)
 	}
 	return tc, nil
+}
+
+// countRetry counts a retried connection failure that is fatal at startup or throttled
+// (kafkaio.RetryReason), and not other failures.
+func (w *Worker) countRetry(err error) {
+	if reason := kafkaio.RetryReason(err); reason != "" {
+		w.obs.ConnectionRetry(reason)
+	}
 }
 
 // topicNames returns the worker's topics: input, output and, if set, duplicates and dead letters.

@@ -126,6 +126,12 @@ type Options struct {
 	// is counted as "other".
 	ProducerResetReasons []string
 
+	// ConnectionRetryReasons are the values of the reason label of
+	// kdedup_connection_retries_total (internal/app passes
+	// consumer.RetryReasons()). Any other reason is counted as "other".
+	// Default: none.
+	ConnectionRetryReasons []string
+
 	// RefusalReasons are the values of the reason label of
 	// kdedup_dead_letters_total and kdedup_partition_blocked (internal/app
 	// passes consumer.RefusalReasons()). Any other reason is counted as
@@ -264,6 +270,7 @@ type Metrics struct {
 	producerResets   reasonCounters
 	commitErrors     prometheus.Counter
 	assignRetries    prometheus.Counter
+	connRetries      reasonCounters
 	rebalances       prometheus.Counter
 	assigned         prometheus.Gauge
 	ready            prometheus.Gauge
@@ -397,6 +404,10 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 	m.commitErrors = counter("commit_errors_total", "Failed attempts to commit consumer offsets.")
 	m.assignRetries = counter("assign_retries_total",
 		"Failed attempts to prepare an assigned partition's state (restore, re-warm or rebuild from the output topic); each is logged and retried, and the worker is not ready meanwhile.")
+	retries := counterVec("connection_retries_total",
+		"Connection failures retried after the worker had connected once that are fatal on the first connection (reason: authentication, tls, authorization), or that a broker throttling new connections caused (throttled). A failure that persists for KAFKA_REBALANCE_TIMEOUT ends the worker.",
+		"reason")
+	m.connRetries = newReasonCounters(retries, opts.ConnectionRetryReasons)
 	m.rebalances = counter("rebalances_total", "Consumer group rebalances seen by this worker.")
 	m.assigned = gauge("assigned_partitions", "Input partitions currently assigned to this worker.")
 	m.ready = gauge("ready", "1 when the worker is ready to process records (state restored, partitions assigned), else 0.")
@@ -416,7 +427,7 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 		[]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
 	return []prometheus.Collector{
 		m.consumed, m.produced, m.duplicates, m.unkeyed, m.aborted,
-		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.assignRetries, m.rebalances, m.assigned, m.ready, m.buildInfo,
+		m.produceErrors, m.uncertainRetries, resets, m.commitErrors, m.assignRetries, retries, m.rebalances, m.assigned, m.ready, m.buildInfo,
 		m.endToEnd, m.processing,
 	}
 }
@@ -618,6 +629,11 @@ func (m *Metrics) CommitError() { m.commitErrors.Inc() }
 // AssignRetry counts one failed attempt to prepare an assigned partition's state. It is safe for
 // concurrent use.
 func (m *Metrics) AssignRetry() { m.assignRetries.Inc() }
+
+// ConnectionRetry counts one retried connection failure by reason (one of
+// Options.ConnectionRetryReasons; anything else is counted as "other"). It is safe for concurrent
+// use.
+func (m *Metrics) ConnectionRetry(reason string) { m.connRetries.add(reason, 1) }
 
 // ClockSkew sets how far the creation time of the snapshot just restored lies ahead of the local
 // clock (0 or less: it does not). It is safe for concurrent use.

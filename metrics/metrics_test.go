@@ -98,6 +98,7 @@ func populate(m *Metrics) {
 	m.UncertainRetry()
 	m.ProducerReset("out_of_order_sequence")
 	m.CommitError()
+	m.ConnectionRetry("throttled")
 	m.Latency(time.Second, time.Millisecond)
 	m.Lag(0, 42)
 	m.Rebalance()

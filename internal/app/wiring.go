@@ -284,6 +284,7 @@ func newObserver(reg *prometheus.Registry, cfg Config) *metrics.Metrics {
 		Checkpointing:            cfg.Checkpoint.URL != "" || cfg.Checkpoint.Dir != "",
 		CheckpointStore:          checkpointKind(cfg.Checkpoint),
 		ProducerResetReasons:     consumer.ResetReasons(),
+		ConnectionRetryReasons:   consumer.RetryReasons(),
 		RefusalReasons:           consumer.RefusalReasons(),
 		DropReasons:              consumer.DropReasons,
 		RejectReasons:            dedup.RejectReasons(),

@@ -64,10 +64,68 @@ func (e *ConnError) Unwrap() []error {
 	return []error{e.Kind, e.Err}
 }
 
+// ErrThrottled is a broker refusing a new connection because too many were opened: AWS MSK with
+// IAM answers "Too many connects" to more than 20 a second per broker, as a whole group does
+// when it rebalances. It is never fatal: Check wraps it for such a refusal, and Throttled tells
+// it.
+var ErrThrottled = errors.New("the broker throttles new connections")
+
+// Throttled reports whether err is a broker throttling connections or requests: ErrThrottled, a
+// failed authentication whose message says "Too many connects", or THROTTLING_QUOTA_EXCEEDED.
+func Throttled(err error) bool {
+	return err != nil && (errors.Is(err, ErrThrottled) || errors.Is(err, kafka.ThrottlingQuotaExceeded) ||
+		strings.Contains(strings.ToLower(err.Error()), "too many connects"))
+}
+
+// The reasons a connection failure is retried for (RetryReason).
+const (
+	ReasonAuthentication = "authentication"
+	ReasonTLS            = "tls"
+	ReasonAuthorization  = "authorization"
+	ReasonThrottled      = "throttled"
+)
+
+// RetryReasons returns every reason RetryReason returns.
+func RetryReasons() []string {
+	return []string{ReasonAuthentication, ReasonTLS, ReasonAuthorization, ReasonThrottled}
+}
+
+// RetryReason returns the reason of a connection failure that is fatal at startup (Fatal) or
+// throttled (Throttled), and "" for any other error.
+func RetryReason(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case Throttled(err):
+		return ReasonThrottled
+	case errors.Is(err, ErrAuthentication):
+		return ReasonAuthentication
+	case errors.Is(err, ErrTLS):
+		return ReasonTLS
+	case errors.Is(err, ErrAuthorization):
+		return ReasonAuthorization
+	}
+	return ""
+}
+
 // Fatal reports whether err is an authentication, TLS or authorization failure (see ConnError),
 // which retrying cannot fix.
 func Fatal(err error) bool {
 	return errors.Is(err, ErrAuthentication) || errors.Is(err, ErrTLS) || errors.Is(err, ErrAuthorization)
+}
+
+// AuthFailed returns a *ConnError of kind ErrAuthentication wrapping err when err is a SASL
+// failure of a connection opened outside Check (kafka-go's ConsumerGroup, a Client):
+// SASL_AUTHENTICATION_FAILED or UNSUPPORTED_SASL_MECHANISM, unless the broker throttles
+// (Throttled). It returns err unchanged otherwise.
+func AuthFailed(err error) error {
+	if err == nil || Fatal(err) || Throttled(err) {
+		return err
+	}
+	if errors.Is(err, kafka.SASLAuthenticationFailed) || errors.Is(err, kafka.UnsupportedSASLMechanism) {
+		return &ConnError{Kind: ErrAuthentication, Err: err, Detail: "the broker refused the SASL authentication of a new connection"}
+	}
+	return err
 }
 
 // Denied returns a *ConnError of kind ErrAuthorization if err is one of Kafka's authorization
@@ -94,8 +152,10 @@ const checkTimeout, probeTimeout = 5 * time.Second, 2 * time.Second
 // returned at once as a *ConnError (see Fatal) that names it: a topic the ACLs do not let the
 // client describe, SASL authentication (with the mechanism and user, never the password),
 // TLS verification (unknown authority, name mismatch, expired certificate), a client certificate
-// the broker refuses, TLS against a plaintext listener and the reverse. Otherwise it returns the
-// last broker's error (network failures: retry). Each broker's check takes at most 7s.
+// the broker refuses, TLS against a plaintext listener and the reverse. A broker that throttles
+// new connections ("Too many connects") is not such a failure: its error wraps ErrThrottled.
+// Otherwise it returns the last broker's error (network failures: retry). Each broker's check
+// takes at most 7s.
 func (c Conn) Check(ctx context.Context, topics ...string) error {
 	var last error
 	for _, b := range c.Brokers {
@@ -123,12 +183,12 @@ func (c Conn) checkBroker(ctx context.Context, addr string, topics []string) err
 func (c Conn) connectOnce(ctx context.Context, addr string, topics []string) (answered bool, tr *trackedSASL, err error) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	d := c.Dialer()
-	d.Timeout = checkTimeout
 	if c.SASL != nil {
 		tr = &trackedSASL{Mechanism: c.SASL}
-		d.SASLMechanism = tr
+		c.SASL = tr
 	}
+	d := c.Dialer()
+	d.Timeout = checkTimeout
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err == nil {
 		deadline, _ := ctx.Deadline()
@@ -183,6 +243,9 @@ func (t *trackedSASL) Start(ctx context.Context) (sasl.StateMachine, []byte, err
 // classify turns the error of a broker's check into a *ConnError when it is one of the fatal
 // kinds; see Check. answered tells that the broker answered the ApiVersions request.
 func (c Conn) classify(ctx context.Context, addr string, err error, tr *trackedSASL, answered bool) error {
+	if Throttled(err) {
+		return fmt.Errorf("kafkaio: %w (broker %s): %w", ErrThrottled, addr, err)
+	}
 	if ce := classifyTLS(err); ce != nil {
 		ce.Broker = addr
 		return ce

@@ -11,7 +11,9 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestCheck proves that Conn.Check names every connection failure retrying cannot fix, within
@@ -130,5 +132,38 @@ func TestDenied(t *testing.T) {
 	}
 	if err := kafkaio.Denied(kafka.RequestTimedOut, "READ", "x"); err != kafka.RequestTimedOut {
 		t.Errorf("Denied of another error = %v", err)
+	}
+}
+
+// tooManyConnects makes c answer every SaslAuthenticate with SASL_AUTHENTICATION_FAILED and the
+// message AWS MSK with IAM gives when it throttles new connections, while on is true.
+func tooManyConnects(c *kfake.Cluster, on func() bool) {
+	c.ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !on() {
+			return nil, nil, false
+		}
+		res := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		res.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		msg := "Too many connects"
+		res.ErrorMessage = &msg
+		return res, nil, true
+	})
+}
+
+// TestCheckThrottled proves that a broker throttling new connections ("Too many connects") is not
+// a fatal authentication failure: Check's error wraps ErrThrottled, and RetryReason names it.
+func TestCheckThrottled(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.Ports(0), kfake.EnableSASL(), kfake.Superuser("PLAIN", "u", "pw-Zq9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tooManyConnects(c, func() bool { return true })
+	m, _ := kafkaio.NewSASL(kafkaio.SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "pw-Zq9"})
+	err = kafkaio.Conn{Brokers: c.ListenAddrs(), SASL: m}.Check(context.Background())
+	if !errors.Is(err, kafkaio.ErrThrottled) || kafkaio.Fatal(err) || kafkaio.RetryReason(err) != kafkaio.ReasonThrottled {
+		t.Errorf("Check = %v (reason %q), want a throttled, non-fatal error", err, kafkaio.RetryReason(err))
 	}
 }

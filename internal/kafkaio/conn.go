@@ -2,7 +2,6 @@ package kafkaio
 
 import (
 	"crypto/tls"
-	"net"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -38,15 +37,15 @@ func (c Conn) clientID() string {
 
 // Transport returns a new kafka-go Transport with c's settings: its own connection pool, dials
 // that time out after 5s, and cached metadata refreshed every 2s (topic lookups and produce
-// routing read it; a short TTL notices created topics and moved leaders quickly).
+// routing read it; a short TTL notices created topics and moved leaders quickly). Its
+// connections are secured and authenticated by c (see Conn.dial), so they re-authenticate their
+// SASL sessions before the broker's session lifetime ends.
 func (c Conn) Transport() *kafka.Transport {
 	return &kafka.Transport{
-		Dial:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		Dial:        c.dial,
 		DialTimeout: 5 * time.Second,
 		MetadataTTL: 2 * time.Second,
 		ClientID:    c.clientID(),
-		TLS:         c.TLS,
-		SASL:        c.SASL,
 	}
 }
 
@@ -67,14 +66,15 @@ func (c Conn) Client(timeout time.Duration) *kafka.Client {
 }
 
 // Dialer returns a kafka-go Dialer with c's settings, for the connections kafka-go's Reader and
-// ConsumerGroup open themselves. Dials time out after 10s.
+// ConsumerGroup open themselves (the group coordinator's, which lives a whole generation). Dials
+// time out after 10s. Like the Transport's, its connections are secured and authenticated by c
+// (see Conn.dial) and re-authenticate their SASL sessions in place.
 func (c Conn) Dialer() *kafka.Dialer {
 	return &kafka.Dialer{
-		ClientID:      c.clientID(),
-		Timeout:       10 * time.Second,
-		DualStack:     true,
-		TLS:           c.TLS,
-		SASLMechanism: c.SASL,
+		ClientID:  c.clientID(),
+		Timeout:   10 * time.Second,
+		DualStack: true,
+		DialFunc:  c.dial,
 	}
 }
 

@@ -9,7 +9,10 @@
 //     (PLAIN, SCRAM-SHA-256/512, AWS_MSK_IAM) as a *SASL that names its user and never prints
 //     its credentials; check.go: Conn.Check and CheckRead, the one classification of connection
 //     failures retrying cannot fix (*ConnError: ErrAuthentication, ErrTLS, ErrAuthorization;
-//     Fatal, Denied).
+//     Fatal, Denied, AuthFailed) and of throttling (ErrThrottled, Throttled, RetryReason);
+//     reauth.go, saslwire.go: Conn's own dial (TCP, TLS, SASL with SaslAuthenticate v1) and the
+//     connection that re-authenticates its SASL session in place before the broker's lifetime
+//     ends (KIP-368).
 //   - produce.go, sequencer.go, producerid.go: Producer, the one produce path: requests split at
 //     BatchBytes, one batch in flight per partition, retries of the same bytes, and idempotent
 //     production (producer ids, sequence numbers, resets); brokerproduce.go: the batches of the

@@ -63,8 +63,4 @@ func TestMSKIAMPayload(t *testing.T) {
 	if _, err := kafkaio.NewSASL(kafkaio.SASLConfig{Mechanism: "AWS_MSK_IAM"}); err == nil {
 		t.Errorf("AWS_MSK_IAM without credentials and region: no error")
 	}
-	c := kafkaio.Conn{Brokers: []string{"b-1:9098"}, SASL: m}
-	if c.Transport().SASL != m || c.Dialer().SASLMechanism != m {
-		t.Errorf("the Conn does not pass the mechanism to its connections")
-	}
 }
