@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // The filter at its design load: every generation holding 0.9, 1.0 and 1.1 × Capacity keys.
@@ -74,9 +76,7 @@ func designLoadProbes(p float64) int {
 // measured on a tenth as many keys, for the log only. A fixed seed makes the result
 // deterministic. (bench/'s TestFPR measures with more probes.)
 func TestDesignLoad(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("statistical test: about 25M operations; run without -race and -short")
-	}
+	tier.Statistical(t) // about 25M operations
 	for _, tt := range []struct {
 		n        int
 		p        float64

@@ -13,6 +13,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -101,6 +102,7 @@ func lateRecords(prefix string, n int) []kafka.Message {
 // visible, the new owner writes them again, and they leak: the scenario's baseline.
 func TestLateAppendAfterRewarm(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	for _, tc := range []struct {
 		name, delivery string
 		checkpoints    bool

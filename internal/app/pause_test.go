@@ -22,6 +22,7 @@ import (
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -196,6 +197,7 @@ func (r *scaleRun) generationAfter(alive *worker, gen int, what string, names ..
 // TestPausedReplica runs the paused-replica scenario over a shared directory and over S3
 // (moto_server): 0 leaked, 0 lost.
 func TestPausedReplica(t *testing.T) {
+	tier.Integration(t)
 	if os.Getenv("KDEDUP_PAUSED_REPLICA") != "1" {
 		// In at-least-once delivery a zombie's produce that timed out during the pause is retried
 		// when it resumes, after the new owner wrote the same records: nothing fences that write

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -121,6 +122,7 @@ func TestPartitionReaderCompression(t *testing.T) {
 // TestPartitionReaderLeaderMoves reads while the partition's leadership moves between brokers.
 func TestPartitionReaderLeaderMoves(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	kc, err := kfake.NewCluster(kfake.Ports(0, 0, 0), kfake.NumBrokers(3), kfake.SeedTopics(3, "t"))
 	if err != nil {
 		t.Fatal(err)

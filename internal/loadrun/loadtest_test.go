@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/kdedup/kdedup/loadtest"
 )
 
 // TestLoadtestEmbedded runs `kdedup loadtest` end to end: embedded broker, the real worker, the
 // generator and the verifier, and checks the exit status and the JSON report.
 func TestLoadtestEmbedded(t *testing.T) {
+	tier.Integration(t)
 	checkpointDir := t.TempDir()
 	tests := []struct {
 		name string
@@ -182,6 +184,7 @@ func checkHookRuns(t *testing.T, r loadtest.Report, hooks, metrics []string) {
 // TestLoadtestExternalFailure runs the external mode against a broker without a worker: nothing
 // reaches the output, so every event is lost and the exit status is 1.
 func TestLoadtestExternalFailure(t *testing.T) {
+	tier.Integration(t)
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": 2, "out": 2}})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // TestLoadtestOversize runs issue 24's run, scaled down: an input topic that takes 16MiB, an
@@ -15,6 +17,7 @@ import (
 // exactly at them, while partition 2 completes; with one, everything else is delivered, the two
 // are in the dead-letter topic with the worker's headers, and the input is committed to its end.
 func TestLoadtestOversize(t *testing.T) {
+	tier.Integration(t)
 	for _, tt := range []struct {
 		name       string
 		args       []string

@@ -11,7 +11,8 @@
 //	KDEDUP_TEST_KAFKA=both             every such test twice, as subtests "kfake" and "real"
 //
 // Without java and mvn the real subtests are skipped, or fail when KDEDUP_REQUIRE_KAFKA=1 (as in
-// CI). With -short they are skipped. KDEDUP_KAFKA_VERSION picks another Kafka 4.x version.
+// CI). Every broker test is of the integration tier (internal/tier): Start skips it unless
+// KDEDUP_TEST_TIERS runs that tier. KDEDUP_KAFKA_VERSION picks another Kafka 4.x version.
 //
 // One real single-node broker is shared by the tests of a package (see Main): each test works in
 // topics and groups of its own, named by Broker.Name. A test that needs brokers configured
@@ -31,6 +32,7 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -117,6 +119,7 @@ func RealOnly(t testing.TB, o Options) Broker {
 // real broker is stopped by Main).
 func Start(t testing.TB, k Kind, o Options) Broker {
 	t.Helper()
+	tier.Integration(t)
 	if k == Fake {
 		cl, err := embedkafka.Start(embedkafka.Options{Topics: o.Topics, Brokers: o.Nodes})
 		if err != nil {
@@ -124,9 +127,6 @@ func Start(t testing.TB, k Kind, o Options) Broker {
 		}
 		t.Cleanup(cl.Close)
 		return fakeBroker{cl, ""}
-	}
-	if testing.Short() {
-		t.Skip("real Kafka does not run with -short")
 	}
 	var r realBroker
 	if o.Nodes <= 1 && o.Real.Nodes <= 1 && len(o.Real.Config) == 0 && len(o.Real.Listeners) == 0 && len(o.Real.Format) == 0 {
