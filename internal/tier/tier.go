@@ -12,7 +12,10 @@
 //
 // The tiers:
 //
-//   - integration: a broker (kfake over TCP, or real Kafka by KDEDUP_TEST_KAFKA), or moto_server;
+//   - integration: a broker (kfake over TCP), or moto_server;
+//   - real: the integration tier on real Apache Kafka too (it implies integration): the broker
+//     tests run on kfake and on a KRaft broker that the tests fetch and start themselves
+//     (internal/embedkafka/testbroker; KDEDUP_TEST_KAFKA=kfake|real|both overrides the choice);
 //   - statistical: false-positive and sizing runs of millions of operations;
 //   - process: tests that build and run the kdedup binary or another process of their own.
 //
@@ -39,21 +42,23 @@ const Env = "KDEDUP_TEST_TIERS"
 // The tiers beyond unit.
 const (
 	integration = "integration"
+	real        = "real"
 	statistical = "statistical"
 	process     = "process"
 )
 
 // Names are the tiers Env accepts, besides "all".
-var Names = []string{integration, statistical, process}
+var Names = []string{integration, real, statistical, process}
 
-// Enabled reports whether Env asks for the tier name (always true for "unit").
+// Enabled reports whether Env asks for the tier name (always true for "unit"; "real" implies
+// "integration").
 func Enabled(name string) bool {
 	if name == "unit" {
 		return true
 	}
 	for _, v := range strings.Split(os.Getenv(Env), ",") {
 		v = strings.TrimSpace(v)
-		if v == "all" || v == name {
+		if v == "all" || v == name || v == real && name == integration {
 			return true
 		}
 	}

@@ -13,6 +13,8 @@ func TestEnabled(t *testing.T) {
 		{"integration", "process", false},
 		{"statistical, process", "process", true},
 		{"all", "statistical", true},
+		{"real", "integration", true},
+		{"integration", "real", false},
 	} {
 		t.Setenv(Env, c.env)
 		if got := Enabled(c.tier); got != c.want {

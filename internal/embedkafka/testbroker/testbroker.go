@@ -1,12 +1,13 @@
 // Package testbroker gives tests a Kafka broker from one factory: the embedded kfake
 // (internal/embedkafka), or a real Apache Kafka in KRaft mode run as a JVM by
-// tools/kafka/kafka.sh, chosen by KDEDUP_TEST_KAFKA. The same test runs against either through
+// tools/kafka/kafka.sh, chosen by KDEDUP_TEST_KAFKA or, unset, the real tier of KDEDUP_TEST_TIERS
+// (internal/tier). The same test runs against either through
 // Broker; a test that needs a kfake-only feature asks for it with Broker.Fake and is skipped on
 // real Kafka.
 //
 // Real Kafka is opt-in, so that go build, the demo and a quick unit run never need Java:
 //
-//	KDEDUP_TEST_KAFKA=kfake (default)  kfake only
+//	KDEDUP_TEST_KAFKA=kfake (default)  kfake only (unset: both when KDEDUP_TEST_TIERS has real or all)
 //	KDEDUP_TEST_KAFKA=real             real Kafka only
 //	KDEDUP_TEST_KAFKA=both             every such test twice, as subtests "kfake" and "real"
 //
@@ -87,9 +88,10 @@ type Options struct {
 	Real RealOptions
 }
 
-// Kinds returns the kinds KDEDUP_TEST_KAFKA asks for.
+// Kinds returns the kinds KDEDUP_TEST_KAFKA asks for; unset, both when the test tiers
+// (KDEDUP_TEST_TIERS) include real, kfake otherwise.
 func Kinds() []Kind {
-	switch os.Getenv(KindEnv) {
+	switch kind() {
 	case "real":
 		return []Kind{Real}
 	case "both":
@@ -97,6 +99,17 @@ func Kinds() []Kind {
 	default:
 		return []Kind{Fake}
 	}
+}
+
+// kind returns KDEDUP_TEST_KAFKA, or what the test tiers imply when it is unset.
+func kind() string {
+	if k := os.Getenv(KindEnv); k != "" {
+		return k
+	}
+	if tier.Enabled("real") {
+		return "both"
+	}
+	return "kfake"
 }
 
 // Each runs f as a subtest named after each kind of Kinds, with a broker of that kind.
@@ -252,10 +265,11 @@ func FromFake(cl *embedkafka.Cluster) Broker { return fakeBroker{cl, ""} }
 // a real broker does (the log cleaner, an unclean election, enforced re-authentication).
 func NeedReal(t testing.TB) {
 	t.Helper()
-	switch os.Getenv(KindEnv) {
+	tier.Integration(t)
+	switch kind() {
 	case "real", "both":
 	default:
-		t.Skipf("needs real Kafka, which %s=real or both runs (see docs/hacking.md)", KindEnv)
+		t.Skipf("needs real Kafka, which %s=real (or all) or %s=real or both runs (see docs/hacking.md)", tier.Env, KindEnv)
 	}
 }
 
