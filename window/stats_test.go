@@ -237,8 +237,8 @@ func TestMatchGivenKeys(t *testing.T) {
 			t.Errorf("b=%d k=1, one key: %g, want %g", b, got, 1.0/float64(b))
 		}
 	}
-	if raceEnabled {
-		return // the simulation checks arithmetic, not concurrency: 10^8 steps
+	if raceEnabled || !tier.Enabled("statistical") {
+		return // the simulation (10^8 steps) is of the statistical tier, and checks arithmetic, not concurrency
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct{ k, j, b int }{{7, 20, UsableSectorBits}, {7, 70, UsableSectorBits},
