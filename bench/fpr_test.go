@@ -33,7 +33,7 @@ func TestFPR(t *testing.T) {
 				var ok bool
 				switch {
 				case fx.win != nil:
-					ok = fx.win.TestHash(hashKey(buf))
+					ok = fx.win.Test(buf)
 				case fx.blob != nil:
 					ok = fx.blob.Has(hashKey(buf))
 				default:

@@ -24,7 +24,7 @@ func fillGenerations(f *Filter, clock *fakeClock, rng *rand.Rand, load uint64) {
 			f.AdvanceTo(clock.Now())
 		}
 		for range load {
-			f.TestAndAddHash(rng.Uint64())
+			f.testAndAddHash(rng.Uint64())
 		}
 	}
 }
@@ -56,7 +56,7 @@ func TestGrowthKeepsTarget(t *testing.T) {
 				fillGenerations(f, clock, rng, times*capacity)
 				fp := 0
 				for range probes {
-					if f.TestHash(rng.Uint64()) {
+					if f.testHash(rng.Uint64()) {
 						fp++
 					}
 				}
@@ -346,7 +346,7 @@ func BenchmarkGrowth(b *testing.B) {
 				if single {
 					rng := rand.New(rand.NewPCG(3, 4))
 					for range b.N {
-						f.TestAndAddHash(rng.Uint64())
+						f.testAndAddHash(rng.Uint64())
 					}
 					return
 				}
@@ -355,9 +355,9 @@ func BenchmarkGrowth(b *testing.B) {
 					rng := rand.New(rand.NewPCG(seed.Add(1), 5))
 					for pb.Next() {
 						if op == "Test" {
-							f.TestHash(rng.Uint64())
+							f.testHash(rng.Uint64())
 						} else {
-							f.TestAndAddHash(rng.Uint64())
+							f.testAndAddHash(rng.Uint64())
 						}
 					}
 				})
