@@ -55,8 +55,11 @@ func readAll(t *testing.T, s *Store, info Info) string {
 
 // verify decodes a whole snapshot and checks its checksums.
 func verify(r io.Reader) error {
-	_, err := snapshot.Decode(r, func(h snapshot.Header) ([]uint64, error) { return nil, nil })
-	return err
+	d := snapshot.NewDecoder(r)
+	if _, err := d.Header(); err != nil {
+		return err
+	}
+	return d.Verify()
 }
 
 // newMemStore returns a Store over a fresh MemBackend.

@@ -245,7 +245,7 @@ func (c Config) withDefaults() Config {
 		c.BatchSize = 1000
 	}
 	if c.BatchBytes == 0 {
-		c.BatchBytes = 1<<20 - 64<<10
+		c.BatchBytes = kafkaio.DefaultBatchBytes
 	}
 	def(&c.BatchTimeout, 5*time.Millisecond)
 	def(&c.FetchMaxWait, 500*time.Millisecond)

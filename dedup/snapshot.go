@@ -389,12 +389,6 @@ func (s *Set) checkpointLoop() {
 	}
 }
 
-// Checkpoint snapshots every filter now. It returns the errors joined; a failed unit does not stop
-// the others.
-func (s *Set) Checkpoint(ctx context.Context) error {
-	return s.checkpointAll(ctx)
-}
-
 func (s *Set) checkpointAll(ctx context.Context) error {
 	cur := *s.parts.Load()
 	if g := s.global.Load(); g != nil {

@@ -188,7 +188,7 @@ type Stage struct {
 // The zero value is not a valid header; see the package documentation for
 // the constraints Encode enforces.
 type Header struct {
-	// Version is the format version the snapshot was read from. Decode sets
+	// Version is the format version the snapshot was read from. Decoder.Header sets
 	// it; Encode ignores it and writes SingleFileVersion, EncodeManifest
 	// CurrentVersion.
 	Version uint16
@@ -202,13 +202,13 @@ type Header struct {
 	// FalsePositiveRate is the configured target FPR over the whole window.
 	FalsePositiveRate float64
 	// Seed is the hash seed; a restorer must hash with the same seed. Up to
-	// version 6 the header stores it, and Decode sets it; from version 7 on
+	// version 6 the header stores it, and Decoder.Header sets it; from version 7 on
 	// the header stores only SeedPrint, and Seed decodes as 0 (see
 	// SeedMatches). Encode and EncodeManifest take it from here.
 	Seed uint64
 	// SeedPrint is the fingerprint of the hash seed (SeedPrintOf), which
 	// version 7 stores in place of the seed so that a store reader never
-	// learns the secret. Decode sets it from version 7 on (0 before). An
+	// learns the secret. Decoder.Header sets it from version 7 on (0 before). An
 	// encoder writes it when it is not 0, SeedPrintOf(Seed) otherwise.
 	SeedPrint uint64
 	// K is the number of bits a key sets in one generation (over all of
@@ -265,7 +265,7 @@ type Header struct {
 	KeySpec string
 
 	// Signature is the HMAC-SHA256 of a signed manifest (version 7's
-	// signature section), nil when unsigned. Decode sets it; see
+	// signature section), nil when unsigned. Decoder.Header sets it; see
 	// EncodeSignedManifest and VerifySignature.
 	Signature []byte
 	// signed holds the bytes Signature covers (decoded manifests only).

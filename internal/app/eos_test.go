@@ -143,7 +143,7 @@ func TestLateAppendAfterRewarm(t *testing.T) {
 				return &lateDeduper{Deduper: d, late: func() {
 					lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
-					if lateErr = prev.Produce(lctx, "out", 0, late); lateErr == nil && prev.Transactional() {
+					if lateErr = prev.Produce(lctx, "out", 0, late); lateErr == nil && tc.delivery == "exactly-once" {
 						lateErr = prev.Commit(lctx)
 					}
 				}}
@@ -182,7 +182,7 @@ func previousOwner(t *testing.T, cl *embedkafka.Cluster, delivery string) *kafka
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p.Transactional() {
+	if pcfg.TransactionalID != "" {
 		if err := p.Begin(); err != nil {
 			t.Fatal(err)
 		}
