@@ -704,7 +704,7 @@ func (m *mutexWindow) AdvanceTo(t time.Time) {
 // per key, holding either all N·Capacity keys a full window holds or only the (N-1)·Capacity keys
 // the window guarantees to remember. Run it with -v to see the table. It checks that the layout
 // adds up, that no configuration beats the information-theoretic bound of log2(1/p) bits per key,
-// and that N=8 stays within 1.5x of the optimal filter of N·Capacity keys (issue #12's goal).
+// and that N=8 stays within 1.5x of the optimal filter of N·Capacity keys (the memory goal of the sectorized layout).
 func TestMemoryReport(t *testing.T) {
 	t.Logf("%-3s %-6s %2s %3s %12s %12s %10s %10s %12s %15s %10s",
 		"N", "p", "S", "K", "capacity", "TotalBytes", "bits/key", "live b/key", "vs opt(N·C)", "vs opt((N-1)·C)", "predFPR")

@@ -23,7 +23,7 @@ const reauthLifetime = 3 * time.Second
 // was lost or leaked; it passes when the worker caught up with nothing lost or leaked and no
 // error logged. kfake advertises a lifetime but never enforces it, so this runs on real Kafka only.
 //
-// kdedup does not re-authenticate yet (kafka-go has no KIP-368; issue 37, "re-authentication"),
+// kdedup does not re-authenticate yet (kafka-go has no KIP-368),
 // and on Kafka 4.4 the test fails: the broker closes each connection at its first request after
 // 3s, and the worker, though it stays up and loses or leaks nothing, logs errors (revokes and
 // state preparation failing on ListOffsets "unexpected EOF", final commits on "use of closed
@@ -32,7 +32,7 @@ const reauthLifetime = 3 * time.Second
 func TestReauthenticationEnforced(t *testing.T) {
 	testbroker.NeedReal(t)
 	if os.Getenv("KDEDUP_TEST_REAUTH") != "1" {
-		t.Skip("kdedup does not re-authenticate SASL sessions (kafka-go lacks KIP-368; issue 37, re-authentication): " +
+		t.Skip("kdedup does not re-authenticate SASL sessions (kafka-go lacks KIP-368): " +
 			"the broker closes each connection 3s into its session and the worker logs errors and rebalances; " +
 			"set KDEDUP_TEST_REAUTH=1 to run it")
 	}

@@ -70,7 +70,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 			metrics: []string{"kdedup_rebuild_records_total"}, // the worker after the rebuild
 		},
 		{
-			// Issue 13: 4 filters of capacity 1000 receive about 5000 unique keys each inside one
+			// Growth past capacity: 4 filters of capacity 1000 receive about 5000 unique keys each inside one
 			// interval. They grow stages instead of losing events: the loss stays within the
 			// Poisson allowance of 1e-3, nothing leaks, and the order is kept.
 			name: "5x capacity within one interval grows the filters",
