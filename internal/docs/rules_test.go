@@ -121,3 +121,38 @@ func TestREADMEImportRules(t *testing.T) {
 		t.Errorf("README.md's import rules are stale; run: go test ./internal/docs -run TestREADMEImportRules -update\n--- README\n%s--- generated\n%s", got, want)
 	}
 }
+
+// TestREADMEHeadline fails when README.md's headline figures differ from docs/performance.md's
+// rows (HeadlineRows); with -update it copies them.
+func TestREADMEHeadline(t *testing.T) {
+	const path, block = "../../README.md", "headline"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perf, err := os.ReadFile("../../docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := HeadlineMarkdown(string(perf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		out, err := ReplaceBlock(doc, block, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := Block(doc, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("README.md's headline figures differ from docs/performance.md; run: go test ./internal/docs -run TestREADMEHeadline -update\n--- README\n%s--- docs/performance.md\n%s", got, want)
+	}
+}
