@@ -255,9 +255,14 @@ func TestPartitionReaderOffsetsWhileNotTaken(t *testing.T) {
 // partition far longer than that, and that Fetch then reports ctx's end, not a record.
 func TestPartitionReaderCloses(t *testing.T) {
 	t.Parallel()
-	_, c := cluster(t)
+	kc, c := cluster(t)
+	fetching := make(chan struct{})
+	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		close(fetching) // once: kfake drops a control function after its first call
+		return nil, nil, false
+	})
 	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.MaxWait = 10 * time.Second })
-	time.Sleep(100 * time.Millisecond) // the fetch is with the broker
+	<-fetching // the fetch is with the broker
 	began := time.Now()
 	<-r.Close()
 	if d := time.Since(began); d > time.Second {
