@@ -6,7 +6,7 @@ import (
 )
 
 // What only the tests use of a Filter: the whole bit data to one writer (the single-file
-// snapshots of version 5 and earlier; the product writes generations through Snapshot).
+// snapshots of version 5 and earlier; the product writes generations through SnapshotGenerations).
 
 // WriteSnapshot writes the filter's bit data to w as Meta.Words little-endian 64-bit words and
 // returns the Meta that describes them and the number of bytes written. It runs while writers
