@@ -4,6 +4,8 @@ import (
 	"flag"
 	"math"
 	"testing"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 var probes = flag.Int("probes", 1_000_000, "absent keys TestFPR probes per filter (use 100000000 to resolve p=1e-6)")
@@ -15,9 +17,7 @@ var probes = flag.Int("probes", 1_000_000, "absent keys TestFPR probes per filte
 // with 99.9% confidence (a plain Poisson bound on the count), so a short run at p=1e-6 cannot fail
 // by chance.
 func TestFPR(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds six 10M-key filters")
-	}
+	tier.Statistical(t) // builds six 10M-key filters
 	t.Logf("%-10s %-6s %10s %10s %10s %12s %10s %8s %12s %10s",
 		"impl", "p", "probes", "false pos", "rate", "95% CI", "rate/p", "MiB", "bits/key", "vs opt")
 	for _, p := range fprs {
@@ -33,7 +33,7 @@ func TestFPR(t *testing.T) {
 				var ok bool
 				switch {
 				case fx.win != nil:
-					ok = fx.win.TestHash(hashKey(buf))
+					ok = fx.win.Test(buf)
 				case fx.blob != nil:
 					ok = fx.blob.Has(hashKey(buf))
 				default:

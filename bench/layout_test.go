@@ -16,9 +16,9 @@ import (
 // generation, 8 full generations, 63 data bits per word), to tell which layout and which
 // membership test pay. It is a replica, not the window package: it never touches Filter, its bit
 // patterns are its own (uniform positions), and it has no tags to check (a swept filter has none
-// either). The variants up to onegen are issue #12's layout, a key's K bits spread evenly over S
-// sectors, with the parameters window.Size gave before issue #20 (oldLayouts); interleaved is the
-// layout of issue #20, with the parameters window.Size gives now.
+// either). The variants up to onegen are the first sectorized layout, a key's K bits spread evenly over S
+// sectors, with the parameters window.Size gave before the interleaved layout (oldLayouts); interleaved is the
+// interleaved layout, with the parameters window.Size gives now.
 //
 //	sector-major: window before #20: a group stores the first sectors of all N slots side by side,
 //	              then the second sectors; a miss reads N adjacent lines
@@ -131,7 +131,7 @@ func getLayout(b *testing.B, p float64, order string) *layout {
 	return l
 }
 
-// oldLayouts are the parameters window.Size gave before issue #20 for N=8, 1.25M keys per
+// oldLayouts are the parameters window.Size gave before the interleaved layout for N=8, 1.25M keys per
 // generation (from the code at commit 9490416).
 var oldLayouts = map[float64]window.Sizing{
 	1e-3: {Sectors: 2, K: 12, Groups: 24827},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // The store contract: the one Store policy passes the same table of tests over every Backend:
@@ -45,7 +46,8 @@ type storeKind struct {
 }
 
 // storeKinds returns the kinds under test. The moto kind starts one moto_server for the calling
-// test (skipped without moto unless KDEDUP_REQUIRE_MOTO=1) and gives every store its own bucket.
+// test (skipped without moto unless KDEDUP_REQUIRE_MOTO=1) and gives every store its own bucket;
+// it is of the integration tier, and left out unless that tier runs.
 func storeKinds(t *testing.T) []storeKind {
 	kinds := []storeKind{
 		{"dir", openDirUnderTest},
@@ -57,7 +59,7 @@ func storeKinds(t *testing.T) []storeKind {
 			return openS3UnderTest(t, fake.Endpoint(), "s3://snaps/kdedup/", keep, 64<<10)
 		}},
 	}
-	if testing.Short() {
+	if !tier.IntegrationRuns() {
 		return kinds
 	}
 	var once sync.Once

@@ -17,7 +17,7 @@ func testHeader(groups uint64) snapshot.Header {
 	const slots = 8
 	return snapshot.Header{
 		Generations: 1, Interval: time.Minute, Capacity: 1000, FalsePositiveRate: 0.01,
-		Seed: 0x9e3779b97f4a7c15, K: 4, FirstBits: 4, BlockBits: 512, Sectors: 1, Groups: groups,
+		Seed: 0x9e3779b97f4a7c15, K: 4, FirstBits: 4, SectorBits: 512, Sectors: 1, Groups: groups,
 		Slots: slots, SlotUses: make([]uint64, slots), Words: groups * slots * 512 / 64,
 		Epoch: 1, Gens: []snapshot.Generation{{Number: 1, Slot: 0}},
 		Scope: snapshot.ScopePartition, Topic: "orders", Partition: 3,
@@ -55,8 +55,11 @@ func readAll(t *testing.T, s *Store, info Info) string {
 
 // verify decodes a whole snapshot and checks its checksums.
 func verify(r io.Reader) error {
-	_, err := snapshot.Decode(r, func(h snapshot.Header) ([]uint64, error) { return nil, nil })
-	return err
+	d := snapshot.NewDecoder(r)
+	if _, err := d.Header(); err != nil {
+		return err
+	}
+	return d.Verify()
 }
 
 // newMemStore returns a Store over a fresh MemBackend.

@@ -137,7 +137,7 @@ func resetPeakRSS(t *testing.T) {
 	}
 }
 
-// TestInputBombs is issue 35's end-to-end check of hostile input. Six input partitions carry
+// TestInputBombs is the end-to-end check of hostile input. Six input partitions carry
 // traffic; partition 0 then receives a zstd batch of sixteen 64 MiB zero values (about 1 GiB
 // decompressed, a few hundred KiB on the wire) and partition 1 a zstd batch of one record with
 // 10 million empty headers, then more traffic everywhere. With the default limits (fetch 16 MiB,

@@ -69,7 +69,7 @@ const MarkValue = "1"
 // DefaultMarkHeader is the header ModeMark puts on duplicates when Config.MarkHeader is empty.
 const DefaultMarkHeader = "kdedup-duplicate"
 
-// Config configures a Worker. It is a plain value; cmd/kdedup fills it from environment variables
+// Config configures a Worker. It is a plain value; internal/app fills it from environment variables
 // (the documented operator-facing defaults live in its struct tags). Fields documented as
 // "default X" take X when zero.
 type Config struct {
@@ -264,7 +264,7 @@ func (c Config) withDefaults() Config {
 		c.BatchSize = 1000
 	}
 	if c.BatchBytes == 0 {
-		c.BatchBytes = 1<<20 - 64<<10
+		c.BatchBytes = kafkaio.DefaultBatchBytes
 	}
 	def(&c.BatchTimeout, 5*time.Millisecond)
 	def(&c.FetchMaxWait, 500*time.Millisecond)
@@ -310,7 +310,7 @@ func (c Config) withDefaults() Config {
 }
 
 // FieldError is one problem Validate found, naming the Config field at fault, so that a caller
-// that fills Config from its own settings (cmd/kdedup from environment variables) can report the
+// that fills Config from its own settings (internal/app from environment variables) can report the
 // problem against the setting.
 type FieldError struct {
 	// Field is the name of the Config field at fault, such as "BatchSize".
@@ -346,7 +346,7 @@ func FieldErrors(err error) []*FieldError {
 
 // Validate reports every problem of c (after defaults) as a *FieldError, joined into one error
 // (see FieldErrors), or returns nil. It is the one definition of the rules of the Kafka side;
-// cmd/kdedup reports its problems against the environment variables.
+// internal/app reports its problems against the environment variables.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error

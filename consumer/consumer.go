@@ -28,7 +28,7 @@
 // snapshots: where it ends before a snapshot, and what was produced after one (see
 // Deduper.Processing and Deduper.Acked for the Worker's side of that protocol).
 //
-// The package never reads environment variables; cmd/kdedup builds a Config from them.
+// The package never reads environment variables; internal/app builds a Config from them.
 package consumer
 
 import (

@@ -19,6 +19,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -302,6 +303,7 @@ var testLog = func() *slog.Logger {
 
 func newEnv(t *testing.T, inParts, outParts int, opts embedkafka.Options) *env {
 	t.Helper()
+	tier.Integration(t)
 	if opts.Topics == nil {
 		opts.Topics = map[string]int32{}
 	}

@@ -88,7 +88,7 @@ func producesTo(topics ...string) func(kmsg.Request) bool {
 
 func anyRequest(kmsg.Request) bool { return true }
 
-// TestIdempotentUnderFaults is the proof of issue 10: with the broker answering REQUEST_TIMED_OUT
+// TestIdempotentUnderFaults proves that retried produce requests write nothing twice: with the broker answering REQUEST_TIMED_OUT
 // after appending on every 10th produce request to the output topics, NOT_LEADER_FOR_PARTITION
 // and NOT_ENOUGH_REPLICAS on other produce requests, NOT_LEADER_FOR_PARTITION on fetches of the
 // input, coordinator errors and timeouts on offset commits, and three forced rebalances in the
@@ -252,7 +252,7 @@ func checkExactlyOnce(t *testing.T, what string, got, want map[int][]kafka.Messa
 	}
 }
 
-// TestProduceTimeoutsWithoutIdempotence shows the baseline issue 10 measured, cheaply: with
+// TestProduceTimeoutsWithoutIdempotence shows the duplicates that retries write without idempotence, cheaply: with
 // idempotence disabled, REQUEST_TIMED_OUT after append on every 5th produce request writes
 // duplicates; the same faults with idempotence write none.
 func TestProduceTimeoutsWithoutIdempotence(t *testing.T) {

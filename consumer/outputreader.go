@@ -16,7 +16,7 @@ import (
 )
 
 // OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
-// (cmd/kdedup wires it in: consumer does not import dedup). End tells
+// (internal/app wires it in: consumer does not import dedup). End tells
 // where the output partitions end before a snapshot is copied, and Rewarm feeds the identities of
 // the records produced after a snapshot back into the restored filter. OffsetsAt and Read serve a
 // rebuild of a filter that has no usable snapshot: where the window starts in the output topic by

@@ -14,6 +14,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/kdedup/kdedup/internal/txntest"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -99,6 +100,7 @@ func TestOutputReaderEnd(t *testing.T) {
 // unreachable brokers as "consumer: ..." errors instead of hanging or returning offsets.
 func TestOutputReaderEndErrors(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	e := newOutputEnv(t)
 	down, err := embedkafka.Start(embedkafka.Options{})
 	if err != nil {

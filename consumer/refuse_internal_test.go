@@ -12,6 +12,7 @@ import (
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -82,6 +83,7 @@ type refusalRig struct {
 
 func newRefusalRig(t *testing.T, ctx context.Context, deadLetters bool, limited ...string) *refusalRig {
 	t.Helper()
+	tier.Integration(t)
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": 1, "out": 1, "dlq": 1}})
 	if err != nil {
 		t.Fatal(err)

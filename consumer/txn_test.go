@@ -25,7 +25,7 @@ const (
 	txnPartitions = 6
 )
 
-// txnScenario is issue 25's workload: txns transactions of perTxn records each, spread over the
+// txnScenario is the transactional-input workload: txns transactions of perTxn records each, spread over the
 // input partitions (so every transaction writes a marker to each of them), 10% aborted, 20%
 // aborted and retried with the same event ids and "attempt":2 in a committed transaction, and
 // resends exact re-sends of committed records written outside transactions after them.
@@ -162,7 +162,7 @@ func (s *txnScenario) run(t *testing.T, b testbroker.Broker, rng *rand.Rand, iso
 	return o, r.obs.aborted.Load()
 }
 
-// TestTransactionalInput runs issue 25's scenario (300 transactions of 200 records, 10% aborted,
+// TestTransactionalInput runs the transactional-input scenario (300 transactions of 200 records, 10% aborted,
 // 20% aborted and retried, 6,000 re-sends) through a worker reading committed data while the
 // producers write: no aborted record, no marker and no lost retry may reach the output, every
 // committed event exactly once (the Deduper here is exact: no false positives), and the committed

@@ -112,7 +112,7 @@ type Config struct {
 	LateRecords LatePolicy
 	// MaxAhead caps, under ClockEvent, how far ahead of the wall clock (Window.Clock) a record's
 	// timestamp may advance a filter's stream time; a record stamped later is judged at the cap.
-	// Default: Window.Interval.
+	// Default: DefaultMaxAhead.
 	MaxAhead time.Duration
 	// Refresh makes a duplicate re-arm its identity (window.Filter.TestAndRefresh): the window
 	// then counts from an identity's last sighting, not its first, so that an identity re-sent
@@ -123,6 +123,10 @@ type Config struct {
 	Refresh bool
 }
 
+// DefaultMaxAhead is Config.MaxAhead's default, and DEDUP_EVENT_TIME_MAX_AHEAD's (a test of
+// internal/app holds the two equal): an hour of producer clock skew, whatever the window.
+const DefaultMaxAhead = time.Hour
+
 // defaultClock fills in and checks the event-time settings.
 func (cfg *Config) defaultClock() error {
 	if cfg.Clock == "" {
@@ -132,7 +136,7 @@ func (cfg *Config) defaultClock() error {
 		cfg.LateRecords = LatePass
 	}
 	if cfg.MaxAhead <= 0 {
-		cfg.MaxAhead = cfg.Window.Interval
+		cfg.MaxAhead = DefaultMaxAhead
 	}
 	if _, err := ParseClock(string(cfg.Clock)); err != nil {
 		return err

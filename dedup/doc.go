@@ -5,8 +5,10 @@
 //
 // Files by concern: config.go (Config and its defaults), set.go (the Set: routing and the hot
 // path), assign.go (preparing a partition's state on Assign, giving it up on Revoke), snapshot.go
-// (the snapshot protocol and the interfaces it works through), persist.go (the checkpoint-backed
-// Persister), retain.go, rebuild.go and eventtime.go.
+// (the snapshot protocol and the interfaces it works through), saves.go (how saves are scheduled
+// and bounded), persist.go (the checkpoint-backed Persister), epoch.go (owner epochs that fence a
+// lost owner's saves), skew.go (the clock skew a restore warns of), retain.go, rebuild.go,
+// global.go (the global filter after a Discard) and eventtime.go.
 //
 // With a Persister a Set snapshots its filters (persist.go) and re-warms restored ones from the
 // output topic through an OutputLog, so that a partition's state follows it to another replica.

@@ -16,7 +16,7 @@ import (
 )
 
 // handoverWindow is the default window (8 generations, 1M identities per interval at 1e-6): a
-// filter of about 39 MB (55 MB before the sectorized layout of issue 12).
+// filter of about 39 MB (55 MB before the sectorized layout).
 var handoverWindow = window.Config{Generations: 8, Interval: 15 * time.Minute, Capacity: 1_000_000, FalsePositiveRate: 1e-6}
 
 // BenchmarkHandover moves one partition's default-window filter from one replica to another through a

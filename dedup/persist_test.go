@@ -30,7 +30,7 @@ func TestOldLayoutSnapshotRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := snapshot.DecodeHeader(bytes.NewReader(old))
+		h, err := snapshot.NewDecoder(bytes.NewReader(old)).Header()
 		if err != nil || h.Version != version {
 			t.Fatalf("golden v%d header: version %d, %v", version, h.Version, err)
 		}

@@ -118,7 +118,7 @@ func (l *releaseLog) logArgs() ([]any, bool) {
 // revokeAll revokes every partition left, in parallel (the saves wait for their slots), and
 // returns the errors joined.
 func (s *Set) revokeAll(ctx context.Context) error {
-	parts := s.Partitions()
+	parts := s.partitions()
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, p := range parts {

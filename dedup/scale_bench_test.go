@@ -12,7 +12,7 @@ import (
 	"github.com/kdedup/kdedup/checkpoint"
 )
 
-// BenchmarkCheckpointScale is issue 22's run without the broker: one replica's Set with the
+// BenchmarkCheckpointScale is the incremental-checkpoint scale run without the broker: one replica's Set with the
 // default window and 96 partitions, 2,500 keys each (what 240k distinct events spread over them
 // leave), saved to a directory store. Each iteration loads the keys, runs one checkpoint round
 // (the first after the load), then another with no new records (an idle interval), then, after

@@ -257,19 +257,8 @@ func ptr[T any](v T) *T { return &v }
 // stay zero; anything else points at a worker bug.
 func (s *Set) Unassigned() uint64 { return s.unassigned.Load() }
 
-// Filter returns the filter serving a partition (the global filter under ScopeGlobal), or nil.
-func (s *Set) Filter(partition int32) *window.Filter {
-	if g := s.global.Load(); g != nil {
-		return g.f
-	}
-	if pt := (*s.parts.Load())[partition]; pt != nil {
-		return pt.f
-	}
-	return nil
-}
-
-// Partitions returns the assigned partitions in ascending order.
-func (s *Set) Partitions() []int32 {
+// partitions returns the assigned partitions in ascending order.
+func (s *Set) partitions() []int32 {
 	return slices.Sorted(maps.Keys(*s.parts.Load()))
 }
 
@@ -353,7 +342,7 @@ func (s *Set) Close(ctx context.Context) error {
 		s.releases.add(start, res.stats, err)
 		errs = append(errs, err)
 		g.f.Release()
-		for _, p := range s.Partitions() {
+		for _, p := range s.partitions() {
 			s.remove(p)
 		}
 	}

@@ -138,7 +138,7 @@ type CheckpointObserver interface {
 // OutputLog is the output topic as the snapshot protocol sees it: where it ends when a snapshot is
 // taken, what was produced after that (to re-warm a restored filter), and, read by time, what the
 // window holds (to rebuild the filter of a unit that has no usable snapshot, see Set.rebuild).
-// consumer.OutputReader implements it; cmd/kdedup joins the two, so that dedup imports no Kafka
+// consumer.OutputReader implements it; internal/app joins the two, so that dedup imports no Kafka
 // client. Implementations must be safe for concurrent use: a Set calls them from Assign, Revoke,
 // Close and its checkpoint loop at once.
 type OutputLog interface {
@@ -398,12 +398,6 @@ func (s *Set) checkpointLoop() {
 		}
 		s.checkpointAll(ctx)
 	}
-}
-
-// Checkpoint snapshots every filter now. It returns the errors joined; a failed unit does not stop
-// the others.
-func (s *Set) Checkpoint(ctx context.Context) error {
-	return s.checkpointAll(ctx)
 }
 
 func (s *Set) checkpointAll(ctx context.Context) error {

@@ -47,7 +47,12 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	var data bytes.Buffer
-	m, _, err := f.WriteSnapshot(&data)
+	var m window.Meta
+	err := f.Snapshot(func(meta window.Meta, writeData func(io.Writer) (int64, error)) error {
+		m = meta
+		_, err := writeData(&data)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

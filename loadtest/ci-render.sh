@@ -20,7 +20,7 @@ loadtest_render_check() {
 		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 	fi
 	echo "== loadtest HTML report: headless Chromium screenshot"
-	(cd "$root" && LOADTEST_RENDER=1 go test -count=1 -run '^TestHTMLScreenshot$' -v ./loadtest/)
+	(cd "$root" && KDEDUP_TEST_TIERS=process LOADTEST_RENDER=1 go test -count=1 -run '^TestHTMLScreenshot$' -v ./loadtest/)
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -77,6 +78,7 @@ func (d *exactDeduper) keep(partition int, _, _ []byte, headers []kafka.Header) 
 // runPipeline starts a broker with 4-partition topics, a Pipe with keep, and a loadtest.
 func runPipeline(t *testing.T, cfg Config, keep func(int, []byte, []byte, []kafka.Header) bool) *Report {
 	t.Helper()
+	tier.Integration(t)
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"lt-in": 4, "lt-out": 4}})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // syntheticReport is the report of the synthetic scenario, verified.
@@ -182,6 +184,7 @@ func chromium() string {
 // not blank and shows the charts' colours. It is skipped without Chromium unless
 // LOADTEST_RENDER=1 (set by ci-render.sh) demands it.
 func TestHTMLScreenshot(t *testing.T) {
+	tier.Process(t)
 	bin := chromium()
 	if bin == "" {
 		if os.Getenv("LOADTEST_RENDER") == "1" {

@@ -23,7 +23,7 @@ func addSteady(f *Filter, clock *fakeClock, rng *rand.Rand, load uint64) []uint6
 		if i%256 == 0 {
 			clock.Set(start.Add(time.Duration(float64(iv) * float64(i) / float64(load))))
 		}
-		if k := rng.Uint64(); !f.TestAndAddHash(k) {
+		if k := rng.Uint64(); !f.testAndAddHash(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -73,7 +73,7 @@ func TestAutoFollowsLoad(t *testing.T) {
 		}
 		for g, keys := range window {
 			for _, k := range keys {
-				if !f.TestHash(k) {
+				if !f.testHash(k) {
 					t.Fatalf("key of generation %d of the window missed", g)
 				}
 			}
@@ -116,7 +116,7 @@ func TestAutoKeepsTarget(t *testing.T) {
 					}
 					if name == "burst" {
 						for range l {
-							f.TestAndAddHash(rng.Uint64())
+							f.testAndAddHash(rng.Uint64())
 						}
 						continue
 					}
@@ -124,7 +124,7 @@ func TestAutoKeepsTarget(t *testing.T) {
 				}
 				fp, probes := 0, int(expected/p)
 				for range probes {
-					if f.TestHash(rng.Uint64()) {
+					if f.testHash(rng.Uint64()) {
 						fp++
 					}
 				}
@@ -167,7 +167,7 @@ func TestAutoSnapshot(t *testing.T) {
 	}
 	for name, r := range map[string]*Filter{"snapshot": g, "generations": h} {
 		for _, k := range keys {
-			if !r.TestHash(k) {
+			if !r.testHash(k) {
 				t.Fatalf("filter restored from its %s misses a key", name)
 			}
 		}
@@ -221,14 +221,14 @@ func BenchmarkAuto(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				r := rand.New(rand.NewPCG(rand.Uint64(), 7))
 				for pb.Next() {
-					f.TestHash(r.Uint64())
+					f.testHash(r.Uint64())
 				}
 			})
 		})
 		b.Run("mode="+mode+"/op=add", func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				f.TestAndAddHash(rng.Uint64())
+				f.testAndAddHash(rng.Uint64())
 			}
 		})
 	}
@@ -289,7 +289,7 @@ func rampPhase(fs []*Filter, clock *fakeClock, rng *rand.Rand, load uint64) (all
 			for _, f := range fs {
 				f.AdvanceTo(clock.Now())
 				for range load / 16 {
-					f.TestAndAddHash(rng.Uint64())
+					f.testAndAddHash(rng.Uint64())
 				}
 			}
 		}

@@ -95,10 +95,10 @@ func putKeyIndex(b []byte, i uint64) { binary.LittleEndian.PutUint64(b[8:16], i)
 // benchFilter is what the fixtures need from both implementations; the timed loops below call
 // the concrete types directly so that no interface call is measured.
 type benchFilter interface {
-	Hash(key []byte) uint64
+	hash(key []byte) uint64
 	TestAndAdd(key []byte) bool
 	Test(key []byte) bool
-	TestHash(h uint64) bool
+	testHash(h uint64) bool
 	AdvanceTo(t time.Time)
 }
 
@@ -212,12 +212,12 @@ func (fx *fixture) build(b *testing.B) {
 		putKeyIndex(mb, uint64(i))
 		copy(fx.hits[i*id.klen:], hb)
 		copy(fx.misses[i*id.klen:], mb)
-		fx.hitHash[i] = fx.f.Hash(hb)
-		fx.missHash[i] = fx.f.Hash(mb)
-		if !fx.f.TestHash(fx.hitHash[i]) {
+		fx.hitHash[i] = fx.f.hash(hb)
+		fx.missHash[i] = fx.f.hash(mb)
+		if !fx.f.testHash(fx.hitHash[i]) {
 			b.Fatalf("%+v: inserted key %x not found", id, hb)
 		}
-		if fx.f.TestHash(fx.missHash[i]) {
+		if fx.f.testHash(fx.missHash[i]) {
 			fp++
 		}
 	}
@@ -286,7 +286,7 @@ func (fx *fixture) freshHashes(n int) (first uint64, hs []uint64) {
 	buf := newKeyBuf(nsFresh, 16)
 	for i := range hs {
 		putKeyIndex(buf, first+uint64(i))
-		hs[i] = fx.f.Hash(buf)
+		hs[i] = fx.f.hash(buf)
 	}
 	return first, hs
 }
@@ -455,14 +455,14 @@ func serialTestHashes(b *testing.B, fx *fixture, pool []uint64) {
 	switch f := fx.f.(type) {
 	case *Filter:
 		for range b.N {
-			if f.TestHash(pool[j]) {
+			if f.testHash(pool[j]) {
 				hits++
 			}
 			j = (j + 1) & (benchPool - 1)
 		}
 	case *mutexWindow:
 		for range b.N {
-			if f.TestHash(pool[j]) {
+			if f.testHash(pool[j]) {
 				hits++
 			}
 			j = (j + 1) & (benchPool - 1)
@@ -476,14 +476,14 @@ func parTestHashes(fx *fixture, pool []uint64, pb *testing.PB) {
 	switch f := fx.f.(type) {
 	case *Filter:
 		for pb.Next() {
-			if f.TestHash(pool[j]) {
+			if f.testHash(pool[j]) {
 				hits++
 			}
 			j = (j + 1) & (benchPool - 1)
 		}
 	case *mutexWindow:
 		for pb.Next() {
-			if f.TestHash(pool[j]) {
+			if f.testHash(pool[j]) {
 				hits++
 			}
 			j = (j + 1) & (benchPool - 1)
@@ -541,13 +541,13 @@ func serialAddHashes(b *testing.B, fx *fixture, first uint64, hs []uint64) (seen
 	switch f := fx.f.(type) {
 	case *Filter:
 		for range b.N {
-			if f.TestAndAddHash(hs[c.next()-first]) {
+			if f.testAndAddHash(hs[c.next()-first]) {
 				seen++
 			}
 		}
 	case *mutexWindow:
 		for range b.N {
-			if f.TestAndAddHash(hs[c.next()-first]) {
+			if f.testAndAddHash(hs[c.next()-first]) {
 				seen++
 			}
 		}
@@ -560,13 +560,13 @@ func parAddHashes(fx *fixture, first uint64, hs []uint64, pb *testing.PB) (seen 
 	switch f := fx.f.(type) {
 	case *Filter:
 		for pb.Next() {
-			if f.TestAndAddHash(hs[c.next()-first]) {
+			if f.testAndAddHash(hs[c.next()-first]) {
 				seen++
 			}
 		}
 	case *mutexWindow:
 		for pb.Next() {
-			if f.TestAndAddHash(hs[c.next()-first]) {
+			if f.testAndAddHash(hs[c.next()-first]) {
 				seen++
 			}
 		}
@@ -587,7 +587,7 @@ func BenchmarkHash(b *testing.B) {
 			var s uint64
 			for i := range b.N {
 				putKeyIndex(buf, uint64(i))
-				s += f.Hash(buf)
+				s += f.hash(buf)
 			}
 			sinkInt.Add(int64(s))
 		})
@@ -628,7 +628,7 @@ func newMutexWindow(s Sizing, seed uint64) *mutexWindow {
 }
 
 // Hash is the seeded xxhash64 of key, the same value Filter.Hash gives for the same seed.
-func (m *mutexWindow) Hash(key []byte) uint64 {
+func (m *mutexWindow) hash(key []byte) uint64 {
 	var d xxhash.Digest
 	d.ResetWithSeed(m.seed)
 	d.Write(key)
@@ -658,9 +658,9 @@ func (m *mutexWindow) containsLocked(p *probe) bool {
 	return false
 }
 
-func (m *mutexWindow) Test(key []byte) bool { return m.TestHash(m.Hash(key)) }
+func (m *mutexWindow) Test(key []byte) bool { return m.testHash(m.hash(key)) }
 
-func (m *mutexWindow) TestHash(h uint64) bool {
+func (m *mutexWindow) testHash(h uint64) bool {
 	var p probe
 	m.pattern(h, &p)
 	m.mu.RLock()
@@ -669,9 +669,9 @@ func (m *mutexWindow) TestHash(h uint64) bool {
 	return ok
 }
 
-func (m *mutexWindow) TestAndAdd(key []byte) bool { return m.TestAndAddHash(m.Hash(key)) }
+func (m *mutexWindow) TestAndAdd(key []byte) bool { return m.testAndAddHash(m.hash(key)) }
 
-func (m *mutexWindow) TestAndAddHash(h uint64) bool {
+func (m *mutexWindow) testAndAddHash(h uint64) bool {
 	var p probe
 	m.pattern(h, &p)
 	m.mu.Lock()
@@ -704,7 +704,7 @@ func (m *mutexWindow) AdvanceTo(t time.Time) {
 // per key, holding either all N·Capacity keys a full window holds or only the (N-1)·Capacity keys
 // the window guarantees to remember. Run it with -v to see the table. It checks that the layout
 // adds up, that no configuration beats the information-theoretic bound of log2(1/p) bits per key,
-// and that N=8 stays within 1.5x of the optimal filter of N·Capacity keys (issue #12's goal).
+// and that N=8 stays within 1.5x of the optimal filter of N·Capacity keys (the memory goal of the sectorized layout).
 func TestMemoryReport(t *testing.T) {
 	t.Logf("%-3s %-6s %2s %3s %12s %12s %10s %10s %12s %15s %10s",
 		"N", "p", "S", "K", "capacity", "TotalBytes", "bits/key", "live b/key", "vs opt(N·C)", "vs opt((N-1)·C)", "predFPR")

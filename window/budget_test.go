@@ -42,7 +42,7 @@ func TestBudgetSharedByLoad(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 40 * 10_000 {
-		busy.TestAndAddHash(rng.Uint64())
+		busy.testAndAddHash(rng.Uint64())
 	}
 	st := busy.Stats()
 	if !st.AtCap || st.Stages == 0 || b.Refusals() != 1 {
@@ -78,7 +78,7 @@ func TestBudgetOverloadPass(t *testing.T) {
 	f := mustNew(t, budgetConfig(clock, b, OverloadPass))
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 3 * 10_000 {
-		f.TestAndAddHash(rng.Uint64())
+		f.testAndAddHash(rng.Uint64())
 	}
 	if st := f.Stats(); st.Forgotten == 0 || !st.AtCap || st.Stages != 0 {
 		t.Fatalf("Forgotten %d, AtCap %v, Stages %d: want keys forgotten at the budget, no stage", st.Forgotten, st.AtCap, st.Stages)
@@ -112,7 +112,7 @@ func TestBudgetRestore(t *testing.T) {
 	f := mustNew(t, budgetConfig(clock, b, OverloadDrop))
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 3 * 10_000 {
-		f.TestAndAddHash(rng.Uint64())
+		f.testAndAddHash(rng.Uint64())
 	}
 	var buf bytes.Buffer
 	var m Meta
@@ -158,7 +158,7 @@ func TestBudgetConcurrent(t *testing.T) {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(i), uint64(w)))
 				for range 20_000 {
-					f.TestAndAddHash(rng.Uint64())
+					f.testAndAddHash(rng.Uint64())
 				}
 			})
 		}

@@ -20,7 +20,7 @@ const (
 	tagMask = 1<<tagBits - 1
 )
 
-// testAndAdd is TestAndAddHash in shared mode: it tests the probe and, if it is new, claims its
+// testAndAdd is testAndAddHash in shared mode: it tests the probe and, if it is new, claims its
 // group and sets its bits.
 //
 // The claim word is read before the membership test, and a claim is only taken by a

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // The filter at its design load: every generation holding 0.9, 1.0 and 1.1 × Capacity keys.
@@ -32,7 +34,7 @@ func fillDesignLoad(f *Filter, clock *fakeClock, rng *rand.Rand, gens int, load 
 			n -= min(room, n)
 		}
 		for range n {
-			f.TestAndAddHash(rng.Uint64())
+			f.testAndAddHash(rng.Uint64())
 		}
 	}
 }
@@ -74,9 +76,7 @@ func designLoadProbes(p float64) int {
 // measured on a tenth as many keys, for the log only. A fixed seed makes the result
 // deterministic. (bench/'s TestFPR measures with more probes.)
 func TestDesignLoad(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("statistical test: about 25M operations; run without -race and -short")
-	}
+	tier.Statistical(t) // about 25M operations
 	for _, tt := range []struct {
 		n        int
 		p        float64
@@ -122,7 +122,7 @@ func measureDesignLoad(t *testing.T, cfg Config, load float64, seed int) designL
 	fillDesignLoad(f, clock, rng, gens, load, 0)
 	fp := 0
 	for range probes {
-		if f.TestHash(rng.Uint64()) {
+		if f.testHash(rng.Uint64()) {
 			fp++
 		}
 	}
@@ -214,10 +214,10 @@ func benchDesignLoad(b *testing.B, p, load float64, add bool) {
 	for i := range b.N {
 		h := hs[i%len(hs)]
 		if add {
-			if fx.f.TestAndAddHash(h) {
+			if fx.f.testAndAddHash(h) {
 				seen++
 			}
-		} else if fx.f.TestHash(h) {
+		} else if fx.f.testHash(h) {
 			seen++
 		}
 	}
@@ -244,7 +244,7 @@ func (fx *designFixture) refill(b *testing.B, load float64) {
 	fx.clock.Set(fx.clock.Now().Add(fx.f.Config().Interval))
 	fx.f.AdvanceTo(fx.clock.Now())
 	for range uint64(load*designCapacity) - designRoom {
-		fx.f.TestAndAddHash(fx.rng.Uint64())
+		fx.f.testAndAddHash(fx.rng.Uint64())
 	}
 	fx.room = designRoom
 }
@@ -266,7 +266,7 @@ func (fx *designFixture) build(b *testing.B, p, load float64, add bool) {
 	fx.room = room
 	fp := 0
 	for range 1 << 20 {
-		if fx.f.TestHash(fx.rng.Uint64()) {
+		if fx.f.testHash(fx.rng.Uint64()) {
 			fp++
 		}
 	}

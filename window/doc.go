@@ -105,7 +105,7 @@
 //
 // # Concurrency
 //
-// Test and TestHash are a handful of atomic loads. In the default shared mode, TestAndAdd on a new
+// Test is a handful of atomic loads. In the default shared mode, TestAndAdd on a new
 // key takes a per-group claim word by compare-and-swap from the value it read before its test,
 // which proves that no other insertion touched the group in between: if several goroutines offer
 // the same new key at once, exactly one of them is told it is new. A goroutine that finds the

@@ -88,17 +88,17 @@ func (f *Filter) AdvanceEventTo(t time.Time) {
 // one is told it is new (with Config.SingleWriter calls must not overlap); it never blocks and
 // never allocates.
 func (f *Filter) TestAndAddAt(key []byte, t time.Time) (seen, late bool) {
-	return f.TestAndAddHashAt(f.Hash(key), t)
+	return f.testAndAddHashAt(f.hash(key), t)
 }
 
-// TestAndAddHashAt is TestAndAddAt for a hash returned by Hash. t must lie in the years 1678 to
+// testAndAddHashAt is TestAndAddAt for a hash returned by hash. t must lie in the years 1678 to
 // 2262, which Unix nanoseconds represent (Kafka timestamps do).
-func (f *Filter) TestAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
+func (f *Filter) testAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 	defer runtime.KeepAlive(f)                             // its stage 0 is unmapped when it is collected (newFilter)
 	d := time.Duration(t.UnixNano() - f.origin.UnixNano()) // cheaper than t.Sub on the hot path
 	v := f.view.Load()
 	if d >= time.Duration(v.epoch)*f.cfg.Interval {
-		return f.TestAndAddHash(h), false // the current generation: the processing-time path
+		return f.testAndAddHash(h), false // the current generation: the processing-time path
 	}
 	e := uint64(0)
 	if d > 0 {

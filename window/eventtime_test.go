@@ -252,7 +252,7 @@ func TestEventTimeRacesRotation(t *testing.T) {
 	checkTags(t, f)
 }
 
-// TestEventTimeZeroAllocs checks that TestAndAddHashAt allocates nothing on either path.
+// TestEventTimeZeroAllocs checks that testAndAddHashAt allocates nothing on either path.
 func TestEventTimeZeroAllocs(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, m := range []mode{modes[0], modes[2]} {
@@ -261,16 +261,16 @@ func TestEventTimeZeroAllocs(t *testing.T) {
 		var i uint64
 		allocs := testing.AllocsPerRun(1000, func() {
 			i++
-			f.TestAndAddHashAt(i*0x9e3779b97f4a7c15, base.Add(time.Duration(i%4)*time.Hour))
+			f.testAndAddHashAt(i*0x9e3779b97f4a7c15, base.Add(time.Duration(i%4)*time.Hour))
 		})
 		if allocs != 0 {
-			t.Errorf("%s: %v allocations per TestAndAddHashAt", m.name, allocs)
+			t.Errorf("%s: %v allocations per testAndAddHashAt", m.name, allocs)
 		}
 	}
 }
 
-// BenchmarkEventTime compares TestAndAddHashAt with TestAndAddHash on the same filter layout, in
-// the same run: "processing" is TestAndAddHash, "event" TestAndAddHashAt with a stamp in the
+// BenchmarkEventTime compares testAndAddHashAt with testAndAddHash on the same filter layout, in
+// the same run: "processing" is testAndAddHash, "event" testAndAddHashAt with a stamp in the
 // current generation (in-order data, what a stream mostly holds), "event-old" one stamped in an
 // older live generation. Each operation offers a fresh key; single is one writer
 // (Config.SingleWriter), shared runs RunParallel on a shared filter. Quote the ratio:
@@ -287,12 +287,12 @@ func BenchmarkEventTime(b *testing.B) {
 				f := mustNew(b, Config{Generations: 4, Interval: time.Hour, Capacity: 1 << 22, FalsePositiveRate: 1e-3,
 					SingleWriter: single, Clock: func() time.Time { return base }})
 				f.AdvanceEventTo(now)
-				add := func(h uint64) bool { return f.TestAndAddHash(h) }
+				add := func(h uint64) bool { return f.testAndAddHash(h) }
 				switch op {
 				case "event":
-					add = func(h uint64) bool { s, _ := f.TestAndAddHashAt(h, now); return s }
+					add = func(h uint64) bool { s, _ := f.testAndAddHashAt(h, now); return s }
 				case "event-old":
-					add = func(h uint64) bool { s, _ := f.TestAndAddHashAt(h, old); return s }
+					add = func(h uint64) bool { s, _ := f.testAndAddHashAt(h, old); return s }
 				}
 				b.ReportAllocs()
 				var next atomic.Uint64
@@ -332,13 +332,13 @@ func TestEventTimeHelpOld(t *testing.T) {
 			f := newEventFilter(t, 4, modes[0], base)
 			f.AdvanceEventTo(base.Add(4 * time.Hour)) // live: 1 … 4
 			k := key(7, 1)
-			h := f.Hash(k)
+			h := f.hash(k)
 			var p probe
 			f.makeProbe(&p, h, f.view.Load(), false, false)
 			c := &f.claims[p.group]
 			cw := c.Load()
 			c.Store(cw | p.tag | f.claimGen(tt.claimed))
-			seen, late := f.TestAndAddHashAt(h, base.Add(time.Hour+30*time.Minute))
+			seen, late := f.testAndAddHashAt(h, base.Add(time.Hour+30*time.Minute))
 			if seen != tt.seen || late {
 				t.Fatalf("helper: seen %v, late %v; want seen %v", seen, late, tt.seen)
 			}

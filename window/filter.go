@@ -13,9 +13,9 @@ import (
 
 // Filter is a sliding-window Bloom filter of N rotating generations.
 //
-// TestAndAdd, Test and their Hash variants never block, never allocate, and take no lock. Test
-// and TestHash are safe for concurrent use by any number of goroutines. TestAndAdd and
-// TestAndAddHash are too, unless Config.SingleWriter is set: then calls to them must not overlap
+// TestAndAdd, Test and their event-time and refresh variants never block, never allocate, and take
+// no lock. Test is safe for concurrent use by any number of goroutines. TestAndAdd and its
+// variants are too, unless Config.SingleWriter is set: then calls to them must not overlap
 // (see Config.SingleWriter). Rotation, snapshots and Stats are safe to call concurrently with all
 // of them and with each other.
 //
@@ -187,9 +187,9 @@ func (f *Filter) Sizing() Sizing { return f.sizing }
 // Config returns the configuration the filter was built with, with defaults filled in.
 func (f *Filter) Config() Config { return f.cfg }
 
-// Hash returns the seeded 64-bit hash of key that the Hash methods take. Hashing once and calling
-// TestAndAddHash on several filters with the same seed saves the hashing cost.
-func (f *Filter) Hash(key []byte) uint64 {
+// hash returns the seeded 64-bit hash of key that the hash-level methods take. Hashing once and calling
+// testAndAddHash on several filters with the same seed saves the hashing cost.
+func (f *Filter) hash(key []byte) uint64 {
 	var d xxhash.Digest
 	d.ResetWithSeed(f.seed)
 	d.Write(key)
@@ -201,16 +201,16 @@ func (f *Filter) Hash(key []byte) uint64 {
 // exactly one of them gets false (with Config.SingleWriter, calls must not overlap). A key that
 // is seen is not added again, so its expiry stays tied to its first sighting.
 func (f *Filter) TestAndAdd(key []byte) (seen bool) {
-	return f.TestAndAddHash(f.Hash(key))
+	return f.testAndAddHash(f.hash(key))
 }
 
 // Test reports whether key was seen in the window, without adding it.
 func (f *Filter) Test(key []byte) bool {
-	return f.TestHash(f.Hash(key))
+	return f.testHash(f.hash(key))
 }
 
-// TestAndAddHash is TestAndAdd for a hash returned by Hash.
-func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
+// testAndAddHash is TestAndAdd for a hash returned by hash.
+func (f *Filter) testAndAddHash(h uint64) (seen bool) {
 	var p probe
 	if f.single {
 		v := f.view.Load()
@@ -226,8 +226,8 @@ func (f *Filter) TestAndAddHash(h uint64) (seen bool) {
 	return seen
 }
 
-// TestHash is Test for a hash returned by Hash.
-func (f *Filter) TestHash(h uint64) bool {
+// testHash is Test for a hash returned by hash.
+func (f *Filter) testHash(h uint64) bool {
 	var p probe
 	v := f.view.Load()
 	f.makeProbe(&p, h, v, false, false)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // fillGenerations adds load fresh keys to each of the filter's N generations (rotating between
@@ -22,7 +24,7 @@ func fillGenerations(f *Filter, clock *fakeClock, rng *rand.Rand, load uint64) {
 			f.AdvanceTo(clock.Now())
 		}
 		for range load {
-			f.TestAndAddHash(rng.Uint64())
+			f.testAndAddHash(rng.Uint64())
 		}
 	}
 }
@@ -30,13 +32,13 @@ func fillGenerations(f *Filter, clock *fakeClock, rng *rand.Rand, load uint64) {
 // TestGrowthKeepsTarget loads every generation of a filter to 1×, 5× and 20× its capacity and
 // measures the false-positive rate over absent keys: it must stay within 1.5× of the target (the
 // design keeps it under the target; 1.5× leaves room for sampling noise). The probes are sized for
-// 200 false positives at the target (100 with -short or -race), so that 1.5× the target is 7 (5)
+// 200 false positives at the target (100 with -short), so that 1.5× the target is 7 (5)
 // standard deviations above it: a filter at the target fails with a probability under 1e-6.
-// -short and -race test 1e-3 only (the statistics are the normal run's; this test has no
-// concurrency for the race detector to check).
+// -short tests 1e-3 only. It is of the statistical tier.
 func TestGrowthKeepsTarget(t *testing.T) {
+	tier.Statistical(t)
 	expected, rates := 200.0, []float64{1e-3, 1e-4}
-	if testing.Short() || raceEnabled {
+	if testing.Short() {
 		expected, rates = 100, rates[:1]
 	}
 	for _, p := range rates {
@@ -54,7 +56,7 @@ func TestGrowthKeepsTarget(t *testing.T) {
 				fillGenerations(f, clock, rng, times*capacity)
 				fp := 0
 				for range probes {
-					if f.TestHash(rng.Uint64()) {
+					if f.testHash(rng.Uint64()) {
 						fp++
 					}
 				}
@@ -355,7 +357,7 @@ func BenchmarkGrowth(b *testing.B) {
 				if single {
 					rng := rand.New(rand.NewPCG(3, 4))
 					for range b.N {
-						f.TestAndAddHash(rng.Uint64())
+						f.testAndAddHash(rng.Uint64())
 					}
 					return
 				}
@@ -364,9 +366,9 @@ func BenchmarkGrowth(b *testing.B) {
 					rng := rand.New(rand.NewPCG(seed.Add(1), 5))
 					for pb.Next() {
 						if op == "Test" {
-							f.TestHash(rng.Uint64())
+							f.testHash(rng.Uint64())
 						} else {
-							f.TestAndAddHash(rng.Uint64())
+							f.testAndAddHash(rng.Uint64())
 						}
 					}
 				})

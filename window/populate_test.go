@@ -63,7 +63,7 @@ func benchFirstTouch(b *testing.B, keys int, mode string) {
 			}
 		}
 		for _, h := range hs {
-			f.TestAndAddHash(h)
+			f.testAndAddHash(h)
 		}
 		b.StopTimer()
 		cpu += int64(processCPU() - c0)
@@ -102,8 +102,8 @@ func TestWriteFirst(t *testing.T) {
 
 	f := mustNew(t, Config{Generations: 4, Interval: time.Minute, Capacity: 10000, FalsePositiveRate: 1e-3})
 	for i := range uint64(1000) {
-		h := f.Hash(key(1, i))
-		f.TestAndAddHash(h)
+		h := f.hash(key(1, i))
+		f.testAndAddHash(h)
 		g, _ := bits.Mul64(h, f.groups)
 		for pg := (g*f.groupWords + f.pageOff) / pageWords; pg <= ((g+1)*f.groupWords-1+f.pageOff)/pageWords; pg++ {
 			if f.pages[pg/64]>>(pg%64)&1 == 0 {

@@ -27,11 +27,11 @@ import (
 // filter at the same time, exactly one of them gets seen == false (with Config.SingleWriter, calls
 // must not overlap); it never blocks and never allocates.
 func (f *Filter) TestAndRefresh(key []byte) (seen, refreshed bool) {
-	return f.TestAndRefreshHash(f.Hash(key))
+	return f.testAndRefreshHash(f.hash(key))
 }
 
-// TestAndRefreshHash is TestAndRefresh for a hash returned by Hash.
-func (f *Filter) TestAndRefreshHash(h uint64) (seen, refreshed bool) {
+// testAndRefreshHash is TestAndRefresh for a hash returned by hash.
+func (f *Filter) testAndRefreshHash(h uint64) (seen, refreshed bool) {
 	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	var p probe
 	v := f.view.Load()
@@ -53,16 +53,16 @@ func (f *Filter) TestAndRefreshHash(h uint64) (seen, refreshed bool) {
 // generation of t (or the next live one, as TestAndAddAt places a new key), unless that generation
 // or a newer one already holds it. A late t (before the oldest live generation) re-arms nothing.
 func (f *Filter) TestAndRefreshAt(key []byte, t time.Time) (seen, late, refreshed bool) {
-	return f.TestAndRefreshHashAt(f.Hash(key), t)
+	return f.testAndRefreshHashAt(f.hash(key), t)
 }
 
-// TestAndRefreshHashAt is TestAndRefreshAt for a hash returned by Hash.
-func (f *Filter) TestAndRefreshHashAt(h uint64, t time.Time) (seen, late, refreshed bool) {
+// testAndRefreshHashAt is TestAndRefreshAt for a hash returned by hash.
+func (f *Filter) testAndRefreshHashAt(h uint64, t time.Time) (seen, late, refreshed bool) {
 	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
 	d := time.Duration(t.UnixNano() - f.origin.UnixNano())
 	v := f.view.Load()
 	if d >= time.Duration(v.epoch)*f.cfg.Interval {
-		seen, refreshed = f.TestAndRefreshHash(h)
+		seen, refreshed = f.testAndRefreshHash(h)
 		return seen, false, refreshed
 	}
 	e := uint64(0)

@@ -182,7 +182,7 @@ func TestStaleViewWriter(t *testing.T) {
 	added := addKeys(f, 61, perGen)
 	for i, v := range []*view{swept, tagged} {
 		var p probe
-		f.makeProbe(&p, f.Hash(key(62, uint64(i))), f.view.Load(), true, true)
+		f.makeProbe(&p, f.hash(key(62, uint64(i))), f.view.Load(), true, true)
 		f.set(v, &p) // as if the writer had loaded v before the four rotations
 		if !f.Test(key(62, uint64(i))) {
 			t.Errorf("view %d: the stale writer's key is not in the current generation", i)

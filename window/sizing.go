@@ -86,9 +86,9 @@ type Config struct {
 	// Default: 0, a valid public seed.
 	Seed uint64
 
-	// SingleWriter selects the single-writer write path: TestAndAdd and TestAndAddHash set bits
+	// SingleWriter selects the single-writer write path: TestAndAdd and testAndAddHash set bits
 	// with plain loads and stores instead of atomic read-modify-write instructions and take no
-	// claim. Set it only when calls to TestAndAdd and TestAndAddHash never overlap in time (one
+	// claim. Set it only when calls to TestAndAdd and testAndAddHash never overlap in time (one
 	// goroutine writes the filter, as in kdedup's per-partition scope); Test, snapshots, Stats and
 	// rotation may still run concurrently from any goroutine. Overlapping TestAndAdd calls on a
 	// single-writer filter can lose keys and report a key new twice. It does not change the layout:

@@ -103,27 +103,6 @@ func (m Meta) GenerationStart(e uint64) time.Time {
 // snapshotChunk is how many words WriteSnapshot converts per Write call.
 const snapshotChunk = 32 << 10
 
-// WriteSnapshot writes the filter's bit data to w as Meta.Words little-endian 64-bit words and
-// returns the Meta that describes them and the number of bytes written. It runs while writers
-// continue: every word is read atomically, so the copy is consistent per word, and a key added
-// during the copy may or may not be in it (a Bloom filter tolerates both). Every key added before
-// WriteSnapshot was called is in the copy. Rotation and sweeping wait until the copy ends, so the
-// slot uses in Meta hold for every word copied.
-//
-// On a write error it returns the error from w and the bytes written so far.
-func (f *Filter) WriteSnapshot(w io.Writer) (Meta, int64, error) {
-	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
-	var meta Meta
-	var n int64
-	err := f.Snapshot(func(m Meta, writeData func(io.Writer) (int64, error)) error {
-		meta = m
-		var err error
-		n, err = writeData(w)
-		return err
-	})
-	return meta, n, err
-}
-
 // Snapshot calls fn with the Meta of the filter's current state and a function that writes the
 // bit data that Meta describes, as WriteSnapshot does. Rotation waits until writeData returns (or
 // fn, if it never calls writeData), so a caller can write its own header from the Meta before the

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // calibration is one case of TestEstimatedFPRCalibration: a filter of N=3 generations of 1s
@@ -44,9 +46,7 @@ const calibrationSteps = 16
 // the rates (1e-8 at 1e-3, 1e-14 at 1e-6) are far below what any number of probes can measure;
 // there the sampled estimate is held against the exact rate.
 func TestEstimatedFPRCalibration(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("statistical test: about 1e8 operations; run without -race and -short")
-	}
+	tier.Statistical(t) // about 1e8 operations
 	cases := []calibration{
 		{1e-3, 20_000, 0.25, 1_000_000},
 		{1e-3, 20_000, 0.5, 10_000_000},
@@ -237,8 +237,8 @@ func TestMatchGivenKeys(t *testing.T) {
 			t.Errorf("b=%d k=1, one key: %g, want %g", b, got, 1.0/float64(b))
 		}
 	}
-	if raceEnabled {
-		return // the simulation checks arithmetic, not concurrency: 10^8 steps
+	if raceEnabled || !tier.Enabled("statistical") {
+		return // the simulation (10^8 steps) is of the statistical tier, and checks arithmetic, not concurrency
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct{ k, j, b int }{{7, 20, UsableSectorBits}, {7, 70, UsableSectorBits},

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // RequireMotoEnv is the environment variable that makes StartMoto fail,
@@ -54,6 +56,7 @@ var ErrNoMoto = errors.New("s3test: moto_server is not on PATH")
 // KDEDUP_REQUIRE_MOTO=1; see Unavailable.
 func StartMoto(t testing.TB) *Moto {
 	t.Helper()
+	tier.Integration(t)
 	m, err := NewMoto()
 	if err != nil {
 		Unavailable(t, err)

@@ -105,10 +105,10 @@ import (
 //
 // Data layout, which the format treats as opaque except in Inspect: the
 // words form Groups groups; each group holds, for each of its Sectors
-// sectors, one BlockBits/64-word sector per slot; word w of sector i of
-// slot s in group g is word ((g×Sectors + i)×Slots + s)×BlockBits/64 + w,
+// sectors, one SectorBits/64-word sector per slot; word w of sector i of
+// slot s in group g is word ((g×Sectors + i)×Slots + s)×SectorBits/64 + w,
 // except in version 5 for sector 0, which is stored word-major: its word w
-// of slot s in group g is word g×Sectors×Slots×BlockBits/64 + w×Slots + s
+// of slot s in group g is word g×Sectors×Slots×SectorBits/64 + w×Slots + s
 // (a key sets F bits in one of these words, and the rest of its K bits in
 // the other sectors). A grown stage is laid out as one slot.
 // Each generation of the table owns the sectors of its slot; slots not in
@@ -118,7 +118,7 @@ import (
 // of an expired generation and reads as empty; the other 63 bits are data.
 // In version 4 the grown stages' words follow the slots' words, stage after
 // stage in the order of the stage table: word w of sector i of group g of a
-// stage is its word (g×Sectors + i)×BlockBits/64 + w; stage words carry no
+// stage is its word (g×Sectors + i)×SectorBits/64 + w; stage words carry no
 // tag (bit 63 is 0).
 // Versions 1 and 2 have one sector of 512 data bits per block and no tags,
 // versions 3 and 4 spread a key's bits over all sectors: layouts of an older
@@ -537,7 +537,7 @@ func parseBody(body []byte, version uint16) (Header, error) {
 		h.Seed = c.u64()
 	}
 	h.K = int(c.u32())
-	h.BlockBits = int(c.u32())
+	h.SectorBits = int(c.u32())
 	h.Groups = c.u64()
 	h.Slots = int(c.u32())
 	h.Words = c.u64()
@@ -753,45 +753,4 @@ func (d *Decoder) Verify() error {
 		return d.headerCRCErr
 	}
 	return d.sizeErr
-}
-
-// Decode reads a whole snapshot from r. After the header has been read and
-// validated, Decode calls dst with it; dst returns the destination for the
-// data, which must hold exactly h.Words words (dst allocates it, so the
-// decoder never holds a second copy), or a nil slice to verify the data
-// without keeping it. Decode then reads the data straight into that slice
-// and verifies the trailing checksum.
-//
-// On success it returns the header. On failure the destination's contents
-// are unspecified and must be discarded; the error wraps ErrCorrupt,
-// ErrNotSnapshot, ErrUnknownVersion, the error returned by dst, or the
-// reader's error. The returned Header is the zero Header if the header
-// itself could not be read.
-func Decode(r io.Reader, dst func(h Header) ([]uint64, error)) (Header, error) {
-	d := NewDecoder(r)
-	h, err := d.Header()
-	if err != nil {
-		return h, err
-	}
-	words, err := dst(h)
-	if err != nil {
-		return h, fmt.Errorf("snapshot: destination: %w", err)
-	}
-	if words != nil {
-		if uint64(len(words)) != h.DataBytes()/8 {
-			return h, fmt.Errorf("snapshot: destination holds %d words, the file holds %d", len(words), h.DataBytes()/8)
-		}
-		if err := d.ReadWords(words); err != nil {
-			return h, err
-		}
-	}
-	return h, d.Verify()
-}
-
-// DecodeHeader reads and validates only the header of the snapshot in r
-// (including its checksum, but not the data's). It reads at most the header
-// plus one 64 KiB buffer, whatever the data size. Errors are those of
-// Decoder.Header.
-func DecodeHeader(r io.Reader) (Header, error) {
-	return NewDecoder(r).Header()
 }

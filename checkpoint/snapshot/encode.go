@@ -21,7 +21,7 @@ func appendBody(b []byte, h *Header, version uint16) []byte {
 	b = le.AppendUint64(b, math.Float64bits(h.FalsePositiveRate))
 	b = le.AppendUint64(b, h.seedField(version))
 	b = le.AppendUint32(b, uint32(h.K))
-	b = le.AppendUint32(b, uint32(h.BlockBits))
+	b = le.AppendUint32(b, uint32(h.SectorBits))
 	b = le.AppendUint64(b, h.Groups)
 	b = le.AppendUint32(b, uint32(h.Slots))
 	b = le.AppendUint64(b, h.Words)

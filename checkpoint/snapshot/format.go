@@ -98,8 +98,8 @@ const (
 	MaxSlots = 1 << 13
 	// MaxK bounds Header.K.
 	MaxK = 255
-	// MaxBlockBits bounds Header.BlockBits.
-	MaxBlockBits = 1 << 16
+	// MaxSectorBits bounds Header.SectorBits.
+	MaxSectorBits = 1 << 16
 	// MaxSectors bounds Header.Sectors.
 	MaxSectors = 64
 	// MaxTopicLen bounds the length of Header.Topic in bytes.
@@ -163,7 +163,7 @@ type Generation struct {
 }
 
 // Stage describes one grown stage of a live generation (version 4): a
-// blocked Bloom filter of Groups blocks of Sectors sectors of BlockBits bits,
+// blocked Bloom filter of Groups blocks of Sectors sectors of SectorBits bits,
 // without use tags, whose Words words follow the slots' words in the data,
 // in the order of the stage table.
 type Stage struct {
@@ -178,7 +178,7 @@ type Stage struct {
 	K         int
 	FirstBits int
 	Sectors   int
-	// Words is Groups × Sectors × BlockBits/64.
+	// Words is Groups × Sectors × SectorBits/64.
 	Words uint64
 	// Counts holds the keys offered to each of the 2^ShardBits shards.
 	Counts []uint64
@@ -188,7 +188,7 @@ type Stage struct {
 // The zero value is not a valid header; see the package documentation for
 // the constraints Encode enforces.
 type Header struct {
-	// Version is the format version the snapshot was read from. Decode sets
+	// Version is the format version the snapshot was read from. Decoder.Header sets
 	// it; Encode ignores it and writes SingleFileVersion, EncodeManifest
 	// CurrentVersion.
 	Version uint16
@@ -202,13 +202,13 @@ type Header struct {
 	// FalsePositiveRate is the configured target FPR over the whole window.
 	FalsePositiveRate float64
 	// Seed is the hash seed; a restorer must hash with the same seed. Up to
-	// version 6 the header stores it, and Decode sets it; from version 7 on
+	// version 6 the header stores it, and Decoder.Header sets it; from version 7 on
 	// the header stores only SeedPrint, and Seed decodes as 0 (see
 	// SeedMatches). Encode and EncodeManifest take it from here.
 	Seed uint64
 	// SeedPrint is the fingerprint of the hash seed (SeedPrintOf), which
 	// version 7 stores in place of the seed so that a store reader never
-	// learns the secret. Decode sets it from version 7 on (0 before). An
+	// learns the secret. Decoder.Header sets it from version 7 on (0 before). An
 	// encoder writes it when it is not 0, SeedPrintOf(Seed) otherwise.
 	SeedPrint uint64
 	// K is the number of bits a key sets in one generation (over all of
@@ -217,9 +217,9 @@ type Header struct {
 	// FirstBits is how many of them go to one word of the block's sector 0
 	// (version 5, 1..K; 0 before, when the K bits spread over all sectors).
 	FirstBits int
-	// BlockBits is the size of one sector in bits (a multiple of 64): a
-	// generation's block in a group is Sectors sectors of BlockBits bits.
-	BlockBits int
+	// SectorBits is the size of one sector in bits (a multiple of 64): a
+	// generation's block in a group is Sectors sectors of SectorBits bits.
+	SectorBits int
 	// Sectors is the number of sectors of a generation's block. Version 1
 	// and 2 snapshots have one and decode with 1.
 	Sectors int
@@ -233,7 +233,7 @@ type Header struct {
 	// entries); nil for older versions.
 	SlotUses []uint64
 	// Words is the number of 64-bit data words; it must equal
-	// Groups × Slots × Sectors × BlockBits/64 (SlotWords), plus the words of
+	// Groups × Slots × Sectors × SectorBits/64 (SlotWords), plus the words of
 	// every grown stage (version 4).
 	Words uint64
 	// ShardBits is how many top bits of a key's hash select its fill
@@ -265,7 +265,7 @@ type Header struct {
 	KeySpec string
 
 	// Signature is the HMAC-SHA256 of a signed manifest (version 7's
-	// signature section), nil when unsigned. Decode sets it; see
+	// signature section), nil when unsigned. Decoder.Header sets it; see
 	// EncodeSignedManifest and VerifySignature.
 	Signature []byte
 	// signed holds the bytes Signature covers (decoded manifests only).
@@ -354,9 +354,9 @@ func (h *Header) StageWords() uint64 {
 func (h *Header) SlotWords() uint64 { return h.Words - h.StageWords() }
 
 // BitsPerGeneration returns the number of bits one generation owns
-// (Groups × Sectors × BlockBits), tag bits included.
+// (Groups × Sectors × SectorBits), tag bits included.
 func (h *Header) BitsPerGeneration() uint64 {
-	return h.Groups * uint64(h.Sectors) * uint64(h.BlockBits)
+	return h.Groups * uint64(h.Sectors) * uint64(h.SectorBits)
 }
 
 // Tagged reports whether the top bit of every data word is a use tag
@@ -404,8 +404,8 @@ func (h *Header) check(version uint16) error {
 		return fmt.Errorf("false positive rate %v out of range (0,1)", h.FalsePositiveRate)
 	case h.K < 1 || h.K > MaxK:
 		return fmt.Errorf("k %d out of range [1,%d]", h.K, MaxK)
-	case h.BlockBits < 64 || h.BlockBits > MaxBlockBits || h.BlockBits%64 != 0:
-		return fmt.Errorf("block bits %d must be a multiple of 64 in [64,%d]", h.BlockBits, MaxBlockBits)
+	case h.SectorBits < 64 || h.SectorBits > MaxSectorBits || h.SectorBits%64 != 0:
+		return fmt.Errorf("block bits %d must be a multiple of 64 in [64,%d]", h.SectorBits, MaxSectorBits)
 	case h.Sectors < 1 || h.Sectors > MaxSectors:
 		return fmt.Errorf("sectors %d out of range [1,%d]", h.Sectors, MaxSectors)
 	case version < VersionV3 && h.Sectors != 1:
@@ -474,13 +474,13 @@ func checkObjectName(name string) error {
 
 // checkSizes checks the data size and the generation table.
 func (h *Header) checkSizes(version uint16) error {
-	hi, perGroup := bits.Mul64(uint64(h.Slots)*uint64(h.Sectors), uint64(h.BlockBits/64))
+	hi, perGroup := bits.Mul64(uint64(h.Slots)*uint64(h.Sectors), uint64(h.SectorBits/64))
 	if hi != 0 {
 		return errors.New("words overflow")
 	}
 	hi, words := bits.Mul64(h.Groups, perGroup)
 	if hi != 0 || words > MaxDataBytes/8 {
-		return fmt.Errorf("groups %d × slots %d × sectors %d × block bits %d exceeds %d data bytes", h.Groups, h.Slots, h.Sectors, h.BlockBits, uint64(MaxDataBytes))
+		return fmt.Errorf("groups %d × slots %d × sectors %d × block bits %d exceeds %d data bytes", h.Groups, h.Slots, h.Sectors, h.SectorBits, uint64(MaxDataBytes))
 	}
 	stageWords, err := h.checkStages(version)
 	if err != nil {
@@ -518,7 +518,7 @@ func (h *Header) checkStages(version uint16) (uint64, error) {
 		if !slices.ContainsFunc(h.Gens, func(g Generation) bool { return g.Number == st.Generation }) {
 			return 0, fmt.Errorf("stage %d: generation %d is not in the generation table", i, st.Generation)
 		}
-		hi, words := bits.Mul64(st.Groups, uint64(st.Sectors)*uint64(h.BlockBits/64))
+		hi, words := bits.Mul64(st.Groups, uint64(st.Sectors)*uint64(h.SectorBits/64))
 		switch {
 		case st.Index < 1 || st.Index > 64 || st.K < 1 || st.K > MaxK || st.Sectors < 1 || st.Sectors > MaxSectors || st.Groups == 0:
 			return 0, fmt.Errorf("stage %d: index %d, k %d, sectors %d, groups %d out of range", i, st.Index, st.K, st.Sectors, st.Groups)

@@ -154,7 +154,7 @@ func TestEncodeInvalidHeader(t *testing.T) {
 		{"fpr NaN", func(h *Header) { h.FalsePositiveRate = math.NaN() }},
 		{"k 0", func(h *Header) { h.K = 0 }},
 		{"k too big", func(h *Header) { h.K = MaxK + 1 }},
-		{"block bits not multiple of 64", func(h *Header) { h.BlockBits = 100 }},
+		{"block bits not multiple of 64", func(h *Header) { h.SectorBits = 100 }},
 		{"zero groups", func(h *Header) { h.Groups = 0; h.Words = 0 }},
 		{"slots < generations", func(h *Header) { h.Slots = 2 }},
 		{"words mismatch", func(h *Header) { h.Words++ }},

@@ -17,7 +17,7 @@ import (
 // that include the generation (see Decoder for the manifest). Its data is the generation's
 // canonical form, which does not depend on how the filter interleaves generations in memory:
 // section 0 is the generation's block in every group, group after group, each block its sectors
-// in order, each sector its BlockBits/64 words, with the use tag bit cleared (words of an expired
+// in order, each sector its SectorBits/64 words, with the use tag bit cleared (words of an expired
 // use read as 0); section i ≥ 1 is the generation's grown stage i as the stage stores it. The
 // byte layout (all integers little-endian):
 //

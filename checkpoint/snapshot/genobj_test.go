@@ -277,8 +277,8 @@ func BenchmarkGenDecode(b *testing.B) {
 	}
 	b.Run("raw", func(b *testing.B) {
 		h := testHeader(1)
-		h.Groups = n / uint64(h.Slots*h.Sectors*h.BlockBits/64)
-		h.Words = h.Groups * uint64(h.Slots*h.Sectors*h.BlockBits/64)
+		h.Groups = n / uint64(h.Slots*h.Sectors*h.SectorBits/64)
+		h.Words = h.Groups * uint64(h.Slots*h.Sectors*h.SectorBits/64)
 		raw := encodeBytes(b, h, SingleFileVersion, genWords(int(h.Words), 1, 1))
 		dst := make([]uint64, h.Words)
 		b.SetBytes(int64(h.Words) * 8)

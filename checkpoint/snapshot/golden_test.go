@@ -27,7 +27,7 @@ func goldenHeader() Header {
 		FalsePositiveRate: 1e-4,
 		Seed:              0x0123456789abcdef,
 		K:                 10,
-		BlockBits:         512,
+		SectorBits:        512,
 		Sectors:           1,
 		Groups:            2,
 		Slots:             4,
@@ -75,7 +75,7 @@ func goldenHeaderV5() Header {
 // has every word set to a pattern with 8×(s+1) bits set (slot 3: all bits).
 func goldenWords(h Header) []uint64 {
 	w := make([]uint64, h.Words)
-	wpb := h.BlockBits / 64
+	wpb := h.SectorBits / 64
 	for i := range w {
 		slot := (i / wpb) % h.Slots
 		w[i] = (uint64(1)<<(8*(slot+1)) - 1) << (i % 8)

@@ -22,8 +22,8 @@ func withStages(h Header) Header {
 	for i := range h.Fill {
 		h.Fill[i] = uint64(100 + i)
 	}
-	h.Stages = []Stage{{Generation: h.Gens[0].Number, Index: 1, Groups: 1, K: 9, FirstBits: 9, Sectors: 1, Words: uint64(h.BlockBits / 64), Counts: []uint64{51, 49}}}
-	h.Words += uint64(h.BlockBits / 64)
+	h.Stages = []Stage{{Generation: h.Gens[0].Number, Index: 1, Groups: 1, K: 9, FirstBits: 9, Sectors: 1, Words: uint64(h.SectorBits / 64), Counts: []uint64{51, 49}}}
+	h.Words += uint64(h.SectorBits / 64)
 	return h
 }
 
@@ -60,7 +60,7 @@ func testHeader(groups uint64) Header {
 		Seed:              0x9e3779b97f4a7c15,
 		K:                 7,
 		FirstBits:         3,
-		BlockBits:         512,
+		SectorBits:        512,
 		Sectors:           2,
 		Groups:            groups,
 		Slots:             4,
@@ -87,7 +87,7 @@ func testHeader(groups uint64) Header {
 // sector per block and no slot use table.
 func oldLayout(h *Header) {
 	h.Sectors, h.SlotUses, h.FirstBits = 1, nil, 0
-	h.Words = h.Groups * uint64(h.Slots) * uint64(h.BlockBits/64)
+	h.Words = h.Groups * uint64(h.Slots) * uint64(h.SectorBits/64)
 }
 
 // encodeBytes encodes h and words in the given version.

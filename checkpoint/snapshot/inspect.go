@@ -19,7 +19,7 @@ type genFill struct {
 	// SetBits is the number of bits set in the slot's blocks.
 	SetBits uint64
 	// Bits is the number of data bits the slot owns (Groups × Sectors ×
-	// BlockBits, less the tag bits from version 3 on).
+	// SectorBits, less the tag bits from version 3 on).
 	Bits uint64
 	// Fill is SetBits / Bits.
 	Fill float64
@@ -166,7 +166,7 @@ func writeHeader(ew *errWriter, h *Header) error {
 	p("configured FPR:\t%g\n", h.FalsePositiveRate)
 	p("hashing:\tk=%d%s seed fingerprint=%s\n", h.K, firstWordNote(h), h.SeedFingerprint())
 	p("layout:\t%d groups × %d slots × %d sectors of %d bits = %d words (%s), %d bits per generation\n",
-		h.Groups, h.Slots, h.Sectors, h.BlockBits, h.Words, fmtBytes(h.Words*8), h.BitsPerGeneration())
+		h.Groups, h.Slots, h.Sectors, h.SectorBits, h.Words, fmtBytes(h.Words*8), h.BitsPerGeneration())
 	if h.Tagged() {
 		p("slot uses:\t%v (bit 63 of a word is its use's parity; words of an earlier use count as empty)\n", h.SlotUses)
 	} else {
@@ -258,7 +258,7 @@ func firstWordNote(h *Header) string {
 // words read (fewer than h.Words if the data is truncated).
 func countSlots(d *Decoder, h *Header) (counts []uint64, wordsRead uint64) {
 	counts = make([]uint64, h.Slots)
-	wpb := uint64(h.BlockBits / 64)
+	wpb := uint64(h.SectorBits / 64)
 	groupWords := uint64(h.Slots*h.Sectors) * wpb
 	buf := make([]byte, int(min(h.DataBytes(), 1<<20)))
 	if len(buf) == 0 {

@@ -21,7 +21,7 @@ func inspectFixture() (Header, []uint64) {
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h := Header{
 		Generations: 3, Interval: time.Minute, Capacity: 50, FalsePositiveRate: 0.01,
-		Seed: 0xabc, K: 4, FirstBits: 4, BlockBits: 128, Sectors: 1, Groups: 2, Slots: 4, Words: 16,
+		Seed: 0xabc, K: 4, FirstBits: 4, SectorBits: 128, Sectors: 1, Groups: 2, Slots: 4, Words: 16,
 		SlotUses: []uint64{0, 0, 1, 0}, // matches the words' top bits, so v3 reads them all
 		Origin:   base.Add(-7 * time.Minute), Epoch: 9, Rotations: 8,
 		Gens: []Generation{

@@ -21,7 +21,7 @@ var errNotRead = errors.New("not read")
 // GenSections returns the word counts of the sections of generation gen's object, as the
 // manifest h implies them: its stage 0 block in every group, then each of its grown stages.
 func (h *Header) GenSections(gen uint64) []uint64 {
-	secs := []uint64{h.Groups * uint64(h.Sectors) * uint64(h.BlockBits/64)}
+	secs := []uint64{h.Groups * uint64(h.Sectors) * uint64(h.SectorBits/64)}
 	for _, st := range h.Stages {
 		if st.Generation == gen {
 			secs = append(secs, st.Words)

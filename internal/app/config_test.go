@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -422,10 +423,14 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 		{"DEDUP_MARK_HEADER", consumer.DefaultMarkHeader},
 		{"DEDUP_MODE", string(consumer.ModeDrop)},
 		{"DEDUP_SCOPE", string(dedup.ScopePartition)},
+		{"KAFKA_BATCH_BYTES", strconv.Itoa(kafkaio.DefaultBatchBytes)},
 	} {
 		if got := defaults[c.name]; got != c.want {
 			t.Errorf("%s has envDefault %q, want the constant %q", c.name, got, c.want)
 		}
+	}
+	if d, err := time.ParseDuration(defaults["DEDUP_EVENT_TIME_MAX_AHEAD"]); err != nil || d != dedup.DefaultMaxAhead {
+		t.Errorf("DEDUP_EVENT_TIME_MAX_AHEAD has envDefault %q, want dedup.DefaultMaxAhead (%v)", defaults["DEDUP_EVENT_TIME_MAX_AHEAD"], dedup.DefaultMaxAhead)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -101,6 +102,7 @@ func lateRecords(prefix string, n int) []kafka.Message {
 // visible, the new owner writes them again, and they leak: the scenario's baseline.
 func TestLateAppendAfterRewarm(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	for _, tc := range []struct {
 		name, delivery string
 		checkpoints    bool
@@ -141,7 +143,7 @@ func TestLateAppendAfterRewarm(t *testing.T) {
 				return &lateDeduper{Deduper: d, late: func() {
 					lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
-					if lateErr = prev.Produce(lctx, "out", 0, late); lateErr == nil && prev.Transactional() {
+					if lateErr = prev.Produce(lctx, "out", 0, late); lateErr == nil && tc.delivery == "exactly-once" {
 						lateErr = prev.Commit(lctx)
 					}
 				}}
@@ -180,7 +182,7 @@ func previousOwner(t *testing.T, cl *embedkafka.Cluster, delivery string) *kafka
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p.Transactional() {
+	if pcfg.TransactionalID != "" {
 		if err := p.Begin(); err != nil {
 			t.Fatal(err)
 		}

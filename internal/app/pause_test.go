@@ -23,6 +23,7 @@ import (
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -198,6 +199,7 @@ func (r *scaleRun) generationAfter(alive *worker, gen int, what string, names ..
 // (moto_server): 0 lost, and 0 leaked under exactly-once; under at-least-once at most the paused
 // replica's in-flight produce requests (see zombieLeakLimit).
 func TestPausedReplica(t *testing.T) {
+	tier.Integration(t)
 	if os.Getenv("KDEDUP_PAUSED_REPLICA") != "1" {
 		// It runs four workers' lives of the real binary for about two minutes, so it is a
 		// documented command (docs/design.md, Failure model) rather than part of the default run.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/scrape"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/prometheus/common/model"
 )
 
@@ -64,6 +65,7 @@ func TestMain(m *testing.M) {
 // the build fails.
 func kdedupBinary(t *testing.T) string {
 	t.Helper()
+	tier.Process(t)
 	built.once.Do(func() {
 		if built.dir, built.err = os.MkdirTemp("", "kdedup-test-"); built.err != nil {
 			return

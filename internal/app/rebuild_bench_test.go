@@ -60,7 +60,7 @@ func BenchmarkRebuild(b *testing.B) {
 		if err := s.Assign(ctx, 0); err != nil {
 			b.Fatal(err)
 		}
-		if !s.Filter(0).Test(fmt.Appendf(nil, "event-%09d", records-1)) {
+		if !s.Seen(0, fmt.Appendf(nil, "event-%09d", records-1), time.Now()) {
 			b.Fatal("the newest record is not in the rebuilt filter")
 		}
 		return records

@@ -18,6 +18,7 @@ import (
 	"github.com/kdedup/kdedup/identity/registrytest"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -177,6 +178,7 @@ func TestSchemaIdentityEndToEnd(t *testing.T) {
 }
 
 func runSchemaE2E(t *testing.T, format string, size e2eSize) {
+	tier.Integration(t)
 	reg := registrytest.New()
 	t.Cleanup(reg.Close)
 	v1Text, v2Text, typ := e2eAvroV1, e2eAvroV2, "AVRO"

@@ -12,6 +12,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -39,6 +40,7 @@ type secureOptions struct {
 // variables) that reaches it.
 func startSecure(t *testing.T, o secureOptions) secureSetup {
 	t.Helper()
+	tier.Integration(t)
 	ca, err := testpki.NewCA("kdedup test CA")
 	must(t, err)
 	hosts := []string{"127.0.0.1"}

@@ -46,6 +46,17 @@ var Rules = []Rule{
 // embedded broker (internal/embedkafka, kfake): the binary, for its demo and loadtest.
 var BrokerLinkers = []string{"cmd/kdedup", "internal/loadrun"}
 
+// TestOnly are packages that only tests and test helper packages (see testHelper) may depend on,
+// whatever their rule says: the test-tier switch.
+var TestOnly = []string{"internal/tier"}
+
+// testHelper reports whether pkg is a test helper package: its last path element begins or ends
+// with "test" (checkpoint/s3test, internal/embedkafka/testbroker).
+func testHelper(pkg string) bool {
+	last := pkg[strings.LastIndex(pkg, "/")+1:]
+	return strings.HasPrefix(last, "test") || strings.HasSuffix(last, "test")
+}
+
 // broker reports whether the import path is the embedded broker or kfake.
 func broker(path string) bool {
 	return path == Module+"/internal/embedkafka" || strings.HasPrefix(path, "github.com/twmb/franz-go/pkg/kfake")
@@ -106,6 +117,7 @@ func RulesMarkdown() string {
 		b.WriteString("- " + r.Claim() + "\n")
 	}
 	fmt.Fprintf(&b, "- Only %s link the embedded broker, `internal/embedkafka` (kfake).\n", join(code(BrokerLinkers), "and"))
+	fmt.Fprintf(&b, "- Only tests and test helper packages import %s.\n", join(code(TestOnly), "and"))
 	return b.String()
 }
 
@@ -180,6 +192,12 @@ func Check(deps map[string][]string) []string {
 			}
 			for _, d := range ds {
 				own, isOwn := strings.CutPrefix(d, Module+"/")
+				if isOwn && slices.Contains(TestOnly, own) {
+					if !testHelper(pkg) {
+						bad = append(bad, fmt.Sprintf("%s depends on %s, which only tests and test helpers may", pkg, d))
+					}
+					continue
+				}
 				if isOwn && !r.allows(allowed, own) || !r.Kafka && kafkaClient(d) {
 					bad = append(bad, fmt.Sprintf("%s depends on %s, but the rule says: %s", pkg, d, r.Claim()))
 				}

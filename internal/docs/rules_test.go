@@ -46,6 +46,8 @@ func TestCheckFindsViolations(t *testing.T) {
 	deps["checkpoint/s3test"] = []string{Module + "/internal/embedkafka"}                     // the broker
 	deps["checkpoint/snapshot"] = []string{Module + "/window"}                                // checkpoint's rule
 	deps["dedup"] = append(deps["dedup"], Module+"/checkpoint/snapshot")                      // part of checkpoint
+	deps["checkpoint/s3test"] = append(deps["checkpoint/s3test"], Module+"/internal/tier")    // a test helper: allowed
+	deps["window"] = append(deps["window"], Module+"/internal/tier")                          // not a test helper
 	delete(deps, "metrics")
 	got := strings.Join(Check(deps), "\n")
 	for _, want := range []string{
@@ -56,13 +58,14 @@ func TestCheckFindsViolations(t *testing.T) {
 		"checkpoint/s3test depends on " + Module + "/internal/embedkafka",
 		"checkpoint/snapshot depends on " + Module + "/window",
 		"metrics: no such package",
+		"window depends on " + Module + "/internal/tier, which only tests and test helpers may",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Check does not report %q; it reports:\n%s", want, got)
 		}
 	}
-	if n := strings.Count(got, "\n") + 1; n != 7 {
-		t.Errorf("Check reports %d violations, want 7:\n%s", n, got)
+	if n := strings.Count(got, "\n") + 1; n != 8 {
+		t.Errorf("Check reports %d violations, want 8:\n%s", n, got)
 	}
 }
 
@@ -116,5 +119,40 @@ func TestREADMEImportRules(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("README.md's import rules are stale; run: go test ./internal/docs -run TestREADMEImportRules -update\n--- README\n%s--- generated\n%s", got, want)
+	}
+}
+
+// TestREADMEHeadline fails when README.md's headline figures differ from docs/performance.md's
+// rows (HeadlineRows); with -update it copies them.
+func TestREADMEHeadline(t *testing.T) {
+	const path, block = "../../README.md", "headline"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perf, err := os.ReadFile("../../docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := HeadlineMarkdown(string(perf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		out, err := ReplaceBlock(doc, block, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := Block(doc, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("README.md's headline figures differ from docs/performance.md; run: go test ./internal/docs -run TestREADMEHeadline -update\n--- README\n%s--- docs/performance.md\n%s", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -23,6 +24,7 @@ import (
 // is down is not fatal.
 func TestCheck(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	pki := newSecurePKI(t)
 	expired, err := pki.ca.Issue(testpki.LeafOptions{Name: "old", Hosts: []string{"127.0.0.1"},
 		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})

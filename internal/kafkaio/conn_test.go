@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -38,6 +39,7 @@ func TestConnSettings(t *testing.T) {
 // TestConnSASL proves against a broker that requires SASL PLAIN that the Client and the Dialer
 // of a Conn authenticate, and that wrong credentials fail.
 func TestConnSASL(t *testing.T) {
+	tier.Integration(t)
 	c, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(1, "t"), kfake.EnableSASL(),
 		kfake.Superuser("PLAIN", "admin", "secret"))
 	if err != nil {

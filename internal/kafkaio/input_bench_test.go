@@ -20,7 +20,7 @@ import (
 // in-process kfake broker over TCP, read by one reader per partition in batches of 1000 (linger
 // 5ms), each record's key and value looked at. Sub-benchmarks:
 //
-//   - path=reader: the input path before issue 25, kafka-go's Reader (readerBaseline below, as
+//   - path=reader: the input path before the fetch loop of our own, kafka-go's Reader (readerBaseline below, as
 //     PartitionReader was configured then: QueueCapacity 2000, MaxBytes 16 MiB).
 //   - path=fetchloop: PartitionReader, read_committed.
 //   - path=pool: PartitionReader through one FetchPool for the 4 readers (one fetch per broker),
@@ -132,7 +132,7 @@ func drain(path string, client *kafka.Client, pool *kafkaio.FetchPool, brokers [
 	return nil
 }
 
-// readerBaseline is the input path before issue 25: kafka-go's Reader as PartitionReader
+// readerBaseline is the input path before the fetch loop of our own: kafka-go's Reader as PartitionReader
 // configured it, and its Fetch.
 type readerBaseline struct {
 	r     *kafka.Reader

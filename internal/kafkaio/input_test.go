@@ -14,6 +14,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -122,6 +123,7 @@ func TestPartitionReaderCompression(t *testing.T) {
 // TestPartitionReaderLeaderMoves reads while the partition's leadership moves between brokers.
 func TestPartitionReaderLeaderMoves(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	kc, err := kfake.NewCluster(kfake.Ports(0, 0, 0), kfake.NumBrokers(3), kfake.SeedTopics(3, "t"))
 	if err != nil {
 		t.Fatal(err)
@@ -254,9 +256,14 @@ func TestPartitionReaderOffsetsWhileNotTaken(t *testing.T) {
 // partition far longer than that, and that Fetch then reports ctx's end, not a record.
 func TestPartitionReaderCloses(t *testing.T) {
 	t.Parallel()
-	_, c := cluster(t)
+	kc, c := cluster(t)
+	fetching := make(chan struct{})
+	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		close(fetching) // once: kfake drops a control function after its first call
+		return nil, nil, false
+	})
 	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.MaxWait = 10 * time.Second })
-	time.Sleep(100 * time.Millisecond) // the fetch is with the broker
+	<-fetching // the fetch is with the broker
 	began := time.Now()
 	<-r.Close()
 	if d := time.Since(began); d > time.Second {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -148,6 +149,7 @@ func TestSleep(t *testing.T) {
 // client.
 func cluster(t *testing.T) (*kfake.Cluster, *kafka.Client) {
 	t.Helper()
+	tier.Integration(t)
 	c, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(3, "t"))
 	if err != nil {
 		t.Fatal(err)

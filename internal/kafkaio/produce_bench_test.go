@@ -14,7 +14,7 @@ import (
 // BenchmarkProducer measures the produce path alone: Producer.Produce of batches of 100 or 1000
 // records of 100 bytes, idempotent (the worker's default) or not, from parallel callers onto the 4
 // partitions of a topic on an in-process kfake broker over TCP, acks=all. It reports records/s.
-// It uses only the API that the produce path has had since issue 20, so that a baseline worktree
+// It uses only the API that the produce path has had since the one produce path, so that a baseline worktree
 // can run the same file: compare interleaved runs, e.g.
 //
 //	go test -run '^$' -bench Producer -benchtime 2000x -count 6 ./internal/kafkaio/

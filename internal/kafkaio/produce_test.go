@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // resetObs counts what the producer reports.
@@ -59,6 +61,7 @@ type testCluster struct {
 
 func startCluster(t *testing.T, topics map[string]int32, opts ...kfake.Opt) *testCluster {
 	t.Helper()
+	tier.Integration(t)
 	opts = append(opts, kfake.Ports(0))
 	for name, n := range topics {
 		opts = append(opts, kfake.SeedTopics(n, name))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -42,6 +43,7 @@ func newSecurePKI(t *testing.T) securePKI {
 // authenticates: the Client (metadata), the Dialer, and the Producer on the Client.
 func TestConnSecure(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	pki := newSecurePKI(t)
 	for _, mech := range []string{kafkaio.MechanismPlain, kafkaio.MechanismSCRAM256, kafkaio.MechanismSCRAM512} {
 		t.Run(mech, func(t *testing.T) {

@@ -63,9 +63,6 @@ type txnState struct {
 	groups map[string]bool         // whose offsets the open transaction carries
 }
 
-// Transactional reports whether p writes in transactions (ProducerConfig.TransactionalID).
-func (p *Producer) Transactional() bool { return p.txn != nil }
-
 // Fenced returns the error that fenced p (wrapping ErrFenced), or nil.
 func (p *Producer) Fenced() error {
 	if p.txn == nil {

@@ -6,11 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // TestDemo runs the demo subcommand on a small stream and checks its report.
 func TestDemo(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	var stdout, stderr bytes.Buffer
 	began := time.Now()
 	code := Demo(context.Background(), []string{"-records", "4000"}, &stdout, &stderr)

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/kdedup/kdedup/loadtest"
 )
 
 // TestLoadtestEmbedded runs `kdedup loadtest` end to end: embedded broker, the real worker, the
 // generator and the verifier, and checks the exit status and the JSON report.
 func TestLoadtestEmbedded(t *testing.T) {
+	tier.Integration(t)
 	checkpointDir := t.TempDir()
 	tests := []struct {
 		name string
@@ -68,7 +70,7 @@ func TestLoadtestEmbedded(t *testing.T) {
 			metrics: []string{"kdedup_rebuild_records_total"}, // the worker after the rebuild
 		},
 		{
-			// Issue 13: 4 filters of capacity 1000 receive about 5000 unique keys each inside one
+			// Growth past capacity: 4 filters of capacity 1000 receive about 5000 unique keys each inside one
 			// interval. They grow stages instead of losing events: the loss stays within the
 			// Poisson allowance of 1e-3, nothing leaks, and the order is kept.
 			name: "5x capacity within one interval grows the filters",
@@ -182,6 +184,7 @@ func checkHookRuns(t *testing.T, r loadtest.Report, hooks, metrics []string) {
 // TestLoadtestExternalFailure runs the external mode against a broker without a worker: nothing
 // reaches the output, so every event is lost and the exit status is 1.
 func TestLoadtestExternalFailure(t *testing.T) {
+	tier.Integration(t)
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"in": 2, "out": 2}})
 	if err != nil {
 		t.Fatal(err)

@@ -7,14 +7,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
-// TestLoadtestOversize runs issue 24's run, scaled down: an input topic that takes 16MiB, an
+// TestLoadtestOversize runs the refused-records run of docs/operations.md, scaled down: an input topic that takes 16MiB, an
 // output topic at the default 1MiB, and oversized records on partitions 0 and 1 of 3. Without a
 // dead-letter topic their partitions deliver everything before them and block there, committed
 // exactly at them, while partition 2 completes; with one, everything else is delivered, the two
 // are in the dead-letter topic with the worker's headers, and the input is committed to its end.
 func TestLoadtestOversize(t *testing.T) {
+	tier.Integration(t)
 	for _, tt := range []struct {
 		name       string
 		args       []string

@@ -14,6 +14,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/testpki"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -24,6 +25,7 @@ import (
 // password must not be in the output of either.
 func TestLoadtestExternalSecured(t *testing.T) {
 	t.Parallel()
+	tier.Integration(t)
 	for _, mech := range []string{kafkaio.MechanismSCRAM512, kafkaio.MechanismPlain} {
 		t.Run(mech, func(t *testing.T) {
 			t.Parallel()

@@ -1,17 +1,19 @@
 // Package testbroker gives tests a Kafka broker from one factory: the embedded kfake
 // (internal/embedkafka), or a real Apache Kafka in KRaft mode run as a JVM by
-// tools/kafka/kafka.sh, chosen by KDEDUP_TEST_KAFKA. The same test runs against either through
+// tools/kafka/kafka.sh, chosen by KDEDUP_TEST_KAFKA or, unset, the real tier of KDEDUP_TEST_TIERS
+// (internal/tier). The same test runs against either through
 // Broker; a test that needs a kfake-only feature asks for it with Broker.Fake and is skipped on
 // real Kafka.
 //
 // Real Kafka is opt-in, so that go build, the demo and a quick unit run never need Java:
 //
-//	KDEDUP_TEST_KAFKA=kfake (default)  kfake only
+//	KDEDUP_TEST_KAFKA=kfake (default)  kfake only (unset: both when KDEDUP_TEST_TIERS has real or all)
 //	KDEDUP_TEST_KAFKA=real             real Kafka only
 //	KDEDUP_TEST_KAFKA=both             every such test twice, as subtests "kfake" and "real"
 //
 // Without java and mvn the real subtests are skipped, or fail when KDEDUP_REQUIRE_KAFKA=1 (as in
-// CI). With -short they are skipped. KDEDUP_KAFKA_VERSION picks another Kafka 4.x version.
+// CI). Every broker test is of the integration tier (internal/tier): Start skips it unless
+// KDEDUP_TEST_TIERS runs that tier. KDEDUP_KAFKA_VERSION picks another Kafka 4.x version.
 //
 // One real single-node broker is shared by the tests of a package (see Main): each test works in
 // topics and groups of its own, named by Broker.Name. A test that needs brokers configured
@@ -31,6 +33,7 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -85,9 +88,10 @@ type Options struct {
 	Real RealOptions
 }
 
-// Kinds returns the kinds KDEDUP_TEST_KAFKA asks for.
+// Kinds returns the kinds KDEDUP_TEST_KAFKA asks for; unset, both when the test tiers
+// (KDEDUP_TEST_TIERS) include real, kfake otherwise.
 func Kinds() []Kind {
-	switch os.Getenv(KindEnv) {
+	switch kind() {
 	case "real":
 		return []Kind{Real}
 	case "both":
@@ -95,6 +99,17 @@ func Kinds() []Kind {
 	default:
 		return []Kind{Fake}
 	}
+}
+
+// kind returns KDEDUP_TEST_KAFKA, or what the test tiers imply when it is unset.
+func kind() string {
+	if k := os.Getenv(KindEnv); k != "" {
+		return k
+	}
+	if tier.Enabled("real") {
+		return "both"
+	}
+	return "kfake"
 }
 
 // Each runs f as a subtest named after each kind of Kinds, with a broker of that kind.
@@ -117,6 +132,7 @@ func RealOnly(t testing.TB, o Options) Broker {
 // real broker is stopped by Main).
 func Start(t testing.TB, k Kind, o Options) Broker {
 	t.Helper()
+	tier.Integration(t)
 	if k == Fake {
 		cl, err := embedkafka.Start(embedkafka.Options{Topics: o.Topics, Brokers: o.Nodes})
 		if err != nil {
@@ -124,9 +140,6 @@ func Start(t testing.TB, k Kind, o Options) Broker {
 		}
 		t.Cleanup(cl.Close)
 		return fakeBroker{cl, ""}
-	}
-	if testing.Short() {
-		t.Skip("real Kafka does not run with -short")
 	}
 	var r realBroker
 	if o.Nodes <= 1 && o.Real.Nodes <= 1 && len(o.Real.Config) == 0 && len(o.Real.Listeners) == 0 && len(o.Real.Format) == 0 {
@@ -252,10 +265,11 @@ func FromFake(cl *embedkafka.Cluster) Broker { return fakeBroker{cl, ""} }
 // a real broker does (the log cleaner, an unclean election, enforced re-authentication).
 func NeedReal(t testing.TB) {
 	t.Helper()
-	switch os.Getenv(KindEnv) {
+	tier.Integration(t)
+	switch kind() {
 	case "real", "both":
 	default:
-		t.Skipf("needs real Kafka, which %s=real or both runs (see docs/hacking.md)", KindEnv)
+		t.Skipf("needs real Kafka, which %s=real (or all) or %s=real or both runs (see docs/hacking.md)", tier.Env, KindEnv)
 	}
 }
 

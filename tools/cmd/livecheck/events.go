@@ -227,7 +227,7 @@ func orAll(phase string) string {
 }
 
 // estimateTolerance is how far the dashboard's estimated false-positive rate, averaged over
-// time, may be from the measured loss rate: a factor (issue 15).
+// time, may be from the measured loss rate, as a factor either way.
 const estimateTolerance = 1.3
 
 // estimateVsLoss checks, for the overfilled filters of run, the dashboard's estimated

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Records the output refuses (issue 24). Every loadtest's output topic keeps the embedded
+// Records the output refuses (larger than its max.message.bytes, or invalid for it). Every loadtest's output topic keeps the embedded
 // broker's default max.message.bytes (1MiB) while its input takes 16MiB, so an oversized record
 // (-oversize, 2MiB) is refused on its own:
 //

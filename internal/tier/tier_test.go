@@ -1,0 +1,33 @@
+package tier
+
+import "testing"
+
+func TestEnabled(t *testing.T) {
+	for _, c := range []struct {
+		env, tier string
+		want      bool
+	}{
+		{"", "unit", true},
+		{"", "integration", false},
+		{"integration", "integration", true},
+		{"integration", "process", false},
+		{"statistical, process", "process", true},
+		{"all", "statistical", true},
+		{"real", "integration", true},
+		{"integration", "real", false},
+	} {
+		t.Setenv(Env, c.env)
+		if got := Enabled(c.tier); got != c.want {
+			t.Errorf("%s=%q: Enabled(%q) = %v, want %v", Env, c.env, c.tier, got, c.want)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	if bad := check("unit,integration, all,"); len(bad) != 0 {
+		t.Errorf("check of valid tiers = %q", bad)
+	}
+	if bad := check("integration,intergation"); len(bad) != 1 || bad[0] != "intergation" {
+		t.Errorf("check of a misspelt tier = %q", bad)
+	}
+}
