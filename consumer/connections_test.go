@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -85,6 +86,7 @@ func (c *closeCounted) Close() error {
 // (fetches by broker, produce requests by broker, the group's, metadata and offset lookups),
 // where a connection per partition and request kind made hundreds.
 func TestConnectionsByBroker(t *testing.T) {
+	tier.Integration(t)
 	t.Parallel()
 	const parts, per = 96, 50
 	var ln listenCounter

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -67,6 +68,7 @@ func (c *countedConn) Close() error {
 // poolCluster starts nb kfake brokers with topic "t" of n partitions and returns a client whose
 // connections c counts, and a pool over it.
 func poolCluster(t *testing.T, nb, n int, c *connCounter) (*kfake.Cluster, *kafka.Client, *kafkaio.FetchPool) {
+	tier.Integration(t)
 	t.Helper()
 	ports := make([]int, nb)
 	kc, err := kfake.NewCluster(kfake.Ports(ports...), kfake.NumBrokers(nb), kfake.SeedTopics(int32(n), "t"))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -98,6 +99,7 @@ func from(set []byte, offset int64) []byte {
 
 // trailingCluster starts a kfake broker with topic t whose fetches are answered with set.
 func trailingCluster(t *testing.T, set []byte, end int64) *kafka.Client {
+	tier.Integration(t)
 	t.Helper()
 	kc, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(1, "t"))
 	if err != nil {
@@ -202,6 +204,7 @@ func TestPartitionReaderRefusesCorruptBatch(t *testing.T) {
 // leader epoch than the reader knows, for the same topic ID) does not pass for a re-created
 // topic: the reader waits for an answer that has caught up, and reads on without going back.
 func TestPartitionReaderStaleMetadata(t *testing.T) {
+	tier.Integration(t)
 	t.Parallel()
 	kc, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(1, "t"))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -16,6 +17,7 @@ import (
 // reauthCluster returns a kfake cluster that requires SCRAM-SHA-512 and enforces a session
 // lifetime (testbroker.SessionExpiry), and a Conn that authenticates to it.
 func reauthCluster(t *testing.T, lifetime time.Duration) (*kfake.Cluster, *testbroker.SessionExpiry, kafkaio.Conn) {
+	tier.Integration(t)
 	t.Helper()
 	exp := testbroker.NewSessionExpiry(lifetime)
 	opts := append([]kfake.Opt{kfake.Ports(0), kfake.SeedTopics(1, "t"), kfake.EnableSASL(),
