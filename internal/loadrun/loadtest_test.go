@@ -211,7 +211,7 @@ func TestLoadtestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-mix", "later=1"}, nil, "unknown duplicate kind"},
 		{[]string{"-field", "body"}, nil, "want key, value"},
-		{[]string{"-scope", "cluster"}, nil, "want partition or global"},
+		{[]string{"-scope", "cluster"}, nil, "want partition, global or routed"},
 		{[]string{"-brokers", "127.0.0.1:1", "-passthrough"}, nil, "embedded"},
 		{[]string{"-passthrough", "-oversize", "1"}, nil, "-oversize needs the worker"},
 		{[]string{"-brokers", "127.0.0.1:1"}, nil, "needs -input and -output"},
