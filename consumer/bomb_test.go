@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -78,10 +77,7 @@ func bombBatch(t *testing.T, n, size, headers int) []byte {
 	hdr := kmsg.RecordBatch{PartitionLeaderEpoch: -1, Magic: 2, Attributes: 4, LastOffsetDelta: int32(n - 1),
 		FirstTimestamp: time.Now().UnixMilli(), MaxTimestamp: time.Now().UnixMilli(), ProducerID: -1, ProducerEpoch: -1,
 		FirstSequence: -1, NumRecords: int32(n), Records: records.Bytes()}
-	b := hdr.AppendTo(nil)
-	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
+	return sealBatch(hdr)
 }
 
 // produceRaw writes the record batch b to partition p of topic, as it is, and fails the test
