@@ -152,11 +152,11 @@ func TestHostileBatches(t *testing.T) {
 	})
 }
 
-// presentStream is bigStream(p, n) with timestamps moved from baseTime (in 2030) to the last
-// minute: real Kafka 4 refuses records more than an hour ahead of its clock
+// presentStream is bigStream(p, n, big...) with timestamps moved from baseTime (in 2030) to the
+// last minute: real Kafka 4 refuses records more than an hour ahead of its clock
 // (message.timestamp.after.max.ms), which kfake does not check.
-func presentStream(p, n int) []kafka.Message {
-	msgs := bigStream(p, n)
+func presentStream(p, n int, big ...int) []kafka.Message {
+	msgs := bigStream(p, n, big...)
 	shift := time.Now().Add(-time.Minute).Sub(baseTime)
 	for i := range msgs {
 		msgs[i].Time = msgs[i].Time.Add(shift).Truncate(time.Millisecond)

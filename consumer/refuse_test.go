@@ -12,6 +12,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -83,11 +84,18 @@ func blockedAt(w *consumer.Worker, want map[int32]int64) bool {
 // block (Blocked, the Observer, its state discarded), while the other partition completes; once
 // the output topic's limit is raised, the partition resumes by itself, its state assigned again,
 // and everything is delivered exactly once.
+//
+// It runs on kfake and on real Kafka (see testbroker), whose refusal of a batch over the output
+// topic's max.message.bytes is the broker's own.
 func TestRefusedRecordBlocks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 2, embedkafka.Options{})
+	testbroker.Each(t, testbroker.Options{}, testRefusedRecordBlocks)
+}
+
+func testRefusedRecordBlocks(t *testing.T, kb testbroker.Broker) {
+	e := newEnvOn(t, kb, 2, 2)
 	e.limit(e.out, outLimit)
-	in0, in1 := bigStream(0, 80, 40), bigStream(1, 80)
+	in0, in1 := presentStream(0, 80, 40), presentStream(1, 80)
 	e.produce(0, in0)
 	e.produce(1, in1)
 	d := newMapDeduper(false, nil)
