@@ -200,47 +200,55 @@ func TestDeadLetterTopic(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 2, 2, embedkafka.Options{Topics: map[string]int32{"dlq": 1, "dups": 1}})
-			refusing := e.out
-			if tc.dups {
-				refusing = "dups"
-			}
-			e.limit(refusing, outLimit)
-			in0, in1 := bigStream(0, 60, 10, 30), bigStream(1, 60, 5)
-			if tc.dups { // the big records repeat an earlier identity
-				in0[10].Key, in0[30].Key, in1[5].Key = in0[0].Key, in0[1].Key, in1[0].Key
-			}
-			e.produce(0, in0)
-			e.produce(1, in1)
-			cfg := e.config()
-			cfg.DeadLetterTopic, cfg.DuplicatesTopic, cfg.Partitioning = "dlq", "dups", tc.partitioning
-			r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
-			e.waitAllCommitted(30 * time.Second)
-			if err := r.stop(t, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			want := map[int][]kafka.Message{0: without(in0, 10, 30), 1: without(in1, 5)}
-			checkOutput(t, e, tc.partitioning, want)
-			dl := e.readOut("dlq")[0]
-			big := []kafka.Message{in0[10], in0[30], in1[5]}
-			if len(dl) != 3 {
-				t.Fatalf("%d dead letters, want 3", len(dl))
-			}
-			for _, m := range dl {
-				checkDeadLetter(t, m, big, refusing)
-			}
-			if n := r.obs.deadLetters.Load(); n != 3 {
-				t.Errorf("observer: %d dead letters, want 3", n)
-			}
-			if n := r.obs.auditErrors.Load(); tc.dups != (n > 0) {
-				t.Errorf("observer: %d audit produce errors (the audit topic refusing: %v)", n, tc.dups)
-			}
-			if n := r.obs.produced.Load(); !tc.dups && n != 117 {
-				t.Errorf("observer: %d produced, want 117", n)
-			}
-			if len(r.w.Blocked()) != 0 {
-				t.Errorf("blocked: %+v", r.w.Blocked())
-			}
+			testbroker.Each(t, testbroker.Options{}, func(t *testing.T, b testbroker.Broker) {
+				e := newEnvOn(t, b, 2, 2)
+				dlq, dups := b.Name("dlq"), b.Name("dups")
+				for _, topic := range []string{dlq, dups} {
+					if err := b.CreateTopic(t.Context(), topic, 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				refusing := e.out
+				if tc.dups {
+					refusing = dups
+				}
+				e.limit(refusing, outLimit)
+				in0, in1 := presentStream(0, 60, 10, 30), presentStream(1, 60, 5)
+				if tc.dups { // the big records repeat an earlier identity
+					in0[10].Key, in0[30].Key, in1[5].Key = in0[0].Key, in0[1].Key, in1[0].Key
+				}
+				e.produce(0, in0)
+				e.produce(1, in1)
+				cfg := e.config()
+				cfg.DeadLetterTopic, cfg.DuplicatesTopic, cfg.Partitioning = dlq, dups, tc.partitioning
+				r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+				e.waitAllCommitted(30 * time.Second)
+				if err := r.stop(t, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				want := map[int][]kafka.Message{0: without(in0, 10, 30), 1: without(in1, 5)}
+				checkOutput(t, e, tc.partitioning, want)
+				dl := e.readOut(dlq)[0]
+				big := []kafka.Message{in0[10], in0[30], in1[5]}
+				if len(dl) != 3 {
+					t.Fatalf("%d dead letters, want 3", len(dl))
+				}
+				for _, m := range dl {
+					checkDeadLetter(t, m, big, e.in, refusing)
+				}
+				if n := r.obs.deadLetters.Load(); n != 3 {
+					t.Errorf("observer: %d dead letters, want 3", n)
+				}
+				if n := r.obs.auditErrors.Load(); tc.dups != (n > 0) {
+					t.Errorf("observer: %d audit produce errors (the audit topic refusing: %v)", n, tc.dups)
+				}
+				if n := r.obs.produced.Load(); !tc.dups && n != 117 {
+					t.Errorf("observer: %d produced, want 117", n)
+				}
+				if len(r.w.Blocked()) != 0 {
+					t.Errorf("blocked: %+v", r.w.Blocked())
+				}
+			})
 		})
 	}
 }
@@ -275,7 +283,7 @@ func checkOutput(t *testing.T, e *env, partitioning consumer.Partitioning, want 
 }
 
 // checkDeadLetter checks that m is one of big, unchanged, followed by the dead-letter headers.
-func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, refusedBy string) {
+func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, in, refusedBy string) {
 	t.Helper()
 	hs := map[string]string{}
 	for _, h := range m.Headers[1:] {
@@ -293,7 +301,7 @@ func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, refused
 		t.Errorf("dead letter of partition %d offset %d: %s", p, off, d)
 	}
 	if hs[consumer.DeadLetterHeaderError] != kafkaio.RefusalMessageTooLarge || hs[consumer.DeadLetterHeaderErrorMessage] == "" ||
-		hs[consumer.DeadLetterHeaderSourceTopic] != "in" || hs[consumer.DeadLetterHeaderOutputTopic] != refusedBy ||
+		hs[consumer.DeadLetterHeaderSourceTopic] != in || hs[consumer.DeadLetterHeaderOutputTopic] != refusedBy ||
 		hs[consumer.DeadLetterHeaderOutputPartition] == "" || fmt.Sprintf("p%d-r%d", p, off) != string(orig.Value[:len(fmt.Sprintf("p%d-r%d", p, off))]) {
 		t.Errorf("dead-letter headers %v", hs)
 	}
