@@ -311,26 +311,34 @@ func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, in, ref
 // the partition as without one, naming the dead-letter topic.
 func TestDeadLetterTopicRefusesToo(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, embedkafka.Options{Topics: map[string]int32{"dlq": 1}})
+	testbroker.Each(t, testbroker.Options{}, testDeadLetterTopicRefusesToo)
+}
+
+func testDeadLetterTopicRefusesToo(t *testing.T, kb testbroker.Broker) {
+	e := newEnvOn(t, kb, 1, 1)
+	dlq := kb.Name("dlq")
+	if err := kb.CreateTopic(t.Context(), dlq, 1); err != nil {
+		t.Fatal(err)
+	}
 	e.limit(e.out, outLimit)
-	e.limit("dlq", outLimit)
-	in := bigStream(0, 30, 12)
+	e.limit(dlq, outLimit)
+	in := presentStream(0, 30, 12)
 	e.produce(0, in)
 	cfg := e.config()
-	cfg.DeadLetterTopic = "dlq"
+	cfg.DeadLetterTopic = dlq
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	eventually(t, 20*time.Second, "blocked at 12", func() bool { return blockedAt(r.w, map[int32]int64{0: 12}) && e.committed(0) == 12 })
-	if b := r.w.Blocked()[0]; b.Topic != "dlq" || b.Reason != kafkaio.RefusalMessageTooLarge {
+	if b := r.w.Blocked()[0]; b.Topic != dlq || b.Reason != kafkaio.RefusalMessageTooLarge {
 		t.Errorf("blocked %+v, want refused by the dead-letter topic", b)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], in[:12])
-	e.limit("dlq", 1<<20) // the dead-letter topic takes it now
+	e.limit(dlq, 1<<20) // the dead-letter topic takes it now
 	e.waitAllCommitted(60 * time.Second)
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], without(in, 12))
-	if dl := e.readOut("dlq")[0]; len(dl) != 1 || !bytes.Equal(dl[0].Value, in[12].Value) {
+	if dl := e.readOut(dlq)[0]; len(dl) != 1 || !bytes.Equal(dl[0].Value, in[12].Value) {
 		t.Errorf("%d dead letters, want the big record", len(dl))
 	}
 }
@@ -343,31 +351,33 @@ func TestBatchSplitToFit(t *testing.T) {
 	for _, lowered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lowered=%v", lowered), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 1, 1, embedkafka.Options{})
-			in := bigStream(0, 1000)
-			for i := range in {
-				in[i].Value = append(in[i].Value, bytes.Repeat([]byte{'y'}, 3<<10)...)
-			}
-			if !lowered {
+			testbroker.Each(t, testbroker.Options{}, func(t *testing.T, kb testbroker.Broker) {
+				e := newEnvOn(t, kb, 1, 1)
+				in := presentStream(0, 1000)
+				for i := range in {
+					in[i].Value = append(in[i].Value, bytes.Repeat([]byte{'y'}, 3<<10)...)
+				}
+				if !lowered {
+					e.limit(e.out, outLimit)
+				}
+				e.produce(0, in[:200])
+				logs := &captureHandler{}
+				r := e.startLogged(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"), slog.New(logs))
+				eventually(t, 20*time.Second, "first batches committed", func() bool { return e.committed(0) == 200 })
 				e.limit(e.out, outLimit)
-			}
-			e.produce(0, in[:200])
-			logs := &captureHandler{}
-			r := e.startLogged(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"), slog.New(logs))
-			eventually(t, 20*time.Second, "first batches committed", func() bool { return e.committed(0) == 200 })
-			e.limit(e.out, outLimit)
-			e.produce(0, in[200:])
-			e.waitAllCommitted(30 * time.Second)
-			if err := r.stop(t, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			compareSeq(t, "output", e.readOut(e.out)[0], in)
-			if split := logs.count("produce refused") > 0; split != lowered {
-				t.Errorf("batches split after a refusal: %v, want %v (a limit read at startup bounds them before)", split, lowered)
-			}
-			if len(r.w.Blocked()) != 0 || r.obs.deadLetters.Load() != 0 {
-				t.Errorf("blocked %v, %d dead letters; want none", r.w.Blocked(), r.obs.deadLetters.Load())
-			}
+				e.produce(0, in[200:])
+				e.waitAllCommitted(30 * time.Second)
+				if err := r.stop(t, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				compareSeq(t, "output", e.readOut(e.out)[0], in)
+				if split := logs.count("produce refused") > 0; split != lowered {
+					t.Errorf("batches split after a refusal: %v, want %v (a limit read at startup bounds them before)", split, lowered)
+				}
+				if len(r.w.Blocked()) != 0 || r.obs.deadLetters.Load() != 0 {
+					t.Errorf("blocked %v, %d dead letters; want none", r.w.Blocked(), r.obs.deadLetters.Load())
+				}
+			})
 		})
 	}
 }
