@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
@@ -151,9 +150,13 @@ func testRefusedRecordBlocks(t *testing.T, kb testbroker.Broker) {
 // without writing anything twice; nothing is lost once the limit is raised.
 func TestRestartWhileBlocked(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, embedkafka.Options{})
+	testbroker.Each(t, testbroker.Options{}, testRestartWhileBlocked)
+}
+
+func testRestartWhileBlocked(t *testing.T, kb testbroker.Broker) {
+	e := newEnvOn(t, kb, 1, 1)
 	e.limit(e.out, outLimit)
-	in := bigStream(0, 60, 25)
+	in := presentStream(0, 60, 25)
 	e.produce(0, in)
 	st := newStore()
 	d1 := newMapDeduper(false, st)
