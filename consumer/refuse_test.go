@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
@@ -83,11 +83,18 @@ func blockedAt(w *consumer.Worker, want map[int32]int64) bool {
 // block (Blocked, the Observer, its state discarded), while the other partition completes; once
 // the output topic's limit is raised, the partition resumes by itself, its state assigned again,
 // and everything is delivered exactly once.
+//
+// It runs on kfake and on real Kafka (see testbroker), whose refusal of a batch over the output
+// topic's max.message.bytes is the broker's own.
 func TestRefusedRecordBlocks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, 2, embedkafka.Options{})
+	testbroker.Each(t, testbroker.Options{}, testRefusedRecordBlocks)
+}
+
+func testRefusedRecordBlocks(t *testing.T, kb testbroker.Broker) {
+	e := newEnvOn(t, kb, 2, 2)
 	e.limit(e.out, outLimit)
-	in0, in1 := bigStream(0, 80, 40), bigStream(1, 80)
+	in0, in1 := presentStream(0, 80, 40), presentStream(1, 80)
 	e.produce(0, in0)
 	e.produce(1, in1)
 	d := newMapDeduper(false, nil)
@@ -143,9 +150,13 @@ func TestRefusedRecordBlocks(t *testing.T) {
 // without writing anything twice; nothing is lost once the limit is raised.
 func TestRestartWhileBlocked(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, embedkafka.Options{})
+	testbroker.Each(t, testbroker.Options{}, testRestartWhileBlocked)
+}
+
+func testRestartWhileBlocked(t *testing.T, kb testbroker.Broker) {
+	e := newEnvOn(t, kb, 1, 1)
 	e.limit(e.out, outLimit)
-	in := bigStream(0, 60, 25)
+	in := presentStream(0, 60, 25)
 	e.produce(0, in)
 	st := newStore()
 	d1 := newMapDeduper(false, st)
@@ -192,47 +203,55 @@ func TestDeadLetterTopic(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 2, 2, embedkafka.Options{Topics: map[string]int32{"dlq": 1, "dups": 1}})
-			refusing := e.out
-			if tc.dups {
-				refusing = "dups"
-			}
-			e.limit(refusing, outLimit)
-			in0, in1 := bigStream(0, 60, 10, 30), bigStream(1, 60, 5)
-			if tc.dups { // the big records repeat an earlier identity
-				in0[10].Key, in0[30].Key, in1[5].Key = in0[0].Key, in0[1].Key, in1[0].Key
-			}
-			e.produce(0, in0)
-			e.produce(1, in1)
-			cfg := e.config()
-			cfg.DeadLetterTopic, cfg.DuplicatesTopic, cfg.Partitioning = "dlq", "dups", tc.partitioning
-			r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
-			e.waitAllCommitted(30 * time.Second)
-			if err := r.stop(t, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			want := map[int][]kafka.Message{0: without(in0, 10, 30), 1: without(in1, 5)}
-			checkOutput(t, e, tc.partitioning, want)
-			dl := e.readOut("dlq")[0]
-			big := []kafka.Message{in0[10], in0[30], in1[5]}
-			if len(dl) != 3 {
-				t.Fatalf("%d dead letters, want 3", len(dl))
-			}
-			for _, m := range dl {
-				checkDeadLetter(t, m, big, refusing)
-			}
-			if n := r.obs.deadLetters.Load(); n != 3 {
-				t.Errorf("observer: %d dead letters, want 3", n)
-			}
-			if n := r.obs.auditErrors.Load(); tc.dups != (n > 0) {
-				t.Errorf("observer: %d audit produce errors (the audit topic refusing: %v)", n, tc.dups)
-			}
-			if n := r.obs.produced.Load(); !tc.dups && n != 117 {
-				t.Errorf("observer: %d produced, want 117", n)
-			}
-			if len(r.w.Blocked()) != 0 {
-				t.Errorf("blocked: %+v", r.w.Blocked())
-			}
+			testbroker.Each(t, testbroker.Options{}, func(t *testing.T, b testbroker.Broker) {
+				e := newEnvOn(t, b, 2, 2)
+				dlq, dups := b.Name("dlq"), b.Name("dups")
+				for _, topic := range []string{dlq, dups} {
+					if err := b.CreateTopic(t.Context(), topic, 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				refusing := e.out
+				if tc.dups {
+					refusing = dups
+				}
+				e.limit(refusing, outLimit)
+				in0, in1 := presentStream(0, 60, 10, 30), presentStream(1, 60, 5)
+				if tc.dups { // the big records repeat an earlier identity
+					in0[10].Key, in0[30].Key, in1[5].Key = in0[0].Key, in0[1].Key, in1[0].Key
+				}
+				e.produce(0, in0)
+				e.produce(1, in1)
+				cfg := e.config()
+				cfg.DeadLetterTopic, cfg.DuplicatesTopic, cfg.Partitioning = dlq, dups, tc.partitioning
+				r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
+				e.waitAllCommitted(30 * time.Second)
+				if err := r.stop(t, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				want := map[int][]kafka.Message{0: without(in0, 10, 30), 1: without(in1, 5)}
+				checkOutput(t, e, tc.partitioning, want)
+				dl := e.readOut(dlq)[0]
+				big := []kafka.Message{in0[10], in0[30], in1[5]}
+				if len(dl) != 3 {
+					t.Fatalf("%d dead letters, want 3", len(dl))
+				}
+				for _, m := range dl {
+					checkDeadLetter(t, m, big, e.in, refusing)
+				}
+				if n := r.obs.deadLetters.Load(); n != 3 {
+					t.Errorf("observer: %d dead letters, want 3", n)
+				}
+				if n := r.obs.auditErrors.Load(); tc.dups != (n > 0) {
+					t.Errorf("observer: %d audit produce errors (the audit topic refusing: %v)", n, tc.dups)
+				}
+				if n := r.obs.produced.Load(); !tc.dups && n != 117 {
+					t.Errorf("observer: %d produced, want 117", n)
+				}
+				if len(r.w.Blocked()) != 0 {
+					t.Errorf("blocked: %+v", r.w.Blocked())
+				}
+			})
 		})
 	}
 }
@@ -267,7 +286,7 @@ func checkOutput(t *testing.T, e *env, partitioning consumer.Partitioning, want 
 }
 
 // checkDeadLetter checks that m is one of big, unchanged, followed by the dead-letter headers.
-func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, refusedBy string) {
+func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, in, refusedBy string) {
 	t.Helper()
 	hs := map[string]string{}
 	for _, h := range m.Headers[1:] {
@@ -285,7 +304,7 @@ func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, refused
 		t.Errorf("dead letter of partition %d offset %d: %s", p, off, d)
 	}
 	if hs[consumer.DeadLetterHeaderError] != kafkaio.RefusalMessageTooLarge || hs[consumer.DeadLetterHeaderErrorMessage] == "" ||
-		hs[consumer.DeadLetterHeaderSourceTopic] != "in" || hs[consumer.DeadLetterHeaderOutputTopic] != refusedBy ||
+		hs[consumer.DeadLetterHeaderSourceTopic] != in || hs[consumer.DeadLetterHeaderOutputTopic] != refusedBy ||
 		hs[consumer.DeadLetterHeaderOutputPartition] == "" || fmt.Sprintf("p%d-r%d", p, off) != string(orig.Value[:len(fmt.Sprintf("p%d-r%d", p, off))]) {
 		t.Errorf("dead-letter headers %v", hs)
 	}
@@ -295,26 +314,34 @@ func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, refused
 // the partition as without one, naming the dead-letter topic.
 func TestDeadLetterTopicRefusesToo(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1, 1, embedkafka.Options{Topics: map[string]int32{"dlq": 1}})
+	testbroker.Each(t, testbroker.Options{}, testDeadLetterTopicRefusesToo)
+}
+
+func testDeadLetterTopicRefusesToo(t *testing.T, kb testbroker.Broker) {
+	e := newEnvOn(t, kb, 1, 1)
+	dlq := kb.Name("dlq")
+	if err := kb.CreateTopic(t.Context(), dlq, 1); err != nil {
+		t.Fatal(err)
+	}
 	e.limit(e.out, outLimit)
-	e.limit("dlq", outLimit)
-	in := bigStream(0, 30, 12)
+	e.limit(dlq, outLimit)
+	in := presentStream(0, 30, 12)
 	e.produce(0, in)
 	cfg := e.config()
-	cfg.DeadLetterTopic = "dlq"
+	cfg.DeadLetterTopic = dlq
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	eventually(t, 20*time.Second, "blocked at 12", func() bool { return blockedAt(r.w, map[int32]int64{0: 12}) && e.committed(0) == 12 })
-	if b := r.w.Blocked()[0]; b.Topic != "dlq" || b.Reason != kafkaio.RefusalMessageTooLarge {
+	if b := r.w.Blocked()[0]; b.Topic != dlq || b.Reason != kafkaio.RefusalMessageTooLarge {
 		t.Errorf("blocked %+v, want refused by the dead-letter topic", b)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], in[:12])
-	e.limit("dlq", 1<<20) // the dead-letter topic takes it now
+	e.limit(dlq, 1<<20) // the dead-letter topic takes it now
 	e.waitAllCommitted(60 * time.Second)
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	compareSeq(t, "output", e.readOut(e.out)[0], without(in, 12))
-	if dl := e.readOut("dlq")[0]; len(dl) != 1 || !bytes.Equal(dl[0].Value, in[12].Value) {
+	if dl := e.readOut(dlq)[0]; len(dl) != 1 || !bytes.Equal(dl[0].Value, in[12].Value) {
 		t.Errorf("%d dead letters, want the big record", len(dl))
 	}
 }
@@ -327,31 +354,33 @@ func TestBatchSplitToFit(t *testing.T) {
 	for _, lowered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lowered=%v", lowered), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, 1, 1, embedkafka.Options{})
-			in := bigStream(0, 1000)
-			for i := range in {
-				in[i].Value = append(in[i].Value, bytes.Repeat([]byte{'y'}, 3<<10)...)
-			}
-			if !lowered {
+			testbroker.Each(t, testbroker.Options{}, func(t *testing.T, kb testbroker.Broker) {
+				e := newEnvOn(t, kb, 1, 1)
+				in := presentStream(0, 1000)
+				for i := range in {
+					in[i].Value = append(in[i].Value, bytes.Repeat([]byte{'y'}, 3<<10)...)
+				}
+				if !lowered {
+					e.limit(e.out, outLimit)
+				}
+				e.produce(0, in[:200])
+				logs := &captureHandler{}
+				r := e.startLogged(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"), slog.New(logs))
+				eventually(t, 20*time.Second, "first batches committed", func() bool { return e.committed(0) == 200 })
 				e.limit(e.out, outLimit)
-			}
-			e.produce(0, in[:200])
-			logs := &captureHandler{}
-			r := e.startLogged(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"), slog.New(logs))
-			eventually(t, 20*time.Second, "first batches committed", func() bool { return e.committed(0) == 200 })
-			e.limit(e.out, outLimit)
-			e.produce(0, in[200:])
-			e.waitAllCommitted(30 * time.Second)
-			if err := r.stop(t, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			compareSeq(t, "output", e.readOut(e.out)[0], in)
-			if split := logs.count("produce refused") > 0; split != lowered {
-				t.Errorf("batches split after a refusal: %v, want %v (a limit read at startup bounds them before)", split, lowered)
-			}
-			if len(r.w.Blocked()) != 0 || r.obs.deadLetters.Load() != 0 {
-				t.Errorf("blocked %v, %d dead letters; want none", r.w.Blocked(), r.obs.deadLetters.Load())
-			}
+				e.produce(0, in[200:])
+				e.waitAllCommitted(30 * time.Second)
+				if err := r.stop(t, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				compareSeq(t, "output", e.readOut(e.out)[0], in)
+				if split := logs.count("produce refused") > 0; split != lowered {
+					t.Errorf("batches split after a refusal: %v, want %v (a limit read at startup bounds them before)", split, lowered)
+				}
+				if len(r.w.Blocked()) != 0 || r.obs.deadLetters.Load() != 0 {
+					t.Errorf("blocked %v, %d dead letters; want none", r.w.Blocked(), r.obs.deadLetters.Load())
+				}
+			})
 		})
 	}
 }

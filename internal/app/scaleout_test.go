@@ -70,7 +70,7 @@ func produceUntil(cl testbroker.Broker, s *scaleStream, per int, pause time.Dura
 			byPart[p] = append(byPart[p], m)
 		}
 		for p, msgs := range byPart {
-			if err := cl.Produce(context.Background(), "in", p, msgs...); err != nil {
+			if err := cl.Produce(context.Background(), cl.Name("in"), p, msgs...); err != nil {
 				done <- err
 				return
 			}
@@ -126,7 +126,7 @@ func (m *stallMonitor) run(cl testbroker.Broker) {
 			return
 		case <-tick.C:
 		}
-		ends, err := cl.EndOffsets(context.Background(), "out")
+		ends, err := cl.EndOffsets(context.Background(), cl.Name("out"))
 		if err != nil {
 			continue
 		}
@@ -275,7 +275,7 @@ func (r *scaleRun) start(name string) *worker {
 func (r *scaleRun) progress(w *worker, n int64, what string) {
 	r.t.Helper()
 	ends := func() map[int]int64 {
-		e, err := r.cl.EndOffsets(context.Background(), "out")
+		e, err := r.cl.EndOffsets(context.Background(), r.cl.Name("out"))
 		if err != nil {
 			return nil
 		}
@@ -461,7 +461,7 @@ func (r *scaleRun) countMoves(g0, g1 int, res *scaleResult) int {
 // checkOrder returns the output partitions whose records are not in input order (values are
 // sequence numbers, increasing within an input partition).
 func (r *scaleRun) checkOrder() []string {
-	got, err := r.cl.ReadAll(context.Background(), "out")
+	got, err := r.cl.ReadAll(context.Background(), r.cl.Name("out"))
 	if err != nil {
 		r.t.Fatal(err)
 	}
