@@ -29,6 +29,7 @@ var mustFire = []requiredAlert{
 	{"KdedupFalsePositiveRateHigh", overfill},
 	{"KdedupFilterAtMemoryCap", overfill},
 	{"KdedupFilterAtMemoryCapLosing", overfill},
+	{"KdedupMemoryBudgetExhausted", overfill},
 	{"KdedupCheckpointStale", brokenStore},
 	{"KdedupCheckpointFailing", brokenStore},
 	{"KdedupCheckpointPartitionStale", brokenStore},
