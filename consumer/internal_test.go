@@ -303,6 +303,20 @@ func TestStripRouteHeaders(t *testing.T) {
 	if len(s.Headers) != 2 || s.Headers[0].Key != "a" || s.Headers[1].Key != "b" {
 		t.Errorf("stripped headers %v", s.Headers)
 	}
+	if cap(s.Headers) != 2 {
+		t.Errorf("stripped headers have capacity %d: an append would overwrite the routing headers", cap(s.Headers))
+	}
+	if string(routeID(r.Headers)) != "id" || routeID(m.Headers) != nil {
+		t.Errorf("routeID = %q on the routed record, %q on the original", routeID(r.Headers), routeID(m.Headers))
+	}
+	mixed := kafka.Message{Headers: []kafka.Header{{Key: RouteHeaderID}, {Key: "a"}, {Key: RouteHeaderTopic}, {Key: "b"}}}
+	if s := stripRouteHeaders(mixed); len(s.Headers) != 2 || s.Headers[0].Key != "a" || s.Headers[1].Key != "b" ||
+		mixed.Headers[0].Key != RouteHeaderID {
+		t.Errorf("headers in another order: stripped %v, original now %v", s.Headers, mixed.Headers)
+	}
+	if s := stripRouteHeaders(kafka.Message{Headers: r.Headers[2:]}); s.Headers != nil {
+		t.Errorf("a record with only routing headers got %v", s.Headers)
+	}
 	if s := stripRouteHeaders(kafka.Message{}); s.Headers != nil {
 		t.Errorf("a record without headers got %v", s.Headers)
 	}

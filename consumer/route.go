@@ -118,21 +118,30 @@ func (a *routeArena) bytes(v []byte) []byte {
 }
 
 // stripRouteHeaders returns m without its RouteHeader* headers; m itself when it has none, so a
-// record that never crossed a router costs nothing.
+// record that never crossed a router costs nothing. The router appends its headers after the
+// record's own, so they usually form the tail, and the result is then a shorter view of m's headers
+// (its capacity cut, so an append to it does not overwrite them): no allocation per record. Headers
+// in another order are copied.
 func stripRouteHeaders(m kafka.Message) kafka.Message {
-	n := 0
-	for _, h := range m.Headers {
+	n, tail := 0, len(m.Headers)
+	for i, h := range m.Headers {
 		if isRouteHeader(h.Key) {
 			n++
+			tail = min(tail, i)
 		}
 	}
 	if n == 0 {
 		return m
 	}
-	hs := make([]kafka.Header, 0, len(m.Headers)-n)
-	for _, h := range m.Headers {
-		if !isRouteHeader(h.Key) {
-			hs = append(hs, h)
+	var hs []kafka.Header
+	if tail == len(m.Headers)-n {
+		hs = m.Headers[:tail:tail]
+	} else {
+		hs = make([]kafka.Header, 0, len(m.Headers)-n)
+		for _, h := range m.Headers {
+			if !isRouteHeader(h.Key) {
+				hs = append(hs, h)
+			}
 		}
 	}
 	if len(hs) == 0 {
@@ -140,6 +149,18 @@ func stripRouteHeaders(m kafka.Message) kafka.Message {
 	}
 	m.Headers = hs
 	return m
+}
+
+// routeID returns the value of the RouteHeaderID header among hs, or nil when there is none. It
+// reads the slice directly: stage 2's KeyFunc (RouteKey) does the same through an iterator, whose
+// closure costs an allocation per record.
+func routeID(hs []kafka.Header) []byte {
+	for i := range hs {
+		if hs[i].Key == RouteHeaderID {
+			return hs[i].Value
+		}
+	}
+	return nil
 }
 
 // isRouteHeader reports whether a header named key is one of the router's.
