@@ -606,7 +606,7 @@ func (w *Worker) startOut(st *partitionState) {
 		st.outIDs = st.outIDs[:0]
 	}
 	if w.cfg.Route {
-		st.route.reset(len(st.in), 0)
+		st.route.reset(len(st.in), 0, w.cfg.InputTopic)
 	}
 }
 
