@@ -182,8 +182,18 @@ func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline
 		jvm0, jvmOK = cl.Real().CPUTime()
 	}
 	start := time.Now()
+	benchCounted.Store(false)
+	benchConsumed.Store(0)
 	go func() { errc <- run(runCtx, cl) }()
 	for {
+		if benchCounted.Load() && benchConsumed.Load() < total {
+			select { // not all consumed yet: no need to ask the broker
+			case err := <-errc:
+				b.Fatalf("pipeline stopped early: %v", err)
+			case <-time.After(2 * time.Millisecond):
+			}
+			continue
+		}
 		com, err := cl.Committed(ctx, cl.Name("g"), cl.Name("in"))
 		if err != nil {
 			b.Fatal(err)
@@ -218,6 +228,12 @@ func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline
 		b.ReportMetric(float64(ps.produced)/float64(ps.writes), "records/produce")
 		if ps.fetches > 0 {
 			b.ReportMetric(float64(ps.consumed)/float64(ps.fetches), "records/fetch")
+		}
+		if ps.batches > 0 { // routed: stage 2's input batches, and the router's
+			b.ReportMetric(float64(ps.consumed)/float64(ps.batches), "records/batch")
+		}
+		if ps.routeBatches > 0 {
+			b.ReportMetric(float64(ps.routed)/float64(ps.routeBatches), "route-records/batch")
 		}
 		runStats = passStats{}
 	}
@@ -285,14 +301,20 @@ func routedRunner(ctx context.Context, cl testbroker.Broker) error {
 	s := base
 	s.InputTopic, s.OutputTopic, s.GroupID, s.StripRouteHeaders = cl.Name("route"), cl.Name("out"), cl.Name("g-route"), true
 	s.FetchMaxWait = consumer.RouteFetchMaxWait // as internal/app sets it
-	router, err := consumer.New(r, consumer.Passer{}, kafkaKey, nil, testLog)
+	robs, sobs := &writeCounter{}, &writeCounter{last: true}
+	router, err := consumer.New(r, consumer.Passer{}, kafkaKey, robs, testLog)
 	if err != nil {
 		return err
 	}
-	stage2, err := consumer.New(s, newMapDeduper(false, nil), consumer.RouteKey(kafkaKey), nil, testLog)
+	stage2, err := consumer.New(s, newMapDeduper(false, nil), consumer.RouteKey(kafkaKey), sobs, testLog)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		runStats = passStats{writes: sobs.writes.Load(), produced: sobs.produced.Load(), batches: sobs.batches.Load(),
+			consumed: sobs.consumed.Load(), routeBatches: robs.batches.Load(), routed: robs.consumed.Load()}
+	}()
+	benchCounted.Store(true)
 	errc := make(chan error, 1)
 	go func() { errc <- router.Run(ctx) }()
 	return errors.Join(stage2.Run(ctx), <-errc)
@@ -357,24 +379,44 @@ func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}
 		edit(&cfg)
-		obs := &writeCounter{}
+		obs := &writeCounter{last: true}
 		w, err := consumer.New(cfg, d, kafkaKey, obs, testLog)
 		if err != nil {
 			return err
 		}
+		benchCounted.Store(true)
 		defer func() { runStats = passStats{writes: obs.writes.Load(), produced: obs.produced.Load()} }()
 		return w.Run(ctx)
 	}
 }
 
 // writeCounter counts a worker's output writes (one per input batch that produced anything) and
-// the records they held, and observes nothing else.
+// the records they held, and its input batches and their records, and observes nothing else. The
+// last stage of a pipeline (last) adds its input records to benchConsumed as well.
 type writeCounter struct {
 	consumer.NopObserver
-	writes, produced atomic.Int64
+	last                                bool
+	writes, produced, batches, consumed atomic.Int64
 }
 
 func (o *writeCounter) Produced(_ int32, n int) { o.writes.Add(1); o.produced.Add(int64(n)) }
+func (o *writeCounter) Consumed(_ int32, n int) {
+	o.batches.Add(1)
+	o.consumed.Add(int64(n))
+	if o.last {
+		benchConsumed.Add(int64(n))
+	}
+}
+
+// benchConsumed counts the records the last stage of the running pipeline took from its input,
+// when benchCounted says the pipeline counts them (workerRunnerCfg, routedRunner). Until it
+// reaches the input's size, benchPipelineOf waits without asking the broker for the committed
+// offsets: that polling costs CPU for as long as the pipeline runs, which charged a slow pipeline
+// more per record than a fast one.
+var (
+	benchConsumed atomic.Int64
+	benchCounted  atomic.Bool
+)
 
 // samePartition is a kafka-go Balancer that keeps a record's input partition number.
 type samePartition struct{}
@@ -384,7 +426,9 @@ func (samePartition) Balance(m kafka.Message, _ ...int) int { return m.Partition
 // passStats are the batching counts of the last pipeline run: runPassthrough's from its Reader's
 // and Writer's Stats, a worker's writes (one per input batch) from writeCounter. Benchmarks run
 // one at a time, and benchPipelineOn reads them after the run returned.
-type passStats struct{ fetches, consumed, writes, produced int64 }
+// Under the routed scope (routedRunner) writes and produced are stage 2's, batches and consumed
+// its input batches, routeBatches and routed the router's.
+type passStats struct{ fetches, consumed, writes, produced, batches, routeBatches, routed int64 }
 
 var runStats passStats
 

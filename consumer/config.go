@@ -163,7 +163,10 @@ type Config struct {
 	// PartitionIdentity and a Passer. Default false.
 	Route bool
 	// StripRouteHeaders makes the Worker stage 2 of the routed scope: the records it produces to
-	// the output (and audit) topics lose their RouteHeader* headers. Default false.
+	// the output topic lose their RouteHeader* headers (the audit topic's keep them: they say where
+	// a dropped copy came from), and a record's identity is its RouteHeaderID header when it has
+	// one (the KeyFunc, RouteKey, is called for the others and by the re-warm and rebuild, whose
+	// output records have no such header). Default false.
 	StripRouteHeaders bool
 	// Mode says what happens to duplicates. Default ModeDrop.
 	Mode Mode

@@ -287,21 +287,35 @@ func TestUnitPartitions(t *testing.T) {
 // TestStripRouteHeaders checks that stage 2 removes exactly the router's headers, in order.
 func TestStripRouteHeaders(t *testing.T) {
 	var a routeArena
-	a.reset(1, 0)
+	a.reset(1, 0, "in")
 	m := kafka.Message{Offset: 7, Headers: []kafka.Header{{Key: "a", Value: []byte("1")}, {Key: "b"}}}
 	r := a.routed(&m, "in", 3, []byte("id"))
-	want := map[string]string{RouteHeaderTopic: "in", RouteHeaderPartition: "3", RouteHeaderOffset: "7", RouteHeaderID: "id"}
+	want := map[string]string{RouteHeaderFrom: "in/3/7", RouteHeaderID: "id"}
 	for _, h := range r.Headers[2:] {
 		if want[h.Key] != string(h.Value) {
 			t.Errorf("header %s = %q, want %q", h.Key, h.Value, want[h.Key])
 		}
 	}
-	if len(r.Headers) != 6 || len(m.Headers) != 2 {
+	if len(r.Headers) != 4 || len(m.Headers) != 2 {
 		t.Fatalf("routed headers %v (the original's %v)", r.Headers, m.Headers)
 	}
 	s := stripRouteHeaders(r)
 	if len(s.Headers) != 2 || s.Headers[0].Key != "a" || s.Headers[1].Key != "b" {
 		t.Errorf("stripped headers %v", s.Headers)
+	}
+	if cap(s.Headers) != 2 {
+		t.Errorf("stripped headers have capacity %d: an append would overwrite the routing headers", cap(s.Headers))
+	}
+	if string(routeID(r.Headers)) != "id" || routeID(m.Headers) != nil {
+		t.Errorf("routeID = %q on the routed record, %q on the original", routeID(r.Headers), routeID(m.Headers))
+	}
+	mixed := kafka.Message{Headers: []kafka.Header{{Key: RouteHeaderID}, {Key: "a"}, {Key: RouteHeaderFrom}, {Key: "b"}}}
+	if s := stripRouteHeaders(mixed); len(s.Headers) != 2 || s.Headers[0].Key != "a" || s.Headers[1].Key != "b" ||
+		mixed.Headers[0].Key != RouteHeaderID {
+		t.Errorf("headers in another order: stripped %v, original now %v", s.Headers, mixed.Headers)
+	}
+	if s := stripRouteHeaders(kafka.Message{Headers: r.Headers[2:]}); s.Headers != nil {
+		t.Errorf("a record with only routing headers got %v", s.Headers)
 	}
 	if s := stripRouteHeaders(kafka.Message{}); s.Headers != nil {
 		t.Errorf("a record without headers got %v", s.Headers)

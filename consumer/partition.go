@@ -515,10 +515,18 @@ func (w *Worker) identify(gctx context.Context, st *partitionState) error {
 }
 
 // identifyFrom extracts the identities of st.in from st.identified on, and stops at the first
-// retry error, which it returns.
+// retry error, which it returns. Under Config.StripRouteHeaders a record's identity is its
+// RouteHeaderID header, read without calling the KeyFunc, when it has one.
 func (w *Worker) identifyFrom(ctx context.Context, st *partitionState) error {
 	for i := st.identified; i < len(st.in); i++ {
 		m := &st.in[i]
+		if w.cfg.StripRouteHeaders {
+			if id := routeID(m.Headers); id != nil {
+				st.ids[i], st.absent[i] = id, identity.Found
+				st.identified = i + 1
+				continue
+			}
+		}
 		st.hdr.cur = m.Headers
 		id, absent, err := w.key(ctx, m.Key, m.Value, st.hdrSeq)
 		st.hdr.cur = nil
@@ -598,7 +606,7 @@ func (w *Worker) startOut(st *partitionState) {
 		st.outIDs = st.outIDs[:0]
 	}
 	if w.cfg.Route {
-		st.route.reset(len(st.in), 0)
+		st.route.reset(len(st.in), 0, w.cfg.InputTopic)
 	}
 }
 

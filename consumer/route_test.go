@@ -3,10 +3,12 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/segmentio/kafka-go"
 )
@@ -236,5 +238,52 @@ func TestRoutedUnkeyedPass(t *testing.T) {
 		if d := sameRecord(got, m); d != "" {
 			t.Errorf("unkeyed record changed: %s", d)
 		}
+	}
+}
+
+// TestRoutedStage2ReadsRouteID checks that stage 2 takes the identity of a routed record from its
+// kdedup-route-id header without calling its KeyFunc, and calls the KeyFunc for a record routed
+// without one (no identity, passed by the router).
+func TestRoutedStage2ReadsRouteID(t *testing.T) {
+	e := newRoutedEnv(t, 2, 1, 4)
+	e.router("in", "g-in-in")
+	cfg := e.config()
+	cfg.InputTopic, cfg.GroupID, cfg.StripRouteHeaders = "route", "g-route", true
+	var calls atomic.Int64
+	rk := consumer.RouteKey(kafkaKey)
+	e.start(cfg, newMapDeduper(false, nil), func(ctx context.Context, k, v []byte, h identity.Headers) ([]byte, identity.Reason, error) {
+		calls.Add(1)
+		return rk(ctx, k, v, h)
+	})
+	for i := range 40 {
+		m := e.record(fmt.Sprintf("event-%d", i))
+		e.produceTo("in", i%2, m, m)
+	}
+	e.produceTo("in", 1, kafka.Message{Value: []byte("no key"), Time: time.UnixMilli(1_700_000_000_000)})
+	e.waitCommitted("g-in-in", "in")
+	e.waitCommitted("g-route", "route")
+	if got := calls.Load(); got != 1 {
+		t.Errorf("stage 2 called its KeyFunc %d times, want once (for the record without identity)", got)
+	}
+	out := e.readOut("out")
+	for p, msgs := range out {
+		for _, m := range msgs {
+			if m.Key == nil {
+				if p != 1 {
+					t.Errorf("the record without identity reached output partition %d, want 1", p)
+				}
+				continue
+			}
+			if d := sameRecord(m, e.ids[string(m.Key)]); d != "" {
+				t.Errorf("identity %s changed: %s", m.Key, d)
+			}
+		}
+	}
+	total := 0
+	for _, msgs := range out {
+		total += len(msgs)
+	}
+	if total != 41 {
+		t.Errorf("output holds %d records, want 41 (40 identities once, 1 without identity)", total)
 	}
 }
