@@ -52,7 +52,7 @@ type brokerFetcher struct {
 	round   uint64
 	session fetchSession
 	seen    map[topicPartition]seenOffsets
-	bufs    bufferPool // response buffers: every answer is copied out before the next request
+	bufs    bufferPool // response buffers, keeping one: every answer is copied out before the next request
 	batch   []*want    // the wants of the request in flight
 }
 
@@ -61,6 +61,10 @@ func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 		pool: p, id: id, wake: make(chan struct{}, 1),
 		pending: map[topicPartition]*want{}, queued: map[topicPartition][]*want{}, seen: map[topicPartition]seenOffsets{},
 		session: fetchSession{sent: map[topicPartition]sentPartition{}},
+		// One request is in flight at a time and its buffer comes back before the next is read,
+		// so one free buffer (the largest) serves every response; more would hold a broker-wide
+		// response's worth (up to FetchPoolConfig.MaxBytes) each for nothing.
+		bufs: bufferPool{keep: 1},
 	}
 }
 

@@ -55,11 +55,13 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 	if !e.stale || e.unsupported {
 		return nil
 	}
-	lctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
-	defer cancel()
+	// The look-up takes one of the pool's lookup slots, as the offset lookups do: every reader
+	// looks once at the start, and 96 at once would each open a connection.
 	var lead partitionLeader
-	err := r.lookup(lctx, func() (err error) {
-		lead, err = leaderOf(lctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition))
+	err := r.lookup(ctx, func() (err error) {
+		mctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+		defer cancel()
+		lead, err = leaderOf(mctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition))
 		return err
 	})
 	if errors.Is(err, errUnsupportedVersion) {
@@ -69,6 +71,8 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 	if err != nil {
 		return err
 	}
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+	defer cancel()
 	prev := e.lead
 	ids := prev.topicID != [16]byte{} && lead.topicID != [16]byte{} // both known (Metadata v10 on)
 	switch {

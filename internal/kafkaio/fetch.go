@@ -253,12 +253,13 @@ func topLevelError(buf []byte, v int16) int16 {
 	return int16(binary.BigEndian.Uint16(buf[8:]))
 }
 
-// bufferPool recycles the buffers fetch responses are read into. It keeps at most maxFree
-// buffers. It is safe for concurrent use: responses are read on kafka-go's connection goroutines
-// and given back by their reader.
+// bufferPool recycles the buffers fetch responses are read into. It keeps at most keep free
+// buffers (maxFreeBuffers when keep is 0), the largest given back. It is safe for concurrent use:
+// responses are read on kafka-go's connection goroutines and given back by their reader.
 type bufferPool struct {
 	mu   sync.Mutex
 	free [][]byte
+	keep int
 }
 
 const maxFreeBuffers = 4
@@ -289,7 +290,11 @@ func (p *bufferPool) put(b []byte) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.free) < maxFreeBuffers {
+	keep := p.keep
+	if keep <= 0 {
+		keep = maxFreeBuffers
+	}
+	if len(p.free) < keep {
 		p.free = append(p.free, b[:0])
 		return
 	}

@@ -456,7 +456,7 @@ func (r *PartitionReader) offsets(ctx context.Context) (kafka.PartitionOffsets, 
 	return o, nil
 }
 
-// lookup runs fn, an offset lookup, in a lookup slot of the pool, if any.
+// lookup runs fn, an offset or leader lookup, in a lookup slot of the pool, if any.
 func (r *PartitionReader) lookup(ctx context.Context, fn func() error) error {
 	if r.cfg.Pool != nil {
 		return r.cfg.Pool.Lookup(ctx, fn)

@@ -465,18 +465,32 @@ func TestPartitionReaderTopicRecreated(t *testing.T) {
 	r := newReader(c, 0, 0, func(cfg *kafkaio.PartitionReaderConfig) { cfg.Topic, cfg.OnReread = "re", rr.add })
 	defer func() { <-r.Close() }()
 	fetchAll(t, r, 20, 10*time.Second)
+	// The control is not handled (false), so it stays and sees every later fetch: only the first
+	// re-creates the topic, and the test waits for that to end before the cluster closes.
+	recreate := func() {
+		res, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{"re"}})
+		if err == nil {
+			err = res.Errors["re"]
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		retentionTopic(t, c, "re")
+		produce(t, c, "re", 0, 0, 30, time.Now())
+	}
+	var once sync.Once
+	var started atomic.Bool
+	recreated := make(chan struct{})
+	defer func() {
+		if started.Load() {
+			<-recreated
+		}
+	}()
 	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
-		kc.SleepControl(func() {
-			res, err := c.DeleteTopics(context.Background(), &kafka.DeleteTopicsRequest{Topics: []string{"re"}})
-			if err == nil {
-				err = res.Errors["re"]
-			}
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			retentionTopic(t, c, "re")
-			produce(t, c, "re", 0, 0, 30, time.Now())
+		once.Do(func() {
+			started.Store(true)
+			kc.SleepControl(func() { defer close(recreated); recreate() })
 		})
 		return nil, nil, false
 	})
