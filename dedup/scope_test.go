@@ -48,8 +48,8 @@ func TestSnapshotScope(t *testing.T) {
 		ScopeGlobal:    snapshot.ScopeGlobal,
 		ScopeRouted:    snapshot.ScopePartition,
 	} {
-		if got := scope.SnapshotScope(); got != want {
-			t.Errorf("%s: SnapshotScope() = %q, want %q", scope, got, want)
+		if got := scope.kind().snapshot; got != want {
+			t.Errorf("%s: snapshot scope = %q, want %q", scope, got, want)
 		}
 	}
 }
