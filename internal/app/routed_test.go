@@ -129,13 +129,13 @@ func TestRoutedServe(t *testing.T) {
 	poll(t, 60*time.Second, "every record routed and every identity in the output", func() (bool, error) {
 		var err error
 		v, err = scrape.Samples(url)
-		return err == nil && scrape.Sum(v, "kdedup_route_records_total") == float64(produced) &&
-			scrape.Sum(v, "kdedup_records_produced_total") == n, err
+		return err == nil && sampleSum(v, "kdedup_route_records_total") == float64(produced) &&
+			sampleSum(v, "kdedup_records_produced_total") == n, err
 	}, func() string {
-		return fmt.Sprintf(": routed %v of %d, produced %v of %d", scrape.Sum(v, "kdedup_route_records_total"), produced,
-			scrape.Sum(v, "kdedup_records_produced_total"), n)
+		return fmt.Sprintf(": routed %v of %d, produced %v of %d", sampleSum(v, "kdedup_route_records_total"), produced,
+			sampleSum(v, "kdedup_records_produced_total"), n)
 	})
-	if got := scrape.Sum(v, "kdedup_ready"); got != 1 {
+	if got := sampleSum(v, "kdedup_ready"); got != 1 {
 		t.Errorf("kdedup_ready %v with every stage serving, want 1", got)
 	}
 	out, err := cl.ReadAll(context.Background(), "out")

@@ -1,14 +1,19 @@
 // Command apiuse lists the exported identifiers of the kdedup module's product packages (those the
 // binary, cmd/kdedup, links) that only tests use: each is exported API no package needs, and is to
-// be unexported or moved to an export_test.go. Test helper packages (testbroker, s3test,
-// errorfs, registrytest, ...) are left out: their API is for tests. It
-// type-checks the module with its tests (golang.org/x/tools/go/packages: the only complete way to
-// resolve a method call to its declaration) and exits with status 1 when it finds any.
+// be unexported, moved to an export_test.go or a test helper package, or deleted. It type-checks
+// the module with its tests (golang.org/x/tools/go/packages: the only complete way to resolve a
+// method call to its declaration) and exits with status 1 when it finds any. TestAPIUse in
+// internal/docs runs it, so that the list stays empty.
 //
 //	go run ./internal/docs/apiuse          # from the module root
 //
-// An identifier counts as used by code when a non-test file refers to it, in its own package or
-// another. A method counts as used when it implements a method of an interface of the program
+// Test helper packages are the module's packages that no command links (testbroker, s3test,
+// errorfs, registrytest, ...): only tests import them. Their API is for tests, so they are not
+// judged, and what their files refer to counts as used by tests, like what a _test.go file refers
+// to: an identifier that only a test helper uses is test-only too.
+//
+// An identifier counts as used by code when a non-test file of a linked package refers to it, in
+// its own package or another. A method counts as used when it implements a method of an interface of the program
 // (it may be called through the interface), and so does anything a //go:generate line, package
 // main or an Example names. Struct fields are left out (they are filled by name from env tags,
 // JSON and templates). -wide also lists the exported identifiers that only their own package
@@ -133,8 +138,8 @@ func collect(pkgs []*packages.Package, linked map[string]bool) (map[types.Object
 				continue
 			}
 			seen[file] = true
-			test := strings.HasSuffix(file, "_test.go")
 			own := strings.TrimSuffix(p.PkgPath, "_test")
+			test := strings.HasSuffix(file, "_test.go") || !linked[own] // a test helper package's files are test code
 			for id, obj := range p.TypesInfo.Uses {
 				if obj.Pkg() == nil || !strings.HasPrefix(obj.Pkg().Path(), module) || !within(p.Fset, f, id) {
 					continue
