@@ -21,6 +21,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -44,19 +45,49 @@ type use struct {
 func main() {
 	wide := flag.Bool("wide", false, "also list exported identifiers that only their own package and tests use")
 	flag.Parse()
-	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles | packages.NeedSyntax |
-		packages.NeedTypes | packages.NeedTypesInfo | packages.NeedDeps | packages.NeedImports, Tests: true}
-	pkgs, err := packages.Load(cfg, "./...")
+	onlyTests, ownOnly, err := check(".", *wide)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apiuse:", err)
 		os.Exit(2)
 	}
+	for _, f := range append(onlyTests, ownOnly...) {
+		fmt.Println(f.pos + ": " + f.line())
+	}
+	if len(onlyTests) > 0 {
+		os.Exit(1)
+	}
+}
+
+// finding is an exported identifier that check reports: where it is declared, its name
+// (pkg.Name or pkg.Type.Method) and what uses it.
+type finding struct {
+	pos, name string
+	ownOnly   bool // used by its own package and tests only (-wide), else by tests only
+}
+
+// line returns what apiuse prints of f after its position.
+func (f finding) line() string {
+	if f.ownOnly {
+		return f.name + " is used only by its package and tests"
+	}
+	return f.name + " is used only by tests"
+}
+
+// check type-checks the module in dir (its root) with its tests and returns the exported
+// identifiers only tests use, and with wide those only their own package and tests use, each
+// sorted by position. It returns an error when the module does not load or type-check.
+func check(dir string, wide bool) (onlyTests, ownOnly []finding, err error) {
+	cfg := &packages.Config{Dir: dir, Mode: packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles | packages.NeedSyntax |
+		packages.NeedTypes | packages.NeedTypesInfo | packages.NeedDeps | packages.NeedImports, Tests: true}
+	pkgs, err := packages.Load(cfg, "./...")
+	if err != nil {
+		return nil, nil, err
+	}
 	if packages.PrintErrors(pkgs) > 0 {
-		os.Exit(2)
+		return nil, nil, errors.New("the module does not type-check")
 	}
 	objs, uses := collect(pkgs, linked(pkgs))
 	ifaces := interfaces(pkgs)
-	var onlyTests, ownOnly []string
 	for obj, pos := range objs {
 		us := uses[obj]
 		if viaInterface(obj, ifaces) {
@@ -67,19 +98,15 @@ func main() {
 		tests := slices.ContainsFunc(us, func(u use) bool { return u.test })
 		switch {
 		case !code && tests:
-			onlyTests = append(onlyTests, pos+": "+name(obj)+" is used only by tests")
-		case *wide && code && !codeElsewhere && tests:
-			ownOnly = append(ownOnly, pos+": "+name(obj)+" is used only by its package and tests")
+			onlyTests = append(onlyTests, finding{pos: pos, name: name(obj)})
+		case wide && code && !codeElsewhere && tests:
+			ownOnly = append(ownOnly, finding{pos: pos, name: name(obj), ownOnly: true})
 		}
 	}
-	slices.Sort(onlyTests)
-	slices.Sort(ownOnly)
-	for _, l := range append(onlyTests, ownOnly...) {
-		fmt.Println(l)
-	}
-	if len(onlyTests) > 0 {
-		os.Exit(1)
-	}
+	byPos := func(a, b finding) int { return strings.Compare(a.pos, b.pos) }
+	slices.SortFunc(onlyTests, byPos)
+	slices.SortFunc(ownOnly, byPos)
+	return onlyTests, ownOnly, nil
 }
 
 // name returns obj as pkg.Name or pkg.Type.Method.
