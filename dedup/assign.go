@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
@@ -16,35 +15,27 @@ import (
 
 // Unit returns the snapshot unit name of a partition's state: "<topic>.p<partition>", or "global"
 // under ScopeGlobal.
-func (s *Set) Unit(partition int32) string {
-	if s.cfg.Scope.Shared() {
-		return globalUnit
-	}
-	return s.cfg.Topic + ".p" + strconv.Itoa(int(partition))
-}
+func (s *Set) Unit(partition int32) string { return s.scope.unit(partition) }
 
 // open prepares the unit's filter from the store: it restores the newest usable snapshot and
 // re-warms it from the output topic; without one it rebuilds the filter from the output topic
 // (Config.RebuildMaxRecords) or starts it empty, and snapshots it at once, so that a crash before
-// the first periodic checkpoint can still re-warm from the output offsets of this moment. It
-// starts the filter's rotation (under ClockProcessing; under ClockEvent the records rotate it,
-// through ev) and returns what the filter covers.
-func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, lineage, error) {
+// the first periodic checkpoint can still re-warm from the output offsets of this moment.
+// partition is the one the unit is saved as and whose output partitions it owns (see
+// OutputLog.End). It returns what the filter covers and the highest owner epoch of the unit's
+// snapshots (see ownerEpoch); the caller starts the filter's rotation (startRotation).
+func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventClock) (*window.Filter, lineage, uint64, error) {
 	start := time.Now()
 	f, r, err := s.restore(ctx, unit, ev)
 	if err != nil {
-		return nil, lineage{}, err
+		return nil, lineage{}, 0, err
 	}
 	lin := lineage{snap: r.Snapshot, out: r.OutputOffsets, epoch: s.ownerEpoch(r.Epoch)}
-	if partition < 0 {
-		s.globalFloor.Store(r.Epoch)
-		lin.epoch = s.globalEpoch()
-	}
 	cold := f == nil
 	if cold {
 		r.Outcome = checkpoint.OutcomeCold
 		if f, lin.out, err = s.coldFilter(ctx, unit, partition, ev); err != nil {
-			return nil, lineage{}, err
+			return nil, lineage{}, 0, err
 		}
 	}
 	if s.cfg.Observer != nil && (s.cfg.Persister != nil || s.rebuilds()) {
@@ -60,16 +51,7 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 		}
 		lin = lin.after(res, err)
 	}
-	if err := ctx.Err(); err != nil && partition >= 0 {
-		// The assignment was called off (the generation ended) after the filter was prepared:
-		// it is as current as a revoked one, so it is parked for the next generation.
-		s.park(partition, newPart(f, ev, lin))
-		return nil, lineage{}, fmt.Errorf("dedup: preparing %s: %w", unit, err)
-	}
-	if ev == nil {
-		f.Start()
-	}
-	return f, lin, nil
+	return f, lin, r.Epoch, nil
 }
 
 // restore returns the unit's newest usable snapshot, restored and re-warmed from the output
@@ -124,7 +106,7 @@ func (s *Set) coldFilter(ctx context.Context, unit string, partition int32, ev *
 // and re-warms it from the output topic. A restored, rebuilt or cold filter is snapshotted at
 // once. Assigning a partition that is already assigned does nothing. Under ScopeGlobal it only
 // starts tracking the partition's progress, after rebuilding the shared filter if a Discard left
-// it holding identities of records that never reached the output (see rebuildGlobal). It returns
+// it holding identities of records that never reached the output (see sharedScope.rebuild). It returns
 // the Persister's or Output's error, wrapped, if the state could not be prepared; the caller
 // should retry.
 func (s *Set) Assign(ctx context.Context, partition int32) error {
@@ -139,23 +121,15 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 		return nil
 	}
 	// Restoring and re-warming can take a while; other partitions restore meanwhile.
-	var f *window.Filter
-	var ev *eventClock
-	var lin lineage
-	if s.global.Load() != nil {
-		if err := s.rebuildGlobal(ctx); err != nil {
-			return err
-		}
-	} else {
-		var err error
-		if f, ev, lin, err = s.prepare(ctx, s.Unit(partition), partition); err != nil {
-			return err
-		}
+	f, ev, lin, err := s.scope.prepare(ctx, partition)
+	if err != nil {
+		return err
 	}
 	return s.add(partition, f, ev, lin)
 }
 
-// add makes the prepared filter f serve partition, or, under ScopeGlobal (f nil), the shared one.
+// add makes the prepared filter f serve partition, or, under ScopeGlobal (f nil), the shared one
+// (see scope.serving).
 // A filter that is not needed any more (the Set was closed, or the partition assigned meanwhile)
 // is closed.
 func (s *Set) add(partition int32, f *window.Filter, ev *eventClock, lin lineage) error {
@@ -173,25 +147,11 @@ func (s *Set) add(partition int32, f *window.Filter, ev *eventClock, lin lineage
 		}
 		return nil
 	}
-	if g := s.global.Load(); g != nil { // read under mu: a rebuild swaps it under mu
-		f, ev = g.f, g.ev
-	}
+	f, ev = s.scope.serving(f, ev)
 	next := maps.Clone(cur)
 	next[partition] = newPart(f, ev, lin)
 	s.parts.Store(&next)
 	return nil
-}
-
-// prepare returns the filter of a newly assigned partition and its stream time (nil under
-// ClockProcessing): the parked one if it may serve (see unpark), else the one open prepares from
-// the store.
-func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*window.Filter, *eventClock, lineage, error) {
-	if f, ev, lin, ok, err := s.unpark(ctx, unit, partition); ok || err != nil {
-		return f, ev, lin, err
-	}
-	ev := s.newEventClock()
-	f, lin, err := s.open(ctx, unit, partition, ev)
-	return f, ev, lin, err
 }
 
 // Revoke saves the partition's state through the Persister, stops its filter and parks it, in
@@ -202,34 +162,17 @@ func (s *Set) prepare(ctx context.Context, unit string, partition int32) (*windo
 // is returned.
 func (s *Set) Revoke(ctx context.Context, partition int32) error {
 	pt := s.remove(partition)
-	if pt == nil || s.global.Load() != nil {
+	if pt == nil {
 		return nil
 	}
-	pt.f.Close()
-	var res saveResult
-	var err error
-	if s.cfg.Persister != nil {
-		start := time.Now()
-		res, err = s.save(ctx, s.Unit(partition), pt.f, partition, map[int32]*part{partition: pt}, &pt.mark, nil, pt.lineage().epoch)
-		s.releases.add(start, res.stats, err)
-		s.cfg.Logger.Debug("final checkpoint", "unit", s.Unit(partition), "unchanged", res.stats.Skipped,
-			"bytes_written", res.stats.Written, "objects_written", res.stats.Created, "took", time.Since(start).String())
-	} else if s.cfg.Output != nil {
-		res.out, err = s.cfg.Output.End(ctx, partition)
-		if err != nil {
-			err = fmt.Errorf("dedup: revoking %s: reading output end offsets: %w", s.Unit(partition), err)
-		}
-	}
-	pt.saved(res, err)
-	s.park(partition, pt)
-	return err
+	return s.scope.revoke(ctx, partition, pt)
 }
 
 // Discard drops the partition's state without saving it. The worker calls it instead of Revoke
 // when records it passed to Seen never reached the output topic: a snapshot would make the next
 // owner drop them as duplicates. Under ScopeGlobal the shared filter holds those identities too:
 // it is tainted, no snapshot is taken of it, and the next Assign rebuilds it from the last good
-// snapshot and the output topic before the partition is served again (see rebuildGlobal). A save
+// snapshot and the output topic before the partition is served again (see sharedScope.rebuild). A save
 // of the partition sealing meanwhile gives up at once (errDiscarded) and frees its save slot.
 func (s *Set) Discard(_ context.Context, partition int32) error {
 	pt := s.remove(partition)
@@ -237,14 +180,7 @@ func (s *Set) Discard(_ context.Context, partition int32) error {
 		return nil
 	}
 	pt.discarded.Store(true)
-	if s.global.Load() != nil {
-		s.taints.Add(1)
-		s.cfg.Logger.Warn("the global filter holds identities of records that were not produced; "+
-			"it is not snapshotted until it is rebuilt, at the next partition assignment", "partition", partition)
-		return nil
-	}
-	pt.f.Close()
-	pt.f.Release()
+	s.scope.discard(partition, pt)
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 type Scope string
 
 // The scopes a Set offers. A scope is a name for operators (DEDUP_SCOPE); what a snapshot records
-// is SnapshotScope's, so that a scope can be added without a format change.
+// is its kind's (see scopeKinds), so that a scope can be added without a format change.
 const (
 	// ScopePartition keeps one filter per input partition. A partition's state can move to another
 	// replica on rebalance, and duplicates are only caught within a partition. It is the default.
@@ -29,27 +29,10 @@ const (
 	ScopeRouted Scope = "routed"
 )
 
-// Shared reports whether every partition feeds one filter (ScopeGlobal) rather than a filter of
-// its own.
-func (s Scope) Shared() bool { return s == ScopeGlobal }
-
-// SnapshotScope returns the scope a snapshot of s records (snapshot.Header.Scope): the partition
-// scope for every scope with a filter per partition.
-func (s Scope) SnapshotScope() string {
-	if s.Shared() {
-		return snapshot.ScopeGlobal
-	}
-	return snapshot.ScopePartition
-}
-
-// globalUnit names the global filter: its snapshot unit and its metrics label.
-const globalUnit = string(ScopeGlobal)
-
 // ParseScope returns the Scope named s (ScopePartition, ScopeGlobal or ScopeRouted).
 func ParseScope(s string) (Scope, error) {
-	switch v := Scope(s); v {
-	case ScopePartition, ScopeGlobal, ScopeRouted:
-		return v, nil
+	if _, ok := scopeKinds[Scope(s)]; ok {
+		return Scope(s), nil
 	}
 	return "", fmt.Errorf("dedup: unknown scope %q (want %s, %s or %s)", s, ScopePartition, ScopeGlobal, ScopeRouted)
 }
@@ -179,6 +162,6 @@ func (cfg *Config) setDefaults() error {
 	// run in the caller of Assign, the partition's goroutine): its filter can skip the atomic
 	// read-modify-writes. A filter kept across a rebalance is written by the next generation's
 	// goroutine only after the previous one returned.
-	cfg.Window.SingleWriter = !cfg.Scope.Shared()
+	cfg.Window.SingleWriter = !cfg.Scope.kind().shared
 	return nil
 }

@@ -7,8 +7,9 @@
 // path), assign.go (preparing a partition's state on Assign, giving it up on Revoke), snapshot.go
 // (the snapshot protocol and the interfaces it works through), saves.go (how saves are scheduled
 // and bounded), persist.go (the checkpoint-backed Persister), epoch.go (owner epochs that fence a
-// lost owner's saves), skew.go (the clock skew a restore warns of), retain.go, rebuild.go,
-// global.go (the global filter after a Discard) and eventtime.go.
+// lost owner's saves), skew.go (the clock skew a restore warns of), scope.go (what differs
+// between scopes, behind one type chosen when the Set is built), retain.go, rebuild.go, global.go
+// (the global scope, and its filter after a Discard) and eventtime.go.
 //
 // With a Persister a Set snapshots its filters (persist.go) and re-warms restored ones from the
 // output topic through an OutputLog, so that a partition's state follows it to another replica.

@@ -22,6 +22,3 @@ package dedup
 // ownerEpoch returns the owner epoch of an assignment in the current generation of a unit whose
 // snapshots' highest owner epoch is floor.
 func (s *Set) ownerEpoch(floor uint64) uint64 { return floor + uint64(s.gen.Load()) }
-
-// globalEpoch returns the owner epoch of the global filter's saves.
-func (s *Set) globalEpoch() uint64 { return s.ownerEpoch(s.globalFloor.Load()) }

@@ -10,8 +10,8 @@ import (
 
 // Filter returns the filter serving a partition (the global filter under ScopeGlobal), or nil.
 func (s *Set) Filter(partition int32) *window.Filter {
-	if g := s.global.Load(); g != nil {
-		return g.f
+	if g, ok := s.scope.(*sharedScope); ok {
+		return g.global.Load().f
 	}
 	if pt := (*s.parts.Load())[partition]; pt != nil {
 		return pt.f

@@ -183,7 +183,11 @@ func TestCheckpointCostFollowsChanges(t *testing.T) {
 		}
 		feed(p, "load", keys)
 	}
-	full := int64(s.Filter(0).Sizing().TotalBytes) * parts
+	sz, err := window.Size(s.windowFor(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := int64(sz.TotalBytes) * parts
 	if err := s.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}

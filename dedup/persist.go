@@ -400,7 +400,7 @@ func headerFromMeta(m window.Meta, info SnapshotInfo) snapshot.Header {
 		Origin:            m.Origin,
 		Epoch:             m.Epoch,
 		Rotations:         m.Rotations,
-		Scope:             info.Scope.SnapshotScope(),
+		Scope:             info.Scope.kind().snapshot,
 		Topic:             info.Topic,
 		Partition:         info.Partition,
 		InputOffsets:      info.InputOffsets,

@@ -30,7 +30,7 @@ func TestScopeSetsWriterMode(t *testing.T) {
 		if err := s.Assign(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.Filter(0).Config().SingleWriter; got != tt.single {
+		if got := s.windowFor(nil).SingleWriter; got != tt.single { // the configuration its filters are built with
 			t.Errorf("%s scope: SingleWriter = %v, want %v", tt.scope, got, tt.single)
 		}
 		if err := s.Close(ctx); err != nil {
@@ -48,8 +48,8 @@ func TestSnapshotScope(t *testing.T) {
 		ScopeGlobal:    snapshot.ScopeGlobal,
 		ScopeRouted:    snapshot.ScopePartition,
 	} {
-		if got := scope.SnapshotScope(); got != want {
-			t.Errorf("%s: SnapshotScope() = %q, want %q", scope, got, want)
+		if got := scope.kind().snapshot; got != want {
+			t.Errorf("%s: snapshot scope = %q, want %q", scope, got, want)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,17 +24,11 @@ import (
 type Set struct {
 	cfg   Config
 	parts atomic.Pointer[map[int32]*part]
-	// global is the filter every partition shares under ScopeGlobal (nil under ScopePartition). It
-	// is replaced when a rebuild follows a Discard (see rebuildGlobal).
-	global atomic.Pointer[shared]
+	// scope is what depends on cfg.Scope, chosen once in NewSet (see scope.go).
+	scope scope
 
 	mu     sync.Mutex // serialises Assign, Revoke, Discard and Close
 	closed bool
-	// taints counts the Discards that left identities of records that never reached the output in
-	// the global filter; cleared is the count the last rebuild of the global filter covers. The
-	// filter is tainted while they differ (see tainted).
-	taints, cleared atomic.Uint64
-	rebuildMu       sync.Mutex // serialises rebuilds of the global filter
 	// parked holds the filters of revoked partitions that may come back (see Revoke); guarded by
 	// mu.
 	parked map[int32]*part
@@ -50,18 +43,15 @@ type Set struct {
 	// window.OverloadDrop (nil while none is): Judge reports their drops as VerdictOverload.
 	atCap atomic.Pointer[map[*window.Filter]bool]
 
-	tracked    atomic.Bool              // Processing was called: Seen calls follow it
-	saveSlots  chan struct{}            // one per save under way (Config.SaveConcurrency)
-	globalMark atomic.Pointer[saveMark] // ScopeGlobal: the global filter's last checkpoint
-	releases   releaseLog               // what the final saves of the last release wrote
+	tracked   atomic.Bool   // Processing was called: Seen calls follow it
+	saveSlots chan struct{} // one per save under way (Config.SaveConcurrency)
+	releases  releaseLog    // what the final saves of the last release wrote
 	// owns confirms, before a save, that the worker still owns the partitions of its consumer
 	// group generation (see Generation); nil: no check.
 	owns atomic.Pointer[func(context.Context) error]
-	// gen is the consumer group generation of the last Generation call (0 before); globalFloor
-	// the highest owner epoch of the global unit's snapshots when the global filter was prepared.
-	// See ownerEpoch.
-	gen         atomic.Int32
-	globalFloor atomic.Uint64
+	// gen is the consumer group generation of the last Generation call (0 before). See
+	// ownerEpoch.
+	gen atomic.Int32
 }
 
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
@@ -76,13 +66,9 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	s := &Set{cfg: cfg, parked: map[int32]*part{}, saveSlots: make(chan struct{}, cfg.SaveConcurrency)}
 	empty := map[int32]*part{}
 	s.parts.Store(&empty)
-	if cfg.Scope.Shared() {
-		ev := s.newEventClock()
-		f, _, err := s.open(ctx, globalUnit, -1, ev)
-		if err != nil {
-			return nil, err
-		}
-		s.global.Store(&shared{f: f, ev: ev})
+	s.scope = cfg.Scope.kind().new(s)
+	if err := s.scope.start(ctx); err != nil {
+		return nil, err
 	}
 	if cfg.Persister != nil && cfg.CheckpointInterval > 0 {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -265,18 +251,7 @@ func (s *Set) partitions() []int32 {
 // Stats returns the state of every filter, for metrics.
 // It also notes the filters at their memory cap, for Judge.
 func (s *Set) Stats() []FilterStats {
-	var out []FilterStats
-	var filters []*window.Filter
-	if g := s.global.Load(); g != nil {
-		out, filters = []FilterStats{filterStats(globalUnit, g.f, g.ev)}, []*window.Filter{g.f}
-	} else {
-		cur := *s.parts.Load()
-		out = make([]FilterStats, 0, len(cur))
-		for _, p := range slices.Sorted(maps.Keys(cur)) {
-			out = append(out, filterStats(strconv.Itoa(int(p)), cur[p].f, cur[p].ev))
-			filters = append(filters, cur[p].f)
-		}
-	}
+	out, filters := s.scope.stats()
 	stats := make([]window.Stats, len(out))
 	for i := range out {
 		stats[i] = out[i].Stats
@@ -331,22 +306,7 @@ func (s *Set) Close(ctx context.Context) error {
 		close(s.stop)
 		<-s.done
 	}
-	var errs []error
-	if g := s.global.Load(); g != nil {
-		// Seal against the partitions still assigned: if the worker did not drain them, the
-		// snapshot waits for their acknowledgements and is dropped when they never come.
-		cur := *s.parts.Load()
-		g.f.Close()
-		start := time.Now()
-		res, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
-		s.releases.add(start, res.stats, err)
-		errs = append(errs, err)
-		g.f.Release()
-		for _, p := range s.partitions() {
-			s.remove(p)
-		}
-	}
-	errs = append(errs, s.revokeAll(ctx))
+	errs := []error{s.scope.close(ctx), s.revokeAll(ctx)}
 	if args, ok := s.releases.logArgs(); ok && s.cfg.Persister != nil {
 		s.cfg.Logger.Info("final checkpoints", args...)
 	}

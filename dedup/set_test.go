@@ -370,7 +370,7 @@ func TestSeenDuringRebalance(t *testing.T) {
 	if err := s.Assign(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if f := s.Filter(0); !f.Config().SingleWriter {
+	if !s.windowFor(nil).SingleWriter { // the configuration its filters are built with
 		t.Error("a ScopePartition filter is not single-writer")
 	}
 	// 8000 ids stay under the 10,000 capacity, so at 1e-9 no fresh id may be seen.

@@ -185,7 +185,7 @@ type saveResult struct {
 // partition may have been handed over while it waited.
 func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition int32, parts map[int32]*part, mark *atomic.Pointer[saveMark], live func() bool, epoch uint64) (saveResult, error) {
 	var res saveResult
-	if s.cfg.Persister == nil || s.tainted() {
+	if s.cfg.Persister == nil || s.scope.tainted() {
 		return res, nil
 	}
 	start := time.Now()
@@ -250,7 +250,7 @@ func (s *Set) mayProceed(ctx context.Context, partition int32, unit string, live
 	if live != nil && !live() {
 		return errSaveCancelled
 	}
-	if owns := s.owns.Load(); owns != nil && s.global.Load() == nil {
+	if owns := s.owns.Load(); owns != nil && s.scope.ownershipChecked() {
 		if err := (*owns)(ctx); err != nil {
 			s.failed(partition, FailureOwnership)
 			return fmt.Errorf("dedup: saving %s: not saved, the ownership of the partition is not confirmed: %w", unit, err)
@@ -332,13 +332,12 @@ func (s *Set) seal(ctx context.Context, parts map[int32]*part) error {
 			targets[pt] = pt.processed.Load()
 		}
 	}
-	add(parts)
-	if s.global.Load() != nil {
-		add(*s.parts.Load())
+	for _, m := range s.scope.sealed(parts) {
+		add(m)
 	}
 	var err error
 	ok := func() bool {
-		if s.tainted() {
+		if s.scope.tainted() {
 			err = errTainted
 			return true
 		}
@@ -400,15 +399,13 @@ func (s *Set) checkpointLoop() {
 	}
 }
 
-func (s *Set) checkpointAll(ctx context.Context) error {
+// checkpointAll snapshots every filter of the Set's scope now.
+func (s *Set) checkpointAll(ctx context.Context) error { return s.scope.checkpoint(ctx) }
+
+// checkpointParts snapshots the filter of every partition assigned, in parallel (as many at once
+// as save slots allow), and returns the errors joined.
+func (s *Set) checkpointParts(ctx context.Context) error {
 	cur := *s.parts.Load()
-	if g := s.global.Load(); g != nil {
-		_, err := s.save(ctx, globalUnit, g.f, -1, cur, &s.globalMark, nil, s.globalEpoch())
-		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
-		}
-		return err
-	}
 	errs := make([]error, 0, len(cur))
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -5,6 +5,12 @@ import (
 	"runtime"
 )
 
+// Sizing returns the layout the filter was built with.
+func (f *Filter) Sizing() Sizing { return f.sizing }
+
+// Config returns the configuration the filter was built with, with defaults filled in.
+func (f *Filter) Config() Config { return f.cfg }
+
 // What only the tests use of a Filter: the whole bit data to one writer (the single-file
 // snapshots of version 5 and earlier; the product writes generations through SnapshotGenerations).
 

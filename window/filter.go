@@ -181,12 +181,6 @@ func newClaims(groups uint64, single bool) []atomic.Uint64 {
 	return c
 }
 
-// Sizing returns the layout the filter was built with.
-func (f *Filter) Sizing() Sizing { return f.sizing }
-
-// Config returns the configuration the filter was built with, with defaults filled in.
-func (f *Filter) Config() Config { return f.cfg }
-
 // hash returns the seeded 64-bit hash of key that the hash-level methods take. Hashing once and calling
 // testAndAddHash on several filters with the same seed saves the hashing cost.
 func (f *Filter) hash(key []byte) uint64 {

@@ -267,7 +267,7 @@ type samples model.Vector
 // value returns the sum of the samples named name whose labels include every given label, value
 // pair (a missing sample counts 0).
 func (s samples) value(name string, labelValues ...string) float64 {
-	return scrape.Sum(model.Vector(s), name, labelValues...)
+	return sampleSum(model.Vector(s), name, labelValues...)
 }
 
 // logTail is how many lines of a worker's log a failure shows.

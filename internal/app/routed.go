@@ -92,11 +92,13 @@ func stageConfigs(cfg Config, ccfg consumer.Config) (routers []consumer.Config, 
 	return routers, stage2
 }
 
-// newRouters returns the routers of ccfgs, reporting to m (errors and losses) and rm.
-func newRouters(ccfgs []consumer.Config, kf consumer.KeyFunc, unkeyed string, m *metrics.Metrics, rm *metrics.Route, log *slog.Logger) ([]*consumer.Worker, error) {
+// newRouters returns the routers of ccfgs, reporting to m (errors and losses), rm and ready.
+func newRouters(ccfgs []consumer.Config, kf consumer.KeyFunc, unkeyed string, m *metrics.Metrics, rm *metrics.Route,
+	ready *readyGate, log *slog.Logger) ([]*consumer.Worker, error) {
 	var out []*consumer.Worker
 	for _, c := range ccfgs {
-		obs := routeObserver{main: observer{m}, route: rm, topic: c.InputTopic, dropUnkeyed: unkeyed == string(consumer.UnkeyedDrop)}
+		obs := routeObserver{main: observer{m}, route: rm, ready: ready, topic: c.InputTopic,
+			dropUnkeyed: unkeyed == string(consumer.UnkeyedDrop)}
 		w, err := consumer.New(c, consumer.Passer{}, kf, obs, log.With("stage", "route", "topic", c.InputTopic))
 		if err != nil {
 			return nil, err
@@ -115,7 +117,8 @@ type stages struct {
 // all returns every worker of s.
 func (s *stages) all() []*consumer.Worker { return append(slices.Clone(s.routers), s.stage2) }
 
-// Ready reports whether every worker is ready.
+// Ready reports whether every worker is ready: the routers of every input topic and the second
+// stage.
 func (s *stages) Ready() bool {
 	for _, w := range s.all() {
 		if !w.Ready() {
@@ -154,14 +157,52 @@ func (s *stages) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// routeObserver is a router's consumer.Observer: its records, latency and lag go to the route
-// metrics; what counts a loss or an error goes to the worker's metrics, shared with the second
-// stage; per-partition reports of the input topic are left out of them, whose partition label is
-// the route topic's.
+// readyGate sets kdedup_ready under the routed scope: 1 only while every worker of the stages is
+// ready, so that a router that cannot read its input or write the route topic makes the replica
+// unready as the second stage does. Each worker reports its own changes (consumer.Observer's
+// SetReady); the gate then reads them all again, under its lock, so that the last report sets
+// what holds after every change. It is safe for concurrent use.
+type readyGate struct {
+	mu    sync.Mutex
+	m     *metrics.Metrics
+	ready func() bool // every worker's readiness (stages.Ready), set before they run; nil: not ready
+}
+
+// changed sets kdedup_ready from every worker's readiness.
+func (g *readyGate) changed() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m.SetReady(g.ready != nil && g.ready())
+}
+
+// set makes the gate read ready, and sets kdedup_ready from it.
+func (g *readyGate) set(ready func() bool) {
+	g.mu.Lock()
+	g.ready = ready
+	g.mu.Unlock()
+	g.changed()
+}
+
+// stage2Observer is the second stage's consumer.Observer under the routed scope: the worker's,
+// except that its readiness goes through the gate.
+type stage2Observer struct {
+	consumer.Observer
+	ready *readyGate
+}
+
+// SetReady reports the second stage's readiness change to the gate.
+func (o stage2Observer) SetReady(bool) { o.ready.changed() }
+
+// routeObserver is a router's consumer.Observer: its records, latency, lag, failed fetches and
+// blocked partitions go to the route metrics (labelled with the input topic), its readiness to
+// the gate; what counts a loss or an error goes to the worker's metrics, shared with the second
+// stage; other per-partition reports of the input topic are left out of them, whose partition
+// label is the route topic's.
 type routeObserver struct {
 	consumer.NopObserver
 	main        observer
 	route       *metrics.Route
+	ready       *readyGate
 	topic       string
 	dropUnkeyed bool // DEDUP_UNKEYED_POLICY=drop: the router drops them, the second stage never sees them
 }
@@ -174,6 +215,17 @@ func (o routeObserver) Latency(_, sinceConsume time.Duration) { o.route.Latency(
 
 // Progress reports the input partition's lag.
 func (o routeObserver) Progress(p int32, pr consumer.Progress) { o.route.Lag(o.topic, p, pr.Lag) }
+
+// FetchError counts a failed fetch of the input partition.
+func (o routeObserver) FetchError(p int32) { o.route.FetchError(o.topic, p) }
+
+// PartitionBlocked reports the input partition blocked at a refused record, or no longer.
+func (o routeObserver) PartitionBlocked(p int32, reason string, blocked bool) {
+	o.route.PartitionBlocked(o.topic, p, reason, blocked)
+}
+
+// SetReady reports the router's readiness change to the gate.
+func (o routeObserver) SetReady(bool) { o.ready.changed() }
 
 // Assigned forgets the lag of the partitions of the previous generation.
 func (o routeObserver) Assigned(int) { o.route.Unassigned(o.topic) }

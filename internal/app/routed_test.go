@@ -14,6 +14,9 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/scrape"
+	"github.com/kdedup/kdedup/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"github.com/segmentio/kafka-go"
 )
@@ -126,12 +129,15 @@ func TestRoutedServe(t *testing.T) {
 	poll(t, 60*time.Second, "every record routed and every identity in the output", func() (bool, error) {
 		var err error
 		v, err = scrape.Samples(url)
-		return err == nil && scrape.Sum(v, "kdedup_route_records_total") == float64(produced) &&
-			scrape.Sum(v, "kdedup_records_produced_total") == n, err
+		return err == nil && sampleSum(v, "kdedup_route_records_total") == float64(produced) &&
+			sampleSum(v, "kdedup_records_produced_total") == n, err
 	}, func() string {
-		return fmt.Sprintf(": routed %v of %d, produced %v of %d", scrape.Sum(v, "kdedup_route_records_total"), produced,
-			scrape.Sum(v, "kdedup_records_produced_total"), n)
+		return fmt.Sprintf(": routed %v of %d, produced %v of %d", sampleSum(v, "kdedup_route_records_total"), produced,
+			sampleSum(v, "kdedup_records_produced_total"), n)
 	})
+	if got := sampleSum(v, "kdedup_ready"); got != 1 {
+		t.Errorf("kdedup_ready %v with every stage serving, want 1", got)
+	}
 	out, err := cl.ReadAll(context.Background(), "out")
 	if err != nil {
 		t.Fatal(err)
@@ -191,4 +197,60 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// TestRoutedReadiness checks that kdedup_ready follows every stage under the routed scope: a
+// router's readiness change, like the second stage's, sets it from all the workers' readiness,
+// and a router's failed fetches and blocked partitions reach the route metrics with its topic.
+func TestRoutedReadiness(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.Options{SkipRuntimeCollectors: true, RefusalReasons: consumer.RefusalReasons()})
+	rm := metrics.NewRoute(reg, consumer.RefusalReasons())
+	gate := &readyGate{m: m}
+	router := routeObserver{main: observer{m}, route: rm, ready: gate, topic: "eu"}
+	stage2 := stage2Observer{Observer: observer{m}, ready: gate}
+	ready := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "kdedup_ready" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no kdedup_ready")
+		return 0
+	}
+	routerReady, stage2Ready := false, false
+	gate.set(func() bool { return routerReady && stage2Ready })
+	stage2Ready = true
+	stage2.SetReady(true)
+	if got := ready(); got != 0 {
+		t.Errorf("kdedup_ready %v with the router not ready, want 0", got)
+	}
+	routerReady = true
+	router.SetReady(true)
+	if got := ready(); got != 1 {
+		t.Errorf("kdedup_ready %v with both stages ready, want 1", got)
+	}
+	routerReady = false
+	router.SetReady(false)
+	if got := ready(); got != 0 {
+		t.Errorf("kdedup_ready %v after the router became unready, want 0", got)
+	}
+
+	router.FetchError(3)
+	router.PartitionBlocked(2, "message_too_large", true)
+	want := `# HELP kdedup_route_fetch_errors_total Failed fetches (and offset lookups) of a router's input partition (DEDUP_SCOPE=routed), by input topic and partition. The router retries by itself; kdedup_ready goes to 0 while a partition's fetches keep failing for longer than KAFKA_FETCH_FAILING_MAX. The second stage's are kdedup_input_fetch_errors_total, its input being the route topic.
+# TYPE kdedup_route_fetch_errors_total counter
+kdedup_route_fetch_errors_total{partition="3",topic="eu"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kdedup_route_fetch_errors_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "kdedup_route_partition_blocked", "kdedup_partition_blocked"); n != 1 {
+		t.Errorf("%d blocked series, want the router's only", n)
+	}
 }

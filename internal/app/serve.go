@@ -127,11 +127,20 @@ func newRunner(ctx context.Context, cfg Config, ccfg consumer.Config, kf consume
 		log.Error("cannot create the deduplication state", "error", err.Error())
 		return nil, nil, 1
 	}
-	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, stageKey, observer{obs}, log)
+	var wobs consumer.Observer = observer{obs}
+	var gate *readyGate
+	if routers != nil {
+		gate = &readyGate{m: obs}
+		wobs = stage2Observer{Observer: wobs, ready: gate}
+	}
+	w, err := consumer.New(withSources(reg, cfg.Dedup, ccfg, schemas, log), dd, stageKey, wobs, log)
 	if err == nil && routers != nil {
 		var rs []*consumer.Worker
-		if rs, err = newRouters(routers, kf, cfg.Dedup.Unkeyed, obs, metrics.NewRoute(reg), log); err == nil {
-			return &stages{routers: rs, stage2: w}, closeDedup, 0
+		rm := metrics.NewRoute(reg, consumer.RefusalReasons())
+		if rs, err = newRouters(routers, kf, cfg.Dedup.Unkeyed, obs, rm, gate, log); err == nil {
+			st := &stages{routers: rs, stage2: w}
+			gate.set(st.Ready)
+			return st, closeDedup, 0
 		}
 	}
 	if err != nil {

@@ -30,16 +30,6 @@ func find(doc []byte, name string) (from, to int, err error) {
 	return from, to, nil
 }
 
-// Block returns the content of the generated block name of doc, between its markers (see
-// ReplaceBlock). It returns an error unless doc has each marker once, in order.
-func Block(doc []byte, name string) (string, error) {
-	from, to, err := find(doc, name)
-	if err != nil {
-		return "", err
-	}
-	return string(doc[from:to]), nil
-}
-
 // ReplaceBlock returns doc with the content of the generated block name replaced by content,
 // which should end with a newline. The block lies between the lines <!-- name:start --> and
 // <!-- name:end -->; the markers stay. It returns an error unless doc has each marker once, in

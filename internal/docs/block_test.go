@@ -15,7 +15,7 @@ func TestReplaceBlock(t *testing.T) {
 	if string(out) != want {
 		t.Errorf("got %q, want %q", out, want)
 	}
-	if got, _ := Block(out, "env-table"); got != "| new |\n" {
+	if got, _ := blockOf(out, "env-table"); got != "| new |\n" {
 		t.Errorf("Block = %q", got)
 	}
 	for name, bad := range map[string][]byte{
@@ -27,8 +27,18 @@ func TestReplaceBlock(t *testing.T) {
 		if _, err := ReplaceBlock(bad, "env-table", "x\n"); err == nil {
 			t.Errorf("%s: no error", name)
 		}
-		if _, err := Block(bad, "env-table"); err == nil {
+		if _, err := blockOf(bad, "env-table"); err == nil {
 			t.Errorf("%s: Block gives no error", name)
 		}
 	}
+}
+
+// blockOf returns the content of the generated block name of doc, between its markers (see
+// ReplaceBlock). It returns an error unless doc has each marker once, in order.
+func blockOf(doc []byte, name string) (string, error) {
+	from, to, err := find(doc, name)
+	if err != nil {
+		return "", err
+	}
+	return string(doc[from:to]), nil
 }

@@ -113,7 +113,7 @@ func TestREADMEImportRules(t *testing.T) {
 		}
 		return
 	}
-	got, err := Block(doc, block)
+	got, err := blockOf(doc, block)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestREADMEHeadline(t *testing.T) {
 		}
 		return
 	}
-	got, err := Block(doc, block)
+	got, err := blockOf(doc, block)
 	if err != nil {
 		t.Fatal(err)
 	}

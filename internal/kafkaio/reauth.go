@@ -15,13 +15,9 @@ import (
 // reauthTimeout bounds one re-authentication on a connection.
 const reauthTimeout = 5 * time.Second
 
-// reauthentications counts the re-authentications of every connection of the process, for
-// tests and for the log.
+// reauthentications counts the re-authentications of every connection of the process (SASL,
+// KIP-368), so that tests can tell the client re-authenticated (export_test.go).
 var reauthentications atomic.Int64
-
-// Reauthentications returns how many times connections of this process re-authenticated their
-// SASL session (KIP-368). It is safe for concurrent use.
-func Reauthentications() int64 { return reauthentications.Load() }
 
 // dial opens a connection to address for kafka-go's Transport and Dialer: TCP, then TLS when c
 // has it, then SASL when c has it. A SASL connection re-authenticates before each request once

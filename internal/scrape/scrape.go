@@ -1,6 +1,6 @@
 // Package scrape reads a worker's /metrics: every sample with its labels (Samples), the sums and
-// maxima of a few counters (Totals), and the sum of the samples of a name and labels (Sum). The
-// demo, the loadtest and the tests that run the binary use it. It imports nothing of kdedup.
+// maxima of a few counters (Totals). The demo, the loadtest and the tests that run the binary use
+// it. It imports nothing of kdedup.
 package scrape
 
 import (
@@ -69,23 +69,4 @@ func Totals(url string, names ...string) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// Sum returns the sum of the samples of v named name whose labels include every given label,
-// value pair (a missing sample counts 0).
-func Sum(v model.Vector, name string, labelValues ...string) float64 {
-	var sum float64
-next:
-	for _, x := range v {
-		if string(x.Metric[model.MetricNameLabel]) != name {
-			continue
-		}
-		for i := 0; i+1 < len(labelValues); i += 2 {
-			if string(x.Metric[model.LabelName(labelValues[i])]) != labelValues[i+1] {
-				continue next
-			}
-		}
-		sum += float64(x.Value)
-	}
-	return sum
 }

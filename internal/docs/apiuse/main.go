@@ -1,14 +1,19 @@
 // Command apiuse lists the exported identifiers of the kdedup module's product packages (those the
 // binary, cmd/kdedup, links) that only tests use: each is exported API no package needs, and is to
-// be unexported or moved to an export_test.go. Test helper packages (testbroker, s3test,
-// errorfs, registrytest, ...) are left out: their API is for tests. It
-// type-checks the module with its tests (golang.org/x/tools/go/packages: the only complete way to
-// resolve a method call to its declaration) and exits with status 1 when it finds any.
+// be unexported, moved to an export_test.go or a test helper package, or deleted. It type-checks
+// the module with its tests (golang.org/x/tools/go/packages: the only complete way to resolve a
+// method call to its declaration) and exits with status 1 when it finds any. TestAPIUse in
+// internal/docs runs it, so that the list stays empty.
 //
 //	go run ./internal/docs/apiuse          # from the module root
 //
-// An identifier counts as used by code when a non-test file refers to it, in its own package or
-// another. A method counts as used when it implements a method of an interface of the program
+// Test helper packages are the module's packages that no command links (testbroker, s3test,
+// errorfs, registrytest, ...): only tests import them. Their API is for tests, so they are not
+// judged, and what their files refer to counts as used by tests, like what a _test.go file refers
+// to: an identifier that only a test helper uses is test-only too.
+//
+// An identifier counts as used by code when a non-test file of a linked package refers to it, in
+// its own package or another. A method counts as used when it implements a method of an interface of the program
 // (it may be called through the interface), and so does anything a //go:generate line, package
 // main or an Example names. Struct fields are left out (they are filled by name from env tags,
 // JSON and templates). -wide also lists the exported identifiers that only their own package
@@ -16,6 +21,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -39,19 +45,49 @@ type use struct {
 func main() {
 	wide := flag.Bool("wide", false, "also list exported identifiers that only their own package and tests use")
 	flag.Parse()
-	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles | packages.NeedSyntax |
-		packages.NeedTypes | packages.NeedTypesInfo | packages.NeedDeps | packages.NeedImports, Tests: true}
-	pkgs, err := packages.Load(cfg, "./...")
+	onlyTests, ownOnly, err := check(".", *wide)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apiuse:", err)
 		os.Exit(2)
 	}
+	for _, f := range append(onlyTests, ownOnly...) {
+		fmt.Println(f.pos + ": " + f.line())
+	}
+	if len(onlyTests) > 0 {
+		os.Exit(1)
+	}
+}
+
+// finding is an exported identifier that check reports: where it is declared, its name
+// (pkg.Name or pkg.Type.Method) and what uses it.
+type finding struct {
+	pos, name string
+	ownOnly   bool // used by its own package and tests only (-wide), else by tests only
+}
+
+// line returns what apiuse prints of f after its position.
+func (f finding) line() string {
+	if f.ownOnly {
+		return f.name + " is used only by its package and tests"
+	}
+	return f.name + " is used only by tests"
+}
+
+// check type-checks the module in dir (its root) with its tests and returns the exported
+// identifiers only tests use, and with wide those only their own package and tests use, each
+// sorted by position. It returns an error when the module does not load or type-check.
+func check(dir string, wide bool) (onlyTests, ownOnly []finding, err error) {
+	cfg := &packages.Config{Dir: dir, Mode: packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles | packages.NeedSyntax |
+		packages.NeedTypes | packages.NeedTypesInfo | packages.NeedDeps | packages.NeedImports, Tests: true}
+	pkgs, err := packages.Load(cfg, "./...")
+	if err != nil {
+		return nil, nil, err
+	}
 	if packages.PrintErrors(pkgs) > 0 {
-		os.Exit(2)
+		return nil, nil, errors.New("the module does not type-check")
 	}
 	objs, uses := collect(pkgs, linked(pkgs))
 	ifaces := interfaces(pkgs)
-	var onlyTests, ownOnly []string
 	for obj, pos := range objs {
 		us := uses[obj]
 		if viaInterface(obj, ifaces) {
@@ -62,19 +98,15 @@ func main() {
 		tests := slices.ContainsFunc(us, func(u use) bool { return u.test })
 		switch {
 		case !code && tests:
-			onlyTests = append(onlyTests, pos+": "+name(obj)+" is used only by tests")
-		case *wide && code && !codeElsewhere && tests:
-			ownOnly = append(ownOnly, pos+": "+name(obj)+" is used only by its package and tests")
+			onlyTests = append(onlyTests, finding{pos: pos, name: name(obj)})
+		case wide && code && !codeElsewhere && tests:
+			ownOnly = append(ownOnly, finding{pos: pos, name: name(obj), ownOnly: true})
 		}
 	}
-	slices.Sort(onlyTests)
-	slices.Sort(ownOnly)
-	for _, l := range append(onlyTests, ownOnly...) {
-		fmt.Println(l)
-	}
-	if len(onlyTests) > 0 {
-		os.Exit(1)
-	}
+	byPos := func(a, b finding) int { return strings.Compare(a.pos, b.pos) }
+	slices.SortFunc(onlyTests, byPos)
+	slices.SortFunc(ownOnly, byPos)
+	return onlyTests, ownOnly, nil
 }
 
 // name returns obj as pkg.Name or pkg.Type.Method.
@@ -133,8 +165,8 @@ func collect(pkgs []*packages.Package, linked map[string]bool) (map[types.Object
 				continue
 			}
 			seen[file] = true
-			test := strings.HasSuffix(file, "_test.go")
 			own := strings.TrimSuffix(p.PkgPath, "_test")
+			test := strings.HasSuffix(file, "_test.go") || !linked[own] // a test helper package's files are test code
 			for id, obj := range p.TypesInfo.Uses {
 				if obj.Pkg() == nil || !strings.HasPrefix(obj.Pkg().Path(), module) || !within(p.Fset, f, id) {
 					continue
