@@ -31,8 +31,9 @@ const rebuildProgressEvery = 10 * time.Second
 // holds more than its interval's records: adding the whole window to the current generation would
 // load it N-1 times over its capacity and multiply its false-positive rate. A record whose
 // timestamp is out of order lands in the generation of its place in the log. Records whose
-// timestamps lie before the window (producers' clocks, replays of old data) are not read; an
-// output topic with message.timestamp.type=LogAppendTime avoids that.
+// timestamps lie before the window (producers' clocks, replays of old data, a catch-up) are read
+// only when they carry the time they were processed (Config.ProcessedTime; see "Rebuild after a
+// catch-up").
 //
 // Bound: when the window holds more than Config.RebuildMaxRecords output records, only the newest
 // RebuildMaxRecords are read, each output partition giving up its oldest records in proportion.
