@@ -81,7 +81,7 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eve
 			return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
 		}
 	default:
-		log.Warn("rebuilding by the output records' own timestamps: records processed within the window but stamped before it (a catch-up with more lag than the window) are not read; set DEDUP_PROCESSED_HEADER to find them")
+		log.Info("rebuilding by the output records' own timestamps: records processed within the window but stamped before it (a catch-up with more lag than the window) are not read; set DEDUP_PROCESSED_HEADER to find them")
 		if ro != nil {
 			ro.RebuildByRecordTime()
 		}
