@@ -86,6 +86,13 @@ type Config struct {
 	// at most this many records: the newest; the older ones are skipped, logged and counted, and
 	// their duplicates can pass (see Set.rebuild). It needs an Output. Default: 0, no rebuild.
 	RebuildMaxRecords int64
+	// ProcessedTime says that the Output reports each record's processing time (the worker's
+	// processed-time header) as its time, not the record's timestamp: a rebuild under
+	// ClockProcessing then also reads the records processed within the window but stamped
+	// before it, after a catch-up (see "Rebuild after a catch-up" in rebuild.go). Default:
+	// false, the rebuild selects by timestamp alone and reports that to the Observer
+	// (RebuildByRecordTime).
+	ProcessedTime bool
 	// Clock selects the time the windows follow: the worker's wall clock or the records'
 	// timestamps (see "Event time" in the package documentation). Default: ClockProcessing.
 	Clock Clock

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -30,8 +31,9 @@ const rebuildProgressEvery = 10 * time.Second
 // holds more than its interval's records: adding the whole window to the current generation would
 // load it N-1 times over its capacity and multiply its false-positive rate. A record whose
 // timestamp is out of order lands in the generation of its place in the log. Records whose
-// timestamps lie before the window (producers' clocks, replays of old data) are not read; an
-// output topic with message.timestamp.type=LogAppendTime avoids that.
+// timestamps lie before the window (producers' clocks, replays of old data, a catch-up) are read
+// only when they carry the time they were processed (Config.ProcessedTime; see "Rebuild after a
+// catch-up").
 //
 // Bound: when the window holds more than Config.RebuildMaxRecords output records, only the newest
 // RebuildMaxRecords are read, each output partition giving up its oldest records in proportion.
@@ -71,12 +73,19 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eve
 	if plan, err = s.planRebuild(ctx, partition, origin); err != nil {
 		return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
 	}
-	if ev == nil {
+	log := s.cfg.Logger.With("unit", unit)
+	switch {
+	case ev != nil:
+	case s.cfg.ProcessedTime:
 		if err = s.extendBack(ctx, &plan, origin.Add(iv)); err != nil {
 			return nil, nil, fmt.Errorf("dedup: rebuilding %s from the output topic: %w", unit, err)
 		}
+	default:
+		log.Info("rebuilding by the output records' own timestamps: records processed within the window but stamped before it (a catch-up with more lag than the window) are not read; set DEDUP_PROCESSED_HEADER to find them")
+		if ro != nil {
+			ro.RebuildByRecordTime()
+		}
 	}
-	log := s.cfg.Logger.With("unit", unit)
 	log.Info("no usable snapshot: rebuilding the filter from the output topic", "since", origin.Add(iv).Format(time.RFC3339),
 		"records", plan.total-plan.skipped, "skipped", plan.skipped, "max_records", s.cfg.RebuildMaxRecords,
 		"older_timestamps", plan.extended)
@@ -175,7 +184,20 @@ func (s *Set) readByGeneration(ctx context.Context, f *window.Filter, plan rebui
 			return err
 		}
 	}
-	return nil
+	if plan.extended == 0 {
+		return nil
+	}
+	// extendBack's records, each in the generation of its processing time: every generation of the
+	// window is live, as the loop above rotated f one generation at a time.
+	from := origin.Add(s.cfg.Window.Interval)
+	_, err := s.cfg.Output.Read(ctx, plan.start, plan.bounds[0], func(id []byte, ts time.Time) {
+		if ts.Before(from) {
+			return // processed before the window: part of extendBack's last step
+		}
+		f.TestAndAddAt(id, ts)
+		prog.add()
+	})
+	return err
 }
 
 // readInOnePass reads a single output partition in one Read, which saves the fetches that
@@ -198,16 +220,18 @@ func (s *Set) readInOnePass(ctx context.Context, f *window.Filter, plan rebuildP
 		f.TestAndAdd(id)
 		prog.add()
 	}
-	_, err := s.cfg.Output.Read(ctx, plan.bounds[0], plan.end, add)
+	_, err := s.cfg.Output.Read(ctx, plan.start, plan.end, add)
 	return err
 }
 
 // rebuildPlan is what a rebuild reads: bounds[k-1] are the output offsets where the records of
-// generation k start (k = 1 … N-1), and bounds[N-1] = end; total counts the records from bounds[0]
-// to end before the bound, skipped those the bound leaves out.
+// generation k start by timestamp (k = 1 … N-1), and bounds[N-1] = end; start is where each
+// output partition's read starts: bounds[0], or before it where extendBack found records
+// processed within the window. total counts the records from start to end, skipped those the
+// bound leaves out.
 type rebuildPlan struct {
 	bounds         []map[int32]int64
-	end            map[int32]int64
+	start, end     map[int32]int64
 	total, skipped int64
 	extended       int64 // records before the window by timestamp that extendBack added
 }
@@ -215,29 +239,42 @@ type rebuildPlan struct {
 // Rebuild after a catch-up. Under ClockProcessing the window ends at the wall clock, but
 // OffsetsAt finds records by their timestamp, which is the input's: a worker that caught up with
 // more lag than the window produced records whose timestamps lie before it, and planRebuild
-// leaves them out. When the output records carry the time they were processed (the worker's
-// processed-time header, which the OutputLog reports as a record's time), extendBack finds them:
-// reading back from the plan's start, in steps that double from one record, as long as the
-// records it reads were processed within the window. It reads every record it adds twice, and
-// one record when there is nothing to add. Without the header, Read reports the records'
-// timestamps, the first step finds the record before the plan's start older than the window,
-// and nothing is added: the catch-up limit remains (docs/design.md, Failure model). Only a plan
-// over one output partition is extended: under ScopeGlobal several output partitions are read
-// generation by generation, by their timestamps.
+// leaves them out. When the output records carry the time they were processed
+// (Config.ProcessedTime: the worker's processed-time header, which the OutputLog reports as a
+// record's time), extendBack finds them: reading back from the plan's start of each output
+// partition, in steps that double from one record, as long as the records it reads were
+// processed within the window. It reads every record it adds twice, and one record per output
+// partition when there is nothing to add. A plan over one output partition then reads them in
+// its one pass; one over several (ScopeGlobal) adds them after its generations, each to the
+// generation of its processing time (window.Filter.TestAndAddAt). Without the header the rebuild
+// selects by timestamp alone, logs it and reports it (CheckpointObserver.RebuildByRecordTime):
+// the catch-up limit (docs/design.md, Failure model).
 
-// extendBack moves the start of a plan over one output partition back over the records before it
+// extendBack moves the start of each output partition of a plan back over the records before it
 // that were processed at or after from (see "Rebuild after a catch-up"), within
-// Config.RebuildMaxRecords, and counts them in plan.extended and plan.total. It returns the
-// OutputLog's error.
+// Config.RebuildMaxRecords shared by all of them, and counts them in plan.extended and
+// plan.total. It returns the OutputLog's error.
 func (s *Set) extendBack(ctx context.Context, plan *rebuildPlan, from time.Time) error {
-	if len(plan.end) != 1 || plan.skipped > 0 {
+	if plan.skipped > 0 {
 		return nil
 	}
-	var q int32
-	for k := range plan.end {
-		q = k
+	budget := s.cfg.RebuildMaxRecords - plan.total
+	for _, q := range slices.Sorted(maps.Keys(plan.end)) {
+		n, err := s.extendPartition(ctx, plan, q, from, budget)
+		if err != nil {
+			return err
+		}
+		budget -= n
 	}
-	start, budget := plan.bounds[0][q], s.cfg.RebuildMaxRecords-plan.total
+	plan.total += plan.extended
+	return nil
+}
+
+// extendPartition is extendBack for output partition q, within budget records; it returns how
+// many records it added.
+func (s *Set) extendPartition(ctx context.Context, plan *rebuildPlan, q int32, from time.Time, budget int64) (int64, error) {
+	first := plan.start[q]
+	start := first
 	for step := int64(1); start > 0 && budget > 0; step *= 2 {
 		lo := max(start-min(step, budget), 0)
 		all, some := true, false // the step's records with an identity: all, some processed since from
@@ -246,21 +283,20 @@ func (s *Set) extendBack(ctx context.Context, plan *rebuildPlan, from time.Time)
 			all, some = all && in, some || in
 		})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if !some {
 			break // processed before the window, or nothing tells when
 		}
 		budget -= start - lo
-		plan.extended += start - lo
 		start = lo
 		if !all {
 			break
 		}
 	}
-	plan.bounds[0][q] = start
-	plan.total += plan.extended
-	return nil
+	plan.start[q] = start
+	plan.extended += first - start
+	return first - start, nil
 }
 
 // planRebuild finds the offsets where each generation's interval starts, given generation 0
@@ -293,6 +329,7 @@ func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time
 	}
 	limit := s.cfg.RebuildMaxRecords
 	if p.total <= limit {
+		p.start = maps.Clone(p.bounds[0])
 		return p, nil
 	}
 	for q, e := range end {
@@ -303,6 +340,7 @@ func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time
 			p.bounds[k][q] = max(p.bounds[k][q], e-keep)
 		}
 	}
+	p.start = maps.Clone(p.bounds[0])
 	return p, nil
 }
 

@@ -372,31 +372,55 @@ func TestRebuildRewarmsItsTail(t *testing.T) {
 func TestRebuildAfterCatchUp(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	first := now.Add(-210 * time.Minute) // processed one a minute; record 30 at now-3h
-	for _, header := range []bool{true, false} {
-		t.Run(fmt.Sprintf("header=%v", header), func(t *testing.T) {
-			recs := minuteRecords("a", first, 210)
-			for i := range recs {
-				if header {
-					recs[i].processed = recs[i].ts
-				}
-				recs[i].ts = recs[i].ts.Add(-6 * time.Hour) // the input's timestamps: 6 hours of lag
+	for _, tc := range []struct {
+		scope  Scope
+		header bool
+	}{{ScopePartition, true}, {ScopePartition, false}, {ScopeGlobal, true}, {ScopeGlobal, false}} {
+		t.Run(fmt.Sprintf("%s header=%v", tc.scope, tc.header), func(t *testing.T) {
+			topic := &fakeTopic{parts: map[int32][]fakeRecord{}}
+			qs := []int32{0}
+			if tc.scope == ScopeGlobal {
+				qs = []int32{0, 1, 2}
 			}
-			topic := &fakeTopic{parts: map[int32][]fakeRecord{0: recs}}
-			clock := newFakeClock(now)
-			f := rebuiltFilter(t, Config{Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: 1_000_000})
-			got := held(f, recs)
-			if !header {
-				if !span(got, 0, 210, false) {
-					t.Fatalf("without the header the filter holds %v, want none (the catch-up limit)", ranges(got))
+			for _, q := range qs {
+				recs := minuteRecords(fmt.Sprintf("p%d", q), first, 210)
+				for i := range recs {
+					if tc.header {
+						recs[i].processed = recs[i].ts
+					}
+					// The input's timestamps: 6 hours of lag (and a different lag per partition).
+					recs[i].ts = recs[i].ts.Add(-6*time.Hour - time.Duration(q)*time.Hour)
 				}
+				topic.parts[q] = recs
+			}
+			clock := newFakeClock(now)
+			obs := &recordingObserver{}
+			f := rebuiltFilter(t, Config{Scope: tc.scope, Window: rebuildWindow(clock), Output: topic, RebuildMaxRecords: 1_000_000,
+				ProcessedTime: tc.header, Observer: obs})
+			for _, q := range qs {
+				recs := topic.parts[q]
+				got := held(f, recs)
+				if !tc.header {
+					if !span(got, 0, 210, false) {
+						t.Fatalf("partition %d: without the header the filter holds %v, want none (the catch-up limit)", q, ranges(got))
+					}
+					continue
+				}
+				if !span(got, 0, 30, false) || !span(got, 30, 210, true) {
+					t.Errorf("partition %d: the filter holds records %v, want exactly 30..209", q, ranges(got))
+				}
+			}
+			if want := map[bool]int{true: 0, false: 1}[tc.header]; obs.byRecordTime != want {
+				t.Errorf("RebuildByRecordTime reported %d times, want %d", obs.byRecordTime, want)
+			}
+			if !tc.header {
 				return
 			}
-			if !span(got, 0, 30, false) || !span(got, 30, 210, true) {
-				t.Errorf("the filter holds records %v, want exactly 30..209", ranges(got))
-			}
 			f.AdvanceTo(now.Add(time.Hour))
-			if got := held(f, recs); !span(got, 0, 90, false) || !span(got, 90, 210, true) {
-				t.Errorf("an hour later the filter holds records %v, want exactly 90..209", ranges(got))
+			for _, q := range qs {
+				if got := held(f, topic.parts[q]); !span(got, 0, 90, false) || !span(got, 90, 210, true) {
+					t.Errorf("partition %d an hour later: the filter holds records %v, want exactly 90..209", q, ranges(got))
+				}
 			}
 		})
 	}

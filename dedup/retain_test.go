@@ -97,6 +97,8 @@ type recordingObserver struct {
 	started  int
 	records  int
 	skews    []time.Duration
+	// byRecordTime counts RebuildByRecordTime.
+	byRecordTime int
 }
 
 type rebuildReport struct {
@@ -127,6 +129,7 @@ func (o *recordingObserver) RebuildStarted() {
 	o.mu.Unlock()
 }
 func (o *recordingObserver) RebuildRecords(n int) { o.mu.Lock(); o.records += n; o.mu.Unlock() }
+func (o *recordingObserver) RebuildByRecordTime() { o.mu.Lock(); o.byRecordTime++; o.mu.Unlock() }
 func (o *recordingObserver) RebuildDone(_ time.Duration, skipped int64, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

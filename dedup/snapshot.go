@@ -133,6 +133,11 @@ type CheckpointObserver interface {
 	// is nil for a complete rebuild, wraps the context's error when the assignment was called off
 	// (the generation ended), and is another error when it failed (the caller of Assign retries).
 	RebuildDone(d time.Duration, skipped int64, err error)
+	// RebuildByRecordTime reports a rebuild under ClockProcessing that selected the window's
+	// output records by their timestamps because they carry no processing time
+	// (Config.ProcessedTime false): records processed within the window but stamped before it
+	// were not read, and their duplicates can pass.
+	RebuildByRecordTime()
 }
 
 // OutputLog is the output topic as the snapshot protocol sees it: where it ends when a snapshot is

@@ -292,13 +292,14 @@ type Metrics struct {
 	rewarmed              prometheus.Counter
 	clockSkew             prometheus.Gauge
 
-	rebuilding      prometheus.Gauge
-	rebuildRecords  prometheus.Counter
-	rebuildSkipped  prometheus.Counter
-	rebuildDuration prometheus.Histogram
-	rebuildFailures prometheus.Counter
-	releaseDuration prometheus.Histogram
-	releaseBudget   prometheus.Gauge
+	rebuilding          prometheus.Gauge
+	rebuildRecords      prometheus.Counter
+	rebuildSkipped      prometheus.Counter
+	rebuildByRecordTime prometheus.Counter
+	rebuildDuration     prometheus.Histogram
+	rebuildFailures     prometheus.Counter
+	releaseDuration     prometheus.Histogram
+	releaseBudget       prometheus.Gauge
 
 	dyn *dynamicCollector
 
@@ -353,7 +354,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.identity = newIdentityMetrics(reg, opts.UnkeyedReasons)
 	m.audit = newAudit(reg, opts.DropReasons)
 	cs = append(cs,
-		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildDuration, m.rebuildFailures, m.releaseDuration, m.releaseBudget,
+		m.rebuilding, m.rebuildRecords, m.rebuildSkipped, m.rebuildByRecordTime, m.rebuildDuration, m.rebuildFailures, m.releaseDuration, m.releaseBudget,
 		m.dyn)
 	for _, c := range cs {
 		reg.MustRegister(c)
@@ -757,6 +758,8 @@ func (m *Metrics) newRebalanceMetrics(buckets []float64) {
 		Help: "Output records whose identities were added to filters being rebuilt from the output topic."})
 	m.rebuildSkipped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_skipped_records_total",
 		Help: "Output records within the window that rebuilds did not read because of CHECKPOINT_REBUILD_MAX_RECORDS (the oldest); their duplicates can pass."})
+	m.rebuildByRecordTime = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuilds_by_record_time_total",
+		Help: "Rebuilds under DEDUP_WINDOW_CLOCK=processing that found the window's output records by their own timestamps, because DEDUP_PROCESSED_HEADER is not set: records processed within the window but stamped before it (a catch-up with more lag than the window) were not read, and their duplicates can pass."})
 	m.rebuildDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "rebuild_duration_seconds",
 		Help: "Time taken to rebuild one filter from the output topic, successful rebuilds only.", Buckets: buckets})
 	m.rebuildFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "rebuild_failures_total",
@@ -779,6 +782,10 @@ func (m *Metrics) RebuildRecords(n int) {
 		m.rebuildRecords.Add(float64(n))
 	}
 }
+
+// RebuildByRecordTime counts a rebuild that selected the window's output records by their
+// timestamps, without the processed-time header. It is safe for concurrent use.
+func (m *Metrics) RebuildByRecordTime() { m.rebuildByRecordTime.Inc() }
 
 // RebuildDone ends a rebuild that RebuildStarted counted, and counts the window's records it
 // skipped. It observes the duration of a complete rebuild (err nil) and counts a failed one; a

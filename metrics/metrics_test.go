@@ -277,6 +277,8 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.rebuildRecords }, 4100},
 		{"RebuildDone skipped", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 7, nil) },
 			func(m *Metrics) prometheus.Collector { return m.rebuildSkipped }, 7},
+		{"RebuildByRecordTime", func(m *Metrics) { m.RebuildByRecordTime(); m.RebuildByRecordTime() },
+			func(m *Metrics) prometheus.Collector { return m.rebuildByRecordTime }, 2},
 		{"RebuildDone failed", func(m *Metrics) { m.RebuildStarted(); m.RebuildDone(time.Second, 0, errors.New("broker down")) },
 			func(m *Metrics) prometheus.Collector { return m.rebuildFailures }, 1},
 		{"RebuildDone called off is no failure", func(m *Metrics) {

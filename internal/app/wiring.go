@@ -353,6 +353,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 	if n := rebuildMaxRecords(cfg, log); n > 0 {
 		output()
 		dcfg.RebuildMaxRecords = n
+		dcfg.ProcessedTime = cfg.Dedup.ProcessedHeader != ""
 	}
 	set, err := dedup.NewSet(ctx, dcfg)
 	if err != nil {
