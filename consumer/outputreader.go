@@ -377,7 +377,9 @@ type rewarmState struct {
 // (kafkaio.ErrStalled: fetches return nothing below end, as from a new leader whose high watermark
 // has not caught up yet) is not taken as the end: after a backoff, the partition's log start is
 // read again, only what lies below it is skipped (deleted by retention), and the read goes on from
-// where it got to, up to rewarmAttempts times; then partition fails, and with it the re-warm.
+// where it got to, up to rewarmAttempts times; then partition fails, and with it the re-warm. A
+// batch that stays corrupt (kafkaio.ErrCorruptBatch, after Read's own fetches of it) fails it at
+// once.
 func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) error {
 	r := s.r
 	began, added := time.Now(), s.added
@@ -389,6 +391,11 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 			}
 		}
 		err := s.read(ctx, q, &start, end)
+		if errors.Is(err, kafkaio.ErrCorruptBatch) { // Read fetched it again already
+			r.log.Error("a record batch of the output partition is still corrupt when fetched again; the re-warm fails rather than skip its identities",
+				"topic", r.cfg.OutputTopic, "partition", q, "at", start, "error", err.Error())
+			return kafkaio.Permanent(err)
+		}
 		if errors.Is(err, kafkaio.ErrStalled) {
 			r.log.Warn("re-warm read stalled below the end offset; reading the partition's offsets again",
 				"topic", r.cfg.OutputTopic, "partition", q, "at", start, "end", end, "attempt", attempt+1)
