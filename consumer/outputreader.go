@@ -39,6 +39,8 @@ type OutputReader struct {
 	emptyFetches int
 	// skipped hears the records retention deleted before they were read back; nil: nobody.
 	skipped func(n int64)
+	// truncated hears the output offsets gone from below a checkpoint's recorded end; nil: nobody.
+	truncated func(n int64)
 }
 
 // OnSkipped makes r report to fn the output records that retention deleted before a re-warm or
@@ -50,6 +52,21 @@ func (r *OutputReader) OnSkipped(fn func(n int64)) { r.skipped = fn }
 func (r *OutputReader) skip(n int64) {
 	if r.skipped != nil && n > 0 {
 		r.skipped(n)
+	}
+}
+
+// OnTruncated makes r report to fn the output offsets that a checkpoint recorded as written but the
+// output partition no longer has when a re-warm or rebuild reads it: its log was truncated below
+// them (an unclean leader election) or the topic was deleted and created again. Those records are
+// gone from the output although their identities are in the restored filter, so a copy of them
+// sent again is dropped: the events are lost downstream. It must be called before r is used; fn
+// must be safe for concurrent use.
+func (r *OutputReader) OnTruncated(fn func(n int64)) { r.truncated = fn }
+
+// truncate reports n output offsets gone from below a checkpoint's recorded end.
+func (r *OutputReader) truncate(n int64) {
+	if r.truncated != nil && n > 0 {
+		r.truncated(n)
 	}
 }
 
@@ -236,8 +253,9 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 		case o.Error != nil:
 			return rs.added, fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, q, o.Error)
 		case o.LastOffset < start:
-			r.log.Warn("output partition ends before the offset the checkpoint recorded (topic recreated or truncated?); nothing to re-warm from it",
-				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "end", o.LastOffset)
+			r.log.Warn("output partition ends before the offset the checkpoint recorded: its log was truncated or the topic re-created, and the records in between are gone from the output; nothing to re-warm from it",
+				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "end", o.LastOffset, "truncated", start-o.LastOffset)
+			r.truncate(start - o.LastOffset)
 			continue
 		case end <= start:
 			continue
