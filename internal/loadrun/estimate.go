@@ -35,13 +35,14 @@ type estimateSample struct {
 }
 
 // samplerSpread returns how many times the base interval the sampler of a worker with partitions
-// input partitions waits between scrapes: 1 up to 64 partitions, then in proportion. A scrape's
-// cost grows with the worker's series (a filter and its partition's metrics each), and at 10
-// scrapes a second of 1,000 partitions the scrapes and the filter statistics they compute took
-// over a third of the embedded loadtest's CPU, starving the pipeline it measures. Each scrape
-// reads every filter, so the readings per second stay about the same.
+// input partitions waits between scrapes: 1 up to 31 partitions, then in proportion, so that the
+// scrapes cost about what they cost a worker of 16 partitions. A scrape's cost grows with the
+// worker's series (a filter and its partition's metrics each), and at 10 scrapes a second of 1,000
+// partitions the scrapes and the filter statistics they compute took over a third of the embedded
+// loadtest's CPU, starving the pipeline it measures. Each scrape reads every filter, so the
+// readings of all filters together per second stay about the same.
 func samplerSpread(partitions int) time.Duration {
-	return time.Duration(max(1, partitions/64))
+	return time.Duration(max(1, partitions/16))
 }
 
 // startEstimateSampler starts reading the estimates of the worker at url() until halt, spaced for
