@@ -39,6 +39,8 @@ type OutputReader struct {
 	emptyFetches int
 	// skipped hears the records retention deleted before they were read back; nil: nobody.
 	skipped func(n int64)
+	// truncated hears the output offsets gone from below a checkpoint's recorded end; nil: nobody.
+	truncated func(n int64)
 }
 
 // OnSkipped makes r report to fn the output records that retention deleted before a re-warm or
@@ -50,6 +52,21 @@ func (r *OutputReader) OnSkipped(fn func(n int64)) { r.skipped = fn }
 func (r *OutputReader) skip(n int64) {
 	if r.skipped != nil && n > 0 {
 		r.skipped(n)
+	}
+}
+
+// OnTruncated makes r report to fn the output offsets that a checkpoint recorded as written but the
+// output partition no longer has when a re-warm or rebuild reads it: its log was truncated below
+// them (an unclean leader election) or the topic was deleted and created again. Those records are
+// gone from the output although their identities are in the restored filter, so a copy of them
+// sent again is dropped: the events are lost downstream. It must be called before r is used; fn
+// must be safe for concurrent use.
+func (r *OutputReader) OnTruncated(fn func(n int64)) { r.truncated = fn }
+
+// truncate reports n output offsets gone from below a checkpoint's recorded end.
+func (r *OutputReader) truncate(n int64) {
+	if r.truncated != nil && n > 0 {
+		r.truncated(n)
 	}
 }
 
@@ -236,8 +253,9 @@ func (r *OutputReader) read(ctx context.Context, from, to map[int32]int64, add f
 		case o.Error != nil:
 			return rs.added, fmt.Errorf("consumer: offsets of output partition %s/%d: %w", r.cfg.OutputTopic, q, o.Error)
 		case o.LastOffset < start:
-			r.log.Warn("output partition ends before the offset the checkpoint recorded (topic recreated or truncated?); nothing to re-warm from it",
-				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "end", o.LastOffset)
+			r.log.Warn("output partition ends before the offset the checkpoint recorded: its log was truncated or the topic re-created, and the records in between are gone from the output; nothing to re-warm from it",
+				"topic", r.cfg.OutputTopic, "partition", q, "from", start, "end", o.LastOffset, "truncated", start-o.LastOffset)
+			r.truncate(start - o.LastOffset)
 			continue
 		case end <= start:
 			continue
@@ -377,7 +395,9 @@ type rewarmState struct {
 // (kafkaio.ErrStalled: fetches return nothing below end, as from a new leader whose high watermark
 // has not caught up yet) is not taken as the end: after a backoff, the partition's log start is
 // read again, only what lies below it is skipped (deleted by retention), and the read goes on from
-// where it got to, up to rewarmAttempts times; then partition fails, and with it the re-warm.
+// where it got to, up to rewarmAttempts times; then partition fails, and with it the re-warm. A
+// batch that stays corrupt (kafkaio.ErrCorruptBatch, after Read's own fetches of it) fails it at
+// once.
 func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) error {
 	r := s.r
 	began, added := time.Now(), s.added
@@ -389,6 +409,11 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 			}
 		}
 		err := s.read(ctx, q, &start, end)
+		if errors.Is(err, kafkaio.ErrCorruptBatch) { // Read fetched it again already
+			r.log.Error("a record batch of the output partition is still corrupt when fetched again; the re-warm fails rather than skip its identities",
+				"topic", r.cfg.OutputTopic, "partition", q, "at", start, "error", err.Error())
+			return kafkaio.Permanent(err)
+		}
 		if errors.Is(err, kafkaio.ErrStalled) {
 			r.log.Warn("re-warm read stalled below the end offset; reading the partition's offsets again",
 				"topic", r.cfg.OutputTopic, "partition", q, "at", start, "end", end, "attempt", attempt+1)

@@ -308,6 +308,30 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	}
 }
 
+// TestOutputReaderRewarmTruncated proves that an output partition that ends below the offset a
+// checkpoint recorded (its log truncated, or the topic re-created) is reported: logged and
+// counted by OnTruncated with the offsets gone, while the other partitions are re-warmed.
+func TestOutputReaderRewarmTruncated(t *testing.T) {
+	t.Parallel()
+	e := newOutputEnv(t)
+	logs := &captureHandler{}
+	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), slog.New(logs))
+	defer r.Close()
+	var truncated, skipped atomic.Int64
+	r.OnTruncated(func(n int64) { truncated.Add(n) })
+	r.OnSkipped(func(n int64) { skipped.Add(n) })
+	n, err := r.Rewarm(context.Background(), map[int32]int64{0: int64(outputCounts[0]) + 7, 1: 4}, func([]byte, time.Time) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != outputCounts[1]-4 {
+		t.Errorf("Rewarm = %d, want the %d records of partition 1", n, outputCounts[1]-4)
+	}
+	if truncated.Load() != 7 || skipped.Load() != 0 || logs.count("truncated") != 1 {
+		t.Errorf("truncated %d, skipped %d, %d log lines; want 7, 0, 1", truncated.Load(), skipped.Load(), logs.count("truncated"))
+	}
+}
+
 // TestOutputReaderRewarmCancelled proves that Rewarm gives up with an error when its context ends.
 func TestOutputReaderRewarmCancelled(t *testing.T) {
 	t.Parallel()

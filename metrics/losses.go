@@ -19,8 +19,9 @@ type SetCounts struct {
 // lossMetrics are the counters of records that can be lost or whose duplicates can pass that
 // the per-record metrics do not cover.
 type lossMetrics struct {
-	set           atomic.Pointer[func() SetCounts]
-	rewarmSkipped prometheus.Counter
+	set             atomic.Pointer[func() SetCounts]
+	rewarmSkipped   prometheus.Counter
+	outputTruncated prometheus.Counter
 }
 
 // init makes the loss metrics and returns them for registration.
@@ -41,7 +42,9 @@ func (l *lossMetrics) init() []prometheus.Collector {
 		read(func(c SetCounts) uint64 { return c.FutureCapped }))
 	l.rewarmSkipped = counter("rewarm_skipped_records_total",
 		"Output records that the output topic's retention deleted before a re-warm or a rebuild of the filter read them back: their identities are not in the filter, so their duplicates within the window pass.")
-	return []prometheus.Collector{unassigned, capped, l.rewarmSkipped}
+	l.outputTruncated = counter("output_truncated_records_total",
+		"Output offsets that a checkpoint recorded as written but the output partition no longer had when a re-warm or rebuild read it: its log was truncated (an unclean leader election) or the topic re-created. Those records are gone from the output while their identities are in the restored filter, so a copy sent again is dropped: lost events.")
+	return []prometheus.Collector{unassigned, capped, l.rewarmSkipped, l.outputTruncated}
 }
 
 // RegisterSetCounts makes kdedup_records_unassigned_total and kdedup_records_future_capped_total
@@ -58,5 +61,14 @@ func (m *Metrics) RegisterSetCounts(fn func() SetCounts) {
 func (m *Metrics) RewarmSkipped(n int64) {
 	if n > 0 {
 		m.losses.rewarmSkipped.Add(float64(n))
+	}
+}
+
+// OutputTruncated counts n output offsets that a checkpoint recorded but the output partition no
+// longer had when a re-warm or rebuild read it. Non-positive n is ignored. It is safe for
+// concurrent use.
+func (m *Metrics) OutputTruncated(n int64) {
+	if n > 0 {
+		m.losses.outputTruncated.Add(float64(n))
 	}
 }

@@ -329,6 +329,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 		if out == nil {
 			out = consumer.NewOutputReader(ccfg, kf, log)
 			out.OnSkipped(m.RewarmSkipped)
+			out.OnTruncated(m.OutputTruncated)
 			closeOutput = out.Close
 			dcfg.Output = out
 		}

@@ -93,10 +93,15 @@ func (r *Record) Message(topic string, partition int) kafka.Message {
 // of a response as the decode limits let one fetch hold. When retention deleted records before Read got to them (an
 // OffsetOutOfRange answer), it tells r.OnSkip and goes on from the earliest available offset.
 //
+// A batch whose checksum or header is wrong is fetched again (it may have been damaged on the
+// way); once corruptAttempts fetches in a row found it corrupt at the same offset, Read stops
+// with an error wrapping ErrCorruptBatch instead of retrying it, whatever r.Failures says: Read
+// never skips it, so the caller decides (the re-warm fails, as for any read it cannot finish).
+//
 // It returns nil once it reached r.End. Otherwise it returns fn's error unchanged, or a
 // "kafkaio: ..." error naming the partition and offset that wraps ctx's error when ctx ended, the
-// last fetch error after r.Failures failed fetches in a row, or ErrStalled. Records already passed
-// to fn stay passed.
+// last fetch error after r.Failures failed fetches in a row, ErrCorruptBatch, or ErrStalled.
+// Records already passed to fn stay passed.
 func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error) error {
 	r = r.withDefaults()
 	d := decoder{clientID: clientIDOf(c)}
@@ -134,6 +139,7 @@ func Read(ctx context.Context, c *kafka.Client, r Range, fn func([]Record) error
 // offset left, without records.
 func (r *Range) fetch(ctx context.Context, c *kafka.Client, d *decoder, offset int64) (int64, error) {
 	var next int64
+	corrupt := 0
 	err := r.Backoff.Retry(ctx, r.Failures, func(attempt int) error {
 		var err error
 		next, err = d.fetch(ctx, c, r, offset)
@@ -143,6 +149,11 @@ func (r *Range) fetch(ctx context.Context, c *kafka.Client, d *decoder, offset i
 		if first, ok := r.retained(ctx, c, offset, err); ok {
 			next = first
 			return nil
+		}
+		if errors.Is(err, ErrCorruptBatch) {
+			if corrupt++; corrupt >= corruptAttempts {
+				return Permanent(fmt.Errorf("still corrupt after %d fetches: %w", corrupt, err))
+			}
 		}
 		if r.OnRetry != nil && (r.Failures <= 0 || attempt+1 < r.Failures) {
 			r.OnRetry(attempt+1, err)
@@ -239,7 +250,7 @@ func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset i
 	if err != nil {
 		return offset, err
 	}
-	if _, _, err := scanBatches(res.part.RecordBatches, offset); err != nil {
+	if err := goodBatches(res, offset); err != nil {
 		return offset, err
 	}
 	d.set.reset(&d.dec, res, r.Isolation.committed())
@@ -268,6 +279,22 @@ func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset i
 		return min(d.set.next, r.End), nil
 	}
 	return d.set.next, nil
+}
+
+// goodBatches checks the record batches of res, fetched at offset, and cuts a corrupt batch and
+// what follows it off when good batches before it reach past offset: those are read, and the
+// corrupt one is fetched again next, as PartitionReader does. It returns the scan's error when
+// nothing before the first bad batch can be read.
+func goodBatches(res *fetchResponse, offset int64) error {
+	next, n, err := scanBatches(res.part.RecordBatches, offset)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ErrCorruptBatch) || next <= offset {
+		return err
+	}
+	res.part.RecordBatches = res.part.RecordBatches[:n]
+	return nil
 }
 
 // full reports whether the records decoded so far hold as much decoded memory as one fetch may

@@ -200,6 +200,36 @@ func TestPartitionReaderRefusesCorruptBatch(t *testing.T) {
 	}
 }
 
+// TestReadRefusesCorruptBatch proves, on a hand-built fetch response, that Read passes on the
+// good batches before a batch whose checksum stays wrong, then stops with an error wrapping
+// ErrCorruptBatch after corruptAttempts fetches of it, even when told to retry failed fetches
+// until ctx ends, instead of fetching it again forever or skipping it.
+func TestReadRefusesCorruptBatch(t *testing.T) {
+	t.Parallel()
+	bad := sparseBatch(3, 2, 0, 1, 2)
+	bad[len(bad)-1] ^= 0xff
+	c := trailingCluster(t, slices.Concat(sparseBatch(0, 2, 0, 1, 2), bad, sparseBatch(6, 1, 0, 1)), 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []int64
+	retries := 0
+	err := Read(ctx, c, Range{Topic: "t", End: 8, MaxWait: 10 * time.Millisecond,
+		Backoff: Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}, Failures: 0,
+		OnRetry: func(int, error) { retries++ }},
+		func(recs []Record) error {
+			for _, r := range recs {
+				got = append(got, r.Offset)
+			}
+			return nil
+		})
+	if ctx.Err() != nil || !errors.Is(err, ErrCorruptBatch) {
+		t.Fatalf("Read = %v (ctx %v), want an error wrapping ErrCorruptBatch before ctx ends", err, ctx.Err())
+	}
+	if !slices.Equal(got, []int64{0, 1, 2}) || retries != corruptAttempts-1 {
+		t.Errorf("read %v with %d retries, want 0 1 2 with %d", got, retries, corruptAttempts-1)
+	}
+}
+
 // TestPartitionReaderStaleMetadata proves that metadata from a broker that lags behind (a lower
 // leader epoch than the reader knows, for the same topic ID) does not pass for a re-created
 // topic: the reader waits for an answer that has caught up, and reads on without going back.

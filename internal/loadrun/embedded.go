@@ -171,7 +171,7 @@ func runWorkerLoadtest(ctx context.Context, lt loadtest.Config, o embeddedOption
 	}
 	hooks, hs := embeddedHooks(w, cl, lt, o, stderr)
 	lt.Hooks = append(lt.Hooks, hooks...)
-	sampler := startEstimateSampler(ctx, w.url, o.seed)
+	sampler := startEstimateSampler(ctx, w.url, o.partitions, o.seed)
 	report, err := loadtest.Run(ctx, lt)
 	samples := sampler.halt()
 	hs.finish(report)

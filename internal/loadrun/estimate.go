@@ -12,7 +12,8 @@ import (
 )
 
 // estimateSampler reads the worker's kdedup_filter_false_positive_rate_estimated, per filter, from
-// its /metrics at random instants (every 50 to 150ms) while an embedded loadtest runs. One reading
+// its /metrics at random instants (every 50 to 150ms, times samplerSpread) while an embedded
+// loadtest runs. One reading
 // is the rate a new key faces at that instant, which rises as the current generation fills; the
 // time average of many readings is what a loss rate over the same time measures
 // (loadtest.FilterInfo.EstimateAverage). Random instants keep the readings from locking onto the
@@ -33,19 +34,31 @@ type estimateSample struct {
 	v      float64
 }
 
-// startEstimateSampler starts reading the estimates of the worker at url() until halt; seed fixes
-// the random instants.
-func startEstimateSampler(ctx context.Context, url func() string, seed uint64) *estimateSampler {
+// samplerSpread returns how many times the base interval the sampler of a worker with partitions
+// input partitions waits between scrapes: 1 up to 31 partitions, then in proportion, so that the
+// scrapes cost about what they cost a worker of 16 partitions. A scrape's cost grows with the
+// worker's series (a filter and its partition's metrics each), and at 10 scrapes a second of 1,000
+// partitions the scrapes and the filter statistics they compute took over a third of the embedded
+// loadtest's CPU, starving the pipeline it measures. Each scrape reads every filter, so the
+// readings of all filters together per second stay about the same.
+func samplerSpread(partitions int) time.Duration {
+	return time.Duration(max(1, partitions/16))
+}
+
+// startEstimateSampler starts reading the estimates of the worker at url() until halt, spaced for
+// a worker of partitions input partitions (samplerSpread); seed fixes the random instants.
+func startEstimateSampler(ctx context.Context, url func() string, partitions int, seed uint64) *estimateSampler {
 	ctx, stop := context.WithCancel(ctx)
 	s := &estimateSampler{url: url, stop: stop, done: make(chan struct{})}
 	rng := rand.New(rand.NewPCG(seed, 0x5a4d91e))
+	spread := samplerSpread(partitions)
 	go func() {
 		defer close(s.done)
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(50*time.Millisecond + time.Duration(rng.Int64N(int64(100*time.Millisecond)))):
+			case <-time.After(spread * (50*time.Millisecond + time.Duration(rng.Int64N(int64(100*time.Millisecond))))):
 			}
 			s.read()
 		}
