@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -99,9 +98,9 @@ func TestConnectionsByBroker(t *testing.T) {
 	client := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
 	prod := kafkaio.NewProducer(client, kafkaio.ProducerConfig{})
 	for p := range parts {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := range per {
-			msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "k-%d-%d", p, i), Value: []byte("v")})
+			msgs = append(msgs, kafkaio.Record{Key: fmt.Appendf(nil, "k-%d-%d", p, i), Value: []byte("v")})
 		}
 		if err := prod.Produce(context.Background(), "in", p, msgs); err != nil {
 			t.Fatal(err)

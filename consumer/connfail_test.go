@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -128,9 +127,9 @@ func TestThrottledAfterRebalance(t *testing.T) {
 		t.Fatalf("worker A exited: %v", doneA.err)
 	}
 	rng := rand.New(rand.NewPCG(36, 7))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range parts {
-		var in []kafka.Message
+		var in []kafkaio.Record
 		in, want[p] = stream("key", p, 200, rng)
 		e.produce(p, in)
 	}

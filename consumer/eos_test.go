@@ -13,7 +13,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // eosConfig returns e's Worker config in exactly-once delivery.
@@ -255,7 +254,7 @@ func TestExactlyOnceShutdownCommits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 2, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(9, 10))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 2 {
 		in, w := stream("key", p, 300, rng)
 		e.produce(p, in)

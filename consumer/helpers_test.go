@@ -20,7 +20,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 )
 
 // ---- Deduper double -------------------------------------------------------------------------
@@ -430,14 +429,14 @@ func (e *env) waitAllCommitted(timeout time.Duration) {
 	})
 }
 
-func (e *env) produce(p int, msgs []kafka.Message) {
+func (e *env) produce(p int, msgs []kafkaio.Record) {
 	e.t.Helper()
 	if err := e.cl.Produce(context.Background(), e.in, p, msgs...); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-func (e *env) readOut(topic string) map[int][]kafka.Message {
+func (e *env) readOut(topic string) map[int][]kafkaio.Record {
 	e.t.Helper()
 	got, err := e.cl.ReadAll(context.Background(), topic)
 	if err != nil {
@@ -450,7 +449,7 @@ func (e *env) readOut(topic string) map[int][]kafka.Message {
 
 // sameRecord reports how a differs from b in key (including null vs empty), value, headers and
 // timestamp (millisecond precision, as stored by Kafka); "" means equal.
-func sameRecord(a, b kafka.Message) string {
+func sameRecord(a, b kafkaio.Record) string {
 	switch {
 	case (a.Key == nil) != (b.Key == nil) || !bytes.Equal(a.Key, b.Key):
 		return fmt.Sprintf("key %q (nil=%v) != %q (nil=%v)", a.Key, a.Key == nil, b.Key, b.Key == nil)
@@ -469,7 +468,7 @@ func sameRecord(a, b kafka.Message) string {
 	return ""
 }
 
-func compareSeq(t *testing.T, what string, got, want []kafka.Message) {
+func compareSeq(t *testing.T, what string, got, want []kafkaio.Record) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: got %d records, want %d", what, len(got), len(want))

@@ -499,7 +499,7 @@ func (s *rewarmState) records(recs []kafkaio.Record) error {
 }
 
 // isMarked reports whether headers end with the mark header the Worker appends to duplicates.
-func isMarked(headers []kafka.Header, name string) bool {
+func isMarked(headers []kafkaio.Header, name string) bool {
 	if len(headers) == 0 {
 		return false
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -76,7 +75,7 @@ func TestReauthenticationRun(t *testing.T) {
 	const perTick, tick = 4, 40 * time.Millisecond
 	n := int(run/tick) * perTick
 	rng := rand.New(rand.NewPCG(37, 2))
-	ins, want := map[int][]kafka.Message{}, map[int][]kafka.Message{}
+	ins, want := map[int][]kafkaio.Record{}, map[int][]kafkaio.Record{}
 	for p := range parts {
 		ins[p], want[p] = stream("key", p, n, rng)
 	}

@@ -153,7 +153,7 @@ func readAudit(ctx context.Context, cfg Config, client *kafka.Client, starts []i
 }
 
 // auditRec returns the audit record of run runID that headers describe.
-func auditRec(headers []kafka.Header, runID string) (AuditRec, bool) {
+func auditRec(headers []kafkaio.Header, runID string) (AuditRec, bool) {
 	a := AuditRec{Seq: -1, Partition: -1, Offset: -1}
 	ours := false
 	for _, h := range headers {

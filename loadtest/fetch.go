@@ -82,7 +82,7 @@ func (f *fetcher) run(ctx context.Context) {
 }
 
 // observe records one output record read at at.
-func (f *fetcher) observe(headers []kafka.Header, at int64) {
+func (f *fetcher) observe(headers []kafkaio.Header, at int64) {
 	seq := int64(-1)
 	ours, end, marked := false, false, false
 	for _, h := range headers {

@@ -127,7 +127,7 @@ func readDeadLetters(ctx context.Context, cfg Config, client *kafka.Client, star
 
 // deadLetterSeq returns the lt-seq of a dead letter of run runID that carries the worker's
 // dead-letter headers.
-func deadLetterSeq(headers []kafka.Header, runID string) (int64, bool) {
+func deadLetterSeq(headers []kafkaio.Header, runID string) (int64, bool) {
 	seq, ours, worker := int64(-1), false, 0
 	for _, h := range headers {
 		switch h.Key {

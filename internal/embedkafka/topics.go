@@ -88,7 +88,7 @@ func (t topics) Partitions(ctx context.Context, topic string) (int, error) {
 // are used. An answer that the partition has no leader here yet (a real broker just after the
 // topic was created, or during a leader change) is retried for up to about 10 s: such a request
 // was not appended, though requests before it in the same call were and are sent again.
-func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
+func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafkaio.Record) error {
 	_, p := t.conns()
 	err := kafkaio.Backoff{Min: 50 * time.Millisecond, Max: time.Second}.Retry(ctx, 15, func(int) error {
 		err := p.Produce(ctx, topic, partition, msgs)
@@ -179,12 +179,12 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 
 // ReadAll returns every record of every partition of topic up to its current high watermark,
 // by partition, in offset order.
-func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error) {
+func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error) {
 	ends, err := t.EndOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[int][]kafka.Message, len(ends))
+	out := make(map[int][]kafkaio.Record, len(ends))
 	for p, end := range ends {
 		msgs, err := t.ReadPartition(ctx, topic, p, end)
 		if err != nil {
@@ -197,12 +197,12 @@ func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Mess
 
 // ReadPartition returns the records of topic/partition from the start of the log up to end.
 // Records deleted by retention are skipped.
-func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error) {
-	var msgs []kafka.Message
+func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error) {
+	var msgs []kafkaio.Record
 	err := kafkaio.Read(ctx, t.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
 		func(recs []kafkaio.Record) error {
 			for i := range recs {
-				msgs = append(msgs, recs[i].Message(topic, partition))
+				msgs = append(msgs, recs[i].Clone())
 			}
 			return nil
 		})
