@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Mode says what happens to a duplicate.
@@ -182,7 +181,7 @@ type Config struct {
 	// Unkeyed says what happens to records without an extractable key. Default UnkeyedPass.
 	Unkeyed UnkeyedPolicy
 	// Compression of produced batches. Default none.
-	Compression kafka.Compression
+	Compression kafkaio.Compression
 	// DisableIdempotence turns idempotent production off. Default false: output batches carry a
 	// producer id and sequence numbers (KIP-98), so a produce retry whose first attempt was
 	// written is not written again, and Run fails with ErrIdempotenceUnsupported when the

@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -102,11 +101,11 @@ func TestIdempotentUnderFaults(t *testing.T) {
 		name        string
 		outParts    int
 		part        consumer.Partitioning
-		compression kafka.Compression
+		compression kafkaio.Compression
 		dups        bool
 	}{
-		{"same", 4, consumer.PartitionSame, 0, false},
-		{"hash-zstd-dups", 3, consumer.PartitionHash, kafka.Zstd, true},
+		{"same", 4, consumer.PartitionSame, "", false},
+		{"hash-zstd-dups", 3, consumer.PartitionHash, kafkaio.CompressionZstd, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

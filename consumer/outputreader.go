@@ -12,7 +12,6 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
@@ -27,7 +26,7 @@ type OutputReader struct {
 	cfg    Config
 	key    KeyFunc
 	log    *slog.Logger
-	client *kafka.Client
+	client *kafkaio.Client
 
 	poolMu sync.Mutex
 	pool   *kafkaio.FetchPool // the re-warm's fetches, one request per broker; replaced by Close
@@ -95,8 +94,8 @@ func (r *OutputReader) lookup(ctx context.Context, fn func() error) error {
 }
 
 // stableOffsets is kafkaio.StableOffsets of parts of the output topic, in a lookup slot.
-func (r *OutputReader) stableOffsets(ctx context.Context, parts []int, iso kafkaio.Isolation) (map[int]kafka.PartitionOffsets, error) {
-	var offs map[int]kafka.PartitionOffsets
+func (r *OutputReader) stableOffsets(ctx context.Context, parts []int, iso kafkaio.Isolation) (map[int]kafkaio.PartitionOffsets, error) {
+	var offs map[int]kafkaio.PartitionOffsets
 	err := r.lookup(ctx, func() (err error) {
 		offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, parts, iso)
 		return err
@@ -267,7 +266,7 @@ const rewarmAttempts = 4
 // answered UNKNOWN_TOPIC_OR_PARTITION is accepted as missing (errNoPartition in its Error) only
 // when the topic's metadata has fewer partitions; otherwise the answer was transient (a leader
 // that moved) and offsets asks again after a backoff, up to rewarmAttempts times, then fails.
-func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.PartitionOffsets, error) {
+func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafkaio.PartitionOffsets, error) {
 	// Under exactly-once delivery the read goes up to the high watermark, read_committed: a
 	// transaction that another input partition's producer holds open on a shared output
 	// partition (PartitionHash) must not hide what the fenced previous owner committed after it.
@@ -275,7 +274,7 @@ func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.Pa
 	if r.cfg.Delivery == DeliveryExactlyOnce {
 		iso = kafkaio.ReadUncommitted
 	}
-	var offs map[int]kafka.PartitionOffsets
+	var offs map[int]kafkaio.PartitionOffsets
 	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
 		var err error
 		if offs, err = r.stableOffsets(ctx, ids, iso); err != nil {
@@ -292,10 +291,10 @@ func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.Pa
 // missing checks the partitions of offs answered UNKNOWN_TOPIC_OR_PARTITION against the topic's
 // partition count: one the topic does not have gets errNoPartition; one it has makes missing
 // return an error, so that the offsets are asked again.
-func (r *OutputReader) missing(ctx context.Context, offs map[int]kafka.PartitionOffsets, attempt int) error {
+func (r *OutputReader) missing(ctx context.Context, offs map[int]kafkaio.PartitionOffsets, attempt int) error {
 	n := -1
 	for p, o := range offs {
-		if !errors.Is(o.Error, kafka.UnknownTopicOrPartition) {
+		if !errors.Is(o.Error, kafkaio.ErrUnknownTopicOrPartition) {
 			continue
 		}
 		if n < 0 {

@@ -20,8 +20,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 )
 
 // Config is everything kdedup reads from the environment. The struct tags are the single source
@@ -428,7 +426,7 @@ func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) 
 	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
 		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
 	}
-	if _, ok := compressions[k.Compression]; !ok {
+	if !slices.Contains(kafkaio.Compressions(), kafkaio.Compression(k.Compression)) {
 		add("KAFKA_COMPRESSION", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
 	}
 	if !k.TLSEnabled {
@@ -483,10 +481,6 @@ func (k KafkaConfig) validateSASL(add func(name, format string, args ...any)) {
 	}
 }
 
-var compressions = map[string]kafka.Compression{
-	"none": 0, "gzip": kafka.Gzip, "snappy": kafka.Snappy, "lz4": kafka.Lz4, "zstd": kafka.Zstd,
-}
-
 // Level returns LOG_LEVEL as a slog level; the error reports a name that is not one.
 func (c Config) Level() (slog.Level, error) {
 	var l slog.Level
@@ -536,7 +530,7 @@ func tlsFiles(prefix, caFile, certFile, keyFile, serverName string) (*tls.Config
 // the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3 checkpoint store uses);
 // its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the shared profile). The error
 // (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a secret.
-func (k KafkaConfig) SASL(a AWSConfig) (sasl.Mechanism, error) {
+func (k KafkaConfig) SASL(a AWSConfig) (*kafkaio.SASL, error) {
 	if k.SASLMechanism == "" {
 		return nil, nil
 	}
@@ -615,7 +609,7 @@ func (c Config) consumerFields() consumer.Config {
 		MarkHeader:         d.MarkHeader,
 		ProcessedHeader:    d.ProcessedHeader,
 		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
-		Compression:        compressions[k.Compression],
+		Compression:        kafkaio.Compression(k.Compression),
 		ShutdownTimeout:    c.ShutdownTimeout,
 		DisableIdempotence: !k.Idempotent,
 		Delivery:           consumer.Delivery(k.Delivery),
@@ -636,6 +630,9 @@ func (c Config) consumerConfig() (consumer.Config, error) {
 		return consumer.Config{}, fmt.Errorf("KAFKA_SASL_MECHANISM: %w", err)
 	}
 	cc := c.consumerFields()
-	cc.TLS, cc.SASL = tc, mech
+	cc.TLS = tc
+	if mech != nil { // not a typed nil in the interface
+		cc.SASL = mech
+	}
 	return cc, nil
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 func minimalEnv() map[string]string {
@@ -265,7 +264,7 @@ func TestConfigConversion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafka.Zstd ||
+	if !cc.StartFromLatest || cc.Partitioning != consumer.PartitionHash || cc.Compression != kafkaio.CompressionZstd ||
 		cc.Mode != consumer.ModeMark || cc.MarkHeader != "x-dup" || cc.Unkeyed != consumer.UnkeyedDrop ||
 		cc.DuplicatesTopic != "dups" || cc.DeadLetterTopic != "dlq" || cc.SASL == nil || cc.SASL.Name() != "PLAIN" || !cc.DisableIdempotence ||
 		cc.Isolation != kafkaio.ReadUncommitted {

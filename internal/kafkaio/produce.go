@@ -50,7 +50,7 @@ type ProducerConfig struct {
 	// brokers must support it (see Producer.Start). Default: false.
 	Idempotent bool
 	// Compression of produced batches. Default: none.
-	Compression kafka.Compression
+	Compression Compression
 	// BatchBytes caps the estimated size of one produce request (keys, values, headers and a
 	// per-record overhead); a single larger record goes alone. Default: DefaultBatchBytes.
 	BatchBytes int
@@ -244,7 +244,7 @@ func (p *Producer) sequencer(topic string, partition int) *sequencer {
 	defer p.mu.Unlock()
 	s := p.seqs[tp]
 	if s == nil {
-		s = &sequencer{p: p, tp: tp, lim: p.limitLocked(topic), enc: batchEncoder{compression: p.cfg.Compression}}
+		s = &sequencer{p: p, tp: tp, lim: p.limitLocked(topic), enc: batchEncoder{compression: p.cfg.Compression.codec()}}
 		p.seqs[tp] = s
 	}
 	return s

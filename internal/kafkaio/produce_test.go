@@ -81,7 +81,18 @@ func startCluster(t *testing.T, topics map[string]int32, opts ...kfake.Opt) *tes
 // newTestProducer returns a started idempotent producer for cl.
 func newTestIdempotent(t *testing.T, cl *testCluster, obs ProduceObserver, c kafka.Compression) *Producer {
 	t.Helper()
-	return newTestProducer(t, cl, ProducerConfig{Idempotent: true, Observer: obs, Compression: c})
+	return newTestProducer(t, cl, ProducerConfig{Idempotent: true, Observer: obs, Compression: compressionOf(t, c)})
+}
+
+// compressionOf returns the Compression of kafka-go's codec c.
+func compressionOf(t *testing.T, c kafka.Compression) Compression {
+	for name, codec := range codecs {
+		if codec == c {
+			return name
+		}
+	}
+	t.Fatalf("no Compression for codec %v", c)
+	return ""
 }
 
 // newTestProducer returns a started producer for cl; cfg's Backoff is capped at 200ms.
@@ -632,7 +643,7 @@ func TestProducerWithoutIdempotence(t *testing.T) {
 	t.Parallel()
 	cl := startCluster(t, map[string]int32{"out": 1})
 	obs := &resetObs{}
-	p := newTestProducer(t, cl, ProducerConfig{Compression: kafka.Gzip, Observer: obs})
+	p := newTestProducer(t, cl, ProducerConfig{Compression: CompressionGzip, Observer: obs})
 	a, b := testMsgs("a", 7), testMsgs("b", 3)
 	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)

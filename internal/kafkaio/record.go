@@ -57,3 +57,35 @@ func (r *Record) Clone() Record {
 func KeyPartition(key []byte, partitions ...int) int {
 	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, partitions...)
 }
+
+// Compression is the codec of produced record batches, by its Kafka name. The zero value is
+// CompressionNone.
+type Compression string
+
+// The codecs of Compression.
+const (
+	CompressionNone   Compression = "none"
+	CompressionGzip   Compression = "gzip"
+	CompressionSnappy Compression = "snappy"
+	CompressionLz4    Compression = "lz4"
+	CompressionZstd   Compression = "zstd"
+)
+
+// Compressions returns the names of the codecs, CompressionNone first.
+func Compressions() []Compression {
+	return []Compression{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLz4, CompressionZstd}
+}
+
+// Valid reports whether c is "" or one of Compressions.
+func (c Compression) Valid() bool {
+	_, ok := codecs[c]
+	return ok || c == ""
+}
+
+var codecs = map[Compression]kafka.Compression{
+	CompressionNone: 0, CompressionGzip: kafka.Gzip, CompressionSnappy: kafka.Snappy, CompressionLz4: kafka.Lz4,
+	CompressionZstd: kafka.Zstd,
+}
+
+// codec returns kafka-go's codec number of c; 0 (none) for "" or an unknown name.
+func (c Compression) codec() kafka.Compression { return codecs[c] }
