@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Obs is one record of this run read from the output topic.
@@ -38,7 +37,7 @@ const fetchMaxWait = 200 * time.Millisecond
 
 // fetcher reads one output partition from a start offset, in offset order.
 type fetcher struct {
-	client     *kafka.Client
+	client     *kafkaio.Client
 	pool       *kafkaio.FetchPool // the fetches of every output partition, one request per broker
 	topic      string
 	part       int

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Header names of the loadtest's own headers.
@@ -107,7 +106,7 @@ type generator struct {
 	chans      []chan []kafkaio.Record
 }
 
-func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.Time) *generator {
+func newGenerator(cfg Config, client *kafkaio.Client, partitions int, start time.Time) *generator {
 	g := &generator{
 		cfg:        cfg,
 		partitions: partitions,
@@ -369,7 +368,7 @@ func (g *generator) produce(ctx context.Context, p int, ch <-chan []kafkaio.Reco
 // newProducer returns the loadtest's producer: acks=all, without idempotence (the verifier
 // counts what a retry duplicates), a failed request tried up to 10 times, 50ms to 2s apart. obs,
 // if not nil, hears about failed attempts.
-func newProducer(client *kafka.Client, obs kafkaio.ProduceObserver) *kafkaio.Producer {
+func newProducer(client *kafkaio.Client, obs kafkaio.ProduceObserver) *kafkaio.Producer {
 	return kafkaio.NewProducer(client, kafkaio.ProducerConfig{
 		Backoff:  kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
 		Attempts: 10,

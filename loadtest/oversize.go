@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // DefaultOversizeBytes is Config.OversizeBytes's default: twice the 1 MiB that a topic takes by
@@ -99,7 +98,7 @@ func (vr *verifier) refusals() {
 // readDeadLetters returns the lt-seq of every record of this run in cfg.DeadLetterTopic from
 // starts (one offset per partition) to its end that carries the worker's dead-letter headers
 // (the error, the source offset). It returns nil without a dead-letter topic.
-func readDeadLetters(ctx context.Context, cfg Config, client *kafka.Client, starts []int64) (map[int64]bool, error) {
+func readDeadLetters(ctx context.Context, cfg Config, client *kafkaio.Client, starts []int64) (map[int64]bool, error) {
 	if cfg.DeadLetterTopic == "" {
 		return nil, nil
 	}

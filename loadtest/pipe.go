@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // PipeConfig configures Pipe.
@@ -71,7 +70,7 @@ func Pipe(ctx context.Context, cfg PipeConfig) error {
 
 // pipePartition copies partition p from offset on until ctx ends (then it returns nil), producing
 // what each fetch returned before the next fetch.
-func pipePartition(ctx context.Context, client *kafka.Client, producer *kafkaio.Producer, cfg PipeConfig, p int, offset int64) error {
+func pipePartition(ctx context.Context, client *kafkaio.Client, producer *kafkaio.Producer, cfg PipeConfig, p int, offset int64) error {
 	var batch []kafkaio.Record
 	err := kafkaio.Read(ctx, client, kafkaio.Range{
 		Topic: cfg.InputTopic, Partition: p, Start: offset, End: -1, Backoff: kafkaio.Backoff{Max: time.Second},

@@ -27,6 +27,45 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// TestKafkaGoImports checks KafkaGoImporters against the direct imports of every package of the
+// module (tests excluded), as go list reports them.
+func TestKafkaGoImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, Module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		imports[strings.TrimPrefix(f[0], Module+"/")] = f[1:]
+	}
+	if _, ok := imports["internal/kafkaio"]; !ok {
+		t.Fatal("go list does not list internal/kafkaio")
+	}
+	for _, v := range CheckImports(imports) {
+		t.Error(v)
+	}
+}
+
+// TestCheckImportsFindsViolations feeds CheckImports imports of kafka-go inside and outside
+// KafkaGoImporters: only those outside must be reported.
+func TestCheckImportsFindsViolations(t *testing.T) {
+	imports := map[string][]string{
+		"internal/kafkaio": {"github.com/segmentio/kafka-go", "github.com/segmentio/kafka-go/protocol"},
+		"consumer":         {Module + "/internal/kafkaio", "github.com/segmentio/kafka-go-extras"},
+		"loadtest":         {"context", "github.com/segmentio/kafka-go"},
+		"internal/app":     {"github.com/segmentio/kafka-go/sasl"},
+	}
+	got := CheckImports(imports)
+	want := []string{
+		"internal/app imports github.com/segmentio/kafka-go/sasl; only internal/kafkaio may (use its types)",
+		"loadtest imports github.com/segmentio/kafka-go; only internal/kafkaio may (use its types)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("CheckImports reports:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestCheckFindsViolations feeds Check dependencies that break the rules: each break must be
 // reported, and nothing else.
 func TestCheckFindsViolations(t *testing.T) {

@@ -35,7 +35,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 )
 
 // The environment variables of the tier.
@@ -68,7 +67,7 @@ type Broker interface {
 	// Real returns the real cluster, or nil on kfake.
 	Real() *Cluster
 
-	Client() *kafka.Client
+	Client() *kafkaio.Client
 	CreateTopic(ctx context.Context, name string, partitions int) error
 	SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error
 	Partitions(ctx context.Context, topic string) (int, error)
