@@ -292,7 +292,7 @@ func BenchmarkRoutedScope(b *testing.B) {
 // routedRunner runs the two stages of the routed scope until ctx ends.
 func routedRunner(ctx context.Context, cl testbroker.Broker) error {
 	base := consumer.Config{
-		Conn: kafkaio.Conn{Brokers: cl.Addrs()}, SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		Brokers: cl.Addrs(), SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 		BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
 	}
 	r := base
@@ -374,7 +374,7 @@ func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer
 			d = newMapDeduper(false, nil)
 		}
 		cfg := consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
+			Brokers: cl.Addrs(), InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}

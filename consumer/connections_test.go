@@ -110,7 +110,7 @@ func TestConnectionsByBroker(t *testing.T) {
 	ln.marked.Store(true) // the worker's connections from here on
 	e := &env{t: t, in: "in", out: "out", group: "g"}
 	cfg := consumer.Config{
-		Conn: kafkaio.Conn{Brokers: kc.ListenAddrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+		Brokers: kc.ListenAddrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
 		SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, RebalanceTimeout: 3 * time.Second,
 		BatchSize: 200, BatchTimeout: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, RetryBackoffMax: 500 * time.Millisecond, ProduceTimeout: 3 * time.Second,

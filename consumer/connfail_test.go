@@ -52,7 +52,9 @@ func saslEnv(t *testing.T, parts int, message string) (*env, consumer.Config, fu
 	listen := []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(kafkaio.MechanismPlain, "svc", "pw-Zq9")}
 	e := newEnv(t, parts, parts, embedkafka.Options{Security: &embedkafka.Security{Listen: listen, Client: kafkaio.Conn{SASL: mech}}})
 	cfg := e.config()
-	cfg.Conn.SASL = mech
+	if cfg.SASL, err = consumer.NewSASL(consumer.SASLConfig{Mechanism: kafkaio.MechanismPlain, Username: "svc", Password: "pw-Zq9"}); err != nil {
+		t.Fatal(err)
+	}
 	var on atomic.Bool
 	set := func(refuse bool) {
 		if !on.Swap(refuse) && refuse {

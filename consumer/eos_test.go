@@ -149,7 +149,7 @@ func TestExactlyOnceFencesPreviousOwner(t *testing.T) {
 // it.
 func TestExactlyOnceValidation(t *testing.T) {
 	t.Parallel()
-	base := consumer.Config{Conn: kafkaio.Conn{Brokers: []string{"127.0.0.1:9092"}}, InputTopic: "in", OutputTopic: "out",
+	base := consumer.Config{Brokers: []string{"127.0.0.1:9092"}, InputTopic: "in", OutputTopic: "out",
 		Delivery: consumer.DeliveryExactlyOnce}
 	for _, tc := range []struct {
 		name  string
@@ -158,7 +158,7 @@ func TestExactlyOnceValidation(t *testing.T) {
 	}{
 		{"unknown delivery", func(c *consumer.Config) { c.Delivery = "at-most-once" }, "Delivery"},
 		{"without idempotence", func(c *consumer.Config) { c.DisableIdempotence = true }, "Delivery"},
-		{"read_uncommitted", func(c *consumer.Config) { c.Isolation = kafkaio.ReadUncommitted }, "Isolation"},
+		{"read_uncommitted", func(c *consumer.Config) { c.Isolation = string(kafkaio.ReadUncommitted) }, "Isolation"},
 		{"interval past the timeout", func(c *consumer.Config) { c.TxnInterval, c.TxnTimeout = time.Minute, 30*time.Second }, "TxnInterval"},
 		{"timeout too long", func(c *consumer.Config) { c.TxnTimeout = time.Hour }, "TxnTimeout"},
 	} {

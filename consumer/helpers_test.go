@@ -340,7 +340,7 @@ func TestMain(m *testing.M) { os.Exit(testbroker.Main(m)) }
 // config returns a Worker config with timeouts small enough for tests.
 func (e *env) config() consumer.Config {
 	return consumer.Config{
-		Conn:              kafkaio.Conn{Brokers: e.cl.Addrs()},
+		Brokers:           e.cl.Addrs(),
 		InputTopic:        e.in,
 		OutputTopic:       e.out,
 		GroupID:           e.group,

@@ -131,7 +131,7 @@ func TestIdempotentUnderFaults(t *testing.T) {
 			cfg := e.config()
 			cfg.BatchSize = 100
 			cfg.RebalanceTimeout = 10 * time.Second // drains must not run out of time on a loaded machine
-			cfg.Partitioning, cfg.Compression = tc.part, tc.compression
+			cfg.Partitioning, cfg.Compression = tc.part, string(tc.compression)
 			if tc.dups {
 				cfg.DuplicatesTopic = "dups"
 			}

@@ -80,7 +80,7 @@ func BenchmarkIdentityEndToEnd(b *testing.B) {
 func identityRunner(kf consumer.KeyFunc) pipeline {
 	return func(ctx context.Context, cl testbroker.Broker) error {
 		cfg := consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
 		}

@@ -324,7 +324,7 @@ func TestStripRouteHeaders(t *testing.T) {
 // TestConfigValidate checks that Validate reports every problem as a FieldError naming the field
 // at fault, and accepts what the defaults fill in.
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Conn: kafkaio.Conn{Brokers: []string{"b:9092"}}, InputTopic: "in", OutputTopic: "out"}
+	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)

@@ -65,7 +65,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 		cfg:          cfg,
 		key:          key,
 		log:          log,
-		client:       cfg.Conn.Client(cfg.ProduceTimeout),
+		client:       cfg.conn().Client(cfg.ProduceTimeout),
 		fetchWait:    100 * time.Millisecond,
 		emptyFetches: 5,
 	}
@@ -76,7 +76,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 // newPool returns a fetch pool for the reader's re-warm reads (it starts nothing until used).
 func (r *OutputReader) newPool() *kafkaio.FetchPool {
 	return kafkaio.NewFetchPool(r.client, kafkaio.FetchPoolConfig{
-		Isolation: r.cfg.Isolation, MaxWait: r.fetchWait, MaxBytes: 4 * r.cfg.FetchMaxBytes,
+		Isolation: r.cfg.isolation(), MaxWait: r.fetchWait, MaxBytes: 4 * r.cfg.FetchMaxBytes,
 	})
 }
 
@@ -126,7 +126,7 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 	if err != nil {
 		return nil, err
 	}
-	offs, err := r.stableOffsets(ctx, parts, r.cfg.Isolation)
+	offs, err := r.stableOffsets(ctx, parts, r.cfg.isolation())
 	if err != nil {
 		return nil, fmt.Errorf("consumer: end offsets of the output topic: %w", err)
 	}
@@ -270,7 +270,7 @@ func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafkaio.
 	// Under exactly-once delivery the read goes up to the high watermark, read_committed: a
 	// transaction that another input partition's producer holds open on a shared output
 	// partition (PartitionHash) must not hide what the fenced previous owner committed after it.
-	iso := r.cfg.Isolation
+	iso := r.cfg.isolation()
 	if r.cfg.Delivery == DeliveryExactlyOnce {
 		iso = kafkaio.ReadUncommitted
 	}
@@ -406,7 +406,7 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) error {
 	r := s.r
 	return kafkaio.Read(ctx, r.client, kafkaio.Range{
-		Topic: r.cfg.OutputTopic, Partition: q, Start: *at, End: end, Isolation: r.cfg.Isolation,
+		Topic: r.cfg.OutputTopic, Partition: q, Start: *at, End: end, Isolation: r.cfg.isolation(),
 		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait, Pool: r.fetchPool(),
 		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
 		OnSkip: func(from, to int64) {
@@ -453,7 +453,7 @@ func (s *rewarmState) resume(ctx context.Context, q int, at, end int64) (int64, 
 // them can pass (see "Exactly-once delivery" in docs/design.md). Otherwise it returns at.
 func (s *rewarmState) undecided(ctx context.Context, q int, at, end int64) (int64, error) {
 	r := s.r
-	if r.cfg.Isolation != kafkaio.ReadCommitted {
+	if r.cfg.isolation() != kafkaio.ReadCommitted {
 		return at, nil
 	}
 	offs, err := r.stableOffsets(ctx, []int{q}, kafkaio.ReadCommitted)

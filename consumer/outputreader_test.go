@@ -421,7 +421,7 @@ func TestOutputReaderTransactions(t *testing.T) {
 	} {
 		t.Run(string(tc.iso), func(t *testing.T) {
 			cfg := e.config()
-			cfg.Isolation = tc.iso
+			cfg.Isolation = string(tc.iso)
 			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
 			defer r.Close()
 			end, err := r.End(context.Background(), 0)

@@ -175,7 +175,7 @@ func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partit
 // failures and skipped records to prog and the Observer.
 func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.PartitionReader {
 	return kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.isolation(),
 		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample, IdlePoll: w.cfg.ProgressInterval,
 		Limits:    kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),

@@ -69,7 +69,9 @@ func TestReauthenticationRun(t *testing.T) {
 	listen := append([]kfake.Opt{kfake.EnableSASL(), kfake.Superuser(kafkaio.MechanismSCRAM512, "svc", "pw-reauth-Zq9")}, exp.Opts()...)
 	e := newEnv(t, parts, parts, embedkafka.Options{Security: &embedkafka.Security{Listen: listen, Client: kafkaio.Conn{SASL: mech}}})
 	cfg := e.config()
-	cfg.Conn.SASL = mech
+	if cfg.SASL, err = consumer.NewSASL(consumer.SASLConfig{Mechanism: kafkaio.MechanismSCRAM512, Username: "svc", Password: "pw-reauth-Zq9"}); err != nil {
+		t.Fatal(err)
+	}
 	cfg.SessionTimeout, cfg.RebalanceTimeout = 6*time.Second, 6*time.Second
 
 	const perTick, tick = 4, 40 * time.Millisecond

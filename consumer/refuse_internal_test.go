@@ -93,7 +93,7 @@ func newRefusalRig(t *testing.T, ctx context.Context, deadLetters bool, limited 
 	for _, topic := range limited {
 		r.limit(t, ctx, topic, 64<<10)
 	}
-	cfg := Config{Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+	cfg := Config{Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
 		RetryBackoffMax: 200 * time.Millisecond, ProduceTimeout: 3 * time.Second}
 	if deadLetters {
 		cfg.DeadLetterTopic = "dlq"

@@ -91,10 +91,10 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.connFail.bound = cfg.RebalanceTimeout
-	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
+	w.client = cfg.conn().Client(cfg.ProduceTimeout)
 	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
 		Idempotent:  !cfg.DisableIdempotence,
-		Compression: cfg.Compression,
+		Compression: kafkaio.Compression(cfg.Compression),
 		BatchBytes:  cfg.BatchBytes,
 		Backoff:     cfg.retry(),
 		Observer:    obs,
@@ -179,7 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopLog()
 	defer kafkaio.CloseIdle(w.client)
 	w.pool = kafkaio.NewFetchPool(w.client, kafkaio.FetchPoolConfig{
-		Isolation: w.cfg.Isolation, MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
+		Isolation: w.cfg.isolation(), MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
 	})
 	defer w.pool.Close()
 	defer w.updateReady()
@@ -197,7 +197,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	cg, err := w.cfg.Conn.JoinGroup(w.groupConfig())
+	cg, err := w.cfg.conn().JoinGroup(w.groupConfig())
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -266,7 +266,7 @@ type topicCounts struct {
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	var tc topicCounts
 	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
-		err := w.cfg.Check(ctx, w.topicNames()...)
+		err := w.cfg.conn().Check(ctx, w.topicNames()...)
 		if err == nil {
 			tc, err = w.lookupTopics(ctx)
 		}

@@ -526,32 +526,40 @@ func tlsFiles(prefix, caFile, certFile, keyFile, serverName string) (*tls.Config
 	return tc, "", nil
 }
 
-// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one. AWS_MSK_IAM signs with
-// the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3 checkpoint store uses);
-// its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the shared profile). The error
-// (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a secret.
-func (k KafkaConfig) SASL(a AWSConfig) (*kafkaio.SASL, error) {
+// SASL returns the SASL mechanism of KAFKA_SASL_* (see SASLConfig), or nil without one. The
+// error (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a
+// secret.
+func (k KafkaConfig) SASL(a AWSConfig) (*consumer.SASL, error) {
 	if k.SASLMechanism == "" {
 		return nil, nil
 	}
-	c := kafkaio.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword}
+	c, err := k.SASLConfig(a)
+	if err != nil {
+		return nil, err
+	}
+	return consumer.NewSASL(c)
+}
+
+// SASLConfig returns the SASL settings of KAFKA_SASL_*, for a KAFKA_SASL_MECHANISM that is set.
+// AWS_MSK_IAM signs with the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3
+// checkpoint store uses); its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the
+// shared profile). The error (no AWS region, an AWS configuration that does not load) never
+// holds a secret.
+func (k KafkaConfig) SASLConfig(a AWSConfig) (consumer.SASLConfig, error) {
+	c := consumer.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword}
 	if mech, _ := kafkaio.CanonicalMechanism(k.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
 		opts := s3Options(a, nil)
 		opts.Endpoint = ""
 		ac, err := checkpoint.LoadAWSConfig(context.Background(), opts)
 		if err != nil {
-			return nil, err
+			return c, err
 		}
 		if ac.Region == "" {
-			return nil, errors.New("AWS_MSK_IAM needs the cluster's region: set AWS_REGION")
+			return c, errors.New("AWS_MSK_IAM needs the cluster's region: set AWS_REGION")
 		}
 		c.AWSCredentials, c.AWSRegion = ac.Credentials, ac.Region
 	}
-	m, err := kafkaio.NewSASL(c)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return c, nil
 }
 
 // duplicatesTopic returns the audit topic: KAFKA_DUPLICATES_TOPIC, else its deprecated name
@@ -584,7 +592,8 @@ func (c Config) consumerFields() consumer.Config {
 		brokers[i] = strings.TrimSpace(b)
 	}
 	return consumer.Config{
-		Conn:               kafkaio.Conn{Brokers: brokers, ClientID: k.ClientID},
+		Brokers:            brokers,
+		ClientID:           k.ClientID,
 		InputTopic:         k.InputTopic,
 		OutputTopic:        k.OutputTopic,
 		DuplicatesTopic:    c.Kafka.duplicatesTopic(d),
@@ -592,7 +601,7 @@ func (c Config) consumerFields() consumer.Config {
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		StartFromLatest:    k.StartOffset == "latest",
-		Isolation:          kafkaio.Isolation(k.Isolation),
+		Isolation:          k.Isolation,
 		SessionTimeout:     k.SessionTimeout,
 		HeartbeatInterval:  k.HeartbeatInterval,
 		RebalanceTimeout:   k.RebalanceTimeout,
@@ -609,7 +618,7 @@ func (c Config) consumerFields() consumer.Config {
 		MarkHeader:         d.MarkHeader,
 		ProcessedHeader:    d.ProcessedHeader,
 		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
-		Compression:        kafkaio.Compression(k.Compression),
+		Compression:        k.Compression,
 		ShutdownTimeout:    c.ShutdownTimeout,
 		DisableIdempotence: !k.Idempotent,
 		Delivery:           consumer.Delivery(k.Delivery),
@@ -630,9 +639,6 @@ func (c Config) consumerConfig() (consumer.Config, error) {
 		return consumer.Config{}, fmt.Errorf("KAFKA_SASL_MECHANISM: %w", err)
 	}
 	cc := c.consumerFields()
-	cc.TLS = tc
-	if mech != nil { // not a typed nil in the interface
-		cc.SASL = mech
-	}
+	cc.TLS, cc.SASL = tc, mech
 	return cc, nil
 }

@@ -46,7 +46,7 @@ func BenchmarkRebuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	out := consumer.NewOutputReader(consumer.Config{Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out"}, kf, log)
+	out := consumer.NewOutputReader(consumer.Config{Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out"}, kf, log)
 	defer out.Close()
 	cfg := dedup.Config{Window: windowConfig(DedupConfig{WindowCount: 8, WindowInterval: 15 * time.Minute, WindowCapacity: 1_000_000,
 		FalsePositiveRate: 1e-6}, nil), Output: out, RebuildMaxRecords: 10_000_000, Logger: log}
