@@ -421,13 +421,10 @@ func (c Config) validateZeros(add func(name, format string, args ...any)) {
 }
 
 // validateClient checks the settings that only this package turns into the worker's: the start
-// offset, compression, TLS files and SASL.
+// offset, TLS files and SASL.
 func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) {
 	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
 		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
-	}
-	if !slices.Contains(kafkaio.Compressions(), kafkaio.Compression(k.Compression)) {
-		add("KAFKA_COMPRESSION", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
 	}
 	if !k.TLSEnabled {
 		for name, v := range map[string]string{"KAFKA_TLS_CA_FILE": k.TLSCAFile, "KAFKA_TLS_CERT_FILE": k.TLSCertFile, "KAFKA_TLS_KEY_FILE": k.TLSKeyFile} {
