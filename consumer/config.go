@@ -564,10 +564,8 @@ func NewSASL(c SASLConfig) (*SASL, error) {
 	return &SASL{mech: m}, nil
 }
 
-// Name returns the mechanism's name, such as "SCRAM-SHA-512".
-func (s *SASL) Name() string { return s.mech.Name() }
-
-// String returns the mechanism and the user, never the credentials.
+// String returns the mechanism and the user, such as `SASL PLAIN as "svc"`, never the
+// credentials.
 func (s *SASL) String() string { return s.mech.String() }
 
 // Format prints what String returns, whatever the verb, so that no verb prints the credentials.
