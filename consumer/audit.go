@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // The audit topic.
@@ -139,7 +139,7 @@ func judgeOf(d Deduper) Judge {
 // written before the next one is handled, and a blocked partition copies what it holds
 // (ownLanes). A slice handed out stays valid when the arena grows (it keeps the old array).
 type auditArena struct {
-	hdrs   []kafka.Header
+	hdrs   []kafkaio.Header
 	digits []byte
 	part   []byte // the input partition in decimal
 }
@@ -151,7 +151,7 @@ func (a *auditArena) reset() {
 }
 
 // auditRecord returns the audit record of m, input partition st.p's record dropped for v.
-func (w *Worker) auditRecord(st *partitionState, m *kafka.Message, v Verdict) kafka.Message {
+func (w *Worker) auditRecord(st *partitionState, m *kafkaio.Record, v Verdict) kafkaio.Record {
 	a := &st.audit
 	if a.part == nil {
 		a.part = strconv.AppendInt(nil, int64(st.p), 10)
@@ -162,12 +162,12 @@ func (w *Worker) auditRecord(st *partitionState, m *kafka.Message, v Verdict) ka
 	h0 := len(a.hdrs)
 	a.hdrs = append(a.hdrs, m.Headers...)
 	a.hdrs = append(a.hdrs,
-		kafka.Header{Key: AuditHeaderSourceTopic, Value: w.inputTopic},
-		kafka.Header{Key: AuditHeaderSourcePartition, Value: a.part},
-		kafka.Header{Key: AuditHeaderSourceOffset, Value: offset},
-		kafka.Header{Key: AuditHeaderReason, Value: reasonValues[v.reasonIndex()]},
+		kafkaio.Header{Key: AuditHeaderSourceTopic, Value: w.inputTopic},
+		kafkaio.Header{Key: AuditHeaderSourcePartition, Value: a.part},
+		kafkaio.Header{Key: AuditHeaderSourceOffset, Value: offset},
+		kafkaio.Header{Key: AuditHeaderReason, Value: reasonValues[v.reasonIndex()]},
 	)
-	o := kafka.Message{Offset: m.Offset, Headers: a.hdrs[h0:len(a.hdrs):len(a.hdrs)], Time: m.Time}
+	o := kafkaio.Record{Offset: m.Offset, Headers: a.hdrs[h0:len(a.hdrs):len(a.hdrs)], Time: m.Time}
 	if w.cfg.DuplicatesContent != AuditHeadersOnly {
 		o.Key, o.Value = m.Key, m.Value
 	}

@@ -10,14 +10,14 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // header returns the value of m's last header name, and whether it has one.
-func header(m kafka.Message, name string) (string, bool) {
+func header(m kafkaio.Record, name string) (string, bool) {
 	for i := len(m.Headers) - 1; i >= 0; i-- {
 		if m.Headers[i].Key == name {
 			return string(m.Headers[i].Value), true
@@ -28,9 +28,9 @@ func header(m kafka.Message, name string) (string, bool) {
 
 // auditInput produces to each of e's input partitions n records where every fourth repeats an
 // identity and every tenth has no key, and returns them by input partition.
-func auditInput(e *env, n int) map[int][]kafka.Message {
+func auditInput(e *env, n int) map[int][]kafkaio.Record {
 	rng := rand.New(rand.NewPCG(7, 8))
-	in := map[int][]kafka.Message{}
+	in := map[int][]kafkaio.Record{}
 	for p := range e.inParts {
 		msgs, _ := stream("key", p, n, rng)
 		for i := range msgs {
@@ -106,7 +106,7 @@ func TestAuditTopic(t *testing.T) {
 
 // dropReasons returns why each record of msgs (one partition, identity in the key) is dropped
 // under UnkeyedDrop: "" for none.
-func dropReasons(msgs []kafka.Message) []string {
+func dropReasons(msgs []kafkaio.Record) []string {
 	seen := map[string]bool{}
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -123,7 +123,7 @@ func dropReasons(msgs []kafka.Message) []string {
 
 // checkAuditRecord checks the audit record m of audit partition q against the input in, and
 // returns its source as "partition/offset".
-func checkAuditRecord(t *testing.T, q int, m kafka.Message, in map[int][]kafka.Message, content consumer.AuditContent) string {
+func checkAuditRecord(t *testing.T, q int, m kafkaio.Record, in map[int][]kafkaio.Record, content consumer.AuditContent) string {
 	t.Helper()
 	topic, _ := header(m, consumer.AuditHeaderSourceTopic)
 	ps, _ := header(m, consumer.AuditHeaderSourcePartition)
@@ -134,7 +134,7 @@ func checkAuditRecord(t *testing.T, q int, m kafka.Message, in map[int][]kafka.M
 		t.Fatalf("audit partition %d: record with source %q %q %q", q, topic, ps, os)
 	}
 	src := in[p][off]
-	want := kafka.Message{Time: src.Time, Headers: src.Headers}
+	want := kafkaio.Record{Time: src.Time, Headers: src.Headers}
 	if content == consumer.AuditFull {
 		want.Key, want.Value = src.Key, src.Value
 	}
@@ -210,9 +210,9 @@ func TestAuditReasons(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, 1, embedkafka.Options{Topics: map[string]int32{"audit": 1}})
 	keys := []string{"new", "duplicate", "late", "overload", "new"}
-	var in []kafka.Message
+	var in []kafkaio.Record
 	for i, k := range keys {
-		in = append(in, kafka.Message{Key: []byte(k), Value: []byte(strconv.Itoa(i)), Time: baseTime})
+		in = append(in, kafkaio.Record{Key: []byte(k), Value: []byte(strconv.Itoa(i)), Time: baseTime})
 	}
 	e.produce(0, in)
 	cfg := e.config()

@@ -143,14 +143,14 @@ func benchPipelineOn(b *testing.B, k testbroker.Kind, run pipeline) { benchPipel
 // "audit"), where every dupEvery-th record repeats an earlier identity.
 func benchPipelineDups(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline) {
 	value := make([]byte, 100)
-	benchPipelineOf(b, k, dupEvery, run, func(p, id int) kafka.Message {
-		return kafka.Message{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()}
+	benchPipelineOf(b, k, dupEvery, run, func(p, id int) kafkaio.Record {
+		return kafkaio.Record{Key: []byte(fmt.Sprintf("key-%d-%d", p, id)), Value: value, Time: time.Now()}
 	})
 }
 
 // benchPipelineOf is benchPipelineDups with the input records built by record: the record of
 // partition p for event id (every dupEvery-th event repeats an earlier id of the partition).
-func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline, record func(p, id int) kafka.Message) {
+func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline, record func(p, id int) kafkaio.Record) {
 	b.ReportAllocs()
 	cl := testbroker.Start(b, k, testbroker.Options{Topics: map[string]int32{"in": benchPartitions, "out": benchPartitions, "audit": benchPartitions,
 		"route": benchPartitions}})
@@ -158,7 +158,7 @@ func benchPipelineOf(b *testing.B, k testbroker.Kind, dupEvery int, run pipeline
 	rng := rand.New(rand.NewPCG(1, 1))
 	per := (b.N + benchPartitions - 1) / benchPartitions
 	for p := range benchPartitions {
-		msgs := make([]kafka.Message, 0, per)
+		msgs := make([]kafkaio.Record, 0, per)
 		for i := range per {
 			id := i
 			if i%dupEvery == dupEvery-1 {
@@ -292,7 +292,7 @@ func BenchmarkRoutedScope(b *testing.B) {
 // routedRunner runs the two stages of the routed scope until ctx ends.
 func routedRunner(ctx context.Context, cl testbroker.Broker) error {
 	base := consumer.Config{
-		Conn: kafkaio.Conn{Brokers: cl.Addrs()}, SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		Brokers: cl.Addrs(), SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 		BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
 	}
 	r := base
@@ -374,7 +374,7 @@ func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer
 			d = newMapDeduper(false, nil)
 		}
 		cfg := consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
+			Brokers: cl.Addrs(), InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
 		}

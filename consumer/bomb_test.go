@@ -19,7 +19,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/klauspost/compress/zstd"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -178,7 +177,7 @@ func testInputBombs(t *testing.T, b testbroker.Broker, bombs map[int32][]byte, d
 	if err := b.CreateTopic(t.Context(), dlqTopic, 1); err != nil {
 		t.Fatal(err)
 	}
-	in := make([][]kafka.Message, parts)
+	in := make([][]kafkaio.Record, parts)
 	for p := range parts {
 		in[p] = presentStream(p, 2*half)
 		e.produce(p, in[p][:half])
@@ -260,7 +259,7 @@ func testInputBombs(t *testing.T, b testbroker.Broker, bombs map[int32][]byte, d
 
 // checkBombDeadLetters checks that there is one dead letter per bomb, without content, naming its
 // offsets and its error.
-func checkBombDeadLetters(t *testing.T, dl []kafka.Message, in string, bombEnd map[int]int64) {
+func checkBombDeadLetters(t *testing.T, dl []kafkaio.Record, in string, bombEnd map[int]int64) {
 	t.Helper()
 	if len(dl) != len(bombEnd) {
 		t.Fatalf("%d dead letters, want %d", len(dl), len(bombEnd))

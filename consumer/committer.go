@@ -10,7 +10,7 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
-// offsetCommitter is the part of *kafka.Generation the committer needs.
+// offsetCommitter is the part of *kafkaio.Generation the committer needs.
 type offsetCommitter interface {
 	CommitOffsets(offsets map[string]map[int]int64) error
 }
@@ -19,7 +19,7 @@ type offsetCommitter interface {
 var errCommitterStopped = errors.New("consumer: committer stopped before the offset was committed")
 
 // committer funnels every offset commit of one generation through one goroutine:
-// kafka-go's Generation.CommitOffsets must not be called by many goroutines at once. Partition
+// kafkaio.Generation.CommitOffsets must not be called by many goroutines at once. Partition
 // goroutines hand it the next offset to commit after each acknowledged batch (mark) and, when a
 // partition is revoked, wait for their last offset to be committed (flush). Pending offsets are
 // coalesced, so at most one commit request is in flight. Its methods are safe for concurrent use.

@@ -1,14 +1,16 @@
 package consumer
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Mode says what happens to a duplicate.
@@ -73,9 +75,15 @@ const DefaultMarkHeader = "kdedup-duplicate"
 // (the documented operator-facing defaults live in its struct tags). Fields documented as
 // "default X" take X when zero.
 type Config struct {
-	// Conn is the cluster: Brokers (required), ClientID (default "kdedup"), TLS and SASL. Every
-	// connection of the Worker and the OutputReader is made from it.
-	kafkaio.Conn
+	// Brokers are the bootstrap brokers, host:port. Required. Every connection of the Worker
+	// and the OutputReader is made from Brokers, ClientID, TLS and SASL.
+	Brokers []string
+	// ClientID is sent to the brokers with every request. Default "kdedup".
+	ClientID string
+	// TLS, when not nil, secures every connection. It is used as is (not cloned).
+	TLS *tls.Config
+	// SASL, when not nil, authenticates every connection (see NewSASL).
+	SASL *SASL
 	// InputTopic is consumed. Required.
 	InputTopic string
 	// OutputTopic receives the deduplicated stream. Required; must differ from InputTopic.
@@ -108,8 +116,9 @@ type Config struct {
 	// committed records are read, up to the last stable offset: a transaction left open holds the
 	// partition back until it ends (or the broker aborts it at its transaction timeout). Under
 	// kafkaio.ReadUncommitted the records of aborted transactions are read (and deduplicated, and
-	// produced) like any other. Transaction markers are never read. Default kafkaio.ReadCommitted.
-	Isolation kafkaio.Isolation
+	// produced) like any other. Transaction markers are never read. It is one of the Kafka names
+	// "read_committed" and "read_uncommitted". Default "read_committed".
+	Isolation string
 
 	// SessionTimeout is the group session timeout. Default 10s.
 	SessionTimeout time.Duration
@@ -181,8 +190,9 @@ type Config struct {
 	ProcessedHeader string
 	// Unkeyed says what happens to records without an extractable key. Default UnkeyedPass.
 	Unkeyed UnkeyedPolicy
-	// Compression of produced batches. Default none.
-	Compression kafka.Compression
+	// Compression of produced batches, by its Kafka name: "none", "gzip", "snappy", "lz4" or
+	// "zstd". Default "none".
+	Compression string
 	// DisableIdempotence turns idempotent production off. Default false: output batches carry a
 	// producer id and sequence numbers (KIP-98), so a produce retry whose first attempt was
 	// written is not written again, and Run fails with ErrIdempotenceUnsupported when the
@@ -229,6 +239,18 @@ type Config struct {
 
 // DefaultIdentityHold is the default Config.IdentityHold.
 const DefaultIdentityHold = 30 * time.Second
+
+// conn returns the connection settings of c for kafkaio.
+func (c Config) conn() kafkaio.Conn {
+	k := kafkaio.Conn{Brokers: c.Brokers, ClientID: c.ClientID, TLS: c.TLS}
+	if c.SASL != nil { // not a typed nil in the interface
+		k.SASL = c.SASL.mech
+	}
+	return k
+}
+
+// isolation returns c.Isolation as kafkaio's.
+func (c Config) isolation() kafkaio.Isolation { return kafkaio.Isolation(c.Isolation) }
 
 // releaseBudget returns how long a partition may take, from the end of its generation, to drain,
 // commit and hand its state back, so that its member rejoins before the group coordinator's
@@ -280,7 +302,10 @@ func (c Config) withDefaults() Config {
 		c.DecodeMaxBytes = kafkaio.DefaultDecodeMaxBytes(c.FetchMaxBytes)
 	}
 	if c.Isolation == "" {
-		c.Isolation = kafkaio.ReadCommitted
+		c.Isolation = string(kafkaio.ReadCommitted)
+	}
+	if c.Compression == "" {
+		c.Compression = string(kafkaio.CompressionNone)
 	}
 	if c.Partitioning == "" {
 		c.Partitioning = PartitionSame
@@ -407,6 +432,9 @@ func (c Config) Validate() error {
 	if c.CommitInterval < 0 {
 		bad("CommitInterval", "must not be negative, got %v", c.CommitInterval)
 	}
+	if !slices.Contains(kafkaio.Compressions(), kafkaio.Compression(c.Compression)) {
+		bad("Compression", "%q is not one of %s", c.Compression, join(kafkaio.Compressions()))
+	}
 	c.validateEnums(bad)
 	c.validateDelivery(bad)
 	return errors.Join(errs...)
@@ -445,7 +473,7 @@ func (c Config) validateDelivery(bad func(field, format string, args ...any)) {
 	if c.DisableIdempotence {
 		bad("Delivery", "%s needs idempotent production; do not disable idempotence", c.Delivery)
 	}
-	if c.Isolation == kafkaio.ReadUncommitted {
+	if c.isolation() == kafkaio.ReadUncommitted {
 		bad("Isolation", "%s needs %s: the re-warm must not read records of aborted transactions", c.Delivery, kafkaio.ReadCommitted)
 	}
 	if c.TxnMaxRecords < 1 {
@@ -487,7 +515,7 @@ func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	default:
 		bad("DuplicatesContent", "%q is not one of %s, %s", c.DuplicatesContent, AuditFull, AuditHeadersOnly)
 	}
-	if !c.Isolation.Valid() {
+	if !c.isolation().Valid() {
 		bad("Isolation", "%q is not one of %s, %s", c.Isolation, kafkaio.ReadCommitted, kafkaio.ReadUncommitted)
 	}
 	if c.ProcessedHeader != "" && strings.TrimSpace(c.ProcessedHeader) == "" {
@@ -500,3 +528,45 @@ func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 		bad("MarkHeader", "must not be blank")
 	}
 }
+
+// join returns names joined with ", ".
+func join[T ~string](names []T) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return strings.Join(out, ", ")
+}
+
+// SASL is a SASL mechanism for Config.SASL, made by NewSASL. It never prints its credentials
+// (fmt's verbs print only the mechanism and the user). It is safe for concurrent use.
+type SASL struct{ mech *kafkaio.SASL }
+
+// SASLConfig is what a SASL mechanism needs: its name (any case) and the credentials.
+type SASLConfig struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or AWS_MSK_IAM, in any case.
+	Mechanism string
+	// Username and Password are the credentials of PLAIN and SCRAM.
+	Username, Password string
+	// AWSCredentials and AWSRegion sign AWS_MSK_IAM authentication; both are required with it.
+	// The credentials are retrieved on every new connection.
+	AWSCredentials aws.CredentialsProvider
+	AWSRegion      string
+}
+
+// NewSASL returns the mechanism of c. The error (an unknown mechanism, credentials SCRAM cannot
+// prepare, AWS_MSK_IAM without credentials or region) never holds a secret.
+func NewSASL(c SASLConfig) (*SASL, error) {
+	m, err := kafkaio.NewSASL(kafkaio.SASLConfig(c))
+	if err != nil {
+		return nil, err
+	}
+	return &SASL{mech: m}, nil
+}
+
+// String returns the mechanism and the user, such as `SASL PLAIN as "svc"`, never the
+// credentials.
+func (s *SASL) String() string { return s.mech.String() }
+
+// Format prints what String returns, whatever the verb, so that no verb prints the credentials.
+func (s *SASL) Format(f fmt.State, _ rune) { fmt.Fprint(f, s.String()) }

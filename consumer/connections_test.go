@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -99,9 +98,9 @@ func TestConnectionsByBroker(t *testing.T) {
 	client := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
 	prod := kafkaio.NewProducer(client, kafkaio.ProducerConfig{})
 	for p := range parts {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := range per {
-			msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "k-%d-%d", p, i), Value: []byte("v")})
+			msgs = append(msgs, kafkaio.Record{Key: fmt.Appendf(nil, "k-%d-%d", p, i), Value: []byte("v")})
 		}
 		if err := prod.Produce(context.Background(), "in", p, msgs); err != nil {
 			t.Fatal(err)
@@ -111,7 +110,7 @@ func TestConnectionsByBroker(t *testing.T) {
 	ln.marked.Store(true) // the worker's connections from here on
 	e := &env{t: t, in: "in", out: "out", group: "g"}
 	cfg := consumer.Config{
-		Conn: kafkaio.Conn{Brokers: kc.ListenAddrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+		Brokers: kc.ListenAddrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
 		SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, RebalanceTimeout: 3 * time.Second,
 		BatchSize: 200, BatchTimeout: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, RetryBackoffMax: 500 * time.Millisecond, ProduceTimeout: 3 * time.Second,

@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -53,7 +52,9 @@ func saslEnv(t *testing.T, parts int, message string) (*env, consumer.Config, fu
 	listen := []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(kafkaio.MechanismPlain, "svc", "pw-Zq9")}
 	e := newEnv(t, parts, parts, embedkafka.Options{Security: &embedkafka.Security{Listen: listen, Client: kafkaio.Conn{SASL: mech}}})
 	cfg := e.config()
-	cfg.Conn.SASL = mech
+	if cfg.SASL, err = consumer.NewSASL(consumer.SASLConfig{Mechanism: kafkaio.MechanismPlain, Username: "svc", Password: "pw-Zq9"}); err != nil {
+		t.Fatal(err)
+	}
 	var on atomic.Bool
 	set := func(refuse bool) {
 		if !on.Swap(refuse) && refuse {
@@ -128,9 +129,9 @@ func TestThrottledAfterRebalance(t *testing.T) {
 		t.Fatalf("worker A exited: %v", doneA.err)
 	}
 	rng := rand.New(rand.NewPCG(36, 7))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range parts {
-		var in []kafka.Message
+		var in []kafkaio.Record
 		in, want[p] = stream("key", p, 200, rng)
 		e.produce(p, in)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -73,9 +72,9 @@ func TestCorruptBatch(t *testing.T) {
 		t.Run(fmt.Sprintf("dead-letter=%v", dlq), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 1, 1, embedkafka.Options{Topics: map[string]int32{"dlq": 1}})
-			var in []kafka.Message
+			var in []kafkaio.Record
 			for i := range 10 {
-				in = append(in, kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
+				in = append(in, kafkaio.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
 			}
 			e.produce(0, in) // offsets 0-9 exist, as in the answers below
 			answerCorrupt(e.cl.Fake(), e.in)

@@ -13,7 +13,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // eosConfig returns e's Worker config in exactly-once delivery.
@@ -150,7 +149,7 @@ func TestExactlyOnceFencesPreviousOwner(t *testing.T) {
 // it.
 func TestExactlyOnceValidation(t *testing.T) {
 	t.Parallel()
-	base := consumer.Config{Conn: kafkaio.Conn{Brokers: []string{"127.0.0.1:9092"}}, InputTopic: "in", OutputTopic: "out",
+	base := consumer.Config{Brokers: []string{"127.0.0.1:9092"}, InputTopic: "in", OutputTopic: "out",
 		Delivery: consumer.DeliveryExactlyOnce}
 	for _, tc := range []struct {
 		name  string
@@ -159,7 +158,7 @@ func TestExactlyOnceValidation(t *testing.T) {
 	}{
 		{"unknown delivery", func(c *consumer.Config) { c.Delivery = "at-most-once" }, "Delivery"},
 		{"without idempotence", func(c *consumer.Config) { c.DisableIdempotence = true }, "Delivery"},
-		{"read_uncommitted", func(c *consumer.Config) { c.Isolation = kafkaio.ReadUncommitted }, "Isolation"},
+		{"read_uncommitted", func(c *consumer.Config) { c.Isolation = string(kafkaio.ReadUncommitted) }, "Isolation"},
 		{"interval past the timeout", func(c *consumer.Config) { c.TxnInterval, c.TxnTimeout = time.Minute, 30*time.Second }, "TxnInterval"},
 		{"timeout too long", func(c *consumer.Config) { c.TxnTimeout = time.Hour }, "TxnTimeout"},
 	} {
@@ -255,7 +254,7 @@ func TestExactlyOnceShutdownCommits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 2, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(9, 10))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 2 {
 		in, w := stream("key", p, 300, rng)
 		e.produce(p, in)

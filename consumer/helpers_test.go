@@ -20,7 +20,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 )
 
 // ---- Deduper double -------------------------------------------------------------------------
@@ -341,7 +340,7 @@ func TestMain(m *testing.M) { os.Exit(testbroker.Main(m)) }
 // config returns a Worker config with timeouts small enough for tests.
 func (e *env) config() consumer.Config {
 	return consumer.Config{
-		Conn:              kafkaio.Conn{Brokers: e.cl.Addrs()},
+		Brokers:           e.cl.Addrs(),
 		InputTopic:        e.in,
 		OutputTopic:       e.out,
 		GroupID:           e.group,
@@ -430,14 +429,14 @@ func (e *env) waitAllCommitted(timeout time.Duration) {
 	})
 }
 
-func (e *env) produce(p int, msgs []kafka.Message) {
+func (e *env) produce(p int, msgs []kafkaio.Record) {
 	e.t.Helper()
 	if err := e.cl.Produce(context.Background(), e.in, p, msgs...); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-func (e *env) readOut(topic string) map[int][]kafka.Message {
+func (e *env) readOut(topic string) map[int][]kafkaio.Record {
 	e.t.Helper()
 	got, err := e.cl.ReadAll(context.Background(), topic)
 	if err != nil {
@@ -450,7 +449,7 @@ func (e *env) readOut(topic string) map[int][]kafka.Message {
 
 // sameRecord reports how a differs from b in key (including null vs empty), value, headers and
 // timestamp (millisecond precision, as stored by Kafka); "" means equal.
-func sameRecord(a, b kafka.Message) string {
+func sameRecord(a, b kafkaio.Record) string {
 	switch {
 	case (a.Key == nil) != (b.Key == nil) || !bytes.Equal(a.Key, b.Key):
 		return fmt.Sprintf("key %q (nil=%v) != %q (nil=%v)", a.Key, a.Key == nil, b.Key, b.Key == nil)
@@ -469,7 +468,7 @@ func sameRecord(a, b kafka.Message) string {
 	return ""
 }
 
-func compareSeq(t *testing.T, what string, got, want []kafka.Message) {
+func compareSeq(t *testing.T, what string, got, want []kafkaio.Record) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: got %d records, want %d", what, len(got), len(want))

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -104,7 +104,7 @@ func TestHostileBatches(t *testing.T) {
 		if err := b.CreateTopic(t.Context(), dlq, 1); err != nil {
 			t.Fatal(err)
 		}
-		deadLetters, appended, streams := 0, make([]bool, parts), make([][]kafka.Message, parts)
+		deadLetters, appended, streams := 0, make([]bool, parts), make([][]kafkaio.Record, parts)
 		for p := range parts {
 			streams[p] = presentStream(p, 10)
 		}
@@ -155,7 +155,7 @@ func TestHostileBatches(t *testing.T) {
 // presentStream is bigStream(p, n, big...) with timestamps moved from baseTime (in 2030) to the
 // last minute: real Kafka 4 refuses records more than an hour ahead of its clock
 // (message.timestamp.after.max.ms), which kfake does not check.
-func presentStream(p, n int, big ...int) []kafka.Message {
+func presentStream(p, n int, big ...int) []kafkaio.Record {
 	msgs := bigStream(p, n, big...)
 	shift := time.Now().Add(-time.Minute).Sub(baseTime)
 	for i := range msgs {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // BenchmarkProducePath compares idempotent production (the default) with production without
@@ -41,7 +40,7 @@ func BenchmarkProducePath(b *testing.B) {
 func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence bool) pipeline {
 	return func(ctx context.Context, cl testbroker.Broker) error {
 		w, err := consumer.New(consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
+			Brokers: cl.Addrs(), InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
 			DisableIdempotence: disableIdempotence,

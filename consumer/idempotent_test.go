@@ -11,7 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -101,18 +101,18 @@ func TestIdempotentUnderFaults(t *testing.T) {
 		name        string
 		outParts    int
 		part        consumer.Partitioning
-		compression kafka.Compression
+		compression kafkaio.Compression
 		dups        bool
 	}{
-		{"same", 4, consumer.PartitionSame, 0, false},
-		{"hash-zstd-dups", 3, consumer.PartitionHash, kafka.Zstd, true},
+		{"same", 4, consumer.PartitionSame, "", false},
+		{"hash-zstd-dups", 3, consumer.PartitionHash, kafkaio.CompressionZstd, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 4, tc.outParts, embedkafka.Options{Topics: map[string]int32{"dups": 2}})
 			const perPart, phases = 4000, 4
 			rng := rand.New(rand.NewPCG(21, 22))
-			ins, want, wantDups := map[int][]kafka.Message{}, map[int][]kafka.Message{}, map[int][]kafka.Message{}
+			ins, want, wantDups := map[int][]kafkaio.Record{}, map[int][]kafkaio.Record{}, map[int][]kafkaio.Record{}
 			for p := range 4 {
 				ins[p], want[p] = stream("key", p, perPart, rng)
 				for i, m := range ins[p] {
@@ -131,7 +131,7 @@ func TestIdempotentUnderFaults(t *testing.T) {
 			cfg := e.config()
 			cfg.BatchSize = 100
 			cfg.RebalanceTimeout = 10 * time.Second // drains must not run out of time on a loaded machine
-			cfg.Partitioning, cfg.Compression = tc.part, tc.compression
+			cfg.Partitioning, cfg.Compression = tc.part, string(tc.compression)
 			if tc.dups {
 				cfg.DuplicatesTopic = "dups"
 			}
@@ -211,7 +211,7 @@ func installFaults(cl *embedkafka.Cluster, group string) []namedFault {
 // checkExactlyOnce checks that got (by output partition) holds exactly the records of want (by
 // input partition; values start with "p<input partition>-r<index>"), each once, and that the
 // records of one input partition keep their order within every output partition.
-func checkExactlyOnce(t *testing.T, what string, got, want map[int][]kafka.Message) {
+func checkExactlyOnce(t *testing.T, what string, got, want map[int][]kafkaio.Record) {
 	t.Helper()
 	wantSet := map[string]bool{}
 	for _, msgs := range want {
@@ -261,7 +261,7 @@ func TestProduceTimeoutsWithoutIdempotence(t *testing.T) {
 		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 1, 1, embedkafka.Options{})
-			in := make([]kafka.Message, 2000)
+			in := make([]kafkaio.Record, 2000)
 			for i := range in {
 				in[i] = record("key", 0, i, fmt.Sprintf("id-%d", i))
 			}

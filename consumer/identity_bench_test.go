@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/identity/registrytest"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // benchAvroSchema is the Avro schema of BenchmarkIdentityEndToEnd's events; its JSON events carry
@@ -70,8 +69,8 @@ func BenchmarkIdentityEndToEnd(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchPipelineOf(b, testbroker.Fake, 4, identityRunner(e.Extract), func(p, id int) kafka.Message {
-				return kafka.Message{Key: []byte(fmt.Sprintf("key-%d", id%100)), Value: c.encode(p, id), Time: time.Now()}
+			benchPipelineOf(b, testbroker.Fake, 4, identityRunner(e.Extract), func(p, id int) kafkaio.Record {
+				return kafkaio.Record{Key: []byte(fmt.Sprintf("key-%d", id%100)), Value: c.encode(p, id), Time: time.Now()}
 			})
 		})
 	}
@@ -81,7 +80,7 @@ func BenchmarkIdentityEndToEnd(b *testing.B) {
 func identityRunner(kf consumer.KeyFunc) pipeline {
 	return func(ctx context.Context, cl testbroker.Broker) error {
 		cfg := consumer.Config{
-			Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
 			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // fakeGen records commits and fails the test's expectations if two commits ever overlap.
@@ -228,12 +227,12 @@ func (o *countObs) CommitError() { o.commitErrors.Add(1) }
 func TestHashPartitionerNullKeys(t *testing.T) {
 	h := newHashPartitioner(3)
 	for in := range 7 {
-		if got := h.partition(&kafka.Message{}, nil, in); got != in%3 {
+		if got := h.partition(&kafkaio.Record{}, nil, in); got != in%3 {
 			t.Errorf("null key from input %d: partition %d, want %d", in, got, in%3)
 		}
 	}
 	// Empty (non-null) keys are hashed like Java does, the same way every time.
-	if a, b := h.partition(&kafka.Message{Key: []byte{}}, nil, 0), h.partition(&kafka.Message{Key: []byte{}}, nil, 2); a != b {
+	if a, b := h.partition(&kafkaio.Record{Key: []byte{}}, nil, 0), h.partition(&kafkaio.Record{Key: []byte{}}, nil, 2); a != b {
 		t.Errorf("empty key placed by input partition: %d vs %d", a, b)
 	}
 }
@@ -246,8 +245,8 @@ func TestIdentityPartitioner(t *testing.T) {
 	hits := make([]int, 12)
 	for i := range 12000 {
 		id := []byte(fmt.Sprintf("event-%d", i))
-		q := p.partition(&kafka.Message{}, id, 0)
-		if other := p.partition(&kafka.Message{}, id, 5); other != q {
+		q := p.partition(&kafkaio.Record{}, id, 0)
+		if other := p.partition(&kafkaio.Record{}, id, 5); other != q {
 			t.Fatalf("identity %s: partition %d from input 0, %d from input 5", id, q, other)
 		}
 		hits[q]++
@@ -257,7 +256,7 @@ func TestIdentityPartitioner(t *testing.T) {
 			t.Errorf("partition %d got %d of 12000 identities", q, n)
 		}
 	}
-	if got := p.partition(&kafka.Message{}, nil, 14); got != 2 {
+	if got := p.partition(&kafkaio.Record{}, nil, 14); got != 2 {
 		t.Errorf("record without identity from input 14: partition %d, want 2", got)
 	}
 }
@@ -288,7 +287,7 @@ func TestUnitPartitions(t *testing.T) {
 func TestStripRouteHeaders(t *testing.T) {
 	var a routeArena
 	a.reset(1, 0, "in")
-	m := kafka.Message{Offset: 7, Headers: []kafka.Header{{Key: "a", Value: []byte("1")}, {Key: "b"}}}
+	m := kafkaio.Record{Offset: 7, Headers: []kafkaio.Header{{Key: "a", Value: []byte("1")}, {Key: "b"}}}
 	r := a.routed(&m, "in", 3, []byte("id"))
 	want := map[string]string{RouteHeaderFrom: "in/3/7", RouteHeaderID: "id"}
 	for _, h := range r.Headers[2:] {
@@ -309,15 +308,15 @@ func TestStripRouteHeaders(t *testing.T) {
 	if string(routeID(r.Headers)) != "id" || routeID(m.Headers) != nil {
 		t.Errorf("routeID = %q on the routed record, %q on the original", routeID(r.Headers), routeID(m.Headers))
 	}
-	mixed := kafka.Message{Headers: []kafka.Header{{Key: RouteHeaderID}, {Key: "a"}, {Key: RouteHeaderFrom}, {Key: "b"}}}
+	mixed := kafkaio.Record{Headers: []kafkaio.Header{{Key: RouteHeaderID}, {Key: "a"}, {Key: RouteHeaderFrom}, {Key: "b"}}}
 	if s := stripRouteHeaders(mixed); len(s.Headers) != 2 || s.Headers[0].Key != "a" || s.Headers[1].Key != "b" ||
 		mixed.Headers[0].Key != RouteHeaderID {
 		t.Errorf("headers in another order: stripped %v, original now %v", s.Headers, mixed.Headers)
 	}
-	if s := stripRouteHeaders(kafka.Message{Headers: r.Headers[2:]}); s.Headers != nil {
+	if s := stripRouteHeaders(kafkaio.Record{Headers: r.Headers[2:]}); s.Headers != nil {
 		t.Errorf("a record with only routing headers got %v", s.Headers)
 	}
-	if s := stripRouteHeaders(kafka.Message{}); s.Headers != nil {
+	if s := stripRouteHeaders(kafkaio.Record{}); s.Headers != nil {
 		t.Errorf("a record without headers got %v", s.Headers)
 	}
 }
@@ -325,7 +324,7 @@ func TestStripRouteHeaders(t *testing.T) {
 // TestConfigValidate checks that Validate reports every problem as a FieldError naming the field
 // at fault, and accepts what the defaults fill in.
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Conn: kafkaio.Conn{Brokers: []string{"b:9092"}}, InputTopic: "in", OutputTopic: "out"}
+	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // OutputReader reads the output topic for dedup's snapshot protocol; it implements dedup.OutputLog
@@ -27,7 +26,7 @@ type OutputReader struct {
 	cfg    Config
 	key    KeyFunc
 	log    *slog.Logger
-	client *kafka.Client
+	client *kafkaio.Client
 
 	poolMu sync.Mutex
 	pool   *kafkaio.FetchPool // the re-warm's fetches, one request per broker; replaced by Close
@@ -83,7 +82,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 		cfg:          cfg,
 		key:          key,
 		log:          log,
-		client:       cfg.Conn.Client(cfg.ProduceTimeout),
+		client:       cfg.conn().Client(cfg.ProduceTimeout),
 		fetchWait:    100 * time.Millisecond,
 		emptyFetches: 5,
 	}
@@ -94,7 +93,7 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 // newPool returns a fetch pool for the reader's re-warm reads (it starts nothing until used).
 func (r *OutputReader) newPool() *kafkaio.FetchPool {
 	return kafkaio.NewFetchPool(r.client, kafkaio.FetchPoolConfig{
-		Isolation: r.cfg.Isolation, MaxWait: r.fetchWait, MaxBytes: 4 * r.cfg.FetchMaxBytes,
+		Isolation: r.cfg.isolation(), MaxWait: r.fetchWait, MaxBytes: 4 * r.cfg.FetchMaxBytes,
 	})
 }
 
@@ -112,8 +111,8 @@ func (r *OutputReader) lookup(ctx context.Context, fn func() error) error {
 }
 
 // stableOffsets is kafkaio.StableOffsets of parts of the output topic, in a lookup slot.
-func (r *OutputReader) stableOffsets(ctx context.Context, parts []int, iso kafkaio.Isolation) (map[int]kafka.PartitionOffsets, error) {
-	var offs map[int]kafka.PartitionOffsets
+func (r *OutputReader) stableOffsets(ctx context.Context, parts []int, iso kafkaio.Isolation) (map[int]kafkaio.PartitionOffsets, error) {
+	var offs map[int]kafkaio.PartitionOffsets
 	err := r.lookup(ctx, func() (err error) {
 		offs, err = kafkaio.StableOffsets(ctx, r.client, r.cfg.OutputTopic, parts, iso)
 		return err
@@ -144,7 +143,7 @@ func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32
 	if err != nil {
 		return nil, err
 	}
-	offs, err := r.stableOffsets(ctx, parts, r.cfg.Isolation)
+	offs, err := r.stableOffsets(ctx, parts, r.cfg.isolation())
 	if err != nil {
 		return nil, fmt.Errorf("consumer: end offsets of the output topic: %w", err)
 	}
@@ -285,15 +284,15 @@ const rewarmAttempts = 4
 // answered UNKNOWN_TOPIC_OR_PARTITION is accepted as missing (errNoPartition in its Error) only
 // when the topic's metadata has fewer partitions; otherwise the answer was transient (a leader
 // that moved) and offsets asks again after a backoff, up to rewarmAttempts times, then fails.
-func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.PartitionOffsets, error) {
+func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafkaio.PartitionOffsets, error) {
 	// Under exactly-once delivery the read goes up to the high watermark, read_committed: a
 	// transaction that another input partition's producer holds open on a shared output
 	// partition (PartitionHash) must not hide what the fenced previous owner committed after it.
-	iso := r.cfg.Isolation
+	iso := r.cfg.isolation()
 	if r.cfg.Delivery == DeliveryExactlyOnce {
 		iso = kafkaio.ReadUncommitted
 	}
-	var offs map[int]kafka.PartitionOffsets
+	var offs map[int]kafkaio.PartitionOffsets
 	err := r.cfg.retry().Retry(ctx, rewarmAttempts, func(attempt int) error {
 		var err error
 		if offs, err = r.stableOffsets(ctx, ids, iso); err != nil {
@@ -310,10 +309,10 @@ func (r *OutputReader) offsets(ctx context.Context, ids []int) (map[int]kafka.Pa
 // missing checks the partitions of offs answered UNKNOWN_TOPIC_OR_PARTITION against the topic's
 // partition count: one the topic does not have gets errNoPartition; one it has makes missing
 // return an error, so that the offsets are asked again.
-func (r *OutputReader) missing(ctx context.Context, offs map[int]kafka.PartitionOffsets, attempt int) error {
+func (r *OutputReader) missing(ctx context.Context, offs map[int]kafkaio.PartitionOffsets, attempt int) error {
 	n := -1
 	for p, o := range offs {
-		if !errors.Is(o.Error, kafka.UnknownTopicOrPartition) {
+		if !errors.Is(o.Error, kafkaio.ErrUnknownTopicOrPartition) {
 			continue
 		}
 		if n < 0 {
@@ -432,7 +431,7 @@ func (s *rewarmState) partition(ctx context.Context, q int, start, end int64) er
 func (s *rewarmState) read(ctx context.Context, q int, at *int64, end int64) error {
 	r := s.r
 	return kafkaio.Read(ctx, r.client, kafkaio.Range{
-		Topic: r.cfg.OutputTopic, Partition: q, Start: *at, End: end, Isolation: r.cfg.Isolation,
+		Topic: r.cfg.OutputTopic, Partition: q, Start: *at, End: end, Isolation: r.cfg.isolation(),
 		MaxBytes: r.cfg.FetchMaxBytes, MaxWait: r.fetchWait, Pool: r.fetchPool(),
 		Backoff: r.cfg.retry(), Failures: 3, Stalls: r.emptyFetches,
 		OnSkip: func(from, to int64) {
@@ -479,7 +478,7 @@ func (s *rewarmState) resume(ctx context.Context, q int, at, end int64) (int64, 
 // them can pass (see "Exactly-once delivery" in docs/design.md). Otherwise it returns at.
 func (s *rewarmState) undecided(ctx context.Context, q int, at, end int64) (int64, error) {
 	r := s.r
-	if r.cfg.Isolation != kafkaio.ReadCommitted {
+	if r.cfg.isolation() != kafkaio.ReadCommitted {
 		return at, nil
 	}
 	offs, err := r.stableOffsets(ctx, []int{q}, kafkaio.ReadCommitted)
@@ -524,7 +523,7 @@ func (s *rewarmState) records(recs []kafkaio.Record) error {
 }
 
 // isMarked reports whether headers end with the mark header the Worker appends to duplicates.
-func isMarked(headers []kafka.Header, name string) bool {
+func isMarked(headers []kafkaio.Header, name string) bool {
 	if len(headers) == 0 {
 		return false
 	}

@@ -30,16 +30,16 @@ const markHeader = "kdedup-duplicate"
 
 // outputRecord returns record i of output partition q: every third one carries the mark header
 // (after a header of its own, as the Worker writes it) and every seventh has no key.
-func outputRecord(q, i int) (m kafka.Message, id string, marked, keyed bool) {
+func outputRecord(q, i int) (m kafkaio.Record, id string, marked, keyed bool) {
 	id = fmt.Sprintf("o-%d-%d", q, i)
-	m = kafka.Message{Value: []byte(fmt.Sprint(i)), Headers: []kafka.Header{{Key: "trace", Value: []byte("x")}}}
+	m = kafkaio.Record{Value: []byte(fmt.Sprint(i)), Headers: []kafkaio.Header{{Key: "trace", Value: []byte("x")}}}
 	keyed = i%7 != 6
 	if keyed {
 		m.Key = []byte(id)
 	}
 	marked = i%3 == 2
 	if marked {
-		m.Headers = append(m.Headers, kafka.Header{Key: markHeader, Value: []byte(consumer.MarkValue)})
+		m.Headers = append(m.Headers, kafkaio.Header{Key: markHeader, Value: []byte(consumer.MarkValue)})
 	}
 	return m, id, marked, keyed
 }
@@ -49,7 +49,7 @@ func newOutputEnv(t *testing.T) *env {
 	t.Helper()
 	e := newEnv(t, len(outputCounts), len(outputCounts), embedkafka.Options{})
 	for q, n := range outputCounts {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := range n {
 			m, _, _, _ := outputRecord(q, i)
 			msgs = append(msgs, m)
@@ -205,7 +205,7 @@ func TestOutputReaderRewarmStopsAtEnd(t *testing.T) {
 		if len(got) == 0 {
 			// The end offset (5) is known by now; these land behind it.
 			for i := range 5 {
-				if err := e.cl.Produce(context.Background(), e.out, 1, kafka.Message{Key: []byte(fmt.Sprintf("late-%d", i))}); err != nil {
+				if err := e.cl.Produce(context.Background(), e.out, 1, kafkaio.Record{Key: []byte(fmt.Sprintf("late-%d", i))}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -227,9 +227,9 @@ func TestOutputReaderRewarmManyFetches(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, 1, embedkafka.Options{})
 	const n = 3000
-	var msgs []kafka.Message
+	var msgs []kafkaio.Record
 	for i := range n {
-		msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("id-%05d", i)), Value: make([]byte, 100)})
+		msgs = append(msgs, kafkaio.Record{Key: []byte(fmt.Sprintf("id-%05d", i)), Value: make([]byte, 100)})
 	}
 	if err := e.cl.Produce(context.Background(), e.out, 0, msgs...); err != nil {
 		t.Fatal(err)
@@ -271,9 +271,9 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	}
 	old, recent := time.Now().Add(-2*time.Hour), time.Now()
 	produce := func(from, to int, at time.Time) {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := from; i < to; i++ {
-			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("id-%d", i)), Time: at})
+			msgs = append(msgs, kafkaio.Record{Key: []byte(fmt.Sprintf("id-%d", i)), Time: at})
 		}
 		if err := e.cl.Produce(ctx, e.out, 0, msgs...); err != nil {
 			t.Fatal(err)
@@ -382,9 +382,9 @@ func TestOutputReaderOffsetsAt(t *testing.T) {
 	e := newEnv(t, 2, 2, embedkafka.Options{})
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	for q := range 2 {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := range 20 { // one record a minute; partition 1 starts 10 minutes later
-			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprint(i)), Time: base.Add(time.Duration(10*q+i) * time.Minute)})
+			msgs = append(msgs, kafkaio.Record{Key: []byte(fmt.Sprint(i)), Time: base.Add(time.Duration(10*q+i) * time.Minute)})
 		}
 		if err := e.cl.Produce(context.Background(), e.out, q, msgs...); err != nil {
 			t.Fatal(err)
@@ -445,7 +445,7 @@ func TestOutputReaderTransactions(t *testing.T) {
 	} {
 		t.Run(string(tc.iso), func(t *testing.T) {
 			cfg := e.config()
-			cfg.Isolation = tc.iso
+			cfg.Isolation = string(tc.iso)
 			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
 			defer r.Close()
 			end, err := r.End(context.Background(), 0)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // ErrNotOwner is wrapped by the error ownership.check returns once the worker lost its consumer
@@ -28,7 +27,7 @@ var ErrNotOwner = errors.New("consumer: the consumer group generation was lost; 
 // paused process learns it was expelled before it saves or writes anything. Its methods are safe
 // for concurrent use.
 type ownership struct {
-	client       *kafka.Client
+	client       *kafkaio.Client
 	member       kafkaio.Member
 	fresh, lease time.Duration
 
@@ -45,7 +44,7 @@ type ownership struct {
 
 // newOwnership returns the ownership of member's generation, confirmed now (the generation just
 // started), asked again by check when older than fresh, and held for lease without an answer.
-func newOwnership(client *kafka.Client, member kafkaio.Member, fresh, lease time.Duration) *ownership {
+func newOwnership(client *kafkaio.Client, member kafkaio.Member, fresh, lease time.Duration) *ownership {
 	fresh = max(fresh, 100*time.Millisecond)
 	return &ownership{client: client, member: member, fresh: fresh, lease: max(lease, fresh), base: time.Now()}
 }

@@ -11,34 +11,33 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // partitionState is the reusable per-partition working memory.
 type partitionState struct {
 	p   int32
-	in  []kafka.Message // the records of the batch in hand: the reader's, valid until its next Fetch
-	ids [][]byte        // ids[i]: the identity of in[i], or nil (see absent)
+	in  []kafkaio.Record // the records of the batch in hand: the reader's, valid until its next Fetch
+	ids [][]byte         // ids[i]: the identity of in[i], or nil (see absent)
 	// absent[i]: why in[i] has no identity (identity.Found when it has one)
 	absent     []identity.Reason
 	identified int // records of in whose identity was extracted
-	out        []kafka.Message
-	dups       []kafka.Message
+	out        []kafkaio.Record
+	dups       []kafkaio.Record
 
-	byPart [][]kafka.Message // hash and identity partitioning: out grouped by output partition
-	hash   partitioner       // nil under PartitionSame
-	outIDs [][]byte          // identity partitioning: outIDs[i] is the identity of out[i], or nil
-	route  routeArena        // Config.Route: the batch's routing headers
+	byPart [][]kafkaio.Record // hash and identity partitioning: out grouped by output partition
+	hash   partitioner        // nil under PartitionSame
+	outIDs [][]byte           // identity partitioning: outIDs[i] is the identity of out[i], or nil
+	route  routeArena         // Config.Route: the batch's routing headers
 
 	hdr    headerSource
 	hdrSeq func(yield func(string, []byte) bool)
 
 	src SourceTally // nil unless Config.SourceKey is set
 
-	audit   auditArena     // the batch's audit headers (audit.go)
-	stamps  []kafka.Header // the batch's output headers with Config.ProcessedHeader (stamp.go)
-	stampAt []byte         // the value of the batch's processed header
-	prog    *progress      // the partition's progress, for Observer.Progress and readiness
+	audit   auditArena       // the batch's audit headers (audit.go)
+	stamps  []kafkaio.Header // the batch's output headers with Config.ProcessedHeader (stamp.go)
+	stampAt []byte           // the value of the batch's processed header
+	prog    *progress        // the partition's progress, for Observer.Progress and readiness
 
 	next int64 // next offset to commit; -1 until a batch was handled
 
@@ -54,7 +53,7 @@ type partitionState struct {
 
 // headerSource adapts the current record's headers to the iterator a KeyFunc takes. One is kept
 // per partition with a pre-bound method value, so calling the KeyFunc allocates nothing.
-type headerSource struct{ cur []kafka.Header }
+type headerSource struct{ cur []kafkaio.Header }
 
 func (h *headerSource) all(yield func(string, []byte) bool) {
 	for _, x := range h.cur {
@@ -167,7 +166,7 @@ func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partit
 		st.outIDs = [][]byte{}
 	}
 	if st.hash != nil {
-		st.byPart = make([][]kafka.Message, tc.output)
+		st.byPart = make([][]kafkaio.Record, tc.output)
 	}
 	return st
 }
@@ -176,7 +175,7 @@ func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partit
 // failures and skipped records to prog and the Observer.
 func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.PartitionReader {
 	return kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.Isolation,
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.isolation(),
 		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample, IdlePoll: w.cfg.ProgressInterval,
 		Limits:    kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),
@@ -454,7 +453,7 @@ func (w *Worker) rewind(c offsetSink, st *partitionState, from int64) {
 // source returns the source of m, for the per-source counts: nil when they are off
 // (Config.SourceKey unset) or the record has none (a retry error included: the counts never hold
 // the partition).
-func (w *Worker) source(st *partitionState, m *kafka.Message) []byte {
+func (w *Worker) source(st *partitionState, m *kafkaio.Record) []byte {
 	if st.src == nil {
 		return nil
 	}
@@ -556,7 +555,7 @@ func (st *partitionState) flushSources() {
 }
 
 // produceOut writes out to the output topic, keeping order per output partition.
-func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafka.Message) error {
+func (w *Worker) produceOut(pctx context.Context, st *partitionState, out []kafkaio.Record) error {
 	if len(out) == 0 {
 		return nil
 	}
@@ -592,11 +591,11 @@ func newHashPartitioner(n int) *hashPartitioner {
 	return &hashPartitioner{ids: ids}
 }
 
-func (h *hashPartitioner) partition(m *kafka.Message, _ []byte, input int) int {
+func (h *hashPartitioner) partition(m *kafkaio.Record, _ []byte, input int) int {
 	if m.Key == nil {
 		return input % len(h.ids)
 	}
-	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: m.Key}, h.ids...)
+	return kafkaio.KeyPartition(m.Key, h.ids...)
 }
 
 // startOut prepares the batch's output: the identities kept for identity partitioning and the
@@ -613,7 +612,7 @@ func (w *Worker) startOut(st *partitionState) {
 // emit appends m, whose identity is id (nil: none), to out as the output topic receives it: with
 // the routing headers under Config.Route, without them under Config.StripRouteHeaders, else as
 // it is.
-func (w *Worker) emit(st *partitionState, out []kafka.Message, m *kafka.Message, id []byte) []kafka.Message {
+func (w *Worker) emit(st *partitionState, out []kafkaio.Record, m *kafkaio.Record, id []byte) []kafkaio.Record {
 	if st.outIDs != nil {
 		st.outIDs = append(st.outIDs, id)
 	}
@@ -628,15 +627,15 @@ func (w *Worker) emit(st *partitionState, out []kafka.Message, m *kafka.Message,
 
 // emitMarked appends m, a duplicate whose identity is id, to out with the mark header, for
 // ModeMark.
-func (w *Worker) emitMarked(st *partitionState, out []kafka.Message, m *kafka.Message, id []byte) []kafka.Message {
+func (w *Worker) emitMarked(st *partitionState, out []kafkaio.Record, m *kafkaio.Record, id []byte) []kafkaio.Record {
 	o := *m
 	if w.cfg.StripRouteHeaders {
 		o = stripRouteHeaders(o)
 	}
 	hs := o.Headers
-	o.Headers = make([]kafka.Header, len(hs), len(hs)+1)
+	o.Headers = make([]kafkaio.Header, len(hs), len(hs)+1)
 	copy(o.Headers, hs)
-	o.Headers = append(o.Headers, kafka.Header{Key: w.cfg.MarkHeader, Value: []byte(MarkValue)})
+	o.Headers = append(o.Headers, kafkaio.Header{Key: w.cfg.MarkHeader, Value: []byte(MarkValue)})
 	if st.outIDs != nil {
 		st.outIDs = append(st.outIDs, id)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // progressKey builds the key of an input record of the progress tests: the identity, the input
@@ -177,7 +177,7 @@ func TestProgressTrackerOrdering(t *testing.T) {
 			e := newEnv(t, 2, 2, embedkafka.Options{Topics: map[string]int32{"dups": 1}})
 			rng := rand.New(rand.NewPCG(31, 32))
 			for p := range 2 {
-				var in []kafka.Message
+				var in []kafkaio.Record
 				var ids []string
 				for i := range n {
 					id := fmt.Sprintf("id-%d-%d", p, i)
@@ -186,7 +186,7 @@ func TestProgressTrackerOrdering(t *testing.T) {
 					} else {
 						ids = append(ids, id)
 					}
-					in = append(in, kafka.Message{Key: progressKey(id, p, i), Value: []byte(strconv.Itoa(i))})
+					in = append(in, kafkaio.Record{Key: progressKey(id, p, i), Value: []byte(strconv.Itoa(i))})
 				}
 				e.produce(p, in)
 			}

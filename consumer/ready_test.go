@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // blockingAssigner is a mapDeduper whose Assign of partition 1 waits until release is closed, as
@@ -37,7 +37,7 @@ func TestNotReadyWhileAssigning(t *testing.T) {
 	d := blockingAssigner{newMapDeduper(false, nil), make(chan struct{}), make(chan struct{})}
 	r := e.start(e.config(), d, keyFuncFor(t, "key"))
 	<-d.entered
-	e.produce(0, []kafka.Message{record("key", 0, 0, "a")})
+	e.produce(0, []kafkaio.Record{record("key", 0, 0, "a")})
 	eventually(t, 20*time.Second, "partition 0 consumed", func() bool { return r.obs.consumed.Load() == 1 })
 	if r.w.Ready() || r.obs.ready.Load() {
 		t.Fatal("worker ready while the state of partition 1 is being prepared")

@@ -12,7 +12,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -70,13 +69,15 @@ func TestReauthenticationRun(t *testing.T) {
 	listen := append([]kfake.Opt{kfake.EnableSASL(), kfake.Superuser(kafkaio.MechanismSCRAM512, "svc", "pw-reauth-Zq9")}, exp.Opts()...)
 	e := newEnv(t, parts, parts, embedkafka.Options{Security: &embedkafka.Security{Listen: listen, Client: kafkaio.Conn{SASL: mech}}})
 	cfg := e.config()
-	cfg.Conn.SASL = mech
+	if cfg.SASL, err = consumer.NewSASL(consumer.SASLConfig{Mechanism: kafkaio.MechanismSCRAM512, Username: "svc", Password: "pw-reauth-Zq9"}); err != nil {
+		t.Fatal(err)
+	}
 	cfg.SessionTimeout, cfg.RebalanceTimeout = 6*time.Second, 6*time.Second
 
 	const perTick, tick = 4, 40 * time.Millisecond
 	n := int(run/tick) * perTick
 	rng := rand.New(rand.NewPCG(37, 2))
-	ins, want := map[int][]kafka.Message{}, map[int][]kafka.Message{}
+	ins, want := map[int][]kafkaio.Record{}, map[int][]kafkaio.Record{}
 	for p := range parts {
 		ins[p], want[p] = stream("key", p, n, rng)
 	}

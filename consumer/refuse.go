@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Refused records.
@@ -120,13 +119,13 @@ type lane struct {
 	topic     string
 	partition int
 	output    bool // the output topic's: its dead letters are not counted as produced
-	msgs      []kafka.Message
+	msgs      []kafkaio.Record
 	refused   *kafkaio.RefusedError // msgs[0] was refused (by the dead-letter topic, if Topic says so)
 }
 
 // addRefused appends to st.lanes a lane for each refusal err holds, whose records are msgsOf(its
 // partition) from the refused one on, and reports whether err held any.
-func (st *partitionState) addRefused(err error, topic string, output bool, msgsOf func(q int) []kafka.Message) bool {
+func (st *partitionState) addRefused(err error, topic string, output bool, msgsOf func(q int) []kafkaio.Record) bool {
 	rs := kafkaio.Refusals(err)
 	for _, re := range rs {
 		st.lanes = append(st.lanes, lane{topic: topic, partition: re.Partition, output: output,
@@ -140,7 +139,7 @@ func (st *partitionState) addRefused(err error, topic string, output bool, msgsO
 // batch's offsets only once both were acknowledged. When a record is refused, resolve writes
 // what is left; next is the offset after the batch. It returns an error only when pctx ended
 // first, or errStopped.
-func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, out, dups []kafka.Message, next int64) error {
+func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, out, dups []kafkaio.Record, next int64) error {
 	st.lanes, st.diverted = st.lanes[:0], 0
 	dupPart := 0
 	if len(dups) > 0 {
@@ -151,12 +150,12 @@ func (w *Worker) write(gctx, pctx context.Context, c offsetSink, st *partitionSt
 	case err == nil && len(dups) > 0:
 		if err = st.producer(w).Produce(pctx, w.cfg.DuplicatesTopic, dupPart, dups); err != nil {
 			w.obs.AuditProduceError()
-			if !st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafka.Message { return dups }) {
+			if !st.addRefused(err, w.cfg.DuplicatesTopic, false, func(int) []kafkaio.Record { return dups }) {
 				return err
 			}
 		}
 	case err != nil:
-		refused := st.addRefused(err, w.cfg.OutputTopic, true, func(q int) []kafka.Message {
+		refused := st.addRefused(err, w.cfg.OutputTopic, true, func(q int) []kafkaio.Record {
 			if st.hash == nil {
 				return out
 			}
@@ -263,7 +262,7 @@ func (w *Worker) drainLane(pctx context.Context, st *partitionState, tc topicCou
 // the dead-letter topic refuses the record too.
 func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCounts, l *lane) error {
 	m, re := &l.msgs[0], l.refused
-	dl := []kafka.Message{w.deadLetterMessage(st.p, l, m)}
+	dl := []kafkaio.Record{w.deadLetterMessage(st.p, l, m)}
 	if err := st.producer(w).Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl); err != nil {
 		return err
 	}
@@ -277,18 +276,18 @@ func (w *Worker) deadLetter(pctx context.Context, st *partitionState, tc topicCo
 // deadLetterMessage returns the dead letter of m, input partition p's record refused in l: a copy
 // of its key, value, headers and timestamp that owns its bytes (m may point into the reader's
 // fetch buffers), plus the DeadLetterHeader* headers.
-func (w *Worker) deadLetterMessage(p int32, l *lane, m *kafka.Message) kafka.Message {
+func (w *Worker) deadLetterMessage(p int32, l *lane, m *kafkaio.Record) kafkaio.Record {
 	re := l.refused
 	o := ownedMessage(m, 7)
-	dl := kafka.Message{Key: o.Key, Value: o.Value, Headers: o.Headers, Time: m.Time}
+	dl := kafkaio.Record{Key: o.Key, Value: o.Value, Headers: o.Headers, Time: m.Time}
 	dl.Headers = append(dl.Headers,
-		kafka.Header{Key: DeadLetterHeaderError, Value: []byte(re.Reason)},
-		kafka.Header{Key: DeadLetterHeaderErrorMessage, Value: []byte(re.Err.Error())},
-		kafka.Header{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},
-		kafka.Header{Key: DeadLetterHeaderSourcePartition, Value: strconv.AppendInt(nil, int64(p), 10)},
-		kafka.Header{Key: DeadLetterHeaderSourceOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
-		kafka.Header{Key: DeadLetterHeaderOutputTopic, Value: []byte(l.topic)},
-		kafka.Header{Key: DeadLetterHeaderOutputPartition, Value: strconv.AppendInt(nil, int64(l.partition), 10)},
+		kafkaio.Header{Key: DeadLetterHeaderError, Value: []byte(re.Reason)},
+		kafkaio.Header{Key: DeadLetterHeaderErrorMessage, Value: []byte(re.Err.Error())},
+		kafkaio.Header{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},
+		kafkaio.Header{Key: DeadLetterHeaderSourcePartition, Value: strconv.AppendInt(nil, int64(p), 10)},
+		kafkaio.Header{Key: DeadLetterHeaderSourceOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
+		kafkaio.Header{Key: DeadLetterHeaderOutputTopic, Value: []byte(l.topic)},
+		kafkaio.Header{Key: DeadLetterHeaderOutputPartition, Value: strconv.AppendInt(nil, int64(l.partition), 10)},
 	)
 	return dl
 }
@@ -297,7 +296,7 @@ func (w *Worker) deadLetterMessage(p int32, l *lane, m *kafka.Message) kafka.Mes
 func (st *partitionState) ownLanes() {
 	for i := range st.lanes {
 		l := &st.lanes[i]
-		msgs := make([]kafka.Message, len(l.msgs))
+		msgs := make([]kafkaio.Record, len(l.msgs))
 		for j := range l.msgs {
 			msgs[j] = ownedMessage(&l.msgs[j], 0)
 		}
@@ -308,7 +307,7 @@ func (st *partitionState) ownLanes() {
 // ownedMessage returns a copy of m whose key, value and header values are copies in one
 // allocation (a nil key or value stays nil), with room for extra more headers. Header names are
 // not copied: the reader interns them, they do not point into its buffers.
-func ownedMessage(m *kafka.Message, extra int) kafka.Message {
+func ownedMessage(m *kafkaio.Record, extra int) kafkaio.Record {
 	n := len(m.Key) + len(m.Value)
 	for _, h := range m.Headers {
 		n += len(h.Value)
@@ -325,9 +324,9 @@ func ownedMessage(m *kafka.Message, extra int) kafka.Message {
 	o := *m
 	o.Key, o.Value, o.Headers = own(m.Key), own(m.Value), nil
 	if len(m.Headers)+extra > 0 {
-		o.Headers = make([]kafka.Header, len(m.Headers), len(m.Headers)+extra)
+		o.Headers = make([]kafkaio.Header, len(m.Headers), len(m.Headers)+extra)
 		for i, h := range m.Headers {
-			o.Headers[i] = kafka.Header{Key: h.Key, Value: own(h.Value)}
+			o.Headers[i] = kafkaio.Header{Key: h.Key, Value: own(h.Value)}
 		}
 	}
 	return o
@@ -446,7 +445,7 @@ func (w *Worker) setBlocked(p int32, old, b *BlockedPartition) {
 // gctx ended.
 func (w *Worker) refuseInput(gctx, pctx context.Context, c offsetSink, st *partitionState, tc topicCounts, ref *kafkaio.RefusedInput) error {
 	if w.cfg.DeadLetterTopic != "" {
-		dl := []kafka.Message{w.inputDeadLetter(st.p, ref)}
+		dl := []kafkaio.Record{w.inputDeadLetter(st.p, ref)}
 		err := st.producer(w).Produce(pctx, w.cfg.DeadLetterTopic, int(st.p)%tc.deadLetters, dl)
 		if err == nil {
 			w.passInput(c, st, ref)
@@ -494,8 +493,8 @@ func (w *Worker) passInput(c offsetSink, st *partitionState, ref *kafkaio.Refuse
 
 // inputDeadLetter returns the dead letter of input partition p's refused input ref: no key, no
 // value, the DeadLetterHeader* headers of its coordinates and error.
-func (w *Worker) inputDeadLetter(p int32, ref *kafkaio.RefusedInput) kafka.Message {
-	return kafka.Message{Time: time.Now(), Headers: []kafka.Header{
+func (w *Worker) inputDeadLetter(p int32, ref *kafkaio.RefusedInput) kafkaio.Record {
+	return kafkaio.Record{Time: time.Now(), Headers: []kafkaio.Header{
 		{Key: DeadLetterHeaderError, Value: []byte(ref.Reason)},
 		{Key: DeadLetterHeaderErrorMessage, Value: []byte(ref.Err.Error())},
 		{Key: DeadLetterHeaderSourceTopic, Value: []byte(w.cfg.InputTopic)},

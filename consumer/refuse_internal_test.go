@@ -36,7 +36,7 @@ func keyOf(_ context.Context, key, _ []byte, _ identity.Headers) ([]byte, identi
 // reader reuses after the next Fetch. The records are at offsets 10, 11 and 13 (12 was an aborted
 // record), the one at 13 carries a value of big bytes, and Next is 16: the batch ends in skipped
 // records and a marker.
-func fetchedBatch(big int) (b *kafkaio.Batch, buf []byte, slab []kafka.Header) {
+func fetchedBatch(big int) (b *kafkaio.Batch, buf []byte, slab []kafkaio.Header) {
 	offsets := []int64{10, 11, 13}
 	put := func(x []byte) [2]int {
 		buf = append(buf, x...)
@@ -52,22 +52,22 @@ func fetchedBatch(big int) (b *kafkaio.Batch, buf []byte, slab []kafka.Header) {
 	}
 	at := func(s [2]int) []byte { return buf[s[0]:s[1]:s[1]] }
 	b = &kafkaio.Batch{Next: 16, End: 16, Start: time.Now()}
-	slab = make([]kafka.Header, len(offsets))
+	slab = make([]kafkaio.Header, len(offsets))
 	for i, o := range offsets {
-		slab[i] = kafka.Header{Key: "h", Value: at(spans[i][2])}
-		b.Records = append(b.Records, kafka.Message{Topic: "in", Offset: o, Time: time.UnixMilli(1_700_000_000_000 + o),
+		slab[i] = kafkaio.Header{Key: "h", Value: at(spans[i][2])}
+		b.Records = append(b.Records, kafkaio.Record{Topic: "in", Offset: o, Time: time.UnixMilli(1_700_000_000_000 + o),
 			Key: at(spans[i][0]), Value: at(spans[i][1]), Headers: slab[i : i+1 : i+1]})
 	}
 	return b, buf, slab
 }
 
 // reuse overwrites what the reader would after the next Fetch: buf and the header slab.
-func reuse(buf []byte, slab []kafka.Header) {
+func reuse(buf []byte, slab []kafkaio.Header) {
 	for i := range buf {
 		buf[i] = 'X'
 	}
 	for i := range slab {
-		slab[i] = kafka.Header{Key: "reused"}
+		slab[i] = kafkaio.Header{Key: "reused"}
 	}
 }
 
@@ -93,7 +93,7 @@ func newRefusalRig(t *testing.T, ctx context.Context, deadLetters bool, limited 
 	for _, topic := range limited {
 		r.limit(t, ctx, topic, 64<<10)
 	}
-	cfg := Config{Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out", GroupID: "g",
+	cfg := Config{Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
 		RetryBackoffMax: 200 * time.Millisecond, ProduceTimeout: 3 * time.Second}
 	if deadLetters {
 		cfg.DeadLetterTopic = "dlq"
@@ -129,7 +129,7 @@ func (r *refusalRig) committed() int64 {
 }
 
 // check compares partition 0 of topic with want.
-func (r *refusalRig) check(t *testing.T, ctx context.Context, topic string, want []kafka.Message) {
+func (r *refusalRig) check(t *testing.T, ctx context.Context, topic string, want []kafkaio.Record) {
 	t.Helper()
 	got, err := r.cl.ReadAll(ctx, topic)
 	if err != nil {
@@ -167,7 +167,7 @@ func TestRefusedRecordsOwnTheirBytes(t *testing.T) {
 			}
 			r := newRefusalRig(t, ctx, tc.dlq, limited...)
 			b, buf, slab := fetchedBatch(100 << 10)
-			want := make([]kafka.Message, len(b.Records))
+			want := make([]kafkaio.Record, len(b.Records))
 			for i := range b.Records {
 				want[i] = ownedMessage(&b.Records[i], 0)
 			}
@@ -208,7 +208,7 @@ func TestRefusedRecordsOwnTheirBytes(t *testing.T) {
 
 // sameMessages compares the key, value, headers (the first len(want[i].Headers): a dead letter
 // has more) and timestamp of got with want.
-func sameMessages(t *testing.T, what string, got, want []kafka.Message) {
+func sameMessages(t *testing.T, what string, got, want []kafkaio.Record) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d records, want %d", what, len(got), len(want))
@@ -248,13 +248,13 @@ func TestDeadLetterMessageOwnsItsBytes(t *testing.T) {
 	dl := w.deadLetterMessage(0, l, m)
 	own := ownedMessage(m, 0)
 	reuse(buf, slab)
-	for _, got := range []kafka.Message{dl, own} {
-		sameMessages(t, "copy", []kafka.Message{got}, []kafka.Message{want})
+	for _, got := range []kafkaio.Record{dl, own} {
+		sameMessages(t, "copy", []kafkaio.Record{got}, []kafkaio.Record{want})
 	}
 	if len(dl.Headers) != 1+7 || dl.Headers[1].Key != DeadLetterHeaderError {
 		t.Errorf("dead letter headers %+v", dl.Headers)
 	}
-	if nilKey := ownedMessage(&kafka.Message{Value: []byte{}}, 0); nilKey.Key != nil || nilKey.Value == nil {
+	if nilKey := ownedMessage(&kafkaio.Record{Value: []byte{}}, 0); nilKey.Key != nil || nilKey.Value == nil {
 		t.Errorf("a null key or an empty value changed: %+v", nilKey)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // The output topics of these tests take 64 KiB (max.message.bytes); a big record has 100 KiB,
@@ -33,8 +32,8 @@ func (e *env) limit(topic string, n int) {
 
 // bigStream returns n records of partition p with unique keys, those at the offsets in big
 // carrying a value of bigSize bytes.
-func bigStream(p, n int, big ...int) []kafka.Message {
-	msgs := make([]kafka.Message, n)
+func bigStream(p, n int, big ...int) []kafkaio.Record {
+	msgs := make([]kafkaio.Record, n)
 	for i := range msgs {
 		msgs[i] = record("key", p, i, fmt.Sprintf("id-%d-%d", p, i))
 		if slices.Contains(big, i) {
@@ -45,8 +44,8 @@ func bigStream(p, n int, big ...int) []kafka.Message {
 }
 
 // without returns msgs without the records at the offsets in skip.
-func without(msgs []kafka.Message, skip ...int) []kafka.Message {
-	var out []kafka.Message
+func without(msgs []kafkaio.Record, skip ...int) []kafkaio.Record {
+	var out []kafkaio.Record
 	for i, m := range msgs {
 		if !slices.Contains(skip, i) {
 			out = append(out, m)
@@ -229,10 +228,10 @@ func TestDeadLetterTopic(t *testing.T) {
 				if err := r.stop(t, 10*time.Second); err != nil {
 					t.Fatal(err)
 				}
-				want := map[int][]kafka.Message{0: without(in0, 10, 30), 1: without(in1, 5)}
+				want := map[int][]kafkaio.Record{0: without(in0, 10, 30), 1: without(in1, 5)}
 				checkOutput(t, e, tc.partitioning, want)
 				dl := e.readOut(dlq)[0]
-				big := []kafka.Message{in0[10], in0[30], in1[5]}
+				big := []kafkaio.Record{in0[10], in0[30], in1[5]}
 				if len(dl) != 3 {
 					t.Fatalf("%d dead letters, want 3", len(dl))
 				}
@@ -258,7 +257,7 @@ func TestDeadLetterTopic(t *testing.T) {
 
 // checkOutput compares the output topic with want (by input partition): partition by partition
 // under PartitionSame, as a set in input order per key under PartitionHash.
-func checkOutput(t *testing.T, e *env, partitioning consumer.Partitioning, want map[int][]kafka.Message) {
+func checkOutput(t *testing.T, e *env, partitioning consumer.Partitioning, want map[int][]kafkaio.Record) {
 	t.Helper()
 	got := e.readOut(e.out)
 	if partitioning == consumer.PartitionSame {
@@ -286,7 +285,7 @@ func checkOutput(t *testing.T, e *env, partitioning consumer.Partitioning, want 
 }
 
 // checkDeadLetter checks that m is one of big, unchanged, followed by the dead-letter headers.
-func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, in, refusedBy string) {
+func checkDeadLetter(t *testing.T, m kafkaio.Record, big []kafkaio.Record, in, refusedBy string) {
 	t.Helper()
 	hs := map[string]string{}
 	for _, h := range m.Headers[1:] {
@@ -294,7 +293,7 @@ func checkDeadLetter(t *testing.T, m kafka.Message, big []kafka.Message, in, ref
 	}
 	p, _ := strconv.Atoi(hs[consumer.DeadLetterHeaderSourcePartition])
 	off, _ := strconv.Atoi(hs[consumer.DeadLetterHeaderSourceOffset])
-	i := slices.IndexFunc(big, func(b kafka.Message) bool { return bytes.Equal(b.Value, m.Value) })
+	i := slices.IndexFunc(big, func(b kafkaio.Record) bool { return bytes.Equal(b.Value, m.Value) })
 	if i < 0 {
 		t.Fatalf("dead letter %q is none of the big records", m.Key)
 	}

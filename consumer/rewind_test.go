@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -48,9 +48,9 @@ func (d *rewindDeduper) calls() (rewinds, processing []int64) {
 func TestWorkerRewindsAfterTruncation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, 1, embedkafka.Options{})
-	var in []kafka.Message
+	var in []kafkaio.Record
 	for i := range 100 {
-		in = append(in, kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
+		in = append(in, kafkaio.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
 	}
 	e.produce(0, in)
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, nil)}

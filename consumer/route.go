@@ -19,7 +19,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/kdedup/kdedup/identity"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // RouteHeaderPrefix starts the name of every header the router adds; stage 2 removes every header
@@ -64,14 +64,14 @@ func RoutePartition(id []byte, n int) int {
 // partitioner picks the output partition of a record whose identity is id (nil: none), read
 // from input partition input.
 type partitioner interface {
-	partition(m *kafka.Message, id []byte, input int) int
+	partition(m *kafkaio.Record, id []byte, input int) int
 }
 
 // identityPartitioner is PartitionIdentity's partitioner: RoutePartition of the identity, and
 // input partition modulo n for a record without one.
 type identityPartitioner struct{ n int }
 
-func (p identityPartitioner) partition(_ *kafka.Message, id []byte, input int) int {
+func (p identityPartitioner) partition(_ *kafkaio.Record, id []byte, input int) int {
 	if id == nil {
 		return input % p.n
 	}
@@ -81,19 +81,19 @@ func (p identityPartitioner) partition(_ *kafka.Message, id []byte, input int) i
 // routeArena holds the routing headers of one batch: allocated per batch, so a record produced (or
 // held at a refused record) never shares them with the next batch.
 type routeArena struct {
-	hdrs []kafka.Header
+	hdrs []kafkaio.Header
 	buf  []byte
 }
 
 // reset prepares the arena for a batch of n records read from topic, whose own headers total
 // hdrs.
 func (a *routeArena) reset(n, hdrs int, topic string) {
-	a.hdrs = make([]kafka.Header, 0, hdrs+2*n)
+	a.hdrs = make([]kafkaio.Header, 0, hdrs+2*n)
 	a.buf = make([]byte, 0, (len(topic)+2+10+19)*n) // RouteHeaderFrom: topic, two slashes, an int32 and an int64
 }
 
 // routed returns m with the routing headers of topic and id appended to its own.
-func (a *routeArena) routed(m *kafka.Message, topic string, partition int32, id []byte) kafka.Message {
+func (a *routeArena) routed(m *kafkaio.Record, topic string, partition int32, id []byte) kafkaio.Record {
 	o := *m
 	start := len(a.hdrs)
 	a.hdrs = append(a.hdrs, m.Headers...)
@@ -103,9 +103,9 @@ func (a *routeArena) routed(m *kafka.Message, topic string, partition int32, id 
 	a.buf = strconv.AppendInt(a.buf, int64(partition), 10)
 	a.buf = append(a.buf, '/')
 	a.buf = strconv.AppendInt(a.buf, m.Offset, 10)
-	a.hdrs = append(a.hdrs, kafka.Header{Key: RouteHeaderFrom, Value: a.buf[b:len(a.buf):len(a.buf)]})
+	a.hdrs = append(a.hdrs, kafkaio.Header{Key: RouteHeaderFrom, Value: a.buf[b:len(a.buf):len(a.buf)]})
 	if id != nil {
-		a.hdrs = append(a.hdrs, kafka.Header{Key: RouteHeaderID, Value: id})
+		a.hdrs = append(a.hdrs, kafkaio.Header{Key: RouteHeaderID, Value: id})
 	}
 	o.Headers = a.hdrs[start:len(a.hdrs):len(a.hdrs)]
 	return o
@@ -116,7 +116,7 @@ func (a *routeArena) routed(m *kafka.Message, topic string, partition int32, id 
 // record's own, so they usually form the tail, and the result is then a shorter view of m's headers
 // (its capacity cut, so an append to it does not overwrite them): no allocation per record. Headers
 // in another order are copied.
-func stripRouteHeaders(m kafka.Message) kafka.Message {
+func stripRouteHeaders(m kafkaio.Record) kafkaio.Record {
 	n, tail := 0, len(m.Headers)
 	for i, h := range m.Headers {
 		if isRouteHeader(h.Key) {
@@ -127,11 +127,11 @@ func stripRouteHeaders(m kafka.Message) kafka.Message {
 	if n == 0 {
 		return m
 	}
-	var hs []kafka.Header
+	var hs []kafkaio.Header
 	if tail == len(m.Headers)-n {
 		hs = m.Headers[:tail:tail]
 	} else {
-		hs = make([]kafka.Header, 0, len(m.Headers)-n)
+		hs = make([]kafkaio.Header, 0, len(m.Headers)-n)
 		for _, h := range m.Headers {
 			if !isRouteHeader(h.Key) {
 				hs = append(hs, h)
@@ -148,7 +148,7 @@ func stripRouteHeaders(m kafka.Message) kafka.Message {
 // routeID returns the value of the RouteHeaderID header among hs, or nil when there is none. It
 // reads the slice directly: stage 2's KeyFunc (RouteKey) does the same through an iterator, whose
 // closure costs an allocation per record.
-func routeID(hs []kafka.Header) []byte {
+func routeID(hs []kafkaio.Header) []byte {
 	for i := range hs {
 		if hs[i].Key == RouteHeaderID {
 			return hs[i].Value

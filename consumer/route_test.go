@@ -10,6 +10,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -17,13 +18,13 @@ import (
 // the output topic "out", the routers in groups "g-in-<topic>" and stage 2 in "g-route".
 type routedEnv struct {
 	*env
-	ids  map[string]kafka.Message // every identity produced, with its record
-	edit func(*consumer.Config)   // applied to both stages' configurations, when set
+	ids  map[string]kafkaio.Record // every identity produced, with its record
+	edit func(*consumer.Config)    // applied to both stages' configurations, when set
 }
 
 func newRoutedEnv(t *testing.T, in, in2, route int) *routedEnv {
 	e := newEnv(t, in, route, embedkafka.Options{Topics: map[string]int32{"in2": int32(in2), "route": int32(route)}})
-	return &routedEnv{env: e, ids: map[string]kafka.Message{}}
+	return &routedEnv{env: e, ids: map[string]kafkaio.Record{}}
 }
 
 // router starts stage 1 for topic in group group.
@@ -49,15 +50,15 @@ func (e *routedEnv) stage2() (*running, *mapDeduper) {
 }
 
 // record returns the record of identity id, with a header of its own and a fixed timestamp.
-func (e *routedEnv) record(id string) kafka.Message {
-	m := kafka.Message{Key: []byte(id), Value: []byte("value of " + id),
-		Headers: []kafka.Header{{Key: "app", Value: []byte(id)}}, Time: time.UnixMilli(1_700_000_000_000)}
+func (e *routedEnv) record(id string) kafkaio.Record {
+	m := kafkaio.Record{Key: []byte(id), Value: []byte("value of " + id),
+		Headers: []kafkaio.Header{{Key: "app", Value: []byte(id)}}, Time: time.UnixMilli(1_700_000_000_000)}
 	e.ids[id] = m
 	return m
 }
 
 // produceTo produces msgs to partition p of topic.
-func (e *routedEnv) produceTo(topic string, p int, msgs ...kafka.Message) {
+func (e *routedEnv) produceTo(topic string, p int, msgs ...kafkaio.Record) {
 	e.t.Helper()
 	if err := e.cl.Produce(context.Background(), topic, p, msgs...); err != nil {
 		e.t.Fatal(err)
@@ -226,7 +227,7 @@ func TestRoutedUnkeyedPass(t *testing.T) {
 	e := newRoutedEnv(t, 6, 1, 4)
 	e.router("in", "g-in-in")
 	e.stage2()
-	m := kafka.Message{Value: []byte("no key"), Headers: []kafka.Header{{Key: "app", Value: []byte("x")}}, Time: time.UnixMilli(1_700_000_000_000)}
+	m := kafkaio.Record{Value: []byte("no key"), Headers: []kafkaio.Header{{Key: "app", Value: []byte("x")}}, Time: time.UnixMilli(1_700_000_000_000)}
 	e.produceTo("in", 5, m, m)
 	e.waitCommitted("g-in-in", "in")
 	e.waitCommitted("g-route", "route")
@@ -259,7 +260,7 @@ func TestRoutedStage2ReadsRouteID(t *testing.T) {
 		m := e.record(fmt.Sprintf("event-%d", i))
 		e.produceTo("in", i%2, m, m)
 	}
-	e.produceTo("in", 1, kafka.Message{Value: []byte("no key"), Time: time.UnixMilli(1_700_000_000_000)})
+	e.produceTo("in", 1, kafkaio.Record{Value: []byte("no key"), Time: time.UnixMilli(1_700_000_000_000)})
 	e.waitCommitted("g-in-in", "in")
 	e.waitCommitted("g-route", "route")
 	if got := calls.Load(); got != 1 {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,8 +25,8 @@ func (o *countingObserver) progressOf(p int32) (consumer.Progress, bool) {
 }
 
 // nowStream returns n records of partition p from offset from on with unique keys, stamped now.
-func nowStream(p, from, n int) []kafka.Message {
-	msgs := make([]kafka.Message, n)
+func nowStream(p, from, n int) []kafkaio.Record {
+	msgs := make([]kafkaio.Record, n)
 	for i := range msgs {
 		msgs[i] = record("key", p, from+i, fmt.Sprintf("id-%d-%d", p, from+i))
 		msgs[i].Time = time.Now()

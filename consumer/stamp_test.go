@@ -5,23 +5,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // TestStamp: every output record gets the processed-time header after its own headers and
 // before the mark header of a marked duplicate (which must stay last for isMarked), the input's
 // headers are not changed, and processedAt reads the time back.
 func TestStamp(t *testing.T) {
-	own := []kafka.Header{{Key: "a", Value: []byte("1")}}
-	out := []kafka.Message{
+	own := []kafkaio.Header{{Key: "a", Value: []byte("1")}}
+	out := []kafkaio.Record{
 		{Key: []byte("plain"), Headers: own},
 		{Key: []byte("none")},
-		{Key: []byte("marked"), Headers: []kafka.Header{own[0], {Key: DefaultMarkHeader, Value: []byte(MarkValue)}}},
+		{Key: []byte("marked"), Headers: []kafkaio.Header{own[0], {Key: DefaultMarkHeader, Value: []byte(MarkValue)}}},
 	}
 	at := time.UnixMilli(1_790_000_000_123)
 	st := &partitionState{}
 	for range 2 { // the arena is reused by the next batch
-		batch := append([]kafka.Message(nil), out...)
+		batch := append([]kafkaio.Record(nil), out...)
 		st.stamp(batch, "processed", true, DefaultMarkHeader, at)
 		want := [][]string{{"a", "processed"}, {"processed"}, {"a", "processed", DefaultMarkHeader}}
 		for i, m := range batch {

@@ -80,7 +80,7 @@ func (w *Worker) newTxnSink(p int32) *txnSink {
 	prod := kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
 		TransactionalID:    TransactionalID(w.cfg.GroupID, w.cfg.InputTopic, p),
 		TransactionTimeout: w.cfg.TxnTimeout,
-		Compression:        w.cfg.Compression,
+		Compression:        kafkaio.Compression(w.cfg.Compression),
 		BatchBytes:         w.cfg.BatchBytes,
 		Backoff:            w.cfg.retry(),
 		Observer:           w.obs,

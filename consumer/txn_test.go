@@ -150,7 +150,7 @@ func (s *txnScenario) run(t *testing.T, b testbroker.Broker, rng *rand.Rand, iso
 	t.Helper()
 	e := newEnvOn(t, b, txnPartitions, txnPartitions)
 	cfg := e.config()
-	cfg.BatchSize, cfg.Isolation = 1000, iso
+	cfg.BatchSize, cfg.Isolation = 1000, string(iso)
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	s.write(t, e.cl.Addrs(), e.in, rng)
 	e.waitAllCommitted(60 * time.Second)

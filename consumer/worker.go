@@ -12,7 +12,6 @@ import (
 
 	"github.com/kdedup/kdedup/internal/grace"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // ErrPartitionMismatch is returned by Run when Config.Partitioning is PartitionSame and the output
@@ -47,7 +46,7 @@ type Worker struct {
 	log        *slog.Logger
 	sample     *kafkaio.Sampler
 
-	client   *kafka.Client
+	client   *kafkaio.Client
 	pool     *kafkaio.FetchPool // the partition readers' fetches, one request per broker; set by Run
 	prod     *kafkaio.Producer
 	balancer *kafkaio.StickyBalancer
@@ -92,10 +91,10 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.connFail.bound = cfg.RebalanceTimeout
-	w.client = cfg.Conn.Client(cfg.ProduceTimeout)
+	w.client = cfg.conn().Client(cfg.ProduceTimeout)
 	w.prod = kafkaio.NewProducer(w.client, kafkaio.ProducerConfig{
 		Idempotent:  !cfg.DisableIdempotence,
-		Compression: cfg.Compression,
+		Compression: kafkaio.Compression(cfg.Compression),
 		BatchBytes:  cfg.BatchBytes,
 		Backoff:     cfg.retry(),
 		Observer:    obs,
@@ -180,7 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopLog()
 	defer kafkaio.CloseIdle(w.client)
 	w.pool = kafkaio.NewFetchPool(w.client, kafkaio.FetchPoolConfig{
-		Isolation: w.cfg.Isolation, MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
+		Isolation: w.cfg.isolation(), MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
 	})
 	defer w.pool.Close()
 	defer w.updateReady()
@@ -198,7 +197,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	cg, err := kafka.NewConsumerGroup(w.groupConfig())
+	cg, err := w.cfg.conn().JoinGroup(w.groupConfig())
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -218,7 +217,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for fatal == nil {
 		gen, err := cg.Next(ctx)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+			if ctx.Err() != nil || errors.Is(err, kafkaio.ErrGroupClosed) {
 				break
 			}
 			err = kafkaio.AuthFailed(kafkaio.Denied(err, "READ", fmt.Sprintf("group %q", w.cfg.GroupID)))
@@ -240,28 +239,16 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // groupConfig returns the configuration of the worker's consumer group.
-func (w *Worker) groupConfig() kafka.ConsumerGroupConfig {
-	info, errs := w.sample.KafkaLoggers("kafka-group")
-	start := kafka.FirstOffset
-	if w.cfg.StartFromLatest {
-		start = kafka.LastOffset
-	}
-	return kafka.ConsumerGroupConfig{
-		ID:                    w.cfg.GroupID,
-		Brokers:               w.cfg.Brokers,
-		Dialer:                w.cfg.Dialer(),
-		Topics:                []string{w.cfg.InputTopic},
-		HeartbeatInterval:     w.cfg.HeartbeatInterval,
-		SessionTimeout:        w.cfg.SessionTimeout,
-		RebalanceTimeout:      w.cfg.RebalanceTimeout,
-		JoinGroupBackoff:      time.Second,
-		WatchPartitionChanges: true,
-		// Sticky first; range is what every kdedup version supports, so a group that mixes
-		// versions during a rolling upgrade agrees on it.
-		GroupBalancers: []kafka.GroupBalancer{w.balancer, kafka.RangeGroupBalancer{}},
-		StartOffset:    start,
-		Logger:         info,
-		ErrorLogger:    errs,
+func (w *Worker) groupConfig() kafkaio.GroupConfig {
+	return kafkaio.GroupConfig{
+		ID:                w.cfg.GroupID,
+		Topics:            []string{w.cfg.InputTopic},
+		HeartbeatInterval: w.cfg.HeartbeatInterval,
+		SessionTimeout:    w.cfg.SessionTimeout,
+		RebalanceTimeout:  w.cfg.RebalanceTimeout,
+		StartFromLatest:   w.cfg.StartFromLatest,
+		Sticky:            w.balancer,
+		Log:               w.sample,
 	}
 }
 
@@ -279,7 +266,7 @@ type topicCounts struct {
 func (w *Worker) topicInfo(ctx context.Context) (topicCounts, error) {
 	var tc topicCounts
 	err := w.cfg.retry().Retry(ctx, 0, func(attempt int) error {
-		err := w.cfg.Check(ctx, w.topicNames()...)
+		err := w.cfg.conn().Check(ctx, w.topicNames()...)
 		if err == nil {
 			tc, err = w.lookupTopics(ctx)
 		}
@@ -381,8 +368,8 @@ func (w *Worker) readLimits(ctx context.Context) {
 // generation runs one consumer group generation: one goroutine per assigned partition plus the
 // committer. It returns when all of them finished, after the generation ended. A non-nil error is
 // fatal for Run.
-func (w *Worker) generation(gctx, hard context.Context, gen *kafka.Generation) error {
-	assigned := gen.Assignments[w.cfg.InputTopic]
+func (w *Worker) generation(gctx, hard context.Context, gen *kafkaio.Generation) error {
+	assigned := gen.Assignments(w.cfg.InputTopic)
 	ids := make([]int, len(assigned))
 	for i, a := range assigned {
 		ids[i] = a.ID

@@ -13,18 +13,18 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var baseTime = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // record builds an input record whose identity id sits where spec looks for it.
-func record(spec string, p, i int, id string) kafka.Message {
-	m := kafka.Message{
+func record(spec string, p, i int, id string) kafkaio.Record {
+	m := kafkaio.Record{
 		Key:     []byte(fmt.Sprintf("k-%d-%d", p, i)),
 		Value:   []byte(fmt.Sprintf("p%d-r%d", p, i)),
-		Headers: []kafka.Header{{Key: "trace", Value: []byte(fmt.Sprint(i))}},
+		Headers: []kafkaio.Header{{Key: "trace", Value: []byte(fmt.Sprint(i))}},
 		Time:    baseTime.Add(time.Duration(p*100000+i) * time.Millisecond),
 	}
 	switch spec {
@@ -33,7 +33,7 @@ func record(spec string, p, i int, id string) kafka.Message {
 	case "value":
 		m.Value = []byte(id)
 	case "header:dedup-id":
-		m.Headers = append(m.Headers, kafka.Header{Key: "dedup-id", Value: []byte(id)})
+		m.Headers = append(m.Headers, kafkaio.Header{Key: "dedup-id", Value: []byte(id)})
 	case "json:order.id":
 		m.Value = []byte(fmt.Sprintf(`{"seq":%d,"order":{"id":%q}}`, i, id))
 	default:
@@ -44,7 +44,7 @@ func record(spec string, p, i int, id string) kafka.Message {
 
 // stream returns n records for partition p where every fourth one repeats an identity used
 // earlier in the partition (25% duplicates), and the records a deduplicator keeps.
-func stream(spec string, p, n int, rng *rand.Rand) (in, want []kafka.Message) {
+func stream(spec string, p, n int, rng *rand.Rand) (in, want []kafkaio.Record) {
 	var ids []string
 	for i := range n {
 		var id string
@@ -73,7 +73,7 @@ func TestKeyModes(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 4, 4, embedkafka.Options{})
 			rng := rand.New(rand.NewPCG(1, 2))
-			want := map[int][]kafka.Message{}
+			want := map[int][]kafkaio.Record{}
 			for p := range 4 {
 				in, w := stream(spec, p, 400, rng)
 				e.produce(p, in)
@@ -126,11 +126,11 @@ func TestUnkeyedPolicy(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%s", tc.spec, tc.policy), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 1, 1, embedkafka.Options{})
-			var in, want []kafka.Message
-			bad := []kafka.Message{
+			var in, want []kafkaio.Record
+			bad := []kafkaio.Record{
 				{Key: nil, Value: []byte(`not json at all {`)},
 				{Key: nil, Value: []byte(`{"order":{"other":1}}`)},
-				{Key: nil, Value: nil, Headers: []kafka.Header{{Key: "h", Value: nil}}},
+				{Key: nil, Value: nil, Headers: []kafkaio.Header{{Key: "h", Value: nil}}},
 				{Key: nil, Value: []byte(`{"order":null}`)},
 			}
 			for i := range 40 {
@@ -171,13 +171,13 @@ func TestMarkMode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 2, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 2 {
 		in, _ := stream("key", p, 200, rng)
 		e.produce(p, in)
 		for i, m := range in {
 			if i%4 == 3 {
-				m.Headers = append(slices.Clone(m.Headers), kafka.Header{Key: "x-dup", Value: []byte("1")})
+				m.Headers = append(slices.Clone(m.Headers), kafkaio.Header{Key: "x-dup", Value: []byte("1")})
 			}
 			want[p] = append(want[p], m)
 		}
@@ -205,8 +205,8 @@ func TestDuplicatesTopic(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 2, embedkafka.Options{Topics: map[string]int32{"dups": 1}})
 	rng := rand.New(rand.NewPCG(5, 6))
-	want := map[int][]kafka.Message{}
-	var wantDups []kafka.Message
+	want := map[int][]kafkaio.Record{}
+	var wantDups []kafkaio.Record
 	for p := range 2 {
 		in, w := stream("key", p, 100, rng)
 		e.produce(p, in)
@@ -231,7 +231,7 @@ func TestDuplicatesTopic(t *testing.T) {
 	dups := e.readOut("dups")[0]
 	// Both input partitions write to the single side partition; order holds per input partition.
 	for p := range 2 {
-		var gotP, wantP []kafka.Message
+		var gotP, wantP []kafkaio.Record
 		for _, m := range dups {
 			if string(m.Value[:2]) == fmt.Sprintf("p%d", p) {
 				if reason, _ := header(m, consumer.AuditHeaderReason); reason != consumer.DropDuplicate {
@@ -263,7 +263,7 @@ func TestScope(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 2, 2, embedkafka.Options{})
 			for p := range 2 {
-				e.produce(p, []kafka.Message{record("key", p, 0, "shared-id"), record("key", p, 1, fmt.Sprintf("own-%d", p))})
+				e.produce(p, []kafkaio.Record{record("key", p, 0, "shared-id"), record("key", p, 1, fmt.Sprintf("own-%d", p))})
 			}
 			r := e.start(e.config(), newMapDeduper(tc.global, nil), keyFuncFor(t, "key"))
 			e.waitAllCommitted(20 * time.Second)
@@ -293,7 +293,7 @@ func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 3, 3, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(7, 8))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 3 {
 		in, w := stream("key", p, 300, rng)
 		e.produce(p, in)
@@ -343,7 +343,7 @@ func TestGracefulShutdown(t *testing.T) {
 	eventually(t, 20*time.Second, "second worker ready", r2.w.Ready)
 	for p := range 3 {
 		s := record("key", p, 1000, "sentinel")
-		e.produce(p, []kafka.Message{s})
+		e.produce(p, []kafkaio.Record{s})
 		want[p] = append(want[p], s)
 	}
 	e.waitAllCommitted(20 * time.Second)
@@ -381,8 +381,8 @@ func twoWorkers(t *testing.T, delivery consumer.Delivery) {
 		cfg = e.eosConfig()
 	}
 	rng := rand.New(rand.NewPCG(9, 10))
-	ins := map[int][]kafka.Message{}
-	want := map[int][]kafka.Message{}
+	ins := map[int][]kafkaio.Record{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 4 {
 		ins[p], want[p] = stream("key", p, 900, rng)
 	}
@@ -433,8 +433,8 @@ func TestBrokerRestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 2, embedkafka.Options{DataDir: t.TempDir()})
 	rng := rand.New(rand.NewPCG(11, 12))
-	ins := map[int][]kafka.Message{}
-	want := map[int][]kafka.Message{}
+	ins := map[int][]kafkaio.Record{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 2 {
 		ins[p], want[p] = stream("key", p, 4000, rng)
 		e.produce(p, ins[p][:3000])
@@ -466,7 +466,7 @@ func TestBrokerRestart(t *testing.T) {
 	}
 	got := e.readOut(e.out)
 	for p := range 2 {
-		var firsts []kafka.Message
+		var firsts []kafkaio.Record
 		seen := map[string]bool{}
 		for _, m := range got[p] {
 			if !seen[string(m.Value)] {
@@ -504,7 +504,7 @@ func TestMissingTopic(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 0, embedkafka.Options{})
 	rng := rand.New(rand.NewPCG(13, 14))
-	want := map[int][]kafka.Message{}
+	want := map[int][]kafkaio.Record{}
 	for p := range 2 {
 		in, w := stream("key", p, 100, rng)
 		e.produce(p, in)
@@ -536,7 +536,7 @@ func TestMissingTopic(t *testing.T) {
 func TestPartitionMismatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4, 3, embedkafka.Options{})
-	e.produce(0, []kafka.Message{record("key", 0, 0, "a")})
+	e.produce(0, []kafkaio.Record{record("key", 0, 0, "a")})
 	r := e.start(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	select {
 	case err := <-r.done:
@@ -575,15 +575,15 @@ func TestHashPartitioning(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var sent []kafka.Message
+	var sent []kafkaio.Record
 	for p := range 2 {
-		var in []kafka.Message
+		var in []kafkaio.Record
 		for i := range 3 { // each key several times in a row per partition, distinct values
 			for _, k := range keys {
-				in = append(in, kafka.Message{Key: []byte(k), Value: []byte(fmt.Sprintf("%s/%d/%d", k, p, i))})
+				in = append(in, kafkaio.Record{Key: []byte(k), Value: []byte(fmt.Sprintf("%s/%d/%d", k, p, i))})
 			}
 		}
-		in = append(in, kafka.Message{Key: nil, Value: []byte(fmt.Sprintf("nullkey/%d", p))})
+		in = append(in, kafkaio.Record{Key: nil, Value: []byte(fmt.Sprintf("nullkey/%d", p))})
 		e.produce(p, in)
 		sent = append(sent, in...)
 	}

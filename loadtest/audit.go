@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // The worker's audit topic headers (consumer.AuditHeader*; loadtest does not import consumer).
@@ -126,7 +125,7 @@ func (r *Report) auditFailures() []string {
 
 // readAudit returns the records of run runID in the audit topic cfg.AuditTopic from starts (one
 // offset per partition) to its end, or nil without an audit topic.
-func readAudit(ctx context.Context, cfg Config, client *kafka.Client, starts []int64) ([]AuditRec, error) {
+func readAudit(ctx context.Context, cfg Config, client *kafkaio.Client, starts []int64) ([]AuditRec, error) {
 	if cfg.AuditTopic == "" {
 		return nil, nil
 	}
@@ -153,7 +152,7 @@ func readAudit(ctx context.Context, cfg Config, client *kafka.Client, starts []i
 }
 
 // auditRec returns the audit record of run runID that headers describe.
-func auditRec(headers []kafka.Header, runID string) (AuditRec, bool) {
+func auditRec(headers []kafkaio.Header, runID string) (AuditRec, bool) {
 	a := AuditRec{Seq: -1, Partition: -1, Offset: -1}
 	ours := false
 	for _, h := range headers {

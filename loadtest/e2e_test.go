@@ -11,7 +11,6 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 )
 
 // exactDeduper is a map-based deduplicator with the window semantics of the real filter: an
@@ -33,7 +32,7 @@ type exactDeduper struct {
 	lost   int
 }
 
-func (d *exactDeduper) keep(partition int, _, _ []byte, headers []kafka.Header) bool {
+func (d *exactDeduper) keep(partition int, _, _ []byte, headers []kafkaio.Header) bool {
 	var id string
 	for _, h := range headers {
 		if h.Key == "event-id" {
@@ -76,7 +75,7 @@ func (d *exactDeduper) keep(partition int, _, _ []byte, headers []kafka.Header) 
 }
 
 // runPipeline starts a broker with 4-partition topics, a Pipe with keep, and a loadtest.
-func runPipeline(t *testing.T, cfg Config, keep func(int, []byte, []byte, []kafka.Header) bool) *Report {
+func runPipeline(t *testing.T, cfg Config, keep func(int, []byte, []byte, []kafkaio.Header) bool) *Report {
 	t.Helper()
 	tier.Integration(t)
 	cl, err := embedkafka.Start(embedkafka.Options{Topics: map[string]int32{"lt-in": 4, "lt-out": 4}})

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Obs is one record of this run read from the output topic.
@@ -38,7 +37,7 @@ const fetchMaxWait = 200 * time.Millisecond
 
 // fetcher reads one output partition from a start offset, in offset order.
 type fetcher struct {
-	client     *kafka.Client
+	client     *kafkaio.Client
 	pool       *kafkaio.FetchPool // the fetches of every output partition, one request per broker
 	topic      string
 	part       int
@@ -82,7 +81,7 @@ func (f *fetcher) run(ctx context.Context) {
 }
 
 // observe records one output record read at at.
-func (f *fetcher) observe(headers []kafka.Header, at int64) {
+func (f *fetcher) observe(headers []kafkaio.Header, at int64) {
 	seq := int64(-1)
 	ours, end, marked := false, false, false
 	for _, h := range headers {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Header names of the loadtest's own headers.
@@ -101,13 +100,13 @@ type generator struct {
 	filler     []byte
 	jsonPrefix []byte // {"a":{"b":"
 	jsonSuffix []byte // "}}
-	bufs       [][]kafka.Message
+	bufs       [][]kafkaio.Record
 	bufBytes   []int
 	oldest     time.Time // creation time of the oldest buffered record
-	chans      []chan []kafka.Message
+	chans      []chan []kafkaio.Record
 }
 
-func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.Time) *generator {
+func newGenerator(cfg Config, client *kafkaio.Client, partitions int, start time.Time) *generator {
 	g := &generator{
 		cfg:        cfg,
 		partitions: partitions,
@@ -117,9 +116,9 @@ func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.T
 		ids:        newIDMaker(cfg.RunID),
 		runID:      []byte(cfg.RunID),
 		log:        make([]sentRec, 0, cfg.Count+partitions),
-		bufs:       make([][]kafka.Message, partitions),
+		bufs:       make([][]kafkaio.Record, partitions),
 		bufBytes:   make([]int, partitions),
-		chans:      make([]chan []kafka.Message, partitions),
+		chans:      make([]chan []kafkaio.Record, partitions),
 	}
 	g.producer = newProducer(client, generatorErrors{g})
 	g.filler = []byte(strings.Repeat("x", cfg.ValueSize))
@@ -139,23 +138,23 @@ func newGenerator(cfg Config, client *kafka.Client, partitions int, start time.T
 }
 
 // buildRecord builds the record of send log entry s with sequence number seq.
-func (g *generator) buildRecord(seq int, s sentRec) kafka.Message {
+func (g *generator) buildRecord(seq int, s sentRec) kafkaio.Record {
 	t := g.start.Add(time.Duration(s.at))
-	r := kafka.Message{Time: t}
+	r := kafkaio.Record{Time: t}
 	if s.late {
 		r.Time = t.Add(-LateAge)
 	}
-	r.Headers = make([]kafka.Header, 3, 5)
-	r.Headers[0] = kafka.Header{Key: HeaderRun, Value: g.runID}
-	r.Headers[1] = kafka.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
-	r.Headers[2] = kafka.Header{Key: HeaderSent, Value: strconv.AppendInt(nil, t.UnixNano(), 10)}
+	r.Headers = make([]kafkaio.Header, 3, 5)
+	r.Headers[0] = kafkaio.Header{Key: HeaderRun, Value: g.runID}
+	r.Headers[1] = kafkaio.Header{Key: HeaderSeq, Value: strconv.AppendInt(nil, int64(seq), 10)}
+	r.Headers[2] = kafkaio.Header{Key: HeaderSent, Value: strconv.AppendInt(nil, t.UnixNano(), 10)}
 	if s.kind == KindMarker {
 		// No key, no value, no id header: the worker cannot extract an identity and passes it.
-		r.Headers = append(r.Headers, kafka.Header{Key: HeaderEnd, Value: []byte("1")})
+		r.Headers = append(r.Headers, kafkaio.Header{Key: HeaderEnd, Value: []byte("1")})
 		return r
 	}
 	if g.cfg.Sources > 0 {
-		r.Headers = append(r.Headers, kafka.Header{Key: SourceHeader, Value: []byte(SourceOf(s.ord, g.cfg.Sources, g.cfg.Seed))})
+		r.Headers = append(r.Headers, kafkaio.Header{Key: SourceHeader, Value: []byte(SourceOf(s.ord, g.cfg.Sources, g.cfg.Seed))})
 	}
 	f := g.cfg.Field
 	if f.Kind == FieldKey {
@@ -168,7 +167,7 @@ func (g *generator) buildRecord(seq int, s sentRec) kafka.Message {
 		r.Value = g.filler
 	case FieldHeader:
 		r.Value = g.filler
-		r.Headers = append(r.Headers, kafka.Header{Key: f.Name, Value: g.ids.id(make([]byte, 0, 16), s.ord)})
+		r.Headers = append(r.Headers, kafkaio.Header{Key: f.Name, Value: g.ids.id(make([]byte, 0, 16), s.ord)})
 	case FieldValue:
 		v := g.ids.id(make([]byte, 0, max(16, g.cfg.ValueSize)), s.ord)
 		for len(v) < g.cfg.ValueSize {
@@ -202,7 +201,7 @@ func (g *generator) run(ctx context.Context) error {
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	for p := range g.partitions {
-		ch := make(chan []kafka.Message, 8)
+		ch := make(chan []kafkaio.Record, 8)
 		g.chans[p] = ch
 		wg.Add(1)
 		go func() {
@@ -323,7 +322,7 @@ func (g *generator) flush(ctx context.Context, p int) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	g.bufs[p] = make([]kafka.Message, 0, g.cfg.ProduceBatch)
+	g.bufs[p] = make([]kafkaio.Record, 0, g.cfg.ProduceBatch)
 	g.bufBytes[p] = 0
 	return nil
 }
@@ -353,7 +352,7 @@ func (g *generator) wait(ctx context.Context, d time.Duration) error {
 }
 
 // produce sends the batches of partition p in order, one at a time (see newProducer).
-func (g *generator) produce(ctx context.Context, p int, ch <-chan []kafka.Message) error {
+func (g *generator) produce(ctx context.Context, p int, ch <-chan []kafkaio.Record) error {
 	for batch := range ch {
 		if err := g.producer.Produce(ctx, g.cfg.InputTopic, p, batch); err != nil {
 			if ctx.Err() != nil {
@@ -369,7 +368,7 @@ func (g *generator) produce(ctx context.Context, p int, ch <-chan []kafka.Messag
 // newProducer returns the loadtest's producer: acks=all, without idempotence (the verifier
 // counts what a retry duplicates), a failed request tried up to 10 times, 50ms to 2s apart. obs,
 // if not nil, hears about failed attempts.
-func newProducer(client *kafka.Client, obs kafkaio.ProduceObserver) *kafkaio.Producer {
+func newProducer(client *kafkaio.Client, obs kafkaio.ProduceObserver) *kafkaio.Producer {
 	return kafkaio.NewProducer(client, kafkaio.ProducerConfig{
 		Backoff:  kafkaio.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
 		Attempts: 10,

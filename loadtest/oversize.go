@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // DefaultOversizeBytes is Config.OversizeBytes's default: twice the 1 MiB that a topic takes by
@@ -99,7 +98,7 @@ func (vr *verifier) refusals() {
 // readDeadLetters returns the lt-seq of every record of this run in cfg.DeadLetterTopic from
 // starts (one offset per partition) to its end that carries the worker's dead-letter headers
 // (the error, the source offset). It returns nil without a dead-letter topic.
-func readDeadLetters(ctx context.Context, cfg Config, client *kafka.Client, starts []int64) (map[int64]bool, error) {
+func readDeadLetters(ctx context.Context, cfg Config, client *kafkaio.Client, starts []int64) (map[int64]bool, error) {
 	if cfg.DeadLetterTopic == "" {
 		return nil, nil
 	}
@@ -127,7 +126,7 @@ func readDeadLetters(ctx context.Context, cfg Config, client *kafka.Client, star
 
 // deadLetterSeq returns the lt-seq of a dead letter of run runID that carries the worker's
 // dead-letter headers.
-func deadLetterSeq(headers []kafka.Header, runID string) (int64, bool) {
+func deadLetterSeq(headers []kafkaio.Header, runID string) (int64, bool) {
 	seq, ours, worker := int64(-1), false, 0
 	for _, h := range headers {
 		switch h.Key {

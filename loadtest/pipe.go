@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // PipeConfig configures Pipe.
@@ -21,7 +20,7 @@ type PipeConfig struct {
 	FromEarliest bool
 	// Keep, when not nil, is asked about every record; false drops it. It is called
 	// concurrently for different partitions, in offset order within a partition.
-	Keep func(partition int, key, value []byte, headers []kafka.Header) bool
+	Keep func(partition int, key, value []byte, headers []kafkaio.Header) bool
 }
 
 // Pipe copies every record appended to partition p of the input topic after Pipe started (or
@@ -71,8 +70,8 @@ func Pipe(ctx context.Context, cfg PipeConfig) error {
 
 // pipePartition copies partition p from offset on until ctx ends (then it returns nil), producing
 // what each fetch returned before the next fetch.
-func pipePartition(ctx context.Context, client *kafka.Client, producer *kafkaio.Producer, cfg PipeConfig, p int, offset int64) error {
-	var batch []kafka.Message
+func pipePartition(ctx context.Context, client *kafkaio.Client, producer *kafkaio.Producer, cfg PipeConfig, p int, offset int64) error {
+	var batch []kafkaio.Record
 	err := kafkaio.Read(ctx, client, kafkaio.Range{
 		Topic: cfg.InputTopic, Partition: p, Start: offset, End: -1, Backoff: kafkaio.Backoff{Max: time.Second},
 	}, func(fetched []kafkaio.Record) error {
@@ -82,7 +81,7 @@ func pipePartition(ctx context.Context, client *kafka.Client, producer *kafkaio.
 				continue
 			}
 			// The records stay valid until this function returns, and Produce is done with them then.
-			batch = append(batch, kafka.Message{Key: r.Key, Value: r.Value, Headers: r.Headers, Time: r.Time})
+			batch = append(batch, kafkaio.Record{Key: r.Key, Value: r.Value, Headers: r.Headers, Time: r.Time})
 		}
 		err := producer.Produce(ctx, cfg.OutputTopic, p, batch)
 		clear(batch)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // plannedDup is one duplicate of an original: its kind, its delay after the original was sent,
@@ -74,7 +74,7 @@ func newPlanner(cfg Config, partitions int) *planner {
 
 // partitionOf places a key like the Java client's default partitioner (murmur2).
 func (p *planner) partitionOf(key []byte) int32 {
-	return int32(kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, p.parts...))
+	return int32(kafkaio.KeyPartition(key, p.parts...))
 }
 
 // nextOriginal returns the next original of the plan with its duplicates, or false when the plan

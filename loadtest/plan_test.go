@@ -14,7 +14,6 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 func testConfig() Config {
@@ -241,7 +240,7 @@ func TestIDsAreUnique(t *testing.T) {
 }
 
 // headerIter adapts kafka headers to the KeyFunc header iterator.
-func headerIter(hs []kafka.Header) func(func(string, []byte) bool) {
+func headerIter(hs []kafkaio.Header) func(func(string, []byte) bool) {
 	return func(yield func(string, []byte) bool) {
 		for _, h := range hs {
 			if !yield(h.Key, h.Value) {
@@ -332,9 +331,9 @@ func TestGeneratorSchedule(t *testing.T) {
 			const parts = 3
 			g := newGenerator(cfg, nil, parts, time.Now())
 			var wg sync.WaitGroup
-			got := make([][]kafka.Message, parts)
+			got := make([][]kafkaio.Record, parts)
 			for p := range parts {
-				g.chans[p] = make(chan []kafka.Message, 1)
+				g.chans[p] = make(chan []kafkaio.Record, 1)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // newClient returns a kafka-go client of conn whose requests time out after 30s; its client ID
 // defaults to "kdedup-loadtest".
-func newClient(conn kafkaio.Conn) *kafka.Client {
+func newClient(conn kafkaio.Conn) *kafkaio.Client {
 	if conn.ClientID == "" {
 		conn.ClientID = "kdedup-loadtest"
 	}
@@ -24,7 +23,7 @@ func newClient(conn kafkaio.Conn) *kafka.Client {
 }
 
 // endOffsets returns the high watermark of partitions 0..n-1 of topic.
-func endOffsets(ctx context.Context, client *kafka.Client, topic string, n int) ([]int64, error) {
+func endOffsets(ctx context.Context, client *kafkaio.Client, topic string, n int) ([]int64, error) {
 	_, end, err := kafkaio.TopicOffsets(ctx, client, topic, n)
 	return end, err
 }
@@ -89,7 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // sending (send), runs the AfterSend hook, waits for the output (waitOutput), stops reading,
 // reads the dead-letter topic from dlStarts (readDeadLetters) and verifies what arrived
 // (buildReport).
-func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts int, starts, dlStarts, auditStarts []int64) (*Report, error) {
+func run(ctx, runCtx context.Context, cfg Config, client *kafkaio.Client, inParts int, starts, dlStarts, auditStarts []int64) (*Report, error) {
 	start := time.Now()
 	st := &outputState{markers: make([]atomic.Bool, inParts)}
 	fetchers, stopFetch := startFetchers(ctx, cfg, client, st, starts, start)
@@ -157,7 +156,7 @@ func run(ctx, runCtx context.Context, cfg Config, client *kafka.Client, inParts 
 
 // startFetchers starts reading every output partition p from starts[p], until stop is called;
 // stop waits for the readers to end.
-func startFetchers(ctx context.Context, cfg Config, client *kafka.Client, st *outputState, starts []int64, start time.Time) (fetchers []*fetcher, stop func()) {
+func startFetchers(ctx context.Context, cfg Config, client *kafkaio.Client, st *outputState, starts []int64, start time.Time) (fetchers []*fetcher, stop func()) {
 	fetchCtx, stopFetch := context.WithCancel(context.WithoutCancel(ctx))
 	pool := kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{MaxWait: fetchMaxWait})
 	fetchers = make([]*fetcher, len(starts))
@@ -233,7 +232,7 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 // waitOutput waits until the output is complete. It returns complete=false with the reason when
 // the run timed out or was interrupted, and complete=true with a note when it stopped waiting
 // because nothing arrived for cfg.Settle.
-func waitOutput(ctx, runCtx context.Context, cfg Config, client *kafka.Client, st *outputState, fetchers []*fetcher,
+func waitOutput(ctx, runCtx context.Context, cfg Config, client *kafkaio.Client, st *outputState, fetchers []*fetcher,
 	inParts int, genEnd time.Duration, start time.Time) (reason string, complete bool) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // TestBinaryConfigError proves that the binary reports every configuration problem, naming each
@@ -47,9 +47,9 @@ func TestBinarySIGTERM(t *testing.T) {
 	cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": 2, "out": 2}})
 	ctx := context.Background()
 	for p := range 2 {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := range 200 {
-			msgs = append(msgs, kafka.Message{Key: []byte(fmt.Sprintf("id-%d-%d", p, i%150)), Value: []byte(fmt.Sprint(i))})
+			msgs = append(msgs, kafkaio.Record{Key: []byte(fmt.Sprintf("id-%d-%d", p, i%150)), Value: []byte(fmt.Sprint(i))})
 		}
 		if err := cl.Produce(ctx, "in", p, msgs...); err != nil {
 			t.Fatal(err)

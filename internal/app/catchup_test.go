@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // TestRebuildAfterCatchUp runs a worker that catches up with an hour of lag, more than the 3
@@ -29,9 +29,9 @@ func TestRebuildAfterCatchUp(t *testing.T) {
 			ctx := context.Background()
 			lagged := time.Now().Add(-time.Hour)
 			produce := func(from, to int, value string) {
-				byPart := make([][]kafka.Message, restartPartitions)
+				byPart := make([][]kafkaio.Record, restartPartitions)
 				for i := from; i < to; i++ {
-					byPart[i%restartPartitions] = append(byPart[i%restartPartitions], kafka.Message{
+					byPart[i%restartPartitions] = append(byPart[i%restartPartitions], kafkaio.Record{
 						Key: []byte(fmt.Sprintf("ev-%05d", i)), Value: []byte(value), Time: lagged})
 				}
 				for p, msgs := range byPart {

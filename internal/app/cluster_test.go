@@ -51,7 +51,7 @@ func (r *clusterRun) produce(ctx context.Context, per int, pause time.Duration, 
 	in := r.b.Name("in")
 	for recs := r.recs; len(recs) > 0; {
 		n := min(per, len(recs))
-		byPart := make([][]kafka.Message, r.parts)
+		byPart := make([][]kafkaio.Record, r.parts)
 		for _, s := range recs[:n] {
 			byPart[s.partition] = append(byPart[s.partition], s.msg)
 		}

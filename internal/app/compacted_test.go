@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/txntest"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -124,7 +124,7 @@ func TestCompactedInput(t *testing.T) {
 			k := fmt.Sprintf("tick-%04d", ticks)
 			ticks++
 			unique[k] = true
-			if err := b.Produce(t.Context(), in, p, kafka.Message{Key: []byte(k), Value: []byte("tick")}); err != nil {
+			if err := b.Produce(t.Context(), in, p, kafkaio.Record{Key: []byte(k), Value: []byte("tick")}); err != nil {
 				return false, err
 			}
 		}

@@ -20,8 +20,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 )
 
 // Config is everything kdedup reads from the environment. The struct tags are the single source
@@ -423,13 +421,10 @@ func (c Config) validateZeros(add func(name, format string, args ...any)) {
 }
 
 // validateClient checks the settings that only this package turns into the worker's: the start
-// offset, compression, TLS files and SASL.
+// offset, TLS files and SASL.
 func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) {
 	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
 		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
-	}
-	if _, ok := compressions[k.Compression]; !ok {
-		add("KAFKA_COMPRESSION", "%q is not one of none, gzip, snappy, lz4, zstd", k.Compression)
 	}
 	if !k.TLSEnabled {
 		for name, v := range map[string]string{"KAFKA_TLS_CA_FILE": k.TLSCAFile, "KAFKA_TLS_CERT_FILE": k.TLSCertFile, "KAFKA_TLS_KEY_FILE": k.TLSKeyFile} {
@@ -483,10 +478,6 @@ func (k KafkaConfig) validateSASL(add func(name, format string, args ...any)) {
 	}
 }
 
-var compressions = map[string]kafka.Compression{
-	"none": 0, "gzip": kafka.Gzip, "snappy": kafka.Snappy, "lz4": kafka.Lz4, "zstd": kafka.Zstd,
-}
-
 // Level returns LOG_LEVEL as a slog level; the error reports a name that is not one.
 func (c Config) Level() (slog.Level, error) {
 	var l slog.Level
@@ -532,32 +523,40 @@ func tlsFiles(prefix, caFile, certFile, keyFile, serverName string) (*tls.Config
 	return tc, "", nil
 }
 
-// SASL returns the SASL mechanism of KAFKA_SASL_*, or nil without one. AWS_MSK_IAM signs with
-// the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3 checkpoint store uses);
-// its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the shared profile). The error
-// (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a secret.
-func (k KafkaConfig) SASL(a AWSConfig) (sasl.Mechanism, error) {
+// SASL returns the SASL mechanism of KAFKA_SASL_* (see SASLConfig), or nil without one. The
+// error (an unknown mechanism, credentials SCRAM cannot prepare, no AWS region) never holds a
+// secret.
+func (k KafkaConfig) SASL(a AWSConfig) (*consumer.SASL, error) {
 	if k.SASLMechanism == "" {
 		return nil, nil
 	}
-	c := kafkaio.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword}
+	c, err := k.SASLConfig(a)
+	if err != nil {
+		return nil, err
+	}
+	return consumer.NewSASL(c)
+}
+
+// SASLConfig returns the SASL settings of KAFKA_SASL_*, for a KAFKA_SASL_MECHANISM that is set.
+// AWS_MSK_IAM signs with the AWS configuration of a (checkpoint.LoadAWSConfig: the chain the S3
+// checkpoint store uses); its region is AWS_REGION, else the SDK's (AWS_DEFAULT_REGION, the
+// shared profile). The error (no AWS region, an AWS configuration that does not load) never
+// holds a secret.
+func (k KafkaConfig) SASLConfig(a AWSConfig) (consumer.SASLConfig, error) {
+	c := consumer.SASLConfig{Mechanism: k.SASLMechanism, Username: k.SASLUsername, Password: k.SASLPassword}
 	if mech, _ := kafkaio.CanonicalMechanism(k.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
 		opts := s3Options(a, nil)
 		opts.Endpoint = ""
 		ac, err := checkpoint.LoadAWSConfig(context.Background(), opts)
 		if err != nil {
-			return nil, err
+			return c, err
 		}
 		if ac.Region == "" {
-			return nil, errors.New("AWS_MSK_IAM needs the cluster's region: set AWS_REGION")
+			return c, errors.New("AWS_MSK_IAM needs the cluster's region: set AWS_REGION")
 		}
 		c.AWSCredentials, c.AWSRegion = ac.Credentials, ac.Region
 	}
-	m, err := kafkaio.NewSASL(c)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return c, nil
 }
 
 // duplicatesTopic returns the audit topic: KAFKA_DUPLICATES_TOPIC, else its deprecated name
@@ -590,7 +589,8 @@ func (c Config) consumerFields() consumer.Config {
 		brokers[i] = strings.TrimSpace(b)
 	}
 	return consumer.Config{
-		Conn:               kafkaio.Conn{Brokers: brokers, ClientID: k.ClientID},
+		Brokers:            brokers,
+		ClientID:           k.ClientID,
 		InputTopic:         k.InputTopic,
 		OutputTopic:        k.OutputTopic,
 		DuplicatesTopic:    c.Kafka.duplicatesTopic(d),
@@ -598,7 +598,7 @@ func (c Config) consumerFields() consumer.Config {
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		StartFromLatest:    k.StartOffset == "latest",
-		Isolation:          kafkaio.Isolation(k.Isolation),
+		Isolation:          k.Isolation,
 		SessionTimeout:     k.SessionTimeout,
 		HeartbeatInterval:  k.HeartbeatInterval,
 		RebalanceTimeout:   k.RebalanceTimeout,
@@ -615,7 +615,7 @@ func (c Config) consumerFields() consumer.Config {
 		MarkHeader:         d.MarkHeader,
 		ProcessedHeader:    d.ProcessedHeader,
 		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
-		Compression:        compressions[k.Compression],
+		Compression:        k.Compression,
 		ShutdownTimeout:    c.ShutdownTimeout,
 		DisableIdempotence: !k.Idempotent,
 		Delivery:           consumer.Delivery(k.Delivery),

@@ -15,7 +15,6 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 )
 
 // lateDeduper wraps the worker's Deduper and calls late once, right after the first Assign of
@@ -82,11 +81,11 @@ func runInProcess(t *testing.T, cl *embedkafka.Cluster, environ map[string]strin
 }
 
 // lateRecords returns n input records with identities prefix0..prefix(n-1), stamped now.
-func lateRecords(prefix string, n int) []kafka.Message {
-	msgs := make([]kafka.Message, n)
+func lateRecords(prefix string, n int) []kafkaio.Record {
+	msgs := make([]kafkaio.Record, n)
 	now := time.Now()
 	for i := range msgs {
-		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "%s%d", prefix, i), Value: []byte("v"), Time: now}
+		msgs[i] = kafkaio.Record{Key: fmt.Appendf(nil, "%s%d", prefix, i), Value: []byte("v"), Time: now}
 	}
 	return msgs
 }
@@ -192,7 +191,7 @@ func previousOwner(t *testing.T, cl *embedkafka.Cluster, delivery string) *kafka
 
 // countOutput reads the output read_committed and returns how many records of want are in it more
 // than once (leaked) and not at all (lost).
-func countOutput(t *testing.T, cl *embedkafka.Cluster, want []kafka.Message) (leaked, lost int) {
+func countOutput(t *testing.T, cl *embedkafka.Cluster, want []kafkaio.Record) (leaked, lost int) {
 	t.Helper()
 	got, err := cl.ReadAll(context.Background(), "out")
 	if err != nil {

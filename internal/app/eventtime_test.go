@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // replayRecord is one record of the event-time replay: its partition, identity and timestamp,
@@ -138,7 +138,7 @@ func produceReplay(t *testing.T, cl testbroker.Broker, stream [][]replayRecord, 
 	t.Helper()
 	var dropped, passedAgain int
 	for p, recs := range stream {
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		seen := map[string]bool{}
 		for _, r := range recs {
 			resent := seen[r.id]
@@ -146,7 +146,7 @@ func produceReplay(t *testing.T, cl testbroker.Broker, stream [][]replayRecord, 
 			if !take(r) {
 				continue
 			}
-			msgs = append(msgs, kafka.Message{Key: []byte(r.id), Value: []byte(r.id), Time: r.ts})
+			msgs = append(msgs, kafkaio.Record{Key: []byte(r.id), Value: []byte(r.id), Time: r.ts})
 			switch {
 			case r.at.Sub(r.ts) > time.Hour: // stamped a day before its place
 				late++
@@ -166,7 +166,7 @@ func produceReplay(t *testing.T, cl testbroker.Broker, stream [][]replayRecord, 
 
 // checkReplayOutput compares each output partition with the records of its input partition that
 // must pass, in order, and reports leaked and lost records by kind.
-func checkReplayOutput(t *testing.T, stream [][]replayRecord, got map[int][]kafka.Message) {
+func checkReplayOutput(t *testing.T, stream [][]replayRecord, got map[int][]kafkaio.Record) {
 	t.Helper()
 	leaked, lost := 0, 0
 	for p, recs := range stream {

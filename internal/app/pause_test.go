@@ -22,14 +22,14 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 )
 
 // sentRecord is one record the paused-replica test produced to the input topic.
 type sentRecord struct {
 	p int
-	m kafka.Message
+	m kafkaio.Record
 }
 
 // recorder produces rounds of a scaleStream and keeps every record it sent, in order.
@@ -42,7 +42,7 @@ type recorder struct {
 
 // round produces per records of the stream.
 func (r *recorder) round(per int) error {
-	var byPart [scalePartitions][]kafka.Message
+	var byPart [scalePartitions][]kafkaio.Record
 	var sent []sentRecord
 	for range per {
 		p, m := r.stream.next()
@@ -90,9 +90,9 @@ func (r *recorder) resend(from int) error {
 	r.mu.Lock()
 	again := r.sent[from:]
 	r.mu.Unlock()
-	var byPart [scalePartitions][]kafka.Message
+	var byPart [scalePartitions][]kafkaio.Record
 	for _, s := range again {
-		byPart[s.p] = append(byPart[s.p], kafka.Message{Key: s.m.Key, Value: s.m.Value})
+		byPart[s.p] = append(byPart[s.p], kafkaio.Record{Key: s.m.Key, Value: s.m.Value})
 	}
 	for p, msgs := range byPart {
 		for len(msgs) > 0 {

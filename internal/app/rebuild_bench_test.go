@@ -11,7 +11,6 @@ import (
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // BenchmarkRebuild rebuilds one partition's 55 MB filter (the default window: 8 generations of
@@ -32,10 +31,10 @@ func BenchmarkRebuild(b *testing.B) {
 	now := time.Now()
 	step := 90 * time.Minute / records
 	for i := 0; i < records; i += 5000 {
-		msgs := make([]kafka.Message, 5000)
+		msgs := make([]kafkaio.Record, 5000)
 		for j := range msgs {
 			n := i + j
-			msgs[j] = kafka.Message{Key: fmt.Appendf(nil, "event-%09d", n), Value: make([]byte, 100),
+			msgs[j] = kafkaio.Record{Key: fmt.Appendf(nil, "event-%09d", n), Value: make([]byte, 100),
 				Time: now.Add(-90*time.Minute + time.Duration(n)*step)}
 		}
 		if err := cl.Produce(ctx, "out", 0, msgs...); err != nil {
@@ -47,7 +46,7 @@ func BenchmarkRebuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	out := consumer.NewOutputReader(consumer.Config{Conn: kafkaio.Conn{Brokers: cl.Addrs()}, InputTopic: "in", OutputTopic: "out"}, kf, log)
+	out := consumer.NewOutputReader(consumer.Config{Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out"}, kf, log)
 	defer out.Close()
 	cfg := dedup.Config{Window: windowConfig(DedupConfig{WindowCount: 8, WindowInterval: 15 * time.Minute, WindowCapacity: 1_000_000,
 		FalsePositiveRate: 1e-6}, nil), Output: out, RebuildMaxRecords: 10_000_000, Logger: log}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // refreshIDs is how many identities of each kind the refresh tests send.
@@ -87,10 +87,10 @@ func TestRefreshEventTime(t *testing.T) {
 			t.Parallel()
 			cl := restartCluster(t)
 			base := time.Now().Add(-time.Minute).Truncate(time.Second)
-			byPart := make([][]kafka.Message, restartPartitions)
+			byPart := make([][]kafkaio.Record, restartPartitions)
 			for _, s := range refreshScenario() {
 				p := refreshPartition(s.id)
-				byPart[p] = append(byPart[p], kafka.Message{Key: []byte(s.id), Value: []byte("v"), Time: base.Add(s.at)})
+				byPart[p] = append(byPart[p], kafkaio.Record{Key: []byte(s.id), Value: []byte("v"), Time: base.Add(s.at)})
 			}
 			for p, msgs := range byPart {
 				if err := cl.Produce(context.Background(), "in", p, msgs...); err != nil {
@@ -138,10 +138,10 @@ func TestRefreshProcessingTime(t *testing.T) {
 	for k := 0; len(sends) > 0; k++ {
 		at := time.Duration(k) * 1500 * time.Millisecond
 		time.Sleep(time.Until(start.Add(at)))
-		byPart := make([][]kafka.Message, restartPartitions)
+		byPart := make([][]kafkaio.Record, restartPartitions)
 		for len(sends) > 0 && sends[0].at == at {
 			p := refreshPartition(sends[0].id)
-			byPart[p] = append(byPart[p], kafka.Message{Key: []byte(sends[0].id), Value: []byte("v")})
+			byPart[p] = append(byPart[p], kafkaio.Record{Key: []byte(sends[0].id), Value: []byte("v")})
 			sends = sends[1:]
 		}
 		for p, msgs := range byPart {

@@ -21,7 +21,6 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 const restartPartitions = 4
@@ -95,7 +94,7 @@ func (s *logStats) add(log string) {
 // streamRecord is one input record of a generated stream.
 type streamRecord struct {
 	partition int
-	msg       kafka.Message
+	msg       kafkaio.Record
 }
 
 // genStream returns n records spread at random over the input partitions, in which about dupRate
@@ -122,7 +121,7 @@ func genStream(rng *rand.Rand, n int, dupRate float64, global bool) ([]streamRec
 			all = append(all, id)
 			byPart[p] = append(byPart[p], id)
 		}
-		out = append(out, streamRecord{partition: p, msg: kafka.Message{Key: []byte(id), Value: []byte(strconv.Itoa(i))}})
+		out = append(out, streamRecord{partition: p, msg: kafkaio.Record{Key: []byte(id), Value: []byte(strconv.Itoa(i))}})
 	}
 	return out, unique
 }
@@ -133,7 +132,7 @@ func genStream(rng *rand.Rand, n int, dupRate float64, global bool) ([]streamRec
 func produceStream(ctx context.Context, cl testbroker.Broker, recs []streamRecord, per int, pause time.Duration, done chan<- error) {
 	for len(recs) > 0 {
 		n := min(per, len(recs))
-		byPart := make([][]kafka.Message, restartPartitions)
+		byPart := make([][]kafkaio.Record, restartPartitions)
 		for _, r := range recs[:n] {
 			byPart[r.partition] = append(byPart[r.partition], r.msg)
 		}
@@ -346,7 +345,7 @@ func (o *outputProgress) distinct() int {
 }
 
 // marked reports whether a record carries the duplicate mark of DEDUP_MODE=mark as its last header.
-func marked(h []kafka.Header) bool {
+func marked(h []kafkaio.Header) bool {
 	return len(h) > 0 && h[len(h)-1].Key == consumer.DefaultMarkHeader && string(h[len(h)-1].Value) == consumer.MarkValue
 }
 
@@ -532,10 +531,10 @@ func TestGracefulRestart(t *testing.T) {
 				environ["CHECKPOINT_INTERVAL"] = "1h"
 				ctx := context.Background()
 				produce := func(from, to int, value string) {
-					byPart := make([][]kafka.Message, restartPartitions)
+					byPart := make([][]kafkaio.Record, restartPartitions)
 					for i := from; i < to; i++ {
 						byPart[i%restartPartitions] = append(byPart[i%restartPartitions],
-							kafka.Message{Key: []byte(fmt.Sprintf("ev-%05d", i)), Value: []byte(value)})
+							kafkaio.Record{Key: []byte(fmt.Sprintf("ev-%05d", i)), Value: []byte(value)})
 					}
 					for p, msgs := range byPart {
 						if err := cl.Produce(ctx, cl.Name("in"), p, msgs...); err != nil {
@@ -628,11 +627,11 @@ func TestRestartUnderChangedKeyRebuilds(t *testing.T) {
 	environ["CHECKPOINT_INTERVAL"] = "1h"
 	ctx := context.Background()
 	produce := func(from, to int, value string) {
-		byPart := make([][]kafka.Message, restartPartitions)
+		byPart := make([][]kafkaio.Record, restartPartitions)
 		for i := from; i < to; i++ {
 			id := []byte(fmt.Sprintf("ev-%05d", i))
-			byPart[i%restartPartitions] = append(byPart[i%restartPartitions], kafka.Message{
-				Key: id, Value: []byte(value), Headers: []kafka.Header{{Key: "event-id", Value: id}}})
+			byPart[i%restartPartitions] = append(byPart[i%restartPartitions], kafkaio.Record{
+				Key: id, Value: []byte(value), Headers: []kafkaio.Header{{Key: "event-id", Value: id}}})
 		}
 		for p, msgs := range byPart {
 			if err := cl.Produce(ctx, "in", p, msgs...); err != nil {

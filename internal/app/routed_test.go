@@ -13,12 +13,12 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/kdedup/kdedup/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
-	"github.com/segmentio/kafka-go"
 )
 
 // TestRoutedConfig checks the settings of the routed scope: what it needs, and that a list of
@@ -113,7 +113,7 @@ func TestRoutedServe(t *testing.T) {
 	const n = 400
 	produced := 0
 	for i := range n {
-		m := kafka.Message{Key: fmt.Appendf(nil, "id-%d", i), Value: []byte("v"), Headers: []kafka.Header{{Key: "h", Value: []byte("x")}}}
+		m := kafkaio.Record{Key: fmt.Appendf(nil, "id-%d", i), Value: []byte("v"), Headers: []kafkaio.Header{{Key: "h", Value: []byte("x")}}}
 		copies := []struct {
 			topic string
 			p     int

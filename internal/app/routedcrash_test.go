@@ -12,7 +12,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 // routedCrashEvents is the number of events of TestRoutedCrash (the run: about 120k events
@@ -32,20 +32,20 @@ func routedCrashEvents(t *testing.T) int {
 type routedRecord struct {
 	topic string
 	p     int
-	m     kafka.Message
+	m     kafkaio.Record
 }
 
 // routedStream builds n events on two 6-partition topics plus n/4 duplicates, a third on the
 // original's partition, a third on another partition of its topic and a third on the other topic,
 // each after its original, shuffled otherwise.
-func routedStream(n int, seed uint64) (recs []routedRecord, events map[string]kafka.Message) {
+func routedStream(n int, seed uint64) (recs []routedRecord, events map[string]kafkaio.Record) {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	events = make(map[string]kafka.Message, n)
+	events = make(map[string]kafkaio.Record, n)
 	topics := []string{"in", "in2"}
 	for i := range n {
 		id := fmt.Sprintf("ev-%d", i)
-		m := kafka.Message{Key: []byte(id), Value: fmt.Appendf(nil, "payload %d %x", i, rng.Uint64()),
-			Headers: []kafka.Header{{Key: "src", Value: []byte(topics[i%2])}}, Time: time.UnixMilli(1_790_000_000_000 + int64(i))}
+		m := kafkaio.Record{Key: []byte(id), Value: fmt.Appendf(nil, "payload %d %x", i, rng.Uint64()),
+			Headers: []kafkaio.Header{{Key: "src", Value: []byte(topics[i%2])}}, Time: time.UnixMilli(1_790_000_000_000 + int64(i))}
 		events[id] = m
 		t, p := i%2, rng.IntN(6)
 		recs = append(recs, routedRecord{topics[t], p, m})
@@ -71,7 +71,7 @@ func produceRouted(t *testing.T, cl testbroker.Broker, recs []routedRecord) {
 		topic string
 		p     int
 	}
-	batches := map[tp][]kafka.Message{}
+	batches := map[tp][]kafkaio.Record{}
 	flush := func() {
 		for k, ms := range batches {
 			if err := cl.Produce(context.Background(), k.topic, k.p, ms...); err != nil {
@@ -159,7 +159,7 @@ func waitCommitted(t *testing.T, cl testbroker.Broker, group, topic string, aliv
 
 // checkRoutedOutput checks that the output holds every event exactly once, unchanged, in the
 // partition of its identity.
-func checkRoutedOutput(t *testing.T, cl testbroker.Broker, events map[string]kafka.Message) {
+func checkRoutedOutput(t *testing.T, cl testbroker.Broker, events map[string]kafkaio.Record) {
 	t.Helper()
 	out, err := cl.ReadAll(context.Background(), "out")
 	if err != nil {
@@ -195,7 +195,7 @@ func checkRoutedOutput(t *testing.T, cl testbroker.Broker, events map[string]kaf
 }
 
 // sameMessage says how a differs from b in key, value, headers and timestamp; "" when it does not.
-func sameMessage(a, b kafka.Message) string {
+func sameMessage(a, b kafkaio.Record) string {
 	switch {
 	case string(a.Key) != string(b.Key) || string(a.Value) != string(b.Value):
 		return "key or value"

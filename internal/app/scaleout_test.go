@@ -26,7 +26,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 const scalePartitions = 12
@@ -42,7 +42,7 @@ type scaleStream struct {
 	unique  map[string]bool
 }
 
-func (s *scaleStream) next() (int, kafka.Message) {
+func (s *scaleStream) next() (int, kafkaio.Record) {
 	p := s.rng.IntN(scalePartitions)
 	var id string
 	if pool := s.byPart[p]; len(pool) > 0 && s.rng.Float64() < s.dupRate {
@@ -52,7 +52,7 @@ func (s *scaleStream) next() (int, kafka.Message) {
 		s.unique[id] = true
 		s.byPart[p] = append(s.byPart[p], id)
 	}
-	m := kafka.Message{Key: []byte(id), Value: []byte(strconv.Itoa(s.n))}
+	m := kafkaio.Record{Key: []byte(id), Value: []byte(strconv.Itoa(s.n))}
 	s.n++
 	return p, m
 }
@@ -64,7 +64,7 @@ func produceUntil(cl testbroker.Broker, s *scaleStream, per int, pause time.Dura
 	t := time.NewTicker(pause)
 	defer t.Stop()
 	for {
-		var byPart [scalePartitions][]kafka.Message
+		var byPart [scalePartitions][]kafkaio.Record
 		for range per {
 			p, m := s.next()
 			byPart[p] = append(byPart[p], m)

@@ -18,8 +18,8 @@ import (
 	"github.com/kdedup/kdedup/identity/registrytest"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -97,7 +97,7 @@ const e2ePartitions = 6
 
 // e2eRecord is one produced record and whether it must reach the output.
 type e2eRecord struct {
-	msg  kafka.Message
+	msg  kafkaio.Record
 	keep bool
 }
 
@@ -146,8 +146,8 @@ func e2eStream(rng *rand.Rand, format string, phase int, size e2eSize, ids [2]in
 		if ev.v2 {
 			schema = ids[1]
 		}
-		m := kafka.Message{Key: []byte(strconv.Itoa(*seq)), Value: ev.encode(format, schema),
-			Headers: []kafka.Header{{Key: "seq", Value: []byte(strconv.Itoa(*seq))}}}
+		m := kafkaio.Record{Key: []byte(strconv.Itoa(*seq)), Value: ev.encode(format, schema),
+			Headers: []kafkaio.Header{{Key: "seq", Value: []byte(strconv.Itoa(*seq))}}}
 		out[p] = append(out[p], e2eRecord{msg: m, keep: keep})
 	}
 	return out
@@ -203,7 +203,7 @@ func runSchemaE2E(t *testing.T, format string, size e2eSize) {
 	want := make([][]string, e2ePartitions) // seq headers of the records to keep, per partition
 	produce := func(recs [][]e2eRecord) {
 		for p, rs := range recs {
-			msgs := make([]kafka.Message, len(rs))
+			msgs := make([]kafkaio.Record, len(rs))
 			for i, r := range rs {
 				msgs[i] = r.msg
 				if r.keep {

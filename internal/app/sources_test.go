@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/scrape"
 	"github.com/prometheus/common/model"
-	"github.com/segmentio/kafka-go"
 )
 
 // serveInProcess runs Serve with environ in this process and returns the URL of its /metrics. The worker stops at the end
@@ -41,18 +41,18 @@ func serveInProcess(t *testing.T, environ map[string]string) (metricsURL string)
 }
 
 // sourceMsg is a record of source src with identity id, on the partition of id.
-func sourceMsg(src, id string) (int, kafka.Message) {
-	m := kafka.Message{Key: []byte(id), Value: []byte("v")}
+func sourceMsg(src, id string) (int, kafkaio.Record) {
+	m := kafkaio.Record{Key: []byte(id), Value: []byte("v")}
 	if src != "" {
-		m.Headers = []kafka.Header{{Key: "x-source", Value: []byte(src)}}
+		m.Headers = []kafkaio.Header{{Key: "x-source", Value: []byte(src)}}
 	}
 	return int(crc32.ChecksumIEEE([]byte(id)) % restartPartitions), m
 }
 
 // produceSources produces msgs, each to its partition, in order.
-func produceSources(t *testing.T, cl testbroker.Broker, msgs []func() (int, kafka.Message)) {
+func produceSources(t *testing.T, cl testbroker.Broker, msgs []func() (int, kafkaio.Record)) {
 	t.Helper()
-	byPart := make([][]kafka.Message, restartPartitions)
+	byPart := make([][]kafkaio.Record, restartPartitions)
 	for _, f := range msgs {
 		p, m := f()
 		byPart[p] = append(byPart[p], m)
@@ -80,22 +80,22 @@ func TestSourceMetrics(t *testing.T) {
 	environ["DEDUP_METRICS_SOURCE_HOLD"] = "300ms"
 	url := serveInProcess(t, environ)
 
-	var small []func() (int, kafka.Message)
+	var small []func() (int, kafkaio.Record)
 	for s := range 200 {
 		for i := range 5 {
 			id := fmt.Sprintf("s%d-%d", s, i%4) // the fifth repeats the first: a duplicate
-			small = append(small, func() (int, kafka.Message) { return sourceMsg(fmt.Sprintf("small-%03d", s), id) })
+			small = append(small, func() (int, kafkaio.Record) { return sourceMsg(fmt.Sprintf("small-%03d", s), id) })
 		}
 	}
 	for range 10 { // and some records without a source
 		id := fmt.Sprintf("anon-%d", len(small))
-		small = append(small, func() (int, kafka.Message) { return sourceMsg("", id) })
+		small = append(small, func() (int, kafkaio.Record) { return sourceMsg("", id) })
 	}
 	produceSources(t, cl, small)
 	poll(t, 30*time.Second, "small sources consumed", func() (bool, error) { return caughtUp(cl), nil }, nil)
 
 	heavy := map[string][2]int{"heavy-a": {3000, 600}, "heavy-b": {2000, 1000}, "heavy-c": {1500, 0}}
-	var msgs []func() (int, kafka.Message)
+	var msgs []func() (int, kafkaio.Record)
 	for i := range 3000 { // interleaved
 		for name, h := range heavy {
 			if i >= h[0] {
@@ -105,7 +105,7 @@ func TestSourceMetrics(t *testing.T) {
 			if i >= h[0]-h[1] {
 				id = fmt.Sprintf("%s-%d", name, i-(h[0]-h[1])) // a duplicate of an earlier one
 			}
-			msgs = append(msgs, func() (int, kafka.Message) { return sourceMsg(name, id) })
+			msgs = append(msgs, func() (int, kafkaio.Record) { return sourceMsg(name, id) })
 		}
 	}
 	produceSources(t, cl, msgs)

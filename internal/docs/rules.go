@@ -46,6 +46,12 @@ var Rules = []Rule{
 // embedded broker (internal/embedkafka, kfake): the binary, for its demo and loadtest.
 var BrokerLinkers = []string{"cmd/kdedup", "internal/loadrun"}
 
+// KafkaGoImporters are the only packages whose non-test files may import kafka-go
+// (github.com/segmentio/kafka-go and its subpackages) directly: the one Kafka wire layer, so that
+// kafka-go's types stop there. Other packages reach kafka-go through it (Rule.Kafka), and their
+// tests may import kafka-go for baselines and fixtures.
+var KafkaGoImporters = []string{"internal/kafkaio"}
+
 // TestOnly are packages that only tests and test helper packages (see testHelper) may depend on,
 // whatever their rule says: the test-tier switch.
 var TestOnly = []string{"internal/tier"}
@@ -118,7 +124,31 @@ func RulesMarkdown() string {
 	}
 	fmt.Fprintf(&b, "- Only %s link the embedded broker, `internal/embedkafka` (kfake).\n", join(code(BrokerLinkers), "and"))
 	fmt.Fprintf(&b, "- Only tests and test helper packages import %s.\n", join(code(TestOnly), "and"))
+	fmt.Fprintf(&b, "- Only %s and tests import kafka-go itself; the other packages use kdedup's types (`kafkaio.Record`).\n",
+		join(code(KafkaGoImporters), "and"))
 	return b.String()
+}
+
+// kafkaGo reports whether the import path is kafka-go or one of its subpackages.
+func kafkaGo(path string) bool {
+	return path == "github.com/segmentio/kafka-go" || strings.HasPrefix(path, "github.com/segmentio/kafka-go/")
+}
+
+// CheckImports returns every violation of KafkaGoImporters in imports, which maps each package of
+// the module (relative to Module) to the import paths its non-test files import directly, as
+// go list reports them in Imports.
+func CheckImports(imports map[string][]string) []string {
+	var bad []string
+	for pkg, is := range imports {
+		if slices.ContainsFunc(KafkaGoImporters, func(p string) bool { return within(pkg, p) }) {
+			continue
+		}
+		if i := slices.IndexFunc(is, kafkaGo); i >= 0 {
+			bad = append(bad, fmt.Sprintf("%s imports %s; only %s may (use its types)", pkg, is[i], join(KafkaGoImporters, "and")))
+		}
+	}
+	slices.Sort(bad)
+	return bad
 }
 
 // rule returns the rule of pkg.

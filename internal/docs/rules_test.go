@@ -13,17 +13,55 @@ var update = flag.Bool("update", false, "rewrite README.md's import rules from R
 // TestImportRules checks Rules and BrokerLinkers against what go list -deps reports for every
 // package of the module (tests excluded).
 func TestImportRules(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, Module+"/...").Output()
+	for _, v := range Check(goList(t, "Deps")) {
+		t.Error(v)
+	}
+}
+
+// goList returns the list field (Deps, Imports) of every package of the module, relative to
+// Module, as go list reports it (tests excluded).
+func goList(t *testing.T, field string) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .`+field+` " "}}`, Module+"/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	deps := map[string][]string{}
+	pkgs := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
-		deps[strings.TrimPrefix(f[0], Module+"/")] = f[1:]
+		pkgs[strings.TrimPrefix(f[0], Module+"/")] = f[1:]
 	}
-	for _, v := range Check(deps) {
+	return pkgs
+}
+
+// TestKafkaGoImports checks KafkaGoImporters against the direct imports of every package of the
+// module (tests excluded), as go list reports them.
+func TestKafkaGoImports(t *testing.T) {
+	imports := goList(t, "Imports")
+	if _, ok := imports["internal/kafkaio"]; !ok {
+		t.Fatal("go list does not list internal/kafkaio")
+	}
+	for _, v := range CheckImports(imports) {
 		t.Error(v)
+	}
+}
+
+// TestCheckImportsFindsViolations feeds CheckImports imports of kafka-go inside and outside
+// KafkaGoImporters: only those outside must be reported.
+func TestCheckImportsFindsViolations(t *testing.T) {
+	imports := map[string][]string{
+		"internal/kafkaio": {"github.com/segmentio/kafka-go", "github.com/segmentio/kafka-go/protocol"},
+		"consumer":         {Module + "/internal/kafkaio", "github.com/segmentio/kafka-go-extras"},
+		"loadtest":         {"context", "github.com/segmentio/kafka-go"},
+		"internal/app":     {"github.com/segmentio/kafka-go/sasl"},
+	}
+	got := CheckImports(imports)
+	want := []string{
+		"internal/app imports github.com/segmentio/kafka-go/sasl; only internal/kafkaio may (use its types)",
+		"loadtest imports github.com/segmentio/kafka-go; only internal/kafkaio may (use its types)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("CheckImports reports:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -65,7 +64,7 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	c        *kfake.Cluster
-	client   *kafka.Client // replaced on every start: pooled connections do not survive a restart
+	client   *kafkaio.Client // replaced on every start: pooled connections do not survive a restart
 	producer *kafkaio.Producer
 }
 
@@ -300,7 +299,7 @@ func (cl *Cluster) Answer(key kmsg.Key, n int, answer func(kmsg.Request) kmsg.Re
 func (cl *Cluster) Close() { cl.Stop() }
 
 // conns returns the current client and producer of the cluster.
-func (cl *Cluster) conns() (*kafka.Client, *kafkaio.Producer) {
+func (cl *Cluster) conns() (*kafkaio.Client, *kafkaio.Producer) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.client, cl.producer

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // Remote is a Kafka-protocol cluster that this process did not start, such as a real Apache Kafka
@@ -13,7 +12,7 @@ import (
 type Remote struct {
 	topics
 	conn     kafkaio.Conn
-	client   *kafka.Client
+	client   *kafkaio.Client
 	producer *kafkaio.Producer
 }
 
@@ -26,7 +25,7 @@ func Dial(conn kafkaio.Conn, replication int) *Remote {
 	}
 	r := &Remote{conn: conn, client: conn.Client(10 * time.Second)}
 	r.producer = kafkaio.NewProducer(r.client, kafkaio.ProducerConfig{Attempts: 1})
-	r.topics = topics{conns: func() (*kafka.Client, *kafkaio.Producer) { return r.client, r.producer }, replication: replication}
+	r.topics = topics{conns: func() (*kafkaio.Client, *kafkaio.Producer) { return r.client, r.producer }, replication: replication}
 	return r
 }
 

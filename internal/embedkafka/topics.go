@@ -2,25 +2,23 @@ package embedkafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // topics are the topic helpers of Cluster and Remote over a kafka-go client and producer of the
 // cluster; they are safe for concurrent use.
 type topics struct {
-	conns       func() (*kafka.Client, *kafkaio.Producer)
+	conns       func() (*kafkaio.Client, *kafkaio.Producer)
 	replication int // of the topics CreateTopic creates
 }
 
 // Client returns a kafka-go client for the cluster (see kafkaio.Conn.Client), safe for
 // concurrent use, whose requests time out after 10s. A Cluster's client is replaced on every
 // start: pooled connections do not survive a restart.
-func (t topics) Client() *kafka.Client {
+func (t topics) Client() *kafkaio.Client {
 	c, _ := t.conns()
 	return c
 }
@@ -30,14 +28,8 @@ func (t topics) Client() *kafka.Client {
 // leader: a real broker answers CreateTopics before its leaders are known, and a produce right
 // after it fails with NOT_LEADER_OR_FOLLOWER.
 func (t topics) CreateTopic(ctx context.Context, name string, partitions int) error {
-	res, err := t.Client().CreateTopics(ctx, &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: t.replication}},
-	})
-	if err != nil {
-		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
-	}
-	if err := res.Errors[name]; err != nil {
-		return fmt.Errorf("embedkafka: create topic %q: %w", name, err)
+	if err := kafkaio.CreateTopic(ctx, t.Client(), name, partitions, t.replication); err != nil {
+		return fmt.Errorf("embedkafka: %w", err)
 	}
 	return t.WaitLeaders(ctx, name)
 }
@@ -45,23 +37,8 @@ func (t topics) CreateTopic(ctx context.Context, name string, partitions int) er
 // WaitLeaders waits, for up to 30s, until every partition of topic has a leader in the
 // cluster's metadata.
 func (t topics) WaitLeaders(ctx context.Context, topic string) error {
-	var last error
 	err := kafkaio.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}.Retry(ctx, 100, func(int) error {
-		res, err := t.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		switch {
-		case err != nil:
-			last = err
-		case len(res.Topics) != 1 || res.Topics[0].Error != nil || len(res.Topics[0].Partitions) == 0:
-			last = fmt.Errorf("topic %q not in the metadata yet", topic)
-		default:
-			last = nil
-			for _, p := range res.Topics[0].Partitions {
-				if p.Leader.ID < 0 || p.Leader.Host == "" {
-					last = fmt.Errorf("partition %s/%d has no leader yet", topic, p.ID)
-				}
-			}
-		}
-		return last
+		return kafkaio.LeadersKnown(ctx, t.Client(), topic)
 	})
 	if err != nil {
 		return fmt.Errorf("embedkafka: %w", err)
@@ -88,11 +65,11 @@ func (t topics) Partitions(ctx context.Context, topic string) (int, error) {
 // are used. An answer that the partition has no leader here yet (a real broker just after the
 // topic was created, or during a leader change) is retried for up to about 10 s: such a request
 // was not appended, though requests before it in the same call were and are sent again.
-func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error {
+func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafkaio.Record) error {
 	_, p := t.conns()
 	err := kafkaio.Backoff{Min: 50 * time.Millisecond, Max: time.Second}.Retry(ctx, 15, func(int) error {
 		err := p.Produce(ctx, topic, partition, msgs)
-		if err != nil && !leaderMoving(err) {
+		if err != nil && !kafkaio.LeaderMoving(err) {
 			return kafkaio.Permanent(err)
 		}
 		return err
@@ -101,12 +78,6 @@ func (t topics) Produce(ctx context.Context, topic string, partition int, msgs .
 		return fmt.Errorf("embedkafka: %w", err)
 	}
 	return nil
-}
-
-// leaderMoving reports whether err says that the partition's leader is not known or not here yet.
-func leaderMoving(err error) bool {
-	return errors.Is(err, kafka.NotLeaderForPartition) || errors.Is(err, kafka.LeaderNotAvailable) ||
-		errors.Is(err, kafka.UnknownTopicOrPartition)
 }
 
 // EndOffsets returns the high watermark of every partition of topic.
@@ -140,51 +111,31 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 	// A real broker answers for a group only once its coordinator is loaded (the first request
 	// for any group creates __consumer_offsets): retry, for up to a minute, what says the
 	// coordinator is not ready.
-	var res *kafka.OffsetFetchResponse
+	var out map[int]int64
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = kafkaio.Backoff{Max: time.Second}.Retry(rctx, 0, func(int) error {
 		var err error
-		res, err = t.Client().OffsetFetch(rctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
-		switch {
-		case err != nil:
+		out, err = kafkaio.CommittedOffsets(rctx, t.Client(), group, topic, ps)
+		if err != nil && !kafkaio.CoordinatorLoading(err) {
 			return kafkaio.Permanent(err)
-		case errors.Is(res.Error, kafka.NotCoordinatorForGroup), errors.Is(res.Error, kafka.GroupCoordinatorNotAvailable),
-			errors.Is(res.Error, kafka.GroupLoadInProgress):
-			return res.Error
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedkafka: offset fetch: %w", err)
-	}
-	out := make(map[int]int64, n)
-	for p := range n {
-		out[p] = -1
-	}
-	if errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return out, nil // nothing committed yet
-	}
-	if res.Error != nil {
-		return nil, fmt.Errorf("embedkafka: offset fetch: %w", res.Error)
-	}
-	for _, op := range res.Topics[topic] {
-		if op.Error != nil {
-			return nil, fmt.Errorf("embedkafka: offset fetch %s/%d: %w", topic, op.Partition, op.Error)
-		}
-		out[op.Partition] = op.CommittedOffset
 	}
 	return out, nil
 }
 
 // ReadAll returns every record of every partition of topic up to its current high watermark,
 // by partition, in offset order.
-func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error) {
+func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error) {
 	ends, err := t.EndOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[int][]kafka.Message, len(ends))
+	out := make(map[int][]kafkaio.Record, len(ends))
 	for p, end := range ends {
 		msgs, err := t.ReadPartition(ctx, topic, p, end)
 		if err != nil {
@@ -197,12 +148,12 @@ func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafka.Mess
 
 // ReadPartition returns the records of topic/partition from the start of the log up to end.
 // Records deleted by retention are skipped.
-func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error) {
-	var msgs []kafka.Message
+func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error) {
+	var msgs []kafkaio.Record
 	err := kafkaio.Read(ctx, t.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
 		func(recs []kafkaio.Record) error {
 			for i := range recs {
-				msgs = append(msgs, recs[i].Message(topic, partition))
+				msgs = append(msgs, recs[i].Clone())
 			}
 			return nil
 		})

@@ -86,7 +86,7 @@ type batchEncoder struct {
 // of the messages are used; a zero Time means now, as in kafka-go. The batch is built in dst's
 // memory when it is large enough (dst must not be in use any more), else in a new slice; e keeps
 // no reference to it.
-func (e *batchEncoder) encode(dst []byte, parts [][]kafka.Message) (recordBatch, error) {
+func (e *batchEncoder) encode(dst []byte, parts [][]Record) (recordBatch, error) {
 	now := time.Now
 	if e.now != nil {
 		now = e.now
@@ -150,7 +150,7 @@ func compress(b, records []byte, codec kafka.CompressionCodec) ([]byte, error) {
 
 // appendRecords appends the records of parts to b, with timestamps relative to first, and
 // returns b and the largest timestamp.
-func appendRecords(b []byte, parts [][]kafka.Message, first, nowMs int64) ([]byte, int64) {
+func appendRecords(b []byte, parts [][]Record, first, nowMs int64) ([]byte, int64) {
 	n, maxTs := int64(0), first
 	for _, msgs := range parts {
 		for i := range msgs {
@@ -188,7 +188,7 @@ func (b *recordBatch) resealed(producerID int64, epoch int16, baseSeq int32) rec
 }
 
 // recordTime returns m's timestamp in milliseconds, nowMs for a zero time.
-func recordTime(m *kafka.Message, nowMs int64) int64 {
+func recordTime(m *Record, nowMs int64) int64 {
 	if m.Time.IsZero() {
 		return nowMs
 	}
@@ -196,13 +196,13 @@ func recordTime(m *kafka.Message, nowMs int64) int64 {
 }
 
 // recordLen returns the encoded size of m in a batch, including its length prefix.
-func recordLen(m *kafka.Message, offsetDelta, tsDelta int64) int {
+func recordLen(m *Record, offsetDelta, tsDelta int64) int {
 	n := recordBodyLen(m, offsetDelta, tsDelta)
 	return varintLen(int64(n)) + n
 }
 
 // recordBodyLen returns the encoded size of m without its length prefix: kmsg.Record's Length.
-func recordBodyLen(m *kafka.Message, offsetDelta, tsDelta int64) int {
+func recordBodyLen(m *Record, offsetDelta, tsDelta int64) int {
 	n := 1 + varintLen(tsDelta) + varintLen(offsetDelta) + nullBytesLen(m.Key) + nullBytesLen(m.Value) +
 		varintLen(int64(len(m.Headers)))
 	for i := range m.Headers {
@@ -355,7 +355,7 @@ func (d *BatchDecoder) recycle() {
 }
 
 // appendRecord appends the encoding of m to b: the fields of kmsg.Record, in its order.
-func appendRecord(b []byte, m *kafka.Message, offsetDelta, tsDelta int64) []byte {
+func appendRecord(b []byte, m *Record, offsetDelta, tsDelta int64) []byte {
 	b = binary.AppendVarint(b, int64(recordBodyLen(m, offsetDelta, tsDelta)))
 	b = append(b, 0) // attributes
 	b = binary.AppendVarint(b, tsDelta)

@@ -49,7 +49,7 @@ func (d *wholeDecoder) Decode(b []byte) (hdr kmsg.RecordBatch, recs []batchRecor
 
 // checkDecode decodes b (one batch and nothing after it) and compares it with want, the header
 // encode produced, and msgs, the records it was given (a zero Time stands for now).
-func checkDecode(t *testing.T, b []byte, want kmsg.RecordBatch, msgs []kafka.Message, now time.Time) {
+func checkDecode(t *testing.T, b []byte, want kmsg.RecordBatch, msgs []Record, now time.Time) {
 	t.Helper()
 	var d wholeDecoder
 	hdr, recs, rest, err := d.Decode(b)
@@ -65,7 +65,7 @@ func checkDecode(t *testing.T, b []byte, want kmsg.RecordBatch, msgs []kafka.Mes
 			m.Time = now
 		}
 		r := recs[i]
-		got := kafka.Message{Key: r.key, Value: r.value, Time: time.UnixMilli(hdr.FirstTimestamp + r.tsDelta), Headers: r.headers}
+		got := Record{Key: r.key, Value: r.value, Time: time.UnixMilli(hdr.FirstTimestamp + r.tsDelta), Headers: r.headers}
 		if d := recordDiff(got, m); d != "" || r.offsetDelta != int32(i) {
 			t.Errorf("record %d (offset delta %d): %s", i, r.offsetDelta, d)
 		}
@@ -73,9 +73,9 @@ func checkDecode(t *testing.T, b []byte, want kmsg.RecordBatch, msgs []kafka.Mes
 }
 
 // testBatch returns an encoded, sealed batch of msgs.
-func testBatch(t testing.TB, c kafka.Compression, msgs ...kafka.Message) []byte {
+func testBatch(t testing.TB, c kafka.Compression, msgs ...Record) []byte {
 	enc := batchEncoder{compression: c}
-	b, err := enc.encode(nil, [][]kafka.Message{msgs})
+	b, err := enc.encode(nil, [][]Record{msgs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +161,8 @@ func TestBatchDecodeAllocs(t *testing.T) {
 // TestAppendRecordIsKmsg proves that appendRecord writes the bytes kmsg.Record.AppendTo writes.
 func TestAppendRecordIsKmsg(t *testing.T) {
 	ts := time.UnixMilli(1_700_000_000_123)
-	for i, m := range []kafka.Message{
-		{Key: []byte("k"), Value: []byte("v"), Headers: []kafka.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}, Time: ts},
+	for i, m := range []Record{
+		{Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}, Time: ts},
 		{Key: nil, Value: []byte{}},
 		{Key: []byte{}, Value: nil},
 		{Key: bytes.Repeat([]byte("k"), 300), Value: bytes.Repeat([]byte("v"), 70000)},
@@ -201,7 +201,7 @@ func FuzzBatchDecode(f *testing.F) {
 		f.Add(testBatch(f, c, testMsgs(fmt.Sprint(c), 4)...))
 	}
 	hdrs := testMsgs("h", 2)
-	hdrs[0].Headers = []kafka.Header{{Key: "a", Value: []byte("b")}, {Key: "", Value: nil}}
+	hdrs[0].Headers = []Header{{Key: "a", Value: []byte("b")}, {Key: "", Value: nil}}
 	f.Add(testBatch(f, 0, hdrs...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -262,12 +262,12 @@ func checkWalk(t *testing.T, b []byte) {
 }
 
 // benchMsgs returns 1000 records of the worker's shape: 16-byte key, 100-byte value, one header.
-func benchMsgs() []kafka.Message {
-	msgs := make([]kafka.Message, 1000)
+func benchMsgs() []Record {
+	msgs := make([]Record, 1000)
 	value := bytes.Repeat([]byte("v"), 100)
 	for i := range msgs {
-		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "key-%012d", i), Value: value, Time: time.UnixMilli(1_700_000_000_000 + int64(i)),
-			Headers: []kafka.Header{{Key: "trace", Value: []byte("0123456789abcdef")}}}
+		msgs[i] = Record{Key: fmt.Appendf(nil, "key-%012d", i), Value: value, Time: time.UnixMilli(1_700_000_000_000 + int64(i)),
+			Headers: []Header{{Key: "trace", Value: []byte("0123456789abcdef")}}}
 	}
 	return msgs
 }
@@ -276,7 +276,7 @@ func benchMsgs() []kafka.Message {
 // shape (16-byte key, 100-byte value, one header), uncompressed, into reused memory: the
 // idempotent produce path's per-batch cost.
 func BenchmarkBatchEncode(b *testing.B) {
-	parts := [][]kafka.Message{benchMsgs()}
+	parts := [][]Record{benchMsgs()}
 	var enc batchEncoder
 	var mem []byte
 	b.ReportAllocs()
@@ -370,7 +370,7 @@ type benchWalker struct {
 	set  recordSet
 	hs   headerSlab
 	res  *fetchResponse
-	msgs []kafka.Message
+	msgs []Record
 }
 
 func newBenchWalker(set []byte) *benchWalker {
@@ -393,7 +393,7 @@ func (w *benchWalker) walk() int {
 		if !ok {
 			return n
 		}
-		w.msgs = append(w.msgs, kafka.Message{Offset: rec.offset, Key: rec.rec.key, Value: rec.rec.value,
+		w.msgs = append(w.msgs, Record{Offset: rec.offset, Key: rec.rec.key, Value: rec.rec.value,
 			Headers: rec.rec.headers, Time: time.UnixMilli(rec.time)})
 	}
 }

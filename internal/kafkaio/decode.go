@@ -303,7 +303,7 @@ type batchRecord struct {
 	offsetDelta int32
 	tsDelta     int64
 	key, value  []byte
-	headers     []kafka.Header
+	headers     []Header
 }
 
 // batchRecords walks the records of one batch whose framing frameRecords checked, one at a time.

@@ -224,9 +224,9 @@ func TestDecodeBombs(t *testing.T) {
 // the records of its batch before and after it are walked.
 func TestDecodeHeadersLimitOneRecord(t *testing.T) {
 	msgs := testMsgs("a", 3)
-	msgs[1].Headers = make([]kafka.Header, 10)
+	msgs[1].Headers = make([]Header, 10)
 	for i := range msgs[1].Headers {
-		msgs[1].Headers[i] = kafka.Header{Key: "h", Value: []byte("v")}
+		msgs[1].Headers[i] = Header{Key: "h", Value: []byte("v")}
 	}
 	set := testBatch(t, kafka.Lz4, msgs...)
 	w, _ := walk(t, DecodeLimits{MaxBatchBytes: 1 << 20, MaxHeaders: 9}, set, 0)

@@ -227,9 +227,9 @@ func TestFetchPoolLeaderMoves(t *testing.T) {
 			if err := kc.MoveTopicPartition("t", p, (kc.LeaderFor("t", p)+1+p)%3); err != nil {
 				t.Fatal(err)
 			}
-			var msgs []kafka.Message
+			var msgs []kafkaio.Record
 			for j := 300 + 100*i; j < 400+100*i; j++ {
-				msgs = append(msgs, kafka.Message{Value: fmt.Appendf(nil, "v%d", j), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, j)}}})
+				msgs = append(msgs, kafkaio.Record{Value: fmt.Appendf(nil, "v%d", j), Headers: []kafkaio.Header{{Key: "i", Value: fmt.Append(nil, j)}}})
 			}
 			if err := prod.Produce(context.Background(), "t", int(p), msgs); err != nil {
 				t.Fatal(err)
@@ -283,8 +283,8 @@ func TestProducerConnectionsByBroker(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				m := kafka.Message{Value: fmt.Appendf(nil, "v%d", i), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
-				if err := prod.Produce(context.Background(), "t", p, []kafka.Message{m}); err != nil {
+				m := kafkaio.Record{Value: fmt.Appendf(nil, "v%d", i), Headers: []kafkaio.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+				if err := prod.Produce(context.Background(), "t", p, []kafkaio.Record{m}); err != nil {
 					t.Errorf("partition %d: %v", p, err)
 					return
 				}

@@ -115,9 +115,8 @@ type Batch struct {
 	// Records are the data records of the batch: no control record (transaction marker) in
 	// either isolation level, and under ReadCommitted no record of an aborted transaction. Their
 	// keys, values and headers point into the reader's fetch buffers: they must not be changed,
-	// and are only valid until the next Fetch or Close. HighWaterMark is the partition's high
-	// watermark when they were fetched.
-	Records []kafka.Message
+	// and are only valid until the next Fetch or Close.
+	Records []Record
 	// Next is the offset to commit once Records are handled: the offset after the last offset
 	// the batch covers. It can be past the last record (aborted records and markers were
 	// skipped after it), and a batch can have no records at all and only move Next.
@@ -628,8 +627,8 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 			}
 			break
 		}
-		b.Records = append(b.Records, kafka.Message{
-			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset, HighWaterMark: f.hwm,
+		b.Records = append(b.Records, Record{
+			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset,
 			Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers, Time: time.UnixMilli(rec.time),
 		})
 	}

@@ -49,9 +49,9 @@ func benchInput(b *testing.B, path string) {
 	value := make([]byte, 100)
 	for p := range benchInputPartitions {
 		for from := 0; from < per; from += 10000 {
-			msgs := make([]kafka.Message, 0, 10000)
+			msgs := make([]kafkaio.Record, 0, 10000)
 			for i := from; i < min(per, from+10000); i++ {
-				msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "key-%d-%05d", p, i%100000), Value: value, Time: time.Now()})
+				msgs = append(msgs, kafkaio.Record{Key: fmt.Appendf(nil, "key-%d-%05d", p, i%100000), Value: value, Time: time.Now()})
 			}
 			if err := cl.Produce(context.Background(), "in", p, msgs...); err != nil {
 				b.Fatal(err)
@@ -92,39 +92,45 @@ func benchInput(b *testing.B, path string) {
 func drain(path string, client *kafka.Client, pool *kafkaio.FetchPool, brokers []string, p int, end int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var fetch func() ([]kafka.Message, int64, error)
+	// fetch returns the bytes of the keys and values of the next records, and the offset after them.
+	var fetch func() (int, int64, error)
 	switch path {
 	case "reader":
 		r := newReaderBaseline(brokers, p)
 		defer r.r.Close()
-		fetch = func() ([]kafka.Message, int64, error) {
+		fetch = func() (int, int64, error) {
 			msgs, err := r.fetch(ctx, 1000, 5*time.Millisecond)
 			if err != nil {
-				return nil, 0, err
+				return 0, 0, err
 			}
-			return msgs, msgs[len(msgs)-1].Offset + 1, nil
+			n := 0
+			for i := range msgs {
+				n += len(msgs[i].Key) + len(msgs[i].Value)
+			}
+			return n, msgs[len(msgs)-1].Offset + 1, nil
 		}
 	default:
 		r := kafkaio.NewPartitionReader(client, kafkaio.PartitionReaderConfig{Topic: "in", Partition: p, Offset: kafka.FirstOffset, Pool: pool})
 		defer func() { <-r.Close() }()
-		fetch = func() ([]kafka.Message, int64, error) {
+		fetch = func() (int, int64, error) {
 			b, err := r.Fetch(ctx, 1000, 5*time.Millisecond)
 			if err != nil {
-				return nil, 0, err
+				return 0, 0, err
 			}
-			return b.Records, b.Next, nil
+			n := 0
+			for i := range b.Records {
+				n += len(b.Records[i].Key) + len(b.Records[i].Value)
+			}
+			return n, b.Next, nil
 		}
 	}
 	sum := 0
 	for next := int64(0); next < end; {
-		msgs, n, err := fetch()
+		n, after, err := fetch()
 		if err != nil {
 			return err
 		}
-		for i := range msgs {
-			sum += len(msgs[i].Key) + len(msgs[i].Value)
-		}
-		next = n
+		sum, next = sum+n, after
 	}
 	if sum == 0 {
 		return fmt.Errorf("partition %d: nothing read", p)

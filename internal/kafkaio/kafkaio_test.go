@@ -166,9 +166,9 @@ func cluster(t *testing.T) (*kfake.Cluster, *kafka.Client) {
 // fifth record has a null key and every seventh an empty value.
 func produce(t *testing.T, c *kafka.Client, topic string, partition, from, n int, at time.Time) {
 	t.Helper()
-	var msgs []kafka.Message
+	var msgs []kafkaio.Record
 	for i := from; i < from+n; i++ {
-		m := kafka.Message{Time: at, Value: fmt.Appendf(nil, "v%d", i), Headers: []kafka.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+		m := kafkaio.Record{Time: at, Value: fmt.Appendf(nil, "v%d", i), Headers: []kafkaio.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
 		if i%5 != 4 {
 			m.Key = fmt.Appendf(nil, "k%d", i)
 		}

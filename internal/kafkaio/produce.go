@@ -50,7 +50,7 @@ type ProducerConfig struct {
 	// brokers must support it (see Producer.Start). Default: false.
 	Idempotent bool
 	// Compression of produced batches. Default: none.
-	Compression kafka.Compression
+	Compression Compression
 	// BatchBytes caps the estimated size of one produce request (keys, values, headers and a
 	// per-record overhead); a single larger record goes alone. Default: DefaultBatchBytes.
 	BatchBytes int
@@ -244,7 +244,7 @@ func (p *Producer) sequencer(topic string, partition int) *sequencer {
 	defer p.mu.Unlock()
 	s := p.seqs[tp]
 	if s == nil {
-		s = &sequencer{p: p, tp: tp, lim: p.limitLocked(topic), enc: batchEncoder{compression: p.cfg.Compression}}
+		s = &sequencer{p: p, tp: tp, lim: p.limitLocked(topic), enc: batchEncoder{compression: p.cfg.Compression.codec()}}
 		p.seqs[tp] = s
 	}
 	return s
@@ -261,7 +261,7 @@ func (p *Producer) sequencer(topic string, partition int) *sequencer {
 // (too large for the topic, invalid) is not retried: it fails the call with a *RefusedError
 // that says which record it is; the records before it were written, the ones after it were not
 // (see "Refused records" in refuse.go). It keeps no reference to msgs after it returned.
-func (p *Producer) Produce(ctx context.Context, topic string, partition int, msgs []kafka.Message) error {
+func (p *Producer) Produce(ctx context.Context, topic string, partition int, msgs []Record) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -273,7 +273,7 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int, msg
 // returns like Produce once all of them are done: with the first error that is not a
 // *RefusedError, else with the RefusedErrors of all partitions that refused a record, joined
 // (see Refusals). Order is kept per partition.
-func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]kafka.Message) error {
+func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]Record) error {
 	type pending struct {
 		s   *sequencer
 		sub *submission
@@ -354,7 +354,7 @@ var ErrNotSent = errors.New("kafkaio: the request was not sent")
 
 // nextRequest returns how many leading records of msgs (at least one) go into one request of at
 // most batchBytes, and their estimated size.
-func nextRequest(msgs []kafka.Message, batchBytes int) (n, size int) {
+func nextRequest(msgs []Record, batchBytes int) (n, size int) {
 	for n < len(msgs) {
 		s := messageSize(&msgs[n])
 		if n > 0 && size+s > batchBytes {
@@ -367,7 +367,7 @@ func nextRequest(msgs []kafka.Message, batchBytes int) (n, size int) {
 }
 
 // messageSize estimates the encoded size of m in a record batch.
-func messageSize(m *kafka.Message) int {
+func messageSize(m *Record) int {
 	n := len(m.Key) + len(m.Value) + 24
 	for i := range m.Headers {
 		n += len(m.Headers[i].Key) + len(m.Headers[i].Value) + 4

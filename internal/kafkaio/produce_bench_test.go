@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -43,9 +42,9 @@ func benchProduce(b *testing.B, batch int, idempotent bool) {
 	if err := p.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	msgs := make([]kafka.Message, batch)
+	msgs := make([]Record, batch)
 	for i := range msgs {
-		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "key-%08d", i), Value: make([]byte, 100), Time: time.UnixMilli(1_700_000_000_000)}
+		msgs[i] = Record{Key: fmt.Appendf(nil, "key-%08d", i), Value: make([]byte, 100), Time: time.UnixMilli(1_700_000_000_000)}
 	}
 	var next atomic.Int64
 	b.ReportAllocs()

@@ -81,7 +81,18 @@ func startCluster(t *testing.T, topics map[string]int32, opts ...kfake.Opt) *tes
 // newTestProducer returns a started idempotent producer for cl.
 func newTestIdempotent(t *testing.T, cl *testCluster, obs ProduceObserver, c kafka.Compression) *Producer {
 	t.Helper()
-	return newTestProducer(t, cl, ProducerConfig{Idempotent: true, Observer: obs, Compression: c})
+	return newTestProducer(t, cl, ProducerConfig{Idempotent: true, Observer: obs, Compression: compressionOf(t, c)})
+}
+
+// compressionOf returns the Compression of kafka-go's codec c.
+func compressionOf(t *testing.T, c kafka.Compression) Compression {
+	for name, codec := range codecs {
+		if codec == c {
+			return name
+		}
+	}
+	t.Fatalf("no Compression for codec %v", c)
+	return ""
 }
 
 // newTestProducer returns a started producer for cl; cfg's Backoff is capped at 200ms.
@@ -98,10 +109,10 @@ func newTestProducer(t *testing.T, cl *testCluster, cfg ProducerConfig) *Produce
 }
 
 // testMsgs returns n records whose values are prefix-0, prefix-1, ...
-func testMsgs(prefix string, n int) []kafka.Message {
-	out := make([]kafka.Message, n)
+func testMsgs(prefix string, n int) []Record {
+	out := make([]Record, n)
 	for i := range out {
-		out[i] = kafka.Message{Key: []byte(fmt.Sprintf("k%d", i%7)), Value: []byte(fmt.Sprintf("%s-%d", prefix, i)),
+		out[i] = Record{Key: []byte(fmt.Sprintf("k%d", i%7)), Value: []byte(fmt.Sprintf("%s-%d", prefix, i)),
 			Time: time.UnixMilli(1_700_000_000_000 + int64(i))}
 	}
 	return out
@@ -130,13 +141,13 @@ func values(t *testing.T, cl *testCluster, topic string, partition int) []string
 }
 
 // readMessages returns the records of topic/partition from the start up to end.
-func readMessages(t *testing.T, cl *testCluster, topic string, partition int, end int64) []kafka.Message {
+func readMessages(t *testing.T, cl *testCluster, topic string, partition int, end int64) []Record {
 	t.Helper()
-	var out []kafka.Message
+	var out []Record
 	err := Read(context.Background(), cl.client, Range{Topic: topic, Partition: partition, End: end, Failures: 1},
 		func(recs []Record) error {
 			for _, r := range recs {
-				out = append(out, r.Message(topic, partition))
+				out = append(out, r.Clone())
 			}
 			return nil
 		})
@@ -146,7 +157,7 @@ func readMessages(t *testing.T, cl *testCluster, topic string, partition int, en
 	return out
 }
 
-func valuesOf(msgs ...[]kafka.Message) []string {
+func valuesOf(msgs ...[]Record) []string {
 	var out []string
 	for _, ms := range msgs {
 		for _, m := range ms {
@@ -233,7 +244,7 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 		return res, err
 	}
 	a, b, c := testMsgs("a", 3), testMsgs("b", 4), testMsgs("c", 2)
-	rbA, err := enc.encode(nil, [][]kafka.Message{a})
+	rbA, err := enc.encode(nil, [][]Record{a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +255,7 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 			t.Fatalf("send %d of the same batch: base offset %v, error %v; want 0 and nil", i+1, res, err)
 		}
 	}
-	rbB, _ := enc.encode(nil, [][]kafka.Message{b})
+	rbB, _ := enc.encode(nil, [][]Record{b})
 	rbB.seal(id.id, id.epoch, 5) // expected 3
 	if _, err := send(rbB.raw); !errors.Is(err, kafka.OutOfOrderSequenceNumber) {
 		t.Fatalf("sequence gap: error %v, want OUT_OF_ORDER_SEQUENCE_NUMBER", err)
@@ -253,7 +264,7 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 	if res, err := send(rbB.raw); err != nil || res.BaseOffset != 3 {
 		t.Fatalf("next sequence: %v, %v; want base offset 3", res, err)
 	}
-	rbC, _ := enc.encode(nil, [][]kafka.Message{c})
+	rbC, _ := enc.encode(nil, [][]Record{c})
 	rbC.seal(id.id, id.epoch, 7)
 	if _, err := send(rbC.raw); err != nil {
 		t.Fatal(err)
@@ -283,8 +294,8 @@ func TestKfakeDropsDuplicateSequence(t *testing.T) {
 func TestBatchEncoding(t *testing.T) {
 	t.Parallel()
 	ts := time.UnixMilli(1_700_000_000_123)
-	msgs := []kafka.Message{
-		{Key: []byte("k"), Value: []byte("v"), Headers: []kafka.Header{{Key: "h", Value: []byte("x")}, {Key: "n", Value: nil}}, Time: ts},
+	msgs := []Record{
+		{Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}, {Key: "n", Value: nil}}, Time: ts},
 		{Key: nil, Value: []byte{}, Time: ts.Add(-time.Second)},
 		{Key: []byte{}, Value: nil, Time: ts.Add(time.Hour)},
 		{Key: []byte("z"), Value: bytes.Repeat([]byte("payload "), 300)},
@@ -293,14 +304,14 @@ func TestBatchEncoding(t *testing.T) {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			t.Parallel()
 			enc := batchEncoder{compression: c, now: func() time.Time { return ts.Add(time.Minute) }}
-			batch, err := enc.encode(nil, [][]kafka.Message{msgs[:1], msgs[1:]})
+			batch, err := enc.encode(nil, [][]Record{msgs[:1], msgs[1:]})
 			if err != nil {
 				t.Fatal(err)
 			}
 			raw := batch.raw
 			// Reused memory, dirty and large enough, gives the same bytes.
 			dirty := bytes.Repeat([]byte{0xa5}, 2*len(raw))
-			if again, err := enc.encode(dirty, [][]kafka.Message{msgs}); err != nil || !bytes.Equal(again.raw, raw) || &again.raw[0] != &dirty[0] {
+			if again, err := enc.encode(dirty, [][]Record{msgs}); err != nil || !bytes.Equal(again.raw, raw) || &again.raw[0] != &dirty[0] {
 				t.Fatalf("encoding into reused memory: equal=%v, reused=%v, error %v", bytes.Equal(again.raw, raw), &again.raw[0] == &dirty[0], err)
 			}
 			batch.seal(42, 3, 17)
@@ -339,7 +350,7 @@ func TestBatchEncoding(t *testing.T) {
 }
 
 // recordDiff reports how a differs from b; "" means equal.
-func recordDiff(a, b kafka.Message) string {
+func recordDiff(a, b Record) string {
 	switch {
 	case (a.Key == nil) != (b.Key == nil) || !bytes.Equal(a.Key, b.Key):
 		return fmt.Sprintf("key %q != %q", a.Key, b.Key)
@@ -632,7 +643,7 @@ func TestProducerWithoutIdempotence(t *testing.T) {
 	t.Parallel()
 	cl := startCluster(t, map[string]int32{"out": 1})
 	obs := &resetObs{}
-	p := newTestProducer(t, cl, ProducerConfig{Compression: kafka.Gzip, Observer: obs})
+	p := newTestProducer(t, cl, ProducerConfig{Compression: CompressionGzip, Observer: obs})
 	a, b := testMsgs("a", 7), testMsgs("b", 3)
 	if err := p.Produce(context.Background(), "out", 0, a); err != nil {
 		t.Fatal(err)

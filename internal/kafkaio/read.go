@@ -1,7 +1,6 @@
 package kafkaio
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,38 +58,14 @@ type Range struct {
 	OnAdvance func(next int64)
 }
 
-// Record is one record that Read passes on: a data record (never a control record, and under
-// ReadCommitted never a record of an aborted transaction). Key and Value are nil for a null key or
-// value. Key, Value and the headers (not their names) point into Read's memory: like the slice of
-// records that holds them, they are only valid until the callback returns (see Message).
-type Record struct {
-	Offset  int64
-	Time    time.Time
-	Key     []byte
-	Value   []byte
-	Headers []kafka.Header
-}
-
-// Message returns a copy of r as a kafka-go message of topic and partition that stays valid after
-// Read's callback returned.
-func (r *Record) Message(topic string, partition int) kafka.Message {
-	m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time,
-		Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)}
-	if len(r.Headers) > 0 {
-		m.Headers = make([]kafka.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			m.Headers[i] = kafka.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
-		}
-	}
-	return m
-}
-
 // Read fetches r.Partition of r.Topic from r.Start up to (not including) r.End, in offset order,
 // one fetch request at a time, and calls fn on the calling goroutine with the data records of
 // each fetch response that has any. It reads as PartitionReader does (records decoded in place,
 // control records and, under ReadCommitted, aborted transactions skipped, input over the decode
 // limits refused and passed to r.OnRefused), one fetch at a time; fn gets at most as many records
-// of a response as the decode limits let one fetch hold. When retention deleted records before Read got to them (an
+// of a response as the decode limits let one fetch hold. The records' Key, Value and header values (not
+// the header names) point into Read's memory: like the slice that holds them, they are only
+// valid until fn returns (Record.Clone copies one). When retention deleted records before Read got to them (an
 // OffsetOutOfRange answer), it tells r.OnSkip and goes on from the earliest available offset.
 //
 // A batch whose checksum or header is wrong is fetched again (it may have been damaged on the
@@ -269,7 +244,7 @@ func (d *decoder) fetch(ctx context.Context, c *kafka.Client, r *Range, offset i
 			return r.End, nil
 		}
 		d.recs = append(d.recs, Record{
-			Offset: rec.offset, Time: time.UnixMilli(rec.time), Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers,
+			Topic: r.Topic, Partition: r.Partition, Offset: rec.offset, Time: time.UnixMilli(rec.time), Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers,
 		})
 		if d.full() { // the rest of the response is fetched again
 			return rec.offset + 1, nil

@@ -21,7 +21,7 @@ import (
 func sparseBatch(first int64, lastDelta int32, deltas ...int64) []byte {
 	var recs []byte
 	for _, d := range deltas {
-		m := kafka.Message{Key: fmt.Append(nil, first+d), Value: fmt.Append(nil, "v", first+d)}
+		m := Record{Key: fmt.Append(nil, first+d), Value: fmt.Append(nil, "v", first+d)}
 		recs = appendRecord(recs, &m, d, 0)
 	}
 	hdr := kmsg.RecordBatch{FirstOffset: first, PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: lastDelta,
@@ -246,9 +246,9 @@ func TestPartitionReaderStaleMetadata(t *testing.T) {
 	defer cancel()
 	p := NewProducer(c, ProducerConfig{Attempts: 1})
 	produceN := func(from int) {
-		var msgs []kafka.Message
+		var msgs []Record
 		for i := from; i < from+10; i++ {
-			msgs = append(msgs, kafka.Message{Value: fmt.Append(nil, i)})
+			msgs = append(msgs, Record{Value: fmt.Append(nil, i)})
 		}
 		if err := p.Produce(ctx, "t", 0, msgs); err != nil {
 			t.Fatal(err)

@@ -105,7 +105,7 @@ func TestReauthentication(t *testing.T) {
 
 // produceOne produces one record to partition 0 of t.
 func produceOne(ctx context.Context, p *kafkaio.Producer) error {
-	return p.Produce(ctx, "t", 0, []kafka.Message{{Value: []byte("v")}})
+	return p.Produce(ctx, "t", 0, []kafkaio.Record{{Value: []byte("v")}})
 }
 
 // concurrently runs f on n goroutines and returns the first error.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -301,7 +300,7 @@ func (s *recordSet) isAbortMarker(hdr *kmsg.RecordBatch) bool {
 // copied). Header values are slices of the fetched bytes. A nil slab checks headers and keeps
 // none.
 type headerSlab struct {
-	hdrs  []kafka.Header
+	hdrs  []Header
 	names map[string]string
 }
 
@@ -309,7 +308,7 @@ const maxInterned = 1024
 
 // decode reads n headers from c into the slab and returns them, valid until reset; nil for
 // none. c.bad is set when they cannot be read.
-func (s *headerSlab) decode(c *cursor, n int) []kafka.Header {
+func (s *headerSlab) decode(c *cursor, n int) []Header {
 	if n == 0 {
 		return nil
 	}
@@ -327,7 +326,7 @@ func (s *headerSlab) decode(c *cursor, n int) []kafka.Header {
 		if c.bad {
 			return nil
 		}
-		s.hdrs = append(s.hdrs, kafka.Header{Key: s.intern(name), Value: value})
+		s.hdrs = append(s.hdrs, Header{Key: s.intern(name), Value: value})
 	}
 	return s.hdrs[start:len(s.hdrs):len(s.hdrs)]
 }

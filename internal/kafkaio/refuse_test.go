@@ -25,7 +25,7 @@ func limitTopic(t *testing.T, cl *testCluster, topic string, n int) {
 }
 
 // sizedMsgs returns n records whose values are prefix-i padded to size bytes.
-func sizedMsgs(prefix string, n, size int) []kafka.Message {
+func sizedMsgs(prefix string, n, size int) []Record {
 	msgs := testMsgs(prefix, n)
 	for i := range msgs {
 		msgs[i].Value = append(msgs[i].Value, bytes.Repeat([]byte{'.'}, max(0, size-len(msgs[i].Value)))...)
@@ -177,7 +177,7 @@ func TestProducerRefusesRecord(t *testing.T) {
 				p.SetMaxMessageBytes("out", 4000)
 			}
 			a, big, b, c := sizedMsgs("a", 7, 100), sizedMsgs("big", 1, 5000), sizedMsgs("b", 5, 100), sizedMsgs("c", 3, 100)
-			msgs := append(append(append([]kafka.Message{}, a...), big...), b...)
+			msgs := append(append(append([]Record{}, a...), big...), b...)
 			err := p.Produce(context.Background(), "out", 0, msgs)
 			var re *RefusedError
 			if !errors.As(err, &re) || re.Index != len(a) || re.Reason != RefusalMessageTooLarge || re.Topic != "out" ||
@@ -305,7 +305,7 @@ func TestProducePartsRefusals(t *testing.T) {
 	cl := startCluster(t, map[string]int32{"out": 3})
 	limitTopic(t, cl, "out", 4000)
 	p := newTestIdempotent(t, cl, nil, 0)
-	parts := [][]kafka.Message{sizedMsgs("p0", 3, 100), sizedMsgs("p1", 3, 100), sizedMsgs("p2", 3, 100)}
+	parts := [][]Record{sizedMsgs("p0", 3, 100), sizedMsgs("p1", 3, 100), sizedMsgs("p2", 3, 100)}
 	parts[0][1] = sizedMsgs("big0", 1, 5000)[0]
 	parts[2][2] = sizedMsgs("big2", 1, 5000)[0]
 	err := p.ProduceParts(context.Background(), "out", parts)

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // sequencer serializes the batches of one partition for the Producer. It keeps exactly one batch
@@ -41,11 +39,11 @@ type sequencer struct {
 	lim *topicLimit // the topic's max.message.bytes, shared by its sequencers
 
 	mu      sync.Mutex
-	queue   []chunk           // submitted, not encoded yet, in submission order
-	running bool              // a sender (a leading caller or the send loop) is active
-	enc     batchEncoder      // used under mu, so a caller that gave up knows it is done with its records
-	parts   [][]kafka.Message // scratch for enc
-	lastErr error             // the last failed attempt's error, nil after a success
+	queue   []chunk      // submitted, not encoded yet, in submission order
+	running bool         // a sender (a leading caller or the send loop) is active
+	enc     batchEncoder // used under mu, so a caller that gave up knows it is done with its records
+	parts   [][]Record   // scratch for enc
+	lastErr error        // the last failed attempt's error, nil after a success
 
 	// Owned by the active sender.
 	id      *producerID // identity of the last sealed batch; nil before the first
@@ -58,7 +56,7 @@ var batchMemory sync.Pool
 
 // chunk is a run of one submission's records small enough for one request.
 type chunk struct {
-	msgs  []kafka.Message
+	msgs  []Record
 	size  int // estimated (messageSize); only set for queued chunks
 	first int // index of msgs[0] in the submission's records
 	sub   *submission
@@ -89,7 +87,7 @@ type batch struct {
 // (the worker's consumer.PartitionSame). Otherwise, and for callers that queue up behind a busy
 // partition, a send loop goroutine sends them. The records must stay unchanged until wait
 // returned.
-func (s *sequencer) submit(ctx context.Context, msgs []kafka.Message, inline bool) *submission {
+func (s *sequencer) submit(ctx context.Context, msgs []Record, inline bool) *submission {
 	sub := &submission{ctx: ctx, done: make(chan error, 1)}
 	limit := s.batchBytes()
 	s.mu.Lock()

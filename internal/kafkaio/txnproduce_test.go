@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -68,12 +67,12 @@ func TestTxnCommitAndAbort(t *testing.T) {
 	p := newTxnProducer(t, cl, "txn-commit")
 	ctx := context.Background()
 	a, b, c := testMsgs("a", 10), testMsgs("b", 5), testMsgs("c", 3)
-	step := func(msgs []kafka.Message, offset int64, commit bool) {
+	step := func(msgs []Record, offset int64, commit bool) {
 		t.Helper()
 		if err := p.Begin(); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.ProduceParts(ctx, "out", [][]kafka.Message{msgs, msgs[:1]}); err != nil {
+		if err := p.ProduceParts(ctx, "out", [][]Record{msgs, msgs[:1]}); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.SendOffsets(ctx, "g", "in", map[int]int64{0: offset}); err != nil {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/kdedup/kdedup/internal/app"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/scrape"
-	"github.com/segmentio/kafka-go"
 )
 
 // The demo's topics and consumer group.
@@ -148,7 +148,7 @@ func demoConfig(brokers []string, httpAddr string, records int) (app.Config, err
 // well inside the window. It returns the number of duplicates.
 func produceOrders(ctx context.Context, cl *embedkafka.Cluster, records, partitions int, dupRate float64) (int, error) {
 	rng := rand.New(rand.NewPCG(2024, 7))
-	byPart := make([][]kafka.Message, partitions)
+	byPart := make([][]kafkaio.Record, partitions)
 	parts := make([]int, partitions)
 	for i := range parts {
 		parts[i] = i
@@ -163,13 +163,13 @@ func produceOrders(ctx context.Context, cl *embedkafka.Cluster, records, partiti
 		} else {
 			ids = append(ids, id)
 		}
-		m := kafka.Message{
+		m := kafkaio.Record{
 			Key:     []byte(fmt.Sprintf("order-%06d", id)),
 			Value:   []byte(fmt.Sprintf(`{"order":{"id":"order-%06d","amount":%d},"attempt":%d}`, id, 10+id%990, i)),
-			Headers: []kafka.Header{{Key: "source", Value: []byte("demo")}},
+			Headers: []kafkaio.Header{{Key: "source", Value: []byte("demo")}},
 			Time:    time.Now(),
 		}
-		p := kafka.Murmur2Balancer{Consistent: true}.Balance(m, parts...)
+		p := kafkaio.KeyPartition(m.Key, parts...)
 		byPart[p] = append(byPart[p], m)
 	}
 	var wg sync.WaitGroup

@@ -17,6 +17,7 @@ import (
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
 	"github.com/kdedup/kdedup/internal/app"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/loadtest"
 	"github.com/kdedup/kdedup/window"
 )
@@ -323,14 +324,21 @@ func loadtestExternal(ctx context.Context, lt loadtest.Config, f *loadtestFlags,
 	if err != nil {
 		return nil, loadtestUsage(stderr, "%s: %v", name, err)
 	}
-	mech, err := kc.SASL(app.AWSConfig{
-		Region: environ["AWS_REGION"], AccessKeyID: environ["AWS_ACCESS_KEY_ID"],
-		SecretAccessKey: environ["AWS_SECRET_ACCESS_KEY"], SessionToken: environ["AWS_SESSION_TOKEN"],
-	})
-	if err != nil {
-		return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
+	lt.TLS = tc
+	if kc.SASLMechanism != "" {
+		sc, err := kc.SASLConfig(app.AWSConfig{
+			Region: environ["AWS_REGION"], AccessKeyID: environ["AWS_ACCESS_KEY_ID"],
+			SecretAccessKey: environ["AWS_SECRET_ACCESS_KEY"], SessionToken: environ["AWS_SESSION_TOKEN"],
+		})
+		if err != nil {
+			return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
+		}
+		mech, err := kafkaio.NewSASL(kafkaio.SASLConfig(sc))
+		if err != nil {
+			return nil, loadtestUsage(stderr, "KAFKA_SASL_MECHANISM: %v", err)
+		}
+		lt.SASL = mech
 	}
-	lt.TLS, lt.SASL = tc, mech
 	if err := lt.Validate(); err != nil {
 		return nil, loadtestUsage(stderr, "%v", err)
 	}

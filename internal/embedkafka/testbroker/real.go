@@ -18,7 +18,6 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
-	"github.com/segmentio/kafka-go"
 )
 
 // ErrNoJava is returned by StartReal when java (or, before the jars are cached, mvn) is not on
@@ -236,8 +235,8 @@ func (c *Cluster) waitBrokers(want int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		res, err := c.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
-		if err == nil && len(res.Brokers) == want {
+		n, err := kafkaio.BrokerCount(ctx, c.Client())
+		if err == nil && n == want {
 			return nil
 		}
 		select {

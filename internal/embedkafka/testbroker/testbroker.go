@@ -33,8 +33,8 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
-	"github.com/segmentio/kafka-go"
 )
 
 // The environment variables of the tier.
@@ -67,15 +67,15 @@ type Broker interface {
 	// Real returns the real cluster, or nil on kfake.
 	Real() *Cluster
 
-	Client() *kafka.Client
+	Client() *kafkaio.Client
 	CreateTopic(ctx context.Context, name string, partitions int) error
 	SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error
 	Partitions(ctx context.Context, topic string) (int, error)
-	Produce(ctx context.Context, topic string, partition int, msgs ...kafka.Message) error
+	Produce(ctx context.Context, topic string, partition int, msgs ...kafkaio.Record) error
 	EndOffsets(ctx context.Context, topic string) (map[int]int64, error)
 	Committed(ctx context.Context, group, topic string) (map[int]int64, error)
-	ReadAll(ctx context.Context, topic string) (map[int][]kafka.Message, error)
-	ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafka.Message, error)
+	ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error)
+	ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error)
 }
 
 // Options describe the broker a test needs.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
-	"github.com/segmentio/kafka-go"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 func TestMain(m *testing.M) { os.Exit(testbroker.Main(m)) }
@@ -20,9 +20,9 @@ func TestHelpers(t *testing.T) {
 		if n, err := b.Partitions(t.Context(), topic); err != nil || n != 2 {
 			t.Fatalf("partitions of %s: %d, %v; want 2", topic, n, err)
 		}
-		var msgs []kafka.Message
+		var msgs []kafkaio.Record
 		for i := range 50 {
-			msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")})
+			msgs = append(msgs, kafkaio.Record{Key: fmt.Appendf(nil, "k%02d", i), Value: []byte("v")})
 		}
 		if err := b.Produce(t.Context(), topic, 1, msgs...); err != nil {
 			t.Fatal(err)
