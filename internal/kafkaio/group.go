@@ -64,6 +64,37 @@ type GroupConfig struct {
 	// Balancers are the assignment strategies, by preference. The group uses the first one
 	// every member lists; the leader assigns with it. Required.
 	Balancers []kafka.GroupBalancer
+	// Backoff paces the retries of a request whose coordinator moved or is loading (see
+	// coordinatorRetry). Default: the zero Backoff's.
+	Backoff Backoff
+}
+
+// coordinatorAttempts bounds the attempts of one request at a coordinator that moved or is
+// loading: about 11 s with the default Backoff, after which the caller retries under its policy.
+const coordinatorAttempts = 8
+
+// coordinatorMoved reports whether err says the request reached no coordinator of the group:
+// the coordinator moved (NOT_COORDINATOR), is not available yet (COORDINATOR_NOT_AVAILABLE:
+// the offsets topic is being created, or its partition has no leader) or is loading the
+// group's state (COORDINATOR_LOAD_IN_PROGRESS); and UNSTABLE_OFFSET_COMMIT, an offset a
+// transaction is committing, which is answered once the transaction ended. kafka-go's Transport looks the coordinator up
+// again for every request, so the request is retried as it is.
+func coordinatorMoved(err error) bool {
+	return errors.Is(err, kafka.NotCoordinatorForGroup) || errors.Is(err, kafka.GroupCoordinatorNotAvailable) ||
+		errors.Is(err, kafka.GroupLoadInProgress) || errors.Is(err, kafka.UnstableOffsetCommit)
+}
+
+// coordinatorRetry calls op until it returns nil or an error other than a coordinator move
+// (coordinatorMoved), at most coordinatorAttempts times, pacing the attempts by the member's
+// Backoff; it returns op's last error.
+func (m *GroupMember) coordinatorRetry(ctx context.Context, op func() error) error {
+	return m.cfg.Backoff.Retry(ctx, coordinatorAttempts, func(int) error {
+		err := op()
+		if err != nil && !coordinatorMoved(err) {
+			return Permanent(err)
+		}
+		return err
+	})
 }
 
 // Generation is one generation of a consumer group, as one member sees it.
@@ -171,7 +202,12 @@ func (m *GroupMember) MemberID() string {
 // as StickyBalancer) is asked for the member's user data at every join.
 func (m *GroupMember) Join(ctx context.Context) (Generation, error) {
 	for attempt := 0; ; attempt++ {
-		gen, rejoin, err := m.joinOnce(ctx)
+		var gen Generation
+		var rejoin bool
+		err := m.coordinatorRetry(ctx, func() (err error) {
+			gen, rejoin, err = m.joinOnce(ctx)
+			return err
+		})
 		if !rejoin || attempt >= 10 || ctx.Err() != nil {
 			return gen, err
 		}
@@ -326,7 +362,7 @@ func (m *GroupMember) sync(ctx context.Context, gen Generation, assignments []km
 	return gen, false, nil
 }
 
-// Heartbeat sends one heartbeat for gen. It returns nil when the coordinator counts the member
+// Heartbeat sends one heartbeat for gen; it is not retried (heartbeats repeat anyway). It returns nil when the coordinator counts the member
 // in gen, kafka.RebalanceInProgress (wrapped) when the member must rejoin, an error for which
 // Fenced is true when the member or generation is gone, and another error when the
 // coordinator could not be asked.
@@ -351,6 +387,10 @@ func (m *GroupMember) Leave(ctx context.Context) error {
 	if m.cfg.InstanceID != "" || id == "" {
 		return nil
 	}
+	return m.coordinatorRetry(ctx, func() error { return m.leave(ctx, id) })
+}
+
+func (m *GroupMember) leave(ctx context.Context, id string) error {
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group = m.cfg.Group
 	lm := kmsg.NewLeaveGroupRequestMember()
@@ -372,10 +412,15 @@ func (m *GroupMember) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Commit commits offsets (per partition of the topic) in gen. It returns nil when every
+// Commit commits offsets (per partition of the topic) in gen, retried while the coordinator
+// moves (see coordinatorRetry). It returns nil when every
 // partition's commit was accepted; otherwise the first error, for which Fenced is true when
 // the generation was lost.
 func (m *GroupMember) Commit(ctx context.Context, gen Generation, offsets map[int]Committed) error {
+	return m.coordinatorRetry(ctx, func() error { return m.commit(ctx, gen, offsets) })
+}
+
+func (m *GroupMember) commit(ctx context.Context, gen Generation, offsets map[int]Committed) error {
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group, req.Generation, req.MemberID, req.InstanceID = m.cfg.Group, gen.ID, gen.MemberID, m.instanceID()
 	t := kmsg.NewOffsetCommitRequestTopic()
@@ -400,10 +445,20 @@ func (m *GroupMember) Commit(ctx context.Context, gen Generation, offsets map[in
 	return nil
 }
 
-// Fetch returns the group's committed offsets of partitions; a partition with none is left
+// Fetch returns the group's committed offsets of partitions, retried while the coordinator moves
+// or a transaction's offsets are pending; a partition with none is left
 // out. Offsets of pending transactions are waited for (RequireStable): the read-process-write
 // loop must not start below an offset a transaction is committing.
 func (m *GroupMember) Fetch(ctx context.Context, partitions []int) (map[int]Committed, error) {
+	var out map[int]Committed
+	err := m.coordinatorRetry(ctx, func() (err error) {
+		out, err = m.fetch(ctx, partitions)
+		return err
+	})
+	return out, err
+}
+
+func (m *GroupMember) fetch(ctx context.Context, partitions []int) (map[int]Committed, error) {
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group, req.RequireStable = m.cfg.Group, true
 	t := kmsg.NewOffsetFetchRequestTopic()
