@@ -554,14 +554,8 @@ type groupCommits struct {
 	timeout time.Duration // bounds each commit, its retries while the coordinator moves included
 }
 
-// CommitOffsets implements offsetCommitter.
-func (g groupCommits) CommitOffsets(offsets map[string]map[int]int64) error {
-	commits := map[int]kafkaio.Committed{}
-	for _, byPart := range offsets {
-		for p, o := range byPart {
-			commits[p] = kafkaio.Committed{Offset: o, LeaderEpoch: -1}
-		}
-	}
+// commitOffsets implements offsetCommitter.
+func (g groupCommits) commitOffsets(commits map[int]kafkaio.Committed) error {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	return g.group.Commit(ctx, g.gen, commits)
