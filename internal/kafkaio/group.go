@@ -76,12 +76,11 @@ const coordinatorAttempts = 8
 // coordinatorMoved reports whether err says the request reached no coordinator of the group:
 // the coordinator moved (NOT_COORDINATOR), is not available yet (COORDINATOR_NOT_AVAILABLE:
 // the offsets topic is being created, or its partition has no leader) or is loading the
-// group's state (COORDINATOR_LOAD_IN_PROGRESS); and UNSTABLE_OFFSET_COMMIT, an offset a
-// transaction is committing, which is answered once the transaction ended. kafka-go's Transport looks the coordinator up
+// group's state (COORDINATOR_LOAD_IN_PROGRESS). kafka-go's Transport looks the coordinator up
 // again for every request, so the request is retried as it is.
 func coordinatorMoved(err error) bool {
 	return errors.Is(err, kafka.NotCoordinatorForGroup) || errors.Is(err, kafka.GroupCoordinatorNotAvailable) ||
-		errors.Is(err, kafka.GroupLoadInProgress) || errors.Is(err, kafka.UnstableOffsetCommit)
+		errors.Is(err, kafka.GroupLoadInProgress)
 }
 
 // coordinatorRetry calls op until it returns nil or an error other than a coordinator move
@@ -445,10 +444,11 @@ func (m *GroupMember) commit(ctx context.Context, gen Generation, offsets map[in
 	return nil
 }
 
-// Fetch returns the group's committed offsets of partitions, retried while the coordinator moves
-// or a transaction's offsets are pending; a partition with none is left
-// out. Offsets of pending transactions are waited for (RequireStable): the read-process-write
-// loop must not start below an offset a transaction is committing.
+// Fetch returns the group's committed offsets of partitions, retried while the coordinator
+// moves; a partition with none is left out. Offsets that an open transaction commits are not
+// waited for (no RequireStable): the transaction stays open until the partition's next
+// transactional producer starts and aborts it, or the broker's transaction timeout does, so a
+// transactional reader re-reads its offset after its producer started (CommittedOffsets).
 func (m *GroupMember) Fetch(ctx context.Context, partitions []int) (map[int]Committed, error) {
 	var out map[int]Committed
 	err := m.coordinatorRetry(ctx, func() (err error) {
@@ -460,7 +460,7 @@ func (m *GroupMember) Fetch(ctx context.Context, partitions []int) (map[int]Comm
 
 func (m *GroupMember) fetch(ctx context.Context, partitions []int) (map[int]Committed, error) {
 	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group, req.RequireStable = m.cfg.Group, true
+	req.Group = m.cfg.Group
 	t := kmsg.NewOffsetFetchRequestTopic()
 	t.Topic = m.cfg.Topic
 	for _, p := range partitions {
