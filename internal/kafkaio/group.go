@@ -158,6 +158,9 @@ func (m *GroupMember) send(ctx context.Context, req kmsg.Request, lo, hi int16, 
 	defer cancel()
 	res, err := roundTrip(ctx, m.client, x)
 	if err != nil {
+		m.mu.Lock()
+		delete(m.versions, req.Key()) // asked again next time: the coordinator may have moved to another broker version
+		m.mu.Unlock()
 		return nil, fmt.Errorf("kafkaio: %s of group %q: %w", kmsg.NameForKey(req.Key()), m.cfg.Group, err)
 	}
 	m.mu.Lock()
