@@ -27,9 +27,9 @@ import (
 // Version ranges of the group requests. The minimums are the first versions with what
 // GroupMember needs: JoinGroup v5, SyncGroup v3, Heartbeat v3 and LeaveGroup v3 carry the
 // group instance id (static membership); OffsetCommit v6 carries the committed leader epoch and
-// OffsetFetch v5 returns it. The maximums are the last versions before the request's layout
-// changed in ways GroupMember does not use (OffsetFetch v8 batches groups; OffsetCommit v9 is
-// the next-generation protocol's).
+// OffsetFetch v5 returns it; DescribeGroups v4 names the members' instance ids. The maximums
+// are the last versions before the request's layout changed in ways GroupMember does not use
+// (OffsetFetch v8 batches groups; OffsetCommit v9 is the next-generation protocol's).
 const (
 	minJoinVersion, maxJoinVersion                 = 5, 9
 	minSyncVersion, maxSyncVersion                 = 3, 5
@@ -37,6 +37,7 @@ const (
 	minLeaveVersion, maxLeaveVersion               = 3, 5
 	minOffsetCommitVersion, maxOffsetCommitVersion = 6, 8
 	minOffsetFetchVersion, maxOffsetFetchVersion   = 5, 7
+	minDescribeVersion, maxDescribeVersion         = 4, 5
 )
 
 // consumerProtocolType is the protocol type of consumer groups (the Java client's, kafka-go's).
@@ -128,6 +129,7 @@ type GroupMember struct {
 	mu       sync.Mutex
 	memberID string
 	versions map[int16]int16 // negotiated request versions, by API key
+	adopted  bool            // a static member asked for its previous incarnation's subscription
 }
 
 // NewGroupMember returns a member of cfg.Group that has not joined yet.
@@ -201,8 +203,17 @@ func (m *GroupMember) MemberID() string {
 // other failure for the caller to retry under its policy: coordinator moves and loads
 // (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), unreachable
 // brokers, authorization failures, and ErrGroupFenced. A balancer with a UserData method (such
-// as StickyBalancer) is asked for the member's user data at every join.
+// as StickyBalancer) is asked for the member's user data at every join. Before a static
+// member's first join, the user data its instance id joined with last (in a previous process)
+// is handed to the balancers with an Adopt method (see adopt).
 func (m *GroupMember) Join(ctx context.Context) (Generation, error) {
+	m.mu.Lock()
+	adopt := m.cfg.InstanceID != "" && !m.adopted
+	m.adopted = true
+	m.mu.Unlock()
+	if adopt {
+		m.adopt(ctx)
+	}
 	for attempt := 0; ; attempt++ {
 		var gen Generation
 		var rejoin bool
@@ -212,6 +223,37 @@ func (m *GroupMember) Join(ctx context.Context) (Generation, error) {
 		})
 		if !rejoin || attempt >= 10 || ctx.Err() != nil {
 			return gen, err
+		}
+	}
+}
+
+// adopt reads the group's description and hands the user data with which the member's instance
+// id joined last to the balancers with an Adopt([]byte) method (StickyBalancer.Adopt), so that a
+// static member restarted in a new process joins with the subscription of its previous
+// incarnation: a coordinator that compares subscriptions (kfake compares them byte for byte)
+// then sees no change and hands the partitions back without a rebalance. It is best effort: a
+// failure is a rebalance, not an error.
+func (m *GroupMember) adopt(ctx context.Context) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{m.cfg.Group}
+	r, err := m.send(ctx, req, minDescribeVersion, maxDescribeVersion, m.cfg.SessionTimeout)
+	if err != nil {
+		return
+	}
+	for _, g := range r.(*kmsg.DescribeGroupsResponse).Groups {
+		for _, mem := range g.Members {
+			if g.ErrorCode != 0 || mem.InstanceID == nil || *mem.InstanceID != m.cfg.InstanceID {
+				continue
+			}
+			var meta kmsg.ConsumerMemberMetadata
+			if meta.ReadFrom(mem.ProtocolMetadata) != nil {
+				return
+			}
+			for _, b := range m.cfg.Balancers {
+				if a, ok := b.(interface{ Adopt([]byte) }); ok && b.ProtocolName() == g.Protocol {
+					a.Adopt(meta.UserData)
+				}
+			}
 		}
 	}
 }

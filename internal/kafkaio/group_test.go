@@ -1,6 +1,7 @@
 package kafkaio_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -169,4 +170,20 @@ func TestGroupMember(t *testing.T) {
 			t.Fatalf("a static member's Leave started a rebalance: %v", err)
 		}
 	})
+}
+
+// TestStickyAdopt proves that a StickyBalancer that adopts another's user data joins with the
+// same bytes, which is what lets a restarted static member rejoin without a rebalance.
+func TestStickyAdopt(t *testing.T) {
+	var old, restarted kafkaio.StickyBalancer
+	old.SetOwned(7, map[string][]int{"t": {3, 1}, "u": {0}})
+	want, _ := old.UserData()
+	restarted.Adopt(want)
+	if got, _ := restarted.UserData(); !bytes.Equal(got, want) {
+		t.Fatalf("user data after Adopt %x, want %x", got, want)
+	}
+	restarted.Adopt([]byte{0xff}) // unreadable: claims nothing
+	if got, _ := restarted.UserData(); bytes.Equal(got, want) {
+		t.Fatal("unreadable user data kept the old claims")
+	}
 }
