@@ -3,13 +3,13 @@ package tools
 import "testing"
 
 // TestChartStaticMembership proves that kafka.staticMembership sets KAFKA_GROUP_INSTANCE_ID to
-// the pod's name (stable in a StatefulSet), and that the chart's default leaves it unset
+// the pod's name (stable in a StatefulSet), the chart's default, and that false leaves it unset
 // (dynamic membership).
 func TestChartStaticMembership(t *testing.T) {
 	for _, tt := range []struct {
 		values string
 		want   bool
-	}{{"", false}, {"kafka: {staticMembership: true}", true}} {
+	}{{"", true}, {"kafka: {staticMembership: false}", false}} {
 		r, err := renderChart(tt.values)
 		if err != nil {
 			t.Fatal(err)
