@@ -10,16 +10,17 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
-// offsetCommitter is the part of *kafkaio.Generation the committer needs.
+// offsetCommitter commits the offsets of the committer's topic, per partition, in one
+// generation: groupCommits in production.
 type offsetCommitter interface {
-	CommitOffsets(offsets map[string]map[int]int64) error
+	commitOffsets(offsets map[int]kafkaio.Committed) error
 }
 
 // errCommitterStopped is returned to flush callers still waiting when the committer stops.
 var errCommitterStopped = errors.New("consumer: committer stopped before the offset was committed")
 
-// committer funnels every offset commit of one generation through one goroutine:
-// kafkaio.Generation.CommitOffsets must not be called by many goroutines at once. Partition
+// committer funnels every offset commit of one generation through one goroutine, so that a
+// partition's commits never overtake each other. Partition
 // goroutines hand it the next offset to commit after each acknowledged batch (mark) and, when a
 // partition is revoked, wait for their last offset to be committed (flush). Pending offsets are
 // coalesced, so at most one commit request is in flight. Its methods are safe for concurrent use.
@@ -39,7 +40,14 @@ type committer struct {
 	pending   map[int]int64 // acknowledged, not yet committed: next offset per partition
 	committed map[int]int64
 	rewinds   map[int]int // per partition: how often its offset moved backward (rewind)
+	epochs    map[int]epochAt
 	waiters   []commitWaiter
+}
+
+// epochAt is the leader epoch of the last record before next, as readAt was told.
+type epochAt struct {
+	next  int64
+	epoch int32
 }
 
 type commitWaiter struct {
@@ -57,7 +65,17 @@ func newCommitter(gen offsetCommitter, topic string, interval time.Duration, obs
 		pending:   make(map[int]int64),
 		committed: make(map[int]int64),
 		rewinds:   make(map[int]int),
+		epochs:    make(map[int]epochAt),
 	}
+}
+
+// readAt records that the record of partition before offset next was read in leader epoch epoch
+// (kafkaio.Batch.Epoch): a commit of next carries it (KIP-320); a commit of another offset
+// carries -1, no epoch. It never blocks.
+func (c *committer) readAt(partition int, next int64, epoch int32) {
+	c.mu.Lock()
+	c.epochs[partition] = epochAt{next: next, epoch: epoch}
+	c.mu.Unlock()
 }
 
 // mark records that every input record of partition before offset next was handled (produced and
@@ -174,13 +192,18 @@ func (c *committer) commitOnce() {
 	offsets := c.pending
 	c.pending = make(map[int]int64, len(offsets))
 	rewinds := make(map[int]int, len(offsets))
-	for p := range offsets {
+	commits := make(map[int]kafkaio.Committed, len(offsets))
+	for p, o := range offsets {
 		rewinds[p] = c.rewinds[p]
+		commits[p] = kafkaio.Committed{Offset: o, LeaderEpoch: -1}
+		if e := c.epochs[p]; e.next == o {
+			commits[p] = kafkaio.Committed{Offset: o, LeaderEpoch: e.epoch}
+		}
 	}
 	c.mu.Unlock()
 
 	start := time.Now()
-	err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
+	err := c.gen.commitOffsets(commits)
 	if c.own != nil && err == nil {
 		c.own.confirm(start)
 	}

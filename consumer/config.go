@@ -106,6 +106,12 @@ type Config struct {
 	DeadLetterTopic string
 	// GroupID is the consumer group. Default "kdedup".
 	GroupID string
+	// GroupInstanceID, when set, makes the worker a static member of the group (KIP-345): a
+	// worker restarted with the same instance id within SessionTimeout gets its partitions back
+	// with no rebalance, and a worker that stops does not leave the group, so its partitions
+	// move only once its session expired. Two running workers must never share one. Default
+	// empty: a dynamic member, which leaves the group when it stops.
+	GroupInstanceID string
 	// StartFromLatest starts a partition without committed offset at its end instead of its
 	// beginning, and restarts a partition whose offset is past the end of its log (the log was
 	// truncated, or the topic recreated) at its end instead of its beginning. A partition whose

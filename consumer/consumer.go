@@ -11,7 +11,7 @@
 // that consumed them in the previous generation (so a member joining or leaving moves about 1/K of
 // the partitions), and falls back to range in a group with members that do not offer it.
 // Rebalances stay eager: every partition is revoked at the end of a generation, and the member
-// keeps heartbeating (kafkaio.Heartbeats) while it releases them.
+// keeps heartbeating (Worker.groupHeartbeats) while it releases them.
 //
 // With Config.Delivery DeliveryExactlyOnce, the output and the input offsets are written in Kafka
 // transactions instead, one transactional producer per input partition that fences the partition's

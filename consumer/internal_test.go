@@ -30,9 +30,10 @@ type fakeGen struct {
 	mu      sync.Mutex
 	commits []map[int]int64
 	best    map[int]int64
+	epochs  map[int]int32 // the leader epoch of each partition's last commit
 }
 
-func (g *fakeGen) CommitOffsets(offsets map[string]map[int]int64) error {
+func (g *fakeGen) commitOffsets(offsets map[int]kafkaio.Committed) error {
 	if g.inflight.Add(1) > 1 {
 		g.overlaps.Add(1)
 	} else if g.quiesce {
@@ -48,8 +49,13 @@ func (g *fakeGen) CommitOffsets(offsets map[string]map[int]int64) error {
 		g.best = map[int]int64{}
 	}
 	c := map[int]int64{}
-	for p, o := range offsets["in"] {
+	if g.epochs == nil {
+		g.epochs = map[int]int32{}
+	}
+	for p, co := range offsets {
+		o := co.Offset
 		c[p] = o
+		g.epochs[p] = co.LeaderEpoch
 		if o < g.best[p] && !g.backward {
 			return errors.New("offset went backwards")
 		}

@@ -91,7 +91,8 @@ func (o *ownership) check(ctx context.Context) error {
 // coordinator only once the lease ran out since the last confirmation, which a pause past the
 // session timeout always leaves behind. The produce path calls it before every request, where a
 // heartbeat per heartbeat interval of its own would add requests to a coordinator that is
-// failing (and, on kfake, take answers meant for kafka-go's heartbeats).
+// failing (and, under kfake's heartbeat faults, take answers meant for the worker's heartbeats,
+// which confirm the ownership themselves).
 func (o *ownership) checkLease(ctx context.Context) error {
 	if err := o.lostErr(); err != nil {
 		return err

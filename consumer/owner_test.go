@@ -22,7 +22,7 @@ func (releaseDeduper) Discard(context.Context, int32) error { releaseCounts.disc
 // fencedGen refuses every commit with err.
 type fencedGen struct{ err error }
 
-func (g fencedGen) CommitOffsets(map[string]map[int]int64) error { return g.err }
+func (g fencedGen) commitOffsets(map[int]kafkaio.Committed) error { return g.err }
 
 // TestLostGenerationReleasesWithoutSaving: a worker resumed after a pause longer than its session
 // timeout finds its final commit refused with ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID. Its

@@ -421,6 +421,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if st.tx == nil { // with transactions, after the commit
 		w.dedup.Acked(p, st.next)
 	}
+	c.readAt(int(p), st.next, b.Epoch)
 	c.mark(int(p), st.next)
 	st.in = nil   // the reader's records: valid until the next Fetch
 	clear(st.ids) // they alias the records

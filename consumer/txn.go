@@ -52,6 +52,8 @@ func TransactionalID(group, topic string, p int32) string {
 type offsetSink interface {
 	// mark records that every input record of partition before next was handled.
 	mark(partition int, next int64)
+	// readAt records the leader epoch of the record before next, for a commit of next.
+	readAt(partition int, next int64, epoch int32)
 	// rewind records that the partition is read again from next, below what was marked (an
 	// offset reset): next is committed although it is lower, and marks go on from it.
 	rewind(partition int, next int64)
@@ -164,6 +166,10 @@ func (t *txnSink) mark(_ int, next int64) {
 		t.pending = next
 	}
 }
+
+// readAt implements offsetSink; the transaction's offset commit (TxnOffsetCommit through
+// kafka-go) carries no leader epoch.
+func (t *txnSink) readAt(int, int64, int32) {}
 
 // rewind makes next the input offset the transaction commits, below the one marked before, and
 // forgets the committed one, so that commit sends it.

@@ -197,27 +197,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	cg, err := w.cfg.conn().JoinGroup(w.groupConfig())
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	var closeOnce sync.Once
-	closeGroup := func() {
-		closeOnce.Do(func() {
-			// Close ends the generation (the partition goroutines drain), then leaves the group
-			// so that the partitions move to other members at once.
-			_ = cg.Close()
-			w.log.Info("left consumer group", "group", w.cfg.GroupID)
-		})
-	}
-	stopClose := context.AfterFunc(ctx, closeGroup)
-	defer stopClose()
-
+	group := kafkaio.NewGroupMember(w.client, w.groupConfig())
 	var fatal error
-	for fatal == nil {
-		gen, err := cg.Next(ctx)
+	for attempt := 0; fatal == nil && ctx.Err() == nil; {
+		gen, err := group.Join(ctx)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafkaio.ErrGroupClosed) {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, kafkaio.ErrGroupFenced) {
+				fatal = fmt.Errorf("consumer: group instance id %q: %w", w.cfg.GroupInstanceID, err)
 				break
 			}
 			err = kafkaio.AuthFailed(kafkaio.Denied(err, "READ", fmt.Sprintf("group %q", w.cfg.GroupID)))
@@ -228,27 +217,45 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.countRetry(err)
 			w.sample.Log(slog.LevelWarn, "group-next", "consumer group: cannot join, retrying",
 				"group", w.cfg.GroupID, "error", err.Error())
+			kafkaio.Sleep(ctx, w.cfg.retry().Delay(attempt))
+			attempt++
 			continue
 		}
-		done := make(chan error, 1)
-		gen.Start(func(gctx context.Context) { done <- w.generation(gctx, hard, gen) })
-		fatal = <-done
+		attempt = 0
+		fatal = w.generation(ctx, hard, group, gen)
 	}
-	closeGroup()
+	w.leave(hard, group)
 	return fatal
 }
 
-// groupConfig returns the configuration of the worker's consumer group.
+// leave leaves the consumer group after the last generation ended, so that the partitions move
+// to the other members at once; a static member (Config.GroupInstanceID) stays a member until
+// its session expires, so that a restart within SessionTimeout gets its partitions back.
+func (w *Worker) leave(hard context.Context, group *kafkaio.GroupMember) {
+	if w.cfg.GroupInstanceID != "" {
+		w.log.Info("static member: not leaving the consumer group; its partitions move once its session expired unless it comes back",
+			"group", w.cfg.GroupID, "instance", w.cfg.GroupInstanceID, "session_timeout", w.cfg.SessionTimeout.String())
+		return
+	}
+	lctx, cancel := context.WithTimeout(hard, w.cfg.SessionTimeout)
+	defer cancel()
+	if err := group.Leave(lctx); err != nil {
+		w.log.Warn("cannot leave the consumer group; its partitions move once the session expired", "group", w.cfg.GroupID, "error", err.Error())
+		return
+	}
+	w.log.Info("left consumer group", "group", w.cfg.GroupID)
+}
+
+// groupConfig returns the configuration of the worker's consumer group membership.
 func (w *Worker) groupConfig() kafkaio.GroupConfig {
 	return kafkaio.GroupConfig{
-		ID:                w.cfg.GroupID,
-		Topics:            []string{w.cfg.InputTopic},
-		HeartbeatInterval: w.cfg.HeartbeatInterval,
-		SessionTimeout:    w.cfg.SessionTimeout,
-		RebalanceTimeout:  w.cfg.RebalanceTimeout,
-		StartFromLatest:   w.cfg.StartFromLatest,
-		Sticky:            w.balancer,
-		Log:               w.sample,
+		Group:            w.cfg.GroupID,
+		Topic:            w.cfg.InputTopic,
+		InstanceID:       w.cfg.GroupInstanceID,
+		SessionTimeout:   w.cfg.SessionTimeout,
+		RebalanceTimeout: w.cfg.RebalanceTimeout,
+		Sticky:           w.balancer,
+		Backoff:          w.cfg.retry(),
 	}
 }
 
@@ -366,29 +373,32 @@ func (w *Worker) readLimits(ctx context.Context) {
 }
 
 // generation runs one consumer group generation: one goroutine per assigned partition plus the
-// committer. It returns when all of them finished, after the generation ended. A non-nil error is
-// fatal for Run.
-func (w *Worker) generation(gctx, hard context.Context, gen *kafkaio.Generation) error {
-	assigned := gen.Assignments(w.cfg.InputTopic)
-	ids := make([]int, len(assigned))
-	for i, a := range assigned {
-		ids[i] = a.ID
-	}
-	// Claimed in the UserData of the next JoinGroup, which kafka-go sends after this generation
-	// (and every partition of it) ended: the partitions stay here if the group allows.
+// committer, and the member's heartbeats (groupHeartbeats), which end the generation when the
+// group rebalances. It returns when all of them finished, after the generation ended (or ctx
+// did). A non-nil error is fatal for Run.
+func (w *Worker) generation(ctx, hard context.Context, group *kafkaio.GroupMember, gen kafkaio.Generation) error {
+	gctx, endGeneration := context.WithCancel(ctx)
+	defer endGeneration()
+	ids := gen.Partitions
+	// Claimed in the UserData of the next JoinGroup, which is sent after this generation (and
+	// every partition of it) ended: the partitions stay here if the group allows.
 	w.balancer.SetOwned(gen.ID, map[string][]int{w.cfg.InputTopic: ids})
 	parts := make([]int32, len(ids))
 	for i, id := range ids {
 		parts[i] = int32(id)
 	}
-	slices.Sort(parts)
 	own := newOwnership(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
 		w.cfg.HeartbeatInterval, w.cfg.SessionTimeout)
 	w.own.Store(own)
+	// Heartbeats go on after the generation ended, while the partitions are released: a
+	// coordinator removes a member that did not heartbeat for the session timeout even while it
+	// waits for the members to rejoin, so the release is bounded by the rebalance timeout alone.
+	stopHeartbeats := w.groupHeartbeats(group, gen, own, endGeneration)
+	defer stopHeartbeats()
 	w.dedup.Generation(gen.ID, parts, own.check)
 	w.obs.Rebalance()
-	w.obs.Assigned(len(assigned))
-	w.pendingAssign.Store(int64(len(assigned)))
+	w.obs.Assigned(len(ids))
+	w.pendingAssign.Store(int64(len(ids)))
 	w.inGeneration.Store(true)
 	w.updateReady()
 	w.log.Info("generation started", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
@@ -407,28 +417,145 @@ func (w *Worker) generation(gctx, hard context.Context, gen *kafkaio.Generation)
 		}
 		return err
 	}
+	offsets, err := w.startOffsets(gctx, group, ids)
+	if err != nil {
+		return nil // the generation ended
+	}
 
-	c := newCommitter(gen, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
+	c := newCommitter(groupCommits{group: group, gen: gen, timeout: w.cfg.SessionTimeout}, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
 	c.own = own
 	go c.run()
 	var wg sync.WaitGroup
-	for _, a := range assigned {
+	for _, p := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.partition(gctx, hard, c, tc, int32(a.ID), a.Offset)
+			w.partition(gctx, hard, c, tc, int32(p), offsets[p])
 		}()
 	}
-	// Returning ends the generation (kafka-go's Generation.Start), so wait for its end even when
-	// no partition was assigned: an early return would make the group rebalance endlessly.
+	// Wait for the generation's end even when no partition was assigned: an early return would
+	// make the group rebalance endlessly.
 	<-gctx.Done()
-	// kafka-go stopped heartbeating; keep the membership while the partitions are released.
-	stopHeartbeats := kafkaio.Heartbeats(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID,
-		OnFenced: func(err error) { own.fence(err) }}, w.cfg.HeartbeatInterval, w.sample)
 	wg.Wait()
 	c.close()
-	stopHeartbeats()
 	return nil
+}
+
+// startOffsets returns where each of partitions starts: its committed offset, or
+// kafkaio.FirstOffset (kafkaio.LastOffset under Config.StartFromLatest) when it has none. Failures
+// are logged and retried under the retry policy until gctx ends, when it returns gctx's error.
+func (w *Worker) startOffsets(gctx context.Context, group *kafkaio.GroupMember, partitions []int) (map[int]int64, error) {
+	start := kafkaio.FirstOffset
+	if w.cfg.StartFromLatest {
+		start = kafkaio.LastOffset
+	}
+	var committed map[int]kafkaio.Committed
+	err := w.cfg.retry().Retry(gctx, 0, func(int) error {
+		var err error
+		if committed, err = group.Fetch(gctx, partitions); err != nil && gctx.Err() == nil {
+			w.sample.Log(slog.LevelWarn, "offset-fetch", "cannot read the committed offsets; retrying", "group", w.cfg.GroupID, "error", err.Error())
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int64, len(partitions))
+	for _, p := range partitions {
+		out[p] = start
+		if c, ok := committed[p]; ok {
+			out[p] = c.Offset
+		}
+	}
+	return out, nil
+}
+
+// partitionWatchInterval is how often the group's leader checks the input topic's partition
+// count, and rejoins when it changed, so that new partitions get assigned.
+const partitionWatchInterval = 5 * time.Second
+
+// groupHeartbeats heartbeats the coordinator for gen every HeartbeatInterval until the returned
+// stop is called (stop waits for it). It ends the generation (end) when the coordinator asks the
+// member to rejoin (REBALANCE_IN_PROGRESS), when it lost the generation (kafkaio.Fenced: own is
+// fenced and the heartbeats stop), when no heartbeat was answered for SessionTimeout, and, on
+// the group's leader, when the input topic's partition count changed. Every accepted heartbeat
+// confirms own. Failures are logged (sampled) and retried at the next tick.
+func (w *Worker) groupHeartbeats(group *kafkaio.GroupMember, gen kafkaio.Generation, own *ownership, end func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(w.cfg.HeartbeatInterval)
+		defer t.Stop()
+		answered, watched, count := time.Now(), time.Now(), gen.Count
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			start := time.Now()
+			err := group.Heartbeat(ctx, gen)
+			switch {
+			case err == nil:
+				answered = start
+				own.confirm(start)
+			case errors.Is(err, kafkaio.ErrRebalanceInProgress):
+				answered = start
+				end()
+			case own.fence(err):
+				w.log.Info("consumer group generation lost", "generation", gen.ID, "error", err.Error())
+				end()
+				return
+			case ctx.Err() == nil:
+				w.sample.Log(slog.LevelWarn, "heartbeat", "consumer group heartbeat failed; retrying",
+					"group", w.cfg.GroupID, "generation", gen.ID, "error", err.Error())
+				if time.Since(answered) > w.cfg.SessionTimeout {
+					end() // the session expired meanwhile, most likely: rejoin
+				}
+			}
+			if gen.Leader && time.Since(watched) >= partitionWatchInterval {
+				watched = time.Now()
+				count = w.watchPartitions(ctx, count, end)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// watchPartitions reads the input topic's partition count and ends the generation (end) when it
+// differs from count, the count the generation was assigned with (0: unknown, which the first
+// answer sets). It returns the count to compare with next.
+func (w *Worker) watchPartitions(ctx context.Context, count int, end func()) int {
+	mctx, cancel := context.WithTimeout(ctx, w.cfg.SessionTimeout)
+	defer cancel()
+	n, err := kafkaio.PartitionCount(mctx, w.client, w.cfg.InputTopic)
+	switch {
+	case err != nil:
+		return count
+	case count != 0 && n != count:
+		w.log.Info("input topic partition count changed: rejoining the consumer group", "topic", w.cfg.InputTopic, "from", count, "to", n)
+		end()
+	}
+	return n
+}
+
+// groupCommits commits offsets in one generation through the worker's group membership; it is
+// the committer's offsetCommitter.
+type groupCommits struct {
+	group   *kafkaio.GroupMember
+	gen     kafkaio.Generation
+	timeout time.Duration // bounds each commit, its retries while the coordinator moves included
+}
+
+// commitOffsets implements offsetCommitter.
+func (g groupCommits) commitOffsets(commits map[int]kafkaio.Committed) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	return g.group.Commit(ctx, g.gen, commits)
 }
 
 // graceContext returns a context that is cancelled when parent is, or d after trigger is.

@@ -50,6 +50,7 @@ type KafkaConfig struct {
 	DuplicatesTopic   string        `env:"DUPLICATES_TOPIC" desc:"Optional audit topic: every record the worker drops is written there instead of disappearing: duplicates (also in DEDUP_MODE=mark), records without identity under DEDUP_UNKEYED_POLICY=drop, late records under DEDUP_LATE_RECORDS=drop. It keeps the record (see KAFKA_DUPLICATES_CONTENT) plus the headers kdedup-source-topic, kdedup-source-partition, kdedup-source-offset and kdedup-reason (duplicate, unkeyed, late, overload), in partition input partition modulo its partition count (the same number when the counts match). It must exist; kdedup never creates topics. Input offsets are committed only once the output and audit writes below them were acknowledged (in the same transaction under exactly-once). Replaces DEDUP_DUPLICATES_TOPIC. See docs/operations.md, The audit topic."`
 	DuplicatesContent string        `env:"DUPLICATES_CONTENT" envDefault:"full" desc:"What an audit record keeps of the dropped record: full (key, value, headers and timestamp: a false positive can be re-injected) or headers (its headers and timestamp, without key and value, plus the kdedup-* headers: where and why, at a fraction of the volume)."`
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
+	GroupInstanceID   string        `env:"GROUP_INSTANCE_ID" desc:"Static consumer group membership (KIP-345): a name unique to this replica and stable across its restarts, such as a StatefulSet pod name (letters, digits, '.', '_', '-'). A replica restarted within KAFKA_SESSION_TIMEOUT gets its partitions back with no rebalance; a stopping replica does not leave the group, so its partitions move only once its session expired. Two running replicas must never share one: the second fences the first, which exits. Empty (the default): a dynamic member, which leaves the group when it stops, so scale-in and scale-out move partitions at once."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
 	Isolation         string        `env:"ISOLATION_LEVEL" envDefault:"read_committed" desc:"Which records of transactional producers are read, from the input topic and, for the rebuild and re-warm, the output topic: read_committed (records of committed transactions and non-transactional records, up to the last stable offset; aborted records are skipped, and a transaction left open holds the partition until it ends) or read_uncommitted (every record up to the high watermark, those of aborted and open transactions included). Transaction markers are never records in either."`
@@ -423,6 +424,11 @@ func (c Config) validateZeros(add func(name, format string, args ...any)) {
 // validateClient checks the settings that only this package turns into the worker's: the start
 // offset, TLS files and SASL.
 func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) {
+	if id := k.GroupInstanceID; id != "" && (len(id) > 249 || strings.ContainsFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	})) {
+		add("KAFKA_GROUP_INSTANCE_ID", "%q is not a group instance id: at most 249 letters, digits, '.', '_' and '-'", id)
+	}
 	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
 		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
 	}
@@ -597,6 +603,7 @@ func (c Config) consumerFields() consumer.Config {
 		DuplicatesContent:  consumer.AuditContent(k.DuplicatesContent),
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
+		GroupInstanceID:    k.GroupInstanceID,
 		StartFromLatest:    k.StartOffset == "latest",
 		Isolation:          k.Isolation,
 		SessionTimeout:     k.SessionTimeout,

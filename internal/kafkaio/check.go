@@ -115,7 +115,7 @@ func Fatal(err error) bool {
 }
 
 // AuthFailed returns a *ConnError of kind ErrAuthentication wrapping err when err is a SASL
-// failure of a connection opened outside Check (kafka-go's ConsumerGroup, a Client):
+// failure of a connection opened outside Check (the group's, a Client's):
 // SASL_AUTHENTICATION_FAILED or UNSUPPORTED_SASL_MECHANISM, unless the broker throttles
 // (Throttled). It returns err unchanged otherwise.
 func AuthFailed(err error) error {

@@ -65,8 +65,8 @@ func (c Conn) Client(timeout time.Duration) *kafka.Client {
 	return &kafka.Client{Addr: kafka.TCP(c.Brokers...), Transport: c.Transport(), Timeout: timeout}
 }
 
-// Dialer returns a kafka-go Dialer with c's settings, for the connections kafka-go's Reader and
-// ConsumerGroup open themselves (the group coordinator's, which lives a whole generation). Dials
+// Dialer returns a kafka-go Dialer with c's settings, for the connections opened outside the
+// Transport (Check's, and kafka-go's Reader in benchmarks). Dials
 // time out after 10s. Like the Transport's, its connections are secured and authenticated by c
 // (see Conn.dial) and re-authenticate their SASL sessions in place.
 func (c Conn) Dialer() *kafka.Dialer {

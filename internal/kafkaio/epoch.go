@@ -45,7 +45,7 @@ type rawExchange struct {
 	clientID string
 	req      kmsg.Request
 	min, max int16
-	version  int16 // negotiated by RawExchange
+	version  int16 // negotiated by RawExchange when 0 (a version known from an earlier exchange otherwise)
 }
 
 // rawResponse is the answer to a rawExchange.
@@ -66,8 +66,10 @@ func (x *rawExchange) Required(map[protocol.ApiKey]int16) bool { return true }
 // requests are rare (a reader sends them when leadership changes), so the extra round trip is
 // cheap.
 func (x *rawExchange) RawExchange(rw io.ReadWriter) (protocol.Message, error) {
-	if err := x.negotiate(rw); err != nil {
-		return nil, err
+	if x.version == 0 {
+		if err := x.negotiate(rw); err != nil {
+			return nil, err
+		}
 	}
 	x.req.SetVersion(x.version)
 	body, err := x.exchange(rw, x.req)

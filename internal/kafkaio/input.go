@@ -142,6 +142,11 @@ type Batch struct {
 	// From is the offset the batch starts at: the previous batch's Next, or where a reset moved
 	// reading to.
 	From int64
+	// Epoch is the partition leader epoch of the record batch that held the last record handed
+	// out so far (this batch's or an earlier one's since the last reset), -1 when none was: the
+	// leader epoch a commit of Next carries (KIP-320), with which the partition's next reader
+	// can tell whether the log was truncated below Next meanwhile.
+	Epoch int32
 }
 
 // PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
@@ -221,6 +226,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
 	r.epochs = newEpochState()
+	r.batch.Epoch = -1
 	r.clientID = clientIDOf(client)
 	go r.run(ctx)
 	return r
@@ -610,6 +616,7 @@ func (r *PartitionReader) begin(b *Batch, f *fetched) {
 	if from := f.res.from; from != r.pos {
 		b.Rewound = b.Rewound || from < r.pos
 		r.pos, b.From = from, from
+		b.Epoch = -1 // the records read before are not before the new position
 	}
 	b.End = f.end
 }
@@ -631,6 +638,7 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset,
 			Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers, Time: time.UnixMilli(rec.time),
 		})
+		b.Epoch = r.set.hdr.PartitionLeaderEpoch
 	}
 	r.pos = max(r.pos, r.set.next)
 	b.Aborted += r.set.skipped

@@ -2,12 +2,9 @@ package kafkaio
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Sampler logs at most one line per key per interval and reports how many lines it suppressed in
@@ -63,21 +60,4 @@ func (s *Sampler) Log(level slog.Level, key, msg string, attrs ...any) bool {
 	}
 	s.log.Log(context.Background(), level, msg, attrs...)
 	return true
-}
-
-// KafkaLoggers returns the loggers handed to kafka-go's Reader and ConsumerGroup: their chatty
-// informational log goes to debug level, their error log to a sampled warning keyed by the format
-// string, so an outage logs one line per kind of problem per sampling interval instead of one per
-// retry. component names the source in every line.
-func (s *Sampler) KafkaLoggers(component string) (info, errs kafka.Logger) {
-	log := s.log
-	info = kafka.LoggerFunc(func(format string, args ...any) {
-		if log.Enabled(context.Background(), slog.LevelDebug) {
-			log.Debug(fmt.Sprintf(format, args...), "component", component)
-		}
-	})
-	errs = kafka.LoggerFunc(func(format string, args ...any) {
-		s.Log(slog.LevelWarn, component+":"+format, fmt.Sprintf(format, args...), "component", component)
-	})
-	return info, errs
 }

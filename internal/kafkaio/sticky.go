@@ -75,6 +75,19 @@ func (b *StickyBalancer) SetOwned(generation int32, owned map[string][]int) {
 	}
 }
 
+// Adopt takes over the claims in userData (written by UserData), as a static
+// member restarted in a new process does with the ones its previous
+// incarnation joined with (see GroupMember.Join): its next UserData is the
+// same, so the coordinator sees an unchanged subscription and hands the
+// member its partitions back without a rebalance. UserData that cannot be
+// read claims nothing.
+func (b *StickyBalancer) Adopt(userData []byte) {
+	c := decodeClaims(userData)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.generation, b.owned = c.generation, c.owned
+}
+
 // UserData returns the member's claims, encoded (see encodeClaims). It never
 // fails.
 func (b *StickyBalancer) UserData() ([]byte, error) {
