@@ -194,46 +194,6 @@ func TestAutoSnapshot(t *testing.T) {
 	}
 }
 
-// BenchmarkAuto compares an auto-sized filter with one whose capacity was set by hand to the
-// load (1.25 × it, as auto sizing holds), both at steady state: N=8 generations at 1e-6, each
-// having taken 150k keys (the per-partition load of the six-partition workload of
-// docs/performance.md). op=miss tests absent keys (RunParallel), op=add offers fresh keys to the
-// single writer's TestAndAddHash.
-func BenchmarkAuto(b *testing.B) {
-	const n, load, p = 8, 150_000, 1e-6
-	for _, mode := range []string{"fixed", "auto"} {
-		clock := newFakeClock()
-		cfg := Config{Generations: n, Interval: time.Minute, FalsePositiveRate: p, Clock: clock.Now, SingleWriter: true}
-		if mode == "auto" {
-			cfg.Auto = true
-		} else {
-			cfg.Capacity = load * 5 / 4
-		}
-		f := mustNew(b, cfg)
-		rng := rand.New(rand.NewPCG(5, 6))
-		for range n + 1 {
-			rotate(f, clock)
-			addSteady(f, clock, rng, load)
-		}
-		rotate(f, clock)
-		b.Run("mode="+mode+"/op=miss", func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				r := rand.New(rand.NewPCG(rand.Uint64(), 7))
-				for pb.Next() {
-					f.testHash(r.Uint64())
-				}
-			})
-		})
-		b.Run("mode="+mode+"/op=add", func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				f.testAndAddHash(rng.Uint64())
-			}
-		})
-	}
-}
-
 // TestAutoEventTimeLate adds late keys, stamped in an older generation that grew, to an
 // auto-sized event-time filter, in both write modes: they go to that generation's newest stage,
 // are counted in its observed load, and are seen afterwards.
