@@ -359,11 +359,11 @@ func TestAutoColdBurstStages(t *testing.T) {
 		t.Fatal("133k keys did not grow the generation")
 	}
 	sts := *gg.stages.Load()
-	var caps []uint64
+	var caps, sizes []uint64
 	for _, st := range sts {
-		caps = append(caps, st.capacity)
+		caps, sizes = append(caps, st.capacity), append(sizes, st.bytes)
 	}
-	t.Logf("stage capacities after a cold burst of %d keys: %v", keys, caps)
+	t.Logf("after a cold burst of %d keys: stage capacities %v, bytes %v, filter %d B", keys, caps, sizes, f.Stats().TotalBytes)
 	if len(sts) > 2 {
 		t.Errorf("a cold burst of %d keys made %d grown stages (%v), want ≤ 2", keys, len(sts), caps)
 	}
