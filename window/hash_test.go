@@ -27,29 +27,3 @@ func TestHashKeyMatchesXXHash(t *testing.T) {
 		}
 	}
 }
-
-// BenchmarkHashKey compares hashKey with xxhash's seeded Digest on a 16-byte key.
-func BenchmarkHashKey(b *testing.B) {
-	key := []byte("evt-000000012345")
-	b.Run("impl=hashKey", func(b *testing.B) {
-		var s uint64
-		for i := 0; i < b.N; i++ {
-			key[0] = byte(i)
-			s += hashKey(key, 7)
-		}
-		sink = s
-	})
-	b.Run("impl=digest", func(b *testing.B) {
-		var s uint64
-		for i := 0; i < b.N; i++ {
-			key[0] = byte(i)
-			var d xxhash.Digest
-			d.ResetWithSeed(7)
-			d.Write(key)
-			s += d.Sum64()
-		}
-		sink = s
-	})
-}
-
-var sink uint64
