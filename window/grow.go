@@ -84,9 +84,12 @@ func stageProbeFrom(sp *probe, st *stage, x uint64) {
 // tested one by one.
 func (f *Filter) grownHas(p *probe) bool {
 	gs := f.grown.Load()
-	if gs == nil {
-		return false
-	}
+	return gs != nil && grownHasIn(gs, p)
+}
+
+// grownHasIn is grownHas for the grown generations gs: apart, so that grownHas is inlined and a
+// filter that never grew pays no call and no stack frame for the stages' positions.
+func grownHasIn(gs *grownSet, p *probe) bool {
 	var xs [maxCachedStages]uint64
 	var at [maxProbedStages]stageWord
 	n, more := 0, false
