@@ -15,15 +15,22 @@ import (
 //   - the rate at which the generation took its keys so far, projected over its interval;
 //
 // it takes AutoHeadroom times the smaller of the two, less what the generation holds already.
-// A filter with no history (new, or after a gap) has only the projection, and a stage is then at
-// most autoMaxStep times the keys the generation holds, so that a burst at the start of an
-// interval does not reserve the memory of a whole interval at its rate. Stage 1 holds its keys at
-// (1-GrowthShare-autoStage0Share)·p_g. A generation that takes more than stage 1 grows by stages
-// sized by the projection alone at GrowthShare·p_g·2^-(i-1) for stage i ≥ 2, so its rate stays
-// under autoStage0Share·p_g + (1-GrowthShare-autoStage0Share)·p_g + GrowthShare·p_g < p_g at any
-// load, as with a fixed Capacity. When the load falls, the next generation's stage 1 is sized for
-// the lower load; the stages of an expired generation are unmapped (stageWords) as it rotates
-// out, so the memory follows the load one window later.
+// The projection is the generation's insert rate so far (held keys over the time since it began)
+// times its whole interval: what it holds plus the rate times its remaining time. A filter with
+// no history (new, or after a gap) has only the projection, and a burst at the start of an
+// interval projects an interval's worth of keys at the burst's rate: so a stage that only the
+// projection sizes is at most autoMaxStep·4^(i-1) times the keys the generation holds when stage
+// i is made (8×, 32×, 128× …). A cold start with a burst then ends with few stages: 1024 keys in
+// stage 0, 8192 in stage 1, up to 295k in stage 2 (304k in all), up to 39M in stage 3, where a
+// fixed 8× bound adds a stage per factor of 9; the bound grows with the evidence that the burst
+// lasts, and a burst that stops early leaves at most that factor of its keys unused. Stage
+// 1 holds its keys at (1-GrowthShare-autoStage0Share)·p_g. A generation that takes more than stage
+// 1 grows by stages sized by the projection alone at GrowthShare·p_g·2^-(i-1) for stage i ≥ 2, so
+// its rate stays under autoStage0Share·p_g + (1-GrowthShare-autoStage0Share)·p_g + GrowthShare·p_g
+// < p_g at any load, as with a fixed Capacity. Every stage is bounded by the memory the filter may
+// still use (its cap and its share of Config.Budget, roomKeys). When the load falls, the next
+// generation's stage 1 is sized for the lower load; the stages of an expired generation are
+// unmapped (stageWords) as it rotates out, so the memory follows the load one window later.
 
 // AutoCapacity is stage 0's capacity of an auto-sized filter whose Config.Capacity is zero: 1024
 // keys per generation, a few KiB per generation at the usual targets.
@@ -35,9 +42,20 @@ const AutoHeadroom = 1.25
 // autoStage0Share is the share of p_g that an auto-sized filter's stage 0 takes at Capacity keys.
 const autoStage0Share = 1.0 / 16
 
-// autoMaxStep bounds a stage that only the projection sizes: at most this many times the keys the
-// generation holds when the stage is made.
+// autoMaxStep bounds a stage that only the projection sizes: stage 1 holds at most autoMaxStep
+// times the keys the generation holds when the stage is made, and each later stage
+// autoStepGrowth times more than that (autoMaxStepFor).
 const autoMaxStep = 8
+
+// autoStepGrowth is the factor by which the bound of autoMaxStep grows from one stage to the next.
+const autoStepGrowth = 4
+
+// autoMaxStepFor returns autoMaxStep·autoStepGrowth^(i-1), the most keys a stage i ≥ 1 that only
+// the projection sizes holds per key the generation holds (capped at stage 24's, far above any
+// capacity).
+func autoMaxStepFor(i int) float64 {
+	return autoMaxStep * math.Pow(autoStepGrowth, float64(min(max(i, 1), 24)-1))
+}
 
 // withAuto returns c with Capacity set to AutoCapacity when Auto is set and Capacity is zero.
 func (c Config) withAuto() Config {
@@ -78,19 +96,19 @@ func (f *Filter) nextStageLayout(gg *grownGen, i int) stageLayout {
 		hist = float64(f.generationKeys(gg.epoch - 1))
 	}
 	room := f.roomKeys(target)
-	c := autoStageCapacity(held, f.cfg.Capacity, hist, f.projectedLoad(gg.epoch, held), room)
+	c := autoStageCapacity(i, held, f.cfg.Capacity, hist, f.projectedLoad(gg.epoch, held), room)
 	return stageFor(c, target, i, f.shardBits)
 }
 
-// autoStageCapacity is the sizing rule of auto sizing: the capacity of a stage made for a
+// autoStageCapacity is the sizing rule of auto sizing: the capacity of stage i ≥ 1 made for a
 // generation that holds held keys, given the keys the previous generation took (hist, 0 when
 // unknown or not for stage 1), the keys the generation's rate projects over its interval, and
 // room, the most keys the memory the filter may use still holds at the stage's rate. The stage
 // takes AutoHeadroom times the smaller observation less what the generation holds, at least held
-// and floor (stage 0's capacity); without history at most autoMaxStep times held; and never more
-// than room (a stage of at least one key: the memory cap then refuses it if it must).
-func autoStageCapacity(held, floor uint64, hist, projected, room float64) uint64 {
-	est, hi := projected, autoMaxStep*float64(max(held, 1))
+// and floor (stage 0's capacity); without history at most autoMaxStepFor(i) times held; and never
+// more than room (a stage of at least one key: the memory cap then refuses it if it must).
+func autoStageCapacity(i int, held, floor uint64, hist, projected, room float64) uint64 {
+	est, hi := projected, autoMaxStepFor(i)*float64(max(held, 1))
 	if hist > 0 {
 		est, hi = min(est, hist), max(hi, AutoHeadroom*hist)
 	}

@@ -194,46 +194,6 @@ func TestAutoSnapshot(t *testing.T) {
 	}
 }
 
-// BenchmarkAuto compares an auto-sized filter with one whose capacity was set by hand to the
-// load (1.25 × it, as auto sizing holds), both at steady state: N=8 generations at 1e-6, each
-// having taken 150k keys (the per-partition load of the six-partition workload of
-// docs/performance.md). op=miss tests absent keys (RunParallel), op=add offers fresh keys to the
-// single writer's TestAndAddHash.
-func BenchmarkAuto(b *testing.B) {
-	const n, load, p = 8, 150_000, 1e-6
-	for _, mode := range []string{"fixed", "auto"} {
-		clock := newFakeClock()
-		cfg := Config{Generations: n, Interval: time.Minute, FalsePositiveRate: p, Clock: clock.Now, SingleWriter: true}
-		if mode == "auto" {
-			cfg.Auto = true
-		} else {
-			cfg.Capacity = load * 5 / 4
-		}
-		f := mustNew(b, cfg)
-		rng := rand.New(rand.NewPCG(5, 6))
-		for range n + 1 {
-			rotate(f, clock)
-			addSteady(f, clock, rng, load)
-		}
-		rotate(f, clock)
-		b.Run("mode="+mode+"/op=miss", func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				r := rand.New(rand.NewPCG(rand.Uint64(), 7))
-				for pb.Next() {
-					f.testHash(r.Uint64())
-				}
-			})
-		})
-		b.Run("mode="+mode+"/op=add", func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				f.testAndAddHash(rng.Uint64())
-			}
-		})
-	}
-}
-
 // TestAutoEventTimeLate adds late keys, stamped in an older generation that grew, to an
 // auto-sized event-time filter, in both write modes: they go to that generation's newest stage,
 // are counted in its observed load, and are seen afterwards.
@@ -354,23 +314,62 @@ func TestAutoStageCapacity(t *testing.T) {
 	inf := math.Inf(1)
 	cases := []struct {
 		name                  string
+		stage                 int
 		held, floor           uint64
 		hist, projected, room float64
 		want                  uint64
 	}{
-		{"steady", 1024, 1024, 100_000, 100_000, inf, 123_976},
-		{"falling: the projection", 1024, 1024, 100_000, 5_000, inf, 5_226},
-		{"rising: the history, growth takes the rest", 1024, 1024, 5_000, 100_000, inf, 5_226},
-		{"no history, a burst: 8x what it holds", 1024, 1024, 0, inf, inf, 8_192},
-		{"no history, steady", 1024, 1024, 0, 3_000, inf, 2_726},
-		{"at least what it holds", 1024, 1024, 0, 100, inf, 1_024},
-		{"later stage of a spike", 50_000, 1024, 0, 400_000, inf, 400_000},
-		{"the memory it may use", 1024, 1024, 100_000, 100_000, 500, 500},
-		{"no memory left", 1024, 1024, 100_000, 100_000, 0, 1},
+		{"steady", 1, 1024, 1024, 100_000, 100_000, inf, 123_976},
+		{"falling: the projection", 1, 1024, 1024, 100_000, 5_000, inf, 5_226},
+		{"rising: the history, growth takes the rest", 1, 1024, 1024, 5_000, 100_000, inf, 5_226},
+		{"no history, a burst: 8x what it holds", 1, 1024, 1024, 0, inf, inf, 8_192},
+		{"a burst, stage 2: 32x what it holds", 2, 9_216, 1024, 0, inf, inf, 294_912},
+		{"a burst, stage 3: 128x what it holds", 3, 304_128, 1024, 0, inf, inf, 38_928_384},
+		{"no history, steady", 1, 1024, 1024, 0, 3_000, inf, 2_726},
+		{"at least what it holds", 1, 1024, 1024, 0, 100, inf, 1_024},
+		{"later stage of a spike: the projection", 2, 50_000, 1024, 0, 400_000, inf, 450_000},
+		{"the memory it may use", 1, 1024, 1024, 100_000, 100_000, 500, 500},
+		{"the memory it may use, a burst", 2, 9_216, 1024, 0, inf, 100_000, 100_000},
+		{"no memory left", 1, 1024, 1024, 100_000, 100_000, 0, 1},
 	}
 	for _, c := range cases {
-		if got := autoStageCapacity(c.held, c.floor, c.hist, c.projected, c.room); got != c.want {
+		if got := autoStageCapacity(c.stage, c.held, c.floor, c.hist, c.projected, c.room); got != c.want {
 			t.Errorf("%s: capacity %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAutoColdBurstStages offers the first generation of a new auto-sized filter (1e-6) the
+// keys of one partition of the six-partition workload (133k distinct, all at once, as a drain of
+// a preloaded input from process start): it ends with two grown stages beside stage 0, so that a
+// lookup reads three places of the generation, and every key is seen.
+func TestAutoColdBurstStages(t *testing.T) {
+	const keys = 133_000
+	clock := newFakeClock()
+	f := mustNew(t, Config{Generations: 8, Interval: 15 * time.Minute, Auto: true, FalsePositiveRate: 1e-6,
+		Clock: clock.Now, SingleWriter: true})
+	clock.Set(f.CurrentGenerationStart().Add(300 * time.Millisecond)) // the worker's start-up
+	for i := range uint64(keys) {
+		if f.TestAndAdd(key(45, i)) {
+			t.Fatalf("new key %d reported seen", i)
+		}
+	}
+	gg := f.grownGenIfAny(0)
+	if gg == nil {
+		t.Fatal("133k keys did not grow the generation")
+	}
+	sts := *gg.stages.Load()
+	var caps, sizes []uint64
+	for _, st := range sts {
+		caps, sizes = append(caps, st.capacity), append(sizes, st.bytes)
+	}
+	t.Logf("after a cold burst of %d keys: stage capacities %v, bytes %v, filter %d B", keys, caps, sizes, f.Stats().TotalBytes)
+	if len(sts) > 2 {
+		t.Errorf("a cold burst of %d keys made %d grown stages (%v), want ≤ 2", keys, len(sts), caps)
+	}
+	for i := range uint64(keys) {
+		if !f.Test(key(45, i)) {
+			t.Fatalf("key %d not seen", i)
 		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // Filter is a sliding-window Bloom filter of N rotating generations.
@@ -184,10 +182,7 @@ func newClaims(groups uint64, single bool) []atomic.Uint64 {
 // hash returns the seeded 64-bit hash of key that the hash-level methods take. Hashing once and calling
 // testAndAddHash on several filters with the same seed saves the hashing cost.
 func (f *Filter) hash(key []byte) uint64 {
-	var d xxhash.Digest
-	d.ResetWithSeed(f.seed)
-	d.Write(key)
-	return d.Sum64()
+	return hashKey(key, f.seed)
 }
 
 // TestAndAdd reports whether key was seen in the window and, if it was not, adds it to the current

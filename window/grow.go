@@ -74,33 +74,67 @@ func stageProbeFrom(sp *probe, st *stage, x uint64) {
 }
 
 // grownHas reports whether the key is in a grown stage of a live generation. It costs one atomic
-// pointer load while no generation has grown. Otherwise it first loads one word of the key's
-// block in every stage, so that their cache misses overlap (as touch does for stage 0), then
-// tests the stages one by one.
+// pointer load while no generation has grown. Otherwise a first pass computes the key's word of
+// sector 0 in every stage and loads it, so that their cache misses overlap (as touch does for
+// stage 0); a second pass tests the first bits of each from what the first computed, and builds
+// the rest of the pattern only for a stage whose word has them all.
 //
 // The stage hash depends only on the key and the stage's index, so it is computed once per index
-// (generations with stages of the same index share it).
+// (generations with stages of the same index share it). Past maxProbedStages stages, the rest are
+// tested one by one.
 func (f *Filter) grownHas(p *probe) bool {
 	gs := f.grown.Load()
-	if gs == nil {
-		return false
-	}
+	return gs != nil && grownHasIn(gs, p)
+}
+
+// grownHasIn is grownHas for the grown generations gs: apart, so that grownHas is inlined and a
+// filter that never grew pays no call and no stack frame for the stages' positions.
+func grownHasIn(gs *grownSet, p *probe) bool {
 	var xs [maxCachedStages]uint64
+	var at [maxProbedStages]stageWord
+	n, more := 0, false
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			x := cachedStageHash(&xs, p, st.index)
-			g, _ := bits.Mul64(x, st.groups)
-			atomic.LoadUint64(&st.words[g*st.groupWords])
+			if n == len(at) {
+				more = true
+				break
+			}
+			at[n] = st.wordOf(cachedStageHash(&xs, p, st.index))
+			at[n].st = st
+			atomic.LoadUint64(&st.words[at[n].w])
+			n++
 		}
 	}
 	var sp probe
+	for i := range at[:n] {
+		a := &at[i]
+		if a.st.firstMissing(a) {
+			continue
+		}
+		stageProbeFrom(&sp, a.st, a.x)
+		if a.st.has(&sp, 0) {
+			return true
+		}
+	}
+	return more && grownHasPast(gs, p, &xs, n)
+}
+
+// grownHasPast tests the stages of gs after the first skip of grownHas's walk, one by one. A
+// stage added meanwhile to a generation walked before may shift the walk by one: a stage is then
+// tested twice, and the new one, empty when the lookup began, not at all.
+func grownHasPast(gs *grownSet, p *probe, xs *[maxCachedStages]uint64, skip int) bool {
+	var sp probe
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
-			x := cachedStageHash(&xs, p, st.index)
-			if st.firstMissing(x) {
+			if skip > 0 {
+				skip--
 				continue
 			}
-			stageProbeFrom(&sp, st, x)
+			a := st.wordOf(cachedStageHash(xs, p, st.index))
+			if st.firstMissing(&a) {
+				continue
+			}
+			stageProbeFrom(&sp, st, a.x)
 			if st.has(&sp, 0) {
 				return true
 			}
@@ -109,18 +143,33 @@ func (f *Filter) grownHas(p *probe) bool {
 	return false
 }
 
-// firstMissing reports whether one of the first bits of the key whose stage hash is x is missing
-// from its word of sector 0 in st: the test of a key that was never added, which usually stops at
-// the first or second bit, without building the key's mask (stageProbeFrom and has do the rest
-// when every first bit is set).
-func (sg *stage) firstMissing(x uint64) bool {
+// maxProbedStages is how many stages grownHas loads ahead of testing them.
+const maxProbedStages = 16
+
+// stageWord is where a key's first bits are in a stage: its stage hash x, the index w of its word
+// of sector 0 and the pattern stream's output 0 for its tag, z0.
+type stageWord struct {
+	st       *stage
+	x, w, z0 uint64
+}
+
+// wordOf returns the position of the first bits of the key whose stage hash is x in the stage.
+func (sg *stage) wordOf(x uint64) stageWord {
 	g, _ := bits.Mul64(x, sg.groups)
-	tag := x&tagMask | 1
-	z := patternOutput(tag, 0)
-	w := atomic.LoadUint64(&sg.words[g*sg.groupWords+z&(sectorWords-1)])
+	z0 := patternOutput(x&tagMask|1, 0)
+	return stageWord{x: x, w: g*sg.groupWords + z0&(sectorWords-1), z0: z0}
+}
+
+// firstMissing reports whether one of the first bits of the key at a is missing from its word of
+// sector 0 in the stage: the test of a key that was never added, which usually stops at the first
+// or second bit, without building the key's mask (stageProbeFrom and has do the rest when every
+// first bit is set).
+func (sg *stage) firstMissing(a *stageWord) bool {
+	w := atomic.LoadUint64(&sg.words[a.w])
+	z := a.z0
 	for i := range sg.first {
 		if i&3 == 0 && i > 0 {
-			z = patternOutput(tag, i>>2)
+			z = patternOutput(a.x&tagMask|1, i>>2)
 		}
 		if w&dataBit(z) == 0 {
 			return true

@@ -106,14 +106,15 @@ func TestGrowthOneWinner(t *testing.T) {
 }
 
 // testGrowthOneWinner is TestGrowthOneWinner with a fixed capacity or auto sizing (whose stages
-// grow from AutoCapacity, sized by the projection alone: no history).
+// grow from a stage 0 of 128 keys, sized by the projection alone: no history, so by 8×, 32× and
+// 128× what the generation holds).
 func testGrowthOneWinner(t *testing.T, auto bool) {
 	workers := max(4, 2*runtime.GOMAXPROCS(0))
 	const capacity = 2_000
 	keys := 20 * capacity
 	cfg := Config{Generations: 2, Interval: time.Hour, Capacity: capacity, FalsePositiveRate: 1e-3, Auto: auto}
 	if auto {
-		cfg.Capacity, keys = 0, 200*AutoCapacity
+		cfg.Capacity, keys = 128, 200*AutoCapacity
 	}
 	f := mustNew(t, cfg)
 	// Neighbouring offsets: goroutines meet on the same key, and on the stage-0 to stage-1
