@@ -38,42 +38,43 @@ func TestBufferPoolKeeps(t *testing.T) {
 	}
 }
 
-// TestInputAccount checks that the buffers of a pool's readers and brokers are counted while
-// they are held or kept free, that over the limit given-back buffers are dropped, and that a
-// request asks for what is free, at least minRequestBytes.
+// TestInputAccount checks that the buffers of a pool's readers and brokers are counted, all of
+// them and those in use; that a request asks for what the buffers in use leave of the limit, at
+// least minRequestBytes; and that over the limit given-back buffers are dropped.
 func TestInputAccount(t *testing.T) {
 	p := &FetchPool{cfg: FetchPoolConfig{MaxBytes: 16 << 20}, acct: &inputAccount{limit: 8 << 20}}
-	reader, frames := bufferPool{acct: p.acct}, newBrokerFetcher(p, 1).bufs
-	if got := p.requestMaxBytes(); got != 8<<20 {
-		t.Fatalf("requestMaxBytes with nothing held = %d, want the limit %d", got, 8<<20)
+	reader, frames := &bufferPool{acct: p.acct}, &newBrokerFetcher(p, 1).bufs
+	check := func(what string, total, inUse int64, req int32) {
+		t.Helper()
+		if got, use, r := p.BufferedBytes(), p.acct.inUse.Load(), p.requestMaxBytes(); got != total || use != inUse || r != req {
+			t.Fatalf("%s: %d bytes, %d in use, requests of %d; want %d, %d, %d", what, got, use, r, total, inUse, req)
+		}
 	}
+	check("nothing held", 0, 0, 8<<20)
 	frame := frames.get(3 << 20)
 	a, b := reader.get(2<<20), reader.get(2<<20)
-	if got := p.BufferedBytes(); got != 7<<20 {
-		t.Fatalf("BufferedBytes = %d, want %d", got, 7<<20)
-	}
-	if got := p.requestMaxBytes(); got != 1<<20 {
-		t.Fatalf("requestMaxBytes = %d, want what is free, %d", got, 1<<20)
-	}
-	c := reader.get(2 << 20) // over the limit: reads go on, at the least request size
-	if got := p.requestMaxBytes(); got != minRequestBytes {
-		t.Fatalf("requestMaxBytes over the limit = %d, want %d", got, minRequestBytes)
-	}
+	check("a frame and two answers", 7<<20, 7<<20, 1<<20)
+	c := reader.get(2 << 20) // past the limit: reads go on, at the least request size
+	check("past the limit", 9<<20, 9<<20, minRequestBytes)
 	reader.put(a) // over the limit: dropped
-	if len(reader.free) != 0 || p.BufferedBytes() != 7<<20 {
-		t.Fatalf("over the limit: %d free buffers kept, %d bytes counted; want 0 and %d", len(reader.free), p.BufferedBytes(), 7<<20)
+	check("a buffer given back over the limit", 7<<20, 7<<20, 1<<20)
+	if len(reader.free) != 0 {
+		t.Fatalf("%d free buffers kept over the limit, want 0", len(reader.free))
 	}
-	reader.put(b) // under it again: kept, still counted
+	reader.put(b) // under it: kept, counted, not in use
 	frames.put(frame)
-	if len(reader.free) != 1 || len(frames.free) != 1 || p.BufferedBytes() != 7<<20 {
-		t.Fatalf("under the limit: %d+%d free buffers kept, %d bytes counted; want 1+1 and %d", len(reader.free), len(frames.free), p.BufferedBytes(), 7<<20)
+	check("buffers given back under the limit", 7<<20, 2<<20, 6<<20)
+	if len(reader.free) != 1 || len(frames.free) != 1 {
+		t.Fatalf("%d+%d free buffers kept, want 1+1", len(reader.free), len(frames.free))
 	}
-	if got := reader.get(1 << 20); cap(got) != 2<<20 || p.BufferedBytes() != 7<<20 {
-		t.Fatalf("a reused buffer: cap %d, %d bytes counted; want %d and %d", cap(got), p.BufferedBytes(), 2<<20, 7<<20)
+	if got := reader.get(1 << 20); cap(got) != 2<<20 {
+		t.Fatalf("get(1MiB) = cap %d, want the free 2MiB buffer", cap(got))
 	}
+	check("a free buffer reused", 7<<20, 4<<20, 4<<20)
 	reader.put(c)
 	var none *inputAccount // a pool without an account counts nothing and limits nothing
-	none.add(1)
+	none.alloc(1)
+	none.use(1)
 	if none.over() || none.free(5) != 5 {
 		t.Fatal("a nil account limits")
 	}

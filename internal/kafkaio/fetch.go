@@ -291,6 +291,7 @@ func (p *bufferPool) get(n int) []byte {
 		b := p.free[best]
 		p.free = slices.Delete(p.free, best, best+1)
 		p.mu.Unlock()
+		p.acct.use(cap(b))
 		return b[:n]
 	}
 	p.mu.Unlock()
@@ -300,7 +301,7 @@ func (p *bufferPool) get(n int) []byte {
 // alloc returns a new buffer of length n, counted in p's account.
 func (p *bufferPool) alloc(n int) []byte {
 	b := make([]byte, n)
-	p.acct.add(cap(b))
+	p.acct.alloc(cap(b))
 	return b
 }
 
@@ -309,6 +310,7 @@ func (p *bufferPool) put(b []byte) {
 	if b == nil {
 		return
 	}
+	p.acct.use(-cap(b))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keep := p.keep
@@ -316,7 +318,7 @@ func (p *bufferPool) put(b []byte) {
 		keep = maxFreeBuffers
 	}
 	if p.acct.over() { // memory is short: free buffers are dropped, not kept
-		p.acct.add(-cap(b))
+		p.acct.alloc(-cap(b))
 		return
 	}
 	if len(p.free) < keep {
@@ -333,5 +335,5 @@ func (p *bufferPool) put(b []byte) {
 	if cap(b) > cap(p.free[smallest]) {
 		b, p.free[smallest] = p.free[smallest], b[:0]
 	}
-	p.acct.add(-cap(b))
+	p.acct.alloc(-cap(b))
 }
