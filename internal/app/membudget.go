@@ -65,7 +65,7 @@ func (d DedupConfig) MemoryBudget() (bytes uint64, source string) {
 // DEDUP_MEMORY_LIMIT, at most maxInputMemory; the filters share the rest.
 const (
 	inputMemoryShare = 0.25
-	maxInputMemory   = 64 << 20
+	maxInputMemory   = 32 << 20
 )
 
 // InputMemory returns the bytes of DEDUP_MEMORY_LIMIT that the input buffers may hold (the

@@ -61,11 +61,12 @@ func TestMemoryBudgetDefault(t *testing.T) {
 }
 
 // TestInputMemory checks how DEDUP_MEMORY_LIMIT is split: the input buffers take a quarter of
-// it, at most 64 MiB, and the filters the rest.
+// it, at most 32 MiB, and the filters the rest.
 func TestInputMemory(t *testing.T) {
 	for _, tc := range []struct{ limit, input, filters uint64 }{
-		{256 << 20, 64 << 20, 192 << 20},
-		{4 << 30, 64 << 20, 4<<30 - 64<<20},
+		{256 << 20, 32 << 20, 224 << 20},
+		{64 << 20, 16 << 20, 48 << 20},
+		{4 << 30, 32 << 20, 4<<30 - 32<<20},
 		{8 << 20, 2 << 20, 6 << 20},
 	} {
 		d := DedupConfig{MemoryLimit: ByteSize(tc.limit)}
