@@ -163,8 +163,13 @@ type Config struct {
 	// FetchMaxBytes is the maximum size of one partition's part of a fetch response; the one
 	// fetch per broker that carries all of its partitions is capped at four times it. Each
 	// partition holds up to three answers at once (the one being processed, the next one, one
-	// more while a batch spans two). Default 16 MiB.
+	// more while a batch spans two). Default 4 MiB.
 	FetchMaxBytes int
+	// InputMemoryLimit bounds the bytes of fetched input the worker holds, all partitions
+	// together: the requests of its fetches ask for no more than is free, and buffers are not
+	// kept for reuse above it (kafkaio.FetchPoolConfig.MaxBufferedBytes). Default: 0, not
+	// bounded.
+	InputMemoryLimit int64
 	// DecodeMaxBytes caps the decompressed records of one input record batch, and the headers of
 	// one record at DecodeMaxBytes/256 (kafkaio.DefaultDecodeLimits); a batch or record over them
 	// is refused input (see "Refused input" in refuse.go). Default:
@@ -302,7 +307,7 @@ func (c Config) withDefaults() Config {
 	def(&c.FetchFailingMax, time.Minute)
 	def(&c.ProgressInterval, 5*time.Second)
 	if c.FetchMaxBytes == 0 {
-		c.FetchMaxBytes = 16 << 20
+		c.FetchMaxBytes = 4 << 20
 	}
 	if c.DecodeMaxBytes == 0 {
 		c.DecodeMaxBytes = kafkaio.DefaultDecodeMaxBytes(c.FetchMaxBytes)

@@ -272,8 +272,11 @@ func TestConfigConversion(t *testing.T) {
 		t.Errorf("conversion lost a setting: %+v", cc)
 	}
 	wc := windowConfig(cfg.Dedup, newBudget(cfg.Dedup))
-	if wc.Budget.Limit() != 1<<30 || wc.Seed != 42 {
-		t.Errorf("window config %+v, want a budget of 1GiB and Seed 42", wc)
+	if wc.Budget.Limit() != 1<<30-maxInputMemory || wc.Seed != 42 {
+		t.Errorf("window config %+v, want a budget of 1GiB less the input's 32MiB and Seed 42", wc)
+	}
+	if cc.InputMemoryLimit != maxInputMemory {
+		t.Errorf("InputMemoryLimit = %d, want %d", cc.InputMemoryLimit, maxInputMemory)
 	}
 }
 

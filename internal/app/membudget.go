@@ -60,11 +60,32 @@ func (d DedupConfig) MemoryBudget() (bytes uint64, source string) {
 	return defaultMemoryLimit, "default, no cgroup memory limit"
 }
 
-// newBudget returns the worker's memory budget of DEDUP_MEMORY_LIMIT (see MemoryBudget).
-func newBudget(d DedupConfig) *window.Budget {
+// Input memory inside the budget: the input buffers of the worker's fetches (every broker's
+// response frame and every assigned partition's fetched answers) take inputMemoryShare of
+// DEDUP_MEMORY_LIMIT, at most maxInputMemory; the filters share the rest.
+const (
+	inputMemoryShare = 0.25
+	maxInputMemory   = 32 << 20
+)
+
+// InputMemory returns the bytes of DEDUP_MEMORY_LIMIT that the input buffers may hold (the
+// fetch pool's MaxBufferedBytes).
+func (d DedupConfig) InputMemory() uint64 {
 	n, _ := d.MemoryBudget()
-	b, err := window.NewBudget(n)
-	if err != nil { // MemoryBudget is never 0
+	return min(uint64(float64(n)*inputMemoryShare), maxInputMemory)
+}
+
+// FilterMemory returns the bytes of DEDUP_MEMORY_LIMIT the filters share: the budget less
+// InputMemory.
+func (d DedupConfig) FilterMemory() uint64 {
+	n, _ := d.MemoryBudget()
+	return max(n-d.InputMemory(), 1)
+}
+
+// newBudget returns the filters' memory budget, FilterMemory of DEDUP_MEMORY_LIMIT.
+func newBudget(d DedupConfig) *window.Budget {
+	b, err := window.NewBudget(d.FilterMemory())
+	if err != nil { // FilterMemory is never 0
 		panic(err)
 	}
 	return b

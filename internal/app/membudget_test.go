@@ -59,3 +59,19 @@ func TestMemoryBudgetDefault(t *testing.T) {
 		t.Fatalf("set: %d from %q, want 256MiB from DEDUP_MEMORY_LIMIT", got, from)
 	}
 }
+
+// TestInputMemory checks how DEDUP_MEMORY_LIMIT is split: the input buffers take a quarter of
+// it, at most 32 MiB, and the filters the rest.
+func TestInputMemory(t *testing.T) {
+	for _, tc := range []struct{ limit, input, filters uint64 }{
+		{256 << 20, 32 << 20, 224 << 20},
+		{64 << 20, 16 << 20, 48 << 20},
+		{4 << 30, 32 << 20, 4<<30 - 32<<20},
+		{8 << 20, 2 << 20, 6 << 20},
+	} {
+		d := DedupConfig{MemoryLimit: ByteSize(tc.limit)}
+		if in, f := d.InputMemory(), d.FilterMemory(); in != tc.input || f != tc.filters {
+			t.Errorf("DEDUP_MEMORY_LIMIT=%d: input %d, filters %d; want %d and %d", tc.limit, in, f, tc.input, tc.filters)
+		}
+	}
+}

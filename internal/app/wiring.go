@@ -69,7 +69,7 @@ func validateDedup(d DedupConfig) []problem {
 			name := "DEDUP_WINDOW_COUNT/DEDUP_WINDOW_INTERVAL/DEDUP_WINDOW_CAPACITY/DEDUP_FALSE_POSITIVE_RATE"
 			if errors.Is(err, window.ErrMemory) {
 				n, from := d.MemoryBudget()
-				name, err = "DEDUP_MEMORY_LIMIT", fmt.Errorf("the budget of %d bytes (%s) cannot hold one filter: %w", n, from, err)
+				name, err = "DEDUP_MEMORY_LIMIT", fmt.Errorf("the budget of %d bytes (%s), %d of them for the filters, cannot hold one filter: %w", n, from, d.FilterMemory(), err)
 			}
 			ps = append(ps, problem{name, err.Error()})
 		}
@@ -310,7 +310,7 @@ func checkpointKind(c CheckpointConfig) string {
 func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consumer.KeyFunc, log *slog.Logger, m *metrics.Metrics) (consumer.Deduper, func(context.Context) error, error) {
 	budget := newBudget(cfg.Dedup)
 	limit, from := cfg.Dedup.MemoryBudget()
-	log.Info("filter memory budget", "bytes", limit, "from", from)
+	log.Info("memory budget", "bytes", limit, "from", from, "filters", cfg.Dedup.FilterMemory(), "input", cfg.Dedup.InputMemory())
 	m.RegisterBudget(budget)
 	dcfg := dedup.Config{
 		Scope:       dedup.Scope(cfg.Dedup.Scope),

@@ -64,7 +64,7 @@ func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 		// One request is in flight at a time and its buffer comes back before the next is read,
 		// so one free buffer (the largest) serves every response; more would hold a broker-wide
 		// response's worth (up to FetchPoolConfig.MaxBytes) each for nothing.
-		bufs: bufferPool{keep: 1},
+		bufs: bufferPool{keep: 1, acct: p.acct},
 	}
 }
 
@@ -261,7 +261,7 @@ func copyPartition(w *want, part *kmsg.FetchResponseTopicPartition) *fetchRespon
 // plus FetchSlack.
 func (b *brokerFetcher) roundTrip(ctx context.Context) (*brokerFetchResponse, error) {
 	p := b.pool
-	req := b.session.build(b.batch, p.cfg)
+	req := b.session.build(b.batch, p.cfg, p.requestMaxBytes())
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.MaxWait+FetchSlack)
 	defer cancel()
 	rt := p.client.Transport
@@ -304,15 +304,15 @@ func (*fetchSession) expired(code int16) bool {
 	return code == int16(kafka.FetchSessionIDNotFound) || code == int16(kafka.InvalidFetchSessionEpoch)
 }
 
-// build returns the request for wants: every partition in a full fetch; else the partitions whose
+// build returns the request for wants, of at most maxBytes: every partition in a full fetch; else the partitions whose
 // fetch offset or size changed, and the partitions of the session no want names any more,
 // forgotten.
-func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig) *kmsg.FetchRequest {
+func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig, maxBytes int32) *kmsg.FetchRequest {
 	req := kmsg.NewFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(cfg.MaxWait.Milliseconds())
 	req.MinBytes = 1
-	req.MaxBytes = int32(cfg.MaxBytes)
+	req.MaxBytes = maxBytes
 	if cfg.Isolation.committed() {
 		req.IsolationLevel = 1
 	}
@@ -463,9 +463,8 @@ func readFrame(r io.Reader, id, maxBytes int32, bufs *bufferPool) ([]byte, error
 	if limit := maxResponseBytes(maxBytes); int64(n) > limit {
 		return nil, fmt.Errorf("%w: %d bytes, more than the %d a fetch of at most %d bytes may take", ErrResponseTooLarge, n, limit, maxBytes)
 	}
-	buf := bufs.get(int(n))
-	if _, err := io.ReadFull(r, buf); err != nil {
-		bufs.put(buf)
+	buf, err := readBody(r, int(n), wholeResponseBytes(maxBytes), bufs)
+	if err != nil {
 		return nil, err
 	}
 	if got := int32(binary.BigEndian.Uint32(buf)); got != id {
@@ -473,4 +472,26 @@ func readFrame(r io.Reader, id, maxBytes int32, bufs *bufferPool) ([]byte, error
 		return nil, fmt.Errorf("kafkaio: fetch response with correlation id %d, want %d", got, id)
 	}
 	return buf, nil
+}
+
+// readBody reads n bytes from r into a buffer of bufs: allocated at once when n is at most whole,
+// else grown (doubling from whole) as the bytes arrive. On failure the buffer goes back to bufs.
+func readBody(r io.Reader, n, whole int, bufs *bufferPool) ([]byte, error) {
+	buf := bufs.get(min(n, whole))
+	got := 0
+	for {
+		m, err := io.ReadFull(r, buf[got:])
+		got += m
+		if err != nil {
+			bufs.put(buf)
+			return nil, err
+		}
+		if got == n {
+			return buf, nil
+		}
+		grown := bufs.alloc(min(2*len(buf), n))
+		copy(grown, buf)
+		bufs.put(buf)
+		buf = grown
+	}
 }

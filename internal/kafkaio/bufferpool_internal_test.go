@@ -17,7 +17,7 @@ func TestBufferPoolKeeps(t *testing.T) {
 	}{
 		{"default", &bufferPool{}, []int{16 << 10, 64 << 10, 256 << 10, 1 << 20}},
 		{"keep 1", &bufferPool{keep: 1}, []int{1 << 20}},
-		{"broker frames", &newBrokerFetcher(nil, 1).bufs, []int{1 << 20}},
+		{"broker frames", &newBrokerFetcher(&FetchPool{}, 1).bufs, []int{1 << 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, n := range sizes {
@@ -35,5 +35,47 @@ func TestBufferPoolKeeps(t *testing.T) {
 				t.Fatalf("get(300KiB) = len %d cap %d, want the 1MiB buffer", len(b), cap(b))
 			}
 		})
+	}
+}
+
+// TestInputAccount checks that the buffers of a pool's readers and brokers are counted, all of
+// them and those in use; that a request asks for what the buffers in use leave of the limit, at
+// least minRequestBytes; and that over the limit given-back buffers are dropped.
+func TestInputAccount(t *testing.T) {
+	p := &FetchPool{cfg: FetchPoolConfig{MaxBytes: 16 << 20}, acct: &inputAccount{limit: 8 << 20}}
+	reader, frames := &bufferPool{acct: p.acct}, &newBrokerFetcher(p, 1).bufs
+	check := func(what string, total, inUse int64, req int32) {
+		t.Helper()
+		if got, use, r := p.BufferedBytes(), p.acct.inUse.Load(), p.requestMaxBytes(); got != total || use != inUse || r != req {
+			t.Fatalf("%s: %d bytes, %d in use, requests of %d; want %d, %d, %d", what, got, use, r, total, inUse, req)
+		}
+	}
+	check("nothing held", 0, 0, 8<<20)
+	frame := frames.get(3 << 20)
+	a, b := reader.get(2<<20), reader.get(2<<20)
+	check("a frame and two answers", 7<<20, 7<<20, 1<<20)
+	c := reader.get(2 << 20) // past the limit: reads go on, at the least request size
+	check("past the limit", 9<<20, 9<<20, minRequestBytes)
+	reader.put(a) // over the limit: dropped
+	check("a buffer given back over the limit", 7<<20, 7<<20, 1<<20)
+	if len(reader.free) != 0 {
+		t.Fatalf("%d free buffers kept over the limit, want 0", len(reader.free))
+	}
+	reader.put(b) // under it: kept, counted, not in use
+	frames.put(frame)
+	check("buffers given back under the limit", 7<<20, 2<<20, 6<<20)
+	if len(reader.free) != 1 || len(frames.free) != 1 {
+		t.Fatalf("%d+%d free buffers kept, want 1+1", len(reader.free), len(frames.free))
+	}
+	if got := reader.get(1 << 20); cap(got) != 2<<20 {
+		t.Fatalf("get(1MiB) = cap %d, want the free 2MiB buffer", cap(got))
+	}
+	check("a free buffer reused", 7<<20, 4<<20, 4<<20)
+	reader.put(c)
+	var none *inputAccount // a pool without an account counts nothing and limits nothing
+	none.alloc(1)
+	none.use(1)
+	if none.over() || none.free(5) != 5 {
+		t.Fatal("a nil account limits")
 	}
 }

@@ -291,3 +291,38 @@ func TestFetchResponseSizeCapped(t *testing.T) {
 		t.Errorf("readResponse allocated %d bytes for a response it refuses", n)
 	}
 }
+
+// TestFetchResponseOneBatchPastLimit proves that a response far larger than its fetch's size,
+// as a broker sends when a partition's first batch is larger than the limit (KIP-74), is read
+// whole, and that a size prefix announcing such a response costs only the bytes that arrive.
+func TestFetchResponseOneBatchPastLimit(t *testing.T) {
+	const maxBytes = 64 << 10
+	frame := func(body []byte, size int) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(size))
+		return append(b, body...)
+	}
+	body := make([]byte, 3<<20) // about 48 times maxBytes: past twice it plus 1 MiB
+	binary.BigEndian.PutUint32(body, 7)
+	for i := 4; i < len(body); i++ {
+		body[i] = byte(i)
+	}
+	got, err := readFrame(bytes.NewReader(frame(body, len(body))), 7, maxBytes, &bufferPool{})
+	if err != nil {
+		t.Fatalf("readFrame of %d bytes for a fetch of %d: %v", len(body), maxBytes, err)
+	}
+	if !bytes.Equal(got, body) {
+		t.Fatal("readFrame returned other bytes than were sent")
+	}
+
+	lie := frame(body[:1<<20], 100<<20) // announces 100 MiB, sends 1 MiB
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = readFrame(bytes.NewReader(lie), 7, maxBytes, &bufferPool{})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("readFrame of a short response = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+		t.Errorf("readFrame allocated %d bytes for a response of 1 MiB that announced 100 MiB", n)
+	}
+}

@@ -206,15 +206,28 @@ func (f *fetchRequest) readResponse(r io.Reader, id int32) (*fetchResponse, erro
 // maxResponseBytes allows: nothing is allocated for it, and its connection is closed.
 var ErrResponseTooLarge = errors.New("kafkaio: fetch response too large")
 
+// maxBatchWireBytes is the largest record batch a fetch reads past its size limit. A broker always
+// sends the first batch of a partition whole, however much larger than the fetch's limit it is
+// (KIP-74), up to the topic's max.message.bytes; a producer cannot send a batch above the broker's
+// socket.request.max.bytes, 100 MiB by default.
+const maxBatchWireBytes = 128 << 20
+
 // maxResponseBytes returns the largest fetch response read for a fetch of at most maxBytes
-// bytes: a broker may exceed the limit by one batch (the first batch is always sent whole, up to
-// the topic's max.message.bytes), plus the response's own fields (aborted transactions). The
-// 4-byte size prefix a broker sends is checked against it before a buffer is allocated, so a
-// broker (or anything between it and the worker) cannot make the reader allocate up to 2 GiB.
-// A batch larger than maxBytes plus its slack cannot be fetched: KAFKA_FETCH_MAX_BYTES must be at
-// least the input topic's max.message.bytes.
+// bytes: maxBytes, one batch past it (maxBatchWireBytes), and the response's own fields
+// (aborted transactions). The 4-byte size prefix a broker sends is checked against it before
+// anything is allocated, so a broker (or anything between it and the worker) cannot make the
+// reader allocate up to 2 GiB. The fetch size therefore need not be above the input topic's
+// max.message.bytes.
 func maxResponseBytes(maxBytes int32) int64 {
-	return 2*int64(maxBytes) + 1<<20
+	return int64(maxBytes) + maxBatchWireBytes + 1<<20
+}
+
+// wholeResponseBytes returns the size up to which a response's buffer is allocated at once, for
+// a fetch of at most maxBytes: twice it plus 1 MiB. A larger response (one batch far past the
+// limit) is read into a buffer that grows as its bytes arrive, so a size prefix that lies costs
+// only what the peer really sends.
+func wholeResponseBytes(maxBytes int32) int {
+	return int(min(2*int64(maxBytes)+1<<20, maxResponseBytes(maxBytes)))
 }
 
 // fetchPartition sends f through c's Transport, within ctx, and returns the partition's part of
@@ -260,6 +273,7 @@ type bufferPool struct {
 	mu   sync.Mutex
 	free [][]byte
 	keep int
+	acct *inputAccount // nil: not counted
 }
 
 const maxFreeBuffers = 4
@@ -277,10 +291,18 @@ func (p *bufferPool) get(n int) []byte {
 		b := p.free[best]
 		p.free = slices.Delete(p.free, best, best+1)
 		p.mu.Unlock()
+		p.acct.use(cap(b))
 		return b[:n]
 	}
 	p.mu.Unlock()
-	return make([]byte, n)
+	return p.alloc(n)
+}
+
+// alloc returns a new buffer of length n, counted in p's account.
+func (p *bufferPool) alloc(n int) []byte {
+	b := make([]byte, n)
+	p.acct.alloc(cap(b))
+	return b
 }
 
 // put gives b back. b must not be used afterwards.
@@ -288,11 +310,16 @@ func (p *bufferPool) put(b []byte) {
 	if b == nil {
 		return
 	}
+	p.acct.use(-cap(b))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keep := p.keep
 	if keep <= 0 {
 		keep = maxFreeBuffers
+	}
+	if p.acct.over() { // memory is short: free buffers are dropped, not kept
+		p.acct.alloc(-cap(b))
+		return
 	}
 	if len(p.free) < keep {
 		p.free = append(p.free, b[:0])
@@ -306,6 +333,7 @@ func (p *bufferPool) put(b []byte) {
 		}
 	}
 	if cap(b) > cap(p.free[smallest]) {
-		p.free[smallest] = b[:0]
+		b, p.free[smallest] = p.free[smallest], b[:0]
 	}
+	p.acct.alloc(-cap(b))
 }

@@ -32,6 +32,9 @@ type FetchPoolConfig struct {
 	// MaxBytes caps one broker's fetch response (each partition is capped by its reader's
 	// MaxBytes too). Default: 64 MiB.
 	MaxBytes int
+	// MaxBufferedBytes bounds the input memory of the pool, its brokers' and its readers'
+	// buffers together (see "Input memory"). Default: 0, not bounded.
+	MaxBufferedBytes int64
 }
 
 // FetchPool routes the fetches of many PartitionReaders to the leaders of their partitions, one
@@ -46,6 +49,7 @@ type FetchPool struct {
 	wg       sync.WaitGroup
 
 	leaders leaderCache
+	acct    *inputAccount // the input memory of the brokers and readers
 
 	mu      sync.Mutex
 	brokers map[int32]*brokerFetcher
@@ -77,7 +81,7 @@ func NewFetchPool(client *kafka.Client, cfg FetchPoolConfig) *FetchPool {
 	return &FetchPool{
 		client: client, cfg: cfg, clientID: clientIDOf(client), ctx: ctx, cancel: cancel,
 		leaders: leaderCache{client: client, timeout: cfg.MaxWait + FetchSlack}, brokers: map[int32]*brokerFetcher{},
-		lookups: make(chan struct{}, lookupSlots),
+		lookups: make(chan struct{}, lookupSlots), acct: &inputAccount{limit: cfg.MaxBufferedBytes},
 	}
 }
 

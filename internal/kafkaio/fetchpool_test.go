@@ -1,6 +1,7 @@
 package kafkaio_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -331,6 +332,47 @@ func TestFetchPoolSamePartitionTwice(t *testing.T) {
 	err := kafkaio.Read(context.Background(), c, kafkaio.Range{Topic: "t", Partition: 0, Start: 50, End: 300, Pool: pool}, col.fn)
 	if err != nil || !slices.Equal(col.offs, offsets(50, 300)) {
 		t.Errorf("Read through the pool: %v, %d records, want 250", err, len(col.offs))
+	}
+	wg.Wait()
+}
+
+// TestFetchPoolBatchPastLimits reads a batch of 2 MiB through a pool whose requests take 64 KiB
+// and whose input memory is bounded at 256 KiB, beside a partition of small batches: the broker
+// sends the large batch whole (KIP-74), and it is read, though more than twice the request's
+// size plus 1 MiB; both partitions are read in full.
+func TestFetchPoolBatchPastLimits(t *testing.T) {
+	t.Parallel()
+	tier.Integration(t)
+	kc, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(2, "t"), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "8388608"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	pool := kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{MaxWait: 20 * time.Millisecond, MaxBytes: 64 << 10, MaxBufferedBytes: 256 << 10})
+	t.Cleanup(func() {
+		pool.Close()
+		kafkaio.CloseIdle(client)
+		kc.Close()
+	})
+	big := make([]kafkaio.Record, 64)
+	for i := range big {
+		big[i] = kafkaio.Record{Value: bytes.Repeat([]byte{byte(i)}, 32<<10), Headers: []kafkaio.Header{{Key: "i", Value: fmt.Append(nil, i)}}}
+	}
+	if err := kafkaio.NewProducer(client, kafkaio.ProducerConfig{Attempts: 1, BatchBytes: 8 << 20}).Produce(context.Background(), "t", 0, big); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, client, "t", 1, 0, 300, time.Now())
+	var wg sync.WaitGroup
+	for p, n := range []int64{int64(len(big)), 300} {
+		r := newReader(client, p, kafka.FirstOffset, withPool(pool), func(c *kafkaio.PartitionReaderConfig) { c.MaxBytes = 16 << 10 })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, n, 30*time.Second); !slices.Equal(got, offsets(0, n)) {
+				t.Errorf("partition %d: read %d records, want 0..%d", p, len(got), n-1)
+			}
+		}()
 	}
 	wg.Wait()
 }

@@ -223,6 +223,9 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
 		done: make(chan struct{}), ready: make(chan *fetched),
 	}
+	if cfg.Pool != nil {
+		r.bufs.acct = cfg.Pool.acct
+	}
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
 	r.epochs = newEpochState()

@@ -42,14 +42,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-kdedup.filterMaxBytes: one filter's share of DEDUP_MEMORY_LIMIT, in bytes: its first stages at
-the sized load, times sizing.growthHeadroom, the room it has to grow past dedup.window.capacity.
+kdedup.capacity: DEDUP_WINDOW_CAPACITY, "auto" or a whole number of keys.
+*/}}
+{{- define "kdedup.capacity" -}}
+{{- if eq (toString .Values.dedup.window.capacity) "auto" }}auto{{ else }}{{ .Values.dedup.window.capacity | int64 }}{{ end }}
+{{- end }}
 
-  filterMaxBytes = ceil(dedup.window.count x dedup.window.capacity x sizing.bitsPerKey / 8 x sizing.growthHeadroom)
+{{/*
+kdedup.sizedKeys: the keys per interval, per filter, the memory is sized for: dedup.window.capacity,
+or sizing.keysPerInterval when it is auto.
+*/}}
+{{- define "kdedup.sizedKeys" -}}
+{{- if eq (include "kdedup.capacity" .) "auto" }}{{ .Values.sizing.keysPerInterval | int64 }}{{ else }}{{ include "kdedup.capacity" . }}{{ end }}
+{{- end }}
+
+{{/*
+kdedup.filterMaxBytes: one filter's share of DEDUP_MEMORY_LIMIT, in bytes: its first stages at
+the sized load (kdedup.sizedKeys), times sizing.growthHeadroom, the room it has to grow past it.
+
+  filterMaxBytes = ceil(dedup.window.count x kdedup.sizedKeys x sizing.bitsPerKey / 8 x sizing.growthHeadroom)
 */}}
 {{- define "kdedup.filterMaxBytes" -}}
 {{- $generations := int .Values.dedup.window.count }}
-{{- $bytes := mulf $generations .Values.dedup.window.capacity .Values.sizing.bitsPerKey 0.125 .Values.sizing.growthHeadroom }}
+{{- $bytes := mulf $generations (include "kdedup.sizedKeys" . | float64) .Values.sizing.bitsPerKey 0.125 .Values.sizing.growthHeadroom }}
 {{- printf "%d" (int64 (ceil $bytes)) }}
 {{- end }}
 

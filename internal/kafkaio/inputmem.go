@@ -1,0 +1,71 @@
+package kafkaio
+
+import "sync/atomic"
+
+// Input memory. The buffers of a FetchPool's readers and brokers (each broker's response frame,
+// every reader's copies of its partition's answers, and their free buffers) are counted in one
+// inputAccount: all of them, and those in use (not free for reuse). With
+// FetchPoolConfig.MaxBufferedBytes set, the pool bounds them:
+//   - each request asks for at most what the buffers in use leave free (requestMaxBytes), and at
+//     least minRequestBytes so that the pool always makes progress: a broker sends the first
+//     batch of a partition whole even when it is over the request's size (KIP-74);
+//   - a partition whose reader still holds an answer has no fetch waiting and is left out of the
+//     next request (see FetchPool);
+//   - while all the buffers reach the limit, given-back buffers are dropped instead of kept.
+// The pool may go over the limit by one request's minimum and one batch, and the Go heap holds
+// dropped buffers until its next collection.
+
+// minRequestBytes is the least a pool's request asks for when its input memory is at its limit.
+const minRequestBytes = 256 << 10
+
+// inputAccount counts the bytes of the input buffers of one FetchPool. It is safe for
+// concurrent use; a nil account counts nothing.
+type inputAccount struct {
+	total atomic.Int64 // every buffer made and not dropped
+	inUse atomic.Int64 // the buffers handed out and not given back
+	limit int64        // 0: none
+}
+
+// alloc counts n more bytes of buffers made (fewer, dropped, when n is negative); a buffer
+// made is in use.
+func (a *inputAccount) alloc(n int) {
+	if a != nil {
+		a.total.Add(int64(n))
+		if n > 0 {
+			a.inUse.Add(int64(n))
+		}
+	}
+}
+
+// use counts n more bytes of buffers in use (fewer, given back, when n is negative).
+func (a *inputAccount) use(n int) {
+	if a != nil {
+		a.inUse.Add(int64(n))
+	}
+}
+
+// over reports whether the buffers, free or in use, take the limit or more.
+func (a *inputAccount) over() bool {
+	return a != nil && a.limit > 0 && a.total.Load() >= a.limit
+}
+
+// free returns how many bytes the buffers in use leave of the limit, at most max; max when the
+// account has no limit.
+func (a *inputAccount) free(max int) int {
+	if a == nil || a.limit <= 0 {
+		return max
+	}
+	return int(min(int64(max), a.limit-a.inUse.Load()))
+}
+
+// requestMaxBytes returns the size limit of the pool's next request: what its input memory has
+// free, between minRequestBytes and MaxBytes.
+func (p *FetchPool) requestMaxBytes() int32 {
+	return int32(max(p.acct.free(p.cfg.MaxBytes), min(minRequestBytes, p.cfg.MaxBytes)))
+}
+
+// BufferedBytes returns the bytes the pool's input buffers hold: its brokers' response frames
+// and its readers' answers, in use or free for reuse. It is safe for concurrent use.
+func (p *FetchPool) BufferedBytes() int64 {
+	return p.acct.total.Load()
+}
