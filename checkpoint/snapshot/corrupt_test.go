@@ -47,9 +47,11 @@ func checkRejected(t *testing.T, in []byte, what string) {
 }
 
 func TestCorruptEveryByte(t *testing.T) {
+	t.Parallel() // exhaustive and CPU-bound: the subtests use whatever core is free
 	for name, good := range smallSnapshots(t) {
 		for _, mask := range []byte{0x01, 0x80, 0xff} {
 			t.Run(fmt.Sprintf("%s/xor%02x", name, mask), func(t *testing.T) {
+				t.Parallel()
 				for i := range good {
 					bad := slices.Clone(good)
 					bad[i] ^= mask
@@ -61,8 +63,10 @@ func TestCorruptEveryByte(t *testing.T) {
 }
 
 func TestTruncateEveryLength(t *testing.T) {
+	t.Parallel()
 	for name, good := range smallSnapshots(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			for n := range len(good) {
 				in := good[:n]
 				checkRejected(t, in, fmt.Sprintf("length %d", n))
