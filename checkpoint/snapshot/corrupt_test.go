@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/internal/ckpttest"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // smallSnapshots are the inputs of the exhaustive corruption tests: one per
@@ -47,7 +49,8 @@ func checkRejected(t *testing.T, in []byte, what string) {
 }
 
 func TestCorruptEveryByte(t *testing.T) {
-	t.Parallel() // exhaustive and CPU-bound: the subtests use whatever core is free
+	tier.NotUnderRace(t) // decodes on one goroutine per subtest; exhaustive, so 10× slower under -race
+	t.Parallel()         // exhaustive and CPU-bound: the subtests use whatever core is free
 	for name, good := range smallSnapshots(t) {
 		for _, mask := range []byte{0x01, 0x80, 0xff} {
 			t.Run(fmt.Sprintf("%s/xor%02x", name, mask), func(t *testing.T) {
@@ -63,6 +66,7 @@ func TestCorruptEveryByte(t *testing.T) {
 }
 
 func TestTruncateEveryLength(t *testing.T) {
+	tier.NotUnderRace(t) // decodes on one goroutine per subtest; exhaustive, so 10× slower under -race
 	t.Parallel()
 	for name, good := range smallSnapshots(t) {
 		t.Run(name, func(t *testing.T) {

@@ -161,3 +161,14 @@ func Patience(d time.Duration) time.Duration {
 	}
 	return time.Duration(float64(d) * f)
 }
+
+// NotUnderRace skips the test under the race detector. It is for a test whose code under test
+// runs on one goroutine at a time (an exhaustive decode of every damaged byte of a file), where
+// the detector can find nothing and multiplies the run's cost: the build without the detector runs
+// it in every tier.
+func NotUnderRace(t testing.TB) {
+	t.Helper()
+	if Race && !bench(t) {
+		t.Skip("tier: one goroutine at a time; the race detector finds nothing here, and the build without it runs this test")
+	}
+}
