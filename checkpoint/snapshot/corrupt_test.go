@@ -49,8 +49,7 @@ func checkRejected(t *testing.T, in []byte, what string) {
 }
 
 func TestCorruptEveryByte(t *testing.T) {
-	tier.NotUnderRace(t) // decodes on one goroutine per subtest; exhaustive, so 10× slower under -race
-	t.Parallel()         // exhaustive and CPU-bound: the subtests use whatever core is free
+	tier.NotUnderRace(t) // decodes on one goroutine; exhaustive, so 10× slower under -race
 	for name, good := range smallSnapshots(t) {
 		for _, mask := range []byte{0x01, 0x80, 0xff} {
 			t.Run(fmt.Sprintf("%s/xor%02x", name, mask), func(t *testing.T) {
