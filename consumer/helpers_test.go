@@ -400,6 +400,7 @@ func (r *running) stop(t *testing.T, within time.Duration) error {
 // eventually polls cond every 10ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = tier.Patience(timeout) // a loaded machine's deadline: the wait ends at its event
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // addSteady adds load fresh keys to the current generation at an even rate over its interval,
@@ -271,9 +273,11 @@ func rampPhase(fs []*Filter, clock *fakeClock, rng *rand.Rand, load uint64) (all
 // window and one generation more. Auto sizing must hold ≤ 4× an optimal Bloom filter of the
 // window's keys at the low load and ≤ 3× at the high one, and be back at the low level (allocated
 // and resident) after the load fell. The fixed default of main (1M keys per generation) runs the
-// same ramp in the same process for comparison.
+// same ramp in the same process for comparison. A ramp of 9M keys (about 9 s) is a sizing run of
+// the statistical tier.
 func TestAutoRamp(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	tier.Statistical(t)
+	if testing.Short() {
 		t.Skip("a ramp of 9M keys")
 	}
 	const partitions, low = 8, 10_000

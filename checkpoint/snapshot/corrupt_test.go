@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/internal/ckpttest"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // smallSnapshots are the inputs of the exhaustive corruption tests: one per
@@ -47,6 +49,7 @@ func checkRejected(t *testing.T, in []byte, what string) {
 }
 
 func TestCorruptEveryByte(t *testing.T) {
+	tier.NotUnderRace(t) // decodes on one goroutine; exhaustive, so 10× slower under -race
 	for name, good := range smallSnapshots(t) {
 		for _, mask := range []byte{0x01, 0x80, 0xff} {
 			t.Run(fmt.Sprintf("%s/xor%02x", name, mask), func(t *testing.T) {
@@ -61,6 +64,7 @@ func TestCorruptEveryByte(t *testing.T) {
 }
 
 func TestTruncateEveryLength(t *testing.T) {
+	tier.NotUnderRace(t) // decodes on one goroutine; exhaustive, so 10× slower under -race
 	for name, good := range smallSnapshots(t) {
 		t.Run(name, func(t *testing.T) {
 			for n := range len(good) {

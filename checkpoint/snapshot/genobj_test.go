@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kdedup/kdedup/internal/tier"
 )
 
 // genWords returns n words with about density of their 63 data bits set, in clusters of
@@ -180,6 +182,7 @@ func TestGenEncoderRefuses(t *testing.T) {
 // TestGenCorrupt checks that every single-byte change, and every truncation, of an object of each
 // chunk mode is an error wrapping one of the sentinels, never a panic or a silent success.
 func TestGenCorrupt(t *testing.T) {
+	tier.NotUnderRace(t) // decodes on one goroutine; exhaustive, so 10× slower under -race
 	words := append(genWords(2*ChunkWords, 0.002, 1), genWords(ChunkWords, 2, 2)...)
 	words = append(words, make([]uint64, 3*ChunkWords)...)
 	b := encodeGen(t, 9, []uint64{uint64(len(words)) - 100, 100}, words, 1000)

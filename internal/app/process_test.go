@@ -288,6 +288,7 @@ func poll(t *testing.T, timeout time.Duration, what string, check func() (bool, 
 		}
 		return explain()
 	}
+	timeout = tier.Patience(timeout) // a loaded machine's deadline: the wait ends at its event
 	deadline := time.Now().Add(timeout)
 	for {
 		done, err := check()

@@ -31,9 +31,11 @@ package tier
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Env is the switch: a comma-separated list of tiers beyond unit, or "all".
@@ -136,4 +138,37 @@ func check(v string) []string {
 		}
 	}
 	return bad
+}
+
+// PatienceEnv scales the deadlines of the waits of the tests that use Patience: a factor, 3 by
+// default ("1" to fail fast while debugging a hang).
+const PatienceEnv = "KDEDUP_TEST_PATIENCE"
+
+// defaultPatience is the factor Patience applies unless PatienceEnv says otherwise: enough for the
+// integration tier to pass beside two CPU-bound processes on a loaded 2-core machine.
+const defaultPatience = 3
+
+// Patience returns the deadline for a test's wait for an event that should come within d on an
+// idle machine. Such a wait ends when its event comes, so its deadline only says when to give up:
+// on a loaded machine (other processes, the race detector) it needs a longer one, never a settle
+// time. Patience returns d times PatienceEnv's factor (3 by default; a value that is not a
+// positive number counts as the default). Never use it for a bound a test asserts about the code
+// under test (a release budget, a latency).
+func Patience(d time.Duration) time.Duration {
+	f := float64(defaultPatience)
+	if v, err := strconv.ParseFloat(strings.TrimSpace(os.Getenv(PatienceEnv)), 64); err == nil && v > 0 {
+		f = v
+	}
+	return time.Duration(float64(d) * f)
+}
+
+// NotUnderRace skips the test under the race detector. It is for a test whose code under test
+// runs on one goroutine at a time (an exhaustive decode of every damaged byte of a file), where
+// the detector can find nothing and multiplies the run's cost: the build without the detector runs
+// it in every tier.
+func NotUnderRace(t testing.TB) {
+	t.Helper()
+	if Race && !bench(t) {
+		t.Skip("tier: one goroutine at a time; the race detector finds nothing here, and the build without it runs this test")
+	}
 }

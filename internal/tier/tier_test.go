@@ -1,6 +1,9 @@
 package tier
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestEnabled(t *testing.T) {
 	for _, c := range []struct {
@@ -29,5 +32,24 @@ func TestCheck(t *testing.T) {
 	}
 	if bad := check("integration,intergation"); len(bad) != 1 || bad[0] != "intergation" {
 		t.Errorf("check of a misspelt tier = %q", bad)
+	}
+}
+
+func TestPatience(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+	}{
+		{"", 3 * time.Second},
+		{"1", time.Second},
+		{"2.5", 2500 * time.Millisecond},
+		{"0", 3 * time.Second},
+		{"-1", 3 * time.Second},
+		{"slow", 3 * time.Second},
+	} {
+		t.Setenv(PatienceEnv, c.env)
+		if got := Patience(time.Second); got != c.want {
+			t.Errorf("%s=%q: Patience(1s) = %v, want %v", PatienceEnv, c.env, got, c.want)
+		}
 	}
 }
