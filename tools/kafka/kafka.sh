@@ -166,7 +166,11 @@ EOF
       for p in "${props[@]}"; do cat "$p"; echo; done
     } >"$nd/server.properties"
   done
-  local id; id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=' | head -c 22)
+  # A cluster id is 16 random bytes in URL-safe base64; one that starts with '-' would be read as an
+  # option by the format step ("--cluster-id expected one argument"), so draw again, as Kafka's
+  # Uuid.randomUuid does.
+  local id=-
+  while [[ $id == -* ]]; do id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=' | head -c 22); done
   for ((i = 1; i <= nodes; i++)); do
     local args=(format -t "$id" -c "$dir/node-$i/server.properties" --ignore-formatted)
     [ "$nodes" = 1 ] && args+=(--standalone)
