@@ -114,7 +114,7 @@ var events = []event{
 	{"Filter growth past capacity", "A", "healthy", nil, none, "the filters are within capacity"},
 	{"Filter growth past capacity", "B", "degraded", nil, some, "the overfilled filters grow a stage"},
 	{"Filters at the memory cap", "A", "healthy", nil, none, "the filters are within capacity"},
-	{"Filters at the memory cap", "A", "degraded", nil, bound{op: ">=", v: 1}, "DEDUP_MEMORY_LIMIT=22KiB stops the overfilled filters after one stage each"},
+	{"Filters at the memory cap", "A", "degraded", nil, bound{op: ">=", v: 1}, "DEDUP_MEMORY_LIMIT=30KiB (22.5KiB for the filters) stops the overfilled filters after one stage each"},
 	{"Producer resets and uncertain retries", "A", "degraded", map[string]string{"reason": "out_of_order_sequence"}, some, "the broker answers a produce request OUT_OF_ORDER_SEQUENCE_NUMBER"},
 	{"Producer resets and uncertain retries", "A", "degraded", map[string]string{"reason": "unknown_producer_id"}, some, "the broker answers a produce request UNKNOWN_PRODUCER_ID"},
 	{"Producer resets and uncertain retries", "A", "healthy", nil, none, "no produce fault"},

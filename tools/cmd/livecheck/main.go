@@ -21,8 +21,8 @@
 //   - refused: one oversized record without a dead-letter topic, so that input partition 0
 //     blocks at it halfway through (-refused, 8s by default);
 //   - degraded: the filter pushed past capacity and its memory cap (-overfill, by default
-//     DEDUP_WINDOW_CAPACITY=250 and DEDUP_MEMORY_LIMIT=22KiB for about 700 new keys per partition
-//     and interval: the budget holds the four filters' first stages (3880 bytes each) and one grown
+//     DEDUP_WINDOW_CAPACITY=250 and DEDUP_MEMORY_LIMIT=30KiB for about 700 new keys per partition
+//     and interval: the budget less its input share (a quarter) holds the four filters' first stages (3880 bytes each) and one grown
 //     stage each (1600 bytes), so each filter grows one stage, then stops), the checkpoint directory replaced by a
 //     regular file once the first checkpoint was written, so every later save fails, and produce
 //     faults injected into the broker (three REQUEST_TIMED_OUT after the append, then
@@ -90,8 +90,9 @@ type options struct {
 // about 700 new keys per partition and interval against a capacity of 250. The filter grows past
 // its capacity on its own, keeping its rate at target, so the memory cap stops it: stage 0 of
 // the 3 generations takes 3504 bytes at 1e-6, the first grown stage 1600 and the second 3136, so
-// 8KiB lets one stage grow and then the filter is at the cap, and its rate rises.
-var defaultOverfill = stringList{"DEDUP_WINDOW_CAPACITY=250", "DEDUP_MEMORY_LIMIT=22KiB"}
+// 8KiB lets one stage grow and then the filter is at the cap, and its rate rises. The input
+// buffers take a quarter of DEDUP_MEMORY_LIMIT, so 30KiB leaves the filters 22.5KiB.
+var defaultOverfill = stringList{"DEDUP_WINDOW_CAPACITY=250", "DEDUP_MEMORY_LIMIT=30KiB"}
 
 // handoverArgs are the loadtest flags of the handover phase: a second worker joins the group and
 // leaves it again, then the worker restarts with an empty checkpoint store.
