@@ -68,7 +68,7 @@ type KafkaConfig struct {
 	DecodeMaxBytes    int           `env:"DECODE_MAX_BYTES" desc:"Cap on the decompressed records of one input record batch; a record's headers are capped at a 256th of it. A batch or record over it is refused input: dead-lettered (coordinates and error, not content) when KAFKA_DEAD_LETTER_TOPIC is set, else its partition blocks (kdedup_partition_blocked). Unset: four times KAFKA_FETCH_MAX_BYTES, at least 16 MiB. See docs/operations.md, Refused input."`
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
 	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
-	ProduceTimeout    time.Duration `env:"PRODUCE_TIMEOUT" envDefault:"10s" desc:"Bound of one produce request, and of the worker's other requests to the brokers except fetches (metadata, offsets, group, transactions); a request that takes longer fails and is retried."`
+	ProduceTimeout    time.Duration `env:"PRODUCE_TIMEOUT" envDefault:"10s" desc:"Bound of one produce request, and of the worker's other requests to the brokers that have no bound of their own (fetches and the group membership requests have theirs); a request that takes longer fails and is retried."`
 	RetryBackoffMax   time.Duration `env:"RETRY_BACKOFF_MAX" envDefault:"5s" desc:"Cap of the exponential backoff between retries of failed produce requests, metadata and offset lookups, partition assignments and identity extractions."`
 	Idempotent        bool          `env:"IDEMPOTENT" envDefault:"true" desc:"Idempotent production (producer id and sequence numbers, as Kafka's Java producer does): a produce retry whose first attempt was written is not written twice. Needs Kafka 0.11+ and, with ACLs, IDEMPOTENT_WRITE on the cluster; kdedup exits at startup if the brokers refuse it. false: retries can duplicate records in the output."`
 	Delivery          string        `env:"DELIVERY" envDefault:"at-least-once" desc:"What the output holds after crashes and rebalances. at-least-once: output written idempotently, input offsets committed after it; a crash can write the previous owner's last records twice. exactly-once: output written in Kafka transactions (one transactional id per input partition, GROUP_ID-INPUT_TOPIC-PARTITION, which fences the partition's previous owner) with the input offsets committed inside them; readers of the output must use isolation.level=read_committed. Needs Kafka 0.11+, KAFKA_IDEMPOTENT=true and KAFKA_ISOLATION_LEVEL=read_committed. See docs/design.md, Exactly-once delivery."`
@@ -344,7 +344,6 @@ func (c Config) validate() []problem {
 		}
 		add(name, "%s", fe.Problem)
 	}
-	c.validateZeros(add)
 	c.Kafka.validateClient(add)
 	if mech, _ := kafkaio.CanonicalMechanism(c.Kafka.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
 		if _, err := c.Kafka.SASL(c.AWS); err != nil {
@@ -398,31 +397,6 @@ func (c Config) validate() []problem {
 		add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
 	return ps
-}
-
-// validateZeros refuses 0 for the variables whose 0 consumer.Config replaces by a built-in
-// default ("Default X when zero"): set explicitly, 0 would silently become something else.
-func (c Config) validateZeros(add func(name, format string, args ...any)) {
-	k := c.Kafka
-	for _, v := range []struct {
-		name string
-		zero bool
-	}{
-		{"KAFKA_SESSION_TIMEOUT", k.SessionTimeout == 0},
-		{"KAFKA_HEARTBEAT_INTERVAL", k.HeartbeatInterval == 0},
-		{"KAFKA_REBALANCE_TIMEOUT", k.RebalanceTimeout == 0},
-		{"KAFKA_BATCH_SIZE", k.BatchSize == 0},
-		{"KAFKA_BATCH_BYTES", k.BatchBytes == 0},
-		{"KAFKA_BATCH_TIMEOUT", k.BatchTimeout == 0},
-		{"KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait == 0},
-		{"KAFKA_FETCH_FAILING_MAX", k.FetchFailingMax == 0},
-		{"KAFKA_FETCH_MAX_BYTES", k.FetchMaxBytes == 0},
-		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout == 0},
-	} {
-		if v.zero {
-			add(v.name, "must not be 0 (unset it for the default)")
-		}
-	}
 }
 
 // validateClient checks the settings that only this package turns into the worker's: the start
