@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/metrics"
 )
 
 func minimalEnv() map[string]string {
@@ -424,7 +427,8 @@ func TestCheckpointLocation(t *testing.T) {
 }
 
 // TestEnvDefaultsAreTheConstants proves that the envDefault tags, which must be literals, name
-// the values the packages define: the worker's defaults and the scope names.
+// the values the packages define: the names of enumeration values, and the defaults a package
+// keeps for its zero value (for its other callers: internal/app always passes the variable).
 func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	defaults := map[string]string{}
 	for _, v := range EnvVars() {
@@ -435,13 +439,26 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 		{"DEDUP_MODE", string(consumer.ModeDrop)},
 		{"DEDUP_SCOPE", string(dedup.ScopePartition)},
 		{"KAFKA_BATCH_BYTES", strconv.Itoa(kafkaio.DefaultBatchBytes)},
+		{"KAFKA_CLIENT_ID", kafkaio.DefaultClientID},
+		{"CHECKPOINT_KEEP", strconv.Itoa(checkpoint.DefaultKeep)},
+		{"DEDUP_METRICS_SOURCE_LIMIT", strconv.Itoa(metrics.DefaultSourceLimit)},
 	} {
 		if got := defaults[c.name]; got != c.want {
 			t.Errorf("%s has envDefault %q, want the constant %q", c.name, got, c.want)
 		}
 	}
-	if d, err := time.ParseDuration(defaults["DEDUP_EVENT_TIME_MAX_AHEAD"]); err != nil || d != dedup.DefaultMaxAhead {
-		t.Errorf("DEDUP_EVENT_TIME_MAX_AHEAD has envDefault %q, want dedup.DefaultMaxAhead (%v)", defaults["DEDUP_EVENT_TIME_MAX_AHEAD"], dedup.DefaultMaxAhead)
+	for _, c := range []struct {
+		name string
+		want time.Duration
+	}{
+		{"DEDUP_EVENT_TIME_MAX_AHEAD", dedup.DefaultMaxAhead},
+		{"KAFKA_TXN_TIMEOUT", kafkaio.DefaultTransactionTimeout},
+		{"SCHEMA_REGISTRY_TIMEOUT", identity.DefaultRegistryTimeout},
+		{"DEDUP_METRICS_SOURCE_HOLD", metrics.DefaultSourceHold},
+	} {
+		if d, err := time.ParseDuration(defaults[c.name]); err != nil || d != c.want {
+			t.Errorf("%s has envDefault %q, want the constant %v", c.name, defaults[c.name], c.want)
+		}
 	}
 }
 
