@@ -291,10 +291,7 @@ func BenchmarkRoutedScope(b *testing.B) {
 
 // routedRunner runs the two stages of the routed scope until ctx ends.
 func routedRunner(ctx context.Context, cl testbroker.Broker) error {
-	base := consumer.Config{
-		Brokers: cl.Addrs(), SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
-		BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
-	}
+	base := benchConfig(cl.Addrs(), "", "", "", benchBatch)
 	r := base
 	r.InputTopic, r.OutputTopic, r.GroupID = cl.Name("in"), cl.Name("route"), cl.Name("g")
 	r.Partitioning, r.Route = consumer.PartitionIdentity, true
@@ -368,16 +365,24 @@ func sourcesRunner() pipeline {
 	})
 }
 
+// benchConfig returns the defaults (consumer.AppDefaults) with brokers, the topics and group set,
+// the benchmarks' batching, a commit after every batch, and group timeouts short enough for a
+// benchmark's start.
+func benchConfig(brokers []string, in, out, group string, batch int) consumer.Config {
+	c := consumer.AppDefaults()
+	c.Brokers, c.InputTopic, c.OutputTopic, c.GroupID = brokers, in, out, group
+	c.SessionTimeout, c.HeartbeatInterval = 2*time.Second, 200*time.Millisecond
+	c.BatchSize, c.BatchTimeout, c.CommitInterval = batch, benchTimeout, 0
+	return c
+}
+
 func workerRunnerCfg(mode consumer.Mode, d consumer.Deduper, edit func(*consumer.Config)) pipeline {
 	return func(ctx context.Context, cl testbroker.Broker) error {
 		if d == nil {
 			d = newMapDeduper(false, nil)
 		}
-		cfg := consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
-			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
-			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0, Mode: mode,
-		}
+		cfg := benchConfig(cl.Addrs(), cl.Name("in"), cl.Name("out"), cl.Name("g"), benchBatch)
+		cfg.Mode = mode
 		edit(&cfg)
 		obs := &writeCounter{last: true}
 		w, err := consumer.New(cfg, d, kafkaKey, obs, testLog)

@@ -68,17 +68,19 @@ const (
 // MarkValue is the value of the mark header that ModeMark puts on duplicates.
 const MarkValue = "1"
 
-// DefaultMarkHeader is the header ModeMark puts on duplicates when Config.MarkHeader is empty.
+// DefaultMarkHeader is the mark header of internal/app's default configuration (DEDUP_MARK_HEADER's
+// envDefault, which a test there holds to it).
 const DefaultMarkHeader = "kdedup-duplicate"
 
-// Config configures a Worker. It is a plain value; internal/app fills it from environment variables
-// (the documented operator-facing defaults live in its struct tags). Fields documented as
-// "default X" take X when zero.
+// Config configures a Worker. It is a plain value with no defaults of its own: internal/app fills
+// every field from its environment variable, whose envDefault tag is the one definition of its
+// default, and consumer's tests start from AppDefaults, generated from those tags. A field
+// documented as "Required" must be set: Validate refuses its zero value.
 type Config struct {
 	// Brokers are the bootstrap brokers, host:port. Required. Every connection of the Worker
 	// and the OutputReader is made from Brokers, ClientID, TLS and SASL.
 	Brokers []string
-	// ClientID is sent to the brokers with every request. Default "kdedup".
+	// ClientID is sent to the brokers with every request. Required.
 	ClientID string
 	// TLS, when not nil, secures every connection. It is used as is (not cloned).
 	TLS *tls.Config
@@ -93,7 +95,7 @@ type Config struct {
 	// it came from and why, written to partition input partition % its partition count (the same
 	// partition number when the counts match). See "The audit topic" in audit.go.
 	DuplicatesTopic string
-	// DuplicatesContent says what an audit record keeps of the dropped record. Default AuditFull.
+	// DuplicatesContent says what an audit record keeps of the dropped record. Required.
 	DuplicatesContent AuditContent
 	// DeadLetterTopic, when set, receives every record that the output (or duplicates) topic
 	// refuses on its own for what it is (kafkaio.RefusalReasons: too large for the topic's
@@ -104,7 +106,7 @@ type Config struct {
 	// as for any record. When unset (the default), or when the dead-letter topic refuses the
 	// record too, the partition blocks at the record: see Worker.Blocked.
 	DeadLetterTopic string
-	// GroupID is the consumer group. Default "kdedup".
+	// GroupID is the consumer group. Required.
 	GroupID string
 	// GroupInstanceID, when set, makes the worker a static member of the group (KIP-345): a
 	// worker restarted with the same instance id within SessionTimeout gets its partitions back
@@ -123,12 +125,12 @@ type Config struct {
 	// partition back until it ends (or the broker aborts it at its transaction timeout). Under
 	// kafkaio.ReadUncommitted the records of aborted transactions are read (and deduplicated, and
 	// produced) like any other. Transaction markers are never read. It is one of the Kafka names
-	// "read_committed" and "read_uncommitted". Default "read_committed".
+	// "read_committed" and "read_uncommitted". Required.
 	Isolation string
 
-	// SessionTimeout is the group session timeout. Default 10s.
+	// SessionTimeout is the group session timeout. Required.
 	SessionTimeout time.Duration
-	// HeartbeatInterval is the group heartbeat interval. Default 3s.
+	// HeartbeatInterval is the group heartbeat interval. Required.
 	HeartbeatInterval time.Duration
 	// RebalanceTimeout is how long the group coordinator waits for members to rejoin. It also
 	// bounds how long a partition may take to drain, commit and Revoke at the end of a
@@ -136,34 +138,34 @@ type Config struct {
 	// starts its clock when the rebalance begins, a member notices it at its next heartbeat) and
 	// less a margin for rejoining (a tenth of RebalanceTimeout, at most one second). The Worker
 	// keeps heartbeating while it releases partitions, so SessionTimeout does not cut the release
-	// short. It must be longer than HeartbeatInterval. Default 30s.
+	// short. It must be longer than HeartbeatInterval. Required.
 	RebalanceTimeout time.Duration
 
-	// BatchSize is the maximum number of input records processed and produced together. Default 1000.
+	// BatchSize is the maximum number of input records processed and produced together, 1 to 1000000.
 	BatchSize int
-	// BatchBytes caps the size of one produce request (key+value+headers). Default 1 MiB - 64 KiB.
+	// BatchBytes caps the size of one produce request (key+value+headers), at least 1024.
 	BatchBytes int
 	// BatchTimeout is how long a partition waits for more records once a batch has its first
-	// one. Default 5ms.
+	// one. Required.
 	BatchTimeout time.Duration
 	// CommitInterval is how often acknowledged offsets are committed; 0 commits after every
 	// batch (commits are coalesced either way). Offsets are also committed when a partition is
 	// revoked.
 	CommitInterval time.Duration
-	// FetchMaxWait is how long a fetch waits on the broker for new records. Default 500ms. The
+	// FetchMaxWait is how long a fetch waits on the broker for new records. Required. The
 	// worker waits kafkaio.FetchSlack (5s) more for the broker's answer before it gives up on the
 	// fetch and its connection, so a broker must answer a fetch within FetchMaxWait plus that.
 	FetchMaxWait time.Duration
 	// FetchFailingMax is how long a partition's fetches may keep failing before the worker
-	// reports not ready (Worker.Ready). Default 1m.
+	// reports not ready (Worker.Ready). Required.
 	FetchFailingMax time.Duration
 	// ProgressInterval is how often a partition whose records are not being taken (blocked at a
-	// refused record, or its writes hang) looks its offsets up for Observer.Progress. Default 5s.
+	// refused record, or its writes hang) looks its offsets up for Observer.Progress. Required.
 	ProgressInterval time.Duration
 	// FetchMaxBytes is the maximum size of one partition's part of a fetch response; the one
 	// fetch per broker that carries all of its partitions is capped at four times it. Each
 	// partition holds up to three answers at once (the one being processed, the next one, one
-	// more while a batch spans two). Default 4 MiB.
+	// more while a batch spans two). At least 1024.
 	FetchMaxBytes int
 	// InputMemoryLimit bounds the bytes of fetched input the worker holds, all partitions
 	// together: the requests of its fetches ask for no more than is free, and buffers are not
@@ -172,11 +174,11 @@ type Config struct {
 	InputMemoryLimit int64
 	// DecodeMaxBytes caps the decompressed records of one input record batch, and the headers of
 	// one record at DecodeMaxBytes/256 (kafkaio.DefaultDecodeLimits); a batch or record over them
-	// is refused input (see "Refused input" in refuse.go). Default:
+	// is refused input (see "Refused input" in refuse.go). At least 1024; internal/app's default is
 	// kafkaio.DefaultDecodeMaxBytes(FetchMaxBytes), four times the fetch size.
 	DecodeMaxBytes int
 
-	// Partitioning chooses the output partition. Default PartitionSame.
+	// Partitioning chooses the output partition. Required.
 	Partitioning Partitioning
 	// Route makes the Worker the router of the routed scope (see route.go): every record it
 	// produces carries the RouteHeader* headers (where it was read, and its identity). Use it with
@@ -188,9 +190,9 @@ type Config struct {
 	// one (the KeyFunc, RouteKey, is called for the others and by the re-warm and rebuild, whose
 	// output records have no such header). Default false.
 	StripRouteHeaders bool
-	// Mode says what happens to duplicates. Default ModeDrop.
+	// Mode says what happens to duplicates. Required.
 	Mode Mode
-	// MarkHeader is the header ModeMark adds to duplicates. Default DefaultMarkHeader.
+	// MarkHeader is the header ModeMark adds to duplicates. Required, not blank.
 	MarkHeader string
 	// ProcessedHeader, when set, names a header the worker adds to every output record: the
 	// time its batch was processed, 8 bytes of big-endian Unix milliseconds (before the mark
@@ -199,10 +201,10 @@ type Config struct {
 	// last window even when the records' timestamps are older (a catch-up; see "Rebuild after a
 	// catch-up" in dedup/rebuild.go). Default "" (no header).
 	ProcessedHeader string
-	// Unkeyed says what happens to records without an extractable key. Default UnkeyedPass.
+	// Unkeyed says what happens to records without an extractable key. Required.
 	Unkeyed UnkeyedPolicy
 	// Compression of produced batches, by its Kafka name: "none", "gzip", "snappy", "lz4" or
-	// "zstd". Default "none".
+	// "zstd". Required.
 	Compression string
 	// DisableIdempotence turns idempotent production off. Default false: output batches carry a
 	// producer id and sequence numbers (KIP-98), so a produce retry whose first attempt was
@@ -211,17 +213,17 @@ type Config struct {
 	// retried batch can be duplicated in the output topic.
 	DisableIdempotence bool
 
-	// Delivery says what the output holds after failures. Default DeliveryAtLeastOnce.
+	// Delivery says what the output holds after failures. Required.
 	Delivery Delivery
 	// TxnMaxRecords commits a transaction (DeliveryExactlyOnce) once it holds this many input
-	// records. Default 10000.
+	// records. Required under DeliveryExactlyOnce.
 	TxnMaxRecords int
 	// TxnInterval commits a transaction (DeliveryExactlyOnce) once its first batch is this old,
-	// which bounds what read_committed readers of the output wait. Default 100ms.
+	// which bounds what read_committed readers of the output wait. Required under DeliveryExactlyOnce.
 	TxnInterval time.Duration
 	// TxnTimeout is how long the transaction coordinator lets a transaction stay open before it
 	// aborts it (DeliveryExactlyOnce); it bounds how long a crashed owner's open transaction holds
-	// read_committed readers when no new owner fences it sooner. Default 60s.
+	// read_committed readers when no new owner fences it sooner. Between 1s and 15m under DeliveryExactlyOnce.
 	TxnTimeout time.Duration
 
 	// SourceKey, with Sources, reads each record's source for the per-source counts: the worker
@@ -234,22 +236,21 @@ type Config struct {
 	// it after every batch. Required with SourceKey, ignored without.
 	Sources func() SourceTally
 
-	// ShutdownTimeout bounds the drain after Run's context is cancelled. Default 30s.
+	// ShutdownTimeout bounds the drain after Run's context is cancelled. Required.
 	ShutdownTimeout time.Duration
-	// ProduceTimeout bounds one produce request. Default 10s.
+	// ProduceTimeout bounds one produce request, and the other requests of the Worker and the
+	// OutputReader that have no bound of their own (fetches and group membership requests have
+	// theirs): it is the timeout of their Kafka client. Required.
 	ProduceTimeout time.Duration
 	// RetryBackoffMax caps the backoff between retries of produce requests, metadata lookups,
-	// Assign calls and identity extractions. Default 5s.
+	// Assign calls and identity extractions. Required.
 	RetryBackoffMax time.Duration
 	// IdentityHold is how long a partition may be held at a record whose identity cannot be
 	// extracted for a temporary reason (the schema registry is down) before the worker reports
-	// not ready. The partition is held, and retried, for as long as it takes either way. Default
-	// DefaultIdentityHold.
+	// not ready. The partition is held, and retried, for as long as it takes either way.
+	// Required.
 	IdentityHold time.Duration
 }
-
-// DefaultIdentityHold is the default Config.IdentityHold.
-const DefaultIdentityHold = 30 * time.Second
 
 // conn returns the connection settings of c for kafkaio.
 func (c Config) conn() kafkaio.Conn {
@@ -274,78 +275,13 @@ func (c Config) releaseBudget() time.Duration {
 }
 
 // ReleaseBudget returns how long a partition may take to be released at the end of a generation
-// (see RebalanceTimeout), with c's defaults applied.
-func (c Config) ReleaseBudget() time.Duration { return c.withDefaults().releaseBudget() }
+// (see RebalanceTimeout).
+func (c Config) ReleaseBudget() time.Duration { return c.releaseBudget() }
 
 // retry returns the retry policy of c's Kafka requests and Deduper calls: kafkaio.Backoff capped at
 // RetryBackoffMax.
 func (c Config) retry() kafkaio.Backoff {
 	return kafkaio.Backoff{Max: c.RetryBackoffMax}
-}
-
-// withDefaults returns c with every zero field that has a default set to it.
-func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.GroupID == "" {
-		c.GroupID = "kdedup"
-	}
-	def(&c.SessionTimeout, 10*time.Second)
-	def(&c.HeartbeatInterval, 3*time.Second)
-	def(&c.RebalanceTimeout, 30*time.Second)
-	if c.BatchSize == 0 {
-		c.BatchSize = 1000
-	}
-	if c.BatchBytes == 0 {
-		c.BatchBytes = kafkaio.DefaultBatchBytes
-	}
-	def(&c.BatchTimeout, 5*time.Millisecond)
-	def(&c.FetchMaxWait, 500*time.Millisecond)
-	def(&c.FetchFailingMax, time.Minute)
-	def(&c.ProgressInterval, 5*time.Second)
-	if c.FetchMaxBytes == 0 {
-		c.FetchMaxBytes = 4 << 20
-	}
-	if c.DecodeMaxBytes == 0 {
-		c.DecodeMaxBytes = kafkaio.DefaultDecodeMaxBytes(c.FetchMaxBytes)
-	}
-	if c.Isolation == "" {
-		c.Isolation = string(kafkaio.ReadCommitted)
-	}
-	if c.Compression == "" {
-		c.Compression = string(kafkaio.CompressionNone)
-	}
-	if c.Partitioning == "" {
-		c.Partitioning = PartitionSame
-	}
-	if c.Mode == "" {
-		c.Mode = ModeDrop
-	}
-	if c.MarkHeader == "" {
-		c.MarkHeader = DefaultMarkHeader
-	}
-	if c.Unkeyed == "" {
-		c.Unkeyed = UnkeyedPass
-	}
-	if c.DuplicatesContent == "" {
-		c.DuplicatesContent = AuditFull
-	}
-	if c.Delivery == "" {
-		c.Delivery = DeliveryAtLeastOnce
-	}
-	if c.TxnMaxRecords == 0 {
-		c.TxnMaxRecords = 10000
-	}
-	def(&c.TxnInterval, 100*time.Millisecond)
-	def(&c.TxnTimeout, time.Minute)
-	def(&c.ShutdownTimeout, 30*time.Second)
-	def(&c.ProduceTimeout, 10*time.Second)
-	def(&c.RetryBackoffMax, 5*time.Second)
-	def(&c.IdentityHold, DefaultIdentityHold)
-	return c
 }
 
 // FieldError is one problem Validate found, naming the Config field at fault, so that a caller
@@ -383,11 +319,10 @@ func FieldErrors(err error) []*FieldError {
 	return out
 }
 
-// Validate reports every problem of c (after defaults) as a *FieldError, joined into one error
+// Validate reports every problem of c as a *FieldError, joined into one error
 // (see FieldErrors), or returns nil. It is the one definition of the rules of the Kafka side;
 // internal/app reports its problems against the environment variables.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
@@ -400,12 +335,18 @@ func (c Config) Validate() error {
 			bad("Brokers", "%q is not host:port", b)
 		}
 	}
+	if c.ClientID == "" {
+		bad("ClientID", "no client id")
+	}
+	if c.GroupID == "" {
+		bad("GroupID", "no group")
+	}
 	c.validateTopics(bad)
 	if c.SourceKey != nil && c.Sources == nil {
 		bad("Sources", "required with SourceKey")
 	}
 	positive := func(field string, d time.Duration) {
-		if d < 0 {
+		if d <= 0 {
 			bad(field, "must be positive, got %v", d)
 		}
 	}
@@ -437,9 +378,7 @@ func (c Config) Validate() error {
 	positive("ShutdownTimeout", c.ShutdownTimeout)
 	positive("ProduceTimeout", c.ProduceTimeout)
 	positive("RetryBackoffMax", c.RetryBackoffMax)
-	if c.IdentityHold < 0 {
-		bad("IdentityHold", "must not be negative, got %v", c.IdentityHold)
-	}
+	positive("IdentityHold", c.IdentityHold)
 	if c.CommitInterval < 0 {
 		bad("CommitInterval", "must not be negative, got %v", c.CommitInterval)
 	}
@@ -526,7 +465,7 @@ func (c Config) validateEnums(bad func(field, format string, args ...any)) {
 	default:
 		bad("DuplicatesContent", "%q is not one of %s, %s", c.DuplicatesContent, AuditFull, AuditHeadersOnly)
 	}
-	if !c.isolation().Valid() {
+	if c.Isolation == "" || !c.isolation().Valid() {
 		bad("Isolation", "%q is not one of %s, %s", c.Isolation, kafkaio.ReadCommitted, kafkaio.ReadUncommitted)
 	}
 	if c.ProcessedHeader != "" && strings.TrimSpace(c.ProcessedHeader) == "" {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -109,12 +108,7 @@ func TestConnectionsByBroker(t *testing.T) {
 	kafkaio.CloseIdle(client)
 	ln.marked.Store(true) // the worker's connections from here on
 	e := &env{t: t, in: "in", out: "out", group: "g"}
-	cfg := consumer.Config{
-		Brokers: kc.ListenAddrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
-		SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond, RebalanceTimeout: 3 * time.Second,
-		BatchSize: 200, BatchTimeout: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
-		ShutdownTimeout: 10 * time.Second, RetryBackoffMax: 500 * time.Millisecond, ProduceTimeout: 3 * time.Second,
-	}
+	cfg := testConfig(kc.ListenAddrs(), "in", "out", "g")
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))
 	eventually(t, 60*time.Second, "every record produced", func() bool { return r.obs.produced.Load() == parts*per })
 	if err := r.stop(t, 10*time.Second); err != nil {

@@ -149,8 +149,9 @@ func TestExactlyOnceFencesPreviousOwner(t *testing.T) {
 // it.
 func TestExactlyOnceValidation(t *testing.T) {
 	t.Parallel()
-	base := consumer.Config{Brokers: []string{"127.0.0.1:9092"}, InputTopic: "in", OutputTopic: "out",
-		Delivery: consumer.DeliveryExactlyOnce}
+	base := consumer.AppDefaults()
+	base.Brokers, base.InputTopic, base.OutputTopic = []string{"127.0.0.1:9092"}, "in", "out"
+	base.Delivery = consumer.DeliveryExactlyOnce
 	for _, tc := range []struct {
 		name  string
 		edit  func(*consumer.Config)

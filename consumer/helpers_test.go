@@ -337,23 +337,21 @@ func newEnvOn(t *testing.T, b testbroker.Broker, inParts, outParts int) *env {
 // TestMain stops the shared real broker after the tests (see testbroker.Main).
 func TestMain(m *testing.M) { os.Exit(testbroker.Main(m)) }
 
-// config returns a Worker config with timeouts small enough for tests.
+// config returns a Worker config of e's brokers, topics and group with timeouts small enough for
+// tests.
 func (e *env) config() consumer.Config {
-	return consumer.Config{
-		Brokers:           e.cl.Addrs(),
-		InputTopic:        e.in,
-		OutputTopic:       e.out,
-		GroupID:           e.group,
-		SessionTimeout:    2 * time.Second,
-		HeartbeatInterval: 200 * time.Millisecond,
-		RebalanceTimeout:  3 * time.Second,
-		BatchSize:         200,
-		BatchTimeout:      2 * time.Millisecond,
-		CommitInterval:    20 * time.Millisecond,
-		ShutdownTimeout:   10 * time.Second,
-		RetryBackoffMax:   500 * time.Millisecond,
-		ProduceTimeout:    3 * time.Second,
-	}
+	return testConfig(e.cl.Addrs(), e.in, e.out, e.group)
+}
+
+// testConfig returns the defaults (consumer.AppDefaults) with brokers, the topics and group set,
+// and timeouts small enough for tests.
+func testConfig(brokers []string, in, out, group string) consumer.Config {
+	c := consumer.AppDefaults()
+	c.Brokers, c.InputTopic, c.OutputTopic, c.GroupID = brokers, in, out, group
+	c.SessionTimeout, c.HeartbeatInterval, c.RebalanceTimeout = 2*time.Second, 200*time.Millisecond, 3*time.Second
+	c.BatchSize, c.BatchTimeout, c.CommitInterval = 200, 2*time.Millisecond, 20*time.Millisecond
+	c.ShutdownTimeout, c.RetryBackoffMax, c.ProduceTimeout = 10*time.Second, 500*time.Millisecond, 3*time.Second
+	return c
 }
 
 type running struct {

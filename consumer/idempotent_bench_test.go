@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
@@ -39,12 +38,9 @@ func BenchmarkProducePath(b *testing.B) {
 // partitioning and produce path.
 func producePathRunner(batch int, part consumer.Partitioning, disableIdempotence bool) pipeline {
 	return func(ctx context.Context, cl testbroker.Broker) error {
-		w, err := consumer.New(consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: cl.Name("in"), OutputTopic: cl.Name("out"), GroupID: cl.Name("g"),
-			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
-			BatchSize: batch, BatchTimeout: benchTimeout, CommitInterval: 0, Partitioning: part,
-			DisableIdempotence: disableIdempotence,
-		}, nopDeduper{}, kafkaKey, nil, testLog)
+		cfg := benchConfig(cl.Addrs(), cl.Name("in"), cl.Name("out"), cl.Name("g"), batch)
+		cfg.Partitioning, cfg.DisableIdempotence = part, disableIdempotence
+		w, err := consumer.New(cfg, nopDeduper{}, kafkaKey, nil, testLog)
 		if err != nil {
 			return err
 		}

@@ -104,7 +104,7 @@ func TestIdempotentUnderFaults(t *testing.T) {
 		compression kafkaio.Compression
 		dups        bool
 	}{
-		{"same", 4, consumer.PartitionSame, "", false},
+		{"same", 4, consumer.PartitionSame, kafkaio.CompressionNone, false},
 		{"hash-zstd-dups", 3, consumer.PartitionHash, kafkaio.CompressionZstd, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -79,11 +79,7 @@ func BenchmarkIdentityEndToEnd(b *testing.B) {
 // identityRunner is worker-drop with the KeyFunc kf.
 func identityRunner(kf consumer.KeyFunc) pipeline {
 	return func(ctx context.Context, cl testbroker.Broker) error {
-		cfg := consumer.Config{
-			Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
-			SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
-			BatchSize: benchBatch, BatchTimeout: benchTimeout, CommitInterval: 0,
-		}
+		cfg := benchConfig(cl.Addrs(), "in", "out", "g", benchBatch)
 		w, err := consumer.New(cfg, newMapDeduper(false, nil), kf, nil, testLog)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -327,18 +328,25 @@ func TestStripRouteHeaders(t *testing.T) {
 	}
 }
 
+// validConfig returns the defaults (AppDefaults) with brokers and topics: a Config Validate accepts.
+func validConfig() Config {
+	c := AppDefaults()
+	c.Brokers, c.InputTopic, c.OutputTopic = []string{"b:9092"}, "in", "out"
+	return c
+}
+
 // TestConfigValidate checks that Validate reports every problem as a FieldError naming the field
-// at fault, and accepts what the defaults fill in.
+// at fault, and accepts the defaults.
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Brokers: []string{"b:9092"}, InputTopic: "in", OutputTopic: "out"}
+	ok := validConfig()
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
 		want []string // fields at fault, in order; none means valid
 	}{
 		{"defaults", func(*Config) {}, nil},
-		{"zero means default", func(c *Config) { c.BatchSize, c.BatchTimeout, c.MarkHeader = 0, 0, "" }, nil},
-		{"empty", func(c *Config) { *c = Config{} }, []string{"Brokers", "InputTopic", "OutputTopic"}},
+		{"zeros refused", func(c *Config) { c.BatchSize, c.BatchTimeout, c.MarkHeader = 0, 0, "" }, []string{"BatchSize", "BatchTimeout", "MarkHeader"}},
+		{"no brokers or topics", func(c *Config) { c.Brokers, c.InputTopic, c.OutputTopic = nil, "", "" }, []string{"Brokers", "InputTopic", "OutputTopic"}},
 		{"brokers", func(c *Config) { c.Brokers = []string{"b:9092", "nohostport", ""} }, []string{"Brokers", "Brokers"}},
 		{"loop", func(c *Config) { c.OutputTopic = "in" }, []string{"OutputTopic"}},
 		{"dups topic", func(c *Config) { c.DuplicatesTopic = "out" }, []string{"DuplicatesTopic"}},
@@ -379,6 +387,29 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate = %v, want an error only for problems", err)
 			}
 		})
+	}
+}
+
+// TestConfigValidateRefusesZeros checks that Validate refuses the zero value of every field the
+// defaults set (under exactly-once delivery, whose settings it checks only then): the worker has no
+// defaults of its own, so a zero there is a mistake, never "the default".
+func TestConfigValidateRefusesZeros(t *testing.T) {
+	ok := validConfig()
+	ok.Delivery = DeliveryExactlyOnce
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("defaults under exactly-once: %v", err)
+	}
+	v := reflect.ValueOf(AppDefaults())
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if v.Field(i).IsZero() {
+			continue
+		}
+		c := ok
+		reflect.ValueOf(&c).Elem().Field(i).SetZero()
+		if !slices.ContainsFunc(FieldErrors(c.Validate()), func(fe *FieldError) bool { return fe.Field == name }) {
+			t.Errorf("Validate accepts %s zero: %v", name, c.Validate())
+		}
 	}
 }
 

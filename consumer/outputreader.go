@@ -72,9 +72,8 @@ func (r *OutputReader) truncate(n int64) {
 // NewOutputReader returns an OutputReader for cfg's output topic that extracts identities with
 // key (the Worker's KeyFunc: output records keep the key, value and headers of their input
 // records) and logs to log (nil means slog.Default()). It does not connect; the first call does.
-// cfg is not validated: a Config the Worker rejects makes every call fail.
+// cfg is not validated: it must be a Config that Validate accepts, as the Worker's is.
 func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
-	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.Default()
 	}

@@ -93,8 +93,9 @@ func newRefusalRig(t *testing.T, ctx context.Context, deadLetters bool, limited 
 	for _, topic := range limited {
 		r.limit(t, ctx, topic, 64<<10)
 	}
-	cfg := Config{Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out", GroupID: "g",
-		RetryBackoffMax: 200 * time.Millisecond, ProduceTimeout: 3 * time.Second}
+	cfg := AppDefaults()
+	cfg.Brokers, cfg.InputTopic, cfg.OutputTopic, cfg.GroupID = cl.Addrs(), "in", "out", "g"
+	cfg.RetryBackoffMax, cfg.ProduceTimeout = 200*time.Millisecond, 3*time.Second
 	if deadLetters {
 		cfg.DeadLetterTopic = "dlq"
 	}

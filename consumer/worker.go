@@ -80,7 +80,6 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	if d == nil || key == nil {
 		return nil, errors.New("consumer: New needs a Deduper and a KeyFunc")
 	}
-	cfg = cfg.withDefaults()
 	if obs == nil {
 		obs = NopObserver{}
 	}

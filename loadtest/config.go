@@ -151,13 +151,13 @@ type Config struct {
 	Rate float64
 	// Entities is the number of distinct Kafka keys of the records (with FieldKey every event is
 	// its own key instead). Keys are placed on partitions by murmur2, like the Java client does.
-	// Default 1000.
+	// Default DefaultEntities.
 	Entities int
 	// KeySize is the size of a Kafka key in bytes (padded; at least what the key needs).
-	// Default 16.
+	// Default DefaultKeySize.
 	KeySize int
 	// ValueSize is the size of a value in bytes (padded; at least what the value needs).
-	// Default 100.
+	// Default DefaultValueSize.
 	ValueSize int
 
 	// DupRatio is the fraction of the records that are duplicates, in [0, 0.95].
@@ -231,7 +231,7 @@ type Config struct {
 	RunID string
 
 	// Settle is how long the verifier waits for more output, once everything was sent, when the
-	// end markers do not all arrive (for example under DEDUP_UNKEYED_POLICY=drop). Default 5s.
+	// end markers do not all arrive (for example under DEDUP_UNKEYED_POLICY=drop). Default DefaultSettle.
 	Settle time.Duration
 	// Timeout, when positive, bounds the whole run; a run that times out is reported as
 	// incomplete.
@@ -271,15 +271,28 @@ type Config struct {
 	Linger time.Duration
 }
 
+// DefaultEntities, DefaultKeySize, DefaultValueSize and DefaultSettle are the defaults of the Config
+// fields that the loadtest command also takes as flags (-entities, -key-size, -value-size,
+// -settle), whose defaults they are too.
+const (
+	DefaultEntities  = 1000
+	DefaultKeySize   = 16
+	DefaultValueSize = 100
+	DefaultSettle    = 5 * time.Second
+)
+
+// withDefaults returns c with every zero field that has a default set to it. Unlike the worker's
+// configuration, which internal/app fills from the environment, loadtest.Config is a library's: its
+// callers (the loadtest command, tests) set what they care about.
 func (c Config) withDefaults() Config {
 	if c.Entities == 0 {
-		c.Entities = 1000
+		c.Entities = DefaultEntities
 	}
 	if c.KeySize == 0 {
-		c.KeySize = 16
+		c.KeySize = DefaultKeySize
 	}
 	if c.ValueSize == 0 {
-		c.ValueSize = 100
+		c.ValueSize = DefaultValueSize
 	}
 	if c.Mix == (Mix{}) {
 		c.Mix = DefaultMix
@@ -295,7 +308,7 @@ func (c Config) withDefaults() Config {
 		c.BeyondMax = max(n*iv+3*iv/4, c.BeyondMin)
 	}
 	if c.Settle == 0 {
-		c.Settle = 5 * time.Second
+		c.Settle = DefaultSettle
 	}
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 2 * time.Second

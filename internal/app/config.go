@@ -63,10 +63,13 @@ type KafkaConfig struct {
 	CommitInterval    time.Duration `env:"COMMIT_INTERVAL" envDefault:"1s" desc:"How often acknowledged input offsets are committed (0: after every batch). A crash re-delivers at most this much; a graceful stop commits everything."`
 	FetchMaxWait      time.Duration `env:"FETCH_MAX_WAIT" envDefault:"500ms" desc:"How long a fetch waits on the broker for new records when a partition is idle."`
 	FetchFailingMax   time.Duration `env:"FETCH_FAILING_MAX" envDefault:"1m" desc:"How long an input partition's fetches may keep failing before the worker reports not ready (/readyz, kdedup_ready 0). The worker retries failed fetches by itself either way."`
+	ProgressInterval  time.Duration `env:"PROGRESS_INTERVAL" envDefault:"5s" desc:"How often a partition whose records are not being taken (blocked at a refused record, or its output writes failing) looks up its offsets, so that its lag and kdedup_partition_blocked stay current."`
 	FetchMaxBytes     int           `env:"FETCH_MAX_BYTES" envDefault:"4194304" desc:"Maximum bytes of one partition's part of a fetch response; the fetch per broker is capped at four times it, and at what DEDUP_MEMORY_LIMIT leaves the input free. A batch larger than it is still read whole (a broker sends a partition's first batch whatever its size), up to 128 MiB past it."`
 	DecodeMaxBytes    int           `env:"DECODE_MAX_BYTES" desc:"Cap on the decompressed records of one input record batch; a record's headers are capped at a 256th of it. A batch or record over it is refused input: dead-lettered (coordinates and error, not content) when KAFKA_DEAD_LETTER_TOPIC is set, else its partition blocks (kdedup_partition_blocked). Unset: four times KAFKA_FETCH_MAX_BYTES, at least 16 MiB. See docs/operations.md, Refused input."`
 	Partitioning      string        `env:"PARTITIONING" envDefault:"same" desc:"Output partition of a record: same (the input partition's number; input and output partition counts must match) or hash (murmur2 of the key like Java's default partitioner; null keys go to input partition modulo the count)."`
 	Compression       string        `env:"COMPRESSION" envDefault:"none" desc:"Compression of produced batches: none, gzip, snappy, lz4 or zstd."`
+	ProduceTimeout    time.Duration `env:"PRODUCE_TIMEOUT" envDefault:"10s" desc:"Bound of one produce request, and of the worker's other requests to the brokers that have no bound of their own (fetches and the group membership requests have theirs); a request that takes longer fails and is retried."`
+	RetryBackoffMax   time.Duration `env:"RETRY_BACKOFF_MAX" envDefault:"5s" desc:"Cap of the exponential backoff between retries of failed produce requests, metadata and offset lookups, partition assignments and identity extractions."`
 	Idempotent        bool          `env:"IDEMPOTENT" envDefault:"true" desc:"Idempotent production (producer id and sequence numbers, as Kafka's Java producer does): a produce retry whose first attempt was written is not written twice. Needs Kafka 0.11+ and, with ACLs, IDEMPOTENT_WRITE on the cluster; kdedup exits at startup if the brokers refuse it. false: retries can duplicate records in the output."`
 	Delivery          string        `env:"DELIVERY" envDefault:"at-least-once" desc:"What the output holds after crashes and rebalances. at-least-once: output written idempotently, input offsets committed after it; a crash can write the previous owner's last records twice. exactly-once: output written in Kafka transactions (one transactional id per input partition, GROUP_ID-INPUT_TOPIC-PARTITION, which fences the partition's previous owner) with the input offsets committed inside them; readers of the output must use isolation.level=read_committed. Needs Kafka 0.11+, KAFKA_IDEMPOTENT=true and KAFKA_ISOLATION_LEVEL=read_committed. See docs/design.md, Exactly-once delivery."`
 	TxnMaxRecords     int           `env:"TXN_MAX_RECORDS" envDefault:"10000" desc:"Exactly-once: a partition's transaction is committed once it holds this many input records."`
@@ -91,6 +94,7 @@ type DedupConfig struct {
 	ProcessedHeader           string        `env:"PROCESSED_HEADER" desc:"With DEDUP_WINDOW_CLOCK=processing: a header added to every output record holding when it was processed (8 bytes, big-endian Unix milliseconds; before the mark header). A rebuild then finds what this stage produced in the last window by that time, also after a catch-up with more lag than the window, when the records' own timestamps (the input's) all lie before it. Empty (the default): no header, and such a rebuild reads only records stamped within the window, and counts in kdedup_rebuilds_by_record_time_total. See docs/design.md, Failure model."`
 	DeprecatedDuplicatesTopic string        `env:"DUPLICATES_TOPIC" desc:"Deprecated: the former name of KAFKA_DUPLICATES_TOPIC, still read (with a warning at startup). Setting both to different topics is an error."`
 	Unkeyed                   string        `env:"UNKEYED_POLICY" envDefault:"pass" desc:"Records that have no identity for a permanent reason (no key, header missing, value not JSON, path missing or null, no Confluent wire format header, a schema id the registry does not know, a path the record's schema lacks): pass (produce without deduplicating) or drop. Counted in kdedup_records_unkeyed_total and, by reason, kdedup_records_unkeyed_by_reason_total either way. A schema registry that cannot be reached never makes a record unkeyed: the partition waits for it."`
+	IdentityHold              time.Duration `env:"IDENTITY_HOLD" envDefault:"30s" desc:"How long a partition may wait at a record whose identity cannot be extracted for a temporary reason (the schema registry cannot be reached) before the worker reports not ready (/readyz, kdedup_ready 0). The partition waits, and retries, for as long as it takes either way."`
 	WindowCount               int           `env:"WINDOW_COUNT" envDefault:"8" desc:"Number of rotating generations of the sliding window. An identity is remembered for at least (count-1) x interval and at most count x interval: 1h45m-2h with the defaults."`
 	WindowInterval            time.Duration `env:"WINDOW_INTERVAL" envDefault:"15m" desc:"Length of one generation. Generations rotate on the clock DEDUP_WINDOW_CLOCK names."`
 	WindowClock               string        `env:"WINDOW_CLOCK" envDefault:"processing" desc:"Which time the window follows. processing: the worker's wall clock; a replay or catch-up pushes hours of data through a window of minutes. event: the records' Kafka timestamps; each filter's stream time is the highest timestamp it has seen (per partition with DEDUP_SCOPE=partition, shared with global), and an identity goes to the generation of its record's timestamp. See docs/design.md, Which window clock."`
@@ -340,7 +344,6 @@ func (c Config) validate() []problem {
 		}
 		add(name, "%s", fe.Problem)
 	}
-	c.validateZeros(add)
 	c.Kafka.validateClient(add)
 	if mech, _ := kafkaio.CanonicalMechanism(c.Kafka.SASLMechanism); mech == kafkaio.MechanismAWSMSKIAM {
 		if _, err := c.Kafka.SASL(c.AWS); err != nil {
@@ -394,31 +397,6 @@ func (c Config) validate() []problem {
 		add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
 	return ps
-}
-
-// validateZeros refuses 0 for the variables whose 0 consumer.Config replaces by a built-in
-// default ("Default X when zero"): set explicitly, 0 would silently become something else.
-func (c Config) validateZeros(add func(name, format string, args ...any)) {
-	k := c.Kafka
-	for _, v := range []struct {
-		name string
-		zero bool
-	}{
-		{"KAFKA_SESSION_TIMEOUT", k.SessionTimeout == 0},
-		{"KAFKA_HEARTBEAT_INTERVAL", k.HeartbeatInterval == 0},
-		{"KAFKA_REBALANCE_TIMEOUT", k.RebalanceTimeout == 0},
-		{"KAFKA_BATCH_SIZE", k.BatchSize == 0},
-		{"KAFKA_BATCH_BYTES", k.BatchBytes == 0},
-		{"KAFKA_BATCH_TIMEOUT", k.BatchTimeout == 0},
-		{"KAFKA_FETCH_MAX_WAIT", k.FetchMaxWait == 0},
-		{"KAFKA_FETCH_FAILING_MAX", k.FetchFailingMax == 0},
-		{"KAFKA_FETCH_MAX_BYTES", k.FetchMaxBytes == 0},
-		{"SHUTDOWN_TIMEOUT", c.ShutdownTimeout == 0},
-	} {
-		if v.zero {
-			add(v.name, "must not be 0 (unset it for the default)")
-		}
-	}
 }
 
 // validateClient checks the settings that only this package turns into the worker's: the start
@@ -565,6 +543,15 @@ func (k KafkaConfig) SASLConfig(a AWSConfig) (consumer.SASLConfig, error) {
 	return c, nil
 }
 
+// decodeMaxBytes returns KAFKA_DECODE_MAX_BYTES, or when it is unset (or 0) its default, which
+// follows KAFKA_FETCH_MAX_BYTES (kafkaio.DefaultDecodeMaxBytes).
+func (k KafkaConfig) decodeMaxBytes() int {
+	if k.DecodeMaxBytes == 0 {
+		return kafkaio.DefaultDecodeMaxBytes(k.FetchMaxBytes)
+	}
+	return k.DecodeMaxBytes
+}
+
 // duplicatesTopic returns the audit topic: KAFKA_DUPLICATES_TOPIC, else its deprecated name
 // DEDUP_DUPLICATES_TOPIC of d.
 func (k KafkaConfig) duplicatesTopic(d DedupConfig) string {
@@ -616,8 +603,9 @@ func (c Config) consumerFields() consumer.Config {
 		FetchMaxWait:       k.FetchMaxWait,
 		FetchFailingMax:    k.FetchFailingMax,
 		FetchMaxBytes:      k.FetchMaxBytes,
+		ProgressInterval:   k.ProgressInterval,
 		InputMemoryLimit:   int64(d.InputMemory()),
-		DecodeMaxBytes:     k.DecodeMaxBytes,
+		DecodeMaxBytes:     k.decodeMaxBytes(),
 		Partitioning:       consumer.Partitioning(k.Partitioning),
 		Mode:               consumer.Mode(d.Mode),
 		MarkHeader:         d.MarkHeader,
@@ -625,6 +613,9 @@ func (c Config) consumerFields() consumer.Config {
 		Unkeyed:            consumer.UnkeyedPolicy(d.Unkeyed),
 		Compression:        k.Compression,
 		ShutdownTimeout:    c.ShutdownTimeout,
+		ProduceTimeout:     k.ProduceTimeout,
+		RetryBackoffMax:    k.RetryBackoffMax,
+		IdentityHold:       d.IdentityHold,
 		DisableIdempotence: !k.Idempotent,
 		Delivery:           consumer.Delivery(k.Delivery),
 		TxnMaxRecords:      k.TxnMaxRecords,

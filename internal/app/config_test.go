@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/dedup"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/kdedup/kdedup/metrics"
 )
 
 func minimalEnv() map[string]string {
@@ -129,6 +132,14 @@ func TestConfigErrorsAllAtOnce(t *testing.T) {
 		}), []string{"KAFKA_OUTPUT_TOPIC", "KAFKA_HEARTBEAT_INTERVAL", "KAFKA_BATCH_SIZE", "KAFKA_BATCH_TIMEOUT",
 			"DEDUP_WINDOW_COUNT", "DEDUP_WINDOW_INTERVAL", "DEDUP_FALSE_POSITIVE_RATE", "DEDUP_MARK_HEADER",
 			"SHUTDOWN_TIMEOUT", "KAFKA_BROKERS", "HTTP_ADDR"}},
+		{"zeros", withEnv(map[string]string{
+			"KAFKA_SESSION_TIMEOUT": "0s", "KAFKA_HEARTBEAT_INTERVAL": "0s", "KAFKA_REBALANCE_TIMEOUT": "0s",
+			"KAFKA_BATCH_SIZE": "0", "KAFKA_BATCH_BYTES": "0", "KAFKA_BATCH_TIMEOUT": "0s", "KAFKA_FETCH_MAX_WAIT": "0s",
+			"KAFKA_FETCH_FAILING_MAX": "0s", "KAFKA_FETCH_MAX_BYTES": "0", "SHUTDOWN_TIMEOUT": "0s",
+			"KAFKA_PROGRESS_INTERVAL": "0s", "KAFKA_PRODUCE_TIMEOUT": "0s", "KAFKA_RETRY_BACKOFF_MAX": "0s", "DEDUP_IDENTITY_HOLD": "0s",
+		}), []string{"KAFKA_SESSION_TIMEOUT", "KAFKA_HEARTBEAT_INTERVAL", "KAFKA_REBALANCE_TIMEOUT", "KAFKA_BATCH_SIZE",
+			"KAFKA_BATCH_BYTES", "KAFKA_BATCH_TIMEOUT", "KAFKA_FETCH_MAX_WAIT", "KAFKA_FETCH_FAILING_MAX", "KAFKA_FETCH_MAX_BYTES",
+			"SHUTDOWN_TIMEOUT", "KAFKA_PROGRESS_INTERVAL", "KAFKA_PRODUCE_TIMEOUT", "KAFKA_RETRY_BACKOFF_MAX", "DEDUP_IDENTITY_HOLD"}},
 		{"memory budget below one filter", withEnv(map[string]string{"DEDUP_MEMORY_LIMIT": "1MiB", "DEDUP_WINDOW_CAPACITY": "1000000"}), []string{"DEDUP_MEMORY_LIMIT"}},
 		{"removed per-filter cap", withEnv(map[string]string{"DEDUP_MAX_MEMORY": "1GiB"}), []string{"DEDUP_MAX_MEMORY"}},
 		{"capacity", withEnv(map[string]string{"DEDUP_WINDOW_CAPACITY": "0"}), []string{"DEDUP_WINDOW_CAPACITY"}},
@@ -416,7 +427,8 @@ func TestCheckpointLocation(t *testing.T) {
 }
 
 // TestEnvDefaultsAreTheConstants proves that the envDefault tags, which must be literals, name
-// the values the packages define: the worker's defaults and the scope names.
+// the values the packages define: the names of enumeration values, and the defaults a package
+// keeps for its zero value (for its other callers: internal/app always passes the variable).
 func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	defaults := map[string]string{}
 	for _, v := range EnvVars() {
@@ -427,13 +439,26 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 		{"DEDUP_MODE", string(consumer.ModeDrop)},
 		{"DEDUP_SCOPE", string(dedup.ScopePartition)},
 		{"KAFKA_BATCH_BYTES", strconv.Itoa(kafkaio.DefaultBatchBytes)},
+		{"KAFKA_CLIENT_ID", kafkaio.DefaultClientID},
+		{"CHECKPOINT_KEEP", strconv.Itoa(checkpoint.DefaultKeep)},
+		{"DEDUP_METRICS_SOURCE_LIMIT", strconv.Itoa(metrics.DefaultSourceLimit)},
 	} {
 		if got := defaults[c.name]; got != c.want {
 			t.Errorf("%s has envDefault %q, want the constant %q", c.name, got, c.want)
 		}
 	}
-	if d, err := time.ParseDuration(defaults["DEDUP_EVENT_TIME_MAX_AHEAD"]); err != nil || d != dedup.DefaultMaxAhead {
-		t.Errorf("DEDUP_EVENT_TIME_MAX_AHEAD has envDefault %q, want dedup.DefaultMaxAhead (%v)", defaults["DEDUP_EVENT_TIME_MAX_AHEAD"], dedup.DefaultMaxAhead)
+	for _, c := range []struct {
+		name string
+		want time.Duration
+	}{
+		{"DEDUP_EVENT_TIME_MAX_AHEAD", dedup.DefaultMaxAhead},
+		{"KAFKA_TXN_TIMEOUT", kafkaio.DefaultTransactionTimeout},
+		{"SCHEMA_REGISTRY_TIMEOUT", identity.DefaultRegistryTimeout},
+		{"DEDUP_METRICS_SOURCE_HOLD", metrics.DefaultSourceHold},
+	} {
+		if d, err := time.ParseDuration(defaults[c.name]); err != nil || d != c.want {
+			t.Errorf("%s has envDefault %q, want the constant %v", c.name, defaults[c.name], c.want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,11 @@ func BenchmarkRebuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	out := consumer.NewOutputReader(consumer.Config{Brokers: cl.Addrs(), InputTopic: "in", OutputTopic: "out"}, kf, log)
+	app, err := Load(withEnv(map[string]string{"KAFKA_BROKERS": strings.Join(cl.Addrs(), ","), "KAFKA_INPUT_TOPIC": "in", "KAFKA_OUTPUT_TOPIC": "out"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := consumer.NewOutputReader(app.consumerFields(), kf, log)
 	defer out.Close()
 	cfg := dedup.Config{Window: windowConfig(DedupConfig{WindowCount: 8, WindowInterval: 15 * time.Minute, WindowCapacity: 1_000_000,
 		FalsePositiveRate: 1e-6}, nil), Output: out, RebuildMaxRecords: 10_000_000, Logger: log}

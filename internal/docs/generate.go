@@ -8,6 +8,7 @@ package docs
 //go:generate go run -C ../.. ./cmd/kdedup envdoc -update README.md
 //go:generate sh -c "cd ../.. && go run ./cmd/kdedup envdoc -names > deploy/env-vars.txt"
 //go:generate go test -C ../.. ./metrics -run ^TestMetricNamesFile$ -update
+//go:generate go test -C ../.. ./internal/app -run ^TestConsumerDefaultsFile$ -update
 //go:generate go test -C ../.. ./internal/docs -run ^TestREADMEImportRules$ -update
 //go:generate go test -C ../.. ./internal/docs -run ^TestREADMEHeadline$ -update
 //go:generate go test -C ../.. ./checkpoint/snapshot -run ^TestGolden -update
@@ -25,6 +26,7 @@ var Artifacts = []Artifact{
 	{"README.md", "the configuration table (between the env-table markers), from internal/app's env structs", "cmd/kdedup TestREADMEEnvTable"},
 	{"deploy/env-vars.txt", "every variable's name, which the tools module checks the chart and compose files against", "cmd/kdedup TestDeployEnvVars"},
 	{"deploy/metric-names.txt", "every metric's name, which the tools module checks the dashboard and alerts against", "metrics TestMetricNamesFile"},
+	{"consumer/appdefaults_test.go", "the worker Config of the env structs' defaults, which consumer's tests start from", "internal/app TestConsumerDefaultsFile"},
 	{"README.md", "the import rules (between the import-rules markers), from Rules", "internal/docs TestREADMEImportRules"},
 	{"README.md", "the headline figures (between the headline markers), from docs/performance.md's rows", "internal/docs TestREADMEHeadline"},
 	{"checkpoint/snapshot/testdata/golden-v*.snap", "one snapshot per single-file version, which the decoder must keep reading", "checkpoint/snapshot TestGolden"},
