@@ -13,7 +13,7 @@ import (
 // batch fetched. Only the reader's fetch goroutine uses it.
 type epochState struct {
 	lead        partitionLeader // epoch -1 until known
-	fetched     int32           // the leader epoch of the last batch fetched; -1 for none
+	fetched     int32           // the leader epoch of the last batch fetched (first PartitionReaderConfig.OffsetEpoch's); -1 for none
 	stale       bool            // the metadata is asked again before the next fetch
 	lower       int             // metadata answers in a row with a lower epoch than lead's
 	unsupported bool            // the brokers cannot tell epochs (before Kafka 2.1): fetch with -1
@@ -76,6 +76,10 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 	prev := e.lead
 	ids := prev.topicID != [16]byte{} && lead.topicID != [16]byte{} // both known (Metadata v10 on)
 	switch {
+	case prev.epoch < 0 && e.fetched >= 0 && e.fetched != lead.epoch:
+		// The first look of a reader that starts where a group committed, under another
+		// leader epoch: the log may have been truncated below the offset since.
+		err = r.diverged(lctx, offset, lead.epoch)
 	case prev.epoch < 0: // the first look: nothing to compare
 	case ids && prev.topicID != lead.topicID:
 		err = r.recreated(lctx, offset, prev, lead)

@@ -449,6 +449,73 @@ func TestPartitionReaderDiverged(t *testing.T) {
 	}
 }
 
+// TestPartitionReaderStartEpoch proves the check of a committed offset before the first fetch: a
+// reader that starts at offset 20, committed with leader epoch 0, asks the leader where the log
+// of epoch 0 ends when the leader epoch moved on since (OffsetForLeaderEpoch, answered here as a
+// new leader whose log an unclean election truncated to 12 does), goes back there and counts the
+// offsets it reads again, with the first batch rewound. A log that still reaches 20, or a leader
+// epoch that did not move, starts at 20; the latter without asking.
+func TestPartitionReaderStartEpoch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		move    bool  // a leader election after the commit
+		end     int64 // where the leader says the log of epoch 0 ends
+		from    int64 // where reading starts
+		rereads map[string]int64
+	}{
+		{"truncated", true, 12, 12, map[string]int64{kafkaio.RereadTruncated: 8}},
+		{"intact", true, 23, 20, map[string]int64{}},
+		{"same epoch", false, 12, 20, map[string]int64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc, c := cluster(t)
+			produce(t, c, "t", 0, 0, 25, time.Now())
+			asked := make(chan int32, 10)
+			kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				asked <- kr.(*kmsg.OffsetForLeaderEpochRequest).Topics[0].Partitions[0].LeaderEpoch
+				return embedkafka.EpochEnd(tc.end)(kr), nil, true
+			})
+			if tc.move {
+				if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rr := &rereads{n: map[string]int64{}}
+			epoch := int32(0)
+			r := newReader(c, 0, 20, func(cfg *kafkaio.PartitionReaderConfig) { cfg.OffsetEpoch, cfg.OnReread = &epoch, rr.add })
+			defer func() { <-r.Close() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var b *kafkaio.Batch
+			for b == nil || len(b.Records) == 0 {
+				var err error
+				if b, err = r.Fetch(ctx, 100, 0); ctx.Err() != nil {
+					t.Fatalf("no records: %v", err)
+				}
+			}
+			if b.Rewound != (tc.from < 20) || b.Records[0].Offset != tc.from {
+				t.Errorf("first batch from %d (rewound %v); want from %d, rewound %v", b.Records[0].Offset, b.Rewound, tc.from, tc.from < 20)
+			}
+			if got := rr.get(); !maps.Equal(got, tc.rereads) {
+				t.Errorf("rereads %v, want %v", got, tc.rereads)
+			}
+			select {
+			case e := <-asked:
+				if !tc.move || e != 0 {
+					t.Errorf("OffsetForLeaderEpoch for epoch %d (election: %v); want epoch 0, asked only after an election", e, tc.move)
+				}
+			default:
+				if tc.move {
+					t.Error("no OffsetForLeaderEpoch before the first fetch after an election")
+				}
+			}
+		})
+	}
+}
+
 // TestPartitionReaderTopicRecreated holds a fetch with SleepControl while the topic is deleted
 // and created again with 30 new records: the reader, whose leader epoch the new topic does not
 // know, learns from the metadata that the topic ID changed, reports it and starts over at the
