@@ -86,3 +86,50 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 		t.Errorf("%d duplicates, want the 40 records read again", n)
 	}
 }
+
+// TestWorkerChecksCommittedEpoch proves that a partition's next owner checks the leader epoch
+// committed with its offset before its first fetch: the first worker commits offset 100 under
+// leader epoch 0 and stops; a leader election follows whose new leader says the log of epoch 0
+// ends at 60 (an unclean election, answered by hand: kfake never truncates). The second worker
+// asks (OffsetForLeaderEpoch), tells the Deduper Rewind(60), reads from 60 (the same records
+// here, held by the restored state, so dropped as duplicates, not written twice) and commits the
+// partition to its end again, instead of fetching at 100 as if nothing happened.
+func TestWorkerChecksCommittedEpoch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	var in []kafkaio.Record
+	for i := range 100 {
+		in = append(in, kafkaio.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	e.produce(0, in)
+	st := newStore()
+	r := e.start(e.config(), newMapDeduper(false, st), keyFuncFor(t, "key"))
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, embedkafka.EpochEnd(60))
+	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := &rewindDeduper{mapDeduper: newMapDeduper(false, st)}
+	r = e.start(e.config(), d, keyFuncFor(t, "key"))
+	eventually(t, 20*time.Second, "the next owner to check the committed epoch, rewind and process up to 100 again", func() bool {
+		_, proc := d.calls()
+		i := slices.Index(proc, -60)
+		return answered() == 1 && i >= 0 && slices.Contains(proc[i:], 100)
+	})
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rewinds, _ := d.calls(); !slices.Equal(rewinds, []int64{60}) {
+		t.Errorf("Rewind calls %v, want [60]", rewinds)
+	}
+	if got := e.readOut(e.out)[0]; len(got) != 100 {
+		t.Errorf("output holds %d records, want the 100 once each", len(got))
+	}
+	if n := r.obs.duplicates.Load(); n != 40 {
+		t.Errorf("%d duplicates, want the 40 records read again", n)
+	}
+}

@@ -109,14 +109,14 @@ func (t *txnSink) close() {
 }
 
 // fence starts the producer, fencing the partition's previous owner, and returns the offset to
-// consume from: the group's committed offset, read after the fence, or offset when there is
+// consume from: the group's committed offset, read after the fence, or from when there is
 // none. It retries until gctx ends (false). After an abort (again), the producer's new epoch is
 // the fence: a worker that was itself fenced meanwhile learnt it from the abort, and must not
 // take the transactional id back from the partition's new owner with a fresh InitProducerId.
-func (t *txnSink) fence(gctx context.Context, offset int64, again bool) (int64, bool) {
+func (t *txnSink) fence(gctx context.Context, from kafkaio.Committed, again bool) (kafkaio.Committed, bool) {
 	w := t.w
 	if !again && !t.start(gctx) {
-		return offset, false
+		return from, false
 	}
 	var committed map[int]int64
 	err := w.cfg.retry().Retry(gctx, 0, func(int) error {
@@ -129,13 +129,13 @@ func (t *txnSink) fence(gctx context.Context, offset int64, again bool) (int64, 
 		return err
 	})
 	if err != nil {
-		return offset, false
+		return from, false
 	}
 	if c := committed[int(t.p)]; c >= 0 {
-		offset = c
+		from = kafkaio.Committed{Offset: c, LeaderEpoch: -1} // OffsetFetch through kafka-go carries no epoch
 	}
 	t.pending, t.committed, t.open, t.records, t.first = -1, -1, false, 0, time.Time{}
-	return offset, true
+	return from, true
 }
 
 // start starts the producer (InitProducerId), retrying until gctx ends (false).
