@@ -6,15 +6,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
-// TestCommitsCarryLeaderEpoch proves that the worker's offset commits carry the leader epoch of
-// the last record before the committed offset (KIP-320): partition 1's leader was elected twice
-// more before its records were written, partition 0's never.
+// TestCommitsCarryLeaderEpoch proves that the worker's offset commits (OffsetCommit, or
+// TxnOffsetCommit under exactly-once) carry the leader epoch of the last record before the
+// committed offset (KIP-320): partition 1's leader was elected twice more before its records
+// were written, partition 0's never.
 func TestCommitsCarryLeaderEpoch(t *testing.T) {
 	t.Parallel()
+	for _, delivery := range []consumer.Delivery{consumer.DeliveryAtLeastOnce, consumer.DeliveryExactlyOnce} {
+		t.Run(string(delivery), func(t *testing.T) {
+			t.Parallel()
+			commitsCarryLeaderEpoch(t, delivery)
+		})
+	}
+}
+
+func commitsCarryLeaderEpoch(t *testing.T, delivery consumer.Delivery) {
 	e := newEnv(t, 2, 2, embedkafka.Options{})
 	for range 2 {
 		if err := e.cl.Fake().NewLeaderEpoch(e.in, 1); err != nil {
@@ -26,7 +37,11 @@ func TestCommitsCarryLeaderEpoch(t *testing.T) {
 		in, _ := stream("key", p, 50, rng)
 		e.produce(p, in)
 	}
-	r := e.start(e.config(), newMapDeduper(false, newStore()), keyFuncFor(t, "key"))
+	cfg := e.config()
+	if delivery == consumer.DeliveryExactlyOnce {
+		cfg = e.eosConfig()
+	}
+	r := e.start(cfg, newMapDeduper(false, newStore()), keyFuncFor(t, "key"))
 	e.waitAllCommitted(20 * time.Second)
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)

@@ -63,11 +63,11 @@ func (h *headerSource) all(yield func(string, []byte) bool) {
 	}
 }
 
-// partition consumes one assigned partition from start (the committed offset, and the leader epoch
-// committed with it, which the reader checks before its first fetch) until gctx ends, then drains: the batch
-// in hand is produced, its offsets are committed and the Deduper's Revoke is called. Produce,
-// commit and Revoke may take the release budget (Config.releaseBudget) after gctx ended, and never
-// longer than hard allows. Under DeliveryExactlyOnce the partition first fences its previous
+// partition consumes one assigned partition from from (the committed offset, and the leader epoch
+// committed with it, which the reader checks before its first fetch) until gctx ends, then
+// drains: the batch in hand is produced, its offsets are committed and the Deduper's Revoke is
+// called. Produce, commit and Revoke may take the release budget (Config.releaseBudget) after
+// gctx ended, and never longer than hard allows. Under DeliveryExactlyOnce the partition first fences its previous
 // owner (see txn.go), and starts over after a transaction that had to be aborted.
 func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, from kafkaio.Committed) {
 	pctx, cancel := graceContext(hard, gctx, w.cfg.releaseBudget())

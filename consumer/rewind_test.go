@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -93,17 +94,31 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 // ends at 60 (an unclean election, answered by hand: kfake never truncates). The second worker
 // asks (OffsetForLeaderEpoch), tells the Deduper Rewind(60), reads from 60 (the same records
 // here, held by the restored state, so dropped as duplicates, not written twice) and commits the
-// partition to its end again, instead of fetching at 100 as if nothing happened.
+// partition to its end again, instead of fetching at 100 as if nothing happened. Under
+// exactly-once the epoch comes with the offset committed in the first worker's transactions.
 func TestWorkerChecksCommittedEpoch(t *testing.T) {
 	t.Parallel()
+	for _, delivery := range []consumer.Delivery{consumer.DeliveryAtLeastOnce, consumer.DeliveryExactlyOnce} {
+		t.Run(string(delivery), func(t *testing.T) {
+			t.Parallel()
+			checksCommittedEpoch(t, delivery)
+		})
+	}
+}
+
+func checksCommittedEpoch(t *testing.T, delivery consumer.Delivery) {
 	e := newEnv(t, 1, 1, embedkafka.Options{})
+	cfg := e.config()
+	if delivery == consumer.DeliveryExactlyOnce {
+		cfg = e.eosConfig()
+	}
 	var in []kafkaio.Record
 	for i := range 100 {
 		in = append(in, kafkaio.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
 	}
 	e.produce(0, in)
 	st := newStore()
-	r := e.start(e.config(), newMapDeduper(false, st), keyFuncFor(t, "key"))
+	r := e.start(cfg, newMapDeduper(false, st), keyFuncFor(t, "key"))
 	e.waitAllCommitted(20 * time.Second)
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -113,7 +128,7 @@ func TestWorkerChecksCommittedEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, st)}
-	r = e.start(e.config(), d, keyFuncFor(t, "key"))
+	r = e.start(cfg, d, keyFuncFor(t, "key"))
 	eventually(t, 20*time.Second, "the next owner to check the committed epoch, rewind and process up to 100 again", func() bool {
 		_, proc := d.calls()
 		i := slices.Index(proc, -60)

@@ -523,32 +523,45 @@ func (m *GroupMember) Fetch(ctx context.Context, partitions []int) (map[int]Comm
 }
 
 func (m *GroupMember) fetch(ctx context.Context, partitions []int) (map[int]Committed, error) {
+	r, err := m.send(ctx, offsetFetchRequest(m.cfg.Group, m.cfg.Topic, partitions), minOffsetFetchVersion, maxOffsetFetchVersion, m.cfg.SessionTimeout)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Committed, len(partitions))
+	if err := committedIn(r.(*kmsg.OffsetFetchResponse), m.cfg.Group, m.cfg.Topic, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// offsetFetchRequest returns the OffsetFetch request of group's offsets of partitions of topic.
+func offsetFetchRequest(group, topic string, partitions []int) *kmsg.OffsetFetchRequest {
 	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = m.cfg.Group
+	req.Group = group
 	t := kmsg.NewOffsetFetchRequestTopic()
-	t.Topic = m.cfg.Topic
+	t.Topic = topic
 	for _, p := range partitions {
 		t.Partitions = append(t.Partitions, int32(p))
 	}
 	req.Topics = []kmsg.OffsetFetchRequestTopic{t}
-	r, err := m.send(ctx, req, minOffsetFetchVersion, maxOffsetFetchVersion, m.cfg.SessionTimeout)
-	if err != nil {
-		return nil, err
-	}
-	res := r.(*kmsg.OffsetFetchResponse)
+	return req
+}
+
+// committedIn sets out[p] to the offset and leader epoch res says group committed for partition
+// p of topic, for each partition that has one, or returns res's error.
+func committedIn(res *kmsg.OffsetFetchResponse, group, topic string, out map[int]Committed) error {
 	if err := codeErr(res.ErrorCode); err != nil {
-		return nil, fmt.Errorf("kafkaio: committed offsets of group %q: %w", m.cfg.Group, err)
+		return fmt.Errorf("kafkaio: committed offsets of group %q: %w", group, err)
 	}
-	out := make(map[int]Committed, len(partitions))
 	for _, rt := range res.Topics {
 		for _, rp := range rt.Partitions {
 			if err := codeErr(rp.ErrorCode); err != nil {
-				return nil, fmt.Errorf("kafkaio: committed offset of group %q partition %d: %w", m.cfg.Group, rp.Partition, err)
+				return fmt.Errorf("kafkaio: committed offset of group %q partition %d: %w", group, rp.Partition, err)
 			}
-			if rt.Topic == m.cfg.Topic && rp.Offset >= 0 {
+			if rt.Topic == topic && rp.Offset >= 0 {
 				out[int(rp.Partition)] = Committed{Offset: rp.Offset, LeaderEpoch: rp.LeaderEpoch}
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
