@@ -134,7 +134,7 @@ func (r *PartitionReader) recreated(ctx context.Context, offset *int64, prev, le
 // unclean leader election): the records read from there on are no longer in the log, and reading
 // goes back to the end, as the Java consumer does, to read the records that replaced them. When
 // the leader knows no epoch as old (it answers no end), the offset is reset as ResetToLatest
-// says. Either is logged and counted.
+// says (epochUnknown). Either is logged and counted.
 func (r *PartitionReader) diverged(ctx context.Context, offset *int64, current int32) error {
 	var end int64
 	err := r.lookup(ctx, func() (err error) {
@@ -148,17 +148,34 @@ func (r *PartitionReader) diverged(ctx context.Context, offset *int64, current i
 		return nil
 	}
 	if end < 0 {
-		o, err := r.offsets(ctx)
-		if err != nil {
-			return err
-		}
-		end, _ = r.policyOffset(o)
+		return r.epochUnknown(ctx, offset, current)
 	}
 	r.cfg.Log.Log(slog.LevelError, "log-truncated", "the input partition's log was truncated below the reader's position by a leader change "+
 		"(an unclean leader election); reading goes back to where the new leader's log diverged, and records already read there are replaced",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", *offset, "to", end, "leader_epoch", current, "fetched_epoch", r.epochs.fetched)
 	r.reread(RereadTruncated, *offset-end)
 	*offset = end
+	return nil
+}
+
+// epochUnknown handles a leader of epoch current that knows no epoch as old as the one the
+// records before *offset were read under: its log is not the one they were read from (truncated
+// below them, or the topic re-created), so reading goes on where ResetToLatest says, logged and
+// counted (a reset to the end counts the records the log holds as skipped, as resetOffset does).
+func (r *PartitionReader) epochUnknown(ctx context.Context, offset *int64, current int32) error {
+	o, err := r.offsets(ctx)
+	if err != nil {
+		return err
+	}
+	to, where := r.policyOffset(o)
+	if r.cfg.ResetToLatest {
+		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
+	}
+	r.cfg.Log.Log(slog.LevelError, "log-truncated", "the input partition's leader knows no leader epoch as old as the one the records before the reader's position "+
+		"were read under (its log was truncated below them, or the topic re-created); reading goes on at the "+where+" offset",
+		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", *offset, "to", to, "leader_epoch", current, "fetched_epoch", r.epochs.fetched)
+	r.reread(RereadTruncated, *offset-to)
+	*offset = to
 	return nil
 }
 

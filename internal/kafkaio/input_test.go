@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
@@ -568,4 +569,71 @@ func TestPartitionReaderTopicRecreated(t *testing.T) {
 	if got := rr.get(); !maps.Equal(got, map[string]int64{kafkaio.RereadRecreated: 20}) {
 		t.Errorf("rereads %v, want 20 recreated", got)
 	}
+}
+
+// TestPartitionReaderStartEpochUnknown proves on each broker the check of a committed offset
+// whose leader epoch the partition's leader never had (5, where its log is at epoch 0, as when the
+// topic was re-created under the commit): the leader answers no end (OffsetForLeaderEpoch), and
+// KAFKA_START_OFFSET decides, counted: earliest reads the log again from its start (20 offsets
+// re-read, the first batch rewound); latest reads on at its end, the 25 records it holds counted
+// as skipped.
+func TestPartitionReaderStartEpochUnknown(t *testing.T) {
+	testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 1, "u": 1}}, func(t *testing.T, b testbroker.Broker) {
+		for _, tc := range []struct {
+			topic   string
+			latest  bool
+			from    int64
+			rereads map[string]int64
+			skips   map[string]int64
+		}{
+			{"t", false, 0, map[string]int64{kafkaio.RereadTruncated: 20}, map[string]int64{}},
+			{"u", true, 25, map[string]int64{}, map[string]int64{kafkaio.SkipResetToLatest: 25}},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var msgs []kafkaio.Record
+			for i := range 25 {
+				msgs = append(msgs, kafkaio.Record{Value: fmt.Appendf(nil, "v%d", i)})
+			}
+			if err := b.Produce(ctx, b.Name(tc.topic), 0, msgs...); err != nil {
+				t.Fatal(err)
+			}
+			rr, sk := &rereads{n: map[string]int64{}}, &rereads{n: map[string]int64{}}
+			epoch := int32(5)
+			r := newReader(b.Client(), 0, 20, func(cfg *kafkaio.PartitionReaderConfig) {
+				cfg.Topic, cfg.OffsetEpoch, cfg.ResetToLatest, cfg.OnReread, cfg.OnSkipped = b.Name(tc.topic), &epoch, tc.latest, rr.add, sk.add
+			})
+			defer func() { <-r.Close() }()
+			if !tc.latest {
+				if b := fetchRewound(t, r); b.From != 0 || b.Records[0].Offset != 0 {
+					t.Errorf("%s: rewound batch from %d; want from 0", tc.topic, b.From)
+				}
+			} else {
+				for len(sk.get()) == 0 { // the reader moved to the end: a record after it is read
+					if !kafkaio.Sleep(ctx, 5*time.Millisecond) {
+						t.Fatalf("%s: no reset to the end", tc.topic)
+					}
+				}
+				if err := b.Produce(ctx, b.Name(tc.topic), 0, kafkaio.Record{Value: []byte("after")}); err != nil {
+					t.Fatal(err)
+				}
+				var got *kafkaio.Batch
+				for got == nil || len(got.Records) == 0 {
+					var err error
+					if got, err = r.Fetch(ctx, 100, 0); ctx.Err() != nil {
+						t.Fatalf("%s: no records: %v", tc.topic, err)
+					}
+				}
+				if got.Records[0].Offset != tc.from {
+					t.Errorf("%s: first record at %d, want %d", tc.topic, got.Records[0].Offset, tc.from)
+				}
+			}
+			if got := rr.get(); !maps.Equal(got, tc.rereads) {
+				t.Errorf("%s: rereads %v, want %v", tc.topic, got, tc.rereads)
+			}
+			if got := sk.get(); !maps.Equal(got, tc.skips) {
+				t.Errorf("%s: skipped %v, want %v", tc.topic, got, tc.skips)
+			}
+		}
+	})
 }
