@@ -17,16 +17,26 @@ import (
 // were written, partition 0's never.
 func TestCommitsCarryLeaderEpoch(t *testing.T) {
 	t.Parallel()
+	eachDelivery(t, 2, 2, commitsCarryLeaderEpoch)
+}
+
+// eachDelivery runs f in parallel subtests, one per delivery mode, each on an env of in input and
+// out output partitions, with its Worker config in that mode.
+func eachDelivery(t *testing.T, in, out int, f func(t *testing.T, e *env, cfg consumer.Config)) {
 	for _, delivery := range []consumer.Delivery{consumer.DeliveryAtLeastOnce, consumer.DeliveryExactlyOnce} {
 		t.Run(string(delivery), func(t *testing.T) {
 			t.Parallel()
-			commitsCarryLeaderEpoch(t, delivery)
+			e := newEnv(t, in, out, embedkafka.Options{})
+			cfg := e.config()
+			if delivery == consumer.DeliveryExactlyOnce {
+				cfg = e.eosConfig()
+			}
+			f(t, e, cfg)
 		})
 	}
 }
 
-func commitsCarryLeaderEpoch(t *testing.T, delivery consumer.Delivery) {
-	e := newEnv(t, 2, 2, embedkafka.Options{})
+func commitsCarryLeaderEpoch(t *testing.T, e *env, cfg consumer.Config) {
 	for range 2 {
 		if err := e.cl.Fake().NewLeaderEpoch(e.in, 1); err != nil {
 			t.Fatal(err)
@@ -36,10 +46,6 @@ func commitsCarryLeaderEpoch(t *testing.T, delivery consumer.Delivery) {
 	for p := range 2 {
 		in, _ := stream("key", p, 50, rng)
 		e.produce(p, in)
-	}
-	cfg := e.config()
-	if delivery == consumer.DeliveryExactlyOnce {
-		cfg = e.eosConfig()
 	}
 	r := e.start(cfg, newMapDeduper(false, newStore()), keyFuncFor(t, "key"))
 	e.waitAllCommitted(20 * time.Second)

@@ -61,7 +61,23 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the worker to rewind and process up to 100 again", func() bool {
+	checkRewoundTo60(t, e, r, d, answered, "the worker to rewind and process up to 100 again")
+	_, proc := d.calls()
+	for i := 1; i < len(proc); i++ {
+		if proc[i] >= 0 && proc[i-1] >= 0 && proc[i] <= proc[i-1] {
+			t.Errorf("Processing offsets %v go down without a Rewind", proc)
+			break
+		}
+	}
+}
+
+// checkRewoundTo60 waits until r, whose Deduper is d, asked the leader once (answered) where the
+// log of its epoch ends, was told 60, and processed 100 input records again from there; then it
+// stops r and checks that the Deduper heard one Rewind(60), that the output holds the 100
+// records once each and that the 40 read again were duplicates.
+func checkRewoundTo60(t *testing.T, e *env, r *running, d *rewindDeduper, answered func() int, what string) {
+	t.Helper()
+	eventually(t, 20*time.Second, what, func() bool {
 		_, proc := d.calls()
 		i := slices.Index(proc, -60)
 		return answered() == 1 && i >= 0 && slices.Contains(proc[i:], 100)
@@ -70,15 +86,8 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rewinds, proc := d.calls()
-	if !slices.Equal(rewinds, []int64{60}) {
+	if rewinds, _ := d.calls(); !slices.Equal(rewinds, []int64{60}) {
 		t.Errorf("Rewind calls %v, want [60]", rewinds)
-	}
-	for i := 1; i < len(proc); i++ {
-		if proc[i] >= 0 && proc[i-1] >= 0 && proc[i] <= proc[i-1] {
-			t.Errorf("Processing offsets %v go down without a Rewind", proc)
-			break
-		}
 	}
 	if got := e.readOut(e.out)[0]; len(got) != 100 {
 		t.Errorf("output holds %d records, want the 100 once each", len(got))
@@ -98,20 +107,10 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 // exactly-once the epoch comes with the offset committed in the first worker's transactions.
 func TestWorkerChecksCommittedEpoch(t *testing.T) {
 	t.Parallel()
-	for _, delivery := range []consumer.Delivery{consumer.DeliveryAtLeastOnce, consumer.DeliveryExactlyOnce} {
-		t.Run(string(delivery), func(t *testing.T) {
-			t.Parallel()
-			checksCommittedEpoch(t, delivery)
-		})
-	}
+	eachDelivery(t, 1, 1, checksCommittedEpoch)
 }
 
-func checksCommittedEpoch(t *testing.T, delivery consumer.Delivery) {
-	e := newEnv(t, 1, 1, embedkafka.Options{})
-	cfg := e.config()
-	if delivery == consumer.DeliveryExactlyOnce {
-		cfg = e.eosConfig()
-	}
+func checksCommittedEpoch(t *testing.T, e *env, cfg consumer.Config) {
 	var in []kafkaio.Record
 	for i := range 100 {
 		in = append(in, kafkaio.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
@@ -129,22 +128,5 @@ func checksCommittedEpoch(t *testing.T, delivery consumer.Delivery) {
 	}
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, st)}
 	r = e.start(cfg, d, keyFuncFor(t, "key"))
-	eventually(t, 20*time.Second, "the next owner to check the committed epoch, rewind and process up to 100 again", func() bool {
-		_, proc := d.calls()
-		i := slices.Index(proc, -60)
-		return answered() == 1 && i >= 0 && slices.Contains(proc[i:], 100)
-	})
-	e.waitAllCommitted(20 * time.Second)
-	if err := r.stop(t, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if rewinds, _ := d.calls(); !slices.Equal(rewinds, []int64{60}) {
-		t.Errorf("Rewind calls %v, want [60]", rewinds)
-	}
-	if got := e.readOut(e.out)[0]; len(got) != 100 {
-		t.Errorf("output holds %d records, want the 100 once each", len(got))
-	}
-	if n := r.obs.duplicates.Load(); n != 40 {
-		t.Errorf("%d duplicates, want the 40 records read again", n)
-	}
+	checkRewoundTo60(t, e, r, d, answered, "the next owner to check the committed epoch, rewind and process up to 100 again")
 }

@@ -117,9 +117,6 @@ func (r *PartitionReader) recreated(ctx context.Context, offset *int64, prev, le
 		return err
 	}
 	to, where := r.policyOffset(o)
-	if r.cfg.ResetToLatest {
-		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
-	}
 	r.cfg.Log.Log(slog.LevelError, "topic-recreated", "the input topic was deleted and created again under the reader; reading starts over in the new log at the "+where+
 		" offset, and records of the old topic after the offset were not read", "topic", r.cfg.Topic, "partition", r.cfg.Partition,
 		"offset", *offset, "to", to, "leader_epoch", lead.epoch, "previous_leader_epoch", prev.epoch, "topic_id_changed", prev.topicID != lead.topicID)
@@ -161,16 +158,13 @@ func (r *PartitionReader) diverged(ctx context.Context, offset *int64, current i
 // epochUnknown handles a leader of epoch current that knows no epoch as old as the one the
 // records before *offset were read under: its log is not the one they were read from (truncated
 // below them, or the topic re-created), so reading goes on where ResetToLatest says, logged and
-// counted (a reset to the end counts the records the log holds as skipped, as resetOffset does).
+// counted.
 func (r *PartitionReader) epochUnknown(ctx context.Context, offset *int64, current int32) error {
 	o, err := r.offsets(ctx)
 	if err != nil {
 		return err
 	}
 	to, where := r.policyOffset(o)
-	if r.cfg.ResetToLatest {
-		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
-	}
 	r.cfg.Log.Log(slog.LevelError, "log-truncated", "the input partition's leader knows no leader epoch as old as the one the records before the reader's position "+
 		"were read under (its log was truncated below them, or the topic re-created); reading goes on at the "+where+" offset",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", *offset, "to", to, "leader_epoch", current, "fetched_epoch", r.epochs.fetched)

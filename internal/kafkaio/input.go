@@ -504,9 +504,6 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 		return offset, nil
 	}
 	to, where := r.policyOffset(o)
-	if r.cfg.ResetToLatest {
-		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
-	}
 	r.cfg.Log.Log(slog.LevelError, "fetch-reset", "offset is past the end of the input partition (log truncated or topic recreated); reading on at the "+where+" offset",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "end", o.LastOffset, "to", to)
 	r.reread(RereadTruncated, offset-to)
@@ -514,9 +511,11 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 }
 
 // policyOffset returns where reading goes on in a log of offsets o that lost the reader's
-// offset: its start, or its end when ResetToLatest is set, and which of the two.
+// offset: its start, or its end when ResetToLatest is set, and which of the two. A reset to the
+// end passes the records the log holds: they are counted as skipped.
 func (r *PartitionReader) policyOffset(o kafka.PartitionOffsets) (int64, string) {
 	if r.cfg.ResetToLatest {
+		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
 		return o.LastOffset, "latest"
 	}
 	return o.FirstOffset, "earliest"
