@@ -491,6 +491,7 @@ func (m *GroupMember) commit(ctx context.Context, gen Generation, offsets map[in
 	for _, p := range slices.Sorted(maps.Keys(offsets)) {
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = int32(p), offsets[p].Offset, offsets[p].LeaderEpoch
+		rp.Metadata = kmsg.StringPtr(epochMetadata)
 		t.Partitions = append(t.Partitions, rp)
 	}
 	req.Topics = []kmsg.OffsetCommitRequestTopic{t}
@@ -534,6 +535,14 @@ func (m *GroupMember) fetch(ctx context.Context, partitions []int) (map[int]Comm
 	return out, nil
 }
 
+// epochMetadata is the metadata kdedup commits its offsets with: it says that the leader epoch
+// committed with the offset is the epoch of the record before it. An offset without it reads back
+// with epoch -1 (no check), because kafka-go's TxnOffsetCommit, which earlier versions sent their
+// exactly-once commits through, stores epoch 0 whatever the record's was: trusting it would make
+// the partition's next owner, after any leader election, see a truncation to the end of epoch 0
+// and read everything since again.
+const epochMetadata = "kdedup:leader-epoch"
+
 // offsetFetchRequest returns the OffsetFetch request of group's offsets of partitions of topic.
 func offsetFetchRequest(group, topic string, partitions []int) *kmsg.OffsetFetchRequest {
 	req := kmsg.NewPtrOffsetFetchRequest()
@@ -548,7 +557,8 @@ func offsetFetchRequest(group, topic string, partitions []int) *kmsg.OffsetFetch
 }
 
 // committedIn sets out[p] to the offset and leader epoch res says group committed for partition
-// p of topic, for each partition that has one, or returns res's error.
+// p of topic (epoch -1 unless committed with epochMetadata), for each partition that has one, or
+// returns res's error.
 func committedIn(res *kmsg.OffsetFetchResponse, group, topic string, out map[int]Committed) error {
 	if err := codeErr(res.ErrorCode); err != nil {
 		return fmt.Errorf("kafkaio: committed offsets of group %q: %w", group, err)
@@ -559,7 +569,11 @@ func committedIn(res *kmsg.OffsetFetchResponse, group, topic string, out map[int
 				return fmt.Errorf("kafkaio: committed offset of group %q partition %d: %w", group, rp.Partition, err)
 			}
 			if rt.Topic == topic && rp.Offset >= 0 {
-				out[int(rp.Partition)] = Committed{Offset: rp.Offset, LeaderEpoch: rp.LeaderEpoch}
+				epoch := rp.LeaderEpoch
+				if rp.Metadata == nil || *rp.Metadata != epochMetadata {
+					epoch = -1 // not committed by kdedup with the record's epoch
+				}
+				out[int(rp.Partition)] = Committed{Offset: rp.Offset, LeaderEpoch: epoch}
 			}
 		}
 	}

@@ -184,6 +184,7 @@ func (p *Producer) txnOffsetCommit(ctx context.Context, id *producerID, group, t
 	for part, c := range offsets {
 		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = int32(part), c.Offset, c.LeaderEpoch
+		rp.Metadata = kmsg.StringPtr(epochMetadata)
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = []kmsg.TxnOffsetCommitRequestTopic{rt}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -299,5 +300,44 @@ func TestTxnProduceErrors(t *testing.T) {
 			}
 			equalStrings(t, "read_committed", committedValues(t, cl, "out", 0), valuesOf(ok))
 		})
+	}
+}
+
+// TestLegacyTxnCommitEpochIgnored proves that an offset committed the way earlier versions did
+// under exactly-once (kafka-go's TxnOffsetCommit, which stores leader epoch 0 whatever the
+// record's) reads back with epoch -1, so the partition's next owner does not take a leader
+// election since for a truncation to the end of epoch 0.
+func TestLegacyTxnCommitEpochIgnored(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"in": 1})
+	p := newTxnProducer(t, cl, "txn-legacy")
+	ctx := context.Background()
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	id := p.ids.current()
+	if _, err := p.client.AddOffsetsToTxn(ctx, &kafka.AddOffsetsToTxnRequest{
+		TransactionalID: p.txn.id, ProducerID: int(id.id), ProducerEpoch: int(id.epoch), GroupID: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	p.txn.groups["g"] = true
+	res, err := p.client.TxnOffsetCommit(ctx, &kafka.TxnOffsetCommitRequest{
+		TransactionalID: p.txn.id, GroupID: "g", ProducerID: int(id.id), ProducerEpoch: int(id.epoch),
+		GenerationID: -1, Topics: map[string][]kafka.TxnOffsetCommit{"in": {{Partition: 0, Offset: 9}}}})
+	if err == nil && res.Topics["in"][0].Error != nil {
+		err = res.Topics["in"][0].Error
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := CommittedOffsets(ctx, cl.client, "g", "in", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Committed{Offset: 9, LeaderEpoch: -1}); got[0] != want {
+		t.Errorf("committed %+v, want %+v", got[0], want)
 	}
 }
