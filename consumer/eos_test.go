@@ -127,7 +127,7 @@ func TestExactlyOnceFencesPreviousOwner(t *testing.T) {
 		// first and answers INVALID_TXN_STATE; Kafka answers PRODUCER_FENCED); the commit is
 		// refused by the coordinator for the epoch either way.
 		produceErr = zombie.Produce(ctx, e.out, 0, want[:100])
-		if commitErr = zombie.SendOffsets(ctx, e.group, e.in, map[int]int64{0: 100}); commitErr == nil {
+		if commitErr = zombie.SendOffsets(ctx, e.group, e.in, map[int]kafkaio.Committed{0: {Offset: 100, LeaderEpoch: -1}}); commitErr == nil {
 			commitErr = zombie.Commit(ctx)
 		}
 	}}

@@ -63,12 +63,13 @@ func (h *headerSource) all(yield func(string, []byte) bool) {
 	}
 }
 
-// partition consumes one assigned partition from offset until gctx ends, then drains: the batch
-// in hand is produced, its offsets are committed and the Deduper's Revoke is called. Produce,
-// commit and Revoke may take the release budget (Config.releaseBudget) after gctx ended, and never
-// longer than hard allows. Under DeliveryExactlyOnce the partition first fences its previous
+// partition consumes one assigned partition from from (the committed offset, and the leader epoch
+// committed with it, which the reader checks before its first fetch) until gctx ends, then
+// drains: the batch in hand is produced, its offsets are committed and the Deduper's Revoke is
+// called. Produce, commit and Revoke may take the release budget (Config.releaseBudget) after
+// gctx ended, and never longer than hard allows. Under DeliveryExactlyOnce the partition first fences its previous
 // owner (see txn.go), and starts over after a transaction that had to be aborted.
-func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, offset int64) {
+func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, from kafkaio.Committed) {
 	pctx, cancel := graceContext(hard, gctx, w.cfg.releaseBudget())
 	defer cancel()
 	since, stopClock := sinceDone(gctx)
@@ -80,7 +81,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		defer tx.close()
 	}
 	for restarts := 0; ; restarts++ {
-		start, ok := w.prepare(gctx, tx, p, offset, restarts > 0)
+		start, ok := w.prepare(gctx, tx, p, from, restarts > 0)
 		if restarts == 0 {
 			w.pendingAssign.Add(-1)
 			w.updateReady()
@@ -104,25 +105,25 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 // prepare fences the partition's previous owner under DeliveryExactlyOnce (then the offset to
 // start from is the one committed by then; again: after an abort, see txnSink.fence) and assigns
 // its state. It returns false when gctx ended first.
-func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, offset int64, again bool) (int64, bool) {
+func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, from kafkaio.Committed, again bool) (kafkaio.Committed, bool) {
 	if tx != nil {
 		var ok bool
-		if offset, ok = tx.fence(gctx, offset, again); !ok {
-			return offset, false
+		if from, ok = tx.fence(gctx, from, again); !ok {
+			return from, false
 		}
 	}
-	return offset, w.assign(gctx, p)
+	return from, w.assign(gctx, p)
 }
 
-// run consumes p from offset until gctx ends or the partition fails, then commits what it
+// run consumes p from from until gctx ends or the partition fails, then commits what it
 // handled: drained says every record passed to Seen is written and committed (or the partition
 // stopped at a block, with its state discarded), restart that an aborted transaction calls for
 // discarding the state and starting over.
-func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink, tc topicCounts, p int32, offset int64) (st *partitionState, drained, restart bool) {
-	prog := newProgress(p, offset, w.obs)
+func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink, tc topicCounts, p int32, from kafkaio.Committed) (st *partitionState, drained, restart bool) {
+	prog := newProgress(p, from.Offset, w.obs)
 	defer w.progress.add(prog)()
 	defer w.updateReady()
-	r := w.newReader(p, offset, prog)
+	r := w.newReader(p, from, prog)
 	st = w.newPartitionState(p, tc, tx)
 	st.prog = prog
 	var sink offsetSink = c
@@ -171,11 +172,12 @@ func (w *Worker) newPartitionState(p int32, tc topicCounts, tx *txnSink) *partit
 	return st
 }
 
-// newReader returns the reader of input partition p from offset on, which reports its offsets,
-// failures and skipped records to prog and the Observer.
-func (w *Worker) newReader(p int32, offset int64, prog *progress) *kafkaio.PartitionReader {
+// newReader returns the reader of input partition p from from on (checked against the leader
+// epoch committed with it), which reports its offsets, failures and skipped records to prog and
+// the Observer.
+func (w *Worker) newReader(p int32, from kafkaio.Committed, prog *progress) *kafkaio.PartitionReader {
 	return kafkaio.NewPartitionReader(w.client, kafkaio.PartitionReaderConfig{
-		Topic: w.cfg.InputTopic, Partition: int(p), Offset: offset, Isolation: w.cfg.isolation(),
+		Topic: w.cfg.InputTopic, Partition: int(p), Offset: from.Offset, OffsetEpoch: &from.LeaderEpoch, Isolation: w.cfg.isolation(),
 		ResetToLatest: w.cfg.StartFromLatest, MaxBytes: w.cfg.FetchMaxBytes, MaxWait: w.cfg.FetchMaxWait,
 		Backoff: w.cfg.retry(), Log: w.sample, IdlePoll: w.cfg.ProgressInterval,
 		Limits:    kafkaio.DefaultDecodeLimits(w.cfg.DecodeMaxBytes, w.cfg.FetchMaxBytes),

@@ -75,6 +75,7 @@ type txnSink struct {
 	records   int       // input records handled in the open transaction
 	pending   int64     // next input offset to commit; -1 for none
 	committed int64     // next input offset committed; -1 for none
+	read      epochAt   // the leader epoch of the record before an offset, as readAt was told
 }
 
 // newTxnSink returns partition p's transactions, with a producer that is not started.
@@ -95,7 +96,7 @@ func (w *Worker) newTxnSink(p int32) *txnSink {
 	w.txnMu.Lock()
 	w.txnProds[p] = prod
 	w.txnMu.Unlock()
-	return &txnSink{w: w, p: p, prod: prod, pending: -1, committed: -1}
+	return &txnSink{w: w, p: p, prod: prod, pending: -1, committed: -1, read: epochAt{next: -1}}
 }
 
 // close forgets the sink's producer (for Ready) once its partition goroutine ends.
@@ -109,16 +110,16 @@ func (t *txnSink) close() {
 }
 
 // fence starts the producer, fencing the partition's previous owner, and returns the offset to
-// consume from: the group's committed offset, read after the fence, or offset when there is
+// consume from: the group's committed offset, read after the fence, or from when there is
 // none. It retries until gctx ends (false). After an abort (again), the producer's new epoch is
 // the fence: a worker that was itself fenced meanwhile learnt it from the abort, and must not
 // take the transactional id back from the partition's new owner with a fresh InitProducerId.
-func (t *txnSink) fence(gctx context.Context, offset int64, again bool) (int64, bool) {
+func (t *txnSink) fence(gctx context.Context, from kafkaio.Committed, again bool) (kafkaio.Committed, bool) {
 	w := t.w
 	if !again && !t.start(gctx) {
-		return offset, false
+		return from, false
 	}
-	var committed map[int]int64
+	var committed map[int]kafkaio.Committed
 	err := w.cfg.retry().Retry(gctx, 0, func(int) error {
 		var err error
 		committed, err = kafkaio.CommittedOffsets(gctx, w.client, w.cfg.GroupID, w.cfg.InputTopic, []int{int(t.p)})
@@ -129,13 +130,13 @@ func (t *txnSink) fence(gctx context.Context, offset int64, again bool) (int64, 
 		return err
 	})
 	if err != nil {
-		return offset, false
+		return from, false
 	}
-	if c := committed[int(t.p)]; c >= 0 {
-		offset = c
+	if c := committed[int(t.p)]; c.Offset >= 0 {
+		from = c
 	}
 	t.pending, t.committed, t.open, t.records, t.first = -1, -1, false, 0, time.Time{}
-	return offset, true
+	return from, true
 }
 
 // start starts the producer (InitProducerId), retrying until gctx ends (false).
@@ -167,9 +168,11 @@ func (t *txnSink) mark(_ int, next int64) {
 	}
 }
 
-// readAt implements offsetSink; the transaction's offset commit (TxnOffsetCommit through
-// kafka-go) carries no leader epoch.
-func (t *txnSink) readAt(int, int64, int32) {}
+// readAt implements offsetSink: the transaction's offset commit of next carries epoch (KIP-320);
+// one of another offset carries -1, no epoch.
+func (t *txnSink) readAt(_ int, next int64, epoch int32) {
+	t.read = epochAt{next: next, epoch: epoch}
+}
 
 // rewind makes next the input offset the transaction commits, below the one marked before, and
 // forgets the committed one, so that commit sends it.
@@ -212,7 +215,11 @@ func (t *txnSink) commit(ctx context.Context) error {
 	}
 	w := t.w
 	if t.pending > t.committed {
-		err := t.prod.SendOffsets(ctx, w.cfg.GroupID, w.cfg.InputTopic, map[int]int64{int(t.p): t.pending})
+		c := kafkaio.Committed{Offset: t.pending, LeaderEpoch: -1}
+		if t.read.next == t.pending {
+			c.LeaderEpoch = t.read.epoch
+		}
+		err := t.prod.SendOffsets(ctx, w.cfg.GroupID, w.cfg.InputTopic, map[int]kafkaio.Committed{int(t.p): c})
 		if err != nil {
 			return fmt.Errorf("consumer: partition %d: %w", t.p, err)
 		}

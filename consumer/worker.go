@@ -441,10 +441,11 @@ func (w *Worker) generation(ctx, hard context.Context, group *kafkaio.GroupMembe
 	return nil
 }
 
-// startOffsets returns where each of partitions starts: its committed offset, or
-// kafkaio.FirstOffset (kafkaio.LastOffset under Config.StartFromLatest) when it has none. Failures
-// are logged and retried under the retry policy until gctx ends, when it returns gctx's error.
-func (w *Worker) startOffsets(gctx context.Context, group *kafkaio.GroupMember, partitions []int) (map[int]int64, error) {
+// startOffsets returns where each of partitions starts: its committed offset and the leader epoch
+// committed with it, or kafkaio.FirstOffset (kafkaio.LastOffset under Config.StartFromLatest) and
+// epoch -1 when it has none. Failures are logged and retried under the retry policy until gctx
+// ends, when it returns gctx's error.
+func (w *Worker) startOffsets(gctx context.Context, group *kafkaio.GroupMember, partitions []int) (map[int]kafkaio.Committed, error) {
 	start := kafkaio.FirstOffset
 	if w.cfg.StartFromLatest {
 		start = kafkaio.LastOffset
@@ -460,11 +461,11 @@ func (w *Worker) startOffsets(gctx context.Context, group *kafkaio.GroupMember, 
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[int]int64, len(partitions))
+	out := make(map[int]kafkaio.Committed, len(partitions))
 	for _, p := range partitions {
-		out[p] = start
+		out[p] = kafkaio.Committed{Offset: start, LeaderEpoch: -1}
 		if c, ok := committed[p]; ok {
-			out[p] = c.Offset
+			out[p] = c
 		}
 	}
 	return out, nil

@@ -111,12 +111,12 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 	// A real broker answers for a group only once its coordinator is loaded (the first request
 	// for any group creates __consumer_offsets): retry, for up to a minute, what says the
 	// coordinator is not ready.
-	var out map[int]int64
+	var com map[int]kafkaio.Committed
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = kafkaio.Backoff{Max: time.Second}.Retry(rctx, 0, func(int) error {
 		var err error
-		out, err = kafkaio.CommittedOffsets(rctx, t.Client(), group, topic, ps)
+		com, err = kafkaio.CommittedOffsets(rctx, t.Client(), group, topic, ps)
 		if err != nil && !kafkaio.CoordinatorLoading(err) {
 			return kafkaio.Permanent(err)
 		}
@@ -124,6 +124,10 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedkafka: offset fetch: %w", err)
+	}
+	out := make(map[int]int64, len(com))
+	for p, c := range com {
+		out[p] = c.Offset
 	}
 	return out, nil
 }

@@ -13,7 +13,7 @@ import (
 // batch fetched. Only the reader's fetch goroutine uses it.
 type epochState struct {
 	lead        partitionLeader // epoch -1 until known
-	fetched     int32           // the leader epoch of the last batch fetched; -1 for none
+	fetched     int32           // the leader epoch of the last batch fetched (first PartitionReaderConfig.OffsetEpoch's); -1 for none
 	stale       bool            // the metadata is asked again before the next fetch
 	lower       int             // metadata answers in a row with a lower epoch than lead's
 	unsupported bool            // the brokers cannot tell epochs (before Kafka 2.1): fetch with -1
@@ -76,6 +76,10 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 	prev := e.lead
 	ids := prev.topicID != [16]byte{} && lead.topicID != [16]byte{} // both known (Metadata v10 on)
 	switch {
+	case prev.epoch < 0 && e.fetched >= 0 && e.fetched != lead.epoch:
+		// The first look of a reader that starts where a group committed, under another
+		// leader epoch: the log may have been truncated below the offset since.
+		err = r.diverged(lctx, offset, lead.epoch)
 	case prev.epoch < 0: // the first look: nothing to compare
 	case ids && prev.topicID != lead.topicID:
 		err = r.recreated(lctx, offset, prev, lead)
@@ -113,9 +117,6 @@ func (r *PartitionReader) recreated(ctx context.Context, offset *int64, prev, le
 		return err
 	}
 	to, where := r.policyOffset(o)
-	if r.cfg.ResetToLatest {
-		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
-	}
 	r.cfg.Log.Log(slog.LevelError, "topic-recreated", "the input topic was deleted and created again under the reader; reading starts over in the new log at the "+where+
 		" offset, and records of the old topic after the offset were not read", "topic", r.cfg.Topic, "partition", r.cfg.Partition,
 		"offset", *offset, "to", to, "leader_epoch", lead.epoch, "previous_leader_epoch", prev.epoch, "topic_id_changed", prev.topicID != lead.topicID)
@@ -130,7 +131,7 @@ func (r *PartitionReader) recreated(ctx context.Context, offset *int64, prev, le
 // unclean leader election): the records read from there on are no longer in the log, and reading
 // goes back to the end, as the Java consumer does, to read the records that replaced them. When
 // the leader knows no epoch as old (it answers no end), the offset is reset as ResetToLatest
-// says. Either is logged and counted.
+// says (epochUnknown). Either is logged and counted.
 func (r *PartitionReader) diverged(ctx context.Context, offset *int64, current int32) error {
 	var end int64
 	err := r.lookup(ctx, func() (err error) {
@@ -144,17 +145,31 @@ func (r *PartitionReader) diverged(ctx context.Context, offset *int64, current i
 		return nil
 	}
 	if end < 0 {
-		o, err := r.offsets(ctx)
-		if err != nil {
-			return err
-		}
-		end, _ = r.policyOffset(o)
+		return r.epochUnknown(ctx, offset, current)
 	}
 	r.cfg.Log.Log(slog.LevelError, "log-truncated", "the input partition's log was truncated below the reader's position by a leader change "+
 		"(an unclean leader election); reading goes back to where the new leader's log diverged, and records already read there are replaced",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", *offset, "to", end, "leader_epoch", current, "fetched_epoch", r.epochs.fetched)
 	r.reread(RereadTruncated, *offset-end)
 	*offset = end
+	return nil
+}
+
+// epochUnknown handles a leader of epoch current that knows no epoch as old as the one the
+// records before *offset were read under: its log is not the one they were read from (truncated
+// below them, or the topic re-created), so reading goes on where ResetToLatest says, logged and
+// counted.
+func (r *PartitionReader) epochUnknown(ctx context.Context, offset *int64, current int32) error {
+	o, err := r.offsets(ctx)
+	if err != nil {
+		return err
+	}
+	to, where := r.policyOffset(o)
+	r.cfg.Log.Log(slog.LevelError, "log-truncated", "the input partition's leader knows no leader epoch as old as the one the records before the reader's position "+
+		"were read under (its log was truncated below them, or the topic re-created); reading goes on at the "+where+" offset",
+		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", *offset, "to", to, "leader_epoch", current, "fetched_epoch", r.epochs.fetched)
+	r.reread(RereadTruncated, *offset-to)
+	*offset = to
 	return nil
 }
 

@@ -20,7 +20,9 @@ import (
 // leader changed since the batches it read, it asks the new leader with OffsetForLeaderEpoch
 // where the log of the epoch of its last batch ends: an end below the reader's position means
 // the new leader's log was truncated under it (an unclean election), and the reader goes back to
-// that end (see PartitionReader). kafka-go knows nothing of epochs, so Metadata and
+// that end (see PartitionReader). A reader that starts at a committed offset with the epoch
+// committed with it (PartitionReaderConfig.OffsetEpoch) asks the same before its first fetch
+// when the leader epoch moved on since. kafka-go knows nothing of epochs, so Metadata and
 // OffsetForLeaderEpoch are exchanged raw through its Transport, as fetches are.
 
 const (

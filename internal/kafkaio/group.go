@@ -491,6 +491,7 @@ func (m *GroupMember) commit(ctx context.Context, gen Generation, offsets map[in
 	for _, p := range slices.Sorted(maps.Keys(offsets)) {
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = int32(p), offsets[p].Offset, offsets[p].LeaderEpoch
+		rp.Metadata = kmsg.StringPtr(epochMetadata)
 		t.Partitions = append(t.Partitions, rp)
 	}
 	req.Topics = []kmsg.OffsetCommitRequestTopic{t}
@@ -523,32 +524,58 @@ func (m *GroupMember) Fetch(ctx context.Context, partitions []int) (map[int]Comm
 }
 
 func (m *GroupMember) fetch(ctx context.Context, partitions []int) (map[int]Committed, error) {
+	r, err := m.send(ctx, offsetFetchRequest(m.cfg.Group, m.cfg.Topic, partitions), minOffsetFetchVersion, maxOffsetFetchVersion, m.cfg.SessionTimeout)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Committed, len(partitions))
+	if err := committedIn(r.(*kmsg.OffsetFetchResponse), m.cfg.Group, m.cfg.Topic, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// epochMetadata is the metadata kdedup commits its offsets with: it says that the leader epoch
+// committed with the offset is the epoch of the record before it. An offset without it reads back
+// with epoch -1 (no check), because kafka-go's TxnOffsetCommit, which earlier versions sent their
+// exactly-once commits through, stores epoch 0 whatever the record's was: trusting it would make
+// the partition's next owner, after any leader election, see a truncation to the end of epoch 0
+// and read everything since again.
+const epochMetadata = "kdedup:leader-epoch"
+
+// offsetFetchRequest returns the OffsetFetch request of group's offsets of partitions of topic.
+func offsetFetchRequest(group, topic string, partitions []int) *kmsg.OffsetFetchRequest {
 	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = m.cfg.Group
+	req.Group = group
 	t := kmsg.NewOffsetFetchRequestTopic()
-	t.Topic = m.cfg.Topic
+	t.Topic = topic
 	for _, p := range partitions {
 		t.Partitions = append(t.Partitions, int32(p))
 	}
 	req.Topics = []kmsg.OffsetFetchRequestTopic{t}
-	r, err := m.send(ctx, req, minOffsetFetchVersion, maxOffsetFetchVersion, m.cfg.SessionTimeout)
-	if err != nil {
-		return nil, err
-	}
-	res := r.(*kmsg.OffsetFetchResponse)
+	return req
+}
+
+// committedIn sets out[p] to the offset and leader epoch res says group committed for partition
+// p of topic (epoch -1 unless committed with epochMetadata), for each partition that has one, or
+// returns res's error.
+func committedIn(res *kmsg.OffsetFetchResponse, group, topic string, out map[int]Committed) error {
 	if err := codeErr(res.ErrorCode); err != nil {
-		return nil, fmt.Errorf("kafkaio: committed offsets of group %q: %w", m.cfg.Group, err)
+		return fmt.Errorf("kafkaio: committed offsets of group %q: %w", group, err)
 	}
-	out := make(map[int]Committed, len(partitions))
 	for _, rt := range res.Topics {
 		for _, rp := range rt.Partitions {
 			if err := codeErr(rp.ErrorCode); err != nil {
-				return nil, fmt.Errorf("kafkaio: committed offset of group %q partition %d: %w", m.cfg.Group, rp.Partition, err)
+				return fmt.Errorf("kafkaio: committed offset of group %q partition %d: %w", group, rp.Partition, err)
 			}
-			if rt.Topic == m.cfg.Topic && rp.Offset >= 0 {
-				out[int(rp.Partition)] = Committed{Offset: rp.Offset, LeaderEpoch: rp.LeaderEpoch}
+			if rt.Topic == topic && rp.Offset >= 0 {
+				epoch := rp.LeaderEpoch
+				if rp.Metadata == nil || *rp.Metadata != epochMetadata {
+					epoch = -1 // not committed by kdedup with the record's epoch
+				}
+				out[int(rp.Partition)] = Committed{Offset: rp.Offset, LeaderEpoch: epoch}
 			}
 		}
 	}
-	return out, nil
+	return nil
 }

@@ -187,3 +187,43 @@ func TestStickyAdopt(t *testing.T) {
 		t.Fatal("unreadable user data kept the old claims")
 	}
 }
+
+// TestTxnOffsetCommitEpoch proves on each broker that an offset committed inside a transaction
+// keeps the leader epoch sent with it (TxnOffsetCommit exchanged raw; kafka-go's sends 0), and
+// that CommittedOffsets reads it back with the offset, -1 for a partition without one.
+func TestTxnOffsetCommitEpoch(t *testing.T) {
+	testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 2}}, func(t *testing.T, b testbroker.Broker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		client := kafkaio.Conn{Brokers: b.Addrs()}.Client(10 * time.Second)
+		defer kafkaio.CloseIdle(client)
+		p := kafkaio.NewProducer(client, kafkaio.ProducerConfig{TransactionalID: b.Name("txn-epoch")})
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		want := kafkaio.Committed{Offset: 7, LeaderEpoch: 3}
+		if err := p.SendOffsets(ctx, b.Name("g"), b.Name("t"), map[int]kafkaio.Committed{1: want}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The commit's markers are written after EndTxn returns: the offset shows once they are.
+		var got map[int]kafkaio.Committed
+		for got == nil || got[1].Offset < 0 {
+			var err error
+			if got, err = kafkaio.CommittedOffsets(ctx, client, b.Name("g"), b.Name("t"), []int{0, 1}); err != nil {
+				t.Fatal(err)
+			}
+			if got[1].Offset < 0 && !kafkaio.Sleep(ctx, 10*time.Millisecond) {
+				t.Fatal("the transaction's offset never showed")
+			}
+		}
+		if none := (kafkaio.Committed{Offset: -1, LeaderEpoch: -1}); got[1] != want || got[0] != none {
+			t.Errorf("committed %v, want partition 1 at %+v and partition 0 at %+v", got, want, none)
+		}
+	})
+}

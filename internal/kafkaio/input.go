@@ -18,6 +18,15 @@ type PartitionReaderConfig struct {
 	// Offset is the first offset to read, or kafka.FirstOffset or kafka.LastOffset for the
 	// partition's start or end (its last stable offset under ReadCommitted).
 	Offset int64
+	// OffsetEpoch, when not nil and not negative, is the leader epoch of the record before
+	// Offset, as a group committed it with the offset (Committed.LeaderEpoch). Before its first
+	// fetch the reader then checks with the partition's leader that the log of that epoch still
+	// reaches Offset (OffsetForLeaderEpoch), as the Java consumer does after a rebalance: a log
+	// truncated below Offset since the commit (an unclean leader election) is handled as a
+	// divergence seen mid-stream is (see "Leader epochs"), not as an offset past the log's end.
+	// The check is skipped when the leader epoch is still OffsetEpoch (no election since).
+	// Default: nil, no check.
+	OffsetEpoch *int32
 	// Isolation says which records of transactional producers are read. Default: ReadCommitted.
 	Isolation Isolation
 	// ResetToLatest says where reading restarts when the offset to read is past the end of the
@@ -135,9 +144,11 @@ type Batch struct {
 	Refused *RefusedInput
 	// Rewound says that reading went back: an offset reset (the offset to read was past the end
 	// of the log, which an unclean leader election truncated or a re-created topic restarted)
-	// moved it below the Next of the batches before, to From. The batch starts there, and its
-	// records may have the offsets of records handed out before. A rewound batch is always the
-	// first of a Fetch: the reset follows a failed fetch, which ends the batch before it.
+	// moved it below the Next of the batches before (for the first batch, below
+	// PartitionReaderConfig.Offset, which the records before were read up to), to From. The
+	// batch starts there, and its records may have the offsets of records handed out before. A
+	// rewound batch is always the first of a Fetch: the reset follows a failed fetch, which ends
+	// the batch before it, or comes before the first response.
 	Rewound bool
 	// From is the offset the batch starts at: the previous batch's Next, or where a reset moved
 	// reading to.
@@ -229,6 +240,9 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
 	r.epochs = newEpochState()
+	if cfg.Offset >= 0 && cfg.OffsetEpoch != nil && *cfg.OffsetEpoch >= 0 {
+		r.epochs.fetched = *cfg.OffsetEpoch // what the records before Offset were read under
+	}
 	r.batch.Epoch = -1
 	r.clientID = clientIDOf(client)
 	go r.run(ctx)
@@ -490,9 +504,6 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 		return offset, nil
 	}
 	to, where := r.policyOffset(o)
-	if r.cfg.ResetToLatest {
-		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
-	}
 	r.cfg.Log.Log(slog.LevelError, "fetch-reset", "offset is past the end of the input partition (log truncated or topic recreated); reading on at the "+where+" offset",
 		"topic", r.cfg.Topic, "partition", r.cfg.Partition, "offset", offset, "end", o.LastOffset, "to", to)
 	r.reread(RereadTruncated, offset-to)
@@ -500,9 +511,11 @@ func (r *PartitionReader) resetOffset(ctx context.Context, offset int64) (int64,
 }
 
 // policyOffset returns where reading goes on in a log of offsets o that lost the reader's
-// offset: its start, or its end when ResetToLatest is set, and which of the two.
+// offset: its start, or its end when ResetToLatest is set, and which of the two. A reset to the
+// end passes the records the log holds: they are counted as skipped.
 func (r *PartitionReader) policyOffset(o kafka.PartitionOffsets) (int64, string) {
 	if r.cfg.ResetToLatest {
+		r.skipped(SkipResetToLatest, o.LastOffset-o.FirstOffset)
 		return o.LastOffset, "latest"
 	}
 	return o.FirstOffset, "earliest"
@@ -611,13 +624,14 @@ func (r *PartitionReader) startLinger(d time.Duration) {
 }
 
 // begin starts walking f into b: from where the last response ended, or where the first
-// response or an offset reset starts (b.Rewound when that is below the position).
+// response or an offset reset starts (b.Rewound when that is below the position, or, for the
+// first response, below Config.Offset: the records before it were read by someone before).
 func (r *PartitionReader) begin(b *Batch, f *fetched) {
 	r.cur = f
 	r.set.reset(&r.dec, f.res, r.cfg.Isolation.committed())
 	r.set.refused = f.refused
 	if from := f.res.from; from != r.pos {
-		b.Rewound = b.Rewound || from < r.pos
+		b.Rewound = b.Rewound || from < r.pos || (r.pos < 0 && from < r.cfg.Offset)
 		r.pos, b.From = from, from
 		b.Epoch = -1 // the records read before are not before the new position
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
@@ -449,6 +450,73 @@ func TestPartitionReaderDiverged(t *testing.T) {
 	}
 }
 
+// TestPartitionReaderStartEpoch proves the check of a committed offset before the first fetch: a
+// reader that starts at offset 20, committed with leader epoch 0, asks the leader where the log
+// of epoch 0 ends when the leader epoch moved on since (OffsetForLeaderEpoch, answered here as a
+// new leader whose log an unclean election truncated to 12 does), goes back there and counts the
+// offsets it reads again, with the first batch rewound. A log that still reaches 20, or a leader
+// epoch that did not move, starts at 20; the latter without asking.
+func TestPartitionReaderStartEpoch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		move    bool  // a leader election after the commit
+		end     int64 // where the leader says the log of epoch 0 ends
+		from    int64 // where reading starts
+		rereads map[string]int64
+	}{
+		{"truncated", true, 12, 12, map[string]int64{kafkaio.RereadTruncated: 8}},
+		{"intact", true, 23, 20, map[string]int64{}},
+		{"same epoch", false, 12, 20, map[string]int64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kc, c := cluster(t)
+			produce(t, c, "t", 0, 0, 25, time.Now())
+			asked := make(chan int32, 10)
+			kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				asked <- kr.(*kmsg.OffsetForLeaderEpochRequest).Topics[0].Partitions[0].LeaderEpoch
+				return embedkafka.EpochEnd(tc.end)(kr), nil, true
+			})
+			if tc.move {
+				if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rr := &rereads{n: map[string]int64{}}
+			epoch := int32(0)
+			r := newReader(c, 0, 20, func(cfg *kafkaio.PartitionReaderConfig) { cfg.OffsetEpoch, cfg.OnReread = &epoch, rr.add })
+			defer func() { <-r.Close() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var b *kafkaio.Batch
+			for b == nil || len(b.Records) == 0 {
+				var err error
+				if b, err = r.Fetch(ctx, 100, 0); ctx.Err() != nil {
+					t.Fatalf("no records: %v", err)
+				}
+			}
+			if b.Rewound != (tc.from < 20) || b.Records[0].Offset != tc.from {
+				t.Errorf("first batch from %d (rewound %v); want from %d, rewound %v", b.Records[0].Offset, b.Rewound, tc.from, tc.from < 20)
+			}
+			if got := rr.get(); !maps.Equal(got, tc.rereads) {
+				t.Errorf("rereads %v, want %v", got, tc.rereads)
+			}
+			select {
+			case e := <-asked:
+				if !tc.move || e != 0 {
+					t.Errorf("OffsetForLeaderEpoch for epoch %d (election: %v); want epoch 0, asked only after an election", e, tc.move)
+				}
+			default:
+				if tc.move {
+					t.Error("no OffsetForLeaderEpoch before the first fetch after an election")
+				}
+			}
+		})
+	}
+}
+
 // TestPartitionReaderTopicRecreated holds a fetch with SleepControl while the topic is deleted
 // and created again with 30 new records: the reader, whose leader epoch the new topic does not
 // know, learns from the metadata that the topic ID changed, reports it and starts over at the
@@ -501,4 +569,71 @@ func TestPartitionReaderTopicRecreated(t *testing.T) {
 	if got := rr.get(); !maps.Equal(got, map[string]int64{kafkaio.RereadRecreated: 20}) {
 		t.Errorf("rereads %v, want 20 recreated", got)
 	}
+}
+
+// TestPartitionReaderStartEpochUnknown proves on each broker the check of a committed offset
+// whose leader epoch the partition's leader never had (5, where its log is at epoch 0, as when the
+// topic was re-created under the commit): the leader answers no end (OffsetForLeaderEpoch), and
+// KAFKA_START_OFFSET decides, counted: earliest reads the log again from its start (20 offsets
+// re-read, the first batch rewound); latest reads on at its end, the 25 records it holds counted
+// as skipped.
+func TestPartitionReaderStartEpochUnknown(t *testing.T) {
+	testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 1, "u": 1}}, func(t *testing.T, b testbroker.Broker) {
+		for _, tc := range []struct {
+			topic   string
+			latest  bool
+			from    int64
+			rereads map[string]int64
+			skips   map[string]int64
+		}{
+			{"t", false, 0, map[string]int64{kafkaio.RereadTruncated: 20}, map[string]int64{}},
+			{"u", true, 25, map[string]int64{}, map[string]int64{kafkaio.SkipResetToLatest: 25}},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var msgs []kafkaio.Record
+			for i := range 25 {
+				msgs = append(msgs, kafkaio.Record{Value: fmt.Appendf(nil, "v%d", i)})
+			}
+			if err := b.Produce(ctx, b.Name(tc.topic), 0, msgs...); err != nil {
+				t.Fatal(err)
+			}
+			rr, sk := &rereads{n: map[string]int64{}}, &rereads{n: map[string]int64{}}
+			epoch := int32(5)
+			r := newReader(b.Client(), 0, 20, func(cfg *kafkaio.PartitionReaderConfig) {
+				cfg.Topic, cfg.OffsetEpoch, cfg.ResetToLatest, cfg.OnReread, cfg.OnSkipped = b.Name(tc.topic), &epoch, tc.latest, rr.add, sk.add
+			})
+			defer func() { <-r.Close() }()
+			if !tc.latest {
+				if b := fetchRewound(t, r); b.From != 0 || b.Records[0].Offset != 0 {
+					t.Errorf("%s: rewound batch from %d; want from 0", tc.topic, b.From)
+				}
+			} else {
+				for len(sk.get()) == 0 { // the reader moved to the end: a record after it is read
+					if !kafkaio.Sleep(ctx, 5*time.Millisecond) {
+						t.Fatalf("%s: no reset to the end", tc.topic)
+					}
+				}
+				if err := b.Produce(ctx, b.Name(tc.topic), 0, kafkaio.Record{Value: []byte("after")}); err != nil {
+					t.Fatal(err)
+				}
+				var got *kafkaio.Batch
+				for got == nil || len(got.Records) == 0 {
+					var err error
+					if got, err = r.Fetch(ctx, 100, 0); ctx.Err() != nil {
+						t.Fatalf("%s: no records: %v", tc.topic, err)
+					}
+				}
+				if got.Records[0].Offset != tc.from {
+					t.Errorf("%s: first record at %d, want %d", tc.topic, got.Records[0].Offset, tc.from)
+				}
+			}
+			if got := rr.get(); !maps.Equal(got, tc.rereads) {
+				t.Errorf("%s: rereads %v, want %v", tc.topic, got, tc.rereads)
+			}
+			if got := sk.get(); !maps.Equal(got, tc.skips) {
+				t.Errorf("%s: skipped %v, want %v", tc.topic, got, tc.skips)
+			}
+		}
+	})
 }

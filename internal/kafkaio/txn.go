@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Transactions (KIP-98). A Producer with ProducerConfig.TransactionalID writes every record
@@ -57,10 +58,11 @@ type txnState struct {
 	timeout time.Duration
 	fenced  atomic.Pointer[error] // the error that fenced the producer; nil until then
 
-	mu     sync.Mutex
-	open   bool
-	parts  map[topicPartition]bool // added to the open transaction
-	groups map[string]bool         // whose offsets the open transaction carries
+	mu            sync.Mutex
+	open          bool
+	parts         map[topicPartition]bool // added to the open transaction
+	groups        map[string]bool         // whose offsets the open transaction carries
+	commitVersion int16                   // the TxnOffsetCommit version the group coordinator last took; 0 to negotiate
 }
 
 // Fenced returns the error that fenced p (wrapping ErrFenced), or nil.
@@ -133,10 +135,12 @@ func (p *Producer) addPartition(ctx context.Context, tp topicPartition, id *prod
 	return err
 }
 
-// SendOffsets commits offsets (next offset to consume, per partition of topic) of consumer group
-// group inside the open transaction: they take effect when it commits, and never if it aborts.
-// The group coordinator does not check the group's generation (the producer's epoch fences).
-func (p *Producer) SendOffsets(ctx context.Context, group, topic string, offsets map[int]int64) error {
+// SendOffsets commits offsets (next offset to consume, per partition of topic, and the leader
+// epoch of the record before it, -1 for none, which a reader that starts there checks: KIP-320)
+// of consumer group group inside the open transaction: they take effect when it commits, and
+// never if it aborts. The group coordinator does not check the group's generation (the
+// producer's epoch fences).
+func (p *Producer) SendOffsets(ctx context.Context, group, topic string, offsets map[int]Committed) error {
 	if p.txn == nil {
 		return errors.New("kafkaio: SendOffsets: the producer is not transactional")
 	}
@@ -167,26 +171,49 @@ func (p *Producer) SendOffsets(ctx context.Context, group, topic string, offsets
 	})
 }
 
-// txnOffsetCommit makes one TxnOffsetCommit request.
-func (p *Producer) txnOffsetCommit(ctx context.Context, id *producerID, group, topic string, offsets map[int]int64) error {
-	commits := make([]kafka.TxnOffsetCommit, 0, len(offsets))
-	for part, off := range offsets {
-		commits = append(commits, kafka.TxnOffsetCommit{Partition: part, Offset: off})
+// txnOffsetCommit makes one TxnOffsetCommit request, exchanged raw with the group coordinator:
+// kafka-go's TxnOffsetCommit sends leader epoch 0 for every partition (from v2 on), which a
+// reader that starts at the offset would take for the record's epoch. The version the coordinator
+// took is kept for the next request (it holds txn.mu) and asked again after a failure.
+func (p *Producer) txnOffsetCommit(ctx context.Context, id *producerID, group, topic string, offsets map[int]Committed) error {
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = p.txn.id, group, id.id, id.epoch
+	req.Generation, req.MemberID = -1, ""
+	rt := kmsg.NewTxnOffsetCommitRequestTopic()
+	rt.Topic = topic
+	for part, c := range offsets {
+		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset, rp.LeaderEpoch = int32(part), c.Offset, c.LeaderEpoch
+		rp.Metadata = kmsg.StringPtr(epochMetadata)
+		rt.Partitions = append(rt.Partitions, rp)
 	}
-	res, err := p.client.TxnOffsetCommit(ctx, &kafka.TxnOffsetCommitRequest{
-		TransactionalID: p.txn.id, GroupID: group, ProducerID: int(id.id), ProducerEpoch: int(id.epoch),
-		GenerationID: -1, Topics: map[string][]kafka.TxnOffsetCommit{topic: commits},
-	})
+	req.Topics = []kmsg.TxnOffsetCommitRequestTopic{rt}
+	x := &groupExchange{group: group, rawExchange: rawExchange{clientID: clientIDOf(p.client), req: req,
+		min: 0, max: maxTxnOffsetCommitVersion, version: p.txn.commitVersion}}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(p.client))
+	defer cancel()
+	res, err := roundTrip(ctx, p.client, x)
+	if errors.Is(err, errUnsupportedVersion) {
+		return Permanent(err)
+	}
 	if err != nil {
+		p.txn.commitVersion = 0
 		return err
 	}
-	for _, r := range res.Topics[topic] {
-		if r.Error != nil {
-			return r.Error
+	p.txn.commitVersion = x.version
+	for _, t := range res.(*kmsg.TxnOffsetCommitResponse).Topics {
+		for _, rp := range t.Partitions {
+			if rp.ErrorCode != 0 {
+				return kafka.Error(rp.ErrorCode)
+			}
 		}
 	}
 	return nil
 }
+
+// maxTxnOffsetCommitVersion is the last TxnOffsetCommit version kdedup sends (v2 added the
+// leader epoch; v4 verifies transactions the next-generation way).
+const maxTxnOffsetCommitVersion = 3
 
 // Commit commits the open transaction: every record produced in it (each Produce call must have
 // returned nil) and the offsets sent with it become visible together. On an error the outcome is
@@ -332,32 +359,29 @@ func (p *Producer) txnProduceError(err error) error {
 	return err
 }
 
-// CommittedOffsets returns the offsets group committed for partitions of topic (-1 for a
-// partition without one), from one OffsetFetch request to the group coordinator. Read after the
-// transactional producer of a partition was started (Producer.Start), they include what the
-// previous owner committed in a transaction: its open transaction was aborted by then.
-func CommittedOffsets(ctx context.Context, c *kafka.Client, group, topic string, partitions []int) (map[int]int64, error) {
-	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: partitions}})
-	if err == nil && res.Error != nil {
-		err = res.Error
-	}
-	out := make(map[int]int64, len(partitions))
+// CommittedOffsets returns the offsets group committed for partitions of topic, with the leader
+// epochs committed with them (Offset and LeaderEpoch -1 for a partition without one), from one
+// OffsetFetch request to the group coordinator. Read after the transactional producer of a
+// partition was started (Producer.Start), they include what the previous owner committed in a
+// transaction: its open transaction was aborted by then.
+func CommittedOffsets(ctx context.Context, c *kafka.Client, group, topic string, partitions []int) (map[int]Committed, error) {
+	x := &groupExchange{group: group, rawExchange: rawExchange{clientID: clientIDOf(c),
+		req: offsetFetchRequest(group, topic, partitions), min: minOffsetFetchVersion, max: maxOffsetFetchVersion}}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(c))
+	defer cancel()
+	res, err := roundTrip(ctx, c, x)
+	out := make(map[int]Committed, len(partitions))
 	for _, p := range partitions {
-		out[p] = -1
+		out[p] = Committed{Offset: -1, LeaderEpoch: -1}
+	}
+	if err == nil {
+		err = committedIn(res.(*kmsg.OffsetFetchResponse), group, topic, out)
 	}
 	if errors.Is(err, kafka.GroupIdNotFound) { // a group that never committed
 		return out, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kafkaio: committed offsets of group %q: %w", group, err)
-	}
-	for _, r := range res.Topics[topic] {
-		if r.Error != nil {
-			return nil, fmt.Errorf("kafkaio: committed offset of group %q, %s/%d: %w", group, topic, r.Partition, r.Error)
-		}
-		if _, ok := out[r.Partition]; ok {
-			out[r.Partition] = r.CommittedOffset
-		}
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -56,18 +57,19 @@ func committedOffset(t *testing.T, cl *testCluster, group, topic string, partiti
 	if err != nil {
 		t.Fatal(err)
 	}
-	return offs[partition]
+	return offs[partition].Offset
 }
 
 // TestTxnCommitAndAbort proves the transaction's records and offsets become visible together on
-// Commit, and never on Abort, and that the producer goes on after an Abort.
+// Commit, and never on Abort, and that the producer goes on after an Abort. The offsets carry
+// the leader epoch given with them (kafka-go's TxnOffsetCommit would send 0).
 func TestTxnCommitAndAbort(t *testing.T) {
 	t.Parallel()
 	cl := startCluster(t, map[string]int32{"out": 2, "in": 1})
 	p := newTxnProducer(t, cl, "txn-commit")
 	ctx := context.Background()
 	a, b, c := testMsgs("a", 10), testMsgs("b", 5), testMsgs("c", 3)
-	step := func(msgs []Record, offset int64, commit bool) {
+	step := func(msgs []Record, offset int64, leaderEpoch int32, commit bool) {
 		t.Helper()
 		if err := p.Begin(); err != nil {
 			t.Fatal(err)
@@ -75,7 +77,7 @@ func TestTxnCommitAndAbort(t *testing.T) {
 		if err := p.ProduceParts(ctx, "out", [][]Record{msgs, msgs[:1]}); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.SendOffsets(ctx, "g", "in", map[int]int64{0: offset}); err != nil {
+		if err := p.SendOffsets(ctx, "g", "in", map[int]Committed{0: {Offset: offset, LeaderEpoch: leaderEpoch}}); err != nil {
 			t.Fatal(err)
 		}
 		end := p.Commit
@@ -86,20 +88,24 @@ func TestTxnCommitAndAbort(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	step(a, 10, true)
+	step(a, 10, -1, true)
 	epoch := p.ids.current().epoch
-	step(b, 15, false)
+	step(b, 15, 7, false)
 	if e := p.ids.current().epoch; e <= epoch {
 		t.Errorf("Abort kept epoch %d, want a newer one than %d", e, epoch)
 	}
 	if got := committedOffset(t, cl, "g", "in", 0); got != 10 {
 		t.Errorf("after the abort the committed offset is %d, want 10", got)
 	}
-	step(c, 18, true)
+	step(c, 18, 4, true)
 	equalStrings(t, "read_committed partition 0", committedValues(t, cl, "out", 0), valuesOf(a, c))
 	equalStrings(t, "read_committed partition 1", committedValues(t, cl, "out", 1), valuesOf(a[:1], c[:1]))
-	if got := committedOffset(t, cl, "g", "in", 0); got != 18 {
-		t.Errorf("committed offset %d, want 18", got)
+	got, err := CommittedOffsets(ctx, cl.client, "g", "in", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Committed{Offset: 18, LeaderEpoch: 4}); got[0] != want {
+		t.Errorf("committed %+v, want %+v", got[0], want)
 	}
 }
 
@@ -132,7 +138,7 @@ func TestTxnZombieFenced(t *testing.T) {
 	if err := zombie.Produce(tctx, "out", 0, testMsgs("zombie-late", 2)); !errors.Is(err, ErrFenced) {
 		t.Fatalf("zombie produce after the fence: %v, want ErrFenced", err)
 	}
-	if err := zombie.SendOffsets(tctx, "g", "in", map[int]int64{0: 99}); !errors.Is(err, ErrFenced) {
+	if err := zombie.SendOffsets(tctx, "g", "in", map[int]Committed{0: {Offset: 99, LeaderEpoch: -1}}); !errors.Is(err, ErrFenced) {
 		t.Errorf("zombie SendOffsets: %v, want ErrFenced", err)
 	}
 	if err := zombie.Commit(tctx); !errors.Is(err, ErrFenced) {
@@ -165,7 +171,7 @@ func TestTxnCrashLeavesNothing(t *testing.T) {
 	if err := crashed.Produce(ctx, "out", 0, before); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashed.SendOffsets(ctx, "g", "in", map[int]int64{0: 3}); err != nil {
+	if err := crashed.SendOffsets(ctx, "g", "in", map[int]Committed{0: {Offset: 3, LeaderEpoch: -1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := crashed.Commit(ctx); err != nil {
@@ -177,7 +183,7 @@ func TestTxnCrashLeavesNothing(t *testing.T) {
 	if err := crashed.Produce(ctx, "out", 0, testMsgs("partial", 50)); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashed.SendOffsets(ctx, "g", "in", map[int]int64{0: 53}); err != nil {
+	if err := crashed.SendOffsets(ctx, "g", "in", map[int]Committed{0: {Offset: 53, LeaderEpoch: -1}}); err != nil {
 		t.Fatal(err)
 	}
 	lso, err := StableOffsets(ctx, cl.client, "out", []int{0}, ReadCommitted)
@@ -212,7 +218,7 @@ func TestTxnCoordinatorRetries(t *testing.T) {
 			if err := p.Produce(ctx, "out", 0, msgs); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.SendOffsets(ctx, "g", "in", map[int]int64{0: 5}); err != nil {
+			if err := p.SendOffsets(ctx, "g", "in", map[int]Committed{0: {Offset: 5, LeaderEpoch: -1}}); err != nil {
 				t.Fatal(err)
 			}
 			if err := p.Commit(ctx); err != nil {
@@ -294,5 +300,44 @@ func TestTxnProduceErrors(t *testing.T) {
 			}
 			equalStrings(t, "read_committed", committedValues(t, cl, "out", 0), valuesOf(ok))
 		})
+	}
+}
+
+// TestLegacyTxnCommitEpochIgnored proves that an offset committed the way earlier versions did
+// under exactly-once (kafka-go's TxnOffsetCommit, which stores leader epoch 0 whatever the
+// record's) reads back with epoch -1, so the partition's next owner does not take a leader
+// election since for a truncation to the end of epoch 0.
+func TestLegacyTxnCommitEpochIgnored(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, map[string]int32{"in": 1})
+	p := newTxnProducer(t, cl, "txn-legacy")
+	ctx := context.Background()
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	id := p.ids.current()
+	if _, err := p.client.AddOffsetsToTxn(ctx, &kafka.AddOffsetsToTxnRequest{
+		TransactionalID: p.txn.id, ProducerID: int(id.id), ProducerEpoch: int(id.epoch), GroupID: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	p.txn.groups["g"] = true
+	res, err := p.client.TxnOffsetCommit(ctx, &kafka.TxnOffsetCommitRequest{
+		TransactionalID: p.txn.id, GroupID: "g", ProducerID: int(id.id), ProducerEpoch: int(id.epoch),
+		GenerationID: -1, Topics: map[string][]kafka.TxnOffsetCommit{"in": {{Partition: 0, Offset: 9}}}})
+	if err == nil && res.Topics["in"][0].Error != nil {
+		err = res.Topics["in"][0].Error
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := CommittedOffsets(ctx, cl.client, "g", "in", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Committed{Offset: 9, LeaderEpoch: -1}); got[0] != want {
+		t.Errorf("committed %+v, want %+v", got[0], want)
 	}
 }
