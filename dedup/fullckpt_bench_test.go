@@ -60,7 +60,7 @@ func fullDefaultFilter(b *testing.B) (*window.Filter, window.Config) {
 func BenchmarkFullCheckpoint(b *testing.B) {
 	ctx := context.Background()
 	f, cfg := fullDefaultFilter(b)
-	store, err := checkpoint.Open(ctx, "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
+	store, err := checkpoint.OpenLocation(ctx, checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: b.TempDir()}, checkpoint.Options{Keep: 2})
 	if err != nil {
 		b.Fatal(err)
 	}

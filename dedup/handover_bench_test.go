@@ -37,7 +37,7 @@ func BenchmarkHandover(b *testing.B) {
 		open func(b *testing.B) *checkpoint.Store
 	}{
 		{"dir", func(b *testing.B) *checkpoint.Store {
-			s, err := checkpoint.Open(context.Background(), "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
+			s, err := checkpoint.OpenLocation(context.Background(), checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: b.TempDir()}, checkpoint.Options{Keep: 2})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -46,7 +46,7 @@ func BenchmarkHandover(b *testing.B) {
 		{"moto", func(b *testing.B) *checkpoint.Store {
 			m := s3test.StartMoto(b)
 			m.CreateBucket(b, "handover")
-			s, err := checkpoint.Open(context.Background(), "s3://handover/bench", checkpoint.Options{Keep: 2, S3: checkpoint.S3Options{
+			s, err := checkpoint.OpenLocation(context.Background(), checkpoint.Location{Scheme: checkpoint.SchemeS3, Bucket: "handover", Prefix: "bench/"}, checkpoint.Options{Keep: 2, S3: checkpoint.S3Options{
 				Endpoint: m.Endpoint(), Region: "eu-west-1", AccessKeyID: "test", SecretAccessKey: "test"}})
 			if err != nil {
 				b.Fatal(err)

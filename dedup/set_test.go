@@ -112,7 +112,7 @@ func TestUnassignedPasses(t *testing.T) {
 func dirStore(t testing.TB) (*checkpoint.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
-	store, err := checkpoint.Open(context.Background(), "file://"+dir, checkpoint.Options{Keep: 3})
+	store, err := checkpoint.OpenLocation(context.Background(), checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: dir}, checkpoint.Options{Keep: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
