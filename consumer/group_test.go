@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
@@ -17,7 +18,7 @@ func TestCommitsCarryLeaderEpoch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, 2, embedkafka.Options{})
 	for range 2 {
-		if err := e.cl.Fake().NewLeaderEpoch(e.in, 1); err != nil {
+		if err := kfaketest.NewLeaderEpoch(e.cl.Fake(), e.in, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

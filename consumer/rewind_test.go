@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -56,8 +57,8 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, nil)}
 	r := e.start(e.config(), d, keyFuncFor(t, "key"))
 	e.waitAllCommitted(20 * time.Second)
-	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, embedkafka.EpochEnd(60))
-	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
+	answered := kfaketest.Answer(e.cl.Fake(), kmsg.OffsetForLeaderEpoch, 1, kfaketest.EpochEnd(60))
+	if err := kfaketest.NewLeaderEpoch(e.cl.Fake(), e.in, 0); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the worker to rewind and process up to 100 again", func() bool {

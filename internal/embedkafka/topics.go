@@ -127,38 +127,3 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 	}
 	return out, nil
 }
-
-// ReadAll returns every record of every partition of topic up to its current high watermark,
-// by partition, in offset order.
-func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error) {
-	ends, err := t.EndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int][]kafkaio.Record, len(ends))
-	for p, end := range ends {
-		msgs, err := t.ReadPartition(ctx, topic, p, end)
-		if err != nil {
-			return nil, err
-		}
-		out[p] = msgs
-	}
-	return out, nil
-}
-
-// ReadPartition returns the records of topic/partition from the start of the log up to end.
-// Records deleted by retention are skipped.
-func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error) {
-	var msgs []kafkaio.Record
-	err := kafkaio.Read(ctx, t.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
-		func(recs []kafkaio.Record) error {
-			for i := range recs {
-				msgs = append(msgs, recs[i].Clone())
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return msgs, nil
-}
