@@ -13,10 +13,7 @@ import (
 // use alone, so that it is taken off.
 var pending = []string{
 	"checkpoint.Store.Save",
-	"checkpoint/snapshot.Decoder.ReadWords",
 	"checkpoint/snapshot.Encode",
-	"checkpoint/snapshot.NewDecoder",
-	"checkpoint/snapshot.WriteWords",
 	"internal/embedkafka.Dial",
 	"internal/kafkaio.BrokerCount",
 	"window.Filter.Snapshot",
