@@ -37,7 +37,7 @@ func saveWords(s *checkpoint.Store, seed uint64) (checkpoint.Info, error) {
 	h := checkpoint.HeaderForTest(2)
 	words := ckpttest.Words(h.Words, seed)
 	return s.Save(context.Background(), "u", func(w io.Writer) error {
-		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
+		return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 	})
 }
 

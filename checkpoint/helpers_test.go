@@ -32,7 +32,7 @@ func encodeSnap(groups, wordSeed uint64) (func(io.Writer) error, []uint64) {
 	h := testHeader(groups)
 	words := ckpttest.Words(h.Words, wordSeed)
 	return func(w io.Writer) error {
-		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
+		return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 	}, words
 }
 

@@ -57,7 +57,7 @@ func saveSnap(t *testing.T, s *Store, unit string, seed, wordSeed uint64) []uint
 	h.Seed = seed
 	words := ckpttest.Words(h.Words, wordSeed)
 	_, err := s.Save(context.Background(), unit, func(w io.Writer) error {
-		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
+		return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func benchS3Snapshot(b *testing.B, be *S3Backend) {
 
 	snapshot := func() {
 		_, err := s.Save(ctx, "bench.p0", func(w io.Writer) error {
-			return snapshot.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
+			return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -52,7 +53,7 @@ func fullDefaultFilter(b *testing.B) (*window.Filter, window.Config) {
 // capacity: no sparse chunk to gain on), an incremental checkpoint of a filter the persister has
 // not saved before (every generation object and the manifest: the most a save writes) and one of
 // a filter it saved before (the current generation and the manifest: every later save) with the
-// single-file snapshot every save wrote before (snapshot.Encode of the whole filter), and the
+// single-file snapshot every save wrote before (snapshottest.Encode of the whole filter, version 5), and the
 // restores of both, on a directory store. The ratio sub-benchmark runs the four in every
 // iteration, rotating their order, and reports best times:
 //
@@ -87,7 +88,7 @@ func BenchmarkFullCheckpoint(b *testing.B) {
 		"single-file-save": func() {
 			if _, err := store.Save(ctx, "whole", func(w io.Writer) error {
 				return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
-					return snapshot.Encode(w, headerFromMeta(m, info), func(dw io.Writer) error {
+					return snapshottest.Encode(w, headerFromMeta(m, info), func(dw io.Writer) error {
 						_, err := writeData(dw)
 						return err
 					})

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
-	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -69,7 +69,7 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 		binary.LittleEndian.PutUint64(ones[i:], w&(1<<63)|(1<<63-1))
 	}
 	if _, err := store.Save(ctx, unit, func(w io.Writer) error {
-		return snapshot.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
+		return snapshottest.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -143,21 +143,6 @@ func appendOffsets(b []byte, m map[int32]int64) []byte {
 	return b
 }
 
-// Encode writes a snapshot in the SingleFileVersion format to w: the header h,
-// then the bit data produced by data, then the checksum. data must write
-// exactly h.Words×8 bytes (the words in little-endian order); it is called once, and everything it writes is streamed to w
-// through a buffer while the CRC is computed on the fly, so the data is never
-// held twice. Encode flushes its buffer before returning.
-//
-// Encode is safe for concurrent use on different writers. On failure the
-// returned error wraps ErrInvalidHeader (nothing was written), the error
-// returned by data, or the error from w; in the last two cases w has
-// received a partial, unusable snapshot, which is why the checkpoint stores
-// make an object visible only once it is complete.
-func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
-	return encode(w, &h, SingleFileVersion, data)
-}
-
 // EncodeManifest writes a manifest (CurrentVersion, version 7) to w: the header h, whose Refs
 // name the generation objects holding the data, and the checksum; a manifest
 // holds no data itself. It fails, wrapping ErrInvalidHeader, for a header
@@ -249,7 +234,7 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// dataWriter is what Encode hands to the data function: it refuses to write
+// dataWriter is what encode hands to the data function: it refuses to write
 // more than the header declares.
 type dataWriter struct {
 	cw        *crcWriter

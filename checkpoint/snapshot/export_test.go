@@ -149,3 +149,22 @@ func putWords(dst []byte, src []uint64) {
 		binary.LittleEndian.PutUint64(dst[i*8:], v)
 	}
 }
+
+// Encode writes a snapshot in the SingleFileVersion format to w: the header h,
+// then the bit data produced by data, then the checksum. data must write
+// exactly h.Words×8 bytes (the words in little-endian order); it is called once, and everything it writes is streamed to w
+// through a buffer while the CRC is computed on the fly, so the data is never
+// held twice. Encode flushes its buffer before returning.
+//
+// Encode is safe for concurrent use on different writers. On failure the
+// returned error wraps ErrInvalidHeader (nothing was written), the error
+// returned by data, or the error from w; in the last two cases w has
+// received a partial, unusable snapshot, which is why the checkpoint stores
+// make an object visible only once it is complete.
+func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
+	return encode(w, &h, SingleFileVersion, data)
+}
+
+// SingleFileVersion is the version Encode writes: the newest format of a snapshot that holds its
+// data itself, which kdedup wrote before manifests and still reads.
+const SingleFileVersion = VersionV5

@@ -13,7 +13,6 @@ import (
 // use alone, so that it is taken off.
 var pending = []string{
 	"checkpoint.Store.Save",
-	"checkpoint/snapshot.Encode",
 	"internal/embedkafka.Dial",
 	"internal/kafkaio.BrokerCount",
 	"window.Filter.Snapshot",
