@@ -61,10 +61,11 @@ func fullDefaultFilter(b *testing.B) (*window.Filter, window.Config) {
 func BenchmarkFullCheckpoint(b *testing.B) {
 	ctx := context.Background()
 	f, cfg := fullDefaultFilter(b)
-	store, err := checkpoint.OpenLocation(ctx, checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: b.TempDir()}, checkpoint.Options{Keep: 2})
+	be, err := checkpoint.NewDirBackend(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
+	store := checkpoint.NewStore(be, 2)
 	log := slog.New(slog.DiscardHandler)
 	info := SnapshotInfo{Scope: ScopePartition, Topic: "bench", InputOffsets: map[int32]int64{}}
 	noSeal := func(context.Context) error { return nil }
@@ -86,7 +87,8 @@ func BenchmarkFullCheckpoint(b *testing.B) {
 			}
 		},
 		"single-file-save": func() {
-			if _, err := store.Save(ctx, "whole", func(w io.Writer) error {
+			// one object, replaced by every save, as the store's newest snapshot of unit "whole"
+			if _, err := be.Create(ctx, "whole.00000000000000000001.snap", func(w io.Writer) error {
 				return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
 					return snapshottest.Encode(w, headerFromMeta(m, info), func(dw io.Writer) error {
 						_, err := writeData(dw)

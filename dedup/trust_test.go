@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -34,7 +35,8 @@ func trustFilter(t testing.TB, seed uint64) (window.Config, *window.Filter) {
 // the honest snapshot, and judges no new identity a duplicate.
 func TestCraftedSnapshotRejected(t *testing.T) {
 	ctx := context.Background()
-	p, store := dirPersister(t)
+	store, dir := dirStore(t)
+	p := NewCheckpointPersister(store, slog.New(slog.DiscardHandler))
 	var reasons []string
 	p.OnRejected(func(r string) { reasons = append(reasons, r) })
 	cfg, f := trustFilter(t, 0)
@@ -68,11 +70,13 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 		w := binary.LittleEndian.Uint64(ones[i:])
 		binary.LittleEndian.PutUint64(ones[i:], w&(1<<63)|(1<<63-1))
 	}
-	if _, err := store.Save(ctx, unit, func(w io.Writer) error {
-		return snapshottest.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
-	}); err != nil {
+	attacker, err := checkpoint.NewDirBackend(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
+	putSnapshot(t, store, attacker, unit, func(w io.Writer) error {
+		return snapshottest.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
+	})
 	r, res, err := p.Restore(ctx, unit, cfg)
 	if err != nil || r == nil || res.Outcome != checkpoint.OutcomeFallback {
 		t.Fatalf("Restore: filter %v, outcome %q, %v; want a fallback to the honest snapshot", r != nil, res.Outcome, err)
