@@ -19,7 +19,7 @@ type Info struct {
 	// Name identifies the snapshot within the store: "<unit>.<seq>.snap".
 	Name string
 	// Seq orders the unit's snapshots: the save time in unix nanoseconds, raised above the
-	// highest number the unit already had (see Store.Save). A save's Seq is above that of every
+	// highest number the unit already had (see Store.SaveSet). A save's Seq is above that of every
 	// snapshot of the unit that was visible when the save began — saved by this Store, by an
 	// earlier process (a restart) or by another replica over the same location — whatever the
 	// clocks say.
@@ -41,7 +41,7 @@ const DefaultKeep = 3
 // save, so another replica's save in progress is never touched.
 const StaleTempAge = time.Hour
 
-// ErrPrune is wrapped by the error Save returns when the snapshot was saved durably but removing
+// ErrPrune is wrapped by the error SaveSet returns when the snapshot was saved durably but removing
 // older snapshots failed; the returned Info is valid.
 var ErrPrune = errors.New("checkpoint: pruning old snapshots failed")
 
@@ -50,11 +50,11 @@ var ErrPrune = errors.New("checkpoint: pruning old snapshots failed")
 // one policy over every backend:
 //
 //   - Naming: a snapshot is the object "<unit>.<seq>.snap" (see names.go).
-//   - Numbering: Save lists the unit and numbers the new snapshot above the highest number listed
+//   - Numbering: SaveSet lists the unit and numbers the new snapshot above the highest number listed
 //     (see Info.Seq), so a replica whose clock lags, or a restarted process, still saves a newer
 //     snapshot. Two replicas saving the same unit at the same moment both succeed, ordered by
 //     their clocks.
-//   - Locking: operations that change a unit (Save, Prune) are serialized per unit within the
+//   - Locking: operations that change a unit (SaveSet, Prune) are serialized per unit within the
 //     Store; different units proceed in parallel. Replicas over one location do not lock each
 //     other: every object is written once under a fresh name and becomes visible only complete,
 //     and deleting what another replica deleted is not an error.
@@ -115,7 +115,6 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	return nil
 }
-
 
 // List returns the unit's snapshots, newest first. A unit without snapshots yields an empty list
 // and no error. Snapshots deleted concurrently (pruned by another replica) may be missing.
