@@ -70,6 +70,10 @@ func BenchmarkFullCheckpoint(b *testing.B) {
 	info := SnapshotInfo{Scope: ScopePartition, Topic: "bench", InputOffsets: map[int32]int64{}}
 	noSeal := func(context.Context) error { return nil }
 	steady := NewCheckpointPersister(store, log)
+	// The single-file save writes data of the filter's size, tagged as the filter's slots are
+	// (allOnes): the product no longer reads a filter's words into one file, so only the copy of
+	// them is left out of that baseline, which the encoding, checksum and write dominate.
+	whole := allOnes(f.Meta())
 	fns := map[string]func(){
 		"incremental-save-steady": func() { // the current generation and the manifest
 			if _, _, err := steady.Save(ctx, "steady", f, info, noSeal); err != nil {
@@ -89,11 +93,9 @@ func BenchmarkFullCheckpoint(b *testing.B) {
 		"single-file-save": func() {
 			// one object, replaced by every save, as the store's newest snapshot of unit "whole"
 			if _, err := be.Create(ctx, "whole.00000000000000000001.snap", func(w io.Writer) error {
-				return f.Snapshot(func(m window.Meta, writeData func(io.Writer) (int64, error)) error {
-					return snapshottest.Encode(w, headerFromMeta(m, info), func(dw io.Writer) error {
-						_, err := writeData(dw)
-						return err
-					})
+				return snapshottest.Encode(w, headerFromMeta(f.Meta(), info), func(dw io.Writer) error {
+					_, err := dw.Write(whole)
+					return err
 				})
 			}); err != nil {
 				b.Fatal(err)
