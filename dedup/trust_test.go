@@ -151,3 +151,22 @@ func allOnes(m window.Meta) []byte {
 	}
 	return b
 }
+
+// TestSingleFileData: singleFileData lays a filter out as a version 5 snapshot holds it, so that
+// the filter restored from it knows every key added before.
+func TestSingleFileData(t *testing.T) {
+	cfg, f := trustFilter(t, 0)
+	for i := range 500 {
+		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
+	}
+	m, data := singleFileData(t, f)
+	r, err := window.Restore(cfg, m, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if !r.Test([]byte("key-" + strconv.Itoa(i))) {
+			t.Fatalf("key-%d lost", i)
+		}
+	}
+}
