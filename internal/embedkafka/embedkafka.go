@@ -56,7 +56,7 @@ type Security struct {
 
 // Cluster is a running (or stopped) fake cluster. Its methods are safe for concurrent use.
 type Cluster struct {
-	topics
+	Topics
 	opts  Options
 	ports []int
 
@@ -75,7 +75,7 @@ func Start(opts Options) (*Cluster, error) {
 		opts.MinSessionTimeout = 100 * time.Millisecond
 	}
 	cl := &Cluster{opts: opts}
-	cl.topics = topics{conns: cl.conns, replication: 1}
+	cl.Topics = NewTopics(cl.conns, 1)
 	for range opts.Brokers {
 		cl.ports = append(cl.ports, 0)
 	}
