@@ -48,8 +48,8 @@ type Meta struct {
 	// one. Bit 63 of every data word is the parity of the use that last wrote it; a word whose
 	// parity differs from its slot's use is stale and reads as empty.
 	SlotUses []uint64
-	// Words is the number of 64-bit data words of stage 0 that WriteSnapshot writes first:
-	// Groups × Sectors × Slots × SectorBits/64, group after group. In group g, which starts at word
+	// Words is the number of 64-bit data words of stage 0, which a single-file snapshot's data
+	// holds first: Groups × Sectors × Slots × SectorBits/64, group after group. In group g, which starts at word
 	// G = g·Sectors·Slots·SectorBits/64, sector 0 is stored word-major and the other sectors
 	// sector-major: word w of sector 0 of slot s's block is word G + w·Slots + s, and word w of
 	// sector i ≥ 1 is word G + (i·Slots + s)·SectorBits/64 + w.
@@ -61,8 +61,8 @@ type Meta struct {
 	// slot-major. Nil for a snapshot of an older kdedup: Restore then estimates them from the
 	// generations' fill.
 	Fill []uint64
-	// Stages describes the grown stages of the live generations, whose words WriteSnapshot writes
-	// after stage 0's, in this order.
+	// Stages describes the grown stages of the live generations, whose words a single-file
+	// snapshot's data holds after stage 0's, in this order.
 	Stages []StageMeta
 	// Versions holds, per slot, the version of the generation the slot holds (the zero value for
 	// a free slot): what a caller that exports generations separately compares to learn whether

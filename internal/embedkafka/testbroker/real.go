@@ -18,6 +18,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
 )
 
 // ErrNoJava is returned by StartReal when java (or, before the jars are cached, mvn) is not on
@@ -238,8 +239,8 @@ func (c *Cluster) waitBrokers(want int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		n, err := kafkaio.BrokerCount(ctx, c.Client())
-		if err == nil && n == want {
+		res, err := c.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+		if err == nil && len(res.Brokers) == want {
 			return nil
 		}
 		select {
