@@ -64,9 +64,9 @@ type ObjectReader interface {
 	Size() int64
 }
 
-// ErrNotDurable is wrapped by the error of a Backend's Create, and of Store.Save, when the object
+// ErrNotDurable is wrapped by the error of a Backend's Create, and of Store.SaveSet, when the object
 // was committed (it is visible, complete, and the returned Object or Info describes it) but making
-// the commit durable failed, so a crash may lose it. Store.Save then leaves older snapshots
+// the commit durable failed, so a crash may lose it. Store.SaveSet then leaves older snapshots
 // unpruned, so that one of them survives a crash either way.
 var ErrNotDurable = errors.New("checkpoint: snapshot visible but not durable")
 

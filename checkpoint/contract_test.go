@@ -22,6 +22,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/internal/tier"
 )
 
@@ -327,7 +328,7 @@ func contractFailedSave(t *testing.T, open func(*testing.T, int) *storeUnderTest
 		{"encode with bad data length", func(func()) func(io.Writer) error {
 			h := testHeader(1)
 			return func(w io.Writer) error {
-				return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, make([]uint64, h.Words-1)) })
+				return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, make([]uint64, h.Words-1)) })
 			}
 		}, nil},
 	}

@@ -27,8 +27,8 @@
 //     everything kdedup configures itself arrives in S3Options.
 //   - MemBackend keeps them in memory, for unit tests.
 //
-// Open turns a store URL into a Store: "file:///dir" over a DirBackend, "s3://bucket/prefix" over
-// an S3Backend. One contract test runs every Store guarantee against all three backends (and
+// ParseURL and OpenLocation turn a store URL into a Store: "file:///dir" over a DirBackend,
+// "s3://bucket/prefix" over an S3Backend. One contract test runs every Store guarantee against all three backends (and
 // against a moto_server process; checkpoint/s3test serves S3 in-process with fault injection).
 //
 // Objects of a unit other than its numbered snapshots fit the same policy: every name of a unit

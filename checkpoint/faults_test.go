@@ -16,6 +16,7 @@ import (
 	"github.com/kdedup/kdedup/checkpoint"
 	"github.com/kdedup/kdedup/checkpoint/errorfs"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
@@ -36,7 +37,7 @@ func saveWords(s *checkpoint.Store, seed uint64) (checkpoint.Info, error) {
 	h := checkpoint.HeaderForTest(2)
 	words := ckpttest.Words(h.Words, seed)
 	return s.Save(context.Background(), "u", func(w io.Writer) error {
-		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
+		return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 	})
 }
 
@@ -44,7 +45,7 @@ func saveWords(s *checkpoint.Store, seed uint64) (checkpoint.Info, error) {
 func loadSeed(s *checkpoint.Store, seeds ...uint64) (uint64, checkpoint.LoadResult, error) {
 	words, res, err := checkpoint.Load(context.Background(), s, "u", func(h snapshot.Header, d *snapshot.Decoder) ([]uint64, error) {
 		w := make([]uint64, h.Words)
-		if err := d.ReadWords(w); err != nil {
+		if err := snapshottest.ReadWords(d, w); err != nil {
 			return nil, fmt.Errorf("reading words: %w", err)
 		}
 		return w, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
@@ -31,7 +32,7 @@ func encodeSnap(groups, wordSeed uint64) (func(io.Writer) error, []uint64) {
 	h := testHeader(groups)
 	words := ckpttest.Words(h.Words, wordSeed)
 	return func(w io.Writer) error {
-		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
+		return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 	}, words
 }
 
@@ -55,7 +56,7 @@ func readAll(t *testing.T, s *Store, info Info) string {
 
 // verify decodes a whole snapshot and checks its checksums.
 func verify(r io.Reader) error {
-	d := snapshot.NewDecoder(r)
+	d := snapshot.NewDecoderSize(r, -1)
 	if _, err := d.Header(); err != nil {
 		return err
 	}

@@ -133,7 +133,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // Then it prunes the unit (see Store).
 //
 // On an error nothing new belongs to a checkpoint, and the generation objects the save created
-// are deleted (or left to a later prune), with the exceptions Save has: an error wrapping
+// are deleted (or left to a later prune), with two exceptions: an error wrapping
 // ErrNotDurable means the manifest became visible but may not survive a crash, and nothing was
 // pruned; an error wrapping ErrPrune means the checkpoint is durable but pruning failed. Either
 // way SaveStats says what was sent to the store.

@@ -102,8 +102,8 @@ func skippable(err error) bool {
 // snapshots newest first, leaving out the stale ones (see Store.Snapshots); for each it reads and validates the header and
 // calls consume with the header and the decoder positioned at the data.
 // consume checks the header (configuration compatibility — wrap
-// ErrIncompatible to reject) and reads the data (Decoder.ReadWords, or the
-// Decoder as an io.Reader), returning the restored value. After consume
+// ErrIncompatible to reject) and reads the data (the Decoder is an
+// io.Reader), returning the restored value. After consume
 // returns, Load verifies the rest of the file and the trailing checksum;
 // only then is the value accepted, so a value built from a snapshot whose
 // checksum fails is discarded and never returned.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
@@ -27,7 +28,7 @@ func consumeWords(wantSeed uint64) func(h snapshot.Header, d *snapshot.Decoder) 
 			return restored{}, fmt.Errorf("%w: seed %x, configured %x", ErrIncompatible, h.Seed, wantSeed)
 		}
 		words := make([]uint64, h.Words)
-		if err := d.ReadWords(words); err != nil {
+		if err := snapshottest.ReadWords(d, words); err != nil {
 			return restored{}, fmt.Errorf("reading filter: %w", err)
 		}
 		return restored{seed: h.Seed, words: words}, nil
@@ -56,7 +57,7 @@ func saveSnap(t *testing.T, s *Store, unit string, seed, wordSeed uint64) []uint
 	h.Seed = seed
 	words := ckpttest.Words(h.Words, wordSeed)
 	_, err := s.Save(context.Background(), unit, func(w io.Writer) error {
-		return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
+		return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +302,7 @@ func TestLoadCancelledDuringRead(t *testing.T) {
 	_, res, err := Load(ctx, s, "u", func(h snapshot.Header, d *snapshot.Decoder) (restored, error) {
 		cancel()
 		words := make([]uint64, h.Words)
-		if err := d.ReadWords(words); err != nil {
+		if err := snapshottest.ReadWords(d, words); err != nil {
 			return restored{}, fmt.Errorf("read: %w", err)
 		}
 		return restored{words: words}, nil

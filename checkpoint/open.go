@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// ErrBadURL is wrapped by every error ParseURL and Open return for a store
+// ErrBadURL is wrapped by every error ParseURL and OpenLocation return for a store
 // URL that cannot be used.
 var ErrBadURL = errors.New("checkpoint: invalid store URL")
 
@@ -153,7 +153,7 @@ func redacted(u *url.URL) string {
 	return c.String()
 }
 
-// Options configures Open.
+// Options configures OpenLocation.
 type Options struct {
 	// Keep is the number of snapshots retained per unit. Default DefaultKeep.
 	Keep int
@@ -161,19 +161,10 @@ type Options struct {
 	S3 S3Options
 }
 
-// Open returns the Store for a store URL (see ParseURL): over a DirBackend for file://, creating
-// the directory if needed, or over an S3Backend for s3://. It does no network I/O; call
-// Store.Check to verify access early. Errors name the URL (without credentials); a bad URL wraps
-// ErrBadURL.
-func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
-	loc, err := ParseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	return OpenLocation(ctx, loc, opts)
-}
-
-// OpenLocation is Open for an already parsed Location.
+// OpenLocation returns the Store for a parsed store URL (see ParseURL): over a DirBackend for
+// file://, creating the directory if needed, or over an S3Backend for s3://. It does no network
+// I/O; call Store.Check to verify access early. Errors name the location (without credentials);
+// an unknown scheme wraps ErrBadURL.
 func OpenLocation(ctx context.Context, loc Location, opts Options) (*Store, error) {
 	var b Backend
 	var err error

@@ -73,8 +73,16 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestOpen: ParseURL then OpenLocation, as internal/app opens CHECKPOINT_URL.
 func TestOpen(t *testing.T) {
 	ctx := context.Background()
+	Open := func(ctx context.Context, raw string, opts Options) (*Store, error) {
+		loc, err := ParseURL(raw)
+		if err != nil {
+			return nil, err
+		}
+		return OpenLocation(ctx, loc, opts)
+	}
 	dir := t.TempDir() + "/a/b"
 	s, err := Open(ctx, "file://"+dir, Options{Keep: 2})
 	if _, ok := s.b.(*DirBackend); err != nil || !ok || s.String() != "file://"+dir || s.Keep() != 2 {

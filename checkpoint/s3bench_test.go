@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/internal/ckpttest"
 )
 
@@ -57,18 +58,18 @@ func benchS3Snapshot(b *testing.B, be *S3Backend) {
 	words := ckpttest.Words(h.Words, 5)
 	dst := make([]uint64, h.Words)
 	raw := make([]byte, h.DataBytes())
-	_ = snapshot.WriteWords(bytes.NewBuffer(raw[:0]), words)
+	_ = snapshottest.WriteWords(bytes.NewBuffer(raw[:0]), words)
 	size := int64(len(raw))
 
 	snapshot := func() {
 		_, err := s.Save(ctx, "bench.p0", func(w io.Writer) error {
-			return snapshot.Encode(w, h, func(w io.Writer) error { return snapshot.WriteWords(w, words) })
+			return snapshottest.Encode(w, h, func(w io.Writer) error { return snapshottest.WriteWords(w, words) })
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		_, res, err := Load(ctx, s, "bench.p0", func(h snapshot.Header, d *snapshot.Decoder) (struct{}, error) {
-			return struct{}{}, d.ReadWords(dst)
+			return struct{}{}, snapshottest.ReadWords(d, dst)
 		})
 		if err != nil || res.Outcome != OutcomeWarm {
 			b.Fatalf("Load = %s, %v", res.Outcome, err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strings"
@@ -20,7 +19,7 @@ type Info struct {
 	// Name identifies the snapshot within the store: "<unit>.<seq>.snap".
 	Name string
 	// Seq orders the unit's snapshots: the save time in unix nanoseconds, raised above the
-	// highest number the unit already had (see Store.Save). A save's Seq is above that of every
+	// highest number the unit already had (see Store.SaveSet). A save's Seq is above that of every
 	// snapshot of the unit that was visible when the save began — saved by this Store, by an
 	// earlier process (a restart) or by another replica over the same location — whatever the
 	// clocks say.
@@ -42,7 +41,7 @@ const DefaultKeep = 3
 // save, so another replica's save in progress is never touched.
 const StaleTempAge = time.Hour
 
-// ErrPrune is wrapped by the error Save returns when the snapshot was saved durably but removing
+// ErrPrune is wrapped by the error SaveSet returns when the snapshot was saved durably but removing
 // older snapshots failed; the returned Info is valid.
 var ErrPrune = errors.New("checkpoint: pruning old snapshots failed")
 
@@ -51,11 +50,11 @@ var ErrPrune = errors.New("checkpoint: pruning old snapshots failed")
 // one policy over every backend:
 //
 //   - Naming: a snapshot is the object "<unit>.<seq>.snap" (see names.go).
-//   - Numbering: Save lists the unit and numbers the new snapshot above the highest number listed
+//   - Numbering: SaveSet lists the unit and numbers the new snapshot above the highest number listed
 //     (see Info.Seq), so a replica whose clock lags, or a restarted process, still saves a newer
 //     snapshot. Two replicas saving the same unit at the same moment both succeed, ordered by
 //     their clocks.
-//   - Locking: operations that change a unit (Save, Prune) are serialized per unit within the
+//   - Locking: operations that change a unit (SaveSet, Prune) are serialized per unit within the
 //     Store; different units proceed in parallel. Replicas over one location do not lock each
 //     other: every object is written once under a fresh name and becomes visible only complete,
 //     and deleting what another replica deleted is not an error.
@@ -115,44 +114,6 @@ func (s *Store) Check(ctx context.Context) error {
 		return s.errorf("cannot list the store: %w", err)
 	}
 	return nil
-}
-
-// Save stores a new snapshot of unit whose bytes write produces; a partial snapshot never
-// becomes visible. write must not retain its writer. On success the complete snapshot is durable
-// and the unit's newest, and old snapshots are pruned (see Store).
-//
-// On an error (including one returned by write, or a done ctx) nothing new is visible and the
-// error says what failed, with two exceptions, both with a valid Info: an error wrapping
-// ErrNotDurable means the complete snapshot became visible but may not survive a crash, and
-// nothing was pruned; an error wrapping ErrPrune means it is durable but older snapshots could
-// not all be removed. An invalid unit yields an error wrapping ErrBadUnit.
-func (s *Store) Save(ctx context.Context, unit string, write func(w io.Writer) error) (Info, error) {
-	if err := ValidateUnit(unit); err != nil {
-		return Info{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Info{}, s.errorf("save %s: %w", unit, err)
-	}
-	l := s.locks.lock(unit)
-	l.Lock()
-	defer l.Unlock()
-	existing, err := s.list(ctx, unit)
-	if err != nil {
-		return Info{}, s.errorf("save %s: listing: %w", unit, err)
-	}
-	seq := nextSeq(existing, s.now())
-	obj, err := s.b.Create(ctx, snapName(unit, seq), func(w io.Writer) error { return write(ctxWriter{ctx, w}) })
-	info := Info{Unit: unit, Name: obj.Name, Seq: seq, Size: obj.Size, ModTime: obj.ModTime}
-	switch {
-	case errors.Is(err, ErrNotDurable):
-		return info, s.errorf("save %s: %w", unit, err)
-	case err != nil:
-		return Info{}, s.errorf("save %s: %w", unit, err)
-	}
-	if err := s.pruneLocked(ctx, unit, s.sweepDue(unit), 0); err != nil {
-		return info, fmt.Errorf("%w: %s in %s: %w", ErrPrune, unit, s.b, err)
-	}
-	return info, nil
 }
 
 // List returns the unit's snapshots, newest first. A unit without snapshots yields an empty list

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -59,7 +60,7 @@ func saslEnv(t *testing.T, parts int, message string) (*env, consumer.Config, fu
 	set := func(refuse bool) {
 		if !on.Swap(refuse) && refuse {
 			// The first request answered as usual (once on is false) drops the answer.
-			e.cl.Fake().Answer(kmsg.SASLAuthenticate, 1<<30, func(req kmsg.Request) kmsg.Response {
+			kfaketest.Answer(e.cl.Fake(), kmsg.SASLAuthenticate, 1<<30, func(req kmsg.Request) kmsg.Response {
 				if !on.Load() {
 					return nil
 				}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -38,7 +39,7 @@ func answerCorrupt(cl *embedkafka.Cluster, topic string) {
 	bad := keyedBatch(5, 5)
 	bad[len(bad)-1] ^= 0xff
 	good := keyedBatch(0, 5)
-	cl.Answer(kmsg.Fetch, 1<<30, func(kr kmsg.Request) kmsg.Response {
+	kfaketest.Answer(cl, kmsg.Fetch, 1<<30, func(kr kmsg.Request) kmsg.Response {
 		req := kr.(*kmsg.FetchRequest)
 		if len(req.Topics) != 1 || req.Topics[0].Topic != topic || len(req.Topics[0].Partitions) != 1 {
 			return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
@@ -38,7 +39,7 @@ func eachDelivery(t *testing.T, in, out int, f func(t *testing.T, e *env, cfg co
 
 func commitsCarryLeaderEpoch(t *testing.T, e *env, cfg consumer.Config) {
 	for range 2 {
-		if err := e.cl.Fake().NewLeaderEpoch(e.in, 1); err != nil {
+		if err := kfaketest.NewLeaderEpoch(e.cl.Fake(), e.in, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

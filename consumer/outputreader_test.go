@@ -13,6 +13,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/kdedup/kdedup/internal/txntest"
@@ -281,7 +282,7 @@ func TestOutputReaderRewarmRetention(t *testing.T) {
 	}
 	produce(0, 100, old)
 	produce(100, 150, recent)
-	e.cl.Fake().ApplyRetention()
+	kfaketest.ApplyRetention(e.cl.Fake())
 	logs := &captureHandler{}
 	r := consumer.NewOutputReader(e.config(), keyFuncFor(t, "key"), slog.New(logs))
 	defer r.Close()
@@ -504,7 +505,7 @@ func TestOutputReaderRewarmFailsClosed(t *testing.T) {
 		fault func(e *env) func() int
 	}{
 		{"five empty fetch answers", func(e *env) func() int {
-			return e.cl.Fake().Answer(kmsg.Fetch, 5, emptyFetch(e.out, 3))
+			return kfaketest.Answer(e.cl.Fake(), kmsg.Fetch, 5, emptyFetch(e.out, 3))
 		}},
 		{"one UNKNOWN_TOPIC_OR_PARTITION", func(e *env) func() int {
 			h := e.cl.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: e.out, Partitions: []int32{3},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
@@ -133,7 +134,7 @@ func (d *progressDeduper) Acked(p int32, next int64) {
 		if err != nil {
 			return err.Error()
 		}
-		msgs, err := d.cl.ReadPartition(ctx, topic, partition, ends[partition])
+		msgs, err := testbroker.FromFake(d.cl).ReadPartition(ctx, topic, partition, ends[partition])
 		if err != nil {
 			return err.Error()
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/segmentio/kafka-go"
@@ -132,7 +133,7 @@ func (r *refusalRig) committed() int64 {
 // check compares partition 0 of topic with want.
 func (r *refusalRig) check(t *testing.T, ctx context.Context, topic string, want []kafkaio.Record) {
 	t.Helper()
-	got, err := r.cl.ReadAll(ctx, topic)
+	got, err := testbroker.FromFake(r.cl).ReadAll(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

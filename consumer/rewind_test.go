@@ -9,6 +9,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -57,8 +58,8 @@ func TestWorkerRewindsAfterTruncation(t *testing.T) {
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, nil)}
 	r := e.start(e.config(), d, keyFuncFor(t, "key"))
 	e.waitAllCommitted(20 * time.Second)
-	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, embedkafka.EpochEnd(60))
-	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
+	answered := kfaketest.Answer(e.cl.Fake(), kmsg.OffsetForLeaderEpoch, 1, kfaketest.EpochEnd(60))
+	if err := kfaketest.NewLeaderEpoch(e.cl.Fake(), e.in, 0); err != nil {
 		t.Fatal(err)
 	}
 	checkRewoundTo60(t, e, r, d, answered, "the worker to rewind and process up to 100 again")
@@ -122,8 +123,8 @@ func checksCommittedEpoch(t *testing.T, e *env, cfg consumer.Config) {
 	if err := r.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	answered := e.cl.Fake().Answer(kmsg.OffsetForLeaderEpoch, 1, embedkafka.EpochEnd(60))
-	if err := e.cl.Fake().NewLeaderEpoch(e.in, 0); err != nil {
+	answered := kfaketest.Answer(e.cl.Fake(), kmsg.OffsetForLeaderEpoch, 1, kfaketest.EpochEnd(60))
+	if err := kfaketest.NewLeaderEpoch(e.cl.Fake(), e.in, 0); err != nil {
 		t.Fatal(err)
 	}
 	d := &rewindDeduper{mapDeduper: newMapDeduper(false, st)}

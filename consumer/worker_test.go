@@ -13,6 +13,7 @@ import (
 
 	"github.com/kdedup/kdedup/consumer"
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -672,7 +673,7 @@ func TestSlowBroker(t *testing.T) {
 	e := newEnv(t, 1, 1, embedkafka.Options{})
 	in, want := stream("key", 0, 300, rand.New(rand.NewPCG(21, 22)))
 	e.produce(0, in)
-	stop := e.cl.Fake().Delay(kmsg.Fetch, 300*time.Millisecond)
+	stop := kfaketest.Delay(e.cl.Fake(), kmsg.Fetch, 300*time.Millisecond)
 	cfg := e.config()
 	cfg.FetchMaxWait = 100 * time.Millisecond
 	r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, "key"))

@@ -22,7 +22,7 @@ var handoverWindow = window.Config{Generations: 8, Interval: 15 * time.Minute, C
 // BenchmarkHandover moves one partition's default-window filter from one replica to another through a
 // checkpoint store: Revoke on the old owner (final snapshot, upload) and Assign on the new one
 // (listing, download, restore into a new filter). Beside it, in the same run and over the same
-// store, the plain copy of as many bytes (the store's Save of raw bytes, then Open and read them
+// store, the plain copy of as many bytes (the store's backend Create of raw bytes, then Open and read them
 // back), and the retained partition (Revoke, then Assign on the same replica: the snapshot is
 // still uploaded, nothing is downloaded). Stores: a directory (on the temp dir's disk) and moto
 // over S3:
@@ -34,24 +34,24 @@ var handoverWindow = window.Config{Generations: 8, Interval: 15 * time.Minute, C
 func BenchmarkHandover(b *testing.B) {
 	stores := []struct {
 		name string
-		open func(b *testing.B) *checkpoint.Store
+		open func(b *testing.B) checkpoint.Backend
 	}{
-		{"dir", func(b *testing.B) *checkpoint.Store {
-			s, err := checkpoint.Open(context.Background(), "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
+		{"dir", func(b *testing.B) checkpoint.Backend {
+			be, err := checkpoint.NewDirBackend(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}
-			return s
+			return be
 		}},
-		{"moto", func(b *testing.B) *checkpoint.Store {
+		{"moto", func(b *testing.B) checkpoint.Backend {
 			m := s3test.StartMoto(b)
 			m.CreateBucket(b, "handover")
-			s, err := checkpoint.Open(context.Background(), "s3://handover/bench", checkpoint.Options{Keep: 2, S3: checkpoint.S3Options{
-				Endpoint: m.Endpoint(), Region: "eu-west-1", AccessKeyID: "test", SecretAccessKey: "test"}})
+			be, err := checkpoint.NewS3Backend(context.Background(), checkpoint.Location{Scheme: checkpoint.SchemeS3, Bucket: "handover", Prefix: "bench/"}, checkpoint.S3Options{
+				Endpoint: m.Endpoint(), Region: "eu-west-1", AccessKeyID: "test", SecretAccessKey: "test"})
 			if err != nil {
 				b.Fatal(err)
 			}
-			return s
+			return be
 		}},
 	}
 	for _, st := range stores {
@@ -61,7 +61,8 @@ func BenchmarkHandover(b *testing.B) {
 	}
 }
 
-func benchHandover(b *testing.B, store *checkpoint.Store) {
+func benchHandover(b *testing.B, be checkpoint.Backend) {
+	store := checkpoint.NewStore(be, 2)
 	ctx := context.Background()
 	sizing, err := window.Size(handoverWindow)
 	if err != nil {
@@ -112,17 +113,14 @@ func benchHandover(b *testing.B, store *checkpoint.Store) {
 	}
 	buf := make([]byte, size)
 	copyBytes := func() {
-		if _, err := store.Save(ctx, "plain", func(w io.Writer) error {
+		const name = "plain.00000000000000000001.snap" // replaced by every copy
+		if _, err := be.Create(ctx, name, func(w io.Writer) error {
 			_, err := io.Copy(w, bytes.NewReader(raw))
 			return err
 		}); err != nil {
 			b.Fatal(err)
 		}
-		infos, err := store.List(ctx, "plain")
-		if err != nil || len(infos) == 0 {
-			b.Fatalf("List = %v, %v", infos, err)
-		}
-		r, err := store.Open(ctx, infos[0])
+		r, err := be.Open(ctx, name)
 		if err != nil {
 			b.Fatal(err)
 		}

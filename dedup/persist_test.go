@@ -30,7 +30,7 @@ func TestOldLayoutSnapshotRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := snapshot.NewDecoder(bytes.NewReader(old)).Header()
+		h, err := snapshot.NewDecoderSize(bytes.NewReader(old), int64(len(old))).Header()
 		if err != nil || h.Version != version {
 			t.Fatalf("golden v%d header: version %d, %v", version, h.Version, err)
 		}

@@ -30,7 +30,7 @@ func BenchmarkCheckpointScale(b *testing.B) {
 	var storeB, firstB, idleB, closeD, restoreD float64
 	for b.Loop() {
 		dir := b.TempDir()
-		store, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{Keep: 3})
+		store, err := checkpoint.OpenLocation(ctx, checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: dir}, checkpoint.Options{Keep: 3})
 		if err != nil {
 			b.Fatal(err)
 		}

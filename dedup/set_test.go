@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -112,11 +113,32 @@ func TestUnassignedPasses(t *testing.T) {
 func dirStore(t testing.TB) (*checkpoint.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
-	store, err := checkpoint.Open(context.Background(), "file://"+dir, checkpoint.Options{Keep: 3})
+	store, err := checkpoint.OpenLocation(context.Background(), checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: dir}, checkpoint.Options{Keep: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return store, dir
+}
+
+// putSnapshot writes, with write, an object that store lists as unit's newest snapshot straight
+// to the store's backend b, as another writer of the store would (an older kdedup, or an attacker
+// who may write the store), and returns its name.
+func putSnapshot(tb testing.TB, store *checkpoint.Store, b checkpoint.Backend, unit string, write func(io.Writer) error) string {
+	tb.Helper()
+	ctx := context.Background()
+	infos, err := store.List(ctx, unit)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seq := uint64(1)
+	if len(infos) > 0 {
+		seq = infos[0].Seq + 1
+	}
+	name := fmt.Sprintf("%s.%020d.snap", unit, seq)
+	if _, err := b.Create(ctx, name, write); err != nil {
+		tb.Fatal(err)
+	}
+	return name
 }
 
 func dirPersister(t *testing.T) (*CheckpointPersister, *checkpoint.Store) {

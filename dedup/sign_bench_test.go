@@ -37,7 +37,7 @@ func BenchmarkSignedCheckpoint(b *testing.B) {
 		name string
 		key  []byte
 	}{{"none", nil}, {"set", signKey}} {
-		store, err := checkpoint.Open(ctx, "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
+		store, err := checkpoint.OpenLocation(ctx, checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: b.TempDir()}, checkpoint.Options{Keep: 2})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -27,7 +27,7 @@ func BenchmarkSeenDuringSnapshots(b *testing.B) {
 	for _, snapshots := range []bool{false, true} {
 		b.Run(fmt.Sprintf("snapshots=%v", snapshots), func(b *testing.B) {
 			ctx := context.Background()
-			store, err := checkpoint.Open(ctx, "file://"+b.TempDir(), checkpoint.Options{Keep: 2})
+			store, err := checkpoint.OpenLocation(ctx, checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: b.TempDir()}, checkpoint.Options{Keep: 2})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/kdedup/kdedup/checkpoint"
-	"github.com/kdedup/kdedup/checkpoint/snapshot"
+	"github.com/kdedup/kdedup/checkpoint/snapshot/snapshottest"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -34,7 +35,8 @@ func trustFilter(t testing.TB, seed uint64) (window.Config, *window.Filter) {
 // the honest snapshot, and judges no new identity a duplicate.
 func TestCraftedSnapshotRejected(t *testing.T) {
 	ctx := context.Background()
-	p, store := dirPersister(t)
+	store, dir := dirStore(t)
+	p := NewCheckpointPersister(store, slog.New(slog.DiscardHandler))
 	var reasons []string
 	p.OnRejected(func(r string) { reasons = append(reasons, r) })
 	cfg, f := trustFilter(t, 0)
@@ -46,16 +48,7 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 	if _, _, err := p.Save(ctx, unit, f, info, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	var data bytes.Buffer
-	var m window.Meta
-	err := f.Snapshot(func(meta window.Meta, writeData func(io.Writer) (int64, error)) error {
-		m = meta
-		_, err := writeData(&data)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := f.Meta()
 	year := uint64(365 * 24 * 60)
 	m.Epoch += year
 	for i, e := range m.SlotEpochs {
@@ -63,16 +56,14 @@ func TestCraftedSnapshotRejected(t *testing.T) {
 			m.SlotEpochs[i] = e + int64(year)
 		}
 	}
-	ones := data.Bytes()
-	for i := 0; i+8 <= len(ones); i += 8 {
-		w := binary.LittleEndian.Uint64(ones[i:])
-		binary.LittleEndian.PutUint64(ones[i:], w&(1<<63)|(1<<63-1))
-	}
-	if _, err := store.Save(ctx, unit, func(w io.Writer) error {
-		return snapshot.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
-	}); err != nil {
+	ones := allOnes(m)
+	attacker, err := checkpoint.NewDirBackend(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
+	putSnapshot(t, store, attacker, unit, func(w io.Writer) error {
+		return snapshottest.Encode(w, headerFromMeta(m, info), func(w io.Writer) error { _, err := w.Write(ones); return err })
+	})
 	r, res, err := p.Restore(ctx, unit, cfg)
 	if err != nil || r == nil || res.Outcome != checkpoint.OutcomeFallback {
 		t.Fatalf("Restore: filter %v, outcome %q, %v; want a fallback to the honest snapshot", r != nil, res.Outcome, err)
@@ -133,5 +124,49 @@ func TestSeedFingerprintRestore(t *testing.T) {
 	r, res, err = p.Restore(ctx, unit, cfg)
 	if err != nil || r == nil || res.Outcome != checkpoint.OutcomeWarm || !r.Test([]byte("key")) {
 		t.Fatalf("Restore under the seed: filter %v, outcome %q, %v; want warm with its key", r != nil, res.Outcome, err)
+	}
+}
+
+// allOnes returns the data of a single-file snapshot of m in which every generation has every
+// bit set: each word of stage 0 carries the use tag of its slot (where the slots' words lie is
+// the version 5 layout documented on snapshot.Decoder: sector 0 of every group word-major, the
+// other sectors slot by slot), and each word of a grown stage is all ones but its top bit, which
+// a stage leaves untagged.
+func allOnes(m window.Meta) []byte {
+	sectorWords := m.SectorBits / 64
+	perSector := m.Slots * sectorWords
+	var b []byte
+	for x := range m.Words {
+		k := int(x % uint64(m.Sectors*perSector))
+		slot := k % perSector / sectorWords
+		if k < perSector {
+			slot = k % m.Slots
+		}
+		b = binary.LittleEndian.AppendUint64(b, m.SlotUses[slot]<<63|(1<<63-1))
+	}
+	for _, st := range m.Stages {
+		for range st.Words {
+			b = binary.LittleEndian.AppendUint64(b, 1<<63-1)
+		}
+	}
+	return b
+}
+
+// TestSingleFileData: singleFileData lays a filter out as a version 5 snapshot holds it, so that
+// the filter restored from it knows every key added before.
+func TestSingleFileData(t *testing.T) {
+	cfg, f := trustFilter(t, 0)
+	for i := range 500 {
+		f.TestAndAdd([]byte("key-" + strconv.Itoa(i)))
+	}
+	m, data := singleFileData(t, f)
+	r, err := window.Restore(cfg, m, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if !r.Test([]byte("key-" + strconv.Itoa(i))) {
+			t.Fatalf("key-%d lost", i)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -49,8 +48,8 @@ type Meta struct {
 	// one. Bit 63 of every data word is the parity of the use that last wrote it; a word whose
 	// parity differs from its slot's use is stale and reads as empty.
 	SlotUses []uint64
-	// Words is the number of 64-bit data words of stage 0 that WriteSnapshot writes first:
-	// Groups × Sectors × Slots × SectorBits/64, group after group. In group g, which starts at word
+	// Words is the number of 64-bit data words of stage 0, which a single-file snapshot's data
+	// holds first: Groups × Sectors × Slots × SectorBits/64, group after group. In group g, which starts at word
 	// G = g·Sectors·Slots·SectorBits/64, sector 0 is stored word-major and the other sectors
 	// sector-major: word w of sector 0 of slot s's block is word G + w·Slots + s, and word w of
 	// sector i ≥ 1 is word G + (i·Slots + s)·SectorBits/64 + w.
@@ -62,8 +61,8 @@ type Meta struct {
 	// slot-major. Nil for a snapshot of an older kdedup: Restore then estimates them from the
 	// generations' fill.
 	Fill []uint64
-	// Stages describes the grown stages of the live generations, whose words WriteSnapshot writes
-	// after stage 0's, in this order.
+	// Stages describes the grown stages of the live generations, whose words a single-file
+	// snapshot's data holds after stage 0's, in this order.
 	Stages []StageMeta
 	// Versions holds, per slot, the version of the generation the slot holds (the zero value for
 	// a free slot): what a caller that exports generations separately compares to learn whether
@@ -100,81 +99,8 @@ func (m Meta) GenerationStart(e uint64) time.Time {
 	return m.Origin.Add(time.Duration(e) * m.Interval)
 }
 
-// snapshotChunk is how many words WriteSnapshot converts per Write call.
+// snapshotChunk is how many words a snapshot's data is converted by at a time.
 const snapshotChunk = 32 << 10
-
-// Snapshot calls fn with the Meta of the filter's current state and a function that writes the
-// bit data that Meta describes, as WriteSnapshot does. Rotation waits until writeData returns (or
-// fn, if it never calls writeData), so a caller can write its own header from the Meta before the
-// data and still get a consistent pair, and can go on after the data (wait for acknowledgements,
-// say) while the filter rotates again: under event time the goroutine that adds keys also
-// rotates, and must not wait for what fn waits for. writeData may be called once, from fn's
-// goroutine; fn must not call, before writeData returns, other methods of f that rotate or
-// snapshot. Snapshot returns fn's error.
-func (f *Filter) Snapshot(fn func(m Meta, writeData func(io.Writer) (int64, error)) error) error {
-	defer runtime.KeepAlive(f) // its stage 0 is unmapped when it is collected (newFilter)
-	f.mu.Lock()
-	locked := true
-	release := func() {
-		if locked {
-			f.snapStages = nil
-			locked = false
-			f.mu.Unlock()
-		}
-	}
-	defer release()
-	writeData := func(w io.Writer) (int64, error) {
-		if !locked {
-			return 0, errors.New("window: snapshot data written twice")
-		}
-		defer release()
-		return f.writeWordsLocked(w)
-	}
-	return fn(f.metaLocked(), writeData)
-}
-
-func (f *Filter) writeWordsLocked(w io.Writer) (int64, error) {
-	buf := make([]byte, snapshotChunk*8)
-	var written int64
-	for i := 0; i < len(f.words); i += snapshotChunk {
-		end := min(i+snapshotChunk, len(f.words))
-		b := buf[:(end-i)*8]
-		for j := i; j < end; j++ {
-			binary.LittleEndian.PutUint64(b[(j-i)*8:], atomic.LoadUint64(&f.words[j]))
-		}
-		n, err := w.Write(b)
-		written += int64(n)
-		if err != nil {
-			return written, err
-		}
-	}
-	for _, st := range f.snapStages {
-		n, err := writeStageWords(w, st.words, buf)
-		written += n
-		if err != nil {
-			return written, err
-		}
-	}
-	return written, nil
-}
-
-// writeStageWords writes a grown stage's words as writeWordsLocked writes stage 0's.
-func writeStageWords(w io.Writer, words []uint64, buf []byte) (int64, error) {
-	var written int64
-	for i := 0; i < len(words); i += snapshotChunk {
-		end := min(i+snapshotChunk, len(words))
-		b := buf[:(end-i)*8]
-		for j := i; j < end; j++ {
-			binary.LittleEndian.PutUint64(b[(j-i)*8:], atomic.LoadUint64(&words[j]))
-		}
-		n, err := w.Write(b)
-		written += int64(n)
-		if err != nil {
-			return written, err
-		}
-	}
-	return written, nil
-}
 
 // Meta returns the metadata a snapshot taken now would carry.
 func (f *Filter) Meta() Meta {

@@ -17,8 +17,8 @@ import (
 // header (magic, version, header CRC, parameter consistency, and — when the
 // source can tell its size — that the file length matches what the header
 // implies), then the caller allocates its own destination and pulls the
-// bit data with ReadWords or Read, which fold every byte into the running
-// CRC32C. The trailing checksum is verified when the last data byte has
+// bit data with Read (the Decoder is an io.Reader), which folds every byte
+// into the running CRC32C. The trailing checksum is verified when the last data byte has
 // been read, and at the latest by Verify.
 //
 // This is the format's specification. The byte layout of a version 7
@@ -135,13 +135,11 @@ import (
 // Lengths are bounded before anything is allocated: the header body by
 // MaxHeaderBytes (and read incrementally, so a lying length costs at most
 // what the file really contains), the data by MaxDataBytes and by the file
-// size when the source is seekable and knows its size (*os.File,
-// *bytes.Reader, *strings.Reader).
+// size when NewDecoderSize is given it.
 //
-// A Decoder is not safe for concurrent use. Data returned by Read or
-// ReadWords is not trustworthy until the trailing checksum has been verified
-// (ReadWords reports a mismatch itself when it consumes the last word;
-// otherwise call Verify).
+// A Decoder is not safe for concurrent use. Data returned by Read is not
+// trustworthy until the trailing checksum has been verified (Read reports a
+// mismatch itself with the last data byte; otherwise call Verify).
 type Decoder struct {
 	r       *bufio.Reader
 	avail   int64 // bytes from the snapshot start to EOF, -1 if unknown
@@ -164,21 +162,12 @@ type Decoder struct {
 	scratch   []byte
 }
 
-// NewDecoder returns a Decoder reading a snapshot from r, which must be
-// positioned at the start of the snapshot. If r is an io.Seeker that also
-// reports its size (a Size() int64 or Stat() method, as *os.File,
-// *bytes.Reader and *strings.Reader have), the decoder checks the data
-// length the header implies against the bytes really available before the
-// caller allocates anything. NewDecoder itself does not read.
-func NewDecoder(r io.Reader) *Decoder {
-	return newDecoder(r, availableBytes(r), false)
-}
-
-// NewDecoderSize is NewDecoder for a source that cannot tell its size itself
-// (a download stream, a reader wrapped to honour a context): size is the
-// number of bytes from r's position to its end, or -1 when unknown. A store
-// that knows an object's length passes it here, so the header is checked
-// against it before the caller allocates.
+// NewDecoderSize returns a Decoder reading a snapshot from r, which must be
+// positioned at the start of the snapshot; size is the number of bytes from
+// r's position to its end, or -1 when unknown. A store that knows an
+// object's length passes it here, so the data length the header implies is
+// checked against the bytes really available before the caller allocates
+// anything. NewDecoderSize itself does not read.
 func NewDecoderSize(r io.Reader, size int64) *Decoder {
 	return newDecoder(r, max(size, -1), false)
 }
@@ -676,50 +665,6 @@ func (d *Decoder) Read(p []byte) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// ReadWords fills dst with the next len(dst) data words, reading large
-// chunks: on little-endian hosts straight into dst's memory, elsewhere
-// through a scratch buffer and a bulk conversion. A restorer normally calls it once with
-// a slice of Header().Words words it allocated itself. When the call
-// consumes the last word it also verifies the trailing checksum and returns
-// an error wrapping ErrCorrupt on mismatch, in which case dst must be
-// discarded. It fails without reading if dst is longer than the data left.
-func (d *Decoder) ReadWords(dst []uint64) error {
-	if _, err := d.Header(); err != nil {
-		return err
-	}
-	if d.err != nil {
-		return d.err
-	}
-	if uint64(len(dst)) > d.remaining/8 {
-		return fmt.Errorf("snapshot: ReadWords of %d words, but only %d bytes of data are left", len(dst), d.remaining)
-	}
-	if raw := wordBytes(dst); raw != nil {
-		// Little-endian host: read straight into the destination, a chunk
-		// at a time so the CRC runs over bytes still in cache.
-		for len(raw) > 0 {
-			n := min(len(raw), wordChunk*8)
-			if err := d.readData(raw[:n]); err != nil {
-				return err
-			}
-			raw = raw[n:]
-		}
-	} else {
-		for len(dst) > 0 {
-			n := min(len(dst), wordChunk)
-			b := d.buffer(n * 8)
-			if err := d.readData(b); err != nil {
-				return err
-			}
-			getWords(dst[:n], b)
-			dst = dst[n:]
-		}
-	}
-	if d.remaining == 0 {
-		return d.finish()
-	}
-	return nil
 }
 
 // buffer returns a scratch slice of n bytes (n <= wordChunk*8).

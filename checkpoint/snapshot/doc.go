@@ -29,9 +29,9 @@
 // capacity.
 //
 // Snapshots of version 5 and older hold their data themselves, after the
-// header (Encode still writes that single-file form, SingleFileVersion:
-// version 5, the generation-interleaved layout, sector 0 of a block stored
-// word-major); the decoder reads every version from MinVersion on: version
+// header (version 5, the newest of them: the generation-interleaved
+// layout, sector 0 of a block stored word-major; kdedup no longer writes
+// it, and only tests do, through checkpoint/snapshot/snapshottest); the decoder reads every version from MinVersion on: version
 // 5 restores, versions 1 to 4 hold the data in the layout of an older
 // kdedup's filter and only decode for inspection. The exact byte layouts, the format's one
 // specification, are documented where they are decoded: on Decoder (the

@@ -143,22 +143,6 @@ func appendOffsets(b []byte, m map[int32]int64) []byte {
 	return b
 }
 
-// Encode writes a snapshot in the SingleFileVersion format to w: the header h,
-// then the bit data produced by data, then the checksum. data must write
-// exactly h.Words×8 bytes (the words in little-endian order, see
-// WriteWords); it is called once, and everything it writes is streamed to w
-// through a buffer while the CRC is computed on the fly, so the data is never
-// held twice. Encode flushes its buffer before returning.
-//
-// Encode is safe for concurrent use on different writers. On failure the
-// returned error wraps ErrInvalidHeader (nothing was written), the error
-// returned by data, or the error from w; in the last two cases w has
-// received a partial, unusable snapshot, which is why the checkpoint stores
-// make an object visible only once it is complete.
-func Encode(w io.Writer, h Header, data func(w io.Writer) error) error {
-	return encode(w, &h, SingleFileVersion, data)
-}
-
 // EncodeManifest writes a manifest (CurrentVersion, version 7) to w: the header h, whose Refs
 // name the generation objects holding the data, and the checksum; a manifest
 // holds no data itself. It fails, wrapping ErrInvalidHeader, for a header
@@ -250,7 +234,7 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// dataWriter is what Encode hands to the data function: it refuses to write
+// dataWriter is what encode hands to the data function: it refuses to write
 // more than the header declares.
 type dataWriter struct {
 	cw        *crcWriter
@@ -272,39 +256,4 @@ func (d *dataWriter) Write(p []byte) (int, error) {
 		d.err = fmt.Errorf("snapshot: writing data: %w", err)
 	}
 	return n, err
-}
-
-// wordChunk is the number of words moved per bulk step (256 KiB: large
-// enough to amortize calls, small enough to stay in cache while the CRC and
-// the copy touch it).
-const wordChunk = 32 << 10
-
-// WriteWords writes words to w as little-endian uint64 values in 256 KiB
-// chunks: on little-endian hosts straight from the slice's memory, elsewhere
-// through a bulk conversion into one scratch buffer. It is the natural body
-// of Encode's data function for a caller holding a []uint64. It returns the
-// first error from w; w must not retain the slices it is given (as io.Writer
-// requires).
-func WriteWords(w io.Writer, words []uint64) error {
-	if raw := wordBytes(words); raw != nil {
-		for len(raw) > 0 {
-			n := min(len(raw), wordChunk*8)
-			if _, err := w.Write(raw[:n]); err != nil {
-				return err
-			}
-			raw = raw[n:]
-		}
-		return nil
-	}
-	buf := make([]byte, min(len(words), wordChunk)*8)
-	for len(words) > 0 {
-		n := min(len(words), wordChunk)
-		b := buf[:n*8]
-		putWords(b, words[:n])
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-		words = words[n:]
-	}
-	return nil
 }

@@ -16,9 +16,9 @@ import (
 // Magic is the 8-byte signature every snapshot file starts with.
 const Magic = "KDDPSNAP"
 
-// Format versions. Encode writes SingleFileVersion, EncodeManifest and
-// NewGenEncoder CurrentVersion; the decoder reads every version from
-// MinVersion to CurrentVersion (see knownVersion).
+// Format versions. EncodeManifest and NewGenEncoder write CurrentVersion;
+// the decoder reads every version from MinVersion to CurrentVersion (see
+// knownVersion).
 const (
 	// VersionV1 is the first layout: it has no output-offset table.
 	VersionV1 uint16 = 1
@@ -62,9 +62,6 @@ const (
 	// GenObjectVersion is the version of the generation objects a manifest
 	// references.
 	GenObjectVersion = VersionV6
-	// SingleFileVersion is the version Encode writes: the newest format of a
-	// snapshot that holds its data itself.
-	SingleFileVersion = VersionV5
 	// MinVersion is the oldest version the decoder accepts.
 	MinVersion = VersionV1
 )
@@ -131,7 +128,7 @@ var (
 	// ErrUnknownVersion reports a snapshot whose format version this build
 	// cannot read (typically written by a newer kdedup).
 	ErrUnknownVersion = errors.New("snapshot: unknown snapshot format version")
-	// ErrInvalidHeader is returned by Encode for a Header that violates the
+	// ErrInvalidHeader is returned by the encoders for a Header that violates the
 	// format's constraints; nothing usable has been written in that case.
 	ErrInvalidHeader = errors.New("snapshot: invalid header")
 )
@@ -186,11 +183,10 @@ type Stage struct {
 
 // Header is the metadata of a snapshot: everything except the bit data.
 // The zero value is not a valid header; see the package documentation for
-// the constraints Encode enforces.
+// the constraints EncodeManifest enforces.
 type Header struct {
 	// Version is the format version the snapshot was read from. Decoder.Header sets
-	// it; Encode ignores it and writes SingleFileVersion, EncodeManifest
-	// CurrentVersion.
+	// it; EncodeManifest ignores it and writes CurrentVersion.
 	Version uint16
 
 	// Generations is the number of generations N in the window.
@@ -204,7 +200,7 @@ type Header struct {
 	// Seed is the hash seed; a restorer must hash with the same seed. Up to
 	// version 6 the header stores it, and Decoder.Header sets it; from version 7 on
 	// the header stores only SeedPrint, and Seed decodes as 0 (see
-	// SeedMatches). Encode and EncodeManifest take it from here.
+	// SeedMatches). EncodeManifest takes it from here.
 	Seed uint64
 	// SeedPrint is the fingerprint of the hash seed (SeedPrintOf), which
 	// version 7 stores in place of the seed so that a store reader never

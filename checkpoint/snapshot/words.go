@@ -24,22 +24,6 @@ func wordBytes(words []uint64) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
 }
 
-// putWords stores src into dst (len(dst) >= 8*len(src)) little-endian, four
-// words per step so the compiler drops the bounds checks.
-func putWords(dst []byte, src []uint64) {
-	for len(src) >= 4 && len(dst) >= 32 {
-		d, s := dst[:32:32], src[:4:4]
-		binary.LittleEndian.PutUint64(d[0:8], s[0])
-		binary.LittleEndian.PutUint64(d[8:16], s[1])
-		binary.LittleEndian.PutUint64(d[16:24], s[2])
-		binary.LittleEndian.PutUint64(d[24:32], s[3])
-		dst, src = dst[32:], src[4:]
-	}
-	for i, v := range src {
-		binary.LittleEndian.PutUint64(dst[i*8:], v)
-	}
-}
-
 // getWords loads dst from src (len(src) >= 8*len(dst)) little-endian, four
 // words per step.
 func getWords(dst []uint64, src []byte) {
@@ -55,3 +39,8 @@ func getWords(dst []uint64, src []byte) {
 		dst[i] = binary.LittleEndian.Uint64(src[i*8:])
 	}
 }
+
+// wordChunk is the number of words moved per bulk step (256 KiB: large
+// enough to amortize calls, small enough to stay in cache while the CRC and
+// the copy touch it).
+const wordChunk = 32 << 10

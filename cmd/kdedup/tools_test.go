@@ -91,7 +91,7 @@ func TestHealthcheckCommand(t *testing.T) {
 func TestInspectManifestCommand(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	store, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{Keep: 3})
+	store, err := checkpoint.OpenLocation(ctx, checkpoint.Location{Scheme: checkpoint.SchemeFile, Dir: dir}, checkpoint.Options{Keep: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,7 +193,7 @@ func previousOwner(t *testing.T, cl *embedkafka.Cluster, delivery string) *kafka
 // than once (leaked) and not at all (lost).
 func countOutput(t *testing.T, cl *embedkafka.Cluster, want []kafkaio.Record) (leaked, lost int) {
 	t.Helper()
-	got, err := cl.ReadAll(context.Background(), "out")
+	got, err := testbroker.FromFake(cl).ReadAll(context.Background(), "out")
 	if err != nil {
 		t.Fatal(err)
 	}

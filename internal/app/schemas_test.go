@@ -235,7 +235,7 @@ func runSchemaE2E(t *testing.T, format string, size e2eSize) {
 	waitFor(t, w, 120*time.Second, "phase 2 caught up", func() bool { return caughtUp(testbroker.FromFake(cl)) })
 	m := w.metrics(t)
 
-	got, err := cl.ReadAll(ctx, "out")
+	got, err := testbroker.FromFake(cl).ReadAll(ctx, "out")
 	if err != nil {
 		t.Fatal(err)
 	}

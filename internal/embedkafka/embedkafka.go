@@ -15,12 +15,10 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
@@ -58,7 +56,7 @@ type Security struct {
 
 // Cluster is a running (or stopped) fake cluster. Its methods are safe for concurrent use.
 type Cluster struct {
-	topics
+	Topics
 	opts  Options
 	ports []int
 
@@ -77,7 +75,7 @@ func Start(opts Options) (*Cluster, error) {
 		opts.MinSessionTimeout = 100 * time.Millisecond
 	}
 	cl := &Cluster{opts: opts}
-	cl.topics = topics{conns: cl.conns, replication: 1}
+	cl.Topics = NewTopics(cl.conns, 1)
 	for range opts.Brokers {
 		cl.ports = append(cl.ports, 0)
 	}
@@ -185,114 +183,25 @@ func (cl *Cluster) Restart() error {
 	return cl.Resume()
 }
 
-// ApplyRetention makes the running cluster enforce every topic's retention.ms and retention.bytes
-// now: batches past them are deleted and the partitions' earliest offsets move forward.
-func (cl *Cluster) ApplyRetention() {
-	cl.mu.Lock()
-	c := cl.c
-	cl.mu.Unlock()
-	if c != nil {
-		c.ApplyRetention()
-	}
-}
-
-// NewLeaderEpoch makes the running cluster elect the leader of topic/partition again, under a
-// new leader epoch, as a leader election does (kfake's MoveTopicPartition to the same broker). It
-// fails when the cluster is stopped or has no such partition.
-func (cl *Cluster) NewLeaderEpoch(topic string, partition int32) error {
-	cl.mu.Lock()
-	c := cl.c
-	cl.mu.Unlock()
-	if c == nil {
-		return errors.New("embedkafka: the cluster is stopped")
-	}
-	return c.MoveTopicPartition(topic, partition, c.LeaderFor(topic, partition))
-}
-
-// EpochEnd returns an answer (for Answer, or a kfake control function) to an OffsetForLeaderEpoch
-// request that says the log of every partition's asked epoch ends at end, as a new leader
-// whose log was truncated there by an unclean election answers (kfake never truncates a log).
-func EpochEnd(end int64) func(kmsg.Request) kmsg.Response {
-	return func(kr kmsg.Request) kmsg.Response {
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		res := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		for _, rt := range req.Topics {
-			t := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			t.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, rp.LeaderEpoch, end
-				t.Partitions = append(t.Partitions, p)
-			}
-			res.Topics = append(res.Topics, t)
-		}
-		return res
-	}
-}
-
 // Fault installs broker faults (see kfake.Cluster.Fault: errors answered in place of the real
 // answer, REQUEST_TIMED_OUT on produce after the records were appended) on the running cluster
 // and returns their handle, or nil when the cluster is stopped. Faults do not survive Stop.
 func (cl *Cluster) Fault(faults ...kfake.Fault) *kfake.FaultHandle {
-	cl.mu.Lock()
-	c := cl.c
-	cl.mu.Unlock()
+	c := cl.Kfake()
 	if c == nil {
 		return nil
 	}
 	return c.Fault(faults...)
 }
 
-// Delay makes the running cluster hold every request with the given key (kmsg.Fetch, …) for d
-// before it handles it, as a slow or distant broker would, until the returned function is
-// called; requests on other connections go on meanwhile, the next request on the same connection
-// waits its turn, as the protocol requires. It returns nil when the cluster is stopped. A delay
-// does not survive Stop.
-func (cl *Cluster) Delay(key kmsg.Key, d time.Duration) (stop func()) {
+// Kfake returns the running kfake cluster, or nil when the cluster is stopped: what Fault injects
+// faults into, and what the tests' hooks (internal/embedkafka/kfaketest: retention, leader
+// elections, delayed and substituted answers) drive. A cluster returned before Stop is shut down
+// and is not the one Resume starts; what is installed on it does not survive Stop.
+func (cl *Cluster) Kfake() *kfake.Cluster {
 	cl.mu.Lock()
-	c := cl.c
-	cl.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	var stopped atomic.Bool
-	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
-		if stopped.Load() {
-			c.DropControl()
-			return nil, nil, false
-		}
-		c.SleepControl(func() { time.Sleep(d) })
-		return nil, nil, false // not handled: the broker answers it as usual
-	})
-	return func() { stopped.Store(true) }
-}
-
-// Answer makes the running cluster answer up to n requests with key by what answer returns for
-// them, instead of handling them (kfake.Cluster.ControlKey); a request for which answer returns
-// nil is handled as usual and not counted. answer runs on the cluster's goroutine and must not
-// block. It returns a function that tells how many requests were answered, or nil when the
-// cluster is stopped. Answers do not survive Stop.
-func (cl *Cluster) Answer(key kmsg.Key, n int, answer func(kmsg.Request) kmsg.Response) (answered func() int) {
-	cl.mu.Lock()
-	c := cl.c
-	cl.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	var count atomic.Int64
-	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		res := answer(req)
-		if res == nil {
-			return nil, nil, false
-		}
-		if count.Add(1) < int64(n) {
-			c.KeepControl() // sticks once set: the last answer drops the control
-		} else {
-			c.DropControl()
-		}
-		return res, nil, true
-	})
-	return func() int { return int(count.Load()) }
+	defer cl.mu.Unlock()
+	return cl.c
 }
 
 // Close stops the cluster for good.

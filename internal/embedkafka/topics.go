@@ -8,17 +8,25 @@ import (
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
-// topics are the topic helpers of Cluster and Remote over a kafka-go client and producer of the
-// cluster; they are safe for concurrent use.
-type topics struct {
+// Topics are the topic helpers of a cluster over a client and producer of it: Cluster's, and
+// those a test helper puts over a cluster that this process did not start (testbroker's real
+// Kafka). They are safe for concurrent use.
+type Topics struct {
 	conns       func() (*kafkaio.Client, *kafkaio.Producer)
 	replication int // of the topics CreateTopic creates
+}
+
+// NewTopics returns the topic helpers over the client and producer that conns returns when
+// called (a cluster that restarts replaces them); CreateTopic gives new topics replication copies
+// of each partition.
+func NewTopics(conns func() (*kafkaio.Client, *kafkaio.Producer), replication int) Topics {
+	return Topics{conns: conns, replication: replication}
 }
 
 // Client returns a kafka-go client for the cluster (see kafkaio.Conn.Client), safe for
 // concurrent use, whose requests time out after 10s. A Cluster's client is replaced on every
 // start: pooled connections do not survive a restart.
-func (t topics) Client() *kafkaio.Client {
+func (t Topics) Client() *kafkaio.Client {
 	c, _ := t.conns()
 	return c
 }
@@ -27,7 +35,7 @@ func (t topics) Client() *kafkaio.Client {
 // says (once on a Cluster, which has no replication), and returns once every partition has a
 // leader: a real broker answers CreateTopics before its leaders are known, and a produce right
 // after it fails with NOT_LEADER_OR_FOLLOWER.
-func (t topics) CreateTopic(ctx context.Context, name string, partitions int) error {
+func (t Topics) CreateTopic(ctx context.Context, name string, partitions int) error {
 	if err := kafkaio.CreateTopic(ctx, t.Client(), name, partitions, t.replication); err != nil {
 		return fmt.Errorf("embedkafka: %w", err)
 	}
@@ -36,7 +44,7 @@ func (t topics) CreateTopic(ctx context.Context, name string, partitions int) er
 
 // WaitLeaders waits, for up to 30s, until every partition of topic has a leader in the
 // cluster's metadata.
-func (t topics) WaitLeaders(ctx context.Context, topic string) error {
+func (t Topics) WaitLeaders(ctx context.Context, topic string) error {
 	err := kafkaio.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}.Retry(ctx, 100, func(int) error {
 		return kafkaio.LeadersKnown(ctx, t.Client(), topic)
 	})
@@ -48,7 +56,7 @@ func (t topics) WaitLeaders(ctx context.Context, topic string) error {
 
 // SetTopicConfig sets configs (name → value, such as "max.message.bytes") of topic; settings it
 // does not name keep their values.
-func (t topics) SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error {
+func (t Topics) SetTopicConfig(ctx context.Context, topic string, configs map[string]string) error {
 	if err := kafkaio.AlterTopicConfig(ctx, t.Client(), topic, configs); err != nil {
 		return fmt.Errorf("embedkafka: %w", err)
 	}
@@ -56,7 +64,7 @@ func (t topics) SetTopicConfig(ctx context.Context, topic string, configs map[st
 }
 
 // Partitions returns the number of partitions of topic.
-func (t topics) Partitions(ctx context.Context, topic string) (int, error) {
+func (t Topics) Partitions(ctx context.Context, topic string) (int, error) {
 	return kafkaio.PartitionCount(ctx, t.Client(), topic)
 }
 
@@ -65,7 +73,7 @@ func (t topics) Partitions(ctx context.Context, topic string) (int, error) {
 // are used. An answer that the partition has no leader here yet (a real broker just after the
 // topic was created, or during a leader change) is retried for up to about 10 s: such a request
 // was not appended, though requests before it in the same call were and are sent again.
-func (t topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafkaio.Record) error {
+func (t Topics) Produce(ctx context.Context, topic string, partition int, msgs ...kafkaio.Record) error {
 	_, p := t.conns()
 	err := kafkaio.Backoff{Min: 50 * time.Millisecond, Max: time.Second}.Retry(ctx, 15, func(int) error {
 		err := p.Produce(ctx, topic, partition, msgs)
@@ -81,7 +89,7 @@ func (t topics) Produce(ctx context.Context, topic string, partition int, msgs .
 }
 
 // EndOffsets returns the high watermark of every partition of topic.
-func (t topics) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
+func (t Topics) EndOffsets(ctx context.Context, topic string) (map[int]int64, error) {
 	n, err := t.Partitions(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -99,7 +107,7 @@ func (t topics) EndOffsets(ctx context.Context, topic string) (map[int]int64, er
 
 // Committed returns the offsets committed by group for every partition of topic; a partition
 // without a committed offset (or a group that does not exist yet) maps to -1.
-func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int64, error) {
+func (t Topics) Committed(ctx context.Context, group, topic string) (map[int]int64, error) {
 	n, err := t.Partitions(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -130,39 +138,4 @@ func (t topics) Committed(ctx context.Context, group, topic string) (map[int]int
 		out[p] = c.Offset
 	}
 	return out, nil
-}
-
-// ReadAll returns every record of every partition of topic up to its current high watermark,
-// by partition, in offset order.
-func (t topics) ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error) {
-	ends, err := t.EndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int][]kafkaio.Record, len(ends))
-	for p, end := range ends {
-		msgs, err := t.ReadPartition(ctx, topic, p, end)
-		if err != nil {
-			return nil, err
-		}
-		out[p] = msgs
-	}
-	return out, nil
-}
-
-// ReadPartition returns the records of topic/partition from the start of the log up to end.
-// Records deleted by retention are skipped.
-func (t topics) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error) {
-	var msgs []kafkaio.Record
-	err := kafkaio.Read(ctx, t.Client(), kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
-		func(recs []kafkaio.Record) error {
-			for i := range recs {
-				msgs = append(msgs, recs[i].Clone())
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return msgs, nil
 }

@@ -42,15 +42,6 @@ func LeadersKnown(ctx context.Context, c *Client, topic string) error {
 	return nil
 }
 
-// BrokerCount returns how many brokers the cluster's metadata lists.
-func BrokerCount(ctx context.Context, c *Client) (int, error) {
-	res, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
-	if err != nil {
-		return 0, err
-	}
-	return len(res.Brokers), nil
-}
-
 // LeaderMoving reports whether err says that a partition's leader is not known, or not the broker
 // asked, yet: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION (a topic
 // just created).

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
@@ -433,7 +433,7 @@ func TestPartitionReaderDiverged(t *testing.T) {
 	kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
 		asked.Store(kr.(*kmsg.OffsetForLeaderEpochRequest).Topics[0].Partitions[0].CurrentLeaderEpoch)
-		return embedkafka.EpochEnd(12)(kr), nil, true
+		return kfaketest.EpochEnd(12)(kr), nil, true
 	})
 	if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil { // a new leader epoch
 		t.Fatal(err)
@@ -477,7 +477,7 @@ func TestPartitionReaderStartEpoch(t *testing.T) {
 			kc.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 				kc.KeepControl()
 				asked <- kr.(*kmsg.OffsetForLeaderEpochRequest).Topics[0].Partitions[0].LeaderEpoch
-				return embedkafka.EpochEnd(tc.end)(kr), nil, true
+				return kfaketest.EpochEnd(tc.end)(kr), nil, true
 			})
 			if tc.move {
 				if err := kc.MoveTopicPartition("t", 0, kc.LeaderFor("t", 0)); err != nil {

@@ -65,7 +65,7 @@ type Range struct {
 // limits refused and passed to r.OnRefused), one fetch at a time; fn gets at most as many records
 // of a response as the decode limits let one fetch hold. The records' Key, Value and header values (not
 // the header names) point into Read's memory: like the slice that holds them, they are only
-// valid until fn returns (Record.Clone copies one). When retention deleted records before Read got to them (an
+// valid until fn returns: copy what you keep. When retention deleted records before Read got to them (an
 // OffsetOutOfRange answer), it tells r.OnSkip and goes on from the earliest available offset.
 //
 // A batch whose checksum or header is wrong is fetched again (it may have been damaged on the

@@ -1,7 +1,6 @@
 package kafkaio
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -13,8 +12,8 @@ import (
 // Message.
 //
 // A record handed out by a read points into the reader's memory (see Batch.Records and Read):
-// Key, Value and the header values are only valid as long as the reader says; Clone makes a copy
-// that stays valid. For a record to produce, Topic and Offset are ignored (Producer.Produce names
+// Key, Value and the header values are only valid as long as the reader says; a caller that keeps
+// a record copies them. For a record to produce, Topic and Offset are ignored (Producer.Produce names
 // the topic), Partition is read by the callers that route records themselves, and a zero Time is
 // the time of the produce call.
 type Record struct {
@@ -36,19 +35,6 @@ type Record struct {
 type Header struct {
 	Key   string
 	Value []byte
-}
-
-// Clone returns a deep copy of r that stays valid after the read that handed r out goes on.
-func (r *Record) Clone() Record {
-	c := *r
-	c.Key, c.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
-	if len(r.Headers) > 0 {
-		c.Headers = make([]Header, len(r.Headers))
-		for i, h := range r.Headers {
-			c.Headers[i] = Header{Key: h.Key, Value: bytes.Clone(h.Value)}
-		}
-	}
-	return c
 }
 
 // KeyPartition returns the partition of partitions that the Java client's default partitioner

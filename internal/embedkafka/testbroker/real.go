@@ -18,6 +18,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/kafkaio"
+	"github.com/segmentio/kafka-go"
 )
 
 // ErrNoJava is returned by StartReal when java (or, before the jars are cached, mvn) is not on
@@ -43,7 +44,8 @@ type RealOptions struct {
 // node, each in a process group of its own that is killed with SIGKILL if the test process dies.
 // It has embedkafka's topic helpers (over PLAINTEXT). Its methods are safe for concurrent use.
 type Cluster struct {
-	*embedkafka.Remote
+	embedkafka.Topics
+	client  *kafkaio.Client // of the topic helpers, over PLAINTEXT
 	dir     string
 	nodes   int
 	ports   map[string][]int // listener → port of each node (index node-1)
@@ -118,7 +120,9 @@ func StartReal(dir string, o RealOptions) (*Cluster, error) {
 	if err := c.readPorts(); err != nil {
 		return nil, err
 	}
-	c.Remote = embedkafka.Dial(kafkaio.Conn{Brokers: c.Listener("PLAINTEXT")}, min(o.Nodes, 3))
+	c.client = kafkaio.Conn{Brokers: c.Listener("PLAINTEXT"), ClientID: "testbroker"}.Client(10 * time.Second)
+	producer := kafkaio.NewProducer(c.client, kafkaio.ProducerConfig{Attempts: 1})
+	c.Topics = embedkafka.NewTopics(func() (*kafkaio.Client, *kafkaio.Producer) { return c.client, producer }, min(o.Nodes, 3))
 	for n := 1; n <= o.Nodes; n++ {
 		if err := c.spawn(n); err != nil {
 			c.Close()
@@ -235,8 +239,8 @@ func (c *Cluster) waitBrokers(want int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		n, err := kafkaio.BrokerCount(ctx, c.Client())
-		if err == nil && n == want {
+		res, err := c.Client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+		if err == nil && len(res.Brokers) == want {
 			return nil
 		}
 		select {
@@ -326,8 +330,8 @@ func (c *Cluster) Close() {
 	for n := 1; n <= c.nodes; n++ {
 		c.KillNode(n)
 	}
-	if c.Remote != nil {
-		c.Remote.Close()
+	if c.client != nil {
+		kafkaio.CloseIdle(c.client) // the idle connections of the topic helpers
 	}
 	if os.Getenv("KDEDUP_KEEP_KAFKA_LOGS") != "1" {
 		os.RemoveAll(c.dir)

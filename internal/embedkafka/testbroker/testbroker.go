@@ -22,6 +22,7 @@
 package testbroker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -281,4 +282,72 @@ func FakeOnly(t testing.TB, b Broker, feature string) *embedkafka.Cluster {
 		t.Skipf("needs kfake's %s, which real Kafka does not have", feature)
 	}
 	return b.Fake()
+}
+
+// ReadAll implements Broker.
+func (f fakeBroker) ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error) {
+	return readAll(ctx, f, topic)
+}
+
+// ReadAll implements Broker.
+func (r realBroker) ReadAll(ctx context.Context, topic string) (map[int][]kafkaio.Record, error) {
+	return readAll(ctx, r, topic)
+}
+
+// ReadPartition implements Broker.
+func (f fakeBroker) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error) {
+	return readPartition(ctx, f.Client(), topic, partition, end)
+}
+
+// ReadPartition implements Broker.
+func (r realBroker) ReadPartition(ctx context.Context, topic string, partition int, end int64) ([]kafkaio.Record, error) {
+	return readPartition(ctx, r.Client(), topic, partition, end)
+}
+
+// readPartition returns the records of topic/partition from the start of the log up to end.
+// Records deleted by retention are skipped.
+func readPartition(ctx context.Context, c *kafkaio.Client, topic string, partition int, end int64) ([]kafkaio.Record, error) {
+	var out []kafkaio.Record
+	err := kafkaio.Read(ctx, c, kafkaio.Range{Topic: topic, Partition: partition, End: end, Failures: 1, Stalls: 100},
+		func(recs []kafkaio.Record) error {
+			for i := range recs {
+				out = append(out, clone(recs[i]))
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readAll returns every record of every partition of topic up to its current high watermark, by
+// partition, in offset order.
+func readAll(ctx context.Context, b Broker, topic string) (map[int][]kafkaio.Record, error) {
+	ends, err := b.EndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int][]kafkaio.Record, len(ends))
+	for p, end := range ends {
+		recs, err := b.ReadPartition(ctx, topic, p, end)
+		if err != nil {
+			return nil, err
+		}
+		out[p] = recs
+	}
+	return out, nil
+}
+
+// clone returns a deep copy of r that stays valid after the read that handed it out goes on.
+func clone(r kafkaio.Record) kafkaio.Record {
+	r.Key, r.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+	if len(r.Headers) > 0 {
+		hs := make([]kafkaio.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = kafkaio.Header{Key: h.Key, Value: bytes.Clone(h.Value)}
+		}
+		r.Headers = hs
+	}
+	return r
 }
