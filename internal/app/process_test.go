@@ -21,6 +21,7 @@ import (
 
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/scrape"
+	"github.com/kdedup/kdedup/internal/scrape/scrapetest"
 	"github.com/kdedup/kdedup/internal/tier"
 	"github.com/prometheus/common/model"
 )
@@ -267,7 +268,7 @@ type samples model.Vector
 // value returns the sum of the samples named name whose labels include every given label, value
 // pair (a missing sample counts 0).
 func (s samples) value(name string, labelValues ...string) float64 {
-	return sampleSum(model.Vector(s), name, labelValues...)
+	return scrapetest.Sum(model.Vector(s), name, labelValues...)
 }
 
 // logTail is how many lines of a worker's log a failure shows.

@@ -15,6 +15,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/scrape"
+	"github.com/kdedup/kdedup/internal/scrape/scrapetest"
 	"github.com/kdedup/kdedup/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -129,13 +130,13 @@ func TestRoutedServe(t *testing.T) {
 	poll(t, 60*time.Second, "every record routed and every identity in the output", func() (bool, error) {
 		var err error
 		v, err = scrape.Samples(url)
-		return err == nil && sampleSum(v, "kdedup_route_records_total") == float64(produced) &&
-			sampleSum(v, "kdedup_records_produced_total") == n, err
+		return err == nil && scrapetest.Sum(v, "kdedup_route_records_total") == float64(produced) &&
+			scrapetest.Sum(v, "kdedup_records_produced_total") == n, err
 	}, func() string {
-		return fmt.Sprintf(": routed %v of %d, produced %v of %d", sampleSum(v, "kdedup_route_records_total"), produced,
-			sampleSum(v, "kdedup_records_produced_total"), n)
+		return fmt.Sprintf(": routed %v of %d, produced %v of %d", scrapetest.Sum(v, "kdedup_route_records_total"), produced,
+			scrapetest.Sum(v, "kdedup_records_produced_total"), n)
 	})
-	if got := sampleSum(v, "kdedup_ready"); got != 1 {
+	if got := scrapetest.Sum(v, "kdedup_ready"); got != 1 {
 		t.Errorf("kdedup_ready %v with every stage serving, want 1", got)
 	}
 	out, err := cl.ReadAll(context.Background(), "out")

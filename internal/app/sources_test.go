@@ -13,6 +13,7 @@ import (
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/scrape"
+	"github.com/kdedup/kdedup/internal/scrape/scrapetest"
 	"github.com/prometheus/common/model"
 )
 
@@ -115,11 +116,11 @@ func TestSourceMetrics(t *testing.T) {
 	poll(t, 30*time.Second, "every record counted by source", func() (bool, error) {
 		var err error
 		v, err = scrape.Samples(url)
-		return err == nil && sampleSum(v, "kdedup_records_consumed_total") == total &&
-			sampleSum(v, "kdedup_source_records_total") == total, err
+		return err == nil && scrapetest.Sum(v, "kdedup_records_consumed_total") == total &&
+			scrapetest.Sum(v, "kdedup_source_records_total") == total, err
 	}, func() string {
-		return fmt.Sprintf(": consumed %v, by source %v of %v", sampleSum(v, "kdedup_records_consumed_total"),
-			sampleSum(v, "kdedup_source_records_total"), total)
+		return fmt.Sprintf(": consumed %v, by source %v of %v", scrapetest.Sum(v, "kdedup_records_consumed_total"),
+			scrapetest.Sum(v, "kdedup_source_records_total"), total)
 	})
 	values := map[string]bool{}
 	for _, s := range v {
@@ -131,16 +132,16 @@ func TestSourceMetrics(t *testing.T) {
 		t.Errorf("%d source label values besides none, want at most 21 including other: %v", n, values)
 	}
 	for name, h := range heavy {
-		rec := sampleSum(v, "kdedup_source_records_total", "source", name)
-		dup := sampleSum(v, "kdedup_source_duplicates_total", "source", name)
+		rec := scrapetest.Sum(v, "kdedup_source_records_total", "source", name)
+		dup := scrapetest.Sum(v, "kdedup_source_duplicates_total", "source", name)
 		if rec != float64(h[0]) || dup != float64(h[1]) {
 			t.Errorf("%s: %v records and %v duplicates, want exactly %d and %d", name, rec, dup, h[0], h[1])
 		}
 	}
-	if got, want := sampleSum(v, "kdedup_source_duplicates_total"), sampleSum(v, "kdedup_duplicates_total"); got != want || want != 200+1600 {
+	if got, want := scrapetest.Sum(v, "kdedup_source_duplicates_total"), scrapetest.Sum(v, "kdedup_duplicates_total"); got != want || want != 200+1600 {
 		t.Errorf("duplicates by source sum to %v, duplicates %v, want 1800", got, want)
 	}
-	if got := sampleSum(v, "kdedup_source_records_total", "source", "none"); got != 10 {
+	if got := scrapetest.Sum(v, "kdedup_source_records_total", "source", "none"); got != 10 {
 		t.Errorf("none counts %v records, want 10", got)
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/kdedup/kdedup/internal/scrape/scrapetest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/model"
 )
 
 // TestScrapeMetrics serves a registry like the worker's and checks what Totals makes of
@@ -81,27 +81,8 @@ func TestScrapeMetrics(t *testing.T) {
 		{"kdedup_duplicates_total", []string{"partition", "2"}, 0},
 		{"kdedup_restore_seconds_count", nil, 2},
 	} {
-		if got := sum(v, c.name, c.labels...); got != c.want {
+		if got := scrapetest.Sum(v, c.name, c.labels...); got != c.want {
 			t.Errorf("Samples: %s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-}
-
-// sum returns the sum of the samples of v named name whose labels include every given label,
-// value pair (a missing sample counts 0).
-func sum(v model.Vector, name string, labelValues ...string) float64 {
-	var sum float64
-next:
-	for _, x := range v {
-		if string(x.Metric[model.MetricNameLabel]) != name {
-			continue
-		}
-		for i := 0; i+1 < len(labelValues); i += 2 {
-			if string(x.Metric[model.LabelName(labelValues[i])]) != labelValues[i+1] {
-				continue next
-			}
-		}
-		sum += float64(x.Value)
-	}
-	return sum
 }
