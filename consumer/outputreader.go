@@ -135,26 +135,51 @@ func (r *OutputReader) Close() error {
 // {inputPartition} under PartitionSame, every output partition under PartitionHash or when
 // inputPartition < 0 (global scope). The end is where Config.Isolation reads up to: the last
 // stable offset under kafkaio.ReadCommitted (the high watermark unless another producer holds a
-// transaction open on the output topic), the high watermark under kafkaio.ReadUncommitted. On
-// failure it returns a "consumer: ..." error wrapping the broker's and no offsets.
+// transaction open on the output topic), the high watermark under kafkaio.ReadUncommitted. A
+// partition whose leader is moving or not known yet (a topic just created, a failover) is asked
+// again after a backoff, up to rewarmAttempts times. On failure it returns a "consumer: ..." error
+// wrapping the broker's and no offsets.
 func (r *OutputReader) End(ctx context.Context, inputPartition int32) (map[int32]int64, error) {
 	parts, err := r.outputPartitions(ctx, inputPartition)
 	if err != nil {
 		return nil, err
 	}
+	var end map[int32]int64
+	err = r.cfg.retry().Retry(ctx, rewarmAttempts, func(int) error {
+		end, err = r.end(ctx, parts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return end, nil
+}
+
+// end is one attempt of End over output partitions parts: an error for which
+// kafkaio.LeaderMoving holds is worth another attempt, any other is Permanent.
+func (r *OutputReader) end(ctx context.Context, parts []int) (map[int32]int64, error) {
 	offs, err := r.stableOffsets(ctx, parts, r.cfg.isolation())
 	if err != nil {
-		return nil, fmt.Errorf("consumer: end offsets of the output topic: %w", err)
+		return nil, transient(fmt.Errorf("consumer: end offsets of the output topic: %w", err))
 	}
 	end := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		o := offs[p]
 		if o.Error != nil {
-			return nil, fmt.Errorf("consumer: end offset of output partition %s/%d: %w", r.cfg.OutputTopic, p, o.Error)
+			return nil, transient(fmt.Errorf("consumer: end offset of output partition %s/%d: %w", r.cfg.OutputTopic, p, o.Error))
 		}
 		end[int32(p)] = o.LastOffset
 	}
 	return end, nil
+}
+
+// transient returns err when kafkaio.LeaderMoving says another attempt may succeed, and err
+// marked kafkaio.Permanent otherwise.
+func transient(err error) error {
+	if kafkaio.LeaderMoving(err) {
+		return err
+	}
+	return kafkaio.Permanent(err)
 }
 
 // Rewarm reads each output partition q of from, from offset from[q] up to the partition's end

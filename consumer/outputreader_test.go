@@ -543,3 +543,47 @@ func TestOutputReaderRewarmFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestOutputReaderEndRetriesLeaderMoving: End asks again when a partition's leader is moving
+// (NOT_LEADER_FOR_PARTITION from ListOffsets, as a real broker answers right after a topic was
+// created), instead of failing the global scope's rebuild at startup; another error fails at once.
+func TestOutputReaderEndRetriesLeaderMoving(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		err     *kerr.Error
+		wantErr bool
+	}{
+		{"NOT_LEADER_FOR_PARTITION", kerr.NotLeaderForPartition, false},
+		{"TOPIC_AUTHORIZATION_FAILED", kerr.TopicAuthorizationFailed, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newOutputEnv(t)
+			cfg := e.config()
+			cfg.RetryBackoffMax = 50 * time.Millisecond
+			r := consumer.NewOutputReader(cfg, keyFuncFor(t, "key"), testLog)
+			defer r.Close()
+			h := e.cl.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: e.out, Partitions: []int32{3},
+				Err: tc.err, Count: 1})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			end, err := r.End(ctx, -1)
+			if h.Hits() == 0 {
+				t.Fatal("the fault never hit")
+			}
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("End = %v, want the broker's error", end)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end[3] != int64(outputCounts[3]) {
+				t.Errorf("end of partition 3 = %d, want %d", end[3], outputCounts[3])
+			}
+		})
+	}
+}
