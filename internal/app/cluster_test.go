@@ -9,7 +9,9 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,6 +35,7 @@ type clusterRun struct {
 	unique map[string]bool
 	resent atomic.Int64 // input records produced again after a failed produce
 	flowed atomic.Bool  // the whole stream is in the input
+	env    map[string]string
 }
 
 func newClusterRun(t *testing.T, b testbroker.Broker, name string, parts, records int, seed uint64) *clusterRun {
@@ -140,11 +143,20 @@ func (r *clusterRun) finish(w *worker, produced <-chan error) outputCheck {
 	}
 	c := checkOutput(r.t, r.b, r.unique)
 	var errs int
-	kinds := map[string]int{} // error message → count
+	kinds := map[string]int{}    // error message → count
+	released := map[string]int{} // partition released, by what became of its state
+	gens, unacked := 0, 0
 	for _, e := range parseEvents(w.log()) {
 		if e.str("level") == "ERROR" {
 			errs++
 			kinds[e.str("msg")]++
+		}
+		switch e.str("msg") {
+		case "partition released":
+			released[e.str("state")]++
+			unacked += int(e.num("unacknowledged_records"))
+		case "generation started":
+			gens++
 		}
 	}
 	r.t.Logf("%d records produced (%d resent after failed writes), %d input offsets, %d consumed (%d re-read); "+
@@ -154,8 +166,16 @@ func (r *clusterRun) finish(w *worker, produced <-chan error) outputCheck {
 	if len(kinds) > 0 {
 		r.t.Logf("errors logged, by message: %v", kinds)
 	}
-	if c.leaked != 0 {
-		r.t.Errorf("%d duplicates leaked, e.g. %v", c.leaked, c.leakedIDs[:min(5, len(c.leakedIDs))])
+	limit := lateWriteLimit(r.env, unacked)
+	r.t.Logf("%d generations; partitions released, by state: %v; %d output records given up unacknowledged at a release; "+
+		"%d duplicates may leak under %s", gens, released, unacked, limit, delivery(r.env))
+	switch {
+	case c.leaked > limit:
+		r.t.Errorf("%d duplicates leaked (at most %d may), e.g. %v; the later copies lie at %v", c.leaked, limit,
+			c.leakedIDs[:min(5, len(c.leakedIDs))], leakedRuns(r.t, r.b, c.leakedIDs))
+	case c.leaked > 0:
+		r.t.Logf("%d duplicates leaked, within the at-least-once limit of %d; the later copies lie at %v", c.leaked, limit,
+			leakedRuns(r.t, r.b, c.leakedIDs))
 	}
 	return c
 }
@@ -192,7 +212,8 @@ var replicated = kafka.TopicConfig{NumPartitions: restartPartitions, Replication
 func (r *clusterRun) start(out kafka.TopicConfig, per int) (*worker, chan error) {
 	r.t.Helper()
 	r.setupRun(out)
-	w := startWorker(r.t, restartEnviron(r.b, r.t.TempDir(), "partition"))
+	r.env = restartEnviron(r.b, r.t.TempDir(), "partition")
+	w := startWorker(r.t, r.env)
 	produced := make(chan error, 1)
 	go r.produce(r.t.Context(), per, 50*time.Millisecond, produced)
 	return w, produced
@@ -313,4 +334,71 @@ func elect(t *testing.T, addrs []string, topic string) {
 			return false, nil
 		}
 	}, nil)
+}
+
+// leakedRuns returns where the later copies of leaked identities lie in the output: per output
+// partition, the runs of consecutive offsets (as "p/first-last (n records, first copies at
+// offsets a-b)"), so that a failure shows whether whole produce batches were written twice.
+func leakedRuns(t *testing.T, b testbroker.Broker, leaked []string) []string {
+	t.Helper()
+	if len(leaked) == 0 {
+		return nil
+	}
+	want := make(map[string]bool, len(leaked))
+	for _, id := range leaked {
+		want[id] = true
+	}
+	got, err := b.ReadAll(context.Background(), b.Name("out"))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var runs []string
+	for _, p := range slices.Sorted(maps.Keys(got)) {
+		first := map[string]int64{}
+		var lo, hi, flo, fhi int64 = -1, -1, -1, -1
+		n := 0
+		flush := func() {
+			if n > 0 {
+				runs = append(runs, fmt.Sprintf("%d/%d-%d (%d records, first copies at offsets %d-%d)", p, lo, hi, n, flo, fhi))
+			}
+			lo, hi, n = -1, -1, 0
+		}
+		for _, m := range got[p] {
+			id := string(m.Key)
+			if !want[id] {
+				continue
+			}
+			f, seen := first[id]
+			if !seen {
+				first[id] = m.Offset
+				continue
+			}
+			if n > 0 && m.Offset != hi+1 {
+				flush()
+			}
+			if n == 0 {
+				lo, flo, fhi = m.Offset, f, f
+			}
+			hi, n = m.Offset, n+1
+			flo, fhi = min(flo, f), max(fhi, f)
+		}
+		flush()
+	}
+	return runs
+}
+
+// lateWriteLimit is how many duplicates a failure run may leak: under exactly-once none (a new
+// generation's InitProducerId fences the previous one and aborts its open transaction before the
+// re-warm); under at-least-once at most the output records of the batches that releases gave up
+// unacknowledged (unacked, what the worker logged with "partition released"): when the release
+// budget runs out with a produce still waiting for the in-sync replicas, the partition is
+// discarded and its records consumed again, and that request can still become visible after the
+// next generation's re-warm, which then writes the same records a second time. docs/design.md
+// documents this limit (Failure model: the previous owner's late writes); with no batch given
+// up, 0 must leak.
+func lateWriteLimit(env map[string]string, unacked int) int {
+	if delivery(env) == "exactly-once" {
+		return 0
+	}
+	return unacked
 }
