@@ -3,8 +3,8 @@ package app
 // Failure runs on a three-node real Kafka cluster (each node a broker and a KRaft controller):
 // a rolling restart, the leader of an output partition killed, and an unclean leader election
 // that truncates the output log. A stream with duplicates flows through the worker meanwhile;
-// each run ends with the output checked: no duplicate may leak, and what was lost or re-read is
-// counted and logged.
+// each run ends with the output checked: no duplicate may leak within the window's memory
+// (beyond what lateWriteLimit allows), and what was lost or re-read is counted and logged.
 
 import (
 	"context"
