@@ -1,7 +1,9 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
@@ -118,5 +120,43 @@ func TestSendOwned(t *testing.T) {
 	own.fence(kafka.IllegalGeneration)
 	if err := w.sendOwned(ctx); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("lost generation: %v, want ErrNotOwner", err)
+	}
+}
+
+// TestReleaseLogsUnacknowledgedRecords: a release that gives up a batch unacknowledged (Discard)
+// logs how many output records the batch held, the most that a request of it landing after the
+// next owner's re-warm can write twice under at-least-once; a drained release logs none.
+func TestReleaseLogsUnacknowledgedRecords(t *testing.T) {
+	for _, tc := range []struct {
+		drained bool
+		state   string
+		want    any // unacknowledged_records, nil for absent
+	}{
+		{false, "discarded", float64(3)},
+		{true, "revoked", nil},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			releaseCounts.revokes, releaseCounts.discards = 0, 0
+			var buf bytes.Buffer
+			w := &Worker{dedup: releaseDeduper{}, obs: NopObserver{}, log: slog.New(slog.NewJSONHandler(&buf, nil)),
+				cfg: Config{RebalanceTimeout: time.Minute}}
+			st := &partitionState{p: 0, out: make([]kafkaio.Record, 3)}
+			ctx := context.Background()
+			w.release(ctx, ctx, &committer{}, st, tc.drained, func() time.Duration { return time.Millisecond })
+			var line map[string]any
+			for l := range bytes.Lines(buf.Bytes()) {
+				var m map[string]any
+				if json.Unmarshal(l, &m) == nil && m["msg"] == "partition released" {
+					line = m
+				}
+			}
+			if line == nil {
+				t.Fatalf("no \"partition released\" line in:\n%s", buf.String())
+			}
+			if line["state"] != tc.state || line["unacknowledged_records"] != tc.want {
+				t.Errorf("released with state %v, unacknowledged_records %v; want %s, %v", line["state"],
+					line["unacknowledged_records"], tc.state, tc.want)
+			}
+		})
 	}
 }

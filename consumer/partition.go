@@ -258,10 +258,14 @@ func (w *Worker) assign(gctx context.Context, p int32) bool {
 // Seen was acknowledged by the output topic, otherwise Discard so that no snapshot claims records
 // the output never got; nothing when a block discarded it (and the block is no longer reported).
 // since returns the time since the generation ended; the release is logged and reported to the
-// Observer with it.
+// Observer with it. A release that gave up a batch unacknowledged logs how many output records
+// it held (unacknowledged_records): under DeliveryAtLeastOnce a request of them may still land
+// after the next owner's re-warm, and they are then written twice (docs/design.md, Failure
+// model: the previous owner's late writes), so that is the most such a release can leak.
 func (w *Worker) release(pctx, hard context.Context, c *committer, st *partitionState, drained bool, since func() time.Duration) {
 	p := st.p
 	var outcome string
+	attrs := []any{"partition", p}
 	switch {
 	case st.discarded:
 		outcome = "discarded at the block"
@@ -272,11 +276,14 @@ func (w *Worker) release(pctx, hard context.Context, c *committer, st *partition
 		}
 	default:
 		outcome = w.handBack(pctx, hard, c.own, p, drained)
+		if !drained {
+			attrs = append(attrs, "unacknowledged_records", len(st.out))
+		}
 	}
 	took := since()
 	w.obs.Released(took)
-	w.log.Info("partition released", "partition", p, "state", outcome, "took", took.String(),
-		"budget", w.cfg.releaseBudget().String())
+	w.log.Info("partition released", append(attrs, "state", outcome, "took", took.String(),
+		"budget", w.cfg.releaseBudget().String())...)
 }
 
 // handBack calls Revoke or Discard for p and returns what became of the state: "revoked",

@@ -3,13 +3,17 @@ package app
 // Failure runs on a three-node real Kafka cluster (each node a broker and a KRaft controller):
 // a rolling restart, the leader of an output partition killed, and an unclean leader election
 // that truncates the output log. A stream with duplicates flows through the worker meanwhile;
-// each run ends with the output checked: no duplicate may leak, and what was lost or re-read is
-// counted and logged.
+// each run ends with the output checked: no duplicate may leak within the window's memory
+// (beyond what lateWriteLimit allows), and what was lost or re-read is counted and logged.
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,6 +37,7 @@ type clusterRun struct {
 	unique map[string]bool
 	resent atomic.Int64 // input records produced again after a failed produce
 	flowed atomic.Bool  // the whole stream is in the input
+	env    map[string]string
 }
 
 func newClusterRun(t *testing.T, b testbroker.Broker, name string, parts, records int, seed uint64) *clusterRun {
@@ -140,11 +145,20 @@ func (r *clusterRun) finish(w *worker, produced <-chan error) outputCheck {
 	}
 	c := checkOutput(r.t, r.b, r.unique)
 	var errs int
-	kinds := map[string]int{} // error message → count
+	kinds := map[string]int{}    // error message → count
+	released := map[string]int{} // partition released, by what became of its state
+	gens, unacked := 0, 0
 	for _, e := range parseEvents(w.log()) {
 		if e.str("level") == "ERROR" {
 			errs++
 			kinds[e.str("msg")]++
+		}
+		switch e.str("msg") {
+		case "partition released":
+			released[e.str("state")]++
+			unacked += int(e.num("unacknowledged_records"))
+		case "generation started":
+			gens++
 		}
 	}
 	r.t.Logf("%d records produced (%d resent after failed writes), %d input offsets, %d consumed (%d re-read); "+
@@ -154,8 +168,18 @@ func (r *clusterRun) finish(w *worker, produced <-chan error) outputCheck {
 	if len(kinds) > 0 {
 		r.t.Logf("errors logged, by message: %v", kinds)
 	}
-	if c.leaked != 0 {
-		r.t.Errorf("%d duplicates leaked, e.g. %v", c.leaked, c.leakedIDs[:min(5, len(c.leakedIDs))])
+	inWindow, expired := r.windowed(c.leakedIDs)
+	limit := lateWriteLimit(r.env, unacked)
+	r.t.Logf("%d generations; partitions released, by state: %v; %d output records given up unacknowledged at a release; "+
+		"%d duplicates may leak under %s", gens, released, unacked, limit, delivery(r.env))
+	if c.leaked > 0 {
+		r.t.Logf("of the %d duplicate copies in the output, %d were processed within the window's memory (%v) of the "+
+			"previous copy and %d later (the window forgot the identity, as it must: the stream outlasted the window); "+
+			"the later copies lie at %v", c.leaked, inWindow, r.memory(), expired, leakedRuns(r.t, r.b, c.leakedIDs))
+	}
+	if inWindow > limit {
+		r.t.Errorf("%d duplicates leaked within the window (at most %d may), e.g. %v", inWindow, limit,
+			c.leakedIDs[:min(5, len(c.leakedIDs))])
 	}
 	return c
 }
@@ -192,7 +216,9 @@ var replicated = kafka.TopicConfig{NumPartitions: restartPartitions, Replication
 func (r *clusterRun) start(out kafka.TopicConfig, per int) (*worker, chan error) {
 	r.t.Helper()
 	r.setupRun(out)
-	w := startWorker(r.t, restartEnviron(r.b, r.t.TempDir(), "partition"))
+	r.env = restartEnviron(r.b, r.t.TempDir(), "partition")
+	r.env["DEDUP_PROCESSED_HEADER"] = processedHeader // to tell a leak from an identity the window forgot
+	w := startWorker(r.t, r.env)
 	produced := make(chan error, 1)
 	go r.produce(r.t.Context(), per, 50*time.Millisecond, produced)
 	return w, produced
@@ -313,4 +339,134 @@ func elect(t *testing.T, addrs []string, topic string) {
 			return false, nil
 		}
 	}, nil)
+}
+
+// leakedRuns returns where the later copies of leaked identities lie in the output: per output
+// partition, the runs of consecutive offsets (as "p/first-last (n records, first copies at
+// offsets a-b)"), so that a failure shows whether whole produce batches were written twice.
+func leakedRuns(t *testing.T, b testbroker.Broker, leaked []string) []string {
+	t.Helper()
+	if len(leaked) == 0 {
+		return nil
+	}
+	want := make(map[string]bool, len(leaked))
+	for _, id := range leaked {
+		want[id] = true
+	}
+	got, err := b.ReadAll(context.Background(), b.Name("out"))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var runs []string
+	for _, p := range slices.Sorted(maps.Keys(got)) {
+		first := map[string]int64{}
+		var lo, hi, flo, fhi int64 = -1, -1, -1, -1
+		n := 0
+		flush := func() {
+			if n > 0 {
+				runs = append(runs, fmt.Sprintf("%d/%d-%d (%d records, first copies at offsets %d-%d)", p, lo, hi, n, flo, fhi))
+			}
+			lo, hi, n = -1, -1, 0
+		}
+		for _, m := range got[p] {
+			id := string(m.Key)
+			if !want[id] {
+				continue
+			}
+			f, seen := first[id]
+			if !seen {
+				first[id] = m.Offset
+				continue
+			}
+			if n > 0 && m.Offset != hi+1 {
+				flush()
+			}
+			if n == 0 {
+				lo, flo, fhi = m.Offset, f, f
+			}
+			hi, n = m.Offset, n+1
+			flo, fhi = min(flo, f), max(fhi, f)
+		}
+		flush()
+	}
+	return runs
+}
+
+// lateWriteLimit is how many duplicates a failure run may leak: under exactly-once none (a new
+// generation's InitProducerId fences the previous one and aborts its open transaction before the
+// re-warm); under at-least-once at most the output records of the batches that releases gave up
+// unacknowledged (unacked, what the worker logged with "partition released"): when the release
+// budget runs out with a produce still waiting for the in-sync replicas, the partition is
+// discarded and its records consumed again, and that request can still become visible after the
+// next generation's re-warm, which then writes the same records a second time. docs/design.md
+// documents this limit (Failure model: the previous owner's late writes); with no batch given
+// up, 0 must leak.
+func lateWriteLimit(env map[string]string, unacked int) int {
+	if delivery(env) == "exactly-once" {
+		return 0
+	}
+	return unacked
+}
+
+// processedHeader is the header the failure runs' worker stamps each output record with: when it
+// was processed (DEDUP_PROCESSED_HEADER).
+const processedHeader = "kdedup-processed"
+
+// memory returns how long the run's window surely remembers an identity: (DEDUP_WINDOW_COUNT-1)
+// generations of DEDUP_WINDOW_INTERVAL.
+func (r *clusterRun) memory() time.Duration {
+	n, err := strconv.Atoi(r.env["DEDUP_WINDOW_COUNT"])
+	must(r.t, err)
+	d, err := time.ParseDuration(r.env["DEDUP_WINDOW_INTERVAL"])
+	must(r.t, err)
+	return time.Duration(n-1) * d
+}
+
+// windowed splits the later copies of the leaked identities by the time the worker processed
+// them after the previous copy (the processed header): within the window's memory (a leak) or
+// after it (the window forgot the identity, as it must). On a loaded machine the stream, whose
+// duplicates repeat any earlier identity, can outlast the window.
+func (r *clusterRun) windowed(leaked []string) (inWindow, expired int) {
+	r.t.Helper()
+	if len(leaked) == 0 {
+		return 0, 0
+	}
+	want := make(map[string]bool, len(leaked))
+	for _, id := range leaked {
+		want[id] = true
+	}
+	got, err := r.b.ReadAll(context.Background(), r.b.Name("out"))
+	must(r.t, err)
+	at := map[string][]time.Time{}
+	for _, msgs := range got {
+		for _, m := range msgs {
+			if id := string(m.Key); want[id] {
+				at[id] = append(at[id], processedAt(r.t, m))
+			}
+		}
+	}
+	memory := r.memory()
+	for _, ts := range at {
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		for i := 1; i < len(ts); i++ {
+			if ts[i].Sub(ts[i-1]) < memory {
+				inWindow++
+			} else {
+				expired++
+			}
+		}
+	}
+	return inWindow, expired
+}
+
+// processedAt returns the time in m's processed header; it fails the test without one.
+func processedAt(t *testing.T, m kafkaio.Record) time.Time {
+	t.Helper()
+	for _, h := range m.Headers {
+		if h.Key == processedHeader && len(h.Value) == 8 {
+			return time.UnixMilli(int64(binary.BigEndian.Uint64(h.Value)))
+		}
+	}
+	t.Fatalf("output record at offset %d has no %s header", m.Offset, processedHeader)
+	return time.Time{}
 }
