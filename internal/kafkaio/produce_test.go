@@ -558,8 +558,10 @@ func TestSequencerMergesConcurrentSubmissions(t *testing.T) {
 
 // TestSequencerGiveUp proves that a caller whose context ends while its batch keeps failing gets
 // an error promptly, that the sequencer lets go of its records, and that the partition carries
-// on afterwards: the abandoned batch was not written, so the next one meets a sequence gap and
-// resets; nothing else is lost or duplicated.
+// on afterwards: nothing is lost, duplicated or reordered. The abandoned batch is written whole or
+// not at all: an attempt already on the wire when the caller gave up can still reach the broker
+// after the fault is gone (a loaded machine, the race run), and then it is in the log, before the
+// next batch. When it was not written, the next batch meets a sequence gap and resets.
 func TestSequencerGiveUp(t *testing.T) {
 	t.Parallel()
 	cl := startCluster(t, map[string]int32{"out": 1})
@@ -588,7 +590,12 @@ func TestSequencerGiveUp(t *testing.T) {
 	if err := p.Produce(context.Background(), "out", 0, c); err != nil {
 		t.Fatal(err)
 	}
-	equalStrings(t, "log", values(t, cl, "out", 0), valuesOf(a, c))
+	got := values(t, cl, "out", 0)
+	if len(got) == len(a)+len(b)+len(c) { // the last attempt landed after the fault was removed
+		equalStrings(t, "log", got, valuesOf(a, testMsgs("b", 5), c))
+		return
+	}
+	equalStrings(t, "log", got, valuesOf(a, c))
 	if got := obs.resetCounts(); got[ResetOutOfOrderSequence] != 1 {
 		t.Errorf("resets %v, want one %s", got, ResetOutOfOrderSequence)
 	}
