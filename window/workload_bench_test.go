@@ -3,7 +3,6 @@ package window
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -26,7 +25,7 @@ func BenchmarkWorkload(b *testing.B) {
 			for range b.N {
 				runtime.GC()
 				debug.FreeOSMemory()
-				rss0, cpu0, flt0 := workloadRSS(), processCPU(), minorFaults()
+				rss0, cpu0, flt0 := residentSetBytes(), processCPU(), minorFaults()
 				fs := workloadRun(b, cfg, keys)
 				cpu, flt := processCPU()-cpu0, minorFaults()-flt0
 				var alloc uint64
@@ -34,7 +33,7 @@ func BenchmarkWorkload(b *testing.B) {
 					alloc += f.Stats().TotalBytes
 				}
 				debug.FreeOSMemory()
-				rss := workloadRSS()
+				rss := residentSetBytes()
 				b.ReportMetric(float64(cpu.Nanoseconds())/records, "cpu-ns/record")
 				b.ReportMetric(float64(flt)/records, "faults/record")
 				b.ReportMetric(float64(alloc)/(1<<20), "filter-MiB")
@@ -82,19 +81,6 @@ func workloadRun(b *testing.B, cfg Config, keys [][][]byte) []*Filter {
 	}
 	wg.Wait()
 	return fs
-}
-
-// workloadRSS returns the process's resident memory from /proc/self/statm, or 0.
-func workloadRSS() uint64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	var size, rss uint64
-	if _, err := fmt.Sscan(string(b), &size, &rss); err != nil {
-		return 0
-	}
-	return rss * uint64(os.Getpagesize())
 }
 
 // workloadDefault is the worker's default window with a fixed capacity of 1M, main's default.
