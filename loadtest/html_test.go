@@ -192,6 +192,8 @@ func TestHTMLScreenshot(t *testing.T) {
 		}
 		t.Skip("Chromium is not installed (loadtest/ci-render.sh installs it)")
 	}
+	// The window is tall enough for every chart, so that a machine whose fonts set the text a few
+	// pixels taller does not push the first chart below the fold (as a CI machine did at 900).
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
 	shot := filepath.Join(dir, "out.png")
@@ -207,7 +209,7 @@ func TestHTMLScreenshot(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--screenshot="+shot, "--window-size=1200,900",
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--screenshot="+shot, "--window-size=1200,1800",
 		"file://"+page)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("chromium: %v\n%s", err, out)
@@ -222,8 +224,8 @@ func TestHTMLScreenshot(t *testing.T) {
 		t.Fatalf("screenshot: %v", err)
 	}
 	b := img.Bounds()
-	if b.Dx() != 1200 || b.Dy() != 900 {
-		t.Fatalf("screenshot is %dx%d, want 1200x900", b.Dx(), b.Dy())
+	if b.Dx() != 1200 || b.Dy() != 1800 {
+		t.Fatalf("screenshot is %dx%d, want 1200x1800", b.Dx(), b.Dy())
 	}
 	colors := map[uint32]bool{}
 	var ink, blue, red int // not background; the first series' blue; the FAIL badge's red
