@@ -84,6 +84,9 @@ func stageConfigs(cfg Config, ccfg consumer.Config) (routers []consumer.Config, 
 		r.Partitioning, r.Route = consumer.PartitionIdentity, true
 		r.Mode = consumer.ModeDrop // a Passer judges nothing a duplicate
 		r.SourceKey, r.Sources = nil, nil
+		// Only the second stage stamps the processed time: the router's stamp would reach the
+		// output as a second header, and the output record would not be the input's plus one.
+		r.ProcessedHeader = ""
 		routers = append(routers, r)
 	}
 	stage2 = ccfg

@@ -69,7 +69,8 @@ func withRouted(env map[string]string, name, v string) map[string]string {
 // TestStageConfigs checks the workers of the routed scope: a router per input topic in a group of
 // its own, producing to the route topic by identity, and the second stage over the route topic.
 func TestStageConfigs(t *testing.T) {
-	cfg, err := Load(withEnv(map[string]string{"DEDUP_SCOPE": "routed", "KAFKA_INPUT_TOPIC": "eu, us", "KAFKA_ROUTE_TOPIC": "r", "KAFKA_GROUP_ID": "g"}))
+	cfg, err := Load(withEnv(map[string]string{"DEDUP_SCOPE": "routed", "KAFKA_INPUT_TOPIC": "eu, us", "KAFKA_ROUTE_TOPIC": "r", "KAFKA_GROUP_ID": "g",
+		"DEDUP_PROCESSED_HEADER": "processed"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +87,18 @@ func TestStageConfigs(t *testing.T) {
 		if r.InputTopic != want || r.OutputTopic != "r" || r.GroupID != "g-in-"+want || !r.Route || r.Partitioning != consumer.PartitionIdentity {
 			t.Errorf("router %d: input %q output %q group %q route %v partitioning %s", i, r.InputTopic, r.OutputTopic, r.GroupID, r.Route, r.Partitioning)
 		}
+		if r.ProcessedHeader != "" {
+			t.Errorf("router %d stamps the processed time (%q): only the second stage may", i, r.ProcessedHeader)
+		}
 		if err := r.Validate(); err != nil {
 			t.Errorf("router %d: %v", i, err)
 		}
 	}
 	if s2.InputTopic != "r" || s2.OutputTopic != "events-dedup" || s2.GroupID != "g-route" || !s2.StripRouteHeaders || s2.Partitioning != consumer.PartitionSame {
 		t.Errorf("stage 2: input %q output %q group %q strip %v partitioning %s", s2.InputTopic, s2.OutputTopic, s2.GroupID, s2.StripRouteHeaders, s2.Partitioning)
+	}
+	if s2.ProcessedHeader != "processed" {
+		t.Errorf("stage 2 processed header %q, want %q", s2.ProcessedHeader, "processed")
 	}
 	if s2.FetchMaxWait != consumer.RouteFetchMaxWait {
 		t.Errorf("stage 2 fetch wait %v, want %v", s2.FetchMaxWait, consumer.RouteFetchMaxWait)
