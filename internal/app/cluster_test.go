@@ -414,11 +414,16 @@ const processedHeader = "kdedup-processed"
 
 // memory returns how long the run's window surely remembers an identity: (DEDUP_WINDOW_COUNT-1)
 // generations of DEDUP_WINDOW_INTERVAL.
-func (r *clusterRun) memory() time.Duration {
-	n, err := strconv.Atoi(r.env["DEDUP_WINDOW_COUNT"])
-	must(r.t, err)
-	d, err := time.ParseDuration(r.env["DEDUP_WINDOW_INTERVAL"])
-	must(r.t, err)
+func (r *clusterRun) memory() time.Duration { return windowMemory(r.t, r.env) }
+
+// windowMemory returns how long the window of the worker environment env surely remembers an
+// identity: (DEDUP_WINDOW_COUNT-1) generations of DEDUP_WINDOW_INTERVAL.
+func windowMemory(t *testing.T, env map[string]string) time.Duration {
+	t.Helper()
+	n, err := strconv.Atoi(env["DEDUP_WINDOW_COUNT"])
+	must(t, err)
+	d, err := time.ParseDuration(env["DEDUP_WINDOW_INTERVAL"])
+	must(t, err)
 	return time.Duration(n-1) * d
 }
 
