@@ -169,13 +169,30 @@ func (s *Set) noteAtCap(stats []window.Stats, filters []*window.Filter) {
 // Processing records that the records of partition before nextOffset are about to be passed to
 // Seen. Snapshots use it to know which identities they may contain, and, once a caller has called
 // it, that no Seen call comes without it: a filter whose partitions made no progress since its last
-// checkpoint is not saved again (see saveMark).
+// checkpoint is not saved again (see saveMark). Under ClockProcessing it also brings the
+// partition's filter to the current generation if its rotation is late (see catchUp).
 func (s *Set) Processing(partition int32, nextOffset int64) {
 	if pt := (*s.parts.Load())[partition]; pt != nil {
 		pt.processed.Store(nextOffset)
+		if pt.ev == nil {
+			s.catchUp(pt.f)
+		}
 		if !s.tracked.Load() {
 			s.tracked.Store(true)
 		}
+	}
+}
+
+// catchUp rotates f to the generation of the clock's now if its rotation goroutine has not yet
+// (ClockProcessing only). The goroutine's timer fires late on a loaded machine (50-225 ms at a
+// load average of 26 on 2 cores, more beyond), and until it fires TestAndAdd adds identities to the
+// generation before the clock's, which expires one interval earlier: the window would forget them
+// before (Generations-1) x Interval. Processing comes before every batch's Seen calls, so a batch's
+// identities go to the generation of the time it is judged. It costs two loads and a clock read
+// per batch; the rotation, when due, holds the batch as long as it holds the goroutine.
+func (s *Set) catchUp(f *window.Filter) {
+	if now := s.now(); f.GenerationStart(now).After(f.CurrentGenerationStart()) {
+		f.AdvanceTo(now)
 	}
 }
 

@@ -567,3 +567,43 @@ func TestRestoreUnderAnotherKeySpecStartsCold(t *testing.T) {
 		t.Errorf("the rejection does not name both key specs:\n%s", logs.String())
 	}
 }
+
+// TestLateRotationKeepsTheWindow checks the window's promise when the filter's rotation goroutine
+// fires late (a loaded machine): an identity judged in a batch at time t is remembered until
+// t + (Generations-1) x Interval, not one interval less because it went to the generation before
+// t's. The injected clock never wakes the goroutine, which stands for one that is late; the test
+// then rotates the filter on time itself.
+func TestLateRotationKeepsTheWindow(t *testing.T) {
+	for _, scope := range []Scope{ScopePartition, ScopeGlobal} {
+		t.Run(string(scope), func(t *testing.T) {
+			ctx := context.Background()
+			t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+			var mu sync.Mutex
+			now := t0
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			set := func(d time.Duration) { mu.Lock(); now = t0.Add(d); mu.Unlock() }
+			w := testWindow()
+			w.Interval, w.Clock = time.Minute, clock
+			s, err := NewSet(ctx, Config{Scope: scope, Window: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(ctx)
+			if err := s.Assign(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			set(90 * time.Second) // generation 1; the goroutine has not rotated yet
+			s.Processing(0, 1)
+			if s.Seen(0, []byte("a"), time.Time{}) {
+				t.Fatal("first sighting reported seen")
+			}
+			s.Acked(0, 1)
+			set(4 * time.Minute) // 2.5 minutes later, within the 3 minutes promised
+			(*s.parts.Load())[0].f.AdvanceTo(clock())
+			s.Processing(0, 2)
+			if !s.Seen(0, []byte("a"), time.Time{}) {
+				t.Fatal("identity judged 2.5 minutes ago forgotten: the window promises 3 (4 generations of 1 minute)")
+			}
+		})
+	}
+}

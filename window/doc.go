@@ -6,8 +6,11 @@
 // Time is cut into generations of length Interval, counted from the filter's origin, and the
 // filter keeps the current generation and the N-1 before it. A key added at time t is reported as
 // seen until at least t + (N-1)·Interval, and never after t + N·Interval (plus the scheduling delay
-// of the rotation goroutine, which is zero under an injected clock driven with AdvanceTo). Inside
-// that window there are no false negatives. A key that was never added is reported as seen with
+// of the rotation goroutine, which is zero under an injected clock driven with AdvanceTo). The
+// lower bound holds once the filter has rotated to t's generation: a key added while the rotation
+// goroutine is late by d goes to the generation before, and is remembered until t - d +
+// (N-1)·Interval; a caller that must keep the bound calls AdvanceTo(now) before it adds (kdedup's
+// dedup.Set does so before every batch). Inside that window there are no false negatives. A key that was never added is reported as seen with
 // probability at most Config.FalsePositiveRate however many distinct keys arrive, as long as
 // Config.MaxBytes allows the generations to grow (see Growth); at the cap the filter stops growing,
 // Stats.AtCap says so, and Config.Overload decides between a rising rate (OverloadDrop) and keys
