@@ -195,7 +195,7 @@ type Config struct {
 	// MarkHeader is the header ModeMark adds to duplicates. Required, not blank.
 	MarkHeader string
 	// ProcessedHeader, when set, names a header the worker adds to every output record: the
-	// time its batch was processed, 8 bytes of big-endian Unix milliseconds (before the mark
+	// time its batch was processed (read before the batch is judged), 8 bytes of big-endian Unix milliseconds (before the mark
 	// header in ModeMark). The OutputReader then reports that time instead of the record's own
 	// timestamp, so that a rebuild under processing time finds what this stage produced in the
 	// last window even when the records' timestamps are older (a catch-up; see "Rebuild after a

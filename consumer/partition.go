@@ -357,6 +357,10 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	mark := w.cfg.Mode == ModeMark
 	side := w.cfg.DuplicatesTopic != ""
 	w.startOut(st)
+	// The processed time is read before Processing, which brings the filter to the clock's
+	// generation: every identity of the batch is remembered for the window from this time on, so
+	// a rebuild or an audit that reads the header never counts from later than the judging.
+	judged := time.Now()
 	w.dedup.Processing(p, b.Next)
 	for i := range st.in {
 		m := &st.in[i]
@@ -401,7 +405,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	}
 
 	if w.cfg.ProcessedHeader != "" {
-		st.stamp(out, w.cfg.ProcessedHeader, mark, w.cfg.MarkHeader, time.Now())
+		st.stamp(out, w.cfg.ProcessedHeader, mark, w.cfg.MarkHeader, judged)
 	}
 	if err := c.owned(pctx); err != nil {
 		return err

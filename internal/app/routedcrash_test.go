@@ -99,7 +99,9 @@ func produceRouted(t *testing.T, cl testbroker.Broker, recs []routedRecord) {
 // lost at a false-positive rate of 1e-9), in the output partition its identity routes to, with
 // its key, value, headers and timestamp unchanged. A copy the second stage processed after the
 // window's memory of the one before is not a leak: the window forgot the identity, as it must
-// (see routedCopies.judge).
+// (see routedCopies.judge). KDEDUP_ROUTED_WINDOW_INTERVAL sets a shorter DEDUP_WINDOW_INTERVAL than
+// the 1m of restartEnviron: the run then spans many generations, and the judgement is tested at
+// the window's edge.
 func TestRoutedCrash(t *testing.T) {
 	cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": 6, "in2": 6, "route": 12, "out": 12}})
 	environ := restartEnviron(cl, t.TempDir(), "routed")
@@ -187,7 +189,10 @@ type routedCopies map[string][]routedCopy
 // judge splits the later copies of every identity by the time the second stage processed them
 // after the copy before: within the window's memory (a leak: the window promises to remember the
 // identity that long) or after it (the window forgot the identity, as it must: on a slow machine
-// the stream can outlast the window). It returns the leaked identities.
+// the stream can outlast the window). The header holds the time read before the copy's batch was
+// judged, and its filter rotated to that time first, so the window remembers a copy from its
+// header's time on: a copy that leaked within the window is never counted as forgotten. It
+// returns the identities of both kinds.
 func (cs routedCopies) judge(memory time.Duration) (inWindow, expired int, leakedIDs, expiredIDs []string) {
 	for _, id := range slices.Sorted(maps.Keys(cs)) {
 		c := cs[id]
