@@ -90,7 +90,7 @@ func (g *coopGroup) settle(limit int) int {
 	}
 }
 
-func (g *coopGroup) join(id string) { g.owned[id] = nil }
+func (g *coopGroup) join(id string)  { g.owned[id] = nil }
 func (g *coopGroup) leave(id string) { delete(g.owned, id) }
 
 func TestCooperativeJoinKeepsStayingPartitions(t *testing.T) {
