@@ -460,7 +460,14 @@ func (w *Worker) generation(ctx, hard context.Context, gen kafkaio.Generation, f
 	w.log.Info("generation started", "generation", gen.ID, "member", gen.MemberID, "protocol", gen.Protocol,
 		"partitions", ids, "kept", kept, "revoked", revoked)
 	w.releaseParts(fl, revoked)
-	if err := w.startParts(gctx, hard, gen, fl, ids); err != nil {
+	// The connection and topics are checked at every generation: a rebalance is when a group's
+	// members reconnect, and when a broker throttles or refuses them.
+	tc, err := w.topicInfo(gctx)
+	switch {
+	case err == nil:
+		fl.topics = tc
+		w.startParts(gctx, hard, gen, fl, ids)
+	case gctx.Err() == nil:
 		w.releaseAll(fl)
 		return err
 	}
@@ -496,9 +503,9 @@ func (fl *fleet) split(ids []int) (kept, revoked []int) {
 }
 
 // startParts starts the partitions of ids the fleet does not run yet, with the committer of gen
-// (a new one if the fleet has none). It returns an error only for a topic problem retrying cannot
-// fix (topicInfo); it returns nil, starting nothing, when gctx ended first.
-func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, fl *fleet, ids []int) error {
+// (a new one if the fleet has none) and the topics' counts fl.topics. It starts nothing when gctx
+// ends before their committed offsets were read.
+func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, fl *fleet, ids []int) {
 	var fresh []int
 	for _, p := range ids {
 		if fl.parts[p] == nil {
@@ -507,26 +514,17 @@ func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, 
 	}
 	w.obs.Assigned(len(fl.parts) + len(fresh))
 	if len(fresh) == 0 {
-		return nil
+		return
 	}
 	w.pendingAssign.Add(int64(len(fresh)))
 	w.updateReady()
-	tc, err := w.topicInfo(gctx)
-	if err == nil {
-		fl.topics = tc
-	}
-	var offsets map[int]kafkaio.Committed
-	if err == nil {
-		offsets, err = w.startOffsets(gctx, fl.group, fresh)
-	}
-	if err != nil {
+	offsets, err := w.startOffsets(gctx, fl.group, fresh)
+	if err != nil { // the generation ended
 		w.pendingAssign.Add(-int64(len(fresh)))
 		w.updateReady()
-		if gctx.Err() != nil {
-			return nil // the generation ended
-		}
-		return err
+		return
 	}
+	tc := fl.topics
 	if fl.c == nil {
 		fl.c = newCommitter(groupCommits{group: fl.group, gen: gen, timeout: w.cfg.SessionTimeout}, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
 		fl.c.own = fl.own
@@ -543,7 +541,6 @@ func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, 
 			w.partition(pctx, hard, fl.c, tc, int32(p), offsets[p])
 		}()
 	}
-	return nil
 }
 
 // releaseParts ends the assignment of the fleet's partitions ids and waits until they were
