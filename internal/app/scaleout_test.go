@@ -162,6 +162,7 @@ func (m *stallMonitor) finish() map[string][]time.Duration {
 type genLine struct {
 	gen      int
 	parts    []int
+	kept     []int // the partitions that kept running from the generation before (cooperative)
 	restores map[string]int
 	rebuilt  int
 }
@@ -183,7 +184,7 @@ func parseWorkerLog(log string) workerLog {
 		var line struct {
 			Level, Msg, Outcome, State, Took string
 			Generation                       int
-			Partitions                       []int
+			Partitions, Kept                 []int
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
@@ -196,7 +197,7 @@ func parseWorkerLog(log string) workerLog {
 		}
 		switch line.Msg {
 		case "generation started":
-			wl.gens = append(wl.gens, genLine{gen: line.Generation, parts: line.Partitions, restores: map[string]int{}})
+			wl.gens = append(wl.gens, genLine{gen: line.Generation, parts: line.Partitions, kept: line.Kept, restores: map[string]int{}})
 		case "state restored":
 			cur().restores[line.Outcome]++
 		case "filter rebuilt from the output topic":
@@ -360,7 +361,7 @@ type scaleResult struct {
 	outputCheck
 	unique, produced int
 	moved            int            // partitions that changed owner when the third replica joined
-	retained, loaded int            // at the join, partitions kept in memory / restored from the store, on the two old replicas
+	retained, loaded int            // at the join, partitions kept in memory or running / restored from the store, on the two old replicas
 	rebuilt          int            // filters rebuilt from the output topic, all replicas
 	restores         map[string]int // every restore by outcome
 	longestRelease   time.Duration  // the longest partition release
@@ -451,7 +452,7 @@ func (r *scaleRun) countMoves(g0, g1 int, res *scaleResult) int {
 	}
 	for _, n := range []string{"w1", "w2"} {
 		l, _ := parseWorkerLog(r.workers[n].stderr.String()).generation(g1)
-		res.retained += l.restores["retained"]
+		res.retained += l.restores["retained"] + len(l.kept)
 		res.loaded += l.restores["warm"] + l.restores["fallback"]
 	}
 	r.t.Logf("join: generation %d %v → generation %d %v: %d partitions moved", g0, before, g1, after, moved)
@@ -527,7 +528,9 @@ func describeStalls(stalls map[string][]time.Duration) string {
 // release budget. It logs the output pause each event caused. Under -short it runs only the
 // shared-directory variant, with fewer records. KDEDUP_SCALEOUT_BASELINE=1 adds the per-replica
 // variant without the rebuild and asserts that it leaks duplicates, which shows that the scenario
-// exercises what the rebuild protects against. KDEDUP_SCALEOUT_WORKER_ENV="NAME=value,..." adds
+// exercises what the rebuild protects against. KDEDUP_SCALEOUT_EAGER=1 runs every variant a second
+// time with KAFKA_GROUP_PROTOCOL=eager, the baseline of the cooperative default's pauses.
+// KDEDUP_SCALEOUT_WORKER_ENV="NAME=value,..." adds
 // to the workers' environment, for measurements with other windows, such as the default one:
 //
 //	KDEDUP_SCALEOUT_WORKER_ENV=DEDUP_WINDOW_COUNT=8,DEDUP_WINDOW_INTERVAL=15m,DEDUP_WINDOW_CAPACITY=1000000,DEDUP_FALSE_POSITIVE_RATE=1e-6 \
@@ -542,77 +545,94 @@ func TestScaleOut(t *testing.T) {
 	if os.Getenv("KDEDUP_SCALEOUT_BASELINE") == "1" {
 		variants = append(variants, noRebuild)
 	}
+	protocols := []string{""} // the default (cooperative)
+	if os.Getenv("KDEDUP_SCALEOUT_EAGER") == "1" {
+		protocols = append(protocols, "eager")
+	}
 	for _, v := range variants {
-		t.Run(string(v), func(t *testing.T) {
-			t.Parallel()
-			cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": scalePartitions, "out": scalePartitions}})
-			base := restartEnviron(cl, "", "partition")
-			base["CHECKPOINT_INTERVAL"] = "500ms"
-			// A release budget of 8.9s: the race-built workers on a busy 2-core machine need it; a
-			// rebalance still completes as soon as every member rejoined.
-			base["KAFKA_REBALANCE_TIMEOUT"] = "10s"
-			for _, kv := range strings.Split(os.Getenv("KDEDUP_SCALEOUT_WORKER_ENV"), ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					base[k] = v
-				}
+		for _, proto := range protocols {
+			name := string(v)
+			if proto != "" {
+				name += ", " + proto
 			}
-			switch v {
-			case sharedDir:
-				base["CHECKPOINT_DIR"] = t.TempDir()
-			case noRebuild:
-				base["CHECKPOINT_REBUILD_MAX_RECORDS"] = "0"
-			case objectS3:
-				moto := s3test.StartMoto(t)
-				moto.CreateBucket(t, "scaleout")
-				maps.Copy(base, map[string]string{
-					"CHECKPOINT_URL": "s3://scaleout/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
-					"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-				})
-			}
-			r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
-			res := r.run(records, per, restartSeed(t))
-			t.Logf("%s: %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
-				"(%d kept in memory, %d restored on the old replicas); restores %v, %d rebuilt from the output topic; "+
-				"%d partition releases, the longest %v; output pause per partition:%s took %v",
-				v, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
-				res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), res.took.Round(time.Millisecond))
-			if v == noRebuild {
-				if res.leaked == 0 {
-					t.Error("no duplicate leaked without the rebuild: the scenario does not exercise moves to replicas without the snapshot")
-				}
-				return
-			}
-			if res.leaked != 0 {
-				t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
-			}
-			if res.lost != 0 {
-				t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
-			}
-			for _, d := range res.disorder {
-				t.Errorf("output out of input order: %s", d)
-			}
-			if limit := (scalePartitions+2)/3 + 1; res.moved > limit {
-				t.Errorf("the join moved %d partitions, want at most ⌈%d/3⌉+1 = %d", res.moved, scalePartitions, limit)
-			}
-			if res.loaded != 0 || res.retained != scalePartitions-res.moved {
-				t.Errorf("at the join the old replicas restored %d partitions from the store and kept %d in memory; want 0 and the %d that stayed",
-					res.loaded, res.retained, scalePartitions-res.moved)
-			}
-			if v == perReplica && res.rebuilt == 0 {
-				t.Error("no filter was rebuilt from the output topic with a directory per replica")
-			}
-			rebalance, _ := time.ParseDuration(base["KAFKA_REBALANCE_TIMEOUT"])
-			heartbeat, _ := time.ParseDuration(base["KAFKA_HEARTBEAT_INTERVAL"])
-			budget := rebalance - heartbeat - min(rebalance/10, time.Second) // the worker's release budget
-			if res.longestRelease > budget {
-				t.Errorf("a partition release took %v, over the release budget %v", res.longestRelease, budget)
-			}
-			for _, p := range res.problems {
-				t.Errorf("worker log: %s", p)
-			}
-			for _, e := range res.otherErrors {
-				t.Logf("worker log: %s", e)
-			}
+			t.Run(name, func(t *testing.T) { scaleOut(t, v, proto, records, per) })
+		}
+	}
+}
+
+// scaleOut runs the scale-out scenario of variant v with the workers' KAFKA_GROUP_PROTOCOL set
+// to proto (empty: the default), and checks its result (see TestScaleOut).
+func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
+	t.Parallel()
+	cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": scalePartitions, "out": scalePartitions}})
+	base := restartEnviron(cl, "", "partition")
+	base["CHECKPOINT_INTERVAL"] = "500ms"
+	// A release budget of 8.9s: the race-built workers on a busy 2-core machine need it; a
+	// rebalance still completes as soon as every member rejoined.
+	base["KAFKA_REBALANCE_TIMEOUT"] = "10s"
+	if proto != "" {
+		base["KAFKA_GROUP_PROTOCOL"] = proto
+	}
+	for _, kv := range strings.Split(os.Getenv("KDEDUP_SCALEOUT_WORKER_ENV"), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			base[k] = v
+		}
+	}
+	switch v {
+	case sharedDir:
+		base["CHECKPOINT_DIR"] = t.TempDir()
+	case noRebuild:
+		base["CHECKPOINT_REBUILD_MAX_RECORDS"] = "0"
+	case objectS3:
+		moto := s3test.StartMoto(t)
+		moto.CreateBucket(t, "scaleout")
+		maps.Copy(base, map[string]string{
+			"CHECKPOINT_URL": "s3://scaleout/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
+			"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
 		})
+	}
+	r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
+	res := r.run(records, per, restartSeed(t))
+	t.Logf("%s: %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
+		"(%d kept in memory, %d restored on the old replicas); restores %v, %d rebuilt from the output topic; "+
+		"%d partition releases, the longest %v; output pause per partition:%s took %v",
+		v, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
+		res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), res.took.Round(time.Millisecond))
+	if v == noRebuild {
+		if res.leaked == 0 {
+			t.Error("no duplicate leaked without the rebuild: the scenario does not exercise moves to replicas without the snapshot")
+		}
+		return
+	}
+	if res.leaked != 0 {
+		t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
+	}
+	if res.lost != 0 {
+		t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
+	}
+	for _, d := range res.disorder {
+		t.Errorf("output out of input order: %s", d)
+	}
+	if limit := (scalePartitions+2)/3 + 1; res.moved > limit {
+		t.Errorf("the join moved %d partitions, want at most ⌈%d/3⌉+1 = %d", res.moved, scalePartitions, limit)
+	}
+	if res.loaded != 0 || res.retained != scalePartitions-res.moved {
+		t.Errorf("at the join the old replicas restored %d partitions from the store and kept %d in memory; want 0 and the %d that stayed",
+			res.loaded, res.retained, scalePartitions-res.moved)
+	}
+	if v == perReplica && res.rebuilt == 0 {
+		t.Error("no filter was rebuilt from the output topic with a directory per replica")
+	}
+	rebalance, _ := time.ParseDuration(base["KAFKA_REBALANCE_TIMEOUT"])
+	heartbeat, _ := time.ParseDuration(base["KAFKA_HEARTBEAT_INTERVAL"])
+	budget := rebalance - heartbeat - min(rebalance/10, time.Second) // the worker's release budget
+	if res.longestRelease > budget {
+		t.Errorf("a partition release took %v, over the release budget %v", res.longestRelease, budget)
+	}
+	for _, p := range res.problems {
+		t.Errorf("worker log: %s", p)
+	}
+	for _, e := range res.otherErrors {
+		t.Logf("worker log: %s", e)
 	}
 }
