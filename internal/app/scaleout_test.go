@@ -326,13 +326,14 @@ func (r *scaleRun) inGeneration(alive *worker, what string, names ...string) int
 }
 
 // prepared waits until the workers of names logged how the state of each of their partitions in
-// generation g was prepared (a restore or a rebuild).
+// generation g was prepared (a restore or a rebuild), or that it kept running from the generation
+// before (the cooperative protocol).
 func (r *scaleRun) prepared(alive *worker, g int, names ...string) {
 	r.t.Helper()
 	waitFor(r.t, alive, 60*time.Second, "the partitions' state prepared", func() bool {
 		for _, n := range names {
 			l, _ := parseWorkerLog(r.workers[n].stderr.String()).generation(g)
-			done := l.rebuilt
+			done := l.rebuilt + len(l.kept) // kept: running since the generation before (cooperative)
 			for _, c := range l.restores {
 				done += c
 			}
@@ -593,10 +594,10 @@ func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
 	}
 	r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
 	res := r.run(records, per, restartSeed(t))
-	t.Logf("%s: %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
+	t.Logf("%s (protocol %q): %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
 		"(%d kept in memory, %d restored on the old replicas); restores %v, %d rebuilt from the output topic; "+
 		"%d partition releases, the longest %v; output pause per partition:%s took %v",
-		v, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
+		v, proto, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
 		res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), res.took.Round(time.Millisecond))
 	if v == noRebuild {
 		if res.leaked == 0 {
