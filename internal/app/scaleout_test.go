@@ -92,8 +92,10 @@ type stallMonitor struct {
 	mu    sync.Mutex
 	phase string
 	gaps  map[string][]time.Duration // phase → the longest gap of each partition in it
-	stop  chan struct{}
-	done  chan struct{}
+	// byPart: phase → partition → its longest gap in it
+	byPart map[string]map[int]time.Duration
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 func startStallMonitor(cl testbroker.Broker) *stallMonitor {
@@ -122,6 +124,7 @@ func (m *stallMonitor) run(cl testbroker.Broker) {
 			for phase, byPart := range longest {
 				m.gaps[phase] = slices.Sorted(maps.Values(byPart))
 			}
+			m.byPart = longest
 			m.mu.Unlock()
 			return
 		case <-tick.C:
@@ -361,12 +364,14 @@ func (r *scaleRun) owners(g int, names ...string) map[int]string {
 type scaleResult struct {
 	outputCheck
 	unique, produced int
-	moved            int            // partitions that changed owner when the third replica joined
-	retained, loaded int            // at the join, partitions kept in memory or running / restored from the store, on the two old replicas
-	rebuilt          int            // filters rebuilt from the output topic, all replicas
-	restores         map[string]int // every restore by outcome
-	longestRelease   time.Duration  // the longest partition release
-	releases         int            // partition releases logged
+	moved            int             // partitions that changed owner when the third replica joined
+	stayed           []int           // partitions that did not
+	stayedStalls     []time.Duration // the join's output pause of each partition that stayed, sorted
+	retained, loaded int             // at the join, partitions kept in memory or running / restored from the store, on the two old replicas
+	rebuilt          int             // filters rebuilt from the output topic, all replicas
+	restores         map[string]int  // every restore by outcome
+	longestRelease   time.Duration   // the longest partition release
+	releases         int             // partition releases logged
 	stalls           map[string][]time.Duration
 	disorder         []string // output partitions whose records are out of input order
 	problems         []string // failed releases, checkpoint and revoke errors logged by the workers
@@ -433,6 +438,10 @@ func (r *scaleRun) run(records, per int, seed uint64) scaleResult {
 		}
 	}
 	res.stalls = r.mon.finish()
+	for _, p := range res.stayed {
+		res.stayedStalls = append(res.stayedStalls, r.mon.byPart["join"][p])
+	}
+	slices.Sort(res.stayedStalls)
 	res.unique, res.produced = len(stream.unique), stream.n
 	res.outputCheck = checkOutput(t, r.cl, stream.unique)
 	res.disorder = r.checkOrder()
@@ -449,6 +458,8 @@ func (r *scaleRun) countMoves(g0, g1 int, res *scaleResult) int {
 	for p := range scalePartitions {
 		if before[p] != after[p] {
 			moved++
+		} else {
+			res.stayed = append(res.stayed, p)
 		}
 	}
 	for _, n := range []string{"w1", "w2"} {
@@ -519,6 +530,14 @@ func describeStalls(stalls map[string][]time.Duration) string {
 		fmt.Fprintf(&b, " %s: median %v, max %v;", phase, g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
 	}
 	return b.String()
+}
+
+// describeGaps formats the median and the longest of sorted gaps.
+func describeGaps(g []time.Duration) string {
+	if len(g) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("median %v, max %v", g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
 }
 
 // TestScaleOut runs the scale-out scenario with each kind of checkpoint store and proves that no
@@ -596,9 +615,10 @@ func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
 	res := r.run(records, per, restartSeed(t))
 	t.Logf("%s (protocol %q): %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
 		"(%d kept in memory, %d restored on the old replicas); restores %v, %d rebuilt from the output topic; "+
-		"%d partition releases, the longest %v; output pause per partition:%s took %v",
+		"%d partition releases, the longest %v; output pause per partition:%s the join's of the %d partitions that stayed: %s; took %v",
 		v, proto, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
-		res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), res.took.Round(time.Millisecond))
+		res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), len(res.stayed),
+		describeGaps(res.stayedStalls), res.took.Round(time.Millisecond))
 	if v == noRebuild {
 		if res.leaked == 0 {
 			t.Error("no duplicate leaked without the rebuild: the scenario does not exercise moves to replicas without the snapshot")
