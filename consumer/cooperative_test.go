@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"log/slog"
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -36,22 +35,9 @@ func TestCooperativeScaleOut(t *testing.T) {
 				ds = append(ds, d)
 				workers = append(workers, e.startLogged(cfg, d, keyFuncFor(t, "key"), slog.New(logs[i])))
 			}
-			settled := func(n int) (int64, bool) {
-				gens := generations(logs[:n])
-				if len(gens) == 0 {
-					return 0, false
-				}
-				newest := slices.Max(slices.Collect(maps.Keys(gens)))
-				return newest, complete(gens[newest], n, parts)
-			}
 			start(0)
 			start(1)
-			var g2 int64
-			eventually(t, 30*time.Second, "two workers sharing the partitions", func() bool {
-				var ok bool
-				g2, ok = settled(2)
-				return ok
-			})
+			g2 := waitSettled(t, logs[:2], parts, 30*time.Second, "two workers sharing the partitions")
 			before := generations(logs)[g2]
 			eventually(t, 30*time.Second, "the partitions assigned", func() bool {
 				return ds[0].assigned(before[0]) && ds[1].assigned(before[1])
@@ -61,12 +47,7 @@ func TestCooperativeScaleOut(t *testing.T) {
 				assigned[i], revoked[i], _ = ds[i].counts()
 			}
 			start(2)
-			var g3 int64
-			eventually(t, 30*time.Second, "three workers sharing the partitions", func() bool {
-				var ok bool
-				g3, ok = settled(3)
-				return ok
-			})
+			g3 := waitSettled(t, logs, parts, 30*time.Second, "three workers sharing the partitions")
 			after := generations(logs)[g3]
 			eventually(t, 30*time.Second, "the partitions assigned", func() bool {
 				return ds[0].assigned(after[0]) && ds[1].assigned(after[1]) && ds[2].assigned(after[2])
