@@ -326,6 +326,12 @@ func (m *GroupMember) adoptOwned(meta *kmsg.ConsumerMemberMetadata) {
 		gen = meta.Generation
 	}
 	m.Own(gen, owned)
+	// The eager sticky protocol's claims, which the member's JoinGroup lists too, were the same
+	// partitions and generation (the consumer's Worker sets both at every generation): a
+	// coordinator that compares every protocol's metadata sees no change either.
+	if m.cfg.Sticky != nil {
+		m.cfg.Sticky.Adopt(encodeClaims(claims{generation: gen, owned: map[string][]int{m.cfg.Topic: owned}}))
+	}
 }
 
 // joinOnce is one JoinGroup and SyncGroup; rejoin says that the coordinator asked the member to
