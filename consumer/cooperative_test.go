@@ -99,3 +99,64 @@ func TestCooperativeScaleOut(t *testing.T) {
 		})
 	}
 }
+
+// TestCooperativeRollingUpgrade runs a group through a rolling upgrade: a worker offering only
+// eager protocols (an older version) with cooperative ones makes every generation eager (each
+// Deduper sees nothing assigned at Generation); once it left, the group turns cooperative, and a
+// worker joining then finds the others keeping partitions through the rebalance.
+func TestCooperativeRollingUpgrade(t *testing.T) {
+	t.Parallel()
+	const parts = 6
+	e := newEnv(t, parts, parts, embedkafka.Options{})
+	st := newStore()
+	logs := []*genLog{{}, {}, {}, {}}
+	ds := make([]*mapDeduper, 4)
+	ws := make([]*running, 4)
+	start := func(i int, proto consumer.GroupProtocol) {
+		cfg := e.config()
+		cfg.GroupProtocol = proto
+		ds[i] = newMapDeduper(false, st)
+		ds[i].eager = true // until the old worker left, every generation must be eager
+		ws[i] = e.startLogged(cfg, ds[i], keyFuncFor(t, "key"), slog.New(logs[i]))
+	}
+	start(0, consumer.GroupCooperative)
+	start(1, consumer.GroupEager)
+	waitSettled(t, logs[:2], parts, 30*time.Second, "a new and an old worker sharing the partitions")
+	start(2, consumer.GroupCooperative)
+	waitSettled(t, logs[:3], parts, 30*time.Second, "three workers sharing the partitions")
+	if err := ws[1].stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rest := []*genLog{logs[0], logs[2]}
+	waitSettled(t, rest, parts, 30*time.Second, "the new workers sharing the partitions")
+	for _, i := range []int{0, 2} {
+		ds[i].mu.Lock()
+		ds[i].eager = false
+		ds[i].mu.Unlock()
+	}
+	_, _, discards := ds[0].counts()
+	start(3, consumer.GroupCooperative)
+	waitSettled(t, []*genLog{logs[0], logs[2], logs[3]}, parts, 30*time.Second, "three new workers sharing the partitions")
+	kept := 0
+	for _, i := range []int{0, 2} {
+		ds[i].mu.Lock()
+		for _, n := range ds[i].kept {
+			kept += n
+		}
+		ds[i].mu.Unlock()
+	}
+	if kept == 0 {
+		t.Error("no partition was kept through a rebalance once every worker offered the cooperative protocol")
+	}
+	if _, _, d := ds[0].counts(); len(d) != len(discards) {
+		t.Errorf("worker 0 discarded partitions: %v", d)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if err := ws[i].stop(t, 10*time.Second); err != nil {
+			t.Errorf("worker %d: %v", i, err)
+		}
+	}
+	for _, d := range ds {
+		d.check(t)
+	}
+}
