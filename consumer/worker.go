@@ -460,16 +460,23 @@ func (w *Worker) generation(ctx, hard context.Context, gen kafkaio.Generation, f
 	w.log.Info("generation started", "generation", gen.ID, "member", gen.MemberID, "protocol", gen.Protocol,
 		"partitions", ids, "kept", kept, "revoked", revoked)
 	w.releaseParts(fl, revoked)
+	fresh := fl.fresh(ids)
+	w.obs.Assigned(len(fl.parts) + len(fresh))
+	w.pendingAssign.Add(int64(len(fresh))) // not ready until they are assigned
+	w.updateReady()
 	// The connection and topics are checked at every generation: a rebalance is when a group's
 	// members reconnect, and when a broker throttles or refuses them.
 	tc, err := w.topicInfo(gctx)
 	switch {
 	case err == nil:
 		fl.topics = tc
-		w.startParts(gctx, hard, gen, fl, ids)
+		w.startParts(gctx, hard, gen, fl, fresh)
 	case gctx.Err() == nil:
 		w.releaseAll(fl)
 		return err
+	default:
+		w.pendingAssign.Add(-int64(len(fresh)))
+		w.updateReady()
 	}
 	fl.group.Own(gen.ID, fl.ids())
 	if len(revoked) == 0 || !gen.Cooperative {
@@ -502,22 +509,24 @@ func (fl *fleet) split(ids []int) (kept, revoked []int) {
 	return kept, revoked
 }
 
-// startParts starts the partitions of ids the fleet does not run yet, with the committer of gen
-// (a new one if the fleet has none) and the topics' counts fl.topics. It starts nothing when gctx
-// ends before their committed offsets were read.
-func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, fl *fleet, ids []int) {
-	var fresh []int
+// fresh returns the partitions of ids the fleet does not run yet.
+func (fl *fleet) fresh(ids []int) []int {
+	var out []int
 	for _, p := range ids {
 		if fl.parts[p] == nil {
-			fresh = append(fresh, p)
+			out = append(out, p)
 		}
 	}
-	w.obs.Assigned(len(fl.parts) + len(fresh))
+	return out
+}
+
+// startParts starts the partitions fresh, which the fleet does not run yet and which count in
+// pendingAssign, with the committer of gen (a new one if the fleet has none) and the topics'
+// counts fl.topics. It starts nothing when gctx ends before their committed offsets were read.
+func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, fl *fleet, fresh []int) {
 	if len(fresh) == 0 {
 		return
 	}
-	w.pendingAssign.Add(int64(len(fresh)))
-	w.updateReady()
 	offsets, err := w.startOffsets(gctx, fl.group, fresh)
 	if err != nil { // the generation ended
 		w.pendingAssign.Add(-int64(len(fresh)))
