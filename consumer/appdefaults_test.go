@@ -14,6 +14,7 @@ func AppDefaults() Config {
 		ClientID:          "kdedup",
 		DuplicatesContent: "full",
 		GroupID:           "kdedup",
+		GroupProtocol:     "cooperative",
 		Isolation:         "read_committed",
 		SessionTimeout:    10 * time.Second,
 		HeartbeatInterval: 3 * time.Second,

@@ -19,24 +19,29 @@ type offsetCommitter interface {
 // errCommitterStopped is returned to flush callers still waiting when the committer stops.
 var errCommitterStopped = errors.New("consumer: committer stopped before the offset was committed")
 
-// committer funnels every offset commit of one generation through one goroutine, so that a
-// partition's commits never overtake each other. Partition
+// committer funnels every offset commit through one goroutine, so that a partition's commits
+// never overtake each other. It commits in one generation at a time: under the cooperative
+// protocol it outlives generations, and switchTo moves it, with the partitions that stay, to the
+// next one (pause holds the commits while the member rejoins). Partition
 // goroutines hand it the next offset to commit after each acknowledged batch (mark) and, when a
 // partition is revoked, wait for their last offset to be committed (flush). Pending offsets are
 // coalesced, so at most one commit request is in flight. Its methods are safe for concurrent use.
 type committer struct {
-	gen      offsetCommitter
 	topic    string
 	interval time.Duration
 	obs      Observer
 	log      *kafkaio.Sampler
-	own      *ownership // the generation's ownership, told of every commit's answer; nil in tests
 
 	kick chan struct{} // capacity 1: "commit soon"
 	stop chan struct{}
 	done chan struct{}
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// gen commits in the current generation; own is its ownership, told of every commit's
+	// answer (nil in tests). Set before run, then by switchTo.
+	gen       offsetCommitter
+	own       *ownership
+	paused    bool          // commits wait for switchTo or resume (see pause)
 	pending   map[int]int64 // acknowledged, not yet committed: next offset per partition
 	committed map[int]int64
 	rewinds   map[int]int // per partition: how often its offset moved backward (rewind)
@@ -67,6 +72,39 @@ func newCommitter(gen offsetCommitter, topic string, interval time.Duration, obs
 		rewinds:   make(map[int]int),
 		epochs:    make(map[int]epochAt),
 	}
+}
+
+// switchTo makes gen, whose ownership is own, the generation of every later commit, and ends a
+// pause: offsets pending or refused in the previous generation are committed in this one.
+func (c *committer) switchTo(gen offsetCommitter, own *ownership) {
+	c.mu.Lock()
+	c.gen, c.own, c.paused = gen, own, false
+	c.mu.Unlock()
+	c.wake()
+}
+
+// pause holds the commits (they stay pending, flush waits) until switchTo or resume: while the
+// member rejoins its group under the cooperative protocol, a commit in the old generation would
+// be refused once the coordinator moved on (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS).
+func (c *committer) pause() {
+	c.mu.Lock()
+	c.paused = true
+	c.mu.Unlock()
+}
+
+// resume ends a pause in the same generation (the rejoin failed, or the partitions are given up).
+func (c *committer) resume() {
+	c.mu.Lock()
+	c.paused = false
+	c.mu.Unlock()
+	c.wake()
+}
+
+// ownership returns the ownership of the current generation (nil in tests).
+func (c *committer) ownership() *ownership {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.own
 }
 
 // readAt records that the record of partition before offset next was read in leader epoch epoch
@@ -168,10 +206,11 @@ func (c *committer) run() {
 // moved, and gives them up unwritten (the new owner consumes them again). It is not a fence: the
 // generation can be lost right after the check.
 func (c *committer) owned(ctx context.Context) error {
-	if c.own == nil {
+	own := c.ownership()
+	if own == nil {
 		return nil
 	}
-	if err := c.own.check(ctx); errors.Is(err, ErrNotOwner) {
+	if err := own.check(ctx); errors.Is(err, ErrNotOwner) {
 		return err
 	}
 	return nil
@@ -179,16 +218,18 @@ func (c *committer) owned(ctx context.Context) error {
 
 // close stops run and waits for it to return.
 func (c *committer) close() {
+	c.resume()
 	close(c.stop)
 	<-c.done
 }
 
 func (c *committer) commitOnce() {
 	c.mu.Lock()
-	if len(c.pending) == 0 {
+	if len(c.pending) == 0 || c.paused {
 		c.mu.Unlock()
 		return
 	}
+	gen, own := c.gen, c.own
 	offsets := c.pending
 	c.pending = make(map[int]int64, len(offsets))
 	rewinds := make(map[int]int, len(offsets))
@@ -203,11 +244,11 @@ func (c *committer) commitOnce() {
 	c.mu.Unlock()
 
 	start := time.Now()
-	err := c.gen.commitOffsets(commits)
-	if c.own != nil && err == nil {
-		c.own.confirm(start)
+	err := gen.commitOffsets(commits)
+	if own != nil && err == nil {
+		own.confirm(start)
 	}
-	if c.own != nil && c.own.fence(err) {
+	if own != nil && own.fence(err) && own == c.ownership() {
 		c.log.Log(slog.LevelWarn, "generation-lost", "offset commit refused: the consumer group generation was lost; "+
 			"its partitions are released without saving their state", "topic", c.topic, "error", err.Error())
 	}

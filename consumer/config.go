@@ -65,6 +65,22 @@ const (
 	DeliveryExactlyOnce Delivery = "exactly-once"
 )
 
+// GroupProtocol is how the worker rebalances its consumer group.
+type GroupProtocol string
+
+const (
+	// GroupEager rebalances eagerly: at every rebalance the worker releases every partition
+	// (drain, final commit, final snapshot) before it rejoins, and then assigns what the new
+	// generation gives it, the partitions that stay included.
+	GroupEager GroupProtocol = "eager"
+	// GroupCooperative rebalances incrementally (KIP-429, kafkaio.CooperativeProtocol): the
+	// worker keeps consuming its partitions through a rebalance, releases only those the new
+	// generation takes away and rejoins at once after it did, so that the next generation hands
+	// them out. A group one of whose members lists only eager protocols (an older version, during
+	// a rolling upgrade) agrees on an eager protocol, and the worker then rebalances eagerly.
+	GroupCooperative GroupProtocol = "cooperative"
+)
+
 // MarkValue is the value of the mark header that ModeMark puts on duplicates.
 const MarkValue = "1"
 
@@ -114,6 +130,8 @@ type Config struct {
 	// move only once its session expired. Two running workers must never share one. Default
 	// empty: a dynamic member, which leaves the group when it stops.
 	GroupInstanceID string
+	// GroupProtocol is GroupEager or GroupCooperative. Required.
+	GroupProtocol GroupProtocol
 	// StartFromLatest starts a partition without committed offset at its end instead of its
 	// beginning, and restarts a partition whose offset is past the end of its log (the log was
 	// truncated, or the topic recreated) at its end instead of its beginning. A partition whose
@@ -340,6 +358,9 @@ func (c Config) Validate() error {
 	}
 	if c.GroupID == "" {
 		bad("GroupID", "no group")
+	}
+	if c.GroupProtocol != GroupEager && c.GroupProtocol != GroupCooperative {
+		bad("GroupProtocol", "%q is not one of %s, %s", c.GroupProtocol, GroupEager, GroupCooperative)
 	}
 	c.validateTopics(bad)
 	if c.SourceKey != nil && c.Sources == nil {

@@ -150,7 +150,9 @@ func TestAuthFailurePersists(t *testing.T) {
 	t.Parallel()
 	e, cfg, refuse := saslEnv(t, 2, "Authentication failed: Invalid username or password")
 	var began atomic.Int64
-	obsA := &armedObserver{countingObserver: &countingObserver{}, onEnd: func() {
+	// From the start of the generation the second worker's join makes (A then checks its
+	// connection again, whichever protocol keeps its partitions meanwhile).
+	obsA := &armedObserver{countingObserver: &countingObserver{}, onStart: func() {
 		began.Store(time.Now().UnixNano())
 		refuse(true)
 	}}

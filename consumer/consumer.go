@@ -50,10 +50,14 @@ type Deduper interface {
 	// Generation is called at the start of every consumer group generation, before any Assign of
 	// that generation, with the generation's id (kafka-go's Generation.ID: per group, increasing
 	// at the coordinator) and the input partitions the generation gives this worker, in
-	// ascending order (none for a member without partitions). Every partition of the previous
-	// generation was revoked or discarded before. Rebalances are eager, so a partition that stays
-	// with the worker is revoked and assigned again: a Deduper that keeps a revoked partition's
-	// state in memory in case it comes back drops the state of the partitions that did not. owns
+	// ascending order (none for a member without partitions). Under an eager rebalance
+	// (Config.GroupProtocol GroupEager, or a group that fell back to it) every partition of the
+	// previous generation was revoked or discarded before, so a partition that stays with the
+	// worker is revoked and assigned again: a Deduper that keeps a revoked partition's state in
+	// memory in case it comes back drops the state of the partitions that did not. Under a
+	// cooperative one, the partitions that stay are not revoked: they keep being consumed, with
+	// no new Assign, and are listed again; those the generation takes away are revoked after the
+	// call (their final saves check the new owns), and only the new ones are assigned. owns
 	// returns nil while the worker still owns the generation's partitions, and an error wrapping
 	// ErrNotOwner once the generation was lost involuntarily (a session expiry, ILLEGAL_GENERATION,
 	// UNKNOWN_MEMBER_ID) or another error when that cannot be confirmed now: a Deduper calls it

@@ -46,6 +46,8 @@ type mapDeduper struct {
 	assigns    map[int32]int
 	revokes    map[int32]int
 	discards   map[int32]int
+	kept       map[int32]int  // how often the partition was assigned and listed by Generation again
+	eager      bool           // the worker rebalances eagerly: Generation comes with nothing assigned
 	generation map[int32]bool // the partitions of the last Generation call; nil before the first
 	gens       int
 	violations []string
@@ -62,16 +64,24 @@ func newMapDeduper(global bool, st *store) *mapDeduper {
 		assigns:    make(map[int32]int),
 		revokes:    make(map[int32]int),
 		discards:   make(map[int32]int),
+		kept:       make(map[int32]int),
 	}
 }
 
-// Generation checks the Deduper contract: every partition of the previous generation
-// must be released by now, and the generation's Assigns must be for the partitions listed.
+// Generation checks the Deduper contract: under the eager protocol every partition of the
+// previous generation must be released by now; under the cooperative one those still assigned
+// are either listed again (kept: counted) or revoked after the call. The generation's Assigns
+// must be for the partitions listed.
 func (d *mapDeduper) Generation(_ int32, parts []int32, _ func(context.Context) error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.active) > 0 {
+	if len(d.active) > 0 && d.eager {
 		d.violations = append(d.violations, fmt.Sprintf("Generation(%v) while %d partitions are assigned", parts, len(d.active)))
+	}
+	for p := range d.active {
+		if slices.Contains(parts, p) {
+			d.kept[p]++
+		}
 	}
 	if !slices.IsSorted(parts) {
 		d.violations = append(d.violations, fmt.Sprintf("Generation(%v): not in ascending order", parts))
@@ -524,4 +534,17 @@ func (h *captureHandler) countIn(full bool, substr string) int {
 		}
 	}
 	return n
+}
+
+// assigned reports whether every partition of ps is assigned (Assign returned, no Revoke or
+// Discard since).
+func (d *mapDeduper) assigned(ps []int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range ps {
+		if _, ok := d.active[int32(p)]; !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -32,6 +32,12 @@ type ownership struct {
 	fresh, lease time.Duration
 
 	lost atomic.Pointer[error]
+	// rejoining: the member is rejoining its group with the generation's partitions still
+	// running (the cooperative protocol). Until the next generation replaces this ownership,
+	// check does not ask the coordinator (which answers for the old generation with errors once
+	// it moved on) and fence ignores such answers; whether the partitions stayed is what the
+	// next generation says (see Worker.generation).
+	rejoining atomic.Bool
 	// confirmed is when the coordinator last accepted a request of the generation (monotonic
 	// nanoseconds since base): read without the lock on every batch.
 	confirmed atomic.Int64
@@ -52,7 +58,7 @@ func newOwnership(client *kafkaio.Client, member kafkaio.Member, fresh, lease ti
 // fence records err if it says the generation was lost (kafkaio.Fenced), and reports whether it
 // did.
 func (o *ownership) fence(err error) bool {
-	if err == nil || !kafkaio.Fenced(err) {
+	if err == nil || !kafkaio.Fenced(err) || o.rejoining.Load() {
 		return false
 	}
 	o.lost.CompareAndSwap(nil, &err)
@@ -68,7 +74,7 @@ func (o *ownership) check(ctx context.Context) error {
 	if err := o.lostErr(); err != nil {
 		return err
 	}
-	if o.sinceConfirmed() < o.fresh {
+	if o.sinceConfirmed() < o.fresh || o.rejoining.Load() {
 		return nil
 	}
 	o.mu.Lock()
@@ -85,6 +91,19 @@ func (o *ownership) check(ctx context.Context) error {
 		return err
 	}
 	return o.askErr
+}
+
+// rejoin says that the member rejoins its group keeping the generation's partitions (see
+// rejoining); rejoinFailed ends that when the rejoin failed, and lose records that the next
+// generation says the partitions were lost.
+func (o *ownership) rejoin() { o.rejoining.Store(true) }
+
+// rejoinFailed ends a rejoin that failed: check asks the coordinator again.
+func (o *ownership) rejoinFailed() { o.rejoining.Store(false) }
+
+// lose records that the generation's partitions were lost, for err: check fails from now on.
+func (o *ownership) lose(err error) {
+	o.lost.CompareAndSwap(nil, &err)
 }
 
 // checkLease is check without the questions that only refresh a confirmation: it asks the

@@ -91,7 +91,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		}
 		st, drained, restart := w.run(gctx, pctx, hard, c, tx, tc, p, start)
 		if restart {
-			w.handBack(pctx, hard, c.own, p, false)
+			w.handBack(pctx, hard, c.ownership(), p, false)
 			if !kafkaio.Sleep(gctx, w.cfg.retry().Delay(restarts)) { // a failure that repeats is not retried hot
 				return
 			}
@@ -275,7 +275,7 @@ func (w *Worker) release(pctx, hard context.Context, c *committer, st *partition
 				"unless the topic takes the record by then", "partition", p, "offset", b.Offset, "refused_by", b.Topic, "reason", b.Reason)
 		}
 	default:
-		outcome = w.handBack(pctx, hard, c.own, p, drained)
+		outcome = w.handBack(pctx, hard, c.ownership(), p, drained)
 		if !drained {
 			attrs = append(attrs, "unacknowledged_records", len(st.out))
 		}

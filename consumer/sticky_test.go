@@ -83,6 +83,22 @@ func complete(a map[int][]int, members, n int) bool {
 	return len(a) == members && len(seen) == n
 }
 
+// waitSettled waits until the newest generation of the workers that logged to logs has them all
+// hold every one of parts partitions, once each of them reached it, and returns it.
+func waitSettled(t *testing.T, logs []*genLog, parts int, timeout time.Duration, what string) int64 {
+	t.Helper()
+	var newest int64
+	eventually(t, timeout, what, func() bool {
+		gens := generations(logs)
+		if len(gens) == 0 {
+			return false
+		}
+		newest = slices.Max(slices.Collect(maps.Keys(gens)))
+		return complete(gens[newest], len(logs), parts)
+	})
+	return newest
+}
+
 // TestStickyAssignmentOnJoin runs two workers, then a third, on kfake with 12 partitions, and
 // counts the partitions that changed owner between the last generation of two workers and the
 // first generation of three, from the generation logs: the sticky balancer moves only the
@@ -96,27 +112,12 @@ func TestStickyAssignmentOnJoin(t *testing.T) {
 	start := func(i int) {
 		workers = append(workers, e.startLogged(e.config(), newMapDeduper(false, nil), keyFuncFor(t, "key"), slog.New(logs[i])))
 	}
-	// settled returns the newest generation in which exactly n workers hold all partitions, once
-	// every one of those workers has reached it.
-	settled := func(n int) (int64, bool) {
-		gens := generations(logs[:n])
-		if len(gens) == 0 {
-			return 0, false
-		}
-		newest := slices.Max(slices.Collect(maps.Keys(gens)))
-		return newest, complete(gens[newest], n, parts)
-	}
 	start(0)
-	eventually(t, 20*time.Second, "worker 0 alone in a generation", func() bool { _, ok := settled(1); return ok })
+	waitSettled(t, logs[:1], parts, 20*time.Second, "worker 0 alone in a generation")
 	start(1)
-	eventually(t, 30*time.Second, "two workers sharing the partitions", func() bool { _, ok := settled(2); return ok })
+	waitSettled(t, logs[:2], parts, 30*time.Second, "two workers sharing the partitions")
 	start(2)
-	var g3 int64
-	eventually(t, 30*time.Second, "three workers sharing the partitions", func() bool {
-		var ok bool
-		g3, ok = settled(3)
-		return ok
-	})
+	g3 := waitSettled(t, logs, parts, 30*time.Second, "three workers sharing the partitions")
 	gens := generations(logs)
 	// The last generation before g3 in which the two first workers held every partition.
 	var g2 int64 = -1

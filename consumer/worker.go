@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -198,9 +199,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	group := kafkaio.NewGroupMember(w.client, w.groupConfig())
+	fl := &fleet{parts: map[int]*running{}, group: group}
 	var fatal error
 	for attempt := 0; fatal == nil && ctx.Err() == nil; {
 		gen, err := group.Join(ctx)
+		if err != nil && len(fl.parts) > 0 {
+			// The partitions kept running for a rejoin that failed: they are released, and the
+			// ownership asks the coordinator whether they may still be saved.
+			fl.own.rejoinFailed()
+			w.releaseAll(fl)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -222,8 +230,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		attempt = 0
-		fatal = w.generation(ctx, hard, group, gen)
+		fatal = w.generation(ctx, hard, gen, fl)
 	}
+	if len(fl.parts) > 0 {
+		fl.own.rejoinFailed()
+	}
+	w.releaseAll(fl)
 	w.leave(hard, group)
 	return fatal
 }
@@ -255,6 +267,7 @@ func (w *Worker) groupConfig() kafkaio.GroupConfig {
 		SessionTimeout:   w.cfg.SessionTimeout,
 		RebalanceTimeout: w.cfg.RebalanceTimeout,
 		Sticky:           w.balancer,
+		Cooperative:      w.cfg.GroupProtocol == GroupCooperative,
 		Backoff:          w.cfg.retry(),
 	}
 }
@@ -372,16 +385,56 @@ func (w *Worker) readLimits(ctx context.Context) {
 	}
 }
 
-// generation runs one consumer group generation: one goroutine per assigned partition plus the
+// fleet is the partitions the worker consumes and the committer of their offsets. Under the
+// eager protocol both end with every generation; under the cooperative one the partitions a new
+// generation leaves with the worker keep running, with the same committer, into it. It is used by
+// Run's goroutine alone.
+type fleet struct {
+	parts  map[int]*running
+	c      *committer  // nil while parts is empty
+	own    *ownership  // the generation the partitions last ran in
+	member string      // the member id of that generation
+	topics topicCounts // the topics' partition counts the partitions run with
+	group  *kafkaio.GroupMember
+}
+
+// running is one partition goroutine of the fleet.
+type running struct {
+	stop context.CancelFunc // ends the partition's assignment: it drains and is released
+	done chan struct{}
+}
+
+// ids returns the fleet's partitions, sorted.
+func (fl *fleet) ids() []int { return slices.Sorted(maps.Keys(fl.parts)) }
+
+// generation runs one consumer group generation: one goroutine per partition it assigns, the
 // committer, and the member's heartbeats (groupHeartbeats), which end the generation when the
-// group rebalances. It returns when all of them finished, after the generation ended (or ctx
-// did). A non-nil error is fatal for Run.
-func (w *Worker) generation(ctx, hard context.Context, group *kafkaio.GroupMember, gen kafkaio.Generation) error {
-	gctx, endGeneration := context.WithCancel(ctx)
-	defer endGeneration()
+// group rebalances. Under the eager protocol every partition is released when the generation
+// ends. Under the cooperative one (gen.Cooperative) the partitions the previous generation left
+// running go on: only those gen does not list are released, before the new ones start, and the
+// generation ends at once after such a release, so that the next rebalance hands them out; when
+// it ends for a rebalance the partitions keep running while the member rejoins. Everything is
+// released when ctx ends or the generation is lost. A non-nil error is fatal for Run.
+func (w *Worker) generation(ctx, hard context.Context, gen kafkaio.Generation, fl *fleet) error {
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool
+	end := func(lostIt bool) {
+		if lostIt {
+			lost.Store(true)
+		}
+		cancel()
+	}
+	if len(fl.parts) > 0 && (!gen.Cooperative || gen.MemberID != fl.member) {
+		// The member was dropped from the group while it rejoined (a new member id), or the
+		// group fell back to an eager protocol, whose assignment may already have given the
+		// partitions to others: they are lost, and dropped unsaved.
+		fl.own.lose(fmt.Errorf("consumer: generation %d (protocol %s, member %s) did not keep the partitions of member %s",
+			gen.ID, gen.Protocol, gen.MemberID, fl.member))
+		w.releaseAll(fl)
+	}
 	ids := gen.Partitions
-	// Claimed in the UserData of the next JoinGroup, which is sent after this generation (and
-	// every partition of it) ended: the partitions stay here if the group allows.
+	// Claimed in the UserData of the next JoinGroup (the eager sticky balancer's claims).
 	w.balancer.SetOwned(gen.ID, map[string][]int{w.cfg.InputTopic: ids})
 	parts := make([]int32, len(ids))
 	for i, id := range ids {
@@ -390,55 +443,149 @@ func (w *Worker) generation(ctx, hard context.Context, group *kafkaio.GroupMembe
 	own := newOwnership(w.client, kafkaio.Member{Group: w.cfg.GroupID, Generation: gen.ID, ID: gen.MemberID},
 		w.cfg.HeartbeatInterval, w.cfg.SessionTimeout)
 	w.own.Store(own)
-	// Heartbeats go on after the generation ended, while the partitions are released: a
-	// coordinator removes a member that did not heartbeat for the session timeout even while it
-	// waits for the members to rejoin, so the release is bounded by the rebalance timeout alone.
-	stopHeartbeats := w.groupHeartbeats(group, gen, own, endGeneration)
+	// Heartbeats go on while partitions are released: a coordinator removes a member that did
+	// not heartbeat for the session timeout even while it waits for the members to rejoin, so
+	// the release is bounded by the rebalance timeout alone.
+	stopHeartbeats := w.groupHeartbeats(fl.group, gen, own, end)
 	defer stopHeartbeats()
 	w.dedup.Generation(gen.ID, parts, own.check)
 	w.obs.Rebalance()
-	w.obs.Assigned(len(ids))
-	w.pendingAssign.Store(int64(len(ids)))
+	kept, revoked := fl.split(ids)
+	if fl.c != nil {
+		fl.c.switchTo(groupCommits{group: fl.group, gen: gen, timeout: w.cfg.SessionTimeout}, own)
+	}
+	fl.own, fl.member = own, gen.MemberID
 	w.inGeneration.Store(true)
 	w.updateReady()
-	w.log.Info("generation started", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
-	defer func() {
-		w.inGeneration.Store(false)
-		w.pendingAssign.Store(0)
-		w.obs.Assigned(0)
-		w.updateReady()
-		w.log.Info("generation ended", "generation", gen.ID, "partitions", ids)
-	}()
-
+	w.log.Info("generation started", "generation", gen.ID, "member", gen.MemberID, "protocol", gen.Protocol,
+		"partitions", ids, "kept", kept, "revoked", revoked)
+	w.releaseParts(fl, revoked)
+	fresh := fl.fresh(ids)
+	w.obs.Assigned(len(fl.parts) + len(fresh))
+	w.pendingAssign.Add(int64(len(fresh))) // not ready until they are assigned
+	w.updateReady()
+	// The connection and topics are checked at every generation: a rebalance is when a group's
+	// members reconnect, and when a broker throttles or refuses them.
 	tc, err := w.topicInfo(gctx)
-	if err != nil {
-		if gctx.Err() != nil {
-			return nil
-		}
+	switch {
+	case err == nil:
+		fl.topics = tc
+		w.startParts(gctx, hard, gen, fl, fresh)
+	case gctx.Err() == nil:
+		w.releaseAll(fl)
 		return err
+	default:
+		w.pendingAssign.Add(-int64(len(fresh)))
+		w.updateReady()
 	}
-	offsets, err := w.startOffsets(gctx, group, ids)
-	if err != nil {
-		return nil // the generation ended
+	fl.group.Own(gen.ID, fl.ids())
+	if len(revoked) == 0 || !gen.Cooperative {
+		// Wait for the generation's end even when no partition was assigned: an early return
+		// would make the group rebalance endlessly.
+		<-gctx.Done()
 	}
+	if !gen.Cooperative || lost.Load() || ctx.Err() != nil {
+		w.releaseAll(fl)
+		return nil
+	}
+	// The partitions keep running while the member rejoins.
+	own.rejoin()
+	if fl.c != nil {
+		fl.c.pause()
+	}
+	w.log.Info("generation ended: rejoining, the partitions keep running", "generation", gen.ID, "partitions", fl.ids())
+	return nil
+}
 
-	c := newCommitter(groupCommits{group: group, gen: gen, timeout: w.cfg.SessionTimeout}, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
-	c.own = own
-	go c.run()
-	var wg sync.WaitGroup
+// split returns the partitions of the fleet that ids keeps, and those it does not (revoked).
+func (fl *fleet) split(ids []int) (kept, revoked []int) {
+	for _, p := range fl.ids() {
+		if slices.Contains(ids, p) {
+			kept = append(kept, p)
+		} else {
+			revoked = append(revoked, p)
+		}
+	}
+	return kept, revoked
+}
+
+// fresh returns the partitions of ids the fleet does not run yet.
+func (fl *fleet) fresh(ids []int) []int {
+	var out []int
 	for _, p := range ids {
-		wg.Add(1)
+		if fl.parts[p] == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startParts starts the partitions fresh, which the fleet does not run yet and which count in
+// pendingAssign, with the committer of gen (a new one if the fleet has none) and the topics'
+// counts fl.topics. It starts nothing when gctx ends before their committed offsets were read.
+func (w *Worker) startParts(gctx, hard context.Context, gen kafkaio.Generation, fl *fleet, fresh []int) {
+	if len(fresh) == 0 {
+		return
+	}
+	offsets, err := w.startOffsets(gctx, fl.group, fresh)
+	if err != nil { // the generation ended
+		w.pendingAssign.Add(-int64(len(fresh)))
+		w.updateReady()
+		return
+	}
+	tc := fl.topics
+	if fl.c == nil {
+		fl.c = newCommitter(groupCommits{group: fl.group, gen: gen, timeout: w.cfg.SessionTimeout}, w.cfg.InputTopic, w.cfg.CommitInterval, w.obs, w.sample)
+		fl.c.own = fl.own
+		go fl.c.run()
+	}
+	for _, p := range fresh {
+		// A partition's assignment outlives the generation under the cooperative protocol: it
+		// ends when the partition is revoked, the generation lost, or ctx (shutdown) ends.
+		pctx, stop := context.WithCancel(context.WithoutCancel(gctx))
+		r := &running{stop: stop, done: make(chan struct{})}
+		fl.parts[p] = r
 		go func() {
-			defer wg.Done()
-			w.partition(gctx, hard, c, tc, int32(p), offsets[p])
+			defer close(r.done)
+			w.partition(pctx, hard, fl.c, tc, int32(p), offsets[p])
 		}()
 	}
-	// Wait for the generation's end even when no partition was assigned: an early return would
-	// make the group rebalance endlessly.
-	<-gctx.Done()
-	wg.Wait()
-	c.close()
-	return nil
+}
+
+// releaseParts ends the assignment of the fleet's partitions ids and waits until they were
+// released (drained, committed, revoked), all at once.
+func (w *Worker) releaseParts(fl *fleet, ids []int) {
+	for _, p := range ids {
+		fl.parts[p].stop()
+	}
+	for _, p := range ids {
+		<-fl.parts[p].done
+		delete(fl.parts, p)
+	}
+	if len(fl.parts) == 0 && fl.c != nil {
+		fl.c.close()
+		fl.c = nil
+	}
+}
+
+// releaseAll releases every partition of the fleet and stops its committer; the member's next
+// subscription owns nothing.
+func (w *Worker) releaseAll(fl *fleet) {
+	if len(fl.parts) == 0 && !w.inGeneration.Load() {
+		return // released already
+	}
+	if fl.c != nil {
+		fl.c.resume() // a pause for a rejoin that did not keep the partitions
+	}
+	w.releaseParts(fl, fl.ids())
+	fl.group.Own(-1, nil)
+	w.inGeneration.Store(false)
+	w.pendingAssign.Store(0)
+	w.obs.Assigned(0)
+	w.updateReady()
+	if fl.own != nil {
+		w.log.Info("generation ended", "generation", fl.own.member.Generation)
+	}
 }
 
 // startOffsets returns where each of partitions starts: its committed offset and the leader epoch
@@ -481,7 +628,7 @@ const partitionWatchInterval = 5 * time.Second
 // fenced and the heartbeats stop), when no heartbeat was answered for SessionTimeout, and, on
 // the group's leader, when the input topic's partition count changed. Every accepted heartbeat
 // confirms own. Failures are logged (sampled) and retried at the next tick.
-func (w *Worker) groupHeartbeats(group *kafkaio.GroupMember, gen kafkaio.Generation, own *ownership, end func()) (stop func()) {
+func (w *Worker) groupHeartbeats(group *kafkaio.GroupMember, gen kafkaio.Generation, own *ownership, end func(lost bool)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -503,16 +650,16 @@ func (w *Worker) groupHeartbeats(group *kafkaio.GroupMember, gen kafkaio.Generat
 				own.confirm(start)
 			case errors.Is(err, kafkaio.ErrRebalanceInProgress):
 				answered = start
-				end()
+				end(false)
 			case own.fence(err):
 				w.log.Info("consumer group generation lost", "generation", gen.ID, "error", err.Error())
-				end()
+				end(true)
 				return
 			case ctx.Err() == nil:
 				w.sample.Log(slog.LevelWarn, "heartbeat", "consumer group heartbeat failed; retrying",
 					"group", w.cfg.GroupID, "generation", gen.ID, "error", err.Error())
 				if time.Since(answered) > w.cfg.SessionTimeout {
-					end() // the session expired meanwhile, most likely: rejoin
+					end(true) // the session expired meanwhile, most likely: rejoin
 				}
 			}
 			if gen.Leader && time.Since(watched) >= partitionWatchInterval {
@@ -530,7 +677,7 @@ func (w *Worker) groupHeartbeats(group *kafkaio.GroupMember, gen kafkaio.Generat
 // watchPartitions reads the input topic's partition count and ends the generation (end) when it
 // differs from count, the count the generation was assigned with (0: unknown, which the first
 // answer sets). It returns the count to compare with next.
-func (w *Worker) watchPartitions(ctx context.Context, count int, end func()) int {
+func (w *Worker) watchPartitions(ctx context.Context, count int, end func(lost bool)) int {
 	mctx, cancel := context.WithTimeout(ctx, w.cfg.SessionTimeout)
 	defer cancel()
 	n, err := kafkaio.PartitionCount(mctx, w.client, w.cfg.InputTopic)
@@ -539,7 +686,7 @@ func (w *Worker) watchPartitions(ctx context.Context, count int, end func()) int
 		return count
 	case count != 0 && n != count:
 		w.log.Info("input topic partition count changed: rejoining the consumer group", "topic", w.cfg.InputTopic, "from", count, "to", n)
-		end()
+		end(false)
 	}
 	return n
 }

@@ -51,6 +51,7 @@ type KafkaConfig struct {
 	DuplicatesContent string        `env:"DUPLICATES_CONTENT" envDefault:"full" desc:"What an audit record keeps of the dropped record: full (key, value, headers and timestamp: a false positive can be re-injected) or headers (its headers and timestamp, without key and value, plus the kdedup-* headers: where and why, at a fraction of the volume)."`
 	GroupID           string        `env:"GROUP_ID" envDefault:"kdedup" desc:"Consumer group. Replicas with the same group split the input partitions."`
 	GroupInstanceID   string        `env:"GROUP_INSTANCE_ID" desc:"Static consumer group membership (KIP-345): a name unique to this replica and stable across its restarts, such as a StatefulSet pod name (letters, digits, '.', '_', '-'). A replica restarted within KAFKA_SESSION_TIMEOUT gets its partitions back with no rebalance; a stopping replica does not leave the group, so its partitions move only once its session expired. Two running replicas must never share one: the second fences the first, which exits. Empty (the default): a dynamic member, which leaves the group when it stops, so scale-in and scale-out move partitions at once."`
+	GroupProtocol     string        `env:"GROUP_PROTOCOL" envDefault:"cooperative" desc:"How the consumer group rebalances: cooperative (KIP-429, the Java client's cooperative-sticky: a replica keeps consuming its partitions through a rebalance and gives up only those that move, which then move in a second, immediate rebalance) or eager (every replica releases every partition, with its final snapshot, and gets its assignment again). A group in which one replica does not offer cooperative (an older kdedup, during a rolling upgrade) rebalances eagerly until it is gone. See docs/operations.md, Scaling out."`
 	ClientID          string        `env:"CLIENT_ID" envDefault:"kdedup" desc:"Client ID sent to the brokers."`
 	StartOffset       string        `env:"START_OFFSET" envDefault:"earliest" desc:"Where a partition without a committed offset starts: earliest or latest."`
 	Isolation         string        `env:"ISOLATION_LEVEL" envDefault:"read_committed" desc:"Which records of transactional producers are read, from the input topic and, for the rebuild and re-warm, the output topic: read_committed (records of committed transactions and non-transactional records, up to the last stable offset; aborted records are skipped, and a transaction left open holds the partition until it ends) or read_uncommitted (every record up to the high watermark, those of aborted and open transactions included). Transaction markers are never records in either."`
@@ -407,6 +408,9 @@ func (k KafkaConfig) validateClient(add func(name, format string, args ...any)) 
 	})) {
 		add("KAFKA_GROUP_INSTANCE_ID", "%q is not a group instance id: at most 249 letters, digits, '.', '_' and '-'", id)
 	}
+	if k.GroupProtocol != string(consumer.GroupEager) && k.GroupProtocol != string(consumer.GroupCooperative) {
+		add("KAFKA_GROUP_PROTOCOL", "%q is not one of %s, %s", k.GroupProtocol, consumer.GroupEager, consumer.GroupCooperative)
+	}
 	if k.StartOffset != "earliest" && k.StartOffset != "latest" {
 		add("KAFKA_START_OFFSET", "%q is not one of earliest, latest", k.StartOffset)
 	}
@@ -591,6 +595,7 @@ func (c Config) consumerFields() consumer.Config {
 		DeadLetterTopic:    k.DeadLetterTopic,
 		GroupID:            k.GroupID,
 		GroupInstanceID:    k.GroupInstanceID,
+		GroupProtocol:      consumer.GroupProtocol(k.GroupProtocol),
 		StartFromLatest:    k.StartOffset == "latest",
 		Isolation:          k.Isolation,
 		SessionTimeout:     k.SessionTimeout,

@@ -92,8 +92,10 @@ type stallMonitor struct {
 	mu    sync.Mutex
 	phase string
 	gaps  map[string][]time.Duration // phase → the longest gap of each partition in it
-	stop  chan struct{}
-	done  chan struct{}
+	// byPart: phase → partition → its longest gap in it
+	byPart map[string]map[int]time.Duration
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 func startStallMonitor(cl testbroker.Broker) *stallMonitor {
@@ -122,6 +124,7 @@ func (m *stallMonitor) run(cl testbroker.Broker) {
 			for phase, byPart := range longest {
 				m.gaps[phase] = slices.Sorted(maps.Values(byPart))
 			}
+			m.byPart = longest
 			m.mu.Unlock()
 			return
 		case <-tick.C:
@@ -162,6 +165,7 @@ func (m *stallMonitor) finish() map[string][]time.Duration {
 type genLine struct {
 	gen      int
 	parts    []int
+	kept     []int // the partitions that kept running from the generation before (cooperative)
 	restores map[string]int
 	rebuilt  int
 }
@@ -183,7 +187,7 @@ func parseWorkerLog(log string) workerLog {
 		var line struct {
 			Level, Msg, Outcome, State, Took string
 			Generation                       int
-			Partitions                       []int
+			Partitions, Kept                 []int
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
@@ -196,7 +200,7 @@ func parseWorkerLog(log string) workerLog {
 		}
 		switch line.Msg {
 		case "generation started":
-			wl.gens = append(wl.gens, genLine{gen: line.Generation, parts: line.Partitions, restores: map[string]int{}})
+			wl.gens = append(wl.gens, genLine{gen: line.Generation, parts: line.Partitions, kept: line.Kept, restores: map[string]int{}})
 		case "state restored":
 			cur().restores[line.Outcome]++
 		case "filter rebuilt from the output topic":
@@ -325,13 +329,14 @@ func (r *scaleRun) inGeneration(alive *worker, what string, names ...string) int
 }
 
 // prepared waits until the workers of names logged how the state of each of their partitions in
-// generation g was prepared (a restore or a rebuild).
+// generation g was prepared (a restore or a rebuild), or that it kept running from the generation
+// before (the cooperative protocol).
 func (r *scaleRun) prepared(alive *worker, g int, names ...string) {
 	r.t.Helper()
 	waitFor(r.t, alive, 60*time.Second, "the partitions' state prepared", func() bool {
 		for _, n := range names {
 			l, _ := parseWorkerLog(r.workers[n].stderr.String()).generation(g)
-			done := l.rebuilt
+			done := l.rebuilt + len(l.kept) // kept: running since the generation before (cooperative)
 			for _, c := range l.restores {
 				done += c
 			}
@@ -359,12 +364,14 @@ func (r *scaleRun) owners(g int, names ...string) map[int]string {
 type scaleResult struct {
 	outputCheck
 	unique, produced int
-	moved            int            // partitions that changed owner when the third replica joined
-	retained, loaded int            // at the join, partitions kept in memory / restored from the store, on the two old replicas
-	rebuilt          int            // filters rebuilt from the output topic, all replicas
-	restores         map[string]int // every restore by outcome
-	longestRelease   time.Duration  // the longest partition release
-	releases         int            // partition releases logged
+	moved            int             // partitions that changed owner when the third replica joined
+	stayed           []int           // partitions that did not
+	stayedStalls     []time.Duration // the join's output pause of each partition that stayed, sorted
+	retained, loaded int             // at the join, partitions kept in memory or running / restored from the store, on the two old replicas
+	rebuilt          int             // filters rebuilt from the output topic, all replicas
+	restores         map[string]int  // every restore by outcome
+	longestRelease   time.Duration   // the longest partition release
+	releases         int             // partition releases logged
 	stalls           map[string][]time.Duration
 	disorder         []string // output partitions whose records are out of input order
 	problems         []string // failed releases, checkpoint and revoke errors logged by the workers
@@ -431,6 +438,10 @@ func (r *scaleRun) run(records, per int, seed uint64) scaleResult {
 		}
 	}
 	res.stalls = r.mon.finish()
+	for _, p := range res.stayed {
+		res.stayedStalls = append(res.stayedStalls, r.mon.byPart["join"][p])
+	}
+	slices.Sort(res.stayedStalls)
 	res.unique, res.produced = len(stream.unique), stream.n
 	res.outputCheck = checkOutput(t, r.cl, stream.unique)
 	res.disorder = r.checkOrder()
@@ -447,11 +458,13 @@ func (r *scaleRun) countMoves(g0, g1 int, res *scaleResult) int {
 	for p := range scalePartitions {
 		if before[p] != after[p] {
 			moved++
+		} else {
+			res.stayed = append(res.stayed, p)
 		}
 	}
 	for _, n := range []string{"w1", "w2"} {
 		l, _ := parseWorkerLog(r.workers[n].stderr.String()).generation(g1)
-		res.retained += l.restores["retained"]
+		res.retained += l.restores["retained"] + len(l.kept)
 		res.loaded += l.restores["warm"] + l.restores["fallback"]
 	}
 	r.t.Logf("join: generation %d %v → generation %d %v: %d partitions moved", g0, before, g1, after, moved)
@@ -519,6 +532,14 @@ func describeStalls(stalls map[string][]time.Duration) string {
 	return b.String()
 }
 
+// describeGaps formats the median and the longest of sorted gaps.
+func describeGaps(g []time.Duration) string {
+	if len(g) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("median %v, max %v", g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
+}
+
 // TestScaleOut runs the scale-out scenario with each kind of checkpoint store and proves that no
 // duplicate leaks and no record is lost (the false-positive rate of 1e-9 over ~40k identities
 // makes the allowance 0), that the output keeps the input order of every partition, that a
@@ -527,7 +548,9 @@ func describeStalls(stalls map[string][]time.Duration) string {
 // release budget. It logs the output pause each event caused. Under -short it runs only the
 // shared-directory variant, with fewer records. KDEDUP_SCALEOUT_BASELINE=1 adds the per-replica
 // variant without the rebuild and asserts that it leaks duplicates, which shows that the scenario
-// exercises what the rebuild protects against. KDEDUP_SCALEOUT_WORKER_ENV="NAME=value,..." adds
+// exercises what the rebuild protects against. KDEDUP_SCALEOUT_EAGER=1 runs every variant a second
+// time with KAFKA_GROUP_PROTOCOL=eager, the baseline of the cooperative default's pauses.
+// KDEDUP_SCALEOUT_WORKER_ENV="NAME=value,..." adds
 // to the workers' environment, for measurements with other windows, such as the default one:
 //
 //	KDEDUP_SCALEOUT_WORKER_ENV=DEDUP_WINDOW_COUNT=8,DEDUP_WINDOW_INTERVAL=15m,DEDUP_WINDOW_CAPACITY=1000000,DEDUP_FALSE_POSITIVE_RATE=1e-6 \
@@ -542,77 +565,95 @@ func TestScaleOut(t *testing.T) {
 	if os.Getenv("KDEDUP_SCALEOUT_BASELINE") == "1" {
 		variants = append(variants, noRebuild)
 	}
+	protocols := []string{""} // the default (cooperative)
+	if os.Getenv("KDEDUP_SCALEOUT_EAGER") == "1" {
+		protocols = append(protocols, "eager")
+	}
 	for _, v := range variants {
-		t.Run(string(v), func(t *testing.T) {
-			t.Parallel()
-			cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": scalePartitions, "out": scalePartitions}})
-			base := restartEnviron(cl, "", "partition")
-			base["CHECKPOINT_INTERVAL"] = "500ms"
-			// A release budget of 8.9s: the race-built workers on a busy 2-core machine need it; a
-			// rebalance still completes as soon as every member rejoined.
-			base["KAFKA_REBALANCE_TIMEOUT"] = "10s"
-			for _, kv := range strings.Split(os.Getenv("KDEDUP_SCALEOUT_WORKER_ENV"), ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					base[k] = v
-				}
+		for _, proto := range protocols {
+			name := string(v)
+			if proto != "" {
+				name += ", " + proto
 			}
-			switch v {
-			case sharedDir:
-				base["CHECKPOINT_DIR"] = t.TempDir()
-			case noRebuild:
-				base["CHECKPOINT_REBUILD_MAX_RECORDS"] = "0"
-			case objectS3:
-				moto := s3test.StartMoto(t)
-				moto.CreateBucket(t, "scaleout")
-				maps.Copy(base, map[string]string{
-					"CHECKPOINT_URL": "s3://scaleout/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
-					"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-				})
-			}
-			r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
-			res := r.run(records, per, restartSeed(t))
-			t.Logf("%s: %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
-				"(%d kept in memory, %d restored on the old replicas); restores %v, %d rebuilt from the output topic; "+
-				"%d partition releases, the longest %v; output pause per partition:%s took %v",
-				v, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
-				res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), res.took.Round(time.Millisecond))
-			if v == noRebuild {
-				if res.leaked == 0 {
-					t.Error("no duplicate leaked without the rebuild: the scenario does not exercise moves to replicas without the snapshot")
-				}
-				return
-			}
-			if res.leaked != 0 {
-				t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
-			}
-			if res.lost != 0 {
-				t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
-			}
-			for _, d := range res.disorder {
-				t.Errorf("output out of input order: %s", d)
-			}
-			if limit := (scalePartitions+2)/3 + 1; res.moved > limit {
-				t.Errorf("the join moved %d partitions, want at most ⌈%d/3⌉+1 = %d", res.moved, scalePartitions, limit)
-			}
-			if res.loaded != 0 || res.retained != scalePartitions-res.moved {
-				t.Errorf("at the join the old replicas restored %d partitions from the store and kept %d in memory; want 0 and the %d that stayed",
-					res.loaded, res.retained, scalePartitions-res.moved)
-			}
-			if v == perReplica && res.rebuilt == 0 {
-				t.Error("no filter was rebuilt from the output topic with a directory per replica")
-			}
-			rebalance, _ := time.ParseDuration(base["KAFKA_REBALANCE_TIMEOUT"])
-			heartbeat, _ := time.ParseDuration(base["KAFKA_HEARTBEAT_INTERVAL"])
-			budget := rebalance - heartbeat - min(rebalance/10, time.Second) // the worker's release budget
-			if res.longestRelease > budget {
-				t.Errorf("a partition release took %v, over the release budget %v", res.longestRelease, budget)
-			}
-			for _, p := range res.problems {
-				t.Errorf("worker log: %s", p)
-			}
-			for _, e := range res.otherErrors {
-				t.Logf("worker log: %s", e)
-			}
+			t.Run(name, func(t *testing.T) { scaleOut(t, v, proto, records, per) })
+		}
+	}
+}
+
+// scaleOut runs the scale-out scenario of variant v with the workers' KAFKA_GROUP_PROTOCOL set
+// to proto (empty: the default), and checks its result (see TestScaleOut).
+func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
+	t.Parallel()
+	cl := testbroker.Start(t, testbroker.Fake, testbroker.Options{Topics: map[string]int32{"in": scalePartitions, "out": scalePartitions}})
+	base := restartEnviron(cl, "", "partition")
+	base["CHECKPOINT_INTERVAL"] = "500ms"
+	// A release budget of 8.9s: the race-built workers on a busy 2-core machine need it; a
+	// rebalance still completes as soon as every member rejoined.
+	base["KAFKA_REBALANCE_TIMEOUT"] = "10s"
+	if proto != "" {
+		base["KAFKA_GROUP_PROTOCOL"] = proto
+	}
+	for _, kv := range strings.Split(os.Getenv("KDEDUP_SCALEOUT_WORKER_ENV"), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			base[k] = v
+		}
+	}
+	switch v {
+	case sharedDir:
+		base["CHECKPOINT_DIR"] = t.TempDir()
+	case noRebuild:
+		base["CHECKPOINT_REBUILD_MAX_RECORDS"] = "0"
+	case objectS3:
+		moto := s3test.StartMoto(t)
+		moto.CreateBucket(t, "scaleout")
+		maps.Copy(base, map[string]string{
+			"CHECKPOINT_URL": "s3://scaleout/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
+			"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
 		})
+	}
+	r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
+	res := r.run(records, per, restartSeed(t))
+	t.Logf("%s (protocol %q): %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
+		"(%d kept in memory, %d restored on the old replicas); restores %v, %d rebuilt from the output topic; "+
+		"%d partition releases, the longest %v; output pause per partition:%s the join's of the %d partitions that stayed: %s; took %v",
+		v, proto, res.produced, res.unique, res.records, res.leaked, res.lost, res.moved, res.retained, res.loaded,
+		res.restores, res.rebuilt, res.releases, res.longestRelease, describeStalls(res.stalls), len(res.stayed),
+		describeGaps(res.stayedStalls), res.took.Round(time.Millisecond))
+	if v == noRebuild {
+		if res.leaked == 0 {
+			t.Error("no duplicate leaked without the rebuild: the scenario does not exercise moves to replicas without the snapshot")
+		}
+		return
+	}
+	if res.leaked != 0 {
+		t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
+	}
+	if res.lost != 0 {
+		t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
+	}
+	for _, d := range res.disorder {
+		t.Errorf("output out of input order: %s", d)
+	}
+	if limit := (scalePartitions+2)/3 + 1; res.moved > limit {
+		t.Errorf("the join moved %d partitions, want at most ⌈%d/3⌉+1 = %d", res.moved, scalePartitions, limit)
+	}
+	if res.loaded != 0 || res.retained != scalePartitions-res.moved {
+		t.Errorf("at the join the old replicas restored %d partitions from the store and kept %d in memory; want 0 and the %d that stayed",
+			res.loaded, res.retained, scalePartitions-res.moved)
+	}
+	if v == perReplica && res.rebuilt == 0 {
+		t.Error("no filter was rebuilt from the output topic with a directory per replica")
+	}
+	rebalance, _ := time.ParseDuration(base["KAFKA_REBALANCE_TIMEOUT"])
+	heartbeat, _ := time.ParseDuration(base["KAFKA_HEARTBEAT_INTERVAL"])
+	budget := rebalance - heartbeat - min(rebalance/10, time.Second) // the worker's release budget
+	if res.longestRelease > budget {
+		t.Errorf("a partition release took %v, over the release budget %v", res.longestRelease, budget)
+	}
+	for _, p := range res.problems {
+		t.Errorf("worker log: %s", p)
+	}
+	for _, e := range res.otherErrors {
+		t.Logf("worker log: %s", e)
 	}
 }

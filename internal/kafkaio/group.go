@@ -67,6 +67,13 @@ type GroupConfig struct {
 	// agrees on one. The group uses the first strategy every member lists; the leader assigns
 	// with it. Default (nil): range alone.
 	Sticky *StickyBalancer
+	// Cooperative, when set, lists CooperativeProtocol (KIP-429) before the others: when every
+	// member lists it, the group chooses it, and the member keeps the partitions it owns through
+	// a rebalance (the caller revokes only those the next generation does not give it back; see
+	// Generation.Cooperative and Own). A group with one member that does not list it (a rolling
+	// upgrade) agrees on the next eager protocol instead, and every member then rebalances
+	// eagerly. Default: eager protocols alone.
+	Cooperative bool
 	// Backoff paces the retries of a request whose coordinator moved or is loading (see
 	// coordinatorRetry). Default: the zero Backoff's.
 	Backoff Backoff
@@ -112,6 +119,11 @@ type Generation struct {
 	// the topic had then (0 for members other than the leader).
 	Leader bool
 	Count  int
+	// Cooperative says that the group chose CooperativeProtocol: the member kept its partitions
+	// through the rebalance, must revoke those it owns and Partitions does not list, keeps the
+	// others running, and must rejoin at once when it revoked any. Otherwise the rebalance was
+	// eager: the member had to give up every partition before it joined.
+	Cooperative bool
 }
 
 // Committed is a committed offset: the next offset to read and the leader epoch of the record
@@ -131,6 +143,10 @@ type GroupMember struct {
 
 	mu       sync.Mutex
 	memberID string
+	// owned and ownedGen are the partitions the member owns and the generation it got them in,
+	// as Own set them (or adopt found them): the owned partitions of its cooperative subscription.
+	owned    []int
+	ownedGen int32
 	versions map[int16]int16 // negotiated request versions, by API key
 	adopted  bool            // a static member asked for its previous incarnation's subscription
 }
@@ -141,7 +157,19 @@ func NewGroupMember(client *kafka.Client, cfg GroupConfig) *GroupMember {
 	if cfg.Sticky != nil {
 		b = []kafka.GroupBalancer{cfg.Sticky, kafka.RangeGroupBalancer{}}
 	}
-	return &GroupMember{client: client, cfg: cfg, balancers: b, versions: map[int16]int16{}}
+	if cfg.Cooperative {
+		b = append([]kafka.GroupBalancer{cooperativeBalancer{}}, b...)
+	}
+	return &GroupMember{client: client, cfg: cfg, balancers: b, versions: map[int16]int16{}, ownedGen: -1}
+}
+
+// Own records the partitions the member owns, got in generation, for the owned partitions of its
+// next cooperative subscription (Join). The caller calls it whenever what it owns changes: after
+// each generation's revocations and assignments, and with none once it gave everything up.
+func (m *GroupMember) Own(generation int32, partitions []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.owned, m.ownedGen = slices.Clone(partitions), generation
 }
 
 // FirstOffset and LastOffset stand for a partition's log start and its end where an offset is
@@ -268,12 +296,41 @@ func (m *GroupMember) adopt(ctx context.Context) {
 			if meta.ReadFrom(mem.ProtocolMetadata) != nil {
 				return
 			}
+			if g.Protocol == CooperativeProtocol && m.cfg.Cooperative {
+				m.adoptOwned(&meta)
+			}
 			for _, b := range m.balancers {
 				if a, ok := b.(interface{ Adopt([]byte) }); ok && b.ProtocolName() == g.Protocol {
 					a.Adopt(meta.UserData)
 				}
 			}
 		}
+	}
+}
+
+// adoptOwned takes over the owned partitions of a previous incarnation's cooperative
+// subscription, so that the member's first JoinGroup repeats it (see adopt). Claiming them is
+// safe: no other member gets a partition this member claims before it revoked it, and the caller
+// starts the partitions it is given, so claimed ones end up either running here or released.
+func (m *GroupMember) adoptOwned(meta *kmsg.ConsumerMemberMetadata) {
+	var owned []int
+	for _, op := range meta.OwnedPartitions {
+		if op.Topic == m.cfg.Topic {
+			for _, p := range op.Partitions {
+				owned = append(owned, int(p))
+			}
+		}
+	}
+	gen := int32(-1)
+	if meta.Version >= 2 {
+		gen = meta.Generation
+	}
+	m.Own(gen, owned)
+	// The eager sticky protocol's claims, which the member's JoinGroup lists too, were the same
+	// partitions and generation (the consumer's Worker sets both at every generation): a
+	// coordinator that compares every protocol's metadata sees no change either.
+	if m.cfg.Sticky != nil {
+		m.cfg.Sticky.Adopt(encodeClaims(claims{generation: gen, owned: map[string][]int{m.cfg.Topic: owned}}))
 	}
 }
 
@@ -305,6 +362,7 @@ func (m *GroupMember) joinOnce(ctx context.Context) (Generation, bool, error) {
 	if res.Protocol != nil {
 		gen.Protocol = *res.Protocol
 	}
+	gen.Cooperative = gen.Protocol == CooperativeProtocol
 	var assignments []kmsg.SyncGroupRequestGroupAssignment
 	if gen.Leader && !res.SkipAssignment {
 		if assignments, gen.Count, err = m.assign(ctx, gen.Protocol, res.Members); err != nil {
@@ -330,6 +388,11 @@ func (m *GroupMember) joinRequest() (*kmsg.JoinGroupRequest, error) {
 			}
 		}
 		meta := kmsg.ConsumerMemberMetadata{Topics: []string{m.cfg.Topic}, UserData: userData}
+		if b.ProtocolName() == CooperativeProtocol {
+			m.mu.Lock()
+			meta = coopSubscription(m.cfg.Topic, m.ownedGen, m.owned)
+			m.mu.Unlock()
+		}
 		p := kmsg.NewJoinGroupRequestProtocol()
 		p.Name, p.Metadata = b.ProtocolName(), meta.AppendTo(nil)
 		req.Protocols = append(req.Protocols, p)
@@ -363,6 +426,9 @@ func (m *GroupMember) assign(ctx context.Context, name string, members []kmsg.Jo
 			return nil, 0, fmt.Errorf("kafkaio: group %q member %s sent metadata that cannot be read: %w", m.cfg.Group, mem.MemberID, err)
 		}
 		gm[j] = kafka.GroupMember{ID: mem.MemberID, Topics: meta.Topics, UserData: meta.UserData}
+		if name == CooperativeProtocol {
+			gm[j].UserData = ownedClaims(&meta) // the owned partitions, as the sticky claims
+		}
 	}
 	parts := make([]kafka.Partition, n)
 	for p := range parts {

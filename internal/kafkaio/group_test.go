@@ -227,3 +227,123 @@ func TestTxnOffsetCommitEpoch(t *testing.T) {
 		}
 	})
 }
+
+// coopMember returns a member of group g on topic t of b that offers the cooperative protocol
+// when coop (and the eager ones after it either way).
+func coopMember(b testbroker.Broker, coop bool) *kafkaio.GroupMember {
+	cfg := kafkaio.GroupConfig{Group: b.Name("g"), Topic: b.Name("t"), SessionTimeout: 10 * time.Second,
+		RebalanceTimeout: 20 * time.Second, Sticky: &kafkaio.StickyBalancer{}, Cooperative: coop}
+	return kafkaio.NewGroupMember(kafkaio.Conn{Brokers: b.Addrs()}.Client(10*time.Second), cfg)
+}
+
+// TestCooperativeScaleOut proves on each broker the cooperative protocol's scale-out: a third
+// member joins two; in the first rebalance the old members keep every partition they keep for
+// good, and no partition is given to the newcomer while its owner holds it; the members that lost
+// partitions rejoin at once, and the second rebalance hands them to the newcomer. A member that
+// offers only eager protocols (an older version) makes the group agree on an eager one.
+func TestCooperativeScaleOut(t *testing.T) {
+	testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 12}}, func(t *testing.T, b testbroker.Broker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		ms := []*kafkaio.GroupMember{coopMember(b, true), coopMember(b, true)}
+		gens := joinAll(t, ctx, ms[0])
+		gens = rejoin(t, ctx, gens, ms[:1], ms[1])
+		checkSplit(t, 12, gens...)
+		for i, g := range gens {
+			if !g.Cooperative || g.Protocol != kafkaio.CooperativeProtocol {
+				t.Fatalf("member %d: generation %+v, want the cooperative protocol", i, g)
+			}
+			ms[i].Own(g.ID, g.Partitions)
+		}
+		before := [][]int{gens[0].Partitions, gens[1].Partitions}
+
+		ms = append(ms, coopMember(b, true))
+		first := rejoin(t, ctx, gens, ms[:2], ms[2])
+		owner := map[int]int{}
+		for i, g := range first {
+			for _, p := range g.Partitions {
+				owner[p] = i
+			}
+		}
+		revoked := 0
+		for i := range 2 {
+			for _, p := range before[i] {
+				if o, ok := owner[p]; ok && o != i {
+					t.Fatalf("partition %d given to member %d in the generation that takes it from member %d: %+v", p, o, i, first)
+				}
+				if _, ok := owner[p]; !ok {
+					revoked++
+				}
+			}
+			if len(first[i].Partitions) < 4 {
+				t.Fatalf("member %d kept %v of %v, want at least 4", i, first[i].Partitions, before[i])
+			}
+			ms[i].Own(first[i].ID, first[i].Partitions)
+		}
+		if len(first[2].Partitions) != 0 || revoked != 4 {
+			t.Fatalf("first rebalance: newcomer got %v and %d partitions were revoked, want none and 4: %+v", first[2].Partitions, revoked, first)
+		}
+		// The members that revoked rejoin at once (their subscription changed), which starts the
+		// second rebalance.
+		second := joinAll(t, ctx, ms...)
+		checkSplit(t, 12, second...)
+		for i, g := range second {
+			if len(g.Partitions) != 4 {
+				t.Fatalf("second rebalance: member %d got %v, want 4: %+v", i, g.Partitions, second)
+			}
+			if i < 2 && !slices.Equal(g.Partitions, first[i].Partitions) {
+				t.Fatalf("second rebalance moved member %d's partitions from %v to %v", i, first[i].Partitions, g.Partitions)
+			}
+			ms[i].Own(g.ID, g.Partitions)
+		}
+
+		// An older member that offers only eager protocols: the group agrees on one.
+		old := coopMember(b, false)
+		mixed := rejoin(t, ctx, second, ms, old)
+		for i, g := range mixed {
+			if g.Cooperative || g.Protocol != kafkaio.StickyProtocol {
+				t.Fatalf("mixed group: member %d in %+v, want the eager sticky protocol", i, g)
+			}
+		}
+		checkSplit(t, 12, mixed...)
+	})
+}
+
+// TestCooperativeStaticRestart proves on each broker that a static member of a cooperative group
+// restarted in a new process (which adopts the owned partitions and sticky claims its instance id
+// joined with) rejoins the generation it left, with its partitions: no rebalance.
+func TestCooperativeStaticRestart(t *testing.T) {
+	testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 4}}, func(t *testing.T, b testbroker.Broker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		member := func() (*kafkaio.GroupMember, *kafkaio.StickyBalancer) {
+			sticky := &kafkaio.StickyBalancer{}
+			cfg := kafkaio.GroupConfig{Group: b.Name("g"), Topic: b.Name("t"), InstanceID: "s1", SessionTimeout: 10 * time.Second,
+				RebalanceTimeout: 20 * time.Second, Sticky: sticky, Cooperative: true}
+			return kafkaio.NewGroupMember(kafkaio.Conn{Brokers: b.Addrs()}.Client(10*time.Second), cfg), sticky
+		}
+		m, sticky := member()
+		g, err := m.Join(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As the Worker does: claim what the generation gave, and rejoin (which registers the
+		// subscription that owns them).
+		m.Own(g.ID, g.Partitions)
+		sticky.SetOwned(g.ID, map[string][]int{b.Name("t"): g.Partitions})
+		if g, err = m.Join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !g.Cooperative || len(g.Partitions) != 4 {
+			t.Fatalf("generation %+v, want the cooperative protocol and all 4 partitions", g)
+		}
+		restarted, _ := member()
+		got, err := restarted.Join(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != g.ID || !slices.Equal(got.Partitions, g.Partitions) {
+			t.Fatalf("restarted static member joined %+v, want generation %d with %v", got, g.ID, g.Partitions)
+		}
+	})
+}

@@ -45,8 +45,10 @@ const stickyVersion = 1
 // joining a group of two moves at most ⌊P/3⌋ partitions: the two old members
 // keep theirs up to the new quotas.
 //
-// The rebalance protocol stays eager (kafka-go revokes everything at the end
-// of each generation); list a protocol every member version supports, such as
+// Its protocol is eager: every member revokes everything at the end of each
+// generation (CooperativeProtocol applies the same rules incrementally, with
+// the owned partitions of the subscription as claims). List a protocol every
+// member version supports, such as
 // kafka.RangeGroupBalancer, after this one so that a group mixing members
 // with and without StickyBalancer still agrees (on the fallback). A
 // StickyBalancer is safe for concurrent use; its zero value claims nothing.
