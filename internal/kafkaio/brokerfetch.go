@@ -45,21 +45,24 @@ type brokerFetcher struct {
 	wake chan struct{} // capacity 1: a want was added
 
 	mu      sync.Mutex
-	pending map[topicPartition]*want   // the next request's wants, one per partition
-	queued  map[topicPartition][]*want // wants of partitions with one pending already (two readers of one partition), in order
+	pending map[topicPartition]*want     // the next request's wants, one per partition
+	queued  map[topicPartition][]*want   // wants of partitions with one pending already (two readers of one partition), in order
+	busy    map[topicPartition]time.Time // partitions answered with records whose reader has not wanted more yet, and when
 
 	// Owned by run.
 	round   uint64
 	session fetchSession
 	seen    map[topicPartition]seenOffsets
-	bufs    bufferPool // response buffers, keeping one: every answer is copied out before the next request
-	batch   []*want    // the wants of the request in flight
+	bufs    bufferPool    // response buffers, keeping one: every answer is copied out before the next request
+	batch   []*want       // the wants of the request in flight
+	wait    time.Duration // how long the broker may hold the request in flight (requestWait)
 }
 
 func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 	return &brokerFetcher{
 		pool: p, id: id, wake: make(chan struct{}, 1),
 		pending: map[topicPartition]*want{}, queued: map[topicPartition][]*want{}, seen: map[topicPartition]seenOffsets{},
+		busy:    map[topicPartition]time.Time{},
 		session: fetchSession{sent: map[topicPartition]sentPartition{}},
 		// One request is in flight at a time and its buffer comes back before the next is read,
 		// so one free buffer (the largest) serves every response; more would hold a broker-wide
@@ -73,6 +76,7 @@ func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 func (b *brokerFetcher) add(w *want) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.busy, w.tp)
 	if b.pending[w.tp] != nil {
 		b.queued[w.tp] = append(b.queued[w.tp], w)
 		return
@@ -128,7 +132,32 @@ func (b *brokerFetcher) answer(w *want, r wantResult) {
 		return
 	}
 	b.promote(w.tp)
+	if r.err == nil && r.res != nil && len(r.res.part.RecordBatches) > 0 {
+		b.busy[w.tp] = time.Now()
+	}
 	w.done <- r
+}
+
+// busyFetchWait is how long a broker holds a request while a partition of the fetcher is busy:
+// answered with records, its reader still taking them. Such a partition wants more soon, and its
+// want waits for the request in flight; a request held MaxWait for the idle partitions would make
+// it wait that long (the tail of a drain, where some partitions are done and others are not).
+const busyFetchWait = 10 * time.Millisecond
+
+// requestWait returns how long the next request may be held by the broker: busyFetchWait while
+// a partition answered with records less than MaxWait ago has not wanted more yet, else MaxWait.
+// A partition busy for longer (its consumer is slow or blocked) no longer shortens it, so an idle
+// broker is not polled every busyFetchWait for a partition that does not move. b is locked.
+func (b *brokerFetcher) requestWait(now time.Time) time.Duration {
+	wait := b.pool.cfg.MaxWait
+	for tp, since := range b.busy {
+		if now.Sub(since) >= b.pool.cfg.MaxWait {
+			delete(b.busy, tp)
+			continue
+		}
+		wait = min(wait, busyFetchWait)
+	}
+	return wait
 }
 
 // run sends requests while partitions wait, until ctx ends; then it fails what waits.
@@ -168,6 +197,7 @@ func (b *brokerFetcher) collect(ctx context.Context) bool {
 		b.mu.Lock()
 		if len(b.pending) > 0 {
 			b.round++
+			b.wait = b.requestWait(time.Now())
 			b.batch = b.batch[:0]
 			for _, w := range b.pending {
 				w.round = b.round
@@ -261,8 +291,8 @@ func copyPartition(w *want, part *kmsg.FetchResponseTopicPartition) *fetchRespon
 // plus FetchSlack.
 func (b *brokerFetcher) roundTrip(ctx context.Context) (*brokerFetchResponse, error) {
 	p := b.pool
-	req := b.session.build(b.batch, p.cfg, p.requestMaxBytes())
-	rctx, cancel := context.WithTimeout(ctx, p.cfg.MaxWait+FetchSlack)
+	req := b.session.build(b.batch, p.cfg, b.wait, p.requestMaxBytes())
+	rctx, cancel := context.WithTimeout(ctx, b.wait+FetchSlack)
 	defer cancel()
 	rt := p.client.Transport
 	if rt == nil {
@@ -304,13 +334,13 @@ func (*fetchSession) expired(code int16) bool {
 	return code == int16(kafka.FetchSessionIDNotFound) || code == int16(kafka.InvalidFetchSessionEpoch)
 }
 
-// build returns the request for wants, of at most maxBytes: every partition in a full fetch; else the partitions whose
+// build returns the request for wants, of at most maxBytes, held by the broker at most wait: every partition in a full fetch; else the partitions whose
 // fetch offset or size changed, and the partitions of the session no want names any more,
 // forgotten.
-func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig, maxBytes int32) *kmsg.FetchRequest {
+func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig, wait time.Duration, maxBytes int32) *kmsg.FetchRequest {
 	req := kmsg.NewFetchRequest()
 	req.ReplicaID = -1
-	req.MaxWaitMillis = int32(cfg.MaxWait.Milliseconds())
+	req.MaxWaitMillis = int32(wait.Milliseconds())
 	req.MinBytes = 1
 	req.MaxBytes = maxBytes
 	if cfg.Isolation.committed() {
