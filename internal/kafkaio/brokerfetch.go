@@ -53,7 +53,7 @@ type brokerFetcher struct {
 	round   uint64
 	session fetchSession
 	seen    map[topicPartition]seenOffsets
-	bufs    bufferPool    // response buffers, keeping one: every answer is copied out before the next request
+	bufs    bufferPool    // response frames (sharedFrame), keeping two free
 	batch   []*want       // the wants of the request in flight
 	wait    time.Duration // how long the broker may hold the request in flight (requestWait)
 }
@@ -64,10 +64,11 @@ func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 		pending: map[topicPartition]*want{}, queued: map[topicPartition][]*want{}, seen: map[topicPartition]seenOffsets{},
 		busy:    map[topicPartition]time.Time{},
 		session: fetchSession{sent: map[topicPartition]sentPartition{}},
-		// One request is in flight at a time and its buffer comes back before the next is read,
-		// so one free buffer (the largest) serves every response; more would hold a broker-wide
-		// response's worth (up to FetchPoolConfig.MaxBytes) each for nothing.
-		bufs: bufferPool{keep: 1, acct: p.acct},
+		// One request is in flight at a time, and its frame comes back once its partitions' readers
+		// took their records (while the next responses are read): two free frames serve a
+		// steady stream; more would hold a broker-wide response's worth (up to
+		// FetchPoolConfig.MaxBytes) each for nothing.
+		bufs: bufferPool{keep: 2, acct: p.acct},
 	}
 }
 
@@ -127,7 +128,7 @@ func (b *brokerFetcher) promote(tp topicPartition) {
 func (b *brokerFetcher) answer(w *want, r wantResult) {
 	if b.pending[w.tp] != w {
 		if r.res != nil {
-			w.bufs.put(r.res.buf)
+			r.res.free(w.bufs)
 		}
 		return
 	}
@@ -164,6 +165,10 @@ func (b *brokerFetcher) requestWait(now time.Time) time.Duration {
 func (b *brokerFetcher) run(ctx context.Context) {
 	for b.collect(ctx) {
 		res, err := b.roundTrip(ctx)
+		var frame *sharedFrame
+		if res != nil {
+			frame = newSharedFrame(res.buf, &b.bufs)
+		}
 		switch {
 		case err != nil:
 			b.session.reset()
@@ -175,10 +180,10 @@ func (b *brokerFetcher) run(ctx context.Context) {
 			b.fail(fmt.Errorf("kafkaio: fetch from broker %d: %w", b.id, kafka.Error(res.resp.ErrorCode)))
 		default:
 			b.session.advance(res)
-			b.dispatch(res)
+			b.dispatch(res, frame)
 		}
-		if res != nil {
-			b.bufs.put(res.buf)
+		if frame != nil {
+			frame.release() // the frame stays while the answers of its partitions hold it
 		}
 	}
 	b.mu.Lock()
@@ -228,14 +233,14 @@ func (b *brokerFetcher) fail(err error) {
 // dispatch hands the partitions of res to their wants: those with records or an error, and
 // those that waited MaxWait (answered without records). A want whose partition the broker has
 // not answered since it was added, after MaxWait, makes the next request a full one.
-func (b *brokerFetcher) dispatch(res *brokerFetchResponse) {
+func (b *brokerFetcher) dispatch(res *brokerFetchResponse, frame *sharedFrame) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range res.resp.Topics {
 		t := &res.resp.Topics[i]
 		for j := range t.Partitions {
-			b.partitionAnswer(topicPartition{t.Topic, int(t.Partitions[j].Partition)}, &t.Partitions[j], now)
+			b.partitionAnswer(topicPartition{t.Topic, int(t.Partitions[j].Partition)}, &t.Partitions[j], frame, now)
 		}
 	}
 	for _, w := range b.batch {
@@ -249,13 +254,13 @@ func (b *brokerFetcher) dispatch(res *brokerFetchResponse) {
 		}
 		part := &kmsg.FetchResponseTopicPartition{Partition: int32(w.tp.partition), HighWatermark: seen.hwm,
 			LastStableOffset: seen.lso, LogStartOffset: seen.logStart}
-		b.answer(w, wantResult{res: &fetchResponse{buf: w.bufs.get(0), part: part, from: w.offset}})
+		b.answer(w, wantResult{res: &fetchResponse{part: part, from: w.offset}})
 	}
 }
 
 // partitionAnswer records the offsets of one partition's part of a response and hands it to the
 // partition's want when it has records or an error, or the want waited MaxWait. b is locked.
-func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchResponseTopicPartition, now time.Time) {
+func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchResponseTopicPartition, frame *sharedFrame, now time.Time) {
 	if part.ErrorCode == 0 {
 		b.seen[tp] = seenOffsets{hwm: part.HighWatermark, lso: part.LastStableOffset, logStart: part.LogStartOffset}
 	}
@@ -266,7 +271,7 @@ func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchRespo
 	if part.ErrorCode == 0 && len(part.RecordBatches) == 0 && now.Sub(w.since) < b.pool.cfg.MaxWait {
 		return
 	}
-	res := copyPartition(w, part)
+	res := sharePartition(w, part, frame)
 	var err error
 	if part.ErrorCode != 0 {
 		if part.ErrorCode != int16(kafka.OffsetOutOfRange) {
@@ -277,14 +282,13 @@ func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchRespo
 	b.answer(w, wantResult{res: res, err: err})
 }
 
-// copyPartition returns part as the answer of w: its record batches copied into a buffer of
-// w.bufs, since the response's buffer is reused for the broker's next request.
-func copyPartition(w *want, part *kmsg.FetchResponseTopicPartition) *fetchResponse {
-	buf := w.bufs.get(len(part.RecordBatches))
-	copy(buf, part.RecordBatches)
+// sharePartition returns part as the answer of w: its record batches where they are, in frame,
+// which the answer holds until its reader frees it. Copying each partition out would double the
+// input memory and, at the budget, turn every answer into a fresh allocation.
+func sharePartition(w *want, part *kmsg.FetchResponseTopicPartition, frame *sharedFrame) *fetchResponse {
+	frame.hold()
 	own := *part
-	own.RecordBatches = buf
-	return &fetchResponse{buf: buf, part: &own, from: w.offset}
+	return &fetchResponse{frame: frame, part: &own, from: w.offset}
 }
 
 // roundTrip sends the request of b.batch to the broker and returns its response, within MaxWait

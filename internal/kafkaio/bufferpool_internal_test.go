@@ -6,8 +6,8 @@ import (
 )
 
 // TestBufferPoolKeeps checks that a pool keeps at most its limit of free buffers, the largest
-// given back, and that a broker's frame pool keeps one: a broker has one request in flight, so
-// frames of earlier, smaller responses would only hold memory.
+// given back, and that a broker's frame pool keeps two: a broker has one request in flight, and
+// the frame of the one before may still be held by its partitions' readers.
 func TestBufferPoolKeeps(t *testing.T) {
 	sizes := []int{4 << 10, 64 << 10, 16 << 10, 1 << 20, 256 << 10, 8 << 10}
 	for _, tc := range []struct {
@@ -17,7 +17,7 @@ func TestBufferPoolKeeps(t *testing.T) {
 	}{
 		{"default", &bufferPool{}, []int{16 << 10, 64 << 10, 256 << 10, 1 << 20}},
 		{"keep 1", &bufferPool{keep: 1}, []int{1 << 20}},
-		{"broker frames", &newBrokerFetcher(&FetchPool{}, 1).bufs, []int{1 << 20}},
+		{"broker frames", &newBrokerFetcher(&FetchPool{}, 1).bufs, []int{256 << 10, 1 << 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, n := range sizes {
@@ -40,7 +40,8 @@ func TestBufferPoolKeeps(t *testing.T) {
 
 // TestInputAccount checks that the buffers of a pool's readers and brokers are counted, all of
 // them and those in use; that a request asks for what the buffers in use leave of the limit, at
-// least minRequestBytes; and that over the limit given-back buffers are dropped.
+// least minRequestBytes; and that over the limit given-back buffers are dropped but one, which
+// the next response is read into instead of a fresh allocation.
 func TestInputAccount(t *testing.T) {
 	p := &FetchPool{cfg: FetchPoolConfig{MaxBytes: 16 << 20}, acct: &inputAccount{limit: 8 << 20}}
 	reader, frames := &bufferPool{acct: p.acct}, &newBrokerFetcher(p, 1).bufs
@@ -56,13 +57,14 @@ func TestInputAccount(t *testing.T) {
 	check("a frame and two answers", 7<<20, 7<<20, 1<<20)
 	c := reader.get(2 << 20) // past the limit: reads go on, at the least request size
 	check("past the limit", 9<<20, 9<<20, minRequestBytes)
-	reader.put(a) // over the limit: dropped
-	check("a buffer given back over the limit", 7<<20, 7<<20, 1<<20)
-	if len(reader.free) != 0 {
-		t.Fatalf("%d free buffers kept over the limit, want 0", len(reader.free))
+	reader.put(a) // over the limit, the only free buffer: kept
+	check("a buffer given back over the limit", 9<<20, 7<<20, 1<<20)
+	reader.put(b) // over the limit, with one free already: dropped
+	check("a second buffer given back over the limit", 7<<20, 5<<20, 3<<20)
+	if len(reader.free) != 1 {
+		t.Fatalf("%d free buffers kept over the limit, want 1", len(reader.free))
 	}
-	reader.put(b) // under it: kept, counted, not in use
-	frames.put(frame)
+	frames.put(frame) // under it: kept, counted, not in use
 	check("buffers given back under the limit", 7<<20, 2<<20, 6<<20)
 	if len(reader.free) != 1 || len(frames.free) != 1 {
 		t.Fatalf("%d+%d free buffers kept, want 1+1", len(reader.free), len(frames.free))

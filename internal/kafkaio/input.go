@@ -283,7 +283,7 @@ func (r *PartitionReader) run(ctx context.Context) {
 			r.cfg.OnHeld(held.observe(r.cfg.Isolation.committed() && next >= f.end && f.hwm > f.end, f.end))
 		}
 		if next == offset { // nothing to walk: the broker waited MaxWait
-			r.bufs.put(f.res.buf)
+			f.res.free(&r.bufs)
 			continue
 		}
 		if !r.hand(ctx, f) {
@@ -295,28 +295,42 @@ func (r *PartitionReader) run(ctx context.Context) {
 
 // hand passes f to Fetch; false means ctx ended first. While it waits, it looks the offsets up
 // every IdlePoll for OnOffsets, so that a partition whose records are not taken still shows its
-// end moving.
+// end moving, and after unshareAfter it copies an answer of a FetchPool out of the broker's
+// response it shares with other partitions, so that a partition whose consumer is slow or
+// blocked holds its own records, not the others' too.
 func (r *PartitionReader) hand(ctx context.Context, f *fetched) bool {
-	var tick <-chan time.Time
+	var tick, unshare <-chan time.Time
 	if r.cfg.OnOffsets != nil {
 		t := time.NewTicker(r.cfg.IdlePoll)
 		defer t.Stop()
 		tick = t.C
 	}
+	if f.res != nil && f.res.frame != nil {
+		t := time.NewTimer(unshareAfter)
+		defer t.Stop()
+		unshare = t.C
+	}
 	for {
 		select {
 		case r.ready <- f:
 			return true
+		case <-unshare:
+			f.res.unshare(&r.bufs)
 		case <-tick:
 			r.pollOffsets(ctx)
 		case <-ctx.Done():
 			if f.res != nil {
-				r.bufs.put(f.res.buf)
+				f.res.free(&r.bufs)
 			}
 			return false
 		}
 	}
 }
+
+// unshareAfter is how long an answer of a FetchPool waits for Fetch in a broker's response
+// shared with other partitions before it is copied out (see hand): longer than a partition in
+// step with the others waits.
+const unshareAfter = time.Second
 
 // pollOffsets looks the partition's offsets up and hands them to OnOffsets, or the error to
 // OnError.
@@ -374,7 +388,7 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		err = serr
 	}
 	if res != nil {
-		r.bufs.put(res.buf)
+		res.free(&r.bufs)
 	}
 	if errors.Is(err, kafka.OffsetOutOfRange) {
 		if o, rerr := r.resetOffset(ctx, *offset); rerr == nil {
@@ -676,7 +690,7 @@ func (r *PartitionReader) full(b *Batch) bool {
 // of the batches decompressed before the current one, and the header memory.
 func (r *PartitionReader) release() {
 	for i, f := range r.retired {
-		r.bufs.put(f.res.buf)
+		f.res.free(&r.bufs)
 		r.retired[i] = nil
 	}
 	r.retired = r.retired[:0]
