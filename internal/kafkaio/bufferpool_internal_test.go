@@ -1,8 +1,15 @@
 package kafkaio
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // TestBufferPoolKeeps checks that a pool keeps at most its limit of free buffers, the largest
@@ -79,5 +86,57 @@ func TestInputAccount(t *testing.T) {
 	none.use(1)
 	if none.over() || none.free(5) != 5 {
 		t.Fatal("a nil account limits")
+	}
+}
+
+// TestPoolAnswersShareFrames reads two partitions through one pool: their answers are decoded
+// in the broker's response frames, not copied into buffers of their readers, and closing the
+// readers gives everything they hold back, so that the pool's input memory in use returns to 0.
+func TestPoolAnswersShareFrames(t *testing.T) {
+	tier.Integration(t)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer CloseIdle(c)
+	for p := range 2 {
+		msgs := make([]Record, 100)
+		for i := range msgs {
+			msgs[i] = Record{Key: fmt.Append(nil, i), Value: fmt.Append(nil, "v", i)}
+		}
+		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", p, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond, MaxBufferedBytes: 8 << 20})
+	defer pool.Close()
+	var readers []*PartitionReader
+	for p := range 2 {
+		r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: p, Offset: 0, Pool: pool})
+		readers = append(readers, r)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		b, err := r.Fetch(ctx, 10, 0)
+		cancel()
+		if err != nil || len(b.Records) == 0 {
+			t.Fatalf("partition %d: Fetch = %v, %v", p, b, err)
+		}
+		if r.cur == nil || r.cur.res.frame == nil || r.bufs.acct != nil && len(r.bufs.free) > 0 {
+			t.Fatalf("partition %d: the answer is not decoded in a shared frame", p)
+		}
+	}
+	if pool.acct.inUse.Load() == 0 {
+		t.Fatal("no input memory in use while the readers hold answers")
+	}
+	for _, r := range readers {
+		<-r.Close()
+		if _, err := r.Fetch(context.Background(), 10, 0); !errors.Is(err, ErrReaderClosed) {
+			t.Fatalf("Fetch after Close = %v, want ErrReaderClosed", err)
+		}
+	}
+	pool.Close() // no request in flight holds a frame any more
+	if n := pool.acct.inUse.Load(); n != 0 {
+		t.Fatalf("%d bytes of input memory in use after the readers and the pool closed, want 0", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -178,10 +179,14 @@ type PartitionReader struct {
 	clientID string
 	bufs     bufferPool
 	cancel   context.CancelFunc
-	done     chan struct{}
+	stopped  chan struct{} // closed when the fetch goroutine ended
+	done     chan struct{} // closed when, after it, Fetch's memory was freed (Close)
+	closing  sync.Once
 	ready    chan *fetched // unbuffered: the fetcher waits with the next response
 
-	// Fetch's side.
+	// Fetch's side, under fetchMu (held by Fetch, and by Close once the fetch goroutine ended).
+	fetchMu    sync.Mutex
+	closed     bool // Close freed Fetch's memory: Fetch fails with ErrReaderClosed
 	dec        BatchDecoder
 	set        recordSet
 	cur        *fetched   // the response being walked, nil when none
@@ -232,7 +237,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &PartitionReader{
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
-		done: make(chan struct{}), ready: make(chan *fetched),
+		stopped: make(chan struct{}), done: make(chan struct{}), ready: make(chan *fetched),
 	}
 	if cfg.Pool != nil {
 		r.bufs.acct = cfg.Pool.acct
@@ -249,17 +254,36 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	return r
 }
 
-// Close stops fetching and returns a channel that is closed once the fetch goroutine ended; a
-// fetch in flight is abandoned at once. Records of the last batch must not be used any more.
+// ErrReaderClosed is returned by the Fetch of a closed PartitionReader.
+var ErrReaderClosed = errors.New("kafkaio: partition reader closed")
+
+// Close stops fetching and returns a channel that is closed once the fetch goroutine ended and
+// the reader's buffers were given back (a FetchPool's input memory counts them until then); a
+// fetch in flight is abandoned at once. Records of the last batch must not be used any more, and
+// Fetch fails with ErrReaderClosed.
 func (r *PartitionReader) Close() <-chan struct{} {
-	r.cancel()
+	r.closing.Do(func() {
+		r.cancel()
+		go func() {
+			<-r.stopped
+			r.fetchMu.Lock()
+			defer r.fetchMu.Unlock()
+			r.closed = true
+			r.release()
+			if r.cur != nil {
+				r.cur.res.free(&r.bufs)
+				r.cur = nil
+			}
+			close(r.done)
+		}()
+	})
 	return r.done
 }
 
 // run is the fetch goroutine: it fetches from cfg.Offset on and hands every response with
 // records or skipped offsets to Fetch, until ctx ends.
 func (r *PartitionReader) run(ctx context.Context) {
-	defer close(r.done)
+	defer close(r.stopped)
 	offset, attempt := r.cfg.Offset, 0
 	var held heldClock
 	for ctx.Err() == nil {
@@ -563,6 +587,11 @@ func (h *heldClock) observe(held bool, lso int64) time.Duration {
 // error means that nothing came before ctx ended, or that the reader reports a failed fetch; the
 // reader keeps retrying by itself, so the next Fetch waits for its retry.
 func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Duration) (*Batch, error) {
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	if r.closed {
+		return nil, r.errorf(r.pos, ErrReaderClosed)
+	}
 	r.release()
 	if err := r.pendingErr; err != nil {
 		r.pendingErr = nil
@@ -623,6 +652,8 @@ func (r *PartitionReader) wait(ctx context.Context, lingering bool) (*fetched, e
 		return f, nil
 	case <-timeout:
 		return nil, nil
+	case <-r.stopped:
+		return nil, r.errorf(r.pos, ErrReaderClosed)
 	case <-ctx.Done():
 		return nil, r.errorf(r.pos, ctx.Err())
 	}
