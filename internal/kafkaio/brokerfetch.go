@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,9 +54,10 @@ type brokerFetcher struct {
 	round   uint64
 	session fetchSession
 	seen    map[topicPartition]seenOffsets
-	bufs    bufferPool    // response frames (sharedFrame), keeping two free
-	batch   []*want       // the wants of the request in flight
-	wait    time.Duration // how long the broker may hold the request in flight (requestWait)
+	names   map[string]string // topic names of responses, copied out of their frames (see topic)
+	bufs    bufferPool        // response frames (sharedFrame), keeping two free
+	batch   []*want           // the wants of the request in flight
+	wait    time.Duration     // how long the broker may hold the request in flight (requestWait)
 }
 
 func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
@@ -63,7 +65,7 @@ func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 		pool: p, id: id, wake: make(chan struct{}, 1),
 		pending: map[topicPartition]*want{}, queued: map[topicPartition][]*want{}, seen: map[topicPartition]seenOffsets{},
 		busy:    map[topicPartition]time.Time{},
-		session: fetchSession{sent: map[topicPartition]sentPartition{}},
+		session: fetchSession{sent: map[topicPartition]sentPartition{}}, names: map[string]string{},
 		// One request is in flight at a time, and its frame comes back once its partitions' readers
 		// took their records (while the next responses are read): two free frames serve a
 		// steady stream; more would hold a broker-wide response's worth (up to
@@ -239,8 +241,9 @@ func (b *brokerFetcher) dispatch(res *brokerFetchResponse, frame *sharedFrame) {
 	defer b.mu.Unlock()
 	for i := range res.resp.Topics {
 		t := &res.resp.Topics[i]
+		topic := b.topic(t.Topic)
 		for j := range t.Partitions {
-			b.partitionAnswer(topicPartition{t.Topic, int(t.Partitions[j].Partition)}, &t.Partitions[j], frame, now)
+			b.partitionAnswer(topicPartition{topic, int(t.Partitions[j].Partition)}, &t.Partitions[j], frame, now)
 		}
 	}
 	for _, w := range b.batch {
@@ -256,6 +259,17 @@ func (b *brokerFetcher) dispatch(res *brokerFetchResponse, frame *sharedFrame) {
 			LastStableOffset: seen.lso, LogStartOffset: seen.logStart}
 		b.answer(w, wantResult{res: &fetchResponse{part: part, from: w.offset}})
 	}
+}
+
+// topic returns name, a topic name decoded in place in a response frame, as a string of its own:
+// the frame is reused, and a map key (seen) that pointed into it would change under the map.
+func (b *brokerFetcher) topic(name string) string {
+	if s, ok := b.names[name]; ok {
+		return s
+	}
+	s := strings.Clone(name)
+	b.names[s] = s
+	return s
 }
 
 // partitionAnswer records the offsets of one partition's part of a response and hands it to the
