@@ -140,3 +140,58 @@ func TestPoolAnswersShareFrames(t *testing.T) {
 		t.Fatalf("%d bytes of input memory in use after the readers and the pool closed, want 0", n)
 	}
 }
+
+// TestPoolAnswerUnshared reads a partition whose answers all wait in its reader longer than
+// unshareAfter (1ms here): each is copied out of the broker's frame into the reader's own buffer,
+// and every record still reads back right, in order.
+func TestPoolAnswerUnshared(t *testing.T) {
+	tier.Integration(t)
+	old := unshareAfter
+	unshareAfter = time.Millisecond
+	defer func() { unshareAfter = old }()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer CloseIdle(c)
+	const n = 300
+	for from := 0; from < n; from += 30 { // ten batches
+		msgs := make([]Record, 30)
+		for i := range msgs {
+			msgs[i] = Record{Key: fmt.Append(nil, from+i), Value: fmt.Append(nil, "v", from+i)}
+		}
+		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", 0, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	defer pool.Close()
+	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: 0, Offset: 0, Pool: pool, MaxBytes: 1 << 10})
+	defer func() { <-r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	next, unshared := 0, 0
+	for next < n {
+		time.Sleep(20 * time.Millisecond) // lets the next answer wait in the reader past unshareAfter
+		b, err := r.Fetch(ctx, n, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range append(slices.Clip(r.retired), r.cur) {
+			if f != nil && f.res.frame == nil && len(f.res.part.RecordBatches) > 0 {
+				unshared++
+			}
+		}
+		for _, m := range b.Records {
+			if want := fmt.Sprint(next); m.Offset != int64(next) || string(m.Key) != want || string(m.Value) != "v"+want {
+				t.Fatalf("record %d/%s/%s, want %d/%s/v%s", m.Offset, m.Key, m.Value, next, want, want)
+			}
+			next++
+		}
+	}
+	if unshared == 0 {
+		t.Error("no answer was copied out of its frame")
+	}
+}

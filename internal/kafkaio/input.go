@@ -353,8 +353,8 @@ func (r *PartitionReader) hand(ctx context.Context, f *fetched) bool {
 
 // unshareAfter is how long an answer of a FetchPool waits for Fetch in a broker's response
 // shared with other partitions before it is copied out (see hand): longer than a partition in
-// step with the others waits.
-const unshareAfter = time.Second
+// step with the others waits. A variable for the tests.
+var unshareAfter = time.Second
 
 // pollOffsets looks the partition's offsets up and hands them to OnOffsets, or the error to
 // OnError.
