@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,26 +46,31 @@ type brokerFetcher struct {
 	wake chan struct{} // capacity 1: a want was added
 
 	mu      sync.Mutex
-	pending map[topicPartition]*want   // the next request's wants, one per partition
-	queued  map[topicPartition][]*want // wants of partitions with one pending already (two readers of one partition), in order
+	pending map[topicPartition]*want     // the next request's wants, one per partition
+	queued  map[topicPartition][]*want   // wants of partitions with one pending already (two readers of one partition), in order
+	busy    map[topicPartition]time.Time // partitions answered with records whose reader has not wanted more yet, and when
 
 	// Owned by run.
 	round   uint64
 	session fetchSession
 	seen    map[topicPartition]seenOffsets
-	bufs    bufferPool // response buffers, keeping one: every answer is copied out before the next request
-	batch   []*want    // the wants of the request in flight
+	names   map[string]string // topic names of responses, copied out of their frames (see topic)
+	bufs    bufferPool        // response frames (sharedFrame), keeping two free
+	batch   []*want           // the wants of the request in flight
+	wait    time.Duration     // how long the broker may hold the request in flight (requestWait)
 }
 
 func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 	return &brokerFetcher{
 		pool: p, id: id, wake: make(chan struct{}, 1),
 		pending: map[topicPartition]*want{}, queued: map[topicPartition][]*want{}, seen: map[topicPartition]seenOffsets{},
-		session: fetchSession{sent: map[topicPartition]sentPartition{}},
-		// One request is in flight at a time and its buffer comes back before the next is read,
-		// so one free buffer (the largest) serves every response; more would hold a broker-wide
-		// response's worth (up to FetchPoolConfig.MaxBytes) each for nothing.
-		bufs: bufferPool{keep: 1, acct: p.acct},
+		busy:    map[topicPartition]time.Time{},
+		session: fetchSession{sent: map[topicPartition]sentPartition{}}, names: map[string]string{},
+		// One request is in flight at a time, and its frame comes back once its partitions' readers
+		// took their records (while the next responses are read): two free frames serve a
+		// steady stream; more would hold a broker-wide response's worth (up to
+		// FetchPoolConfig.MaxBytes) each for nothing.
+		bufs: bufferPool{keep: 2, acct: p.acct},
 	}
 }
 
@@ -73,6 +79,7 @@ func newBrokerFetcher(p *FetchPool, id int32) *brokerFetcher {
 func (b *brokerFetcher) add(w *want) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.busy, w.tp)
 	if b.pending[w.tp] != nil {
 		b.queued[w.tp] = append(b.queued[w.tp], w)
 		return
@@ -123,18 +130,47 @@ func (b *brokerFetcher) promote(tp topicPartition) {
 func (b *brokerFetcher) answer(w *want, r wantResult) {
 	if b.pending[w.tp] != w {
 		if r.res != nil {
-			w.bufs.put(r.res.buf)
+			r.res.free(w.bufs)
 		}
 		return
 	}
 	b.promote(w.tp)
+	if r.err == nil && r.res != nil && len(r.res.part.RecordBatches) > 0 {
+		b.busy[w.tp] = time.Now()
+	}
 	w.done <- r
+}
+
+// busyFetchWait is how long a broker holds a request while a partition of the fetcher is busy:
+// answered with records, its reader still taking them. Such a partition wants more soon, and its
+// want waits for the request in flight; a request held MaxWait for the idle partitions would make
+// it wait that long (the tail of a drain, where some partitions are done and others are not).
+const busyFetchWait = 10 * time.Millisecond
+
+// requestWait returns how long the next request may be held by the broker: busyFetchWait while
+// a partition answered with records less than MaxWait ago has not wanted more yet, else MaxWait.
+// A partition busy for longer (its consumer is slow or blocked) no longer shortens it, so an idle
+// broker is not polled every busyFetchWait for a partition that does not move. b is locked.
+func (b *brokerFetcher) requestWait(now time.Time) time.Duration {
+	wait := b.pool.cfg.MaxWait
+	for tp, since := range b.busy {
+		if now.Sub(since) >= b.pool.cfg.MaxWait {
+			delete(b.busy, tp)
+			continue
+		}
+		wait = min(wait, busyFetchWait)
+	}
+	return wait
 }
 
 // run sends requests while partitions wait, until ctx ends; then it fails what waits.
 func (b *brokerFetcher) run(ctx context.Context) {
 	for b.collect(ctx) {
 		res, err := b.roundTrip(ctx)
+		var frame *sharedFrame
+		if res != nil {
+			frame = newSharedFrame(res.buf, &b.bufs)
+		}
 		switch {
 		case err != nil:
 			b.session.reset()
@@ -146,10 +182,10 @@ func (b *brokerFetcher) run(ctx context.Context) {
 			b.fail(fmt.Errorf("kafkaio: fetch from broker %d: %w", b.id, kafka.Error(res.resp.ErrorCode)))
 		default:
 			b.session.advance(res)
-			b.dispatch(res)
+			b.dispatch(res, frame)
 		}
-		if res != nil {
-			b.bufs.put(res.buf)
+		if frame != nil {
+			frame.release() // the frame stays while the answers of its partitions hold it
 		}
 	}
 	b.mu.Lock()
@@ -168,6 +204,7 @@ func (b *brokerFetcher) collect(ctx context.Context) bool {
 		b.mu.Lock()
 		if len(b.pending) > 0 {
 			b.round++
+			b.wait = b.requestWait(time.Now())
 			b.batch = b.batch[:0]
 			for _, w := range b.pending {
 				w.round = b.round
@@ -198,14 +235,15 @@ func (b *brokerFetcher) fail(err error) {
 // dispatch hands the partitions of res to their wants: those with records or an error, and
 // those that waited MaxWait (answered without records). A want whose partition the broker has
 // not answered since it was added, after MaxWait, makes the next request a full one.
-func (b *brokerFetcher) dispatch(res *brokerFetchResponse) {
+func (b *brokerFetcher) dispatch(res *brokerFetchResponse, frame *sharedFrame) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range res.resp.Topics {
 		t := &res.resp.Topics[i]
+		topic := b.topic(t.Topic)
 		for j := range t.Partitions {
-			b.partitionAnswer(topicPartition{t.Topic, int(t.Partitions[j].Partition)}, &t.Partitions[j], now)
+			b.partitionAnswer(topicPartition{topic, int(t.Partitions[j].Partition)}, &t.Partitions[j], frame, now)
 		}
 	}
 	for _, w := range b.batch {
@@ -219,13 +257,24 @@ func (b *brokerFetcher) dispatch(res *brokerFetchResponse) {
 		}
 		part := &kmsg.FetchResponseTopicPartition{Partition: int32(w.tp.partition), HighWatermark: seen.hwm,
 			LastStableOffset: seen.lso, LogStartOffset: seen.logStart}
-		b.answer(w, wantResult{res: &fetchResponse{buf: w.bufs.get(0), part: part, from: w.offset}})
+		b.answer(w, wantResult{res: &fetchResponse{part: part, from: w.offset}})
 	}
+}
+
+// topic returns name, a topic name decoded in place in a response frame, as a string of its own:
+// the frame is reused, and a map key (seen) that pointed into it would change under the map.
+func (b *brokerFetcher) topic(name string) string {
+	if s, ok := b.names[name]; ok {
+		return s
+	}
+	s := strings.Clone(name)
+	b.names[s] = s
+	return s
 }
 
 // partitionAnswer records the offsets of one partition's part of a response and hands it to the
 // partition's want when it has records or an error, or the want waited MaxWait. b is locked.
-func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchResponseTopicPartition, now time.Time) {
+func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchResponseTopicPartition, frame *sharedFrame, now time.Time) {
 	if part.ErrorCode == 0 {
 		b.seen[tp] = seenOffsets{hwm: part.HighWatermark, lso: part.LastStableOffset, logStart: part.LogStartOffset}
 	}
@@ -236,7 +285,7 @@ func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchRespo
 	if part.ErrorCode == 0 && len(part.RecordBatches) == 0 && now.Sub(w.since) < b.pool.cfg.MaxWait {
 		return
 	}
-	res := copyPartition(w, part)
+	res := sharePartition(w, part, frame)
 	var err error
 	if part.ErrorCode != 0 {
 		if part.ErrorCode != int16(kafka.OffsetOutOfRange) {
@@ -247,22 +296,21 @@ func (b *brokerFetcher) partitionAnswer(tp topicPartition, part *kmsg.FetchRespo
 	b.answer(w, wantResult{res: res, err: err})
 }
 
-// copyPartition returns part as the answer of w: its record batches copied into a buffer of
-// w.bufs, since the response's buffer is reused for the broker's next request.
-func copyPartition(w *want, part *kmsg.FetchResponseTopicPartition) *fetchResponse {
-	buf := w.bufs.get(len(part.RecordBatches))
-	copy(buf, part.RecordBatches)
+// sharePartition returns part as the answer of w: its record batches where they are, in frame,
+// which the answer holds until its reader frees it. Copying each partition out would double the
+// input memory and, at the budget, turn every answer into a fresh allocation.
+func sharePartition(w *want, part *kmsg.FetchResponseTopicPartition, frame *sharedFrame) *fetchResponse {
+	frame.hold()
 	own := *part
-	own.RecordBatches = buf
-	return &fetchResponse{buf: buf, part: &own, from: w.offset}
+	return &fetchResponse{frame: frame, part: &own, from: w.offset}
 }
 
 // roundTrip sends the request of b.batch to the broker and returns its response, within MaxWait
 // plus FetchSlack.
 func (b *brokerFetcher) roundTrip(ctx context.Context) (*brokerFetchResponse, error) {
 	p := b.pool
-	req := b.session.build(b.batch, p.cfg, p.requestMaxBytes())
-	rctx, cancel := context.WithTimeout(ctx, p.cfg.MaxWait+FetchSlack)
+	req := b.session.build(b.batch, p.cfg, b.wait, p.requestMaxBytes())
+	rctx, cancel := context.WithTimeout(ctx, b.wait+FetchSlack)
 	defer cancel()
 	rt := p.client.Transport
 	if rt == nil {
@@ -304,13 +352,13 @@ func (*fetchSession) expired(code int16) bool {
 	return code == int16(kafka.FetchSessionIDNotFound) || code == int16(kafka.InvalidFetchSessionEpoch)
 }
 
-// build returns the request for wants, of at most maxBytes: every partition in a full fetch; else the partitions whose
+// build returns the request for wants, of at most maxBytes, held by the broker at most wait: every partition in a full fetch; else the partitions whose
 // fetch offset or size changed, and the partitions of the session no want names any more,
 // forgotten.
-func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig, maxBytes int32) *kmsg.FetchRequest {
+func (s *fetchSession) build(wants []*want, cfg FetchPoolConfig, wait time.Duration, maxBytes int32) *kmsg.FetchRequest {
 	req := kmsg.NewFetchRequest()
 	req.ReplicaID = -1
-	req.MaxWaitMillis = int32(cfg.MaxWait.Milliseconds())
+	req.MaxWaitMillis = int32(wait.Milliseconds())
 	req.MinBytes = 1
 	req.MaxBytes = maxBytes
 	if cfg.Isolation.committed() {

@@ -1,13 +1,20 @@
 package kafkaio
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/kdedup/kdedup/internal/tier"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // TestBufferPoolKeeps checks that a pool keeps at most its limit of free buffers, the largest
-// given back, and that a broker's frame pool keeps one: a broker has one request in flight, so
-// frames of earlier, smaller responses would only hold memory.
+// given back, and that a broker's frame pool keeps two: a broker has one request in flight, and
+// the frame of the one before may still be held by its partitions' readers.
 func TestBufferPoolKeeps(t *testing.T) {
 	sizes := []int{4 << 10, 64 << 10, 16 << 10, 1 << 20, 256 << 10, 8 << 10}
 	for _, tc := range []struct {
@@ -17,7 +24,7 @@ func TestBufferPoolKeeps(t *testing.T) {
 	}{
 		{"default", &bufferPool{}, []int{16 << 10, 64 << 10, 256 << 10, 1 << 20}},
 		{"keep 1", &bufferPool{keep: 1}, []int{1 << 20}},
-		{"broker frames", &newBrokerFetcher(&FetchPool{}, 1).bufs, []int{1 << 20}},
+		{"broker frames", &newBrokerFetcher(&FetchPool{}, 1).bufs, []int{256 << 10, 1 << 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, n := range sizes {
@@ -40,7 +47,8 @@ func TestBufferPoolKeeps(t *testing.T) {
 
 // TestInputAccount checks that the buffers of a pool's readers and brokers are counted, all of
 // them and those in use; that a request asks for what the buffers in use leave of the limit, at
-// least minRequestBytes; and that over the limit given-back buffers are dropped.
+// least minRequestBytes; and that over the limit given-back buffers are dropped but one, which
+// the next response is read into instead of a fresh allocation.
 func TestInputAccount(t *testing.T) {
 	p := &FetchPool{cfg: FetchPoolConfig{MaxBytes: 16 << 20}, acct: &inputAccount{limit: 8 << 20}}
 	reader, frames := &bufferPool{acct: p.acct}, &newBrokerFetcher(p, 1).bufs
@@ -56,13 +64,14 @@ func TestInputAccount(t *testing.T) {
 	check("a frame and two answers", 7<<20, 7<<20, 1<<20)
 	c := reader.get(2 << 20) // past the limit: reads go on, at the least request size
 	check("past the limit", 9<<20, 9<<20, minRequestBytes)
-	reader.put(a) // over the limit: dropped
-	check("a buffer given back over the limit", 7<<20, 7<<20, 1<<20)
-	if len(reader.free) != 0 {
-		t.Fatalf("%d free buffers kept over the limit, want 0", len(reader.free))
+	reader.put(a) // over the limit, the only free buffer: kept
+	check("a buffer given back over the limit", 9<<20, 7<<20, 1<<20)
+	reader.put(b) // over the limit, with one free already: dropped
+	check("a second buffer given back over the limit", 7<<20, 5<<20, 3<<20)
+	if len(reader.free) != 1 {
+		t.Fatalf("%d free buffers kept over the limit, want 1", len(reader.free))
 	}
-	reader.put(b) // under it: kept, counted, not in use
-	frames.put(frame)
+	frames.put(frame) // under it: kept, counted, not in use
 	check("buffers given back under the limit", 7<<20, 2<<20, 6<<20)
 	if len(reader.free) != 1 || len(frames.free) != 1 {
 		t.Fatalf("%d+%d free buffers kept, want 1+1", len(reader.free), len(frames.free))
@@ -77,5 +86,112 @@ func TestInputAccount(t *testing.T) {
 	none.use(1)
 	if none.over() || none.free(5) != 5 {
 		t.Fatal("a nil account limits")
+	}
+}
+
+// TestPoolAnswersShareFrames reads two partitions through one pool: their answers are decoded
+// in the broker's response frames, not copied into buffers of their readers, and closing the
+// readers gives everything they hold back, so that the pool's input memory in use returns to 0.
+func TestPoolAnswersShareFrames(t *testing.T) {
+	tier.Integration(t)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer CloseIdle(c)
+	for p := range 2 {
+		msgs := make([]Record, 100)
+		for i := range msgs {
+			msgs[i] = Record{Key: fmt.Append(nil, i), Value: fmt.Append(nil, "v", i)}
+		}
+		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", p, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond, MaxBufferedBytes: 8 << 20})
+	defer pool.Close()
+	var readers []*PartitionReader
+	for p := range 2 {
+		r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: p, Offset: 0, Pool: pool})
+		readers = append(readers, r)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		b, err := r.Fetch(ctx, 10, 0)
+		cancel()
+		if err != nil || len(b.Records) == 0 {
+			t.Fatalf("partition %d: Fetch = %v, %v", p, b, err)
+		}
+		if r.cur == nil || r.cur.res.frame == nil || r.bufs.acct != nil && len(r.bufs.free) > 0 {
+			t.Fatalf("partition %d: the answer is not decoded in a shared frame", p)
+		}
+	}
+	if pool.acct.inUse.Load() == 0 {
+		t.Fatal("no input memory in use while the readers hold answers")
+	}
+	for _, r := range readers {
+		<-r.Close()
+		if _, err := r.Fetch(context.Background(), 10, 0); !errors.Is(err, ErrReaderClosed) {
+			t.Fatalf("Fetch after Close = %v, want ErrReaderClosed", err)
+		}
+	}
+	pool.Close() // no request in flight holds a frame any more
+	if n := pool.acct.inUse.Load(); n != 0 {
+		t.Fatalf("%d bytes of input memory in use after the readers and the pool closed, want 0", n)
+	}
+}
+
+// TestPoolAnswerUnshared reads a partition whose answers all wait in its reader longer than
+// unshareAfter (1ms here): each is copied out of the broker's frame into the reader's own buffer,
+// and every record still reads back right, in order.
+func TestPoolAnswerUnshared(t *testing.T) {
+	tier.Integration(t)
+	old := unshareAfter
+	unshareAfter = time.Millisecond
+	defer func() { unshareAfter = old }()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer CloseIdle(c)
+	const n = 300
+	for from := 0; from < n; from += 30 { // ten batches
+		msgs := make([]Record, 30)
+		for i := range msgs {
+			msgs[i] = Record{Key: fmt.Append(nil, from+i), Value: fmt.Append(nil, "v", from+i)}
+		}
+		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", 0, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	defer pool.Close()
+	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: 0, Offset: 0, Pool: pool, MaxBytes: 1 << 10})
+	defer func() { <-r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	next, unshared := 0, 0
+	for next < n {
+		time.Sleep(20 * time.Millisecond) // lets the next answer wait in the reader past unshareAfter
+		b, err := r.Fetch(ctx, n, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range append(slices.Clip(r.retired), r.cur) {
+			if f != nil && f.res.frame == nil && len(f.res.part.RecordBatches) > 0 {
+				unshared++
+			}
+		}
+		for _, m := range b.Records {
+			if want := fmt.Sprint(next); m.Offset != int64(next) || string(m.Key) != want || string(m.Value) != "v"+want {
+				t.Fatalf("record %d/%s/%s, want %d/%s/v%s", m.Offset, m.Key, m.Value, next, want, want)
+			}
+			next++
+		}
+	}
+	if unshared == 0 {
+		t.Error("no answer was copied out of its frame")
 	}
 }

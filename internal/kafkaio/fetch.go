@@ -92,12 +92,65 @@ type fetchRequest struct {
 }
 
 // fetchResponse is the answer to a fetchRequest: the partition's part of the response, decoded in
-// place in buf.
+// place in buf, or, for an answer of a FetchPool, in frame: the broker's response, shared by the
+// answers of its partitions.
 type fetchResponse struct {
-	buf  []byte
-	part *kmsg.FetchResponseTopicPartition
+	buf   []byte
+	frame *sharedFrame
+	part  *kmsg.FetchResponseTopicPartition
 	// from is the offset that was fetched.
 	from int64
+}
+
+// free gives r's memory back: its share of the frame, else its buffer to own.
+func (r *fetchResponse) free(own *bufferPool) {
+	if r.frame != nil {
+		r.frame.release()
+		r.frame = nil
+		return
+	}
+	own.put(r.buf)
+	r.buf = nil
+}
+
+// sharedFrame is one broker response of a FetchPool, which the answers of its partitions are
+// decoded in, in place (no partition is copied out of it). It goes back to its pool when the last
+// of them and the broker's fetcher released it. release is safe for concurrent use.
+type sharedFrame struct {
+	buf  []byte
+	pool *bufferPool
+	refs atomic.Int32
+}
+
+// newSharedFrame returns a frame of buf, of pool, held once (by the broker's fetcher).
+func newSharedFrame(buf []byte, pool *bufferPool) *sharedFrame {
+	f := &sharedFrame{buf: buf, pool: pool}
+	f.refs.Store(1)
+	return f
+}
+
+// hold adds a holder of f.
+func (f *sharedFrame) hold() { f.refs.Add(1) }
+
+// release drops a holder of f; the last one gives the buffer back to the pool.
+func (f *sharedFrame) release() {
+	if f.refs.Add(-1) == 0 {
+		f.pool.put(f.buf)
+		f.buf = nil
+	}
+}
+
+// unshare copies r's records out of its frame into a buffer of own and releases the frame, so
+// that an answer that waits long does not hold a whole broker response; r owns a buffer then.
+func (r *fetchResponse) unshare(own *bufferPool) {
+	if r.frame == nil {
+		return
+	}
+	buf := own.get(len(r.part.RecordBatches))
+	copy(buf, r.part.RecordBatches)
+	r.part.RecordBatches, r.buf = buf, buf
+	r.frame.release()
+	r.frame = nil
 }
 
 // ApiKey implements protocol.Message.
@@ -267,7 +320,9 @@ func topLevelError(buf []byte, v int16) int16 {
 }
 
 // bufferPool recycles the buffers fetch responses are read into. It keeps at most keep free
-// buffers (maxFreeBuffers when keep is 0), the largest given back. It is safe for concurrent use:
+// buffers (maxFreeBuffers when keep is 0), the largest given back, and one when the input memory
+// is at its limit: dropping that one would only make the next response a fresh allocation (its
+// pages cleared and faulted in) while the dropped one waits for the garbage collector. It is safe for concurrent use:
 // responses are read on kafka-go's connection goroutines and given back by their reader.
 type bufferPool struct {
 	mu   sync.Mutex
@@ -300,9 +355,23 @@ func (p *bufferPool) get(n int) []byte {
 
 // alloc returns a new buffer of length n, counted in p's account.
 func (p *bufferPool) alloc(n int) []byte {
-	b := make([]byte, n)
+	b := make([]byte, n, bufferCap(n))
 	p.acct.alloc(cap(b))
 	return b
+}
+
+// bufferCap returns the capacity a buffer of n bytes is made with: n rounded up to a power of
+// two up to 1 MiB, to a multiple of 1 MiB above, so that a freed buffer serves the next response
+// of about its size, which is rarely exactly as large.
+func bufferCap(n int) int {
+	if n > 1<<20 {
+		return (n + 1<<20 - 1) &^ (1<<20 - 1)
+	}
+	c := 4 << 10
+	for c < n {
+		c <<= 1
+	}
+	return c
 }
 
 // put gives b back. b must not be used afterwards.
@@ -317,23 +386,39 @@ func (p *bufferPool) put(b []byte) {
 	if keep <= 0 {
 		keep = maxFreeBuffers
 	}
-	if p.acct.over() { // memory is short: free buffers are dropped, not kept
-		p.acct.alloc(-cap(b))
-		return
+	if p.acct.over() { // memory is short: one free buffer is kept, the largest
+		keep = 1
+		for len(p.free) > keep {
+			p.acct.alloc(-cap(p.dropSmallest()))
+		}
 	}
 	if len(p.free) < keep {
 		p.free = append(p.free, b[:0])
 		return
 	}
 	// Keep the larger buffers: the next response may be as large as the largest so far.
-	smallest := 0
-	for i, f := range p.free {
-		if cap(f) < cap(p.free[smallest]) {
-			smallest = i
-		}
-	}
+	smallest := p.smallest()
 	if cap(b) > cap(p.free[smallest]) {
 		b, p.free[smallest] = p.free[smallest], b[:0]
 	}
 	p.acct.alloc(-cap(b))
+}
+
+// smallest returns the index of the smallest free buffer; p is locked and has one.
+func (p *bufferPool) smallest() int {
+	s := 0
+	for i, f := range p.free {
+		if cap(f) < cap(p.free[s]) {
+			s = i
+		}
+	}
+	return s
+}
+
+// dropSmallest removes the smallest free buffer and returns it; p is locked and has one.
+func (p *bufferPool) dropSmallest() []byte {
+	i := p.smallest()
+	b := p.free[i]
+	p.free = slices.Delete(p.free, i, i+1)
+	return b
 }

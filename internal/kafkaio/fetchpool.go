@@ -114,7 +114,7 @@ func (p *FetchPool) fetch(ctx context.Context, f *fetchRequest) (*fetchResponse,
 	case <-ctx.Done():
 		if !b.remove(w) { // answered meanwhile
 			if r := <-w.done; r.res != nil {
-				f.bufs.put(r.res.buf)
+				r.res.free(f.bufs)
 			}
 		}
 		return nil, ctx.Err()

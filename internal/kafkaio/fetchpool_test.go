@@ -376,3 +376,54 @@ func TestFetchPoolBatchPastLimits(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestFetchPoolBusyPartitionNotHeld proves that a partition whose reader is still taking an
+// answer's records is not held back, once it wants more, by a request the broker holds for the
+// pool's idle partitions: while it is busy, requests are held briefly, not MaxWait (a minute
+// here), so its next records come at once (the tail of a drain, some partitions done).
+func TestFetchPoolBusyPartitionNotHeld(t *testing.T) {
+	t.Parallel()
+	kc, c, _ := poolCluster(t, 1, 2, nil)
+	pool := kafkaio.NewFetchPool(c, kafkaio.FetchPoolConfig{MaxWait: time.Minute})
+	defer pool.Close()
+	signal := func(c chan struct{}) {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+	busyAsked := make(chan struct{}, 1) // a request for partition 0
+	idleOnly := make(chan struct{}, 1)  // a request without partition 0, which the session forgets: it is busy
+	kc.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		switch {
+		case len(r.Topics) > 0 && slices.ContainsFunc(r.Topics[0].Partitions, func(p kmsg.FetchRequestTopicPartition) bool { return p.Partition == 0 }):
+			signal(busyAsked)
+		case len(r.ForgottenTopics) > 0 && slices.Contains(r.ForgottenTopics[0].Partitions, 0):
+			signal(idleOnly)
+		}
+		return nil, nil, false
+	})
+	wait := func(c chan struct{}, what string) {
+		select {
+		case <-c:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no request %s was sent", what)
+		}
+	}
+	produce(t, c, "t", 0, 0, 100, time.Now())
+	big := func(cfg *kafkaio.PartitionReaderConfig) { cfg.MaxBytes = 1 << 20 }
+	busy := newReader(c, 0, 0, withPool(pool), big)
+	defer func() { <-busy.Close() }()
+	wait(busyAsked, "for partition 0")
+	idle := newReader(c, 1, 0, withPool(pool), big)
+	defer func() { <-idle.Close() }()
+	wait(idleOnly, "for the idle partition alone") // partition 0 was answered, and its reader holds the answer
+	got := fetchAll(t, busy, 100, 20*time.Second)
+	produce(t, c, "t", 0, 100, 100, time.Now())
+	got = append(got, fetchAll(t, busy, 200, 20*time.Second)...)
+	if !slices.Equal(got, offsets(0, 200)) {
+		t.Errorf("read %d records of partition 0, want 200 in order", len(got))
+	}
+}

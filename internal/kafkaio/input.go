@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -178,10 +179,14 @@ type PartitionReader struct {
 	clientID string
 	bufs     bufferPool
 	cancel   context.CancelFunc
-	done     chan struct{}
+	stopped  chan struct{} // closed when the fetch goroutine ended
+	done     chan struct{} // closed when, after it, Fetch's memory was freed (Close)
+	closing  sync.Once
 	ready    chan *fetched // unbuffered: the fetcher waits with the next response
 
-	// Fetch's side.
+	// Fetch's side, under fetchMu (held by Fetch, and by Close once the fetch goroutine ended).
+	fetchMu    sync.Mutex
+	closed     bool // Close freed Fetch's memory: Fetch fails with ErrReaderClosed
 	dec        BatchDecoder
 	set        recordSet
 	cur        *fetched   // the response being walked, nil when none
@@ -232,7 +237,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &PartitionReader{
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
-		done: make(chan struct{}), ready: make(chan *fetched),
+		stopped: make(chan struct{}), done: make(chan struct{}), ready: make(chan *fetched),
 	}
 	if cfg.Pool != nil {
 		r.bufs.acct = cfg.Pool.acct
@@ -249,17 +254,36 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 	return r
 }
 
-// Close stops fetching and returns a channel that is closed once the fetch goroutine ended; a
-// fetch in flight is abandoned at once. Records of the last batch must not be used any more.
+// ErrReaderClosed is returned by the Fetch of a closed PartitionReader.
+var ErrReaderClosed = errors.New("kafkaio: partition reader closed")
+
+// Close stops fetching and returns a channel that is closed once the fetch goroutine ended and
+// the reader's buffers were given back (a FetchPool's input memory counts them until then); a
+// fetch in flight is abandoned at once. Records of the last batch must not be used any more, and
+// Fetch fails with ErrReaderClosed.
 func (r *PartitionReader) Close() <-chan struct{} {
-	r.cancel()
+	r.closing.Do(func() {
+		r.cancel()
+		go func() {
+			<-r.stopped
+			r.fetchMu.Lock()
+			defer r.fetchMu.Unlock()
+			r.closed = true
+			r.release()
+			if r.cur != nil {
+				r.cur.res.free(&r.bufs)
+				r.cur = nil
+			}
+			close(r.done)
+		}()
+	})
 	return r.done
 }
 
 // run is the fetch goroutine: it fetches from cfg.Offset on and hands every response with
 // records or skipped offsets to Fetch, until ctx ends.
 func (r *PartitionReader) run(ctx context.Context) {
-	defer close(r.done)
+	defer close(r.stopped)
 	offset, attempt := r.cfg.Offset, 0
 	var held heldClock
 	for ctx.Err() == nil {
@@ -283,7 +307,7 @@ func (r *PartitionReader) run(ctx context.Context) {
 			r.cfg.OnHeld(held.observe(r.cfg.Isolation.committed() && next >= f.end && f.hwm > f.end, f.end))
 		}
 		if next == offset { // nothing to walk: the broker waited MaxWait
-			r.bufs.put(f.res.buf)
+			f.res.free(&r.bufs)
 			continue
 		}
 		if !r.hand(ctx, f) {
@@ -295,28 +319,42 @@ func (r *PartitionReader) run(ctx context.Context) {
 
 // hand passes f to Fetch; false means ctx ended first. While it waits, it looks the offsets up
 // every IdlePoll for OnOffsets, so that a partition whose records are not taken still shows its
-// end moving.
+// end moving, and after unshareAfter it copies an answer of a FetchPool out of the broker's
+// response it shares with other partitions, so that a partition whose consumer is slow or
+// blocked holds its own records, not the others' too.
 func (r *PartitionReader) hand(ctx context.Context, f *fetched) bool {
-	var tick <-chan time.Time
+	var tick, unshare <-chan time.Time
 	if r.cfg.OnOffsets != nil {
 		t := time.NewTicker(r.cfg.IdlePoll)
 		defer t.Stop()
 		tick = t.C
 	}
+	if f.res != nil && f.res.frame != nil {
+		t := time.NewTimer(unshareAfter)
+		defer t.Stop()
+		unshare = t.C
+	}
 	for {
 		select {
 		case r.ready <- f:
 			return true
+		case <-unshare:
+			f.res.unshare(&r.bufs)
 		case <-tick:
 			r.pollOffsets(ctx)
 		case <-ctx.Done():
 			if f.res != nil {
-				r.bufs.put(f.res.buf)
+				f.res.free(&r.bufs)
 			}
 			return false
 		}
 	}
 }
+
+// unshareAfter is how long an answer of a FetchPool waits for Fetch in a broker's response
+// shared with other partitions before it is copied out (see hand): longer than a partition in
+// step with the others waits. A variable for the tests.
+var unshareAfter = time.Second
 
 // pollOffsets looks the partition's offsets up and hands them to OnOffsets, or the error to
 // OnError.
@@ -374,7 +412,7 @@ func (r *PartitionReader) fetch(ctx context.Context, offset *int64) (*fetched, i
 		err = serr
 	}
 	if res != nil {
-		r.bufs.put(res.buf)
+		res.free(&r.bufs)
 	}
 	if errors.Is(err, kafka.OffsetOutOfRange) {
 		if o, rerr := r.resetOffset(ctx, *offset); rerr == nil {
@@ -549,6 +587,11 @@ func (h *heldClock) observe(held bool, lso int64) time.Duration {
 // error means that nothing came before ctx ended, or that the reader reports a failed fetch; the
 // reader keeps retrying by itself, so the next Fetch waits for its retry.
 func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Duration) (*Batch, error) {
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	if r.closed {
+		return nil, r.errorf(r.pos, ErrReaderClosed)
+	}
 	r.release()
 	if err := r.pendingErr; err != nil {
 		r.pendingErr = nil
@@ -609,6 +652,8 @@ func (r *PartitionReader) wait(ctx context.Context, lingering bool) (*fetched, e
 		return f, nil
 	case <-timeout:
 		return nil, nil
+	case <-r.stopped:
+		return nil, r.errorf(r.pos, ErrReaderClosed)
 	case <-ctx.Done():
 		return nil, r.errorf(r.pos, ctx.Err())
 	}
@@ -676,7 +721,7 @@ func (r *PartitionReader) full(b *Batch) bool {
 // of the batches decompressed before the current one, and the header memory.
 func (r *PartitionReader) release() {
 	for i, f := range r.retired {
-		r.bufs.put(f.res.buf)
+		f.res.free(&r.bufs)
 		r.retired[i] = nil
 	}
 	r.retired = r.retired[:0]

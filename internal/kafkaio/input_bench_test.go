@@ -25,6 +25,9 @@ import (
 //   - path=fetchloop: PartitionReader, read_committed.
 //   - path=pool: PartitionReader through one FetchPool for the 4 readers (one fetch per broker),
 //     as the worker reads.
+//   - path=worker: as pool, with the worker's defaults: partitions of at most 4 MiB, requests of
+//     16 MiB, and the input memory bounded at 32 MiB (DEDUP_MEMORY_LIMIT's share), which is what
+//     makes the pool's buffers reused or not.
 //
 // It reports events/s and cpu-ns/event (the process's CPU time per record: readers and broker,
 // both in this process) besides allocs/op, which is per record. Run it on 1M records, the
@@ -32,7 +35,7 @@ import (
 //
 //	go test -run '^$' -bench InputPath -benchtime 1000000x -count 6 ./internal/kafkaio/ | benchstat -col /path -
 func BenchmarkInputPath(b *testing.B) {
-	for _, path := range []string{"reader", "fetchloop", "pool"} {
+	for _, path := range []string{"reader", "fetchloop", "pool", "worker"} {
 		b.Run("path="+path, func(b *testing.B) { benchInput(b, path) })
 	}
 }
@@ -61,8 +64,12 @@ func benchInput(b *testing.B, path string) {
 	client := kafkaio.Conn{Brokers: cl.Addrs()}.Client(10 * time.Second)
 	defer kafkaio.CloseIdle(client)
 	var pool *kafkaio.FetchPool
-	if path == "pool" {
+	switch path {
+	case "pool":
 		pool = kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{})
+		defer pool.Close()
+	case "worker":
+		pool = kafkaio.NewFetchPool(client, kafkaio.FetchPoolConfig{MaxBytes: 16 << 20, MaxBufferedBytes: 32 << 20})
 		defer pool.Close()
 	}
 	b.ReportAllocs()
@@ -110,7 +117,11 @@ func drain(path string, client *kafka.Client, pool *kafkaio.FetchPool, brokers [
 			return n, msgs[len(msgs)-1].Offset + 1, nil
 		}
 	default:
-		r := kafkaio.NewPartitionReader(client, kafkaio.PartitionReaderConfig{Topic: "in", Partition: p, Offset: kafka.FirstOffset, Pool: pool})
+		cfg := kafkaio.PartitionReaderConfig{Topic: "in", Partition: p, Offset: kafka.FirstOffset, Pool: pool}
+		if path == "worker" {
+			cfg.MaxBytes = 4 << 20
+		}
+		r := kafkaio.NewPartitionReader(client, cfg)
 		defer func() { <-r.Close() }()
 		fetch = func() (int, int64, error) {
 			b, err := r.Fetch(ctx, 1000, 5*time.Millisecond)

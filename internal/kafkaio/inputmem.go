@@ -2,18 +2,21 @@ package kafkaio
 
 import "sync/atomic"
 
-// Input memory. The buffers of a FetchPool's readers and brokers (each broker's response frame,
-// every reader's copies of its partition's answers, and their free buffers) are counted in one
-// inputAccount: all of them, and those in use (not free for reuse). With
-// FetchPoolConfig.MaxBufferedBytes set, the pool bounds them:
+// Input memory. The buffers of a FetchPool's readers and brokers (each broker's response frames,
+// which its partitions' answers are decoded in and hold until their readers are done with them,
+// the readers' own copies of answers that waited long (PartitionReader.hand), and their free
+// buffers) are counted in one inputAccount: all of them, and those in use (not free for reuse).
+// With FetchPoolConfig.MaxBufferedBytes set, the pool bounds them:
 //   - each request asks for at most what the buffers in use leave free (requestMaxBytes), and at
 //     least minRequestBytes so that the pool always makes progress: a broker sends the first
 //     batch of a partition whole even when it is over the request's size (KIP-74);
 //   - a partition whose reader still holds an answer has no fetch waiting and is left out of the
 //     next request (see FetchPool);
-//   - while all the buffers reach the limit, given-back buffers are dropped instead of kept.
-// The pool may go over the limit by one request's minimum and one batch, and the Go heap holds
-// dropped buffers until its next collection.
+//   - while all the buffers reach the limit, given-back buffers are dropped instead of kept, but
+//     one per pool (the largest), which the next response is read into rather than into a fresh
+//     allocation (cleared and faulted in while the dropped one waits for the garbage collector).
+// The pool may go over the limit by one request's minimum, one batch and that one free buffer
+// per broker, and the Go heap holds dropped buffers until its next collection.
 
 // minRequestBytes is the least a pool's request asks for when its input memory is at its limit.
 const minRequestBytes = 256 << 10

@@ -282,7 +282,7 @@ func (d *decoder) full() bool {
 // release makes the memory of the last response's records available again.
 func (d *decoder) release() {
 	if d.res != nil {
-		d.bufs.put(d.res.buf)
+		d.res.free(&d.bufs)
 		d.res = nil
 	}
 	d.dec.recycle()
