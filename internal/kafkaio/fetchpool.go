@@ -50,6 +50,7 @@ type FetchPool struct {
 
 	leaders leaderCache
 	acct    *inputAccount // the input memory of the brokers and readers
+	slabs   *slabPool     // the readers' record and header slices between batches
 
 	mu      sync.Mutex
 	brokers map[int32]*brokerFetcher
@@ -82,6 +83,7 @@ func NewFetchPool(client *kafka.Client, cfg FetchPoolConfig) *FetchPool {
 		client: client, cfg: cfg, clientID: clientIDOf(client), ctx: ctx, cancel: cancel,
 		leaders: leaderCache{client: client, timeout: cfg.MaxWait + FetchSlack}, brokers: map[int32]*brokerFetcher{},
 		lookups: make(chan struct{}, lookupSlots), acct: &inputAccount{limit: cfg.MaxBufferedBytes},
+		slabs: newSlabPool(),
 	}
 }
 

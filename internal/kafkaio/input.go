@@ -188,6 +188,8 @@ type PartitionReader struct {
 	retired    []*fetched // walked responses whose records the last batch may hold
 	pos        int64      // the offset after everything walked; -1 before the first response
 	hdrs       headerSlab
+	slabs      *slabPool // where hdrs' headers and batch.Records come from between batches
+	held       bool      // hdrs and batch.Records were taken from slabs
 	batch      Batch
 	pendingErr error
 	linger     *time.Timer
@@ -234,8 +236,10 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
 		done: make(chan struct{}), ready: make(chan *fetched),
 	}
+	r.slabs = newSlabPool()
 	if cfg.Pool != nil {
 		r.bufs.acct = cfg.Pool.acct
+		r.slabs = cfg.Pool.slabs
 	}
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
@@ -642,6 +646,10 @@ func (r *PartitionReader) begin(b *Batch, f *fetched) {
 // stops at refused input (b.Refused) or the response is walked; then it is retired.
 func (r *PartitionReader) take(b *Batch, limit int) {
 	f := r.cur
+	if !r.held {
+		s := r.slabs.take()
+		b.Records, r.hdrs.hdrs, r.held = s.recs, s.hdrs, true
+	}
 	for len(b.Records) < limit && !r.full(b) {
 		rec, ok := r.set.nextRecord(&r.hdrs)
 		if !ok {
@@ -673,7 +681,8 @@ func (r *PartitionReader) full(b *Batch) bool {
 }
 
 // release hands the memory of the last batch back: the buffers of the responses walked since and
-// of the batches decompressed before the current one, and the header memory.
+// of the batches decompressed before the current one, and the record and header slices, to the
+// slab pool (see "Record memory between batches").
 func (r *PartitionReader) release() {
 	for i, f := range r.retired {
 		r.bufs.put(f.res.buf)
@@ -681,5 +690,8 @@ func (r *PartitionReader) release() {
 	}
 	r.retired = r.retired[:0]
 	r.dec.recycle()
-	r.hdrs.reset()
+	if r.held {
+		r.slabs.put(slab{recs: r.batch.Records, hdrs: r.hdrs.hdrs})
+		r.batch.Records, r.hdrs.hdrs, r.held = nil, nil, false
+	}
 }
