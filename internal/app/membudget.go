@@ -2,8 +2,10 @@ package app
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -89,4 +91,39 @@ func newBudget(d DedupConfig) *window.Budget {
 		panic(err)
 	}
 	return b
+}
+
+// The process around the budget. DEDUP_MEMORY_LIMIT is the memory of the filters and of the
+// input buffers; the rest of the process (the Go runtime and the collector's headroom, the
+// readers' record and header slices, the producer's buffers, checkpoint writes, the HTTP server,
+// the binary itself) needs up to processOverhead more. Without GOMEMLIMIT the Go runtime's soft
+// memory limit is set to the budget plus processOverhead less nonRuntimeMemory, the part of the
+// overhead the runtime does not manage (the binary's text and data, the filters' first stages,
+// which are mapped outside the Go heap and are a few KiB each with DEDUP_WINDOW_CAPACITY=auto),
+// so that the collector runs before the heap's headroom takes the process past the budget plus
+// processOverhead, instead of letting the heap grow to twice what was live (GOGC=100).
+const (
+	processOverhead  = 64 << 20
+	nonRuntimeMemory = 16 << 20
+)
+
+// RuntimeMemoryLimit returns the soft memory limit the worker sets for the Go runtime when
+// GOMEMLIMIT is not set: MemoryBudget plus processOverhead less nonRuntimeMemory. ok is false when
+// GOMEMLIMIT is set (to anything, "off" included): the runtime read it and it is left alone.
+func (c Config) RuntimeMemoryLimit() (limit int64, ok bool) {
+	if c.GoMemLimit != "" {
+		return 0, false
+	}
+	n, _ := c.Dedup.MemoryBudget()
+	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - nonRuntimeMemory, true
+}
+
+// SetRuntimeMemoryLimit sets the Go runtime's soft memory limit to RuntimeMemoryLimit when
+// GOMEMLIMIT is not set, and returns the limit in force. It changes the whole process: the worker's
+// command calls it, tests that run the worker in-process do not.
+func SetRuntimeMemoryLimit(c Config) int64 {
+	if limit, ok := c.RuntimeMemoryLimit(); ok {
+		debug.SetMemoryLimit(limit)
+	}
+	return debug.SetMemoryLimit(-1)
 }

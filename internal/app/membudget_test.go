@@ -75,3 +75,26 @@ func TestInputMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeMemoryLimit checks the Go runtime's soft limit the worker sets: DEDUP_MEMORY_LIMIT
+// plus 48 MiB when GOMEMLIMIT is not set, nothing when it is.
+func TestRuntimeMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		want   int64
+		wantOK bool
+	}{
+		{"256MiB budget", Config{Dedup: DedupConfig{MemoryLimit: 256 << 20}}, 304 << 20, true},
+		{"1MiB budget", Config{Dedup: DedupConfig{MemoryLimit: 1 << 20}}, 49 << 20, true},
+		{"GOMEMLIMIT set", Config{GoMemLimit: "1800MiB", Dedup: DedupConfig{MemoryLimit: 256 << 20}}, 0, false},
+		{"GOMEMLIMIT off", Config{GoMemLimit: "off"}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.cfg.RuntimeMemoryLimit()
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("RuntimeMemoryLimit() = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
