@@ -190,6 +190,8 @@ type PartitionReader struct {
 	hdrs       headerSlab
 	slabs      *slabPool // where hdrs' headers and batch.Records come from between batches
 	held       bool      // hdrs and batch.Records were taken from slabs
+	pending    int64     // bytes of the records taken by take and not yet counted
+	inHand     handCount // bytes of the records handed out, counted in slabs.inHand
 	batch      Batch
 	pendingErr error
 	linger     *time.Timer
@@ -236,7 +238,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
 		done: make(chan struct{}), ready: make(chan *fetched),
 	}
-	r.slabs = newSlabPool()
+	r.slabs = newSlabPool(0)
 	if cfg.Pool != nil {
 		r.bufs.acct = cfg.Pool.acct
 		r.slabs = cfg.Pool.slabs
@@ -256,6 +258,7 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 // Close stops fetching and returns a channel that is closed once the fetch goroutine ended; a
 // fetch in flight is abandoned at once. Records of the last batch must not be used any more.
 func (r *PartitionReader) Close() <-chan struct{} {
+	r.inHand.drop(r.slabs, true)
 	r.cancel()
 	return r.done
 }
@@ -663,8 +666,11 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset,
 			Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers, Time: time.UnixMilli(rec.time),
 		})
+		r.pending += recordSize + headerSize*int64(len(rec.rec.headers))
 		b.Epoch = r.set.hdr.PartitionLeaderEpoch
 	}
+	r.inHand.add(r.slabs, r.pending)
+	r.pending = 0
 	r.pos = max(r.pos, r.set.next)
 	b.Aborted += r.set.skipped
 	r.set.skipped = 0
@@ -675,9 +681,12 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 
 // full reports whether b holds as much decoded memory as one Fetch may hand out (see "Bounded
 // decoding"): its records' headers, or the decompressed batches they point into, reached the
-// decode limits.
+// decode limits; or, once it has MinBatchInHand records, the pool's readers hold more decoded
+// records than its bound (see "Record memory between batches").
 func (r *PartitionReader) full(b *Batch) bool {
-	return len(b.Records) > 0 && (r.hdrs.len() >= r.dec.limits.MaxHeaders || r.dec.holding() >= r.dec.limits.MaxBatchBytes)
+	n := len(b.Records)
+	return n > 0 && (r.hdrs.len() >= r.dec.limits.MaxHeaders || r.dec.holding() >= r.dec.limits.MaxBatchBytes ||
+		n >= MinBatchInHand && r.slabs.over(r.pending))
 }
 
 // release hands the memory of the last batch back: the buffers of the responses walked since and
@@ -690,6 +699,7 @@ func (r *PartitionReader) release() {
 	}
 	r.retired = r.retired[:0]
 	r.dec.recycle()
+	r.inHand.drop(r.slabs, false)
 	if r.held {
 		r.slabs.put(slab{recs: r.batch.Records, hdrs: r.hdrs.hdrs})
 		r.batch.Records, r.hdrs.hdrs, r.held = nil, nil, false

@@ -62,3 +62,30 @@ func TestSlabPoolTrim(t *testing.T) {
 		t.Fatalf("after idle periods: %d free slabs, want 0", got)
 	}
 }
+
+// TestSlabPoolInHand checks the count of decoded records in hand: what readers add is over the
+// limit past it, what they drop is taken back, and a closed reader counts nothing more.
+func TestSlabPoolInHand(t *testing.T) {
+	p := newSlabPool(1000)
+	var a, b handCount
+	a.add(p, 600)
+	if p.over(0) || !p.over(401) {
+		t.Fatalf("at 600 of 1000: over(0) %v, over(401) %v; want false, true", p.over(0), p.over(401))
+	}
+	b.add(p, 600)
+	if !p.over(0) {
+		t.Fatal("at 1200 of 1000: not over")
+	}
+	a.drop(p, false)
+	if p.over(0) || p.inHand.Load() != 600 {
+		t.Fatalf("after a dropped its records: %d in hand", p.inHand.Load())
+	}
+	b.drop(p, true)
+	b.add(p, 600) // a Fetch after Close
+	if n := p.inHand.Load(); n != 0 {
+		t.Fatalf("after b closed: %d in hand, want 0", n)
+	}
+	if newSlabPool(0).over(1 << 40) {
+		t.Fatal("a pool without a limit is over it")
+	}
+}
