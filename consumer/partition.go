@@ -349,6 +349,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if err := w.identify(gctx, st); err != nil {
 		return err
 	}
+	if st.out == nil {
+		st.out = w.outs.get()
+	}
 	out, dups := st.out[:0], st.dups[:0]
 	st.audit.reset()
 	var diverted [4]int // by DropReasons
@@ -439,7 +442,8 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	st.in = nil   // the reader's records: valid until the next Fetch
 	clear(st.ids) // they alias the records
 	clear(st.outIDs)
-	clear(st.out) // drop references to record bytes until the slices are reused
+	w.outs.put(st.out) // cleared: no references to record bytes until it is reused
+	st.out = nil
 	clear(st.dups)
 	clear(st.stamps)
 	st.audit.reset()

@@ -49,6 +49,7 @@ type Worker struct {
 
 	client   *kafkaio.Client
 	pool     *kafkaio.FetchPool // the partition readers' fetches, one request per broker; set by Run
+	outs     recordSlices       // the partitions' output record slices between batches
 	prod     *kafkaio.Producer
 	balancer *kafkaio.StickyBalancer
 

@@ -95,6 +95,7 @@ func runWorker(ctx context.Context, environ map[string]string, stderr io.Writer)
 	})
 	defer stopWatchdog()
 
+	app.SetRuntimeMemoryLimit(cfg) // logged by Serve ("gomemlimit")
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		log.Error("cannot listen", "addr", cfg.HTTPAddr, "error", err.Error())

@@ -1,11 +1,16 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/kdedup/kdedup/window"
 )
@@ -89,4 +94,75 @@ func newBudget(d DedupConfig) *window.Budget {
 		panic(err)
 	}
 	return b
+}
+
+// The process around the budget. DEDUP_MEMORY_LIMIT is the memory of the filters and of the
+// input buffers; the rest of the process (the Go runtime and the collector's headroom, the
+// readers' record and header slices, the producer's buffers, checkpoint writes, the HTTP server,
+// the binary itself) needs up to processOverhead more. Without GOMEMLIMIT the worker sets the Go
+// runtime's soft memory limit itself (RuntimeMemoryLimit), so that the collector runs before
+// its headroom takes the process past that, instead of letting the heap grow to twice what was
+// live at the last collection (GOGC=100): the memory the filters hold now (at most their share
+// of the budget), plus the input buffers' share, plus processOverhead less nonRuntimeMemory, the
+// part of it the runtime does not manage (the binary's text and data; the filters' first stages
+// are mapped outside the Go heap too, and are counted in what the filters hold). The limit
+// follows the filters every runtimeLimitPeriod: a worker whose filters are small does not let its
+// heap's garbage grow to what a full budget would allow.
+const (
+	processOverhead    = 64 << 20
+	nonRuntimeMemory   = 16 << 20
+	runtimeLimitPeriod = time.Second
+)
+
+// runtimeLimitManaged says that the worker sets the runtime's soft memory limit (the worker's
+// command called SetRuntimeMemoryLimit and GOMEMLIMIT is not set); tests that run the worker
+// in-process leave it off.
+var runtimeLimitManaged atomic.Bool
+
+// RuntimeMemoryLimit returns the soft memory limit the worker sets for the Go runtime when
+// GOMEMLIMIT is not set and its filters hold filterBytes: filterBytes (at most FilterMemory) plus
+// InputMemory plus processOverhead less nonRuntimeMemory. With the filters at their share that
+// is DEDUP_MEMORY_LIMIT plus 48 MiB. ok is false when GOMEMLIMIT is set (to anything, "off"
+// included): the runtime read it and it is left alone.
+func (c Config) RuntimeMemoryLimit(filterBytes uint64) (limit int64, ok bool) {
+	if c.GoMemLimit != "" {
+		return 0, false
+	}
+	n := min(filterBytes, c.Dedup.FilterMemory()) + c.Dedup.InputMemory()
+	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - nonRuntimeMemory, true
+}
+
+// SetRuntimeMemoryLimit sets the Go runtime's soft memory limit to RuntimeMemoryLimit for the
+// whole budget when GOMEMLIMIT is not set, and has the worker's filters' budget move it with
+// what they hold from then on (see followBudget). It returns the limit in force. It changes the
+// whole process: the worker's command calls it, tests that run the worker in-process do not.
+func SetRuntimeMemoryLimit(c Config) int64 {
+	if limit, ok := c.RuntimeMemoryLimit(math.MaxUint64); ok {
+		debug.SetMemoryLimit(limit)
+		runtimeLimitManaged.Store(true)
+	}
+	return debug.SetMemoryLimit(-1)
+}
+
+// followBudget sets the runtime's soft memory limit to RuntimeMemoryLimit for what the filters
+// of b hold, every runtimeLimitPeriod until ctx ends, when SetRuntimeMemoryLimit made the worker
+// manage it; else it does nothing.
+func followBudget(ctx context.Context, c Config, b *window.Budget) {
+	if !runtimeLimitManaged.Load() {
+		return
+	}
+	t := time.NewTicker(runtimeLimitPeriod)
+	defer t.Stop()
+	last := int64(-1)
+	for {
+		if limit, _ := c.RuntimeMemoryLimit(b.Used()); limit != last {
+			debug.SetMemoryLimit(limit)
+			last = limit
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -73,5 +74,33 @@ func TestInputMemory(t *testing.T) {
 		if in, f := d.InputMemory(), d.FilterMemory(); in != tc.input || f != tc.filters {
 			t.Errorf("DEDUP_MEMORY_LIMIT=%d: input %d, filters %d; want %d and %d", tc.limit, in, f, tc.input, tc.filters)
 		}
+	}
+}
+
+// TestRuntimeMemoryLimit checks the Go runtime's soft limit the worker sets when GOMEMLIMIT is
+// not set: what the filters hold, at most their share, plus the input share, plus 48 MiB
+// (DEDUP_MEMORY_LIMIT plus 48 MiB with the filters at their share); nothing when it is set.
+func TestRuntimeMemoryLimit(t *testing.T) {
+	b256 := Config{Dedup: DedupConfig{MemoryLimit: 256 << 20}}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		filters uint64
+		want    int64
+		wantOK  bool
+	}{
+		{"256MiB budget, filters at their share", b256, 224 << 20, 304 << 20, true},
+		{"256MiB budget, filters past it", b256, 300 << 20, 304 << 20, true},
+		{"256MiB budget, filters of 8MiB", b256, 8 << 20, 88 << 20, true},
+		{"1MiB budget, full", Config{Dedup: DedupConfig{MemoryLimit: 1 << 20}}, math.MaxUint64, 49 << 20, true},
+		{"GOMEMLIMIT set", Config{GoMemLimit: "1800MiB", Dedup: DedupConfig{MemoryLimit: 256 << 20}}, 0, 0, false},
+		{"GOMEMLIMIT off", Config{GoMemLimit: "off"}, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.cfg.RuntimeMemoryLimit(tc.filters)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("RuntimeMemoryLimit() = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
 	}
 }

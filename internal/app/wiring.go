@@ -312,6 +312,7 @@ func newDeduper(ctx context.Context, cfg Config, ccfg consumer.Config, kf consum
 	limit, from := cfg.Dedup.MemoryBudget()
 	log.Info("memory budget", "bytes", limit, "from", from, "filters", cfg.Dedup.FilterMemory(), "input", cfg.Dedup.InputMemory())
 	m.RegisterBudget(budget)
+	go followBudget(ctx, cfg, budget)
 	dcfg := dedup.Config{
 		Scope:       dedup.Scope(cfg.Dedup.Scope),
 		Window:      windowConfig(cfg.Dedup, budget),

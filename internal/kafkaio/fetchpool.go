@@ -35,6 +35,11 @@ type FetchPoolConfig struct {
 	// MaxBufferedBytes bounds the input memory of the pool, its brokers' and its readers'
 	// buffers together (see "Input memory"). Default: 0, not bounded.
 	MaxBufferedBytes int64
+	// MaxRecordBytes bounds the decoded records the pool's readers hand out and hold at once,
+	// all of them together: their Record values and headers (see "Record memory between
+	// batches"). A Fetch ends its batch early, after at least MinBatchInHand records, while the
+	// readers hold more. Default: DefaultMaxRecordBytes.
+	MaxRecordBytes int64
 }
 
 // FetchPool routes the fetches of many PartitionReaders to the leaders of their partitions, one
@@ -50,6 +55,7 @@ type FetchPool struct {
 
 	leaders leaderCache
 	acct    *inputAccount // the input memory of the brokers and readers
+	slabs   *slabPool     // the readers' record and header slices between batches
 
 	mu      sync.Mutex
 	brokers map[int32]*brokerFetcher
@@ -77,11 +83,15 @@ func NewFetchPool(client *kafka.Client, cfg FetchPoolConfig) *FetchPool {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 64 << 20
 	}
+	if cfg.MaxRecordBytes <= 0 {
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &FetchPool{
 		client: client, cfg: cfg, clientID: clientIDOf(client), ctx: ctx, cancel: cancel,
 		leaders: leaderCache{client: client, timeout: cfg.MaxWait + FetchSlack}, brokers: map[int32]*brokerFetcher{},
 		lookups: make(chan struct{}, lookupSlots), acct: &inputAccount{limit: cfg.MaxBufferedBytes},
+		slabs: newSlabPool(cfg.MaxRecordBytes),
 	}
 }
 

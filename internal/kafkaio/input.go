@@ -193,6 +193,10 @@ type PartitionReader struct {
 	retired    []*fetched // walked responses whose records the last batch may hold
 	pos        int64      // the offset after everything walked; -1 before the first response
 	hdrs       headerSlab
+	slabs      *slabPool // where hdrs' headers and batch.Records come from between batches
+	held       bool      // hdrs and batch.Records were taken from slabs
+	pending    int64     // bytes of the records taken by take and not yet counted
+	inHand     handCount // bytes of the records handed out, counted in slabs.inHand
 	batch      Batch
 	pendingErr error
 	linger     *time.Timer
@@ -239,8 +243,10 @@ func NewPartitionReader(client *kafka.Client, cfg PartitionReaderConfig) *Partit
 		cfg: cfg, client: client, cancel: cancel, pos: -1,
 		stopped: make(chan struct{}), done: make(chan struct{}), ready: make(chan *fetched),
 	}
+	r.slabs = newSlabPool(0)
 	if cfg.Pool != nil {
 		r.bufs.acct = cfg.Pool.acct
+		r.slabs = cfg.Pool.slabs
 	}
 	r.dec.retain = true
 	r.dec.limits = cfg.Limits.withDefaults(cfg.MaxBytes)
@@ -263,6 +269,7 @@ var ErrReaderClosed = errors.New("kafkaio: partition reader closed")
 // Fetch fails with ErrReaderClosed.
 func (r *PartitionReader) Close() <-chan struct{} {
 	r.closing.Do(func() {
+		r.inHand.drop(r.slabs, true)
 		r.cancel()
 		go func() {
 			<-r.stopped
@@ -687,6 +694,10 @@ func (r *PartitionReader) begin(b *Batch, f *fetched) {
 // stops at refused input (b.Refused) or the response is walked; then it is retired.
 func (r *PartitionReader) take(b *Batch, limit int) {
 	f := r.cur
+	if !r.held {
+		s := r.slabs.take()
+		b.Records, r.hdrs.hdrs, r.held = s.recs, s.hdrs, true
+	}
 	for len(b.Records) < limit && !r.full(b) {
 		rec, ok := r.set.nextRecord(&r.hdrs)
 		if !ok {
@@ -700,8 +711,11 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 			Topic: r.cfg.Topic, Partition: r.cfg.Partition, Offset: rec.offset,
 			Key: rec.rec.key, Value: rec.rec.value, Headers: rec.rec.headers, Time: time.UnixMilli(rec.time),
 		})
+		r.pending += recordSize + headerSize*int64(len(rec.rec.headers))
 		b.Epoch = r.set.hdr.PartitionLeaderEpoch
 	}
+	r.inHand.add(r.slabs, r.pending)
+	r.pending = 0
 	r.pos = max(r.pos, r.set.next)
 	b.Aborted += r.set.skipped
 	r.set.skipped = 0
@@ -712,13 +726,17 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 
 // full reports whether b holds as much decoded memory as one Fetch may hand out (see "Bounded
 // decoding"): its records' headers, or the decompressed batches they point into, reached the
-// decode limits.
+// decode limits; or, once it has MinBatchInHand records, the pool's readers hold more decoded
+// records than its bound (see "Record memory between batches").
 func (r *PartitionReader) full(b *Batch) bool {
-	return len(b.Records) > 0 && (r.hdrs.len() >= r.dec.limits.MaxHeaders || r.dec.holding() >= r.dec.limits.MaxBatchBytes)
+	n := len(b.Records)
+	return n > 0 && (r.hdrs.len() >= r.dec.limits.MaxHeaders || r.dec.holding() >= r.dec.limits.MaxBatchBytes ||
+		n >= MinBatchInHand && r.slabs.over(r.pending))
 }
 
 // release hands the memory of the last batch back: the buffers of the responses walked since and
-// of the batches decompressed before the current one, and the header memory.
+// of the batches decompressed before the current one, and the record and header slices, to the
+// slab pool (see "Record memory between batches").
 func (r *PartitionReader) release() {
 	for i, f := range r.retired {
 		f.res.free(&r.bufs)
@@ -726,5 +744,9 @@ func (r *PartitionReader) release() {
 	}
 	r.retired = r.retired[:0]
 	r.dec.recycle()
-	r.hdrs.reset()
+	r.inHand.drop(r.slabs, false)
+	if r.held {
+		r.slabs.put(slab{recs: r.batch.Records, hdrs: r.hdrs.hdrs})
+		r.batch.Records, r.hdrs.hdrs, r.held = nil, nil, false
+	}
 }
