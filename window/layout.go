@@ -211,6 +211,9 @@ type probe struct {
 	shard uint64 // fill-counter shard: the hash's top shardBits bits
 	w0    uint64 // the word of sector 0 the key uses
 	rest  bool   // mask holds the bits of sectors 1 … sectors-1 (fillRest ran)
+	// xs caches the key's stage hashes (stageHash) of stages 1 … maxCachedStages, 0 where not
+	// computed yet: a lookup computes them, and an insertion into a grown stage reuses them.
+	xs [maxCachedStages]uint64
 	// mask[w0] holds the key's bits in its word of sector 0 (the other words of mask[0:8] are not
 	// used); mask[8i+w] its bits in word w of sector i ≥ 1.
 	mask [MaxSectors * sectorWords]uint64
