@@ -261,7 +261,6 @@ func (b *blocks) fillFirst(p *probe, z0 uint64) {
 // bits each, so that each bit's word is its 16-bit chunk's
 // low 3 bits inside the sector's eight mask words, with no table lookup and no bounds check.
 func (b *blocks) fillRest(p *probe) {
-	clear(p.mask[sectorWords : b.sectors*sectorWords])
 	n := b.first // the next bit of the pattern
 	var z uint64
 	if n&3 != 0 {
@@ -269,6 +268,7 @@ func (b *blocks) fillRest(p *probe) {
 	}
 	for sec := 1; sec < b.sectors; sec++ {
 		sm := p.sectorMask(sec)
+		*sm = [sectorWords]uint64{}
 		for range b.ks[sec] {
 			if n&3 == 0 {
 				z = patternOutput(p.tag, n>>2)
