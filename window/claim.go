@@ -35,7 +35,7 @@ func (f *Filter) testAndAdd(p *probe) (seen bool) {
 	for {
 		cw := c.Load()
 		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		if f.contains(v, p) || f.grownHas(p) {
+		if f.lookup(v, p) {
 			return true
 		}
 		if cw&tagMask != 0 {
@@ -76,7 +76,7 @@ func (f *Filter) testAndAddOld(p *probe, e uint64) (seen, late bool) {
 	for {
 		cw := c.Load()
 		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		if f.contains(v, p) || f.grownHas(p) {
+		if f.lookup(v, p) {
 			return true, false
 		}
 		if cw&tagMask != 0 {

@@ -109,7 +109,7 @@ func (f *Filter) testAndAddHashAt(h uint64, t time.Time) (seen, late bool) {
 	if !f.single {
 		return f.testAndAddOld(&p, e)
 	}
-	if f.contains(v, &p) || f.grownHas(&p) {
+	if f.lookup(v, &p) {
 		return true, false
 	}
 	i, ok := v.generationFor(e)

@@ -204,7 +204,7 @@ func (f *Filter) testAndAddHash(h uint64) (seen bool) {
 	if f.single {
 		v := f.view.Load()
 		f.makeProbe(&p, h, v, true, true)
-		if seen = f.contains(v, &p) || f.grownHas(&p); !seen {
+		if seen = f.lookup(v, &p); !seen {
 			f.insert(v, &p)
 		}
 	} else {
@@ -220,7 +220,7 @@ func (f *Filter) testHash(h uint64) bool {
 	var p probe
 	v := f.view.Load()
 	f.makeProbe(&p, h, v, false, false)
-	seen := f.contains(v, &p) || f.grownHas(&p)
+	seen := f.lookup(v, &p)
 	runtime.KeepAlive(f)
 	return seen
 }
@@ -231,7 +231,10 @@ func (f *Filter) testHash(h uint64) bool {
 // add says the operation will write the current generation, and needs the whole pattern; write,
 // that it may write some generation of the group, whose pages it then writes first (writeFirst).
 // A test gets the first bits only: contains completes the pattern for a generation whose word of sector
-// 0 has them all, which a key that was never added rarely finds.
+// 0 has them all, which a key that was never added rarely finds. So does an insertion whose shard
+// of the current generation's stage 0 is full (an auto-sized generation past its first 1024 keys):
+// the key goes to a grown stage, whose own pattern addToStages computes, and stage 0 needs the rest
+// of the pattern only if it is written after all (put and writeBlock complete it then).
 func (f *Filter) makeProbe(p *probe, h uint64, v *view, add, write bool) {
 	g, _ := bits.Mul64(h, f.groups)
 	p.group, p.base, p.tag = g, g*f.groupWords, h&tagMask|1
@@ -239,6 +242,7 @@ func (f *Filter) makeProbe(p *probe, h uint64, v *view, add, write bool) {
 	if write {
 		f.writeFirst(p.base, f.groupWords)
 	}
+	add = add && atomic.LoadUint32(&f.fill[v.cur<<f.shardBits+int(p.shard)].full) == 0
 	z0 := patternOutput(p.tag, 0)
 	f.touch(v, p.base, z0&(sectorWords-1), add)
 	f.fillFirst(p, z0)
@@ -253,6 +257,7 @@ func (f *Filter) probeFor(p *probe, group, tag uint64) {
 	p.group = group
 	p.base = group * f.groupWords
 	p.tag = tag
+	p.xs = [maxCachedStages]uint64{}
 	f.fillPattern(p)
 }
 

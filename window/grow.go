@@ -54,14 +54,6 @@ func stageHash(group, tag uint64, i int) uint64 {
 	return z ^ z>>31
 }
 
-// stageProbe fills sp with the key's position in st, the bits in its word of sector 0 only, and
-// returns its shard.
-func (f *Filter) stageProbe(sp *probe, st *stage, p *probe) uint64 {
-	x := stageHash(p.group, p.tag, st.index)
-	stageProbeFrom(sp, st, x)
-	return x >> f.shardShift
-}
-
 // stageProbeFrom fills sp with the position in st of the key whose stage hash is x, the bits in
 // its word of sector 0 only.
 func stageProbeFrom(sp *probe, st *stage, x uint64) {
@@ -73,69 +65,85 @@ func stageProbeFrom(sp *probe, st *stage, x uint64) {
 	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
 }
 
-// grownHas reports whether the key is in a grown stage of a live generation. It costs one atomic
-// pointer load while no generation has grown. Otherwise a first pass computes the key's word of
-// sector 0 in every stage and loads it, so that their cache misses overlap (as touch does for
-// stage 0); a second pass tests the first bits of each from what the first computed, and builds
-// the rest of the pattern only for a stage whose word has them all.
-//
-// The stage hash depends only on the key and the stage's index, so it is computed once per index
-// (generations with stages of the same index share it). Past maxProbedStages stages, the rest are
-// tested one by one.
-func (f *Filter) grownHas(p *probe) bool {
-	gs := f.grown.Load()
-	return gs != nil && grownHasIn(gs, p)
+// Grown stages. A lookup (lookup) computes the key's word of sector 0 in every grown stage and
+// loads it, so that their cache misses overlap with each other and with stage 0's (as touch does
+// for stage 0); a second pass tests the first bits of each from what the first computed, and
+// builds the rest of the pattern only for a stage whose word has them all. The stage hash depends
+// only on the key and the stage's index, so it is computed once per index (generations with
+// stages of the same index share it) and kept in the probe for an insertion (addToStages). Past
+// maxProbedStages stages, the rest are tested one by one.
+
+// lookup reports whether the key is in a live generation of v, stage 0 or grown. When a generation
+// has grown, the loads of the key's words in the grown stages are issued before stage 0 is tested,
+// so that all of them overlap with the row of stage 0 (a miss waits for one memory latency, not
+// two). An auto-sized generation holds all but its first 1024 keys in its grown stages, so there
+// a key that was seen is looked for in them first; a fixed capacity holds its keys in stage 0 and
+// tests it first.
+func (f *Filter) lookup(v *view, p *probe) bool {
+	return f.lookupIn(v, f.grown.Load(), p)
 }
 
-// grownHasIn is grownHas for the grown generations gs: apart, so that grownHas is inlined and a
-// filter that never grew pays no call and no stack frame for the stages' positions.
-func grownHasIn(gs *grownSet, p *probe) bool {
-	var xs [maxCachedStages]uint64
+// lookupIn is lookup for the grown generations gs (nil when none grew): apart, so that lookup is
+// inlined.
+func (f *Filter) lookupIn(v *view, gs *grownSet, p *probe) bool {
+	if gs == nil {
+		return f.contains(v, p)
+	}
 	var at [maxProbedStages]stageWord
-	n, more := 0, false
+	n, more := loadStageWords(gs, p, &at)
+	if f.cfg.Auto {
+		return stageWordsHave(at[:n]) || f.contains(v, p) || more && grownHasPast(gs, p, n)
+	}
+	return f.contains(v, p) || stageWordsHave(at[:n]) || more && grownHasPast(gs, p, n)
+}
+
+// loadStageWords computes the key's word of sector 0 in each stage of gs, up to
+// maxProbedStages of them, into at and loads it; more says that stages were left out.
+func loadStageWords(gs *grownSet, p *probe, at *[maxProbedStages]stageWord) (n int, more bool) {
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
 			if n == len(at) {
-				more = true
-				break
+				return n, true
 			}
-			at[n] = st.wordOf(cachedStageHash(&xs, p, st.index))
+			at[n] = st.wordOf(p.stageHash(st.index))
 			at[n].st = st
 			atomic.LoadUint64(&st.words[at[n].w])
 			n++
 		}
 	}
-	var sp probe
-	for i := range at[:n] {
-		a := &at[i]
-		if a.st.firstMissing(a) {
-			continue
-		}
-		stageProbeFrom(&sp, a.st, a.x)
-		if a.st.has(&sp, 0) {
+	return n, false
+}
+
+// stageWordsHave reports whether the key is in one of the stages whose words loadStageWords
+// loaded.
+func stageWordsHave(at []stageWord) bool {
+	for i := range at {
+		if a := &at[i]; !a.st.firstMissing(a) && a.st.hasAt(a.x) {
 			return true
 		}
 	}
-	return more && grownHasPast(gs, p, &xs, n)
+	return false
 }
 
-// grownHasPast tests the stages of gs after the first skip of grownHas's walk, one by one. A
+// hasAt reports whether all of the bits of the key whose stage hash is x are set in the stage.
+func (sg *stage) hasAt(x uint64) bool {
+	var sp probe
+	stageProbeFrom(&sp, sg, x)
+	return sg.has(&sp, 0)
+}
+
+// grownHasPast tests the stages of gs after the first skip of lookup's walk, one by one. A
 // stage added meanwhile to a generation walked before may shift the walk by one: a stage is then
 // tested twice, and the new one, empty when the lookup began, not at all.
-func grownHasPast(gs *grownSet, p *probe, xs *[maxCachedStages]uint64, skip int) bool {
-	var sp probe
+func grownHasPast(gs *grownSet, p *probe, skip int) bool {
 	for _, gg := range gs.gens {
 		for _, st := range *gg.stages.Load() {
 			if skip > 0 {
 				skip--
 				continue
 			}
-			a := st.wordOf(cachedStageHash(xs, p, st.index))
-			if st.firstMissing(&a) {
-				continue
-			}
-			stageProbeFrom(&sp, st, a.x)
-			if st.has(&sp, 0) {
+			a := st.wordOf(p.stageHash(st.index))
+			if !st.firstMissing(&a) && st.hasAt(a.x) {
 				return true
 			}
 		}
@@ -143,7 +151,7 @@ func grownHasPast(gs *grownSet, p *probe, xs *[maxCachedStages]uint64, skip int)
 	return false
 }
 
-// maxProbedStages is how many stages grownHas loads ahead of testing them.
+// maxProbedStages is how many stages lookup loads ahead of testing them.
 const maxProbedStages = 16
 
 // stageWord is where a key's first bits are in a stage: its stage hash x, the index w of its word
@@ -179,20 +187,19 @@ func (sg *stage) firstMissing(a *stageWord) bool {
 	return false
 }
 
-// maxCachedStages is how many stage indexes grownHas keeps the stage hash of.
+// maxCachedStages is how many stage indexes a probe keeps the stage hash of.
 const maxCachedStages = 8
 
-// cachedStageHash returns stageHash for the probe's key and stage i, from xs when it was
-// computed before (0 marks an empty entry: a stage hash of 0 is recomputed, which is only
-// slower).
-func cachedStageHash(xs *[maxCachedStages]uint64, p *probe, i int) uint64 {
+// stageHash returns stageHash for the probe's key and stage i, from the probe's cache when it was
+// computed before (0 marks an empty entry: a stage hash of 0 is recomputed, which is only slower).
+func (p *probe) stageHash(i int) uint64 {
 	if i > maxCachedStages {
 		return stageHash(p.group, p.tag, i)
 	}
-	if xs[i-1] == 0 {
-		xs[i-1] = stageHash(p.group, p.tag, i)
+	if p.xs[i-1] == 0 {
+		p.xs[i-1] = stageHash(p.group, p.tag, i)
 	}
-	return xs[i-1]
+	return p.xs[i-1]
 }
 
 // bump counts one key offered to a shard counter and returns the new count: an atomic add in
@@ -276,7 +283,6 @@ func (f *Filter) addGrown(v *view, p *probe) {
 // stage is full, and reports whether it did; at the memory cap it returns false and gg's last
 // stage (nil if it has none).
 func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
-	var sp probe
 	for i := 1; ; i++ {
 		sts := *gg.stages.Load()
 		if i > len(sts) {
@@ -287,20 +293,26 @@ func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
 		}
 		st := sts[i-1]
 		last = st
-		c := &st.count[f.stageProbe(&sp, st, p)]
+		x := p.stageHash(i) // the shard first: a full stage needs no pattern
+		c := &st.count[x>>f.shardShift]
 		if atomic.LoadUint64(&c.n) >= st.limit || f.bump(c) > st.limit {
 			continue
 		}
-		st.put(&sp, 0, f.single)
+		st.putAt(x, f.single)
 		return st, true
 	}
 }
 
+// putAt sets the bits of the key whose stage hash is x in the stage.
+func (sg *stage) putAt(x uint64, single bool) {
+	var sp probe
+	stageProbeFrom(&sp, sg, x)
+	sg.put(&sp, 0, single)
+}
+
 // putStage sets the key's bits in stage st, uncounted.
 func (f *Filter) putStage(st *stage, p *probe) {
-	var sp probe
-	f.stageProbe(&sp, st, p)
-	st.put(&sp, 0, f.single)
+	st.putAt(p.stageHash(st.index), f.single)
 }
 
 // recheckRotation adds a key that was put in a grown stage of v's current generation to the new
@@ -319,10 +331,8 @@ func (f *Filter) putNewest(v *view, p *probe) {
 	if gs := f.grown.Load(); gs != nil {
 		for _, gg := range gs.gens {
 			if sts := *gg.stages.Load(); gg.epoch == v.epoch && len(sts) > 0 {
-				var sp probe
 				st := sts[len(sts)-1]
-				f.stageProbe(&sp, st, p)
-				st.put(&sp, 0, f.single)
+				st.putAt(p.stageHash(st.index), f.single)
 				f.recheckRotation(v, p)
 				return
 			}

@@ -27,7 +27,6 @@ type blocks struct {
 	k            int             // bits a key sets in a block
 	first        int             // of which in its word of sector 0
 	ks           [MaxSectors]int // bits a key sets in each sector: ks[0] = first
-	offs         [maxK]uint8     // per bit of a key: the first mask word of its sector
 	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
 	groupWords   uint64
 	// pages is nil for blocks populated when made; else it has one bit per page of words, set
@@ -66,7 +65,6 @@ func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager b
 	for i := range lp.sectors {
 		b.ks[i] = s.sectorBits(i)
 	}
-	b.offs = maskOffsets(s)
 	if !eager {
 		b.pageOff = uint64(uintptr(unsafe.Pointer(&b.words[0])) % pageSize / 8)
 		b.pages = make([]uint64, ((uint64(len(b.words))+b.pageOff)/pageWords+64)/64)
@@ -211,6 +209,9 @@ type probe struct {
 	shard uint64 // fill-counter shard: the hash's top shardBits bits
 	w0    uint64 // the word of sector 0 the key uses
 	rest  bool   // mask holds the bits of sectors 1 … sectors-1 (fillRest ran)
+	// xs caches the key's stage hashes (stageHash) of stages 1 … maxCachedStages, 0 where not
+	// computed yet: a lookup computes them, and an insertion into a grown stage reuses them.
+	xs [maxCachedStages]uint64
 	// mask[w0] holds the key's bits in its word of sector 0 (the other words of mask[0:8] are not
 	// used); mask[8i+w] its bits in word w of sector i ≥ 1.
 	mask [MaxSectors * sectorWords]uint64
@@ -225,10 +226,10 @@ func (p *probe) sectorMask(sec int) *[sectorWords]uint64 {
 // patternOutput(tag, n), and bit i of the key takes the 16 bits i%4 of output i/4: 3 for a word
 // and 13 for one of the word's 63 data bits by multiply-shift (each data bit gets 130 or 131 of
 // the 8192 values: 0.8% apart, far below what a false-positive rate could show). The first bits
-// all go to the word that bit 0 picks, in sector 0; the others to the word they pick in the
-// sector maskOffsets gives them. Unlike double hashing inside a block, which can make only 2^17
-// distinct patterns and so puts a floor under the false-positive rate near 1e-5, this gives
-// every tag its own pattern.
+// all go to the word that bit 0 picks, in sector 0; the others, in order, Sizing.sectorBits(i) to
+// sector i, each to the word it picks there. Unlike double hashing inside a block, which can make
+// only 2^17 distinct patterns and so puts a floor under the false-positive rate near 1e-5, this
+// gives every tag its own pattern.
 
 // patternOutput returns output n of the pattern stream of tag.
 func patternOutput(tag uint64, n int) uint64 {
@@ -256,19 +257,26 @@ func (b *blocks) fillFirst(p *probe, z0 uint64) {
 	p.mask[p.w0] = m
 }
 
-// fillRest sets the probe's bits in sectors 1 … sectors-1.
+// fillRest sets the probe's bits in sectors 1 … sectors-1. It walks the sectors in order, ks[sec]
+// bits each, so that each bit's word is its 16-bit chunk's
+// low 3 bits inside the sector's eight mask words, with no table lookup and no bounds check.
 func (b *blocks) fillRest(p *probe) {
-	clear(p.mask[sectorWords : b.sectors*sectorWords])
+	n := b.first // the next bit of the pattern
 	var z uint64
-	if b.first&3 != 0 {
-		z = patternOutput(p.tag, b.first>>2) >> (16 * (b.first & 3))
+	if n&3 != 0 {
+		z = patternOutput(p.tag, n>>2) >> (16 * (n & 3))
 	}
-	for i := b.first; i < b.k; i++ {
-		if i&3 == 0 {
-			z = patternOutput(p.tag, i>>2)
+	for sec := 1; sec < b.sectors; sec++ {
+		sm := p.sectorMask(sec)
+		*sm = [sectorWords]uint64{}
+		for range b.ks[sec] {
+			if n&3 == 0 {
+				z = patternOutput(p.tag, n>>2)
+			}
+			sm[z&(sectorWords-1)] |= dataBit(z)
+			z >>= 16
+			n++
 		}
-		p.mask[(uint(b.offs[i])+uint(z&(sectorWords-1)))%(MaxSectors*sectorWords)] |= dataBit(z)
-		z >>= 16
 	}
 	p.rest = true
 }
@@ -277,20 +285,6 @@ func (b *blocks) fillRest(p *probe) {
 func (b *blocks) fillPattern(p *probe) {
 	b.fillFirst(p, patternOutput(p.tag, 0))
 	b.fillRest(p)
-}
-
-// maskOffsets returns, for each of the K bits of a key, the first mask word of its sector: the
-// first Sizing.FirstBits bits go to sector 0, the next Sizing.sectorBits(1) to sector 1, and so
-// on.
-func maskOffsets(s Sizing) (offs [maxK]uint8) {
-	i := 0
-	for sec := range s.Sectors {
-		for range s.sectorBits(sec) {
-			offs[i] = uint8(sec * sectorWords)
-			i++
-		}
-	}
-	return offs
 }
 
 // missing returns the bits of m that are not set in b.

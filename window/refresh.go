@@ -40,7 +40,7 @@ func (f *Filter) testAndRefreshHash(h uint64) (seen, refreshed bool) {
 		seen, _, refreshed = f.testAndRefresh(&p, 0, false)
 		return seen, refreshed
 	}
-	seen = f.contains(v, &p) || f.grownHas(&p)
+	seen = f.lookup(v, &p)
 	if seen && f.heldFrom(v, &p, 0) {
 		return true, false
 	}
@@ -74,7 +74,7 @@ func (f *Filter) testAndRefreshHashAt(h uint64, t time.Time) (seen, late, refres
 	if !f.single {
 		return f.testAndRefresh(&p, e, true)
 	}
-	seen = f.contains(v, &p) || f.grownHas(&p)
+	seen = f.lookup(v, &p)
 	i, ok := v.generationFor(e)
 	switch {
 	case !ok:
@@ -97,7 +97,7 @@ func (f *Filter) testAndRefresh(p *probe, e uint64, old bool) (seen, late, refre
 	for {
 		cw := c.Load()
 		v := f.view.Load() // after cw: sees every view an earlier claimant wrote to
-		seen = f.contains(v, p) || f.grownHas(p)
+		seen = f.lookup(v, p)
 		i, ok := 0, true
 		if old {
 			i, ok = v.generationFor(e)
@@ -153,14 +153,12 @@ func (f *Filter) genHas(v *view, p *probe, j int) bool {
 	if gs == nil {
 		return false
 	}
-	var sp probe
 	for _, gg := range gs.gens {
 		if gg.epoch != v.epochs[j] {
 			continue
 		}
 		for _, st := range *gg.stages.Load() {
-			f.stageProbe(&sp, st, p)
-			if st.has(&sp, 0) {
+			if st.hasAt(p.stageHash(st.index)) {
 				return true
 			}
 		}
