@@ -324,8 +324,9 @@ func TestDiscardEndsSealingSave(t *testing.T) {
 	ctx := context.Background()
 	e := newFenceEnv(t)
 	store := &sealSignal{Persister: e.store, unit: "orders.p0", sealing: make(chan struct{})}
+	var logs levelCounts
 	s, err := NewSet(ctx, Config{Window: testWindow(), Topic: "orders", Persister: store, Output: e.topic,
-		SaveConcurrency: 1, SealTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		SaveConcurrency: 1, SealTimeout: time.Hour, Logger: slog.New(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,6 +350,9 @@ func TestDiscardEndsSealingSave(t *testing.T) {
 	case err := <-checkpointed:
 		if !errors.Is(err, errDiscarded) {
 			t.Fatalf("Checkpoint = %v, want errDiscarded", err)
+		}
+		if n := logs.get(slog.LevelError); n != 0 { // the discard is the worker's to log
+			t.Errorf("the save the discard dropped logged %d errors, want 0", n)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the sealing save still holds its slot after the partition was discarded")

@@ -254,15 +254,23 @@ var errSaveCancelled = errors.New("dedup: save cancelled: the partition was rele
 var errNotOwned = errors.New("dedup: not saved: the ownership of the partition is not confirmed")
 
 // logSaveError logs err, the error of a save of unit that the caller does not return to anyone
-// who would log it: a save refused for want of ownership (errNotOwned) at Warn, since the
-// partition may have moved, any other failure at Error as msg.
+// who would log it. What a rebalance or a release brings about is not a failure of the
+// checkpoint: a save refused for want of ownership (errNotOwned) is a warning, since the
+// partition may have moved; a snapshot dropped because a partition it covers was discarded while
+// it sealed (errDiscarded, errTainted) is information, as the worker logs the discard itself
+// and the next owner re-consumes those records. Any other failure is an Error, logged as msg.
+// Each is counted all the same (CheckpointObserver.CheckpointFailed).
 func (s *Set) logSaveError(msg, unit string, err error) {
-	if errors.Is(err, errNotOwned) {
+	switch {
+	case errors.Is(err, errNotOwned):
 		s.cfg.Logger.Warn("checkpoint not saved: the partition may have moved to another replica", "unit", unit,
 			"error", err.Error())
-		return
+	case errors.Is(err, errDiscarded), errors.Is(err, errTainted):
+		s.cfg.Logger.Info("checkpoint dropped: a partition it covers was released with records the output never got",
+			"unit", unit, "error", err.Error())
+	default:
+		s.cfg.Logger.Error(msg, "unit", unit, "error", err.Error())
 	}
-	s.cfg.Logger.Error(msg, "unit", unit, "error", err.Error())
 }
 
 // mayProceed returns nil if a save of unit that got its slot may go on: live (nil for always)
