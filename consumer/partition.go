@@ -330,6 +330,10 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 		switch {
 		case err == nil:
 			return "revoked"
+		case errors.Is(err, ErrNotOwner): // lost after the check above: the save was refused
+			w.log.Warn("partition released after the consumer group generation was lost: its state is dropped, not saved",
+				"partition", p, "error", err.Error())
+			return "discarded: generation lost"
 		case pctx.Err() != nil:
 			w.log.Error("revoke did not finish within the release budget: the partition's final snapshot may be missing, "+
 				"so its next owner restores an older one and re-warms from the output topic",
