@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -158,5 +159,42 @@ func TestReleaseLogsUnacknowledgedRecords(t *testing.T) {
 					line["unacknowledged_records"], tc.state, tc.want)
 			}
 		})
+	}
+}
+
+// refusedRevoke is a Deduper whose Revoke is refused because the generation was lost while it
+// saved: the Deduper asks the ownership again before it writes (dedup's Set does).
+type refusedRevoke struct{ uniqueDeduper }
+
+func (refusedRevoke) Revoke(context.Context, int32) error {
+	return fmt.Errorf("dedup: saving in.p0: not saved: %w", ErrNotOwner)
+}
+func (refusedRevoke) Discard(context.Context, int32) error { return nil }
+
+// TestRevokeRefusedForLostGeneration: a generation lost between the release's ownership check and
+// the Revoke's own makes the Revoke's save refused; the release is then what the check would have
+// made it, a partition dropped because it may have moved, logged as a warning, not a failed
+// revoke at Error.
+func TestRevokeRefusedForLostGeneration(t *testing.T) {
+	var buf bytes.Buffer
+	w := &Worker{dedup: refusedRevoke{}, obs: NopObserver{}, log: slog.New(slog.NewJSONHandler(&buf, nil)),
+		cfg: Config{RebalanceTimeout: time.Minute}}
+	ctx := context.Background()
+	w.release(ctx, ctx, &committer{}, &partitionState{p: 0}, true, func() time.Duration { return time.Millisecond })
+	states := []any{}
+	for l := range bytes.Lines(buf.Bytes()) {
+		var m map[string]any
+		if json.Unmarshal(l, &m) != nil {
+			continue
+		}
+		if m["level"] == "ERROR" {
+			t.Errorf("logged an error: %s", l)
+		}
+		if m["msg"] == "partition released" {
+			states = append(states, m["state"])
+		}
+	}
+	if len(states) != 1 || states[0] != "discarded: generation lost" {
+		t.Errorf("released with states %v, want [discarded: generation lost]", states)
 	}
 }

@@ -72,8 +72,8 @@ func (h *headerSource) all(yield func(string, []byte) bool) {
 func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCounts, p int32, from kafkaio.Committed) {
 	pctx, cancel := graceContext(hard, gctx, w.cfg.releaseBudget())
 	defer cancel()
-	since, stopClock := sinceDone(gctx)
-	defer stopClock()
+	ended := newEndClock(gctx)
+	defer ended.stop()
 
 	var tx *txnSink
 	if w.cfg.Delivery == DeliveryExactlyOnce {
@@ -89,7 +89,7 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 		if !ok {
 			return
 		}
-		st, drained, restart := w.run(gctx, pctx, hard, c, tx, tc, p, start)
+		st, drained, restart := w.run(gctx, pctx, hard, c, tx, tc, p, start, ended)
 		if restart {
 			w.handBack(pctx, hard, c.ownership(), p, false)
 			if !kafkaio.Sleep(gctx, w.cfg.retry().Delay(restarts)) { // a failure that repeats is not retried hot
@@ -97,7 +97,8 @@ func (w *Worker) partition(gctx, hard context.Context, c *committer, tc topicCou
 			}
 			continue
 		}
-		w.release(pctx, hard, c, st, drained, since)
+		ended.note()
+		w.release(pctx, hard, c, st, drained, ended.since)
 		return
 	}
 }
@@ -118,8 +119,8 @@ func (w *Worker) prepare(gctx context.Context, tx *txnSink, p int32, from kafkai
 // run consumes p from from until gctx ends or the partition fails, then commits what it
 // handled: drained says every record passed to Seen is written and committed (or the partition
 // stopped at a block, with its state discarded), restart that an aborted transaction calls for
-// discarding the state and starting over.
-func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink, tc topicCounts, p int32, from kafkaio.Committed) (st *partitionState, drained, restart bool) {
+// discarding the state and starting over. It notes on ended when it saw gctx end.
+func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink, tc topicCounts, p int32, from kafkaio.Committed, ended *endClock) (st *partitionState, drained, restart bool) {
 	prog := newProgress(p, from.Offset, w.obs)
 	defer w.progress.add(prog)()
 	defer w.updateReady()
@@ -131,6 +132,7 @@ func (w *Worker) run(gctx, pctx, hard context.Context, c *committer, tx *txnSink
 		sink = tx
 	}
 	drained, stopped := w.consume(gctx, pctx, r, sink, st, tc)
+	ended.note()
 	readerClosed := r.Close() // stop fetching; records fetched and not handled are simply not committed
 	defer func() { <-readerClosed }()
 	if tx != nil {
@@ -226,17 +228,39 @@ func (w *Worker) consume(gctx, pctx context.Context, r *kafkaio.PartitionReader,
 	return true, false
 }
 
-// sinceDone returns a function that tells how long ago ctx ended (0 while it has not), and one
-// that releases the watch on ctx.
-func sinceDone(ctx context.Context) (since func() time.Duration, stop func() bool) {
-	var ended atomic.Int64 // unix nanoseconds
-	stop = context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
-	return func() time.Duration {
-		if e := ended.Load(); e != 0 {
-			return time.Since(time.Unix(0, e))
-		}
+// endClock tells how long ago a context ended, from the earliest moment the worker knew it: the
+// callback context.AfterFunc runs, or a goroutine that saw the context done and said so (note),
+// whichever came first. On a loaded machine the callback's goroutine may be scheduled long after
+// the context ended, even after the release it times, so the partition notes the end itself as
+// soon as it sees it. Its methods are safe for concurrent use.
+type endClock struct {
+	ctx   context.Context
+	base  time.Time
+	ended atomic.Int64 // monotonic nanoseconds since base, plus one; 0 while not known to have ended
+	stop  func() bool  // releases the watch on ctx
+}
+
+// newEndClock returns the clock of ctx's end; call stop when done with it.
+func newEndClock(ctx context.Context) *endClock {
+	c := &endClock{ctx: ctx, base: time.Now()}
+	c.stop = context.AfterFunc(ctx, c.note)
+	return c
+}
+
+// note records now as the end, if ctx is done and no earlier end was recorded.
+func (c *endClock) note() {
+	if c.ctx.Err() != nil {
+		c.ended.CompareAndSwap(0, int64(time.Since(c.base))+1)
+	}
+}
+
+// since returns the time since ctx ended, 0 while it is not known to have ended.
+func (c *endClock) since() time.Duration {
+	e := c.ended.Load()
+	if e == 0 {
 		return 0
-	}, stop
+	}
+	return time.Since(c.base) - time.Duration(e-1)
 }
 
 // assign calls Deduper.Assign for p, retrying under the retry policy, until it succeeds (true) or
@@ -306,6 +330,10 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 		switch {
 		case err == nil:
 			return "revoked"
+		case errors.Is(err, ErrNotOwner): // lost after the check above: the save was refused
+			w.log.Warn("partition released after the consumer group generation was lost: its state is dropped, not saved",
+				"partition", p, "error", err.Error())
+			return "discarded: generation lost"
 		case pctx.Err() != nil:
 			w.log.Error("revoke did not finish within the release budget: the partition's final snapshot may be missing, "+
 				"so its next owner restores an older one and re-warms from the output topic",

@@ -22,12 +22,18 @@ const (
 	bigSize  = 100 << 10
 )
 
-// limit sets the max.message.bytes of topic.
+// limit sets the max.message.bytes of topic and waits until the broker reports it: a real broker
+// applies a configuration change once its metadata log replays it, after it answered the change,
+// and a worker started before then would find the topic taking what the test has it refuse.
 func (e *env) limit(topic string, n int) {
 	e.t.Helper()
 	if err := e.cl.SetTopicConfig(context.Background(), topic, map[string]string{"max.message.bytes": strconv.Itoa(n)}); err != nil {
 		e.t.Fatal(err)
 	}
+	eventually(e.t, 10*time.Second, fmt.Sprintf("the broker to report %s's max.message.bytes as %d", topic, n), func() bool {
+		got, err := kafkaio.MaxMessageBytes(context.Background(), e.cl.Client(), topic)
+		return err == nil && got[0] == n
+	})
 }
 
 // bigStream returns n records of partition p with unique keys, those at the offsets in big

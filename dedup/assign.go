@@ -46,8 +46,8 @@ func (s *Set) open(ctx context.Context, unit string, partition int32, ev *eventC
 		// weakens crash recovery (counted and logged), so consumption is not held up.
 		res, err := s.save(ctx, unit, f, partition, map[int32]*part{}, nil, nil, lin.epoch)
 		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Error("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
-				"unit", unit, "error", err.Error())
+			s.logSaveError("baseline checkpoint failed; until a checkpoint succeeds, a crash may let duplicates through",
+				unit, err)
 		}
 		lin = lin.after(res, err)
 	}

@@ -162,6 +162,8 @@ func zombieFinalSave(t *testing.T, check bool) {
 	// A resumes and releases its partition.
 	if err := a.Revoke(ctx, 1); err == nil {
 		t.Error("a replica whose generation was lost saved its partition")
+	} else if check && !errors.Is(err, errNotOwned) {
+		t.Errorf("the refused save's error %q is not errNotOwned", err)
 	}
 	if n := e.missedAfterRestart(t, 1, ids("moved", 50)); n != 0 {
 		t.Errorf("after a restart, %d of the new owner's 50 records would leak", n)
@@ -181,6 +183,60 @@ func zombieFinalSave(t *testing.T, check bool) {
 	if missed != 0 {
 		t.Errorf("after the rebalance, the new owner forgot %d of its 50 records", missed)
 	}
+}
+
+// TestRefusedSaveIsNotAnError: a periodic save refused because the ownership of its partition
+// is not confirmed (the partition may have moved: expected around a rebalance) returns
+// errNotOwned and is logged at Warn, not as a failed checkpoint at Error.
+func TestRefusedSaveIsNotAnError(t *testing.T) {
+	ctx := context.Background()
+	e := newFenceEnv(t)
+	var logs levelCounts
+	s, err := NewSet(ctx, Config{Window: testWindow(), Topic: "orders", Persister: e.store, Output: e.topic,
+		SealTimeout: time.Minute, Logger: slog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	var own owner
+	s.Generation(1, []int32{1}, own.owns)
+	if err := s.Assign(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	handle(t, s, e.topic, 1, 100, ids("before", 20)...)
+	own.lost.Store(true)
+	handle(t, s, e.topic, 1, 110, ids("after", 5)...)
+	if err := s.Checkpoint(ctx); !errors.Is(err, errNotOwned) || !errors.Is(err, errLost) {
+		t.Fatalf("checkpoint without ownership: %v, want errNotOwned wrapping the ownership check's error", err)
+	}
+	if w, e := logs.get(slog.LevelWarn), logs.get(slog.LevelError); w != 1 || e != 0 {
+		t.Errorf("a refused save logged %d warnings and %d errors, want 1 and 0", w, e)
+	}
+}
+
+// levelCounts is a slog.Handler that counts records by level; safe for concurrent use.
+type levelCounts struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (h *levelCounts) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelCounts) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *levelCounts) WithGroup(string) slog.Handler            { return h }
+func (h *levelCounts) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[slog.Level]int{}
+	}
+	h.n[r.Level]++
+	return nil
+}
+
+func (h *levelCounts) get(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[l]
 }
 
 // TestQueuedSaveDuringHandover: a periodic save of partition 1 waits for the only save slot behind
@@ -268,8 +324,9 @@ func TestDiscardEndsSealingSave(t *testing.T) {
 	ctx := context.Background()
 	e := newFenceEnv(t)
 	store := &sealSignal{Persister: e.store, unit: "orders.p0", sealing: make(chan struct{})}
+	var logs levelCounts
 	s, err := NewSet(ctx, Config{Window: testWindow(), Topic: "orders", Persister: store, Output: e.topic,
-		SaveConcurrency: 1, SealTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		SaveConcurrency: 1, SealTimeout: time.Hour, Logger: slog.New(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +350,9 @@ func TestDiscardEndsSealingSave(t *testing.T) {
 	case err := <-checkpointed:
 		if !errors.Is(err, errDiscarded) {
 			t.Fatalf("Checkpoint = %v, want errDiscarded", err)
+		}
+		if n := logs.get(slog.LevelError); n != 0 { // the discard is the worker's to log
+			t.Errorf("the save the discard dropped logged %d errors, want 0", n)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the sealing save still holds its slot after the partition was discarded")

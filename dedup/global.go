@@ -118,7 +118,7 @@ func (g *sharedScope) checkpoint(ctx context.Context) error {
 	cur := g.global.Load()
 	_, err := g.s.save(ctx, globalUnit, cur.f, allPartitions, *g.s.parts.Load(), &g.mark, nil, g.epoch())
 	if err != nil && ctx.Err() == nil {
-		g.s.cfg.Logger.Error("checkpoint failed", "unit", globalUnit, "error", err.Error())
+		g.s.logSaveError("checkpoint failed", globalUnit, err)
 	}
 	return err
 }

@@ -246,10 +246,37 @@ func (s *Set) save(ctx context.Context, unit string, f *window.Filter, partition
 // it waited for a save slot: the revoke saves (or the discard drops) the state itself.
 var errSaveCancelled = errors.New("dedup: save cancelled: the partition was released while the save waited")
 
+// errNotOwned is wrapped by the error of a save refused because the worker could not confirm that
+// it still owns the partition (its consumer group generation was lost, or the coordinator did not
+// confirm it within the session): the partition may have moved, and a save now could replace
+// what its new owner saved. Around a rebalance that is expected, not a failure of the store:
+// nothing is lost, the next owner restores the last snapshot and re-warms from the output topic.
+var errNotOwned = errors.New("dedup: not saved: the ownership of the partition is not confirmed")
+
+// logSaveError logs err, the error of a save of unit that the caller does not return to anyone
+// who would log it. What a rebalance or a release brings about is not a failure of the
+// checkpoint: a save refused for want of ownership (errNotOwned) is a warning, since the
+// partition may have moved; a snapshot dropped because a partition it covers was discarded while
+// it sealed (errDiscarded, errTainted) is information, as the worker logs the discard itself
+// and the next owner re-consumes those records. Any other failure is an Error, logged as msg.
+// Each is counted all the same (CheckpointObserver.CheckpointFailed).
+func (s *Set) logSaveError(msg, unit string, err error) {
+	switch {
+	case errors.Is(err, errNotOwned):
+		s.cfg.Logger.Warn("checkpoint not saved: the partition may have moved to another replica", "unit", unit,
+			"error", err.Error())
+	case errors.Is(err, errDiscarded), errors.Is(err, errTainted):
+		s.cfg.Logger.Info("checkpoint dropped: a partition it covers was released with records the output never got",
+			"unit", unit, "error", err.Error())
+	default:
+		s.cfg.Logger.Error(msg, "unit", unit, "error", err.Error())
+	}
+}
+
 // mayProceed returns nil if a save of unit that got its slot may go on: live (nil for always)
 // still holds and the worker still owns its consumer group generation (see Set.Generation).
-// Otherwise nothing may be saved: errSaveCancelled, or the ownership check's error, counted as a
-// failed checkpoint. The global filter is not checked: global scope runs on one replica, and its
+// Otherwise nothing may be saved: errSaveCancelled, or the ownership check's error wrapped with
+// errNotOwned, counted as a failed checkpoint. The global filter is not checked: global scope runs on one replica, and its
 // final save at Close comes after the worker left the group.
 func (s *Set) mayProceed(ctx context.Context, partition int32, unit string, live func() bool) error {
 	if live != nil && !live() {
@@ -258,7 +285,7 @@ func (s *Set) mayProceed(ctx context.Context, partition int32, unit string, live
 	if owns := s.owns.Load(); owns != nil && s.scope.ownershipChecked() {
 		if err := (*owns)(ctx); err != nil {
 			s.failed(partition, FailureOwnership)
-			return fmt.Errorf("dedup: saving %s: not saved, the ownership of the partition is not confirmed: %w", unit, err)
+			return fmt.Errorf("dedup: saving %s: %w: %w", unit, errNotOwned, err)
 		}
 	}
 	return nil
@@ -429,7 +456,7 @@ func (s *Set) checkpointParts(ctx context.Context) error {
 			}
 			if err != nil {
 				if ctx.Err() == nil {
-					s.cfg.Logger.Error("checkpoint failed", "unit", unit, "error", err.Error())
+					s.logSaveError("checkpoint failed", unit, err)
 				}
 				mu.Lock()
 				errs = append(errs, err)

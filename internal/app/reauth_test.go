@@ -29,6 +29,11 @@ func TestReauthenticationEnforced(t *testing.T) {
 	t.Parallel()
 	o := secureOptions{mech: kafkaio.MechanismSCRAM512, user: "dedup", password: "pw-reauth-Zq9"}
 	s := secureOn(t, testbroker.Real, o, map[string]string{"connections.max.reauth.ms": "3000"})
+	// The restart tests' 1s session is for a fast failover; here a generation that ends must
+	// mean a connection lost to its session's expiry, not a heartbeat that a loaded machine's
+	// JVM answered after a second. Heartbeats still go out six times per session lifetime.
+	s.environ["KAFKA_SESSION_TIMEOUT"], s.environ["KAFKA_HEARTBEAT_INTERVAL"], s.environ["KAFKA_REBALANCE_TIMEOUT"] =
+		"10s", "500ms", "10s"
 	recs, unique := genStream(rand.New(rand.NewPCG(37, 1)), 25000, 0.25, false)
 	began := time.Now()
 	done := make(chan error, 1)
