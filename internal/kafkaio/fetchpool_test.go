@@ -427,3 +427,43 @@ func TestFetchPoolBusyPartitionNotHeld(t *testing.T) {
 		t.Errorf("read %d records of partition 0, want 200 in order", len(got))
 	}
 }
+
+// TestFetchPoolSharesLeaderLookups starts 96 readers of one topic on one pool at once: they learn
+// their leader epochs from a few shared Metadata requests, not one each (each of which makes the
+// broker describe the whole topic), and every record is read.
+func TestFetchPoolSharesLeaderLookups(t *testing.T) {
+	t.Parallel()
+	const parts, per = 96, 5
+	kc, c, pool := poolCluster(t, 1, parts, nil)
+	var lookups atomic.Int64
+	kc.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if m := req.(*kmsg.MetadataRequest); len(m.Topics) == 1 && m.Topics[0].Topic != nil && *m.Topics[0].Topic == "t" {
+			lookups.Add(1)
+		}
+		return nil, nil, false
+	})
+	prod := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer kafkaio.CloseIdle(prod)
+	for p := range parts {
+		produce(t, prod, "t", p, 0, per, time.Now())
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		r := newReader(c, p, kafka.FirstOffset, withPool(pool))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-r.Close() }()
+			if got := fetchAll(t, r, per, 30*time.Second); !slices.Equal(got, offsets(0, per)) {
+				t.Errorf("partition %d: read %v, want 0..%d", p, got, per-1)
+			}
+		}()
+	}
+	wg.Wait()
+	// The pool's leader cache asks once too; the readers' look-ups share the rest.
+	if n := lookups.Load(); n > parts/4 {
+		t.Errorf("%d Metadata requests for the topic by %d readers starting at once, want at most %d", n, parts, parts/4)
+	}
+	t.Logf("%d Metadata requests for the topic", lookups.Load())
+}
