@@ -101,10 +101,23 @@ func TestFetchPoolPartitions(t *testing.T) {
 	const parts, per = 96, 40
 	var conns connCounter
 	kc, c, pool := poolCluster(t, 3, parts, &conns)
+	readEveryPartition(t, kc, c, pool, parts, per)
+	// One for the fetches, one for metadata, and the offset lookups' slots (kafka-go sends the
+	// first and last offset lookups of a slot at once).
+	if n := conns.maxPeak(); n > 6 {
+		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
+	}
+	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
+}
+
+// readEveryPartition writes per records to each of the first parts partitions of topic t, and
+// reads them back through pool, a reader per partition, all at once.
+func readEveryPartition(t *testing.T, kc *kfake.Cluster, c *kafka.Client, pool *kafkaio.FetchPool, parts int, per int64) {
+	t.Helper()
 	prod := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
 	defer kafkaio.CloseIdle(prod)
 	for p := range parts {
-		produce(t, prod, "t", p, 0, per, time.Now())
+		produce(t, prod, "t", p, 0, int(per), time.Now())
 	}
 	var wg sync.WaitGroup
 	for p := range parts {
@@ -119,12 +132,6 @@ func TestFetchPoolPartitions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// One for the fetches, one for metadata, and the offset lookups' slots (kafka-go sends the
-	// first and last offset lookups of a slot at once).
-	if n := conns.maxPeak(); n > 6 {
-		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
-	}
-	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
 }
 
 // TestFetchPoolFaults reads through broker faults on one partition while another is read too:
@@ -443,24 +450,7 @@ func TestFetchPoolSharesLeaderLookups(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	prod := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
-	defer kafkaio.CloseIdle(prod)
-	for p := range parts {
-		produce(t, prod, "t", p, 0, per, time.Now())
-	}
-	var wg sync.WaitGroup
-	for p := range parts {
-		r := newReader(c, p, kafka.FirstOffset, withPool(pool))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-r.Close() }()
-			if got := fetchAll(t, r, per, 30*time.Second); !slices.Equal(got, offsets(0, per)) {
-				t.Errorf("partition %d: read %v, want 0..%d", p, got, per-1)
-			}
-		}()
-	}
-	wg.Wait()
+	readEveryPartition(t, kc, c, pool, parts, per)
 	// The pool's leader cache asks once too; the readers' look-ups share the rest.
 	if n := lookups.Load(); n > parts/4 {
 		t.Errorf("%d Metadata requests for the topic by %d readers starting at once, want at most %d", n, parts, parts/4)
