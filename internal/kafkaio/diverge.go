@@ -55,15 +55,7 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 	if !e.stale || e.unsupported {
 		return nil
 	}
-	// The look-up takes one of the pool's lookup slots, as the offset lookups do: every reader
-	// looks once at the start, and 96 at once would each open a connection.
-	var lead partitionLeader
-	err := r.lookup(ctx, func() (err error) {
-		mctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
-		defer cancel()
-		lead, err = leaderOf(mctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition))
-		return err
-	})
+	lead, err := r.leaderOf(ctx)
 	if errors.Is(err, errUnsupportedVersion) {
 		e.unsupported, e.lead.epoch = true, -1
 		return nil
@@ -95,6 +87,18 @@ func (r *PartitionReader) validate(ctx context.Context, offset *int64) error {
 		e.lead, e.stale, e.lower = lead, false, 0
 	}
 	return err
+}
+
+// leaderOf looks the partition's leadership up. The readers of a pool share their look-ups
+// (FetchPool.leaderOf), which take one of its lookup slots, as the offset lookups do: every
+// reader looks once at the start, and 96 at once would each open a connection.
+func (r *PartitionReader) leaderOf(ctx context.Context) (partitionLeader, error) {
+	if r.cfg.Pool != nil {
+		return r.cfg.Pool.leaderOf(ctx, r.cfg.Topic, int32(r.cfg.Partition))
+	}
+	mctx, cancel := context.WithTimeout(ctx, r.cfg.MaxWait+FetchSlack)
+	defer cancel()
+	return leaderOf(mctx, r.client, r.clientID, r.cfg.Topic, int32(r.cfg.Partition))
 }
 
 // staleAnswers is how many metadata answers in a row must give a partition a lower leader epoch

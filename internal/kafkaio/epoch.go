@@ -192,6 +192,15 @@ type partitionLeader struct {
 // leaderOf returns the leader epoch of topic/partition and the topic's ID, from a Metadata
 // request for that topic alone. A topic or partition error is returned as a kafka.Error.
 func leaderOf(ctx context.Context, c *kafka.Client, clientID, topic string, partition int32) (partitionLeader, error) {
+	res, err := topicMetadata(ctx, c, clientID, topic)
+	if err != nil {
+		return partitionLeader{}, err
+	}
+	return leaderIn(res, topic, partition)
+}
+
+// topicMetadata sends a Metadata request for topic alone, in a version that tells leader epochs.
+func topicMetadata(ctx context.Context, c *kafka.Client, clientID, topic string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
@@ -199,9 +208,15 @@ func leaderOf(ctx context.Context, c *kafka.Client, clientID, topic string, part
 	res, err := roundTrip(ctx, c, &rawExchange{clientID: clientID, req: req,
 		min: minEpochMetadataVersion, max: maxEpochMetadataVersion})
 	if err != nil {
-		return partitionLeader{}, err
+		return nil, err
 	}
-	for _, t := range res.(*kmsg.MetadataResponse).Topics {
+	return res.(*kmsg.MetadataResponse), nil
+}
+
+// leaderIn returns what res, a Metadata response, says of topic/partition's leadership. A topic
+// or partition error is returned as a kafka.Error.
+func leaderIn(res *kmsg.MetadataResponse, topic string, partition int32) (partitionLeader, error) {
+	for _, t := range res.Topics {
 		if t.Topic == nil || *t.Topic != topic {
 			continue
 		}

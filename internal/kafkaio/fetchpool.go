@@ -57,8 +57,9 @@ type FetchPool struct {
 	acct    *inputAccount // the input memory of the brokers and readers
 	slabs   *slabPool     // the readers' record and header slices between batches
 
-	mu      sync.Mutex
-	brokers map[int32]*brokerFetcher
+	mu       sync.Mutex
+	brokers  map[int32]*brokerFetcher
+	metaNext map[string]*metaCall // by topic: the leader look-up the next readers to ask share
 
 	lookups chan struct{} // the slots of the readers' offset lookups
 }

@@ -101,10 +101,23 @@ func TestFetchPoolPartitions(t *testing.T) {
 	const parts, per = 96, 40
 	var conns connCounter
 	kc, c, pool := poolCluster(t, 3, parts, &conns)
+	readEveryPartition(t, kc, c, pool, parts, per)
+	// One for the fetches, one for metadata, and the offset lookups' slots (kafka-go sends the
+	// first and last offset lookups of a slot at once).
+	if n := conns.maxPeak(); n > 6 {
+		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
+	}
+	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
+}
+
+// readEveryPartition writes per records to each of the first parts partitions of topic t, and
+// reads them back through pool, a reader per partition, all at once.
+func readEveryPartition(t *testing.T, kc *kfake.Cluster, c *kafka.Client, pool *kafkaio.FetchPool, parts int, per int64) {
+	t.Helper()
 	prod := kafkaio.Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
 	defer kafkaio.CloseIdle(prod)
 	for p := range parts {
-		produce(t, prod, "t", p, 0, per, time.Now())
+		produce(t, prod, "t", p, 0, int(per), time.Now())
 	}
 	var wg sync.WaitGroup
 	for p := range parts {
@@ -119,12 +132,6 @@ func TestFetchPoolPartitions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// One for the fetches, one for metadata, and the offset lookups' slots (kafka-go sends the
-	// first and last offset lookups of a slot at once).
-	if n := conns.maxPeak(); n > 6 {
-		t.Errorf("%d connections open at once to one broker for 96 partitions, want at most 6", n)
-	}
-	t.Logf("at most %d connections open at once to one broker", conns.maxPeak())
 }
 
 // TestFetchPoolFaults reads through broker faults on one partition while another is read too:
@@ -426,4 +433,27 @@ func TestFetchPoolBusyPartitionNotHeld(t *testing.T) {
 	if !slices.Equal(got, offsets(0, 200)) {
 		t.Errorf("read %d records of partition 0, want 200 in order", len(got))
 	}
+}
+
+// TestFetchPoolSharesLeaderLookups starts 96 readers of one topic on one pool at once: they learn
+// their leader epochs from a few shared Metadata requests, not one each (each of which makes the
+// broker describe the whole topic), and every record is read.
+func TestFetchPoolSharesLeaderLookups(t *testing.T) {
+	t.Parallel()
+	const parts, per = 96, 5
+	kc, c, pool := poolCluster(t, 1, parts, nil)
+	var lookups atomic.Int64
+	kc.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if m := req.(*kmsg.MetadataRequest); len(m.Topics) == 1 && m.Topics[0].Topic != nil && *m.Topics[0].Topic == "t" {
+			lookups.Add(1)
+		}
+		return nil, nil, false
+	})
+	readEveryPartition(t, kc, c, pool, parts, per)
+	// The pool's leader cache asks once too; the readers' look-ups share the rest.
+	if n := lookups.Load(); n > parts/4 {
+		t.Errorf("%d Metadata requests for the topic by %d readers starting at once, want at most %d", n, parts, parts/4)
+	}
+	t.Logf("%d Metadata requests for the topic", lookups.Load())
 }
