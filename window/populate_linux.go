@@ -6,6 +6,11 @@ import (
 	"unsafe"
 )
 
+// FiltersMapped says that a filter's words (stage 0 and the grown stages) are anonymous mappings
+// of their own, outside the Go heap, so the Go runtime's memory does not include them: true on
+// Linux (unless the kernel refuses a mapping, when those words are in the Go heap).
+const FiltersMapped = true
+
 // madvPopulateWrite is MADV_POPULATE_WRITE (Linux 5.14): fault every page of a range in as if it
 // were written, without changing its contents.
 const madvPopulateWrite = 23

@@ -2,6 +2,10 @@
 
 package window
 
+// FiltersMapped says that a filter's words are anonymous mappings outside the Go heap: false
+// here, where they are in the Go heap.
+const FiltersMapped = false
+
 // adviseWrite reports false: only Linux has MADV_POPULATE_WRITE, so populateWords writes every
 // page.
 func adviseWrite([]uint64) bool { return false }

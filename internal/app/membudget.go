@@ -102,17 +102,43 @@ func newBudget(d DedupConfig) *window.Budget {
 // the binary itself) needs up to processOverhead more. Without GOMEMLIMIT the worker sets the Go
 // runtime's soft memory limit itself (RuntimeMemoryLimit), so that the collector runs before
 // its headroom takes the process past that, instead of letting the heap grow to twice what was
-// live at the last collection (GOGC=100): the memory the filters hold now (at most their share
-// of the budget), plus the input buffers' share, plus processOverhead less nonRuntimeMemory, the
-// part of it the runtime does not manage (the binary's text and data; the filters' first stages
-// are mapped outside the Go heap too, and are counted in what the filters hold). The limit
-// follows the filters every runtimeLimitPeriod: a worker whose filters are small does not let its
-// heap's garbage grow to what a full budget would allow.
+// live at the last collection (GOGC=100). The runtime's memory is what the process holds less
+// what the runtime does not manage: the filters where they are mapped outside the Go heap
+// (window.FiltersMapped, on Linux), and the binary's mapped text and data (the process's
+// file-backed resident memory, RssFile in /proc/self/status: about 23 MiB for this binary once
+// its code has run; at least nonRuntimeMemory, which is also what is assumed where it cannot be
+// read). So the limit is the input buffers' share plus processOverhead less that file-backed
+// memory, plus what the filters hold (at most their share) where they are in the Go heap. It
+// follows the filters and the mapped text every runtimeLimitPeriod.
 const (
 	processOverhead    = 64 << 20
 	nonRuntimeMemory   = 16 << 20
 	runtimeLimitPeriod = time.Second
 )
+
+// procStatus is the file fileResident reads; tests replace it.
+var procStatus = "/proc/self/status"
+
+// fileResident returns the process's file-backed resident memory (RssFile of procStatus, mostly
+// the binary's text) and at least nonRuntimeMemory; nonRuntimeMemory when it cannot be read.
+func fileResident() uint64 {
+	b, err := os.ReadFile(procStatus)
+	if err != nil {
+		return nonRuntimeMemory
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "RssFile:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil || kb > math.MaxUint64>>10 {
+			return nonRuntimeMemory
+		}
+		return max(kb<<10, nonRuntimeMemory)
+	}
+	return nonRuntimeMemory
+}
 
 // runtimeLimitManaged says that the worker sets the runtime's soft memory limit (the worker's
 // command called SetRuntimeMemoryLimit and GOMEMLIMIT is not set); tests that run the worker
@@ -120,24 +146,34 @@ const (
 var runtimeLimitManaged atomic.Bool
 
 // RuntimeMemoryLimit returns the soft memory limit the worker sets for the Go runtime when
-// GOMEMLIMIT is not set and its filters hold filterBytes: filterBytes (at most FilterMemory) plus
-// InputMemory plus processOverhead less nonRuntimeMemory. With the filters at their share that
-// is DEDUP_MEMORY_LIMIT plus 48 MiB. ok is false when GOMEMLIMIT is set (to anything, "off"
-// included): the runtime read it and it is left alone.
-func (c Config) RuntimeMemoryLimit(filterBytes uint64) (limit int64, ok bool) {
+// GOMEMLIMIT is not set, its filters hold filterBytes and outside bytes of the process's resident
+// memory are file-backed (fileResident): InputMemory plus processOverhead less outside (outside
+// taken as at least nonRuntimeMemory and at most processOverhead less minRuntimeOverhead), plus
+// filterBytes (at most FilterMemory) where the filters are in the Go heap (not
+// window.FiltersMapped). ok is false when GOMEMLIMIT is set (to anything, "off" included): the
+// runtime read it and it is left alone.
+func (c Config) RuntimeMemoryLimit(filterBytes, outside uint64) (limit int64, ok bool) {
 	if c.GoMemLimit != "" {
 		return 0, false
 	}
+	if window.FiltersMapped {
+		filterBytes = 0
+	}
+	outside = min(max(outside, nonRuntimeMemory), processOverhead-minRuntimeOverhead)
 	n := min(filterBytes, c.Dedup.FilterMemory()) + c.Dedup.InputMemory()
-	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - nonRuntimeMemory, true
+	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - int64(outside), true
 }
+
+// minRuntimeOverhead is the least of processOverhead the runtime's soft limit keeps beyond the
+// filters and the input share, whatever the binary's mapped text measures.
+const minRuntimeOverhead = 16 << 20
 
 // SetRuntimeMemoryLimit sets the Go runtime's soft memory limit to RuntimeMemoryLimit for the
 // whole budget when GOMEMLIMIT is not set, and has the worker's filters' budget move it with
 // what they hold from then on (see followBudget). It returns the limit in force. It changes the
 // whole process: the worker's command calls it, tests that run the worker in-process do not.
 func SetRuntimeMemoryLimit(c Config) int64 {
-	if limit, ok := c.RuntimeMemoryLimit(math.MaxUint64); ok {
+	if limit, ok := c.RuntimeMemoryLimit(math.MaxUint64, fileResident()); ok {
 		debug.SetMemoryLimit(limit)
 		runtimeLimitManaged.Store(true)
 	}
@@ -145,7 +181,7 @@ func SetRuntimeMemoryLimit(c Config) int64 {
 }
 
 // followBudget sets the runtime's soft memory limit to RuntimeMemoryLimit for what the filters
-// of b hold, every runtimeLimitPeriod until ctx ends, when SetRuntimeMemoryLimit made the worker
+// of b hold and the process's file-backed resident memory, every runtimeLimitPeriod until ctx ends, when SetRuntimeMemoryLimit made the worker
 // manage it; else it does nothing.
 func followBudget(ctx context.Context, c Config, b *window.Budget) {
 	if !runtimeLimitManaged.Load() {
@@ -155,7 +191,7 @@ func followBudget(ctx context.Context, c Config, b *window.Budget) {
 	defer t.Stop()
 	last := int64(-1)
 	for {
-		if limit, _ := c.RuntimeMemoryLimit(b.Used()); limit != last {
+		if limit, _ := c.RuntimeMemoryLimit(b.Used(), fileResident()); limit != last {
 			debug.SetMemoryLimit(limit)
 			last = limit
 		}

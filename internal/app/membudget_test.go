@@ -4,7 +4,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/kdedup/kdedup/window"
 )
 
 // TestCgroupMemoryLimit reads cgroup v2 and v1 limit files, and treats "max", the v1 unlimited
@@ -78,28 +81,70 @@ func TestInputMemory(t *testing.T) {
 }
 
 // TestRuntimeMemoryLimit checks the Go runtime's soft limit the worker sets when GOMEMLIMIT is
-// not set: what the filters hold, at most their share, plus the input share, plus 48 MiB
-// (DEDUP_MEMORY_LIMIT plus 48 MiB with the filters at their share); nothing when it is set.
+// not set: the input share plus 64 MiB less the file-backed resident memory (at least 16 MiB, at
+// most 48 MiB), plus what the filters hold (at most their share) where they are in the Go heap;
+// nothing when GOMEMLIMIT is set.
 func TestRuntimeMemoryLimit(t *testing.T) {
 	b256 := Config{Dedup: DedupConfig{MemoryLimit: 256 << 20}}
+	heap := func(filters int64) int64 { // the filters' part of the limit
+		if window.FiltersMapped {
+			return 0
+		}
+		return filters
+	}
 	for _, tc := range []struct {
-		name    string
-		cfg     Config
-		filters uint64
-		want    int64
-		wantOK  bool
+		name             string
+		cfg              Config
+		filters, outside uint64
+		want             int64
+		wantOK           bool
 	}{
-		{"256MiB budget, filters at their share", b256, 224 << 20, 304 << 20, true},
-		{"256MiB budget, filters past it", b256, 300 << 20, 304 << 20, true},
-		{"256MiB budget, filters of 8MiB", b256, 8 << 20, 88 << 20, true},
-		{"1MiB budget, full", Config{Dedup: DedupConfig{MemoryLimit: 1 << 20}}, math.MaxUint64, 49 << 20, true},
-		{"GOMEMLIMIT set", Config{GoMemLimit: "1800MiB", Dedup: DedupConfig{MemoryLimit: 256 << 20}}, 0, 0, false},
-		{"GOMEMLIMIT off", Config{GoMemLimit: "off"}, 0, 0, false},
+		{"256MiB budget, filters at their share", b256, 224 << 20, 16 << 20, heap(224<<20) + 80<<20, true},
+		{"256MiB budget, filters past it", b256, 300 << 20, 16 << 20, heap(224<<20) + 80<<20, true},
+		{"256MiB budget, filters of 8MiB", b256, 8 << 20, 16 << 20, heap(8<<20) + 80<<20, true},
+		{"256MiB budget, 24MiB of text", b256, 8 << 20, 24 << 20, heap(8<<20) + 72<<20, true},
+		{"256MiB budget, text unknown", b256, 8 << 20, 0, heap(8<<20) + 80<<20, true},
+		{"256MiB budget, 60MiB file-backed", b256, 8 << 20, 60 << 20, heap(8<<20) + 48<<20, true},
+		{"1MiB budget, full", Config{Dedup: DedupConfig{MemoryLimit: 1 << 20}}, math.MaxUint64, 16 << 20, heap(768<<10) + 48<<20 + 256<<10, true},
+		{"GOMEMLIMIT set", Config{GoMemLimit: "1800MiB", Dedup: DedupConfig{MemoryLimit: 256 << 20}}, 0, 0, 0, false},
+		{"GOMEMLIMIT off", Config{GoMemLimit: "off"}, 0, 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := tc.cfg.RuntimeMemoryLimit(tc.filters)
+			got, ok := tc.cfg.RuntimeMemoryLimit(tc.filters, tc.outside)
 			if got != tc.want || ok != tc.wantOK {
 				t.Errorf("RuntimeMemoryLimit() = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+// TestFileResident checks that fileResident reads RssFile from the process's status, at least
+// nonRuntimeMemory, and falls back to nonRuntimeMemory where the file or the line is missing or
+// malformed.
+func TestFileResident(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, status string
+		want         uint64
+	}{
+		{"24MiB", "Name:\tkdedup\nRssAnon:\t  52400 kB\nRssFile:\t   24576 kB\nRssShmem:\t0 kB\n", 24 << 20},
+		{"below the floor", "RssFile:\t1024 kB\n", nonRuntimeMemory},
+		{"no line", "Name:\tkdedup\n", nonRuntimeMemory},
+		{"malformed", "RssFile:\tlots kB\n", nonRuntimeMemory},
+		{"no file", "", nonRuntimeMemory},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			if tc.status != "" {
+				if err := os.WriteFile(path, []byte(tc.status), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := procStatus
+			procStatus = path
+			defer func() { procStatus = old }()
+			if got := fileResident(); got != tc.want {
+				t.Errorf("fileResident() = %d, want %d", got, tc.want)
 			}
 		})
 	}
