@@ -138,6 +138,7 @@ type reauthConn struct {
 	due         time.Time     // when to re-authenticate; zero: never
 	early       time.Time     // when to re-authenticate if requests are in flight; zero: never
 	idleWait    time.Duration // how long to wait for the requests in flight; zero: reauthTimeout
+	onWait      func()        // called when a write starts waiting for them (tests); nil: none
 	outstanding int           // requests written and not yet answered
 	idle        chan struct{} // closed when outstanding drops to 0
 	rdl, wdl    time.Time     // the caller's deadlines, restored after an exchange
@@ -216,6 +217,9 @@ func (c *reauthConn) maybeReauthenticate() error {
 	}
 	if wait <= 0 {
 		wait = reauthTimeout
+	}
+	if c.onWait != nil {
+		c.onWait()
 	}
 	if !c.waitIdle(wait) {
 		return fmt.Errorf("kafkaio: broker %s:%d: %w", c.auth.host, c.auth.port, errReauthPending)

@@ -228,6 +228,8 @@ func TestReauthQueuedBehindHeldAnswer(t *testing.T) {
 	rc, seen, release := heldConn(t, time.Hour)
 	rc.mu.Lock()
 	rc.early, rc.due = time.Now().Add(-time.Millisecond), time.Now().Add(time.Minute)
+	waiting := make(chan struct{}, 1)
+	rc.onWait = func() { waiting <- struct{}{} }
 	rc.mu.Unlock()
 	if _, err := rc.Write(metadataRequest(1)); err != nil {
 		t.Fatal(err)
@@ -237,6 +239,11 @@ func TestReauthQueuedBehindHeldAnswer(t *testing.T) {
 	}
 	written := make(chan error, 1)
 	go func() { _, err := rc.Write(metadataRequest(2)); written <- err }()
+	select {
+	case <-waiting:
+	case err := <-written:
+		t.Fatalf("the second request was written (%v) without waiting for the answer before it", err)
+	}
 	release <- struct{}{}
 	readAnswer(t, rc)
 	if err := <-written; err != nil {
