@@ -16,16 +16,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
+// readRequest reads one request frame from c and returns it without its size.
+func readRequest(c net.Conn) ([]byte, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(c, size[:]); err != nil {
+		return nil, err
+	}
+	req := make([]byte, binary.BigEndian.Uint32(size[:]))
+	_, err := io.ReadFull(c, req)
+	return req, err
+}
+
 // fakeSASLBroker answers SaslHandshake and SaslAuthenticate v1 requests on c with success and
 // a lifetime, and sends each SaslAuthenticate's bytes to auths, until c is closed.
 func fakeSASLBroker(c net.Conn, lifetime time.Duration, auths chan<- []byte) {
 	for {
-		var size [4]byte
-		if _, err := io.ReadFull(c, size[:]); err != nil {
-			return
-		}
-		req := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(c, req); err != nil {
+		req, err := readRequest(c)
+		if err != nil {
 			return
 		}
 		key, corr := binary.BigEndian.Uint16(req), req[4:8]
@@ -140,12 +147,8 @@ func TestReauthDue(t *testing.T) {
 // arrives on release, and sends the API key of every request it reads to seen, in order.
 func heldBroker(c net.Conn, lifetime time.Duration, seen chan<- int16, release <-chan struct{}) {
 	for {
-		var size [4]byte
-		if _, err := io.ReadFull(c, size[:]); err != nil {
-			return
-		}
-		req := make([]byte, binary.BigEndian.Uint32(size[:]))
-		if _, err := io.ReadFull(c, req); err != nil {
+		req, err := readRequest(c)
+		if err != nil {
 			return
 		}
 		key := int16(binary.BigEndian.Uint16(req))
