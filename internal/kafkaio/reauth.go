@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -12,8 +13,14 @@ import (
 	"time"
 )
 
-// reauthTimeout bounds one re-authentication on a connection.
+// reauthTimeout bounds one re-authentication on a connection, and how long a request due to
+// re-authenticate first waits for the requests in flight to be answered.
 const reauthTimeout = 5 * time.Second
+
+// errReauthPending is what a write gets when its session must re-authenticate first and the
+// connection's requests were not answered in time: the request is not written (a broker closes a
+// connection that sends one past the session's lifetime), and the caller's retry dials again.
+var errReauthPending = errors.New("kafkaio: the SASL session must re-authenticate before the next request, and the requests in flight were not answered")
 
 // reauthentications counts the re-authentications of every connection of the process (SASL,
 // KIP-368), so that tests can tell the client re-authenticated (export_test.go).
@@ -78,7 +85,7 @@ func (c Conn) authenticate(ctx context.Context, nc net.Conn, address string) (*r
 	}
 	_ = nc.SetDeadline(time.Time{})
 	rc := &reauthConn{Conn: nc, auth: a}
-	rc.due = reauthDue(start, lifetime)
+	rc.due, rc.early = reauthDue(start, lifetime)
 	return rc, nil
 }
 
@@ -86,30 +93,40 @@ func (c Conn) authenticate(ctx context.Context, nc net.Conn, address string) (*r
 // connection (Kafka's KafkaChannel refuses re-authentications less than a second apart).
 const minReauthInterval = 1100 * time.Millisecond
 
-// reauthDue returns when a session granted lifetime at start should re-authenticate: after a
-// random 80-90% of it, as the Java client does, so that the connections of a process spread
-// their exchanges, but not before minReauthInterval unless the lifetime is shorter; zero when the
-// session does not expire.
-func reauthDue(start time.Time, lifetime time.Duration) time.Time {
+// reauthDue returns when a session granted lifetime at start should re-authenticate: due, after
+// a random 80-90% of it, as the Java client does, so that the connections of a process spread
+// their exchanges, but not before minReauthInterval unless the lifetime is shorter; and early,
+// half as far from start (not before minReauthInterval either, nor after due), from when a
+// request written while others are in flight re-authenticates first. Such a request reaches the
+// broker only once those are answered (a broker reads a connection's requests one at a time), so
+// written just before due it could arrive past the lifetime. Both are zero when the session does
+// not expire.
+func reauthDue(start time.Time, lifetime time.Duration) (due, early time.Time) {
 	if lifetime <= 0 {
-		return time.Time{}
+		return time.Time{}, time.Time{}
 	}
 	d := time.Duration(float64(lifetime) * (0.8 + 0.1*rand.Float64()))
 	if d < minReauthInterval {
 		d = min(minReauthInterval, lifetime*95/100)
 	}
-	return start.Add(d)
+	e := min(max(d/2, minReauthInterval), d)
+	return start.Add(d), start.Add(e)
 }
 
 // reauthConn is an authenticated connection that re-authenticates its SASL session in place
 // (SaslHandshake then SaslAuthenticate, KIP-368) before the first request it writes after its
-// due time, once every request it carries was answered: the exchange has the connection to
-// itself, and the caller's requests and responses pass through unchanged. It follows the
-// requests' and responses' frames (each is a 4-byte size and that many bytes) to know where a
-// request starts and how many are unanswered. Requests without a response (Produce with acks=0)
-// would keep it from re-authenticating; kdedup sends none. A failed re-authentication fails the
-// write that waited for it, and the caller's client closes the connection and dials again.
-// Writes must come from one goroutine at a time, and so must reads, as kafka-go's connections do.
+// due time, or after its early time when requests are in flight (see reauthDue), once every
+// request it carries was answered: the exchange has the connection to itself, and the caller's
+// requests and responses pass through unchanged. A request that has to re-authenticate first is
+// never written without it: when the requests in flight are not answered within reauthTimeout,
+// the write fails with errReauthPending and writes nothing. The exchange may begin past the
+// lifetime (a broker accepts a SaslHandshake then; it closes the connection for any other
+// request). It follows the requests' and responses' frames (each is a 4-byte size and that many
+// bytes) to know where a request starts and how many are unanswered. Requests without a response
+// (Produce with acks=0) would keep it from re-authenticating; kdedup sends none. A failed
+// re-authentication fails the write that waited for it, and the caller's client closes the
+// connection and dials again. Writes must come from one goroutine at a time, and so must reads,
+// as kafka-go's connections do.
 type reauthConn struct {
 	net.Conn
 	auth *authenticator
@@ -119,6 +136,9 @@ type reauthConn struct {
 
 	mu          sync.Mutex
 	due         time.Time     // when to re-authenticate; zero: never
+	early       time.Time     // when to re-authenticate if requests are in flight; zero: never
+	idleWait    time.Duration // how long to wait for the requests in flight; zero: reauthTimeout
+	onWait      func()        // called when a write starts waiting for them (tests); nil: none
 	outstanding int           // requests written and not yet answered
 	idle        chan struct{} // closed when outstanding drops to 0
 	rdl, wdl    time.Time     // the caller's deadlines, restored after an exchange
@@ -184,14 +204,25 @@ func (c *reauthConn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// maybeReauthenticate re-authenticates when the session is due and every request was answered
-// within reauthTimeout; otherwise it leaves it to the next request.
+// maybeReauthenticate re-authenticates when the session is due (or early, with requests in
+// flight), once every request was answered. It returns errReauthPending when they were not
+// answered within the idle wait, and the exchange's error when it failed.
 func (c *reauthConn) maybeReauthenticate() error {
 	c.mu.Lock()
-	due := c.due
+	due, early, busy, wait := c.due, c.early, c.outstanding > 0, c.idleWait
 	c.mu.Unlock()
-	if due.IsZero() || time.Now().Before(due) || !c.waitIdle(reauthTimeout) {
+	now := time.Now()
+	if due.IsZero() || now.Before(early) || (now.Before(due) && !busy) {
 		return nil
+	}
+	if wait <= 0 {
+		wait = reauthTimeout
+	}
+	if c.onWait != nil {
+		c.onWait()
+	}
+	if !c.waitIdle(wait) {
+		return fmt.Errorf("kafkaio: broker %s:%d: %w", c.auth.host, c.auth.port, errReauthPending)
 	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
@@ -207,7 +238,7 @@ func (c *reauthConn) maybeReauthenticate() error {
 	if err != nil {
 		return fmt.Errorf("kafkaio: re-authenticating the SASL session with broker %s:%d: %w", c.auth.host, c.auth.port, err)
 	}
-	c.due = reauthDue(start, lifetime)
+	c.due, c.early = reauthDue(start, lifetime)
 	reauthentications.Add(1)
 	return nil
 }
