@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdedup/kdedup/checkpoint/s3test"
 	"github.com/kdedup/kdedup/internal/embedkafka/testbroker"
 	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/internal/tier"
@@ -239,17 +238,7 @@ func TestPausedReplica(t *testing.T) {
 				if cl.Kind() == testbroker.Real {
 					base["KAFKA_DELIVERY"] = "exactly-once" // the fenced output, against the real coordinator
 				}
-				switch v {
-				case sharedDir:
-					base["CHECKPOINT_DIR"] = t.TempDir()
-				case objectS3:
-					moto := s3test.StartMoto(t)
-					moto.CreateBucket(t, "paused")
-					maps.Copy(base, map[string]string{
-						"CHECKPOINT_URL": "s3://paused/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
-						"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-					})
-				}
+				sharedStore(t, v, "paused", base)
 				r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
 				res := r.pausedRun(after, before, tc.killAtResume)
 				t.Logf("%s: %d records sent (%d after the pause), %d re-sent, %d distinct, %d output; %d leaked, %d lost; took %v",

@@ -603,19 +603,10 @@ func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
 			base[k] = v
 		}
 	}
-	switch v {
-	case sharedDir:
-		base["CHECKPOINT_DIR"] = t.TempDir()
-	case noRebuild:
+	if v == noRebuild {
 		base["CHECKPOINT_REBUILD_MAX_RECORDS"] = "0"
-	case objectS3:
-		moto := s3test.StartMoto(t)
-		moto.CreateBucket(t, "scaleout")
-		maps.Copy(base, map[string]string{
-			"CHECKPOINT_URL": "s3://scaleout/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
-			"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-		})
 	}
+	sharedStore(t, v, "scaleout", base)
 	r := &scaleRun{t: t, cl: cl, variant: v, base: base, dirs: map[string]string{}, workers: map[string]*worker{}}
 	res := r.run(records, per, restartSeed(t))
 	t.Logf("%s (protocol %q): %d records produced, %d distinct, %d output; %d leaked, %d lost; join moved %d partitions "+
@@ -660,5 +651,22 @@ func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
 	}
 	for _, e := range res.otherErrors {
 		t.Logf("worker log: %s", e)
+	}
+}
+
+// sharedStore sets base's checkpoint store for variant v: a fresh directory for sharedDir, a bucket
+// of its own on a moto server for objectS3 (the other variants' directories are per replica).
+func sharedStore(t *testing.T, v scaleVariant, bucket string, base map[string]string) {
+	t.Helper()
+	switch v {
+	case sharedDir:
+		base["CHECKPOINT_DIR"] = t.TempDir()
+	case objectS3:
+		moto := s3test.StartMoto(t)
+		moto.CreateBucket(t, bucket)
+		maps.Copy(base, map[string]string{
+			"CHECKPOINT_URL": "s3://" + bucket + "/kdedup", "AWS_ENDPOINT_URL_S3": moto.Endpoint(),
+			"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		})
 	}
 }
