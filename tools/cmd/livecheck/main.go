@@ -270,7 +270,11 @@ func runPhases(ctx context.Context, r runner, o options, log io.Writer) ([]*phas
 	phases := []phase{
 		{name: "healthy", duration: o.healthy, restartAt: 0.2, compare: true, silent: true, env: eventTimeEnv,
 			args: append(slices.Clone(eventTimeArgs), deadLetterArgs...)},
-		{name: "handover", duration: o.handover, args: handoverArgs, silent: true},
+		// The handover phase's worker is eager (the second worker offers both protocols, so the
+		// group agrees on eager): the panels it checks show a revoked partition given back to the
+		// same worker as a "retained" restore, which the cooperative default never makes (a kept
+		// partition is not released at all); the broker tests cover the cooperative protocol.
+		{name: "handover", duration: o.handover, args: handoverArgs, silent: true, env: []string{"KAFKA_GROUP_PROTOCOL=eager"}},
 		{name: refusedPhase, duration: o.refused, args: refusedArgs},
 		{name: "degraded", duration: o.degraded, env: o.overfill, breakStore: true, mayLose: true, args: faultArgs, compare: true},
 	}
