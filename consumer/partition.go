@@ -444,6 +444,19 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	if err := w.write(gctx, pctx, c, st, tc, out, dups, b.Next); err != nil {
 		return err
 	}
+	w.acked(c, st, b, out, diverted)
+	w.endBatch(st)
+	if b.Refused != nil {
+		return w.refuseInput(gctx, pctx, c, st, tc, b.Refused)
+	}
+	return nil
+}
+
+// acked counts a written batch (its diverted records, the produced ones and their latency) and
+// moves the partition's offsets past it: the Deduper's acknowledgement (at once without
+// transactions; with them, after the commit), the offset sink's read and commit positions.
+func (w *Worker) acked(c offsetSink, st *partitionState, b *kafkaio.Batch, out []kafkaio.Record, diverted [4]int) {
+	p := st.p
 	for i, n := range diverted {
 		if n > 0 {
 			w.obs.Diverted(p, DropReasons[i], n)
@@ -467,7 +480,12 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	}
 	c.readAt(int(p), st.next, b.Epoch)
 	c.mark(int(p), st.next)
-	st.in = nil   // the reader's records: valid until the next Fetch
+}
+
+// endBatch drops the partition's references to the batch's records, which are the reader's and
+// valid only until its next Fetch, and gives the output slice back to the worker's pool.
+func (w *Worker) endBatch(st *partitionState) {
+	st.in = nil
 	clear(st.ids) // they alias the records
 	clear(st.outIDs)
 	w.outs.put(st.out) // cleared: no references to record bytes until it is reused
@@ -479,10 +497,6 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		clear(msgs)
 	}
 	clear(st.lanes)
-	if b.Refused != nil {
-		return w.refuseInput(gctx, pctx, c, st, tc, b.Refused)
-	}
-	return nil
 }
 
 // rewind tells the Deduper and the offset sink that p's input is read again from from, below
