@@ -160,7 +160,14 @@ func NewGroupMember(client *kafka.Client, cfg GroupConfig) *GroupMember {
 	if cfg.Cooperative {
 		b = append([]kafka.GroupBalancer{cooperativeBalancer{}}, b...)
 	}
-	return &GroupMember{client: client, cfg: cfg, balancers: b, versions: map[int16]int16{}, ownedGen: -1}
+	m := &GroupMember{client: client, cfg: cfg, balancers: b, versions: map[int16]int16{}, ownedGen: -1}
+	if cfg.Cooperative && cfg.Sticky != nil {
+		// Both protocols' claims start as the same nothing (generation -1), as every later
+		// generation sets them alike: adopt can then rebuild both from the one subscription
+		// the coordinator describes, byte for byte.
+		cfg.Sticky.SetOwned(m.ownedGen, nil)
+	}
+	return m
 }
 
 // Own records the partitions the member owns, got in generation, for the owned partitions of its

@@ -311,39 +311,50 @@ func TestCooperativeScaleOut(t *testing.T) {
 
 // TestCooperativeStaticRestart proves on each broker that a static member of a cooperative group
 // restarted in a new process (which adopts the owned partitions and sticky claims its instance id
-// joined with) rejoins the generation it left, with its partitions: no rebalance.
+// joined with) rejoins the generation it left, with its partitions: no rebalance. It restarts
+// once after a rejoin that claimed the partitions, and once after the first join, whose
+// subscription claimed nothing (as when two replicas start together).
 func TestCooperativeStaticRestart(t *testing.T) {
-	testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 4}}, func(t *testing.T, b testbroker.Broker) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		member := func() (*kafkaio.GroupMember, *kafkaio.StickyBalancer) {
-			sticky := &kafkaio.StickyBalancer{}
-			cfg := kafkaio.GroupConfig{Group: b.Name("g"), Topic: b.Name("t"), InstanceID: "s1", SessionTimeout: 10 * time.Second,
-				RebalanceTimeout: 20 * time.Second, Sticky: sticky, Cooperative: true}
-			return kafkaio.NewGroupMember(kafkaio.Conn{Brokers: b.Addrs()}.Client(10*time.Second), cfg), sticky
-		}
-		m, sticky := member()
-		g, err := m.Join(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// As the Worker does: claim what the generation gave, and rejoin (which registers the
-		// subscription that owns them).
-		m.Own(g.ID, g.Partitions)
-		sticky.SetOwned(g.ID, map[string][]int{b.Name("t"): g.Partitions})
+	for _, rejoin := range []bool{true, false} {
+		t.Run(map[bool]string{true: "claims", false: "first-join"}[rejoin], func(t *testing.T) {
+			testbroker.Each(t, testbroker.Options{Topics: map[string]int32{"t": 4}}, func(t *testing.T, b testbroker.Broker) {
+				staticRestart(t, b, rejoin)
+			})
+		})
+	}
+}
+
+func staticRestart(t *testing.T, b testbroker.Broker, rejoin bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	member := func() (*kafkaio.GroupMember, *kafkaio.StickyBalancer) {
+		sticky := &kafkaio.StickyBalancer{}
+		cfg := kafkaio.GroupConfig{Group: b.Name("g"), Topic: b.Name("t"), InstanceID: "s1", SessionTimeout: 10 * time.Second,
+			RebalanceTimeout: 20 * time.Second, Sticky: sticky, Cooperative: true}
+		return kafkaio.NewGroupMember(kafkaio.Conn{Brokers: b.Addrs()}.Client(10*time.Second), cfg), sticky
+	}
+	m, sticky := member()
+	g, err := m.Join(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the Worker does: claim what the generation gave (which the next JoinGroup sends).
+	m.Own(g.ID, g.Partitions)
+	sticky.SetOwned(g.ID, map[string][]int{b.Name("t"): g.Partitions})
+	if rejoin {
 		if g, err = m.Join(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if !g.Cooperative || len(g.Partitions) != 4 {
-			t.Fatalf("generation %+v, want the cooperative protocol and all 4 partitions", g)
-		}
-		restarted, _ := member()
-		got, err := restarted.Join(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.ID != g.ID || !slices.Equal(got.Partitions, g.Partitions) {
-			t.Fatalf("restarted static member joined %+v, want generation %d with %v", got, g.ID, g.Partitions)
-		}
-	})
+	}
+	if !g.Cooperative || len(g.Partitions) != 4 {
+		t.Fatalf("generation %+v, want the cooperative protocol and all 4 partitions", g)
+	}
+	restarted, _ := member()
+	got, err := restarted.Join(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != g.ID || !slices.Equal(got.Partitions, g.Partitions) {
+		t.Fatalf("restarted static member joined %+v, want generation %d with %v", got, g.ID, g.Partitions)
+	}
 }

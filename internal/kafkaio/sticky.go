@@ -224,7 +224,10 @@ type claims struct {
 func encodeClaims(c claims) []byte {
 	b := []byte{stickyVersion}
 	b = binary.BigEndian.AppendUint32(b, uint32(c.generation))
-	topics := slices.Sorted(maps.Keys(c.owned))
+	// A topic with no partitions is left out, so that claiming none of a topic's partitions
+	// and not naming it encode alike (a static member's adopted claims must match its last
+	// JoinGroup's bytes).
+	topics := slices.DeleteFunc(slices.Sorted(maps.Keys(c.owned)), func(t string) bool { return len(c.owned[t]) == 0 })
 	b = binary.BigEndian.AppendUint16(b, uint16(len(topics)))
 	for _, t := range topics {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(t)))
