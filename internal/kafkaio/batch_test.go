@@ -273,22 +273,29 @@ func benchMsgs() []Record {
 }
 
 // BenchmarkBatchEncode measures encoding and sealing a batch of 1000 records of the worker's
-// shape (16-byte key, 100-byte value, one header), uncompressed, into reused memory: the
-// idempotent produce path's per-batch cost.
+// shape (16-byte key, 100-byte value, one header) and of the loadtest's (loadtestMsgs: three
+// headers), uncompressed, into reused memory: the idempotent produce path's per-batch cost.
 func BenchmarkBatchEncode(b *testing.B) {
-	parts := [][]Record{benchMsgs()}
-	var enc batchEncoder
-	var mem []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		rb, err := enc.encode(mem, parts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rb.seal(1, 0, 0)
-		mem = rb.raw
+	for _, c := range []struct {
+		name string
+		msgs func() []Record
+	}{{"shape=worker", benchMsgs}, {"shape=loadtest", loadtestMsgs}} {
+		b.Run(c.name, func(b *testing.B) {
+			parts := [][]Record{c.msgs()}
+			var enc batchEncoder
+			var mem []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				rb, err := enc.encode(mem, parts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rb.seal(1, 0, 0)
+				mem = rb.raw
+			}
+			b.SetBytes(int64(len(mem)))
+		})
 	}
-	b.SetBytes(int64(len(mem)))
 }
 
 // BenchmarkBatchDecode measures decoding the batch of BenchmarkBatchEncode.
