@@ -77,7 +77,8 @@ type recordBatch struct {
 // concurrent use.
 type batchEncoder struct {
 	compression kafka.Compression
-	records     []byte // uncompressed records, when compressing
+	records     []byte  // uncompressed records, when compressing
+	lens        []int32 // the body length of each record of the batch being encoded
 	now         func() time.Time
 }
 
@@ -93,13 +94,16 @@ func (e *batchEncoder) encode(dst []byte, parts [][]Record) (recordBatch, error)
 	}
 	nowMs := now().UnixMilli()
 	n, first, size := 0, int64(0), sizePrefix+batchHeaderLen
+	e.lens = e.lens[:0]
 	for _, msgs := range parts {
 		for i := range msgs {
 			ts := recordTime(&msgs[i], nowMs)
 			if n == 0 {
 				first = ts
 			}
-			size += recordLen(&msgs[i], int64(n), ts-first)
+			body := recordBodyLen(&msgs[i], int64(n), ts-first)
+			e.lens = append(e.lens, int32(body))
+			size += varintLen(int64(body)) + body
 			n++
 		}
 	}
@@ -118,9 +122,9 @@ func (e *batchEncoder) encode(dst []byte, parts [][]Record) (recordBatch, error)
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(n),
 	}
 	if !compressed {
-		b, hdr.MaxTimestamp = appendRecords(b, parts, first, nowMs)
+		b, hdr.MaxTimestamp = appendRecords(b, parts, e.lens, first, nowMs)
 	} else {
-		e.records, hdr.MaxTimestamp = appendRecords(e.records[:0], parts, first, nowMs)
+		e.records, hdr.MaxTimestamp = appendRecords(e.records[:0], parts, e.lens, first, nowMs)
 		var err error
 		if b, err = compress(b, e.records, codec); err != nil {
 			return recordBatch{}, err
@@ -148,16 +152,16 @@ func compress(b, records []byte, codec kafka.CompressionCodec) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// appendRecords appends the records of parts to b, with timestamps relative to first, and
-// returns b and the largest timestamp.
-func appendRecords(b []byte, parts [][]Record, first, nowMs int64) ([]byte, int64) {
+// appendRecords appends the records of parts, whose body lengths are lens, to b, with timestamps
+// relative to first, and returns b and the largest timestamp.
+func appendRecords(b []byte, parts [][]Record, lens []int32, first, nowMs int64) ([]byte, int64) {
 	n, maxTs := int64(0), first
 	for _, msgs := range parts {
 		for i := range msgs {
 			m := &msgs[i]
 			ts := recordTime(m, nowMs)
 			maxTs = max(maxTs, ts)
-			b = appendRecord(b, m, n, ts-first)
+			b = appendRecordBody(b, m, int(lens[n]), n, ts-first)
 			n++
 		}
 	}
@@ -356,27 +360,43 @@ func (d *BatchDecoder) recycle() {
 
 // appendRecord appends the encoding of m to b: the fields of kmsg.Record, in its order.
 func appendRecord(b []byte, m *Record, offsetDelta, tsDelta int64) []byte {
-	b = binary.AppendVarint(b, int64(recordBodyLen(m, offsetDelta, tsDelta)))
+	return appendRecordBody(b, m, recordBodyLen(m, offsetDelta, tsDelta), offsetDelta, tsDelta)
+}
+
+// appendRecordBody appends the encoding of m, whose body is bodyLen bytes long (recordBodyLen),
+// to b. The encoder computes every record's length for the batch's size first, and keeps it for
+// this.
+func appendRecordBody(b []byte, m *Record, bodyLen int, offsetDelta, tsDelta int64) []byte {
+	b = appendVarint(b, int64(bodyLen))
 	b = append(b, 0) // attributes
-	b = binary.AppendVarint(b, tsDelta)
-	b = binary.AppendVarint(b, offsetDelta)
+	b = appendVarint(b, tsDelta)
+	b = appendVarint(b, offsetDelta)
 	b = appendNullBytes(b, m.Key)
 	b = appendNullBytes(b, m.Value)
-	b = binary.AppendVarint(b, int64(len(m.Headers)))
+	b = appendVarint(b, int64(len(m.Headers)))
 	for i := range m.Headers {
 		h := &m.Headers[i]
-		b = binary.AppendVarint(b, int64(len(h.Key)))
+		b = appendVarint(b, int64(len(h.Key)))
 		b = append(b, h.Key...)
 		b = appendNullBytes(b, h.Value)
 	}
 	return b
 }
 
+// appendVarint appends v as a zigzag varint, as binary.AppendVarint does; a one-byte varint
+// (most of a record's lengths) inline.
+func appendVarint(b []byte, v int64) []byte {
+	if u := uint64(v<<1) ^ uint64(v>>63); u < 0x80 {
+		return append(b, byte(u))
+	}
+	return binary.AppendVarint(b, v)
+}
+
 // appendNullBytes appends v with its varint length, -1 for nil.
 func appendNullBytes(b, v []byte) []byte {
 	if v == nil {
-		return binary.AppendVarint(b, -1)
+		return append(b, 1) // -1
 	}
-	b = binary.AppendVarint(b, int64(len(v)))
+	b = appendVarint(b, int64(len(v)))
 	return append(b, v...)
 }

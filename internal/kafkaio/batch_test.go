@@ -273,22 +273,29 @@ func benchMsgs() []Record {
 }
 
 // BenchmarkBatchEncode measures encoding and sealing a batch of 1000 records of the worker's
-// shape (16-byte key, 100-byte value, one header), uncompressed, into reused memory: the
-// idempotent produce path's per-batch cost.
+// shape (16-byte key, 100-byte value, one header) and of the loadtest's (loadtestMsgs: three
+// headers), uncompressed, into reused memory: the idempotent produce path's per-batch cost.
 func BenchmarkBatchEncode(b *testing.B) {
-	parts := [][]Record{benchMsgs()}
-	var enc batchEncoder
-	var mem []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		rb, err := enc.encode(mem, parts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rb.seal(1, 0, 0)
-		mem = rb.raw
+	for _, c := range []struct {
+		name string
+		msgs func() []Record
+	}{{"shape=worker", benchMsgs}, {"shape=loadtest", loadtestMsgs}} {
+		b.Run(c.name, func(b *testing.B) {
+			parts := [][]Record{c.msgs()}
+			var enc batchEncoder
+			var mem []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				rb, err := enc.encode(mem, parts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rb.seal(1, 0, 0)
+				mem = rb.raw
+			}
+			b.SetBytes(int64(len(mem)))
+		})
 	}
-	b.SetBytes(int64(len(mem)))
 }
 
 // BenchmarkBatchDecode measures decoding the batch of BenchmarkBatchEncode.
@@ -325,20 +332,43 @@ func TestScanBatchesOldFormat(t *testing.T) {
 	}
 }
 
+// loadtestMsgs returns 1000 records of the shape kdedup loadtest writes with -field json:id: a
+// 12-byte key, a JSON value of about 120 bytes with an id, and three headers (run, sequence,
+// send time).
+func loadtestMsgs() []Record {
+	msgs := make([]Record, 1000)
+	for i := range msgs {
+		msgs[i] = Record{Key: fmt.Appendf(nil, "ent-%08d", i%977), Time: time.UnixMilli(1_700_000_000_000 + int64(i)),
+			Value: fmt.Appendf(nil, `{"id":"%016x","lt_pad":"%s"}`, i*7919, bytes.Repeat([]byte("x"), 80)),
+			Headers: []Header{{Key: "lt-run", Value: []byte("0123456789abcdef")},
+				{Key: "lt-seq", Value: fmt.Appendf(nil, "%d", 100000+i)},
+				{Key: "lt-sent", Value: fmt.Appendf(nil, "%d", 1_700_000_000_000_000_000+int64(i))}}}
+	}
+	return msgs
+}
+
 // BenchmarkRecordWalk measures the input path's decoding alone: walking a fetched record set of
-// 16 batches of 1000 records of the worker's shape (benchMsgs: 16-byte key, 100-byte value, one
-// header), uncompressed or compressed, into kafka-go messages with their headers, as
-// PartitionReader.take does, in reused memory (one decoder per goroutine), its memory handed back
-// every 1000 records as Fetch does. The same benchmark
-// run against main's decoder is the baseline (docs/hacking.md):
+// 16 batches of 1000 records, of the worker's shape (benchMsgs: 16-byte key, 100-byte value, one
+// header) uncompressed or compressed, and of the loadtest's shape (loadtestMsgs: three headers)
+// uncompressed, into kafka-go messages with their headers, as PartitionReader.take does, in
+// reused memory (one decoder per goroutine), its memory handed back every 1000 records as Fetch
+// does. The same benchmark run against main's decoder is the baseline (docs/hacking.md):
 //
 //	go test -run '^$' -bench RecordWalk -count 10 ./internal/kafkaio/ | benchstat -
 func BenchmarkRecordWalk(b *testing.B) {
-	for _, c := range []kafka.Compression{0, kafka.Lz4, kafka.Zstd} {
-		b.Run("codec="+codecName(c), func(b *testing.B) {
+	type walkCase struct {
+		name string
+		c    kafka.Compression
+		msgs func() []Record
+	}
+	cases := []walkCase{{"codec=none", 0, benchMsgs}, {"codec=lz4", kafka.Lz4, benchMsgs},
+		{"codec=zstd", kafka.Zstd, benchMsgs}, {"shape=loadtest", 0, loadtestMsgs}}
+	for _, wc := range cases {
+		c := wc.c
+		b.Run(wc.name, func(b *testing.B) {
 			var set []byte
 			for i := range 16 {
-				batch := testBatch(b, c, benchMsgs()...)
+				batch := testBatch(b, c, wc.msgs()...)
 				binary.BigEndian.PutUint64(batch, uint64(i*1000))
 				set = append(set, batch...)
 			}
@@ -355,13 +385,6 @@ func BenchmarkRecordWalk(b *testing.B) {
 			})
 		})
 	}
-}
-
-func codecName(c kafka.Compression) string {
-	if c == 0 {
-		return "none"
-	}
-	return c.String()
 }
 
 // benchWalker walks one record set again and again.

@@ -285,7 +285,7 @@ func frameRecords(b []byte, n int) error {
 		return fmt.Errorf("%w: %d records in %d bytes", ErrCorruptBatch, n, len(b))
 	}
 	for i := range n {
-		length, k := binary.Varint(b)
+		length, k := varint(b)
 		if k <= 0 || length < minRecordLen-1 || length > int64(len(b)-k) {
 			return fmt.Errorf("%w: record %d overruns the batch", ErrCorruptBatch, i)
 		}
@@ -317,7 +317,7 @@ type batchRecords struct {
 // same, and its error wraps ErrCorruptBatch or ErrDecodeLimit; rec.offsetDelta is -1 when it is
 // not known.
 func (it *batchRecords) next(rec *batchRecord, hs *headerSlab, maxHeaders int) error {
-	length, k := binary.Varint(it.b)
+	length, k := varint(it.b)
 	body := it.b[k : k+int(length)]
 	it.b, it.left = it.b[k+int(length):], it.left-1
 	mark := hs.mark()
@@ -335,8 +335,19 @@ type cursor struct {
 	bad bool
 }
 
+// varint reads a zigzag varint. A one-byte varint, which most of a record's lengths and deltas
+// are, is decoded inline.
 func (c *cursor) varint() int64 {
-	v, n := binary.Varint(c.b)
+	if b := c.b; len(b) > 0 && b[0] < 0x80 {
+		c.b = b[1:]
+		return int64(b[0]>>1) ^ -int64(b[0]&1)
+	}
+	return c.longVarint()
+}
+
+// longVarint reads a zigzag varint of any length.
+func (c *cursor) longVarint() int64 {
+	v, n := varint(c.b)
 	if n <= 0 {
 		c.b, c.bad = nil, true
 		return 0
@@ -345,8 +356,33 @@ func (c *cursor) varint() int64 {
 	return v
 }
 
-// bytes reads a varint length and that many bytes: nil for length -1.
+// varint decodes the zigzag varint b starts with, as binary.Varint does, and returns it and its
+// length (0 or less when b does not start with one). Varints of one and two bytes (a record's
+// length, its deltas in a batch of up to 8,192 records) are decoded without binary.Varint's loop.
+func varint(b []byte) (int64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return int64(b[0]>>1) ^ -int64(b[0]&1), 1
+	}
+	if len(b) > 1 && b[1] < 0x80 {
+		u := uint64(b[0]&0x7f) | uint64(b[1])<<7
+		return int64(u>>1) ^ -int64(u&1), 2
+	}
+	return binary.Varint(b)
+}
+
+// bytes reads a varint length and that many bytes: nil for length -1. A length below 64 (a
+// one-byte varint) is read inline.
 func (c *cursor) bytes() []byte {
+	if b := c.b; len(b) > 0 && b[0]&0x81 == 0 && int(b[0]>>1) < len(b) {
+		n := 1 + int(b[0]>>1)
+		c.b = b[n:]
+		return b[1:n:n]
+	}
+	return c.longBytes()
+}
+
+// longBytes reads a varint length of any value and that many bytes: nil for length -1.
+func (c *cursor) longBytes() []byte {
 	n := c.varint()
 	switch {
 	case n == -1 && !c.bad:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -324,5 +325,88 @@ func TestFetchResponseOneBatchPastLimit(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
 		t.Errorf("readFrame allocated %d bytes for a response of 1 MiB that announced 100 MiB", n)
+	}
+}
+
+// TestVarintIsBinaryVarint proves that the decoder's varints (varint, cursor.varint and
+// cursor.bytes, with their one- and two-byte paths) read what encoding/binary reads: the same
+// value and length for every value around the one- to three-byte boundaries, non-minimal
+// encodings, and truncated or overlong input failing the same way.
+func TestVarintIsBinaryVarint(t *testing.T) {
+	var inputs [][]byte
+	for _, v := range []int64{0, 1, -1, 2, 31, 32, 63, 64, -64, -65, 127, 128, 8191, 8192, -8192, -8193, 1 << 20, -1 << 40, 1<<63 - 1, -1 << 63} {
+		enc := binary.AppendVarint(nil, v)
+		inputs = append(inputs, enc, append(enc, 0x55, 0x01), enc[:len(enc)-1])
+	}
+	inputs = append(inputs, []byte{0x80, 0x00}, []byte{0x81, 0x80, 0x00}, []byte{}, bytes.Repeat([]byte{0xff}, 11))
+	for _, in := range inputs {
+		wantV, wantN := binary.Varint(in)
+		if v, n := varint(in); v != wantV || n != wantN {
+			t.Errorf("varint(% x) = %d, %d; binary.Varint = %d, %d", in, v, n, wantV, wantN)
+		}
+		c := cursor{b: in}
+		v := c.varint()
+		if bad := wantN <= 0; c.bad != bad || (!bad && (v != wantV || len(c.b) != len(in)-wantN)) {
+			t.Errorf("cursor.varint(% x) = %d, bad %v, %d left; want %d, bad %v", in, v, c.bad, len(c.b), wantV, bad)
+		}
+	}
+	for _, n := range []int{-2, -1, 0, 1, 5, 63, 64, 65, 200} {
+		for _, have := range []int{n - 1, n, n + 3} {
+			in := append(binary.AppendVarint(nil, int64(n)), bytes.Repeat([]byte{'x'}, max(have, 0))...)
+			c := cursor{b: in}
+			got := c.bytes()
+			wantBad := n < -1 || n > max(have, 0)
+			switch {
+			case c.bad != wantBad:
+				t.Errorf("bytes(len %d, %d there): bad %v, want %v", n, have, c.bad, wantBad)
+			case wantBad:
+			case n == -1 && (got != nil || len(c.b) != max(have, 0)):
+				t.Errorf("bytes(len -1): %q, %d left", got, len(c.b))
+			case n >= 0 && (len(got) != n || cap(got) != n || got == nil || len(c.b) != max(have, 0)-n):
+				t.Errorf("bytes(len %d, %d there): len %d cap %d nil %v, %d left", n, have, len(got), cap(got), got == nil, len(c.b))
+			}
+		}
+	}
+}
+
+// TestHeaderNamesInterned proves that header names come out right whatever their order from
+// record to record (the slab compares each with the name last seen at its position first), and
+// never alias the fetched bytes.
+func TestHeaderNamesInterned(t *testing.T) {
+	records := [][]Header{
+		{{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}},
+		{{Key: "b", Value: []byte("3")}, {Key: "a", Value: []byte("4")}},
+		{{Key: "a", Value: []byte("5")}, {Key: "bb", Value: nil}, {Key: "", Value: []byte{}}},
+		{{Key: "a", Value: []byte("6")}, {Key: "b", Value: []byte("7")}},
+	}
+	var msgs []Record
+	for i, hs := range records {
+		msgs = append(msgs, Record{Value: []byte{byte('0' + i)}, Headers: hs})
+	}
+	raw := testBatch(t, 0, msgs...)
+	var w benchWalker
+	w.res = &fetchResponse{part: &kmsg.FetchResponseTopicPartition{RecordBatches: raw}}
+	w.set.reset(&w.dec, w.res, false)
+	for i, want := range records {
+		rec, ok := w.set.nextRecord(&w.hs)
+		if !ok {
+			t.Fatalf("record %d missing", i)
+		}
+		if len(rec.rec.headers) != len(want) {
+			t.Fatalf("record %d: %d headers, want %d", i, len(rec.rec.headers), len(want))
+		}
+		for j, h := range rec.rec.headers {
+			if h.Key != want[j].Key || !bytes.Equal(h.Value, want[j].Value) || (h.Value == nil) != (want[j].Value == nil) {
+				t.Errorf("record %d header %d = %q=%q, want %q=%q", i, j, h.Key, h.Value, want[j].Key, want[j].Value)
+			}
+		}
+	}
+	for i := range raw {
+		raw[i] = 'z' // the fetched bytes are reused: the names must not change with them
+	}
+	for _, h := range w.hs.hdrs {
+		if strings.Contains(h.Key, "z") {
+			t.Errorf("header name %q aliases the fetched bytes", h.Key)
+		}
 	}
 }

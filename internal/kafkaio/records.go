@@ -297,11 +297,14 @@ func (s *recordSet) isAbortMarker(hdr *kmsg.RecordBatch) bool {
 // slice reused from batch to batch: decodeRecord decodes headers straight into it. Header names
 // are interned: the fetched bytes are overwritten when the buffer is reused, so each distinct
 // name is copied once and shared after that (up to maxInterned names; past that, each is
-// copied). Header values are slices of the fetched bytes. A nil slab checks headers and keeps
-// none.
+// copied). The name last interned at each of a record's first header positions is compared
+// first (recent): records of one producer carry the same headers in the same order, and a
+// comparison costs less than a map lookup. Header values are slices of the fetched bytes. A nil
+// slab checks headers and keeps none.
 type headerSlab struct {
-	hdrs  []Header
-	names map[string]string
+	hdrs   []Header
+	names  map[string]string
+	recent [8]string // recent[i]: the name interned last for a record's i-th header
 }
 
 const maxInterned = 1024
@@ -320,13 +323,13 @@ func (s *headerSlab) decode(c *cursor, n int) []Header {
 		return nil
 	}
 	start := len(s.hdrs)
-	for range n {
+	for i := range n {
 		name := c.bytes()
 		value := c.bytes()
 		if c.bad {
 			return nil
 		}
-		s.hdrs = append(s.hdrs, Header{Key: s.intern(name), Value: value})
+		s.hdrs = append(s.hdrs, Header{Key: s.internAt(i, name), Value: value})
 	}
 	return s.hdrs[start:len(s.hdrs):len(s.hdrs)]
 }
@@ -349,6 +352,20 @@ func (s *headerSlab) truncate(n int) {
 
 // len returns how many headers the slab holds.
 func (s *headerSlab) len() int { return len(s.hdrs) }
+
+// internAt returns intern(name) for the i-th header of a record, compared with the name of
+// the last record's i-th header first.
+func (s *headerSlab) internAt(i int, name []byte) string {
+	if i >= len(s.recent) {
+		return s.intern(name)
+	}
+	if r := s.recent[i]; r == string(name) {
+		return r
+	}
+	v := s.intern(name)
+	s.recent[i] = v
+	return v
+}
 
 // intern returns a string equal to name that does not alias the fetched bytes.
 func (s *headerSlab) intern(name []byte) string {
