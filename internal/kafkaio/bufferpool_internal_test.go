@@ -195,3 +195,53 @@ func TestPoolAnswerUnshared(t *testing.T) {
 		t.Error("no answer was copied out of its frame")
 	}
 }
+
+// TestReaderForgetsGivenBackFrame checks that a reader whose records were handed back keeps no
+// pointer into the response it walked: the walk's batches, header and last record are dropped
+// with it, so a broker frame the pool dropped at the input memory's limit is garbage at once and
+// not kept in the heap by every idle partition that last read from it.
+func TestReaderForgetsGivenBackFrame(t *testing.T) {
+	tier.Integration(t)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	defer CloseIdle(c)
+	msgs := make([]Record, 50)
+	for i := range msgs {
+		msgs[i] = Record{Key: fmt.Append(nil, i), Value: fmt.Append(nil, "v", i)}
+	}
+	if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", 0, msgs); err != nil {
+		t.Fatal(err)
+	}
+	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	defer pool.Close()
+	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: 0, Offset: 0, Pool: pool})
+	defer func() { <-r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for got := 0; got < len(msgs); {
+		b, err := r.Fetch(ctx, len(msgs), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(b.Records)
+	}
+	if r.set.rest == nil && r.set.hdr.Records == nil && r.set.recs.b == nil && r.set.rec.key == nil {
+		t.Fatal("the walk holds no fetched data while its batch is in hand")
+	}
+	short, stop := context.WithTimeout(ctx, time.Millisecond) // hands the batch back, then finds nothing
+	defer stop()
+	if _, err := r.Fetch(short, len(msgs), 0); err == nil {
+		t.Fatal("a fetch past the end returned records")
+	}
+	if r.cur != nil || r.set.rest != nil || r.set.hdr.Records != nil || r.set.recs.b != nil || r.set.rec.key != nil || r.set.rec.value != nil {
+		t.Errorf("after the batch was handed back the walk still points into the response (cur %v, rest %d, batch %d, record %q)",
+			r.cur != nil, len(r.set.rest), len(r.set.hdr.Records), r.set.rec.key)
+	}
+	if r.set.next != int64(len(msgs)) {
+		t.Errorf("walk position %d after dropping the response, want %d", r.set.next, len(msgs))
+	}
+}
