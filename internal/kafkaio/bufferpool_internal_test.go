@@ -46,9 +46,10 @@ func TestBufferPoolKeeps(t *testing.T) {
 }
 
 // TestInputAccount checks that the buffers of a pool's readers and brokers are counted, all of
-// them and those in use; that a request asks for what the buffers in use leave of the limit, at
-// least minRequestBytes; and that over the limit given-back buffers are dropped but one, which
-// the next response is read into instead of a fresh allocation.
+// them and those in use; that a request asks for what the buffers in use leave of half the limit,
+// at most a quarter of it and at least minRequestBytes; and that over the limit given-back
+// buffers are dropped but one, which the next response is read into instead of a fresh
+// allocation.
 func TestInputAccount(t *testing.T) {
 	p := &FetchPool{cfg: FetchPoolConfig{MaxBytes: 16 << 20}, acct: &inputAccount{limit: 8 << 20}}
 	reader, frames := &bufferPool{acct: p.acct}, &newBrokerFetcher(p, 1).bufs
@@ -58,33 +59,33 @@ func TestInputAccount(t *testing.T) {
 			t.Fatalf("%s: %d bytes, %d in use, requests of %d; want %d, %d, %d", what, got, use, r, total, inUse, req)
 		}
 	}
-	check("nothing held", 0, 0, 8<<20)
+	check("nothing held", 0, 0, 2<<20) // a quarter of the limit
 	frame := frames.get(3 << 20)
 	a, b := reader.get(2<<20), reader.get(2<<20)
-	check("a frame and two answers", 7<<20, 7<<20, 1<<20)
-	c := reader.get(2 << 20) // past the limit: reads go on, at the least request size
+	check("a frame and two answers", 7<<20, 7<<20, minRequestBytes) // past half the limit
+	c := reader.get(2 << 20)                                        // past the limit: reads go on, at the least request size
 	check("past the limit", 9<<20, 9<<20, minRequestBytes)
 	reader.put(a) // over the limit, the only free buffer: kept
-	check("a buffer given back over the limit", 9<<20, 7<<20, 1<<20)
+	check("a buffer given back over the limit", 9<<20, 7<<20, minRequestBytes)
 	reader.put(b) // over the limit, with one free already: dropped
-	check("a second buffer given back over the limit", 7<<20, 5<<20, 3<<20)
+	check("a second buffer given back over the limit", 7<<20, 5<<20, minRequestBytes)
 	if len(reader.free) != 1 {
 		t.Fatalf("%d free buffers kept over the limit, want 1", len(reader.free))
 	}
-	frames.put(frame) // under it: kept, counted, not in use
-	check("buffers given back under the limit", 7<<20, 2<<20, 6<<20)
+	frames.put(frame)                                                // under it: kept, counted, not in use
+	check("buffers given back under the limit", 7<<20, 2<<20, 2<<20) // what is left of half the limit
 	if len(reader.free) != 1 || len(frames.free) != 1 {
 		t.Fatalf("%d+%d free buffers kept, want 1+1", len(reader.free), len(frames.free))
 	}
 	if got := reader.get(1 << 20); cap(got) != 2<<20 {
 		t.Fatalf("get(1MiB) = cap %d, want the free 2MiB buffer", cap(got))
 	}
-	check("a free buffer reused", 7<<20, 4<<20, 4<<20)
+	check("a free buffer reused", 7<<20, 4<<20, minRequestBytes)
 	reader.put(c)
 	var none *inputAccount // a pool without an account counts nothing and limits nothing
 	none.alloc(1)
 	none.use(1)
-	if none.over() || none.free(5) != 5 {
+	if none.over() || none.requestBytes(5) != 5 {
 		t.Fatal("a nil account limits")
 	}
 }
