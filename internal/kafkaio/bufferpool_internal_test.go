@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/tier"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -95,21 +96,9 @@ func TestInputAccount(t *testing.T) {
 // readers gives everything they hold back, so that the pool's input memory in use returns to 0.
 func TestPoolAnswersShareFrames(t *testing.T) {
 	tier.Integration(t)
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
-	defer CloseIdle(c)
+	c := frameCluster(t, 2)
 	for p := range 2 {
-		msgs := make([]Record, 100)
-		for i := range msgs {
-			msgs[i] = Record{Key: fmt.Append(nil, i), Value: fmt.Append(nil, "v", i)}
-		}
-		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", p, msgs); err != nil {
-			t.Fatal(err)
-		}
+		produceNumbered(t, c, p, 0, 100)
 	}
 	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond, MaxBufferedBytes: 8 << 20})
 	defer pool.Close()
@@ -150,22 +139,10 @@ func TestPoolAnswerUnshared(t *testing.T) {
 	old := unshareAfter
 	unshareAfter = time.Millisecond
 	defer func() { unshareAfter = old }()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
-	defer CloseIdle(c)
+	c := frameCluster(t, 1)
 	const n = 300
 	for from := 0; from < n; from += 30 { // ten batches
-		msgs := make([]Record, 30)
-		for i := range msgs {
-			msgs[i] = Record{Key: fmt.Append(nil, from+i), Value: fmt.Append(nil, "v", from+i)}
-		}
-		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", 0, msgs); err != nil {
-			t.Fatal(err)
-		}
+		produceNumbered(t, c, 0, from, 30)
 	}
 	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
 	defer pool.Close()
@@ -203,20 +180,8 @@ func TestPoolAnswerUnshared(t *testing.T) {
 // not kept in the heap by every idle partition that last read from it.
 func TestReaderForgetsGivenBackFrame(t *testing.T) {
 	tier.Integration(t)
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
-	defer CloseIdle(c)
-	msgs := make([]Record, 50)
-	for i := range msgs {
-		msgs[i] = Record{Key: fmt.Append(nil, i), Value: fmt.Append(nil, "v", i)}
-	}
-	if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", 0, msgs); err != nil {
-		t.Fatal(err)
-	}
+	c := frameCluster(t, 1)
+	msgs := produceNumbered(t, c, 0, 0, 50)
 	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
 	defer pool.Close()
 	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: 0, Offset: 0, Pool: pool})
@@ -245,4 +210,32 @@ func TestReaderForgetsGivenBackFrame(t *testing.T) {
 	if r.set.next != int64(len(msgs)) {
 		t.Errorf("walk position %d after dropping the response, want %d", r.set.next, len(msgs))
 	}
+}
+
+// frameCluster starts a kfake broker with topic "t" of partitions partitions and returns a client
+// of it; both are closed when the test ends.
+func frameCluster(t *testing.T, partitions int) *kafka.Client {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	t.Cleanup(func() { CloseIdle(c) })
+	return c
+}
+
+// produceNumbered produces n records to partition p of "t" in one batch, record i of them with
+// key from+i and value "v" and from+i, and returns them.
+func produceNumbered(t *testing.T, c *kafka.Client, p, from, n int) []Record {
+	t.Helper()
+	msgs := make([]Record, n)
+	for i := range msgs {
+		msgs[i] = Record{Key: fmt.Append(nil, from+i), Value: fmt.Append(nil, "v", from+i)}
+	}
+	if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", p, msgs); err != nil {
+		t.Fatal(err)
+	}
+	return msgs
 }
