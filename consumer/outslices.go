@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
@@ -10,11 +11,21 @@ import (
 // partition takes one when it handles a batch and gives it back once the batch was written, so a
 // partition waiting for records holds none, and the slices held are as many as the batches being
 // handled at once (themselves bounded by the fetch pool's records in hand), not one as large as
-// the largest batch per partition. It is safe for concurrent use; the zero value is empty.
+// the largest batch per partition. The free slices hold at most maxFreeOutputBytes: after all
+// the partitions handled a batch at once (a catch-up), the rest are dropped as they are given
+// back. It is safe for concurrent use; the zero value is empty.
 type recordSlices struct {
-	mu   sync.Mutex
-	free [][]kafkaio.Record
+	mu        sync.Mutex
+	free      [][]kafkaio.Record
+	freeBytes int64
 }
+
+// maxFreeOutputBytes bounds the output record slices a worker keeps free: 2 MiB, about 16,000
+// records, so the batches of a few partitions at once reuse their slices.
+const maxFreeOutputBytes = 2 << 20
+
+// outRecordSize is the memory of one element of an output record slice.
+const outRecordSize = int64(unsafe.Sizeof(kafkaio.Record{}))
 
 // get returns a free slice, empty, or nil when none is free.
 func (p *recordSlices) get() []kafkaio.Record {
@@ -27,16 +38,23 @@ func (p *recordSlices) get() []kafkaio.Record {
 	s := p.free[n-1]
 	p.free[n-1] = nil
 	p.free = p.free[:n-1]
+	p.freeBytes -= int64(cap(s)) * outRecordSize
 	return s
 }
 
-// put clears s and gives it back; a nil s is ignored.
+// put clears s and gives it back, or drops it when the free slices would hold more than
+// maxFreeOutputBytes with it; a nil s is ignored.
 func (p *recordSlices) put(s []kafkaio.Record) {
 	if cap(s) == 0 {
 		return
 	}
 	clear(s)
+	n := int64(cap(s)) * outRecordSize
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.freeBytes+n > maxFreeOutputBytes {
+		return
+	}
 	p.free = append(p.free, s[:0])
+	p.freeBytes += n
 }

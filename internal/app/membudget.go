@@ -108,13 +108,19 @@ func newBudget(d DedupConfig) *window.Budget {
 // file-backed resident memory, RssFile in /proc/self/status: about 23 MiB for this binary once
 // its code has run; at least nonRuntimeMemory, which is also what is assumed where it cannot be
 // read). So the limit is the input buffers' share plus processOverhead less that file-backed
-// memory, plus what the filters hold (at most their share) where they are in the Go heap. It
-// follows the filters and the mapped text every runtimeLimitPeriod.
+// memory and limitMargin, plus what the filters hold (at most their share) where they are in the
+// Go heap. It follows the filters and the mapped text every runtimeLimitPeriod.
 const (
 	processOverhead    = 64 << 20
 	nonRuntimeMemory   = 16 << 20
 	runtimeLimitPeriod = time.Second
 )
+
+// limitMargin is what the runtime's soft limit leaves below the process's bound for the
+// collector's pacing: at the budget the heap grows to the soft limit (its GOGC goal lies past
+// it), and allocation during a cycle takes it a few MiB past for a moment. Without it, a worker
+// whose filters held their whole share measured 1 MiB over the budget plus processOverhead.
+const limitMargin = 4 << 20
 
 // procStatus is the file fileResident reads; tests replace it.
 var procStatus = "/proc/self/status"
@@ -148,8 +154,8 @@ var runtimeLimitManaged atomic.Bool
 // RuntimeMemoryLimit returns the soft memory limit the worker sets for the Go runtime when
 // GOMEMLIMIT is not set, its filters hold filterBytes and outside bytes of the process's resident
 // memory are file-backed (fileResident): InputMemory plus processOverhead less outside (outside
-// taken as at least nonRuntimeMemory and at most processOverhead less minRuntimeOverhead), plus
-// filterBytes (at most FilterMemory) where the filters are in the Go heap (not
+// taken as at least nonRuntimeMemory and at most processOverhead less minRuntimeOverhead) less
+// limitMargin, plus filterBytes (at most FilterMemory) where the filters are in the Go heap (not
 // window.FiltersMapped). ok is false when GOMEMLIMIT is set (to anything, "off" included): the
 // runtime read it and it is left alone.
 func (c Config) RuntimeMemoryLimit(filterBytes, outside uint64) (limit int64, ok bool) {
@@ -161,7 +167,7 @@ func (c Config) RuntimeMemoryLimit(filterBytes, outside uint64) (limit int64, ok
 	}
 	outside = min(max(outside, nonRuntimeMemory), processOverhead-minRuntimeOverhead)
 	n := min(filterBytes, c.Dedup.FilterMemory()) + c.Dedup.InputMemory()
-	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - int64(outside), true
+	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - int64(outside) - limitMargin, true
 }
 
 // minRuntimeOverhead is the least of processOverhead the runtime's soft limit keeps beyond the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/tier"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -46,9 +47,10 @@ func TestBufferPoolKeeps(t *testing.T) {
 }
 
 // TestInputAccount checks that the buffers of a pool's readers and brokers are counted, all of
-// them and those in use; that a request asks for what the buffers in use leave of the limit, at
-// least minRequestBytes; and that over the limit given-back buffers are dropped but one, which
-// the next response is read into instead of a fresh allocation.
+// them and those in use; that a request asks for what the buffers in use leave of half the limit,
+// at most a quarter of it and at least minRequestBytes; and that over the limit given-back
+// buffers are dropped but one, which the next response is read into instead of a fresh
+// allocation.
 func TestInputAccount(t *testing.T) {
 	p := &FetchPool{cfg: FetchPoolConfig{MaxBytes: 16 << 20}, acct: &inputAccount{limit: 8 << 20}}
 	reader, frames := &bufferPool{acct: p.acct}, &newBrokerFetcher(p, 1).bufs
@@ -58,33 +60,33 @@ func TestInputAccount(t *testing.T) {
 			t.Fatalf("%s: %d bytes, %d in use, requests of %d; want %d, %d, %d", what, got, use, r, total, inUse, req)
 		}
 	}
-	check("nothing held", 0, 0, 8<<20)
+	check("nothing held", 0, 0, 2<<20) // a quarter of the limit
 	frame := frames.get(3 << 20)
 	a, b := reader.get(2<<20), reader.get(2<<20)
-	check("a frame and two answers", 7<<20, 7<<20, 1<<20)
-	c := reader.get(2 << 20) // past the limit: reads go on, at the least request size
+	check("a frame and two answers", 7<<20, 7<<20, minRequestBytes) // past half the limit
+	c := reader.get(2 << 20)                                        // past the limit: reads go on, at the least request size
 	check("past the limit", 9<<20, 9<<20, minRequestBytes)
 	reader.put(a) // over the limit, the only free buffer: kept
-	check("a buffer given back over the limit", 9<<20, 7<<20, 1<<20)
+	check("a buffer given back over the limit", 9<<20, 7<<20, minRequestBytes)
 	reader.put(b) // over the limit, with one free already: dropped
-	check("a second buffer given back over the limit", 7<<20, 5<<20, 3<<20)
+	check("a second buffer given back over the limit", 7<<20, 5<<20, minRequestBytes)
 	if len(reader.free) != 1 {
 		t.Fatalf("%d free buffers kept over the limit, want 1", len(reader.free))
 	}
-	frames.put(frame) // under it: kept, counted, not in use
-	check("buffers given back under the limit", 7<<20, 2<<20, 6<<20)
+	frames.put(frame)                                                // under it: kept, counted, not in use
+	check("buffers given back under the limit", 7<<20, 2<<20, 2<<20) // what is left of half the limit
 	if len(reader.free) != 1 || len(frames.free) != 1 {
 		t.Fatalf("%d+%d free buffers kept, want 1+1", len(reader.free), len(frames.free))
 	}
 	if got := reader.get(1 << 20); cap(got) != 2<<20 {
 		t.Fatalf("get(1MiB) = cap %d, want the free 2MiB buffer", cap(got))
 	}
-	check("a free buffer reused", 7<<20, 4<<20, 4<<20)
+	check("a free buffer reused", 7<<20, 4<<20, minRequestBytes)
 	reader.put(c)
 	var none *inputAccount // a pool without an account counts nothing and limits nothing
 	none.alloc(1)
 	none.use(1)
-	if none.over() || none.free(5) != 5 {
+	if none.over() || none.requestBytes(5) != 5 {
 		t.Fatal("a nil account limits")
 	}
 }
@@ -94,21 +96,9 @@ func TestInputAccount(t *testing.T) {
 // readers gives everything they hold back, so that the pool's input memory in use returns to 0.
 func TestPoolAnswersShareFrames(t *testing.T) {
 	tier.Integration(t)
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
-	defer CloseIdle(c)
+	c := frameCluster(t, 2)
 	for p := range 2 {
-		msgs := make([]Record, 100)
-		for i := range msgs {
-			msgs[i] = Record{Key: fmt.Append(nil, i), Value: fmt.Append(nil, "v", i)}
-		}
-		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", p, msgs); err != nil {
-			t.Fatal(err)
-		}
+		produceNumbered(t, c, p, 0, 100)
 	}
 	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond, MaxBufferedBytes: 8 << 20})
 	defer pool.Close()
@@ -149,22 +139,10 @@ func TestPoolAnswerUnshared(t *testing.T) {
 	old := unshareAfter
 	unshareAfter = time.Millisecond
 	defer func() { unshareAfter = old }()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
-	defer CloseIdle(c)
+	c := frameCluster(t, 1)
 	const n = 300
 	for from := 0; from < n; from += 30 { // ten batches
-		msgs := make([]Record, 30)
-		for i := range msgs {
-			msgs[i] = Record{Key: fmt.Append(nil, from+i), Value: fmt.Append(nil, "v", from+i)}
-		}
-		if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", 0, msgs); err != nil {
-			t.Fatal(err)
-		}
+		produceNumbered(t, c, 0, from, 30)
 	}
 	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
 	defer pool.Close()
@@ -194,4 +172,70 @@ func TestPoolAnswerUnshared(t *testing.T) {
 	if unshared == 0 {
 		t.Error("no answer was copied out of its frame")
 	}
+}
+
+// TestReaderForgetsGivenBackFrame checks that a reader whose records were handed back keeps no
+// pointer into the response it walked: the walk's batches, header and last record are dropped
+// with it, so a broker frame the pool dropped at the input memory's limit is garbage at once and
+// not kept in the heap by every idle partition that last read from it.
+func TestReaderForgetsGivenBackFrame(t *testing.T) {
+	tier.Integration(t)
+	c := frameCluster(t, 1)
+	msgs := produceNumbered(t, c, 0, 0, 50)
+	pool := NewFetchPool(c, FetchPoolConfig{MaxWait: 20 * time.Millisecond})
+	defer pool.Close()
+	r := NewPartitionReader(c, PartitionReaderConfig{Topic: "t", Partition: 0, Offset: 0, Pool: pool})
+	defer func() { <-r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for got := 0; got < len(msgs); {
+		b, err := r.Fetch(ctx, len(msgs), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(b.Records)
+	}
+	if r.set.rest == nil && r.set.hdr.Records == nil && r.set.recs.b == nil && r.set.rec.key == nil {
+		t.Fatal("the walk holds no fetched data while its batch is in hand")
+	}
+	short, stop := context.WithTimeout(ctx, time.Millisecond) // hands the batch back, then finds nothing
+	defer stop()
+	if _, err := r.Fetch(short, len(msgs), 0); err == nil {
+		t.Fatal("a fetch past the end returned records")
+	}
+	if r.cur != nil || r.set.rest != nil || r.set.hdr.Records != nil || r.set.recs.b != nil || r.set.rec.key != nil || r.set.rec.value != nil {
+		t.Errorf("after the batch was handed back the walk still points into the response (cur %v, rest %d, batch %d, record %q)",
+			r.cur != nil, len(r.set.rest), len(r.set.hdr.Records), r.set.rec.key)
+	}
+	if r.set.next != int64(len(msgs)) {
+		t.Errorf("walk position %d after dropping the response, want %d", r.set.next, len(msgs))
+	}
+}
+
+// frameCluster starts a kfake broker with topic "t" of partitions partitions and returns a client
+// of it; both are closed when the test ends.
+func frameCluster(t *testing.T, partitions int) *kafka.Client {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	c := Conn{Brokers: kc.ListenAddrs()}.Client(10 * time.Second)
+	t.Cleanup(func() { CloseIdle(c) })
+	return c
+}
+
+// produceNumbered produces n records to partition p of "t" in one batch, record i of them with
+// key from+i and value "v" and from+i, and returns them.
+func produceNumbered(t *testing.T, c *kafka.Client, p, from, n int) []Record {
+	t.Helper()
+	msgs := make([]Record, n)
+	for i := range msgs {
+		msgs[i] = Record{Key: fmt.Append(nil, from+i), Value: fmt.Append(nil, "v", from+i)}
+	}
+	if err := NewProducer(c, ProducerConfig{Attempts: 1}).Produce(context.Background(), "t", p, msgs); err != nil {
+		t.Fatal(err)
+	}
+	return msgs
 }

@@ -704,6 +704,7 @@ func (r *PartitionReader) take(b *Batch, limit int) {
 			if r.set.refused == nil {
 				r.retired = append(r.retired, f)
 				r.cur = nil
+				r.set.drop()
 			}
 			break
 		}

@@ -285,6 +285,7 @@ func (d *decoder) release() {
 		d.res.free(&d.bufs)
 		d.res = nil
 	}
+	d.set.drop()
 	d.dec.recycle()
 	clear(d.recs)
 	d.recs = d.recs[:0]

@@ -80,6 +80,16 @@ func (s *recordSet) reset(dec *BatchDecoder, res *fetchResponse, committed bool)
 	}
 }
 
+// drop forgets the fetched data the walk points into (the batches not walked, the batch header
+// and the record yielded last), keeping its position, once the response is walked: nothing but
+// the records handed out may then keep its buffer reachable, and those are given back with their
+// batch. A response shares its buffer with the other partitions of a broker's response
+// (sharedFrame), and a buffer the pool drops at the input memory's limit would otherwise stay in
+// the heap for as long as any reader that last walked it is idle.
+func (s *recordSet) drop() {
+	s.rest, s.hdr.Records, s.recs, s.rec = nil, nil, batchRecords{}, batchRecord{}
+}
+
 func compareInt64(a, b int64) int {
 	switch {
 	case a < b:

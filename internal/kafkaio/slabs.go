@@ -14,9 +14,10 @@ import (
 // and 1000-record batches of four headers that is about 40 MB. Instead a reader takes a pair
 // from its slabPool when a Fetch starts walking a response and gives it back when the batch is
 // handed back (the next Fetch), so a reader waiting for records holds none. The readers of one
-// FetchPool share one slabPool: the slabs held are as many as the batches in hand at once, and a
+// FetchPool share one slabPool: the slabs held are as many as the batches in hand at once, a
 // slab left unused for a whole trim period (slabTrimEvery) is dropped, so that the memory
-// follows the batches in hand, not the partitions.
+// follows the batches in hand, not the partitions, and with a bound on the records in hand a
+// slab given back is dropped when the free slabs would take the pool past it.
 //
 // The records in hand are bounded per pool too (FetchPoolConfig.MaxRecordBytes): a reader's
 // Fetch ends its batch early, after at least MinBatchInHand records, while the pool's readers
@@ -50,11 +51,12 @@ type slab struct {
 
 // slabPool holds free slabs. It is safe for concurrent use.
 type slabPool struct {
-	mu      sync.Mutex
-	free    []slab
-	minFree int       // the fewest free slabs since the last trim: as many were not needed
-	trimmed time.Time // the last trim
-	now     func() time.Time
+	mu        sync.Mutex
+	free      []slab
+	freeBytes int64     // the bytes of the free slabs (slabBytes)
+	minFree   int       // the fewest free slabs since the last trim: as many were not needed
+	trimmed   time.Time // the last trim
+	now       func() time.Time
 
 	inHand atomic.Int64 // bytes of decoded records the readers hold
 	limit  int64        // the most inHand should reach; 0: no bound
@@ -84,20 +86,26 @@ func (p *slabPool) take() slab {
 	s := p.free[n-1]
 	p.free[n-1] = slab{}
 	p.free = p.free[:n-1]
+	p.freeBytes -= slabBytes(s)
 	p.minFree = min(p.minFree, n-1)
 	return s
 }
 
-// put gives s back, its elements cleared so that it keeps no fetched bytes reachable. Every
-// slabTrimEvery it drops as many free slabs as stayed free since the last trim.
+// put gives s back, its elements cleared so that it keeps no fetched bytes reachable. It drops s
+// instead when the free slabs and the records in hand would hold more than the pool's limit
+// together: the slabs are memory of the records in hand, and a worker whose partitions all
+// caught up at once (each given a slab as large as its batch) would keep them all otherwise.
+// Every slabTrimEvery it drops as many free slabs as stayed free since the last trim.
 func (p *slabPool) put(s slab) {
 	clear(s.recs)
 	clear(s.hdrs)
 	s.recs, s.hdrs = s.recs[:0], s.hdrs[:0]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if cap(s.recs) > 0 || cap(s.hdrs) > 0 {
+	n := slabBytes(s)
+	if n > 0 && (p.limit <= 0 || p.freeBytes+n+p.inHand.Load() <= p.limit) {
 		p.free = append(p.free, s)
+		p.freeBytes += n
 	}
 	if now := p.now(); now.Sub(p.trimmed) >= slabTrimEvery {
 		p.trim()
@@ -116,6 +124,7 @@ func (p *slabPool) trim() {
 			}
 		}
 		last := len(p.free) - 1
+		p.freeBytes -= slabBytes(p.free[i])
 		p.free[i] = p.free[last]
 		p.free[last] = slab{}
 		p.free = p.free[:last]
@@ -125,6 +134,9 @@ func (p *slabPool) trim() {
 
 // size returns the capacity of s in elements, weighing a record as about three headers.
 func size(s slab) int { return 3*cap(s.recs) + cap(s.hdrs) }
+
+// slabBytes returns the memory of s: the capacity of its record and header slices.
+func slabBytes(s slab) int64 { return int64(cap(s.recs))*recordSize + int64(cap(s.hdrs))*headerSize }
 
 // held returns how many free slabs p holds.
 func (p *slabPool) held() int {

@@ -89,3 +89,39 @@ func TestSlabPoolInHand(t *testing.T) {
 		t.Fatal("a pool without a limit is over it")
 	}
 }
+
+// TestSlabPoolBound checks that a pool with a bound on the records in hand keeps free slabs only
+// while they and the records in hand fit in it: a slab given back past it is dropped.
+func TestSlabPoolBound(t *testing.T) {
+	one := slabBytes(slab{recs: make([]Record, 0, 10), hdrs: make([]Header, 0, 40)})
+	p := newSlabPool(3 * one)
+	var held []slab
+	for range 5 {
+		s := p.take()
+		s.recs, s.hdrs = make([]Record, 10), make([]Header, 40)
+		held = append(held, s)
+	}
+	var h handCount
+	h.add(p, one) // one slab's worth of records still in hand elsewhere
+	for _, s := range held {
+		p.put(s)
+	}
+	if got := p.held(); got != 2 {
+		t.Fatalf("%d free slabs with one slab's worth in hand and a bound of three, want 2", got)
+	}
+	if p.freeBytes != 2*one {
+		t.Fatalf("free bytes %d, want %d", p.freeBytes, 2*one)
+	}
+	p.take()
+	if p.freeBytes != one {
+		t.Fatalf("free bytes %d after a take, want %d", p.freeBytes, one)
+	}
+	h.drop(p, false)
+	unbounded := newSlabPool(0)
+	for _, s := range held {
+		unbounded.put(slab{recs: s.recs[:10], hdrs: s.hdrs[:40]})
+	}
+	if got := unbounded.held(); got != 5 {
+		t.Fatalf("an unbounded pool holds %d of 5 slabs", got)
+	}
+}
