@@ -91,6 +91,28 @@ type view struct {
 	curUse    uint64   // the use of cur this view writes to
 	curTag    uint64   // the tag bit of curUse: tagBit if it is odd, else 0
 	curTagged bool     // cur may still hold words of its previous use: check tags
+	// rowLive has bit s set for every live slot s whose words carry no stale tag (every active
+	// slot but a tagged cur), for filters of at most 64 slots (rowSlots): the slots whose word of
+	// a row contains tests without tag checks.
+	rowLive uint64
+}
+
+// rowSlots is the most slots a row can have for contains to test it as a bitmask (view.rowLive).
+const rowSlots = 64
+
+// newView returns the view of the given live slots, newest first, whose current slot's use is
+// use; tagged says that the current slot's sweep is unfinished.
+func newView(epoch uint64, active []int, epochs []uint64, use uint64, tagged bool) *view {
+	v := &view{
+		epoch: epoch, cur: active[0], active: active, epochs: epochs,
+		curUse: use, curTag: tagOf(use), curTagged: tagged,
+	}
+	for i, s := range active {
+		if s < rowSlots && (i > 0 || !tagged) {
+			v.rowLive |= 1 << s
+		}
+	}
+	return v
 }
 
 // New returns an empty Filter for cfg whose generation 0 starts at cfg.Clock(). It returns the
@@ -109,7 +131,7 @@ func New(cfg Config) (*Filter, error) {
 	f.origin = cfg.Clock()
 	f.slotEpoch[0] = 0
 	f.dirty[0] = true
-	f.view.Store(&view{epoch: 0, cur: 0, active: []int{0}, epochs: []uint64{0}})
+	f.view.Store(newView(0, []int{0}, []uint64{0}, 0, false))
 	return f, nil
 }
 
@@ -215,14 +237,54 @@ func (f *Filter) testAndAddHash(h uint64) (seen bool) {
 	return seen
 }
 
-// testHash is Test for a hash returned by hash.
+// testHash is Test for a hash returned by hash. While no generation has grown and no slot is
+// being swept, rowTest answers without building the key's probe; otherwise it takes the whole
+// lookup.
 func (f *Filter) testHash(h uint64) bool {
-	var p probe
 	v := f.view.Load()
+	if !v.curTagged && f.slots <= rowSlots && f.grown.Load() == nil {
+		seen := f.rowTest(v, h)
+		runtime.KeepAlive(f)
+		return seen
+	}
+	var p probe
 	f.makeProbe(&p, h, v, false, false)
 	seen := f.lookup(v, &p)
 	runtime.KeepAlive(f)
 	return seen
+}
+
+// rowTest is contains for the key whose hash is h, for a filter of at most rowSlots slots whose
+// view has no tagged slot. It computes only what it tests (the group, the row's word and the first
+// bits: what makeProbe and fillFirst compute; then, for a slot whose word has them, the key's bits
+// one at a time, as restMissing does), so that a miss costs few instructions besides its cache
+// misses and the processor reaches the next operation's loads while it waits.
+func (f *Filter) rowTest(v *view, h uint64) bool {
+	g, _ := bits.Mul64(h, f.groups)
+	tag := h&tagMask | 1
+	z0 := patternOutput(tag, 0)
+	base := g * f.groupWords
+	row := f.words[base+(z0&(sectorWords-1))*uint64(f.slots):][:f.slots:f.slots]
+	m := firstMask(tag, z0, f.first)
+	if f.slots == sectorWords && v.rowLive == 1<<sectorWords-1 && !lineHas((*[sectorWords]uint64)(row), m) {
+		return false
+	}
+	for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 {
+		if !f.restMissing(base, bits.TrailingZeros64(hits), tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// lineHas reports whether one of the eight words of a row has every bit of m, a mask of data
+// bits (bit 63 clear): m&^w - 1 underflows into bit 63 only when m&^w is 0. It is rowHits
+// without the mask of which word matched, in fewer instructions: a miss's common case.
+func lineHas(row *[sectorWords]uint64, m uint64) bool {
+	return ((m&^atomic.LoadUint64(&row[0])-1)|(m&^atomic.LoadUint64(&row[1])-1)|
+		(m&^atomic.LoadUint64(&row[2])-1)|(m&^atomic.LoadUint64(&row[3])-1)|
+		(m&^atomic.LoadUint64(&row[4])-1)|(m&^atomic.LoadUint64(&row[5])-1)|
+		(m&^atomic.LoadUint64(&row[6])-1)|(m&^atomic.LoadUint64(&row[7])-1))>>63 != 0
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range
@@ -264,23 +326,48 @@ func (f *Filter) probeFor(p *probe, group, tag uint64) {
 // contains reports whether all of the probe's bits are set in one of the view's live
 // generations. It reads the row of the group's sector 0 that holds the probe's word of every
 // slot, and goes on to a slot's other sectors only when its word has the probe's first bits, so
-// that a key that was never added is usually rejected after one cache line.
+// that a key that was never added is usually rejected after one cache line. The row is tested
+// without a branch per slot (rowHits), up to rowSlots slots.
 func (f *Filter) contains(v *view, p *probe) bool {
-	active := v.active
-	if v.curTagged {
-		if f.blockHasTagged(p, v.cur, v.curTag) {
-			return true
-		}
-		active = active[1:]
+	if v.curTagged && f.blockHasTagged(p, v.cur, v.curTag) {
+		return true
 	}
 	row := f.words[p.base+p.w0*uint64(f.slots):][:f.slots:f.slots]
 	m := p.mask[p.w0&(sectorWords-1)]
+	if len(row) > rowSlots {
+		return f.containsWide(v, p, row, m)
+	}
+	for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 {
+		if f.restHas(p, bits.TrailingZeros64(hits)) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsWide is contains for a row of more than rowSlots slots: one live slot at a time.
+func (f *Filter) containsWide(v *view, p *probe, row []uint64, m uint64) bool {
+	active := v.active
+	if v.curTagged {
+		active = active[1:]
+	}
 	for _, s := range active {
 		if m&^atomic.LoadUint64(&row[s]) == 0 && f.restHas(p, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// rowHits returns the slots whose word in row has every bit of m, as a mask with bit s for word
+// s (len(row) ≤ rowSlots). It has no branch per word: which words match is unpredictable.
+func rowHits(row []uint64, m uint64) uint64 {
+	var hits uint64
+	for s := range row {
+		z := m &^ atomic.LoadUint64(&row[s])
+		hits |= ((z - 1) &^ z) >> 63 << (uint(s) & (rowSlots - 1)) // 1 if z == 0
+	}
+	return hits
 }
 
 // touch loads one word of every cache line the operation will read or write, before computing

@@ -166,9 +166,14 @@ func (b *blocks) has(p *probe, s int) bool {
 }
 
 // restHas reports whether the probe's bits are set in the sectors after the first of slot s's
-// block, whose words carry no stale tag. It completes the probe's pattern if it has to.
+// block, whose words carry no stale tag. It completes the probe's pattern if it has to, after it
+// issued the load of sector 1, so that the cache miss overlaps with that work.
 func (b *blocks) restHas(p *probe, s int) bool {
+	if b.sectors == 1 {
+		return true
+	}
 	if !p.rest {
+		atomic.LoadUint64(&b.words[b.restSector(p.base, s, 1)])
 		b.fillRest(p)
 	}
 	for sec := 1; sec < b.sectors; sec++ {
@@ -177,6 +182,32 @@ func (b *blocks) restHas(p *probe, s int) bool {
 		}
 	}
 	return true
+}
+
+// restMissing reports whether one of the bits of the key whose tag is tag is missing from the
+// sectors after the first of slot s's block in the group at base, whose words carry no stale
+// tag. It tests the bits in the order fillRest sets them, and stops at the first missing one:
+// about two for a key that was never added.
+func (b *blocks) restMissing(base uint64, s int, tag uint64) bool {
+	n := b.first // the next bit of the pattern
+	var z uint64
+	if n&3 != 0 {
+		z = patternOutput(tag, n>>2) >> (16 * (n & 3))
+	}
+	for sec := 1; sec < b.sectors; sec++ {
+		sw := b.sector(b.restSector(base, s, sec))
+		for range b.ks[sec] {
+			if n&3 == 0 {
+				z = patternOutput(tag, n>>2)
+			}
+			if atomic.LoadUint64(&sw[z&(sectorWords-1)])&dataBit(z) == 0 {
+				return true
+			}
+			z >>= 16
+			n++
+		}
+	}
+	return false
 }
 
 // put sets the probe's bits in slot s, whose words carry no stale tag: atomic ORs, or the single
@@ -246,15 +277,30 @@ func dataBit(z uint64) uint64 { return 1 << ((z >> 3 & (1<<13 - 1)) * wordBits >
 // stream's output 0 for the probe's tag.
 func (b *blocks) fillFirst(p *probe, z0 uint64) {
 	p.w0 = z0 & (sectorWords - 1)
+	p.mask[p.w0] = firstMask(p.tag, z0, b.first)
+}
+
+// firstMask returns the first n bits of the pattern of tag in their word of sector 0, from z0,
+// the pattern stream's output 0 for the tag.
+func firstMask(tag, z0 uint64, n int) uint64 {
+	if n <= 4 { // one output: no loop, which the compiler would not unroll
+		m := dataBit(z0)
+		for i := 1; i < 4; i++ {
+			if i < n {
+				m |= dataBit(z0 >> (16 * i))
+			}
+		}
+		return m
+	}
 	m, z := uint64(0), z0
-	for i := range b.first {
+	for i := range n {
 		if i&3 == 0 && i > 0 {
-			z = patternOutput(p.tag, i>>2)
+			z = patternOutput(tag, i>>2)
 		}
 		m |= dataBit(z)
 		z >>= 16
 	}
-	p.mask[p.w0] = m
+	return m
 }
 
 // fillRest sets the probe's bits in sectors 1 … sectors-1. It walks the sectors in order, ks[sec]

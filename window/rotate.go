@@ -117,11 +117,7 @@ func (f *Filter) publishLocked(epoch uint64, active []int) {
 		epochs[i] = uint64(f.slotEpoch[s])
 	}
 	cur := active[0]
-	use := f.uses[cur].Load()
-	f.view.Store(&view{
-		epoch: epoch, cur: cur, active: active, epochs: epochs,
-		curUse: use, curTag: tagOf(use), curTagged: f.sweepSlot == cur,
-	})
+	f.view.Store(newView(epoch, active, epochs, f.uses[cur].Load(), f.sweepSlot == cur))
 }
 
 // sweepStep converts the stale words of the next chunk groups of the pending sweep and reports

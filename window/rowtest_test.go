@@ -1,0 +1,96 @@
+package window
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestRowTestMatchesLookup holds Test's short path (rowTest, which tests stage 0's row and a
+// matching slot's further bits one at a time) to the whole lookup (makeProbe, then contains) on
+// the same keys: keys that were added, keys that were not, with every slot live, with slots not
+// yet used, and after a jump in time that expired every generation but the current one (whose
+// slots keep their words but are not live).
+func TestRowTestMatchesLookup(t *testing.T) {
+	const interval = time.Minute
+	cases := []struct {
+		name   string
+		fpr    float64
+		gens   int
+		epochs []int // generations the filter is advanced to, in order; keys are added in each
+	}{
+		{"full-1e-3", 1e-3, 8, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"partial-1e-3", 1e-3, 8, []int{1, 2}},
+		{"jump-1e-3", 1e-3, 8, []int{1, 2, 3, 4, 5, 6, 7, 30}},
+		{"full-1e-6", 1e-6, 8, []int{1, 2, 3, 4, 5, 6, 7, 8}},
+		{"n4-1e-2", 1e-2, 4, []int{1, 2, 3, 4, 5}},
+		{"n16-1e-3", 1e-3, 16, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newFakeClock()
+			start := clk.Now()
+			f := mustNew(t, Config{Generations: c.gens, Interval: interval, Capacity: 4000,
+				FalsePositiveRate: c.fpr, SingleWriter: true, Clock: clk.Now})
+			rng := rand.New(rand.NewPCG(3, uint64(len(c.name))))
+			var added []uint64
+			add := func() {
+				for range 4000 {
+					added = append(added, rng.Uint64())
+					f.TestAndAdd(key(1, added[len(added)-1]))
+				}
+			}
+			add()
+			for _, e := range c.epochs {
+				f.AdvanceTo(start.Add(time.Duration(e) * interval))
+				add()
+			}
+			v := f.view.Load()
+			if v.curTagged || f.grown.Load() != nil {
+				t.Fatalf("the short path does not apply: tagged %v, grown %v", v.curTagged, f.grown.Load() != nil)
+			}
+			var seen, differ int
+			for i := range 400_000 {
+				h := f.hash(key(2, uint64(i)))
+				if i%2 == 1 { // a key that was added, maybe to an expired generation
+					h = f.hash(key(1, added[i%len(added)]))
+				}
+				var p probe
+				f.makeProbe(&p, h, v, false, false)
+				want := f.contains(v, &p)
+				if got := f.rowTest(v, h); got != want {
+					differ++
+				}
+				if want {
+					seen++
+				}
+			}
+			if differ != 0 {
+				t.Fatalf("rowTest differs from the whole lookup on %d of 400000 keys", differ)
+			}
+			t.Logf("%d of 400000 keys seen", seen)
+		})
+	}
+}
+
+// TestRowTestFindsAddedKeys checks that Test's short path finds every key of the live
+// generations.
+func TestRowTestFindsAddedKeys(t *testing.T) {
+	clk := newFakeClock()
+	start := clk.Now()
+	f := mustNew(t, Config{Generations: 8, Interval: time.Minute, Capacity: 5000,
+		FalsePositiveRate: 1e-4, Clock: clk.Now})
+	for e := range 8 {
+		f.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+		for i := range 5000 {
+			f.TestAndAdd(key(uint64(e), uint64(i)))
+		}
+	}
+	for e := range 8 {
+		for i := range 5000 {
+			if !f.Test(key(uint64(e), uint64(i))) {
+				t.Fatalf("generation %d key %d not found", e, i)
+			}
+		}
+	}
+}
