@@ -141,7 +141,9 @@
 //   - order violations: per Kafka key and input partition, lt-seq must increase in the output;
 //   - not judged: copies whose fate the bounds above cannot decide (the worker lagged close to a
 //     window edge);
-//   - latency percentiles (creation → read from the output), throughput, a time series.
+//   - latency percentiles (creation → read from the output), split at the broker's acknowledgement
+//     of the generator's produce request ("latency split": the loadtest's own sending, then the
+//     pipeline and the verifier's read), throughput, a time series.
 //
 // Exit status: 0 when the run passed; 1 on leaks, losses above the bound, order violations, an
 // incomplete run or a runtime error; 2 on bad flags. A live progress line (rewritten in place on a

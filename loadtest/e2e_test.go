@@ -137,6 +137,10 @@ func TestEndToEndPassThrough(t *testing.T) {
 	if r.Latency.Count != cfg.Count || r.Throughput.EndToEnd <= 0 || len(r.Series) == 0 {
 		t.Errorf("latency %+v, throughput %+v, %d points", r.Latency, r.Throughput, len(r.Series))
 	}
+	// Every record's produce request was acknowledged, so every latency is split.
+	if lp := r.LatencyParts; lp == nil || lp.Input.Count != cfg.Count || lp.Rest.Count != cfg.Count || lp.Input.Max > r.Latency.Max {
+		t.Errorf("latency split %+v, want all %d records, each part within the latency %+v", lp, cfg.Count, r.Latency)
+	}
 }
 
 // TestEndToEndExactDeduplication verifies a correct deduplicator over real Kafka: nothing

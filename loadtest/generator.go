@@ -89,7 +89,10 @@ type generator struct {
 	ids        idMaker
 	runID      []byte
 
-	log     []sentRec // indexed by seq; written only by the generator goroutine
+	log []sentRec // indexed by seq; written only by the generator goroutine
+	// ackedAt is, by seq, when the broker acknowledged the record's produce request
+	// (nanoseconds since the run's start, 0 before): written by the produce goroutines.
+	ackedAt []atomic.Int64
 	created atomic.Int64
 	acked   atomic.Int64
 	errors  atomic.Int64
@@ -116,6 +119,7 @@ func newGenerator(cfg Config, client *kafkaio.Client, partitions int, start time
 		ids:        newIDMaker(cfg.RunID),
 		runID:      []byte(cfg.RunID),
 		log:        make([]sentRec, 0, cfg.Count+partitions),
+		ackedAt:    make([]atomic.Int64, cfg.Count+partitions),
 		bufs:       make([][]kafkaio.Record, partitions),
 		bufBytes:   make([]int, partitions),
 		chans:      make([]chan []kafkaio.Record, partitions),
@@ -364,8 +368,24 @@ func (g *generator) produce(ctx context.Context, p int, ch <-chan []kafkaio.Reco
 			return fmt.Errorf("loadtest: %w", err)
 		}
 		g.acked.Add(int64(len(batch)))
+		g.noteAcked(batch)
 	}
 	return nil
+}
+
+// noteAcked notes, for each record of batch, that the broker acknowledged it now.
+func (g *generator) noteAcked(batch []kafkaio.Record) {
+	now := int64(time.Since(g.start))
+	for _, r := range batch {
+		for _, h := range r.Headers {
+			if h.Key == HeaderSeq {
+				if seq := parseSeq(h.Value); seq >= 0 && seq < int64(len(g.ackedAt)) {
+					g.ackedAt[seq].Store(now)
+				}
+				break
+			}
+		}
+	}
 }
 
 // newProducer returns the loadtest's producer: acks=all, without idempotence (the verifier

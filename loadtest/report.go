@@ -113,9 +113,12 @@ type Report struct {
 	OutputPartitions int       `json:"output_partitions"`
 	Settings         Settings  `json:"settings"`
 
-	Verdict    Verdict        `json:"verdict"`
-	Latency    LatencySummary `json:"latency"`
-	Throughput Throughput     `json:"throughput"`
+	Verdict Verdict        `json:"verdict"`
+	Latency LatencySummary `json:"latency"`
+	// LatencyParts splits Latency at the broker's acknowledgement of the generator's produce
+	// request; nil when no delivered record's produce request was acknowledged.
+	LatencyParts *LatencyParts `json:"latency_parts,omitempty"`
+	Throughput   Throughput    `json:"throughput"`
 	// Series is the time series, in buckets of BucketSeconds.
 	BucketSeconds float64 `json:"bucket_s"`
 	Series        []Point `json:"series"`
@@ -367,6 +370,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	l := r.Latency
 	row("latency", "p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d records, creation -> read from output)",
 		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), l.Count)
+	if lp := r.LatencyParts; lp != nil {
+		row("latency split", "creation -> the broker's ack of the generator p50 %s p99 %s; ack -> read from output p50 %s p99 %s",
+			fmtMs(lp.Input.P50), fmtMs(lp.Input.P99), fmtMs(lp.Rest.P50), fmtMs(lp.Rest.P99))
+	}
 	t := r.Throughput
 	row("throughput", "%s end to end (%d records in %.2fs), sent at %s, delivered at %s",
 		fmtRate(t.EndToEnd), v.Records, t.EndToEndSeconds, fmtRate(t.SendRate), fmtRate(t.OutputRate))

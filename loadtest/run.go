@@ -218,6 +218,11 @@ func buildReport(cfg Config, gen *generator, st *outputState, fetchers []*fetche
 		},
 	})
 	r := newReport(cfg, inParts, len(fetchers), start, time.Duration(end), vo, width)
+	acked := make([]int64, len(gen.ackedAt))
+	for i := range acked {
+		acked[i] = gen.ackedAt[i].Load()
+	}
+	r.LatencyParts = latencyParts(gen.log, acked, obs)
 	if drainStart >= 0 && vo.lastSeen > drainStart {
 		d := time.Duration(vo.lastSeen - drainStart)
 		r.Throughput.DrainSeconds = d.Seconds()

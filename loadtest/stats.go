@@ -87,3 +87,48 @@ func niceWidth(span time.Duration) time.Duration {
 	}
 	return steps[len(steps)-1]
 }
+
+// LatencyParts splits the end-to-end latency of every first delivery (Report.Latency) at the
+// broker's acknowledgement of the generator's produce request, so that a run tells the
+// loadtest's own sending from the rest: for each record, Input + Rest is its end-to-end latency.
+type LatencyParts struct {
+	// Input is from the record's creation to the broker's acknowledgement of the generator's
+	// produce request: the generator's linger and produce request, before the pipeline.
+	Input LatencySummary `json:"input"`
+	// Rest is from that acknowledgement to the verifier's reading of the record: the pipeline
+	// (its fetch, work and produce, from an upper bound of when its input was appended) and the
+	// verifier's fetch of the output.
+	Rest LatencySummary `json:"rest"`
+}
+
+// latencyParts splits the latency of each record's first unmarked delivery in obs (see
+// LatencyParts); ackedAt is, by seq, when the generator's produce request was acknowledged (0:
+// never). It returns nil when no delivered record was acknowledged.
+func latencyParts(sent []sentRec, ackedAt []int64, obs [][]Obs) *LatencyParts {
+	first := make([]int64, len(sent))
+	for i := range first {
+		first[i] = -1
+	}
+	for _, part := range obs {
+		for _, o := range part {
+			if o.Seq < 0 || o.Seq >= int64(len(sent)) || o.Marked || sent[o.Seq].kind == KindMarker {
+				continue
+			}
+			if f := &first[o.Seq]; *f < 0 || o.At < *f {
+				*f = o.At
+			}
+		}
+	}
+	var input, rest []int64
+	for s, at := range first {
+		if at < 0 || s >= len(ackedAt) || ackedAt[s] == 0 {
+			continue
+		}
+		input = append(input, ackedAt[s]-sent[s].at)
+		rest = append(rest, at-ackedAt[s])
+	}
+	if len(input) == 0 {
+		return nil
+	}
+	return &LatencyParts{Input: summarize(input), Rest: summarize(rest)}
+}

@@ -300,3 +300,26 @@ func TestVerifyRefresh(t *testing.T) {
 		}
 	}
 }
+
+// TestLatencyParts splits each record's first unmarked delivery at its produce request's
+// acknowledgement; records never acknowledged, markers, marked and later copies are left out.
+func TestLatencyParts(t *testing.T) {
+	ms := int64(time.Millisecond)
+	sent := []sentRec{{at: 0}, {at: 10 * ms}, {at: 20 * ms}, {at: 30 * ms, kind: KindMarker}}
+	acked := []int64{5 * ms, 40 * ms, 0, 35 * ms}
+	obs := [][]Obs{
+		{{Seq: 0, At: 100 * ms}, {Seq: 1, At: 70 * ms, Marked: true}, {Seq: 2, At: 90 * ms}},
+		{{Seq: 1, At: 60 * ms}, {Seq: 0, At: 200 * ms}, {Seq: 3, At: 50 * ms}, {Seq: 9, At: 1}},
+	}
+	lp := latencyParts(sent, acked, obs)
+	if lp == nil || lp.Input.Count != 2 || lp.Rest.Count != 2 {
+		t.Fatalf("latencyParts = %+v, want 2 records split", lp)
+	}
+	// seq 0: input 5ms, rest 95ms; seq 1: input 30ms, rest 20ms.
+	if lp.Input.Max != 30 || lp.Rest.Max != 95 || lp.Input.Mean != 17.5 || lp.Rest.Mean != 57.5 {
+		t.Errorf("latencyParts = %+v, want input 5 and 30 ms, rest 95 and 20 ms", lp)
+	}
+	if lp := latencyParts(sent, make([]int64, 4), obs); lp != nil {
+		t.Errorf("latencyParts without acknowledgements = %+v, want nil", lp)
+	}
+}

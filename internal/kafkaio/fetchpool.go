@@ -88,12 +88,16 @@ func NewFetchPool(client *kafka.Client, cfg FetchPoolConfig) *FetchPool {
 		cfg.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &FetchPool{
+	p := &FetchPool{
 		client: client, cfg: cfg, clientID: clientIDOf(client), ctx: ctx, cancel: cancel,
 		leaders: leaderCache{client: client, timeout: cfg.MaxWait + FetchSlack}, brokers: map[int32]*brokerFetcher{},
 		lookups: make(chan struct{}, lookupSlots), acct: &inputAccount{limit: cfg.MaxBufferedBytes},
 		slabs: newSlabPool(cfg.MaxRecordBytes),
 	}
+	// The leaders come from the readers' shared leader-epoch look-ups: one Metadata request per
+	// topic, in a lookup slot, instead of a second request beside them outside the slots.
+	p.leaders.shared = p.sharedMetadata
+	return p
 }
 
 // Close stops every broker's fetching; fetches waiting fail with ErrPoolClosed. It waits for the

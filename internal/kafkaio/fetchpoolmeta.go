@@ -7,10 +7,12 @@ import (
 )
 
 // Shared leader look-ups. Every reader of a pool learns its partition's leader epoch before its
-// first fetch (see "Leader epochs"), and a Metadata request for one topic answers for all of its
-// partitions. So the readers of a pool that ask for the same topic at once share one request:
-// on 1,000 partitions, one request instead of a thousand, each of which made the broker describe
-// the whole topic (and held every other reader's first fetch behind it).
+// first fetch (see "Leader epochs"), and the pool learns which broker leads it, and a Metadata
+// request for one topic answers both for all of its partitions. So the readers of a pool that
+// ask for the same topic at once share one request: on 1,000 partitions, one request instead of
+// a thousand, each of which made the broker describe the whole topic (and held every other
+// reader's first fetch behind it). The requests run in the pool's lookup slots, so a pool has at
+// most lookupSlots metadata requests in flight, each on a connection of kafka-go's control pool.
 
 // metaCall is one Metadata request for a topic that readers of the pool wait for. res and err are
 // set before done is closed.
@@ -26,18 +28,27 @@ type metaCall struct {
 // asking for a topic before that request was sent share it. It is safe for concurrent use; it
 // returns ctx's error if ctx ends first, ErrPoolClosed once the pool is closed.
 func (p *FetchPool) leaderOf(ctx context.Context, topic string, partition int32) (partitionLeader, error) {
-	c, err := p.metaCall(topic)
+	res, err := p.sharedMetadata(ctx, topic)
 	if err != nil {
 		return partitionLeader{}, err
 	}
+	return leaderIn(res, topic, partition)
+}
+
+// sharedMetadata returns the answer to a Metadata request for topic sent after the call began,
+// shared with the other look-ups of the pool that asked before it was sent (see leaderOf). It is
+// safe for concurrent use; it returns ctx's error if ctx ends first, ErrPoolClosed once the pool
+// is closed.
+func (p *FetchPool) sharedMetadata(ctx context.Context, topic string) (*kmsg.MetadataResponse, error) {
+	c, err := p.metaCall(topic)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-c.done:
-		if c.err != nil {
-			return partitionLeader{}, c.err
-		}
-		return leaderIn(c.res, topic, partition)
+		return c.res, c.err
 	case <-ctx.Done():
-		return partitionLeader{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
