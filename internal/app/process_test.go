@@ -52,8 +52,17 @@ var built struct {
 	err      error
 }
 
-// TestMain removes the binary the tests built and stops the shared real broker, if any.
+// appParallel is how many of the package's parallel tests run at once unless -parallel says
+// otherwise (tier.WaitingParallel). Its end-to-end tests mostly wait: for a child worker to start,
+// restore and re-warm, for session timeouts and rebalances, for a producer paced by the test, for
+// the real broker; at go test's default of GOMAXPROCS (two) the package took 236 s with the cores
+// a third busy, at eight 148 s (docs/hacking.md, "Measured times").
+const appParallel = 8
+
+// TestMain runs the package's tests appParallel at a time, removes the binary the tests built and
+// stops the shared real broker, if any.
 func TestMain(m *testing.M) {
+	tier.WaitingParallel(appParallel)
 	code := testbroker.Main(m)
 	if built.dir != "" {
 		os.RemoveAll(built.dir)

@@ -29,6 +29,8 @@
 package tier
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -170,5 +172,25 @@ func NotUnderRace(t testing.TB) {
 	t.Helper()
 	if Race && !bench(t) {
 		t.Skip("tier: one goroutine at a time; the race detector finds nothing here, and the build without it runs this test")
+	}
+}
+
+// WaitingParallel sets go test's -parallel to n for the package whose TestMain calls it, unless
+// the command line gave -parallel (go test passes it on as -test.parallel). go test's default is
+// GOMAXPROCS, two on the development machine, which suits tests that compute; a package whose
+// parallel tests mostly wait (for child processes, brokers, session timeouts and restores) leaves
+// the cores idle with two at a time. It parses the command line (flag.Parse) if TestMain has not,
+// and panics if the testing package's flags are not registered (a call outside TestMain).
+func WaitingParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if given {
+		return
+	}
+	if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+		panic(fmt.Sprintf("tier: WaitingParallel outside TestMain: %v", err))
 	}
 }

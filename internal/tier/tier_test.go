@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"flag"
 	"testing"
 	"time"
 )
@@ -51,5 +52,23 @@ func TestPatience(t *testing.T) {
 		if got := Patience(time.Second); got != c.want {
 			t.Errorf("%s=%q: Patience(1s) = %v, want %v", PatienceEnv, c.env, got, c.want)
 		}
+	}
+}
+
+// TestWaitingParallel checks that WaitingParallel sets -test.parallel when the command line did
+// not give it, and leaves the command line's value otherwise. (The tests of this run already
+// read the value, so changing it here changes nothing else.)
+func TestWaitingParallel(t *testing.T) {
+	f := flag.Lookup("test.parallel")
+	given := false
+	flag.Visit(func(g *flag.Flag) { given = given || g.Name == "test.parallel" })
+	before := f.Value.String()
+	WaitingParallel(7)
+	want := "7"
+	if given {
+		want = before
+	}
+	if got := f.Value.String(); got != want {
+		t.Errorf("-test.parallel = %s after WaitingParallel(7), want %s (given on the command line: %v)", got, want, given)
 	}
 }
