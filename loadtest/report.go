@@ -367,33 +367,8 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	row("order", "%d per-key order violations", v.OrderViolations)
 	r.writeOversize(row)
 	r.writeSourceRows(row)
-	l := r.Latency
-	row("latency", "p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d records, creation -> read from output)",
-		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), l.Count)
-	if lp := r.LatencyParts; lp != nil {
-		row("latency split", "creation -> the broker's ack of the generator p50 %s p99 %s; ack -> read from output p50 %s p99 %s",
-			fmtMs(lp.Input.P50), fmtMs(lp.Input.P99), fmtMs(lp.Rest.P50), fmtMs(lp.Rest.P99))
-	}
-	t := r.Throughput
-	row("throughput", "%s end to end (%d records in %.2fs), sent at %s, delivered at %s",
-		fmtRate(t.EndToEnd), v.Records, t.EndToEndSeconds, fmtRate(t.SendRate), fmtRate(t.OutputRate))
-	if t.DrainRate > 0 {
-		row("", "drain of the preloaded input: %s (%.2fs from the start of the pipeline to the last output record)", fmtRate(t.DrainRate), t.DrainSeconds)
-	}
-	if v.ByKind[KindBeyond.String()] > 0 {
-		row("", "(these times include waiting up to %.2fs for the beyond-window duplicates; measure speed without them)", s.BeyondMaxSeconds)
-	}
-	if f := r.Filter; f != nil {
-		row("filter", "%d x %d generations x %d keys at %g: %.1f bits/key/generation (theory %.1f), %s per filter, %.2f bytes per key in the window",
-			f.Filters, f.Generations, f.Capacity, f.FalsePositiveRate, f.BitsPerKey, f.TheoryBitsPerKey, fmtBytes(f.TotalBytes), f.BytesPerKey)
-		if f.EstimatedFPR >= 0 {
-			row("", "predicted FPR when full %.3g, worker's estimate at the end %.3g (largest filter)", f.PredictedFPR, f.EstimatedFPR)
-		}
-		if f.EstimateAverage >= 0 && v.SteadyUniques > 0 {
-			row("", "worker's estimate averaged while the steady events were sent %.3g (%d readings), their measured loss rate %.3g%s",
-				f.EstimateAverage, f.EstimateSamples, v.SteadyLossRate, ratio(f.EstimateAverage, v.SteadyLossRate))
-		}
-	}
+	r.writeSpeedRows(row)
+	r.writeFilterRows(row)
 	for _, h := range r.Hooks {
 		state := fmt.Sprintf("took %.2fs", h.Seconds)
 		if h.Error != "" {
@@ -423,6 +398,43 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeSpeedRows writes the summary's latency, latency split and throughput rows.
+func (r *Report) writeSpeedRows(row func(name, format string, a ...any)) {
+	v, s := r.Verdict, r.Settings
+	l := r.Latency
+	row("latency", "p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d records, creation -> read from output)",
+		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), l.Count)
+	if lp := r.LatencyParts; lp != nil {
+		row("latency split", "creation -> the broker's ack of the generator p50 %s p99 %s; ack -> read from output p50 %s p99 %s",
+			fmtMs(lp.Input.P50), fmtMs(lp.Input.P99), fmtMs(lp.Rest.P50), fmtMs(lp.Rest.P99))
+	}
+	t := r.Throughput
+	row("throughput", "%s end to end (%d records in %.2fs), sent at %s, delivered at %s",
+		fmtRate(t.EndToEnd), v.Records, t.EndToEndSeconds, fmtRate(t.SendRate), fmtRate(t.OutputRate))
+	if t.DrainRate > 0 {
+		row("", "drain of the preloaded input: %s (%.2fs from the start of the pipeline to the last output record)", fmtRate(t.DrainRate), t.DrainSeconds)
+	}
+	if v.ByKind[KindBeyond.String()] > 0 {
+		row("", "(these times include waiting up to %.2fs for the beyond-window duplicates; measure speed without them)", s.BeyondMaxSeconds)
+	}
+}
+
+// writeFilterRows writes the summary's rows of the worker's filter, when the report has them.
+func (r *Report) writeFilterRows(row func(name, format string, a ...any)) {
+	v := r.Verdict
+	if f := r.Filter; f != nil {
+		row("filter", "%d x %d generations x %d keys at %g: %.1f bits/key/generation (theory %.1f), %s per filter, %.2f bytes per key in the window",
+			f.Filters, f.Generations, f.Capacity, f.FalsePositiveRate, f.BitsPerKey, f.TheoryBitsPerKey, fmtBytes(f.TotalBytes), f.BytesPerKey)
+		if f.EstimatedFPR >= 0 {
+			row("", "predicted FPR when full %.3g, worker's estimate at the end %.3g (largest filter)", f.PredictedFPR, f.EstimatedFPR)
+		}
+		if f.EstimateAverage >= 0 && v.SteadyUniques > 0 {
+			row("", "worker's estimate averaged while the steady events were sent %.3g (%d readings), their measured loss rate %.3g%s",
+				f.EstimateAverage, f.EstimateSamples, v.SteadyLossRate, ratio(f.EstimateAverage, v.SteadyLossRate))
+		}
+	}
 }
 
 // ratio formats est/measured for the summary, or nothing when nothing was measured.
