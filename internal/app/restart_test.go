@@ -226,6 +226,22 @@ func checkOutput(t *testing.T, cl testbroker.Broker, unique map[string]bool) out
 	return c
 }
 
+// wantNoLeak fails t when a duplicate leaked into the output, naming a few of them.
+func (c outputCheck) wantNoLeak(t testing.TB) {
+	t.Helper()
+	if c.leaked != 0 {
+		t.Errorf("%d duplicates leaked, e.g. %v", c.leaked, c.leakedIDs[:min(5, len(c.leakedIDs))])
+	}
+}
+
+// wantNoLoss fails t when a record of the input is missing from the output, naming a few of them.
+func (c outputCheck) wantNoLoss(t testing.TB) {
+	t.Helper()
+	if c.lost != 0 {
+		t.Errorf("%d records lost, e.g. %v", c.lost, c.lostIDs[:min(5, len(c.lostIDs))])
+	}
+}
+
 // crashScenario is one run of the SIGKILL test.
 type crashScenario struct {
 	scope       string            // DEDUP_SCOPE
@@ -480,12 +496,8 @@ func TestCrashRestart(t *testing.T) {
 					}
 					return
 				}
-				if res.leaked != 0 {
-					t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
-				}
-				if res.lost != 0 {
-					t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
-				}
+				res.wantNoLeak(t)
+				res.wantNoLoss(t)
 				if res.stats.restores["warm"]+res.stats.restores["fallback"] == 0 {
 					t.Errorf("no warm restore in %v", res.stats.restores)
 				}
@@ -715,9 +727,7 @@ func TestCrashRestartAudit(t *testing.T) {
 			testbroker.Each(t, restartTopics, func(t *testing.T, cl testbroker.Broker) {
 				res := crashScenario{scope: "partition", environ: sc.environ, checkpoints: true, seed: restartSeed(t),
 					records: 40000, kills: 4, audit: true}.run(t, cl)
-				if res.leaked != 0 {
-					t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
-				}
+				res.wantNoLeak(t)
 				if res.audit.missing != 0 {
 					t.Errorf("%d input records in neither the output nor the audit topic, e.g. values %v", res.audit.missing,
 						res.audit.missingValues[:min(5, len(res.audit.missingValues))])

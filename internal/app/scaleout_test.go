@@ -621,12 +621,8 @@ func scaleOut(t *testing.T, v scaleVariant, proto string, records, per int) {
 		}
 		return
 	}
-	if res.leaked != 0 {
-		t.Errorf("%d duplicates leaked, e.g. %v", res.leaked, res.leakedIDs[:min(5, len(res.leakedIDs))])
-	}
-	if res.lost != 0 {
-		t.Errorf("%d records lost, e.g. %v", res.lost, res.lostIDs[:min(5, len(res.lostIDs))])
-	}
+	res.wantNoLeak(t)
+	res.wantNoLoss(t)
 	for _, d := range res.disorder {
 		t.Errorf("output out of input order: %s", d)
 	}
