@@ -126,6 +126,19 @@ func (j seenJudge) Judge(p int32, id []byte, ts time.Time) Verdict {
 	return VerdictNew
 }
 
+// A Prefetcher is a Deduper that can be told, ahead of Seen or Judge, an identity it is about to
+// judge, so that it starts loading the memory the judging will read: the Worker tells it each
+// identity of a batch prefetchAhead records before judging it. Prefetch changes nothing and must
+// be safe for concurrent use and cheap.
+type Prefetcher interface {
+	Prefetch(partition int32, id []byte)
+}
+
+// prefetchAhead is how many records before judging an identity the Worker hands it to a
+// Prefetcher: enough for a filter's cache misses to arrive while the records between are
+// handled, few enough that the lines are still cached when the identity is judged.
+const prefetchAhead = 4
+
 // judgeOf returns d as a Judge.
 func judgeOf(d Deduper) Judge {
 	if j, ok := d.(Judge); ok {

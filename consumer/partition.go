@@ -352,6 +352,19 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 	return "discarded"
 }
 
+// prefetch hands the identities of the n keyed records of st.in from i on to the Deduper, if it is
+// a Prefetcher.
+func (w *Worker) prefetch(st *partitionState, i, n int) {
+	if w.pre == nil {
+		return
+	}
+	for end := min(i+n, len(st.in)); i < end; i++ {
+		if st.absent[i] == identity.Found {
+			w.pre.Prefetch(st.p, st.ids[i])
+		}
+	}
+}
+
 // handleBatch deduplicates the records of b, produces the result and marks the batch's offsets
 // (up to b.Next, which may be past its last record) for commit. The Deduper hears Processing
 // before the first Seen of the batch and Acked after its last acknowledged write; a batch without
@@ -393,7 +406,9 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	// a rebuild or an audit that reads the header never counts from later than the judging.
 	judged := time.Now()
 	w.dedup.Processing(p, b.Next)
+	w.prefetch(st, 0, prefetchAhead)
 	for i := range st.in {
+		w.prefetch(st, i+prefetchAhead, 1)
 		m := &st.in[i]
 		src := w.source(st, m)
 		if r := st.absent[i]; r != identity.Found {

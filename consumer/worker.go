@@ -39,7 +39,8 @@ func RefusalReasons() []string {
 type Worker struct {
 	cfg   Config
 	dedup Deduper
-	judge Judge // dedup as a Judge (judgeOf)
+	judge Judge      // dedup as a Judge (judgeOf)
+	pre   Prefetcher // dedup as a Prefetcher, or nil
 
 	inputTopic []byte // the value of AuditHeaderSourceTopic
 	key        KeyFunc
@@ -90,6 +91,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	}
 	w := &Worker{cfg: cfg, dedup: d, judge: judgeOf(d), inputTopic: []byte(cfg.InputTopic), key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
 		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
+	w.pre, _ = d.(Prefetcher)
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.connFail.bound = cfg.RebalanceTimeout
 	w.client = cfg.conn().Client(cfg.ProduceTimeout)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,7 +154,8 @@ func TestUnkeyedPolicy(t *testing.T) {
 			e.produce(0, in)
 			cfg := e.config()
 			cfg.Unkeyed = tc.policy
-			r := e.start(cfg, newMapDeduper(false, nil), keyFuncFor(t, tc.spec))
+			d := &prefetchDeduper{mapDeduper: newMapDeduper(false, nil), pending: map[string]int{}}
+			r := e.start(cfg, d, keyFuncFor(t, tc.spec))
 			e.waitAllCommitted(20 * time.Second)
 			if err := r.stop(t, 10*time.Second); err != nil {
 				t.Fatal(err)
@@ -162,7 +164,51 @@ func TestUnkeyedPolicy(t *testing.T) {
 			if n := r.obs.unkeyed.Load(); n != 4 {
 				t.Errorf("unkeyed counted %d, want 4", n)
 			}
+			d.check(t, 36)
 		})
+	}
+}
+
+// prefetchDeduper is a mapDeduper and a consumer.Prefetcher that checks the Worker's prefetches:
+// every identity judged was prefetched before, once per judging.
+type prefetchDeduper struct {
+	*mapDeduper
+	mu                 sync.Mutex
+	pending            map[string]int // prefetched and not judged yet, by partition and identity
+	prefetched, judged int
+	violations         []string
+}
+
+func (d *prefetchDeduper) Prefetch(p int32, id []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pending[fmt.Sprint(p, "/", string(id))]++
+	d.prefetched++
+}
+
+func (d *prefetchDeduper) Seen(p int32, id []byte, ts time.Time) bool {
+	d.mu.Lock()
+	k := fmt.Sprint(p, "/", string(id))
+	if d.pending[k] == 0 {
+		d.violations = append(d.violations, "judged without a prefetch: "+k)
+	}
+	d.pending[k]--
+	d.judged++
+	d.mu.Unlock()
+	return d.mapDeduper.Seen(p, id, ts)
+}
+
+// check fails the test if an identity was judged without a prefetch before it, or if the counts
+// of prefetches and judgings are not both judged.
+func (d *prefetchDeduper) check(t *testing.T, judged int) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.violations) > 0 {
+		t.Errorf("%d violations, first: %s", len(d.violations), d.violations[0])
+	}
+	if d.prefetched != judged || d.judged != judged {
+		t.Errorf("%d prefetched and %d judged, want %d of each", d.prefetched, d.judged, judged)
 	}
 }
 

@@ -61,3 +61,24 @@ func TestJudgeOverload(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetchChangesNoVerdict proves that Prefetch, of an assigned partition or of one that is
+// not, changes no verdict: identities prefetched and never judged stay new.
+func TestPrefetchChangesNoVerdict(t *testing.T) {
+	w := window.Config{Generations: 4, Interval: 1 << 40, Auto: true, FalsePositiveRate: 1e-6}
+	s := newAssigned(t, Config{Scope: ScopePartition, Window: w}, 0)
+	for i := range 3000 {
+		s.Prefetch(0, fmt.Appendf(nil, "k%d", i))
+		s.Prefetch(7, fmt.Appendf(nil, "k%d", i)) // not assigned: ignored
+	}
+	for i := range 3000 {
+		id := fmt.Appendf(nil, "k%d", i)
+		s.Prefetch(0, id)
+		if got := s.Judge(0, id, at(0, 0)); got != VerdictNew {
+			t.Fatalf("k%d, prefetched only: verdict %d, want new", i, got)
+		}
+		if got := s.Judge(0, id, at(0, 0)); got != VerdictDuplicate {
+			t.Fatalf("k%d, judged before: verdict %d, want a duplicate", i, got)
+		}
+	}
+}

@@ -145,6 +145,15 @@ func (s *Set) Judge(partition int32, id []byte, ts time.Time) Verdict {
 	return v
 }
 
+// Prefetch tells the filter of partition that id is about to be judged (window.Filter.Prefetch),
+// so that the memory Judge will read is on its way. It changes nothing; a partition not assigned
+// is ignored. Safe for concurrent use.
+func (s *Set) Prefetch(partition int32, id []byte) {
+	if pt := (*s.parts.Load())[partition]; pt != nil {
+		pt.f.Prefetch(id)
+	}
+}
+
 // noteAtCap records which of the filters of stats are at their memory cap, for Judge.
 func (s *Set) noteAtCap(stats []window.Stats, filters []*window.Filter) {
 	if s.cfg.Window.Overload != window.OverloadDrop {
