@@ -112,7 +112,7 @@ func (s *Set) coldFilter(ctx context.Context, unit string, partition int32, ev *
 func (s *Set) Assign(ctx context.Context, partition int32) error {
 	s.mu.Lock()
 	closed := s.closed
-	_, assigned := (*s.parts.Load())[partition]
+	assigned := s.part(partition) != nil
 	s.mu.Unlock()
 	switch {
 	case closed:
@@ -135,7 +135,7 @@ func (s *Set) Assign(ctx context.Context, partition int32) error {
 func (s *Set) add(partition int32, f *window.Filter, ev *eventClock, lin lineage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := *s.parts.Load()
+	cur := s.parts.Load().byID
 	_, assigned := cur[partition]
 	if s.closed || assigned {
 		if f != nil {
@@ -150,7 +150,7 @@ func (s *Set) add(partition int32, f *window.Filter, ev *eventClock, lin lineage
 	f, ev = s.scope.serving(f, ev)
 	next := maps.Clone(cur)
 	next[partition] = newPart(f, ev, lin)
-	s.parts.Store(&next)
+	s.parts.Store(newPartMap(next))
 	return nil
 }
 
@@ -187,14 +187,14 @@ func (s *Set) Discard(_ context.Context, partition int32) error {
 func (s *Set) remove(partition int32) *part {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := *s.parts.Load()
+	cur := s.parts.Load().byID
 	pt, ok := cur[partition]
 	if !ok {
 		return nil
 	}
 	next := maps.Clone(cur)
 	delete(next, partition)
-	s.parts.Store(&next)
+	s.parts.Store(newPartMap(next))
 	pt.gone.Store(true)
 	return pt
 }

@@ -13,7 +13,7 @@ func (s *Set) Filter(partition int32) *window.Filter {
 	if g, ok := s.scope.(*sharedScope); ok {
 		return g.global.Load().f
 	}
-	if pt := (*s.parts.Load())[partition]; pt != nil {
+	if pt := s.part(partition); pt != nil {
 		return pt.f
 	}
 	return nil

@@ -116,7 +116,7 @@ func (g *sharedScope) stats() ([]FilterStats, []*window.Filter) {
 
 func (g *sharedScope) checkpoint(ctx context.Context) error {
 	cur := g.global.Load()
-	_, err := g.s.save(ctx, globalUnit, cur.f, allPartitions, *g.s.parts.Load(), &g.mark, nil, g.epoch())
+	_, err := g.s.save(ctx, globalUnit, cur.f, allPartitions, g.s.parts.Load().byID, &g.mark, nil, g.epoch())
 	if err != nil && ctx.Err() == nil {
 		g.s.logSaveError("checkpoint failed", globalUnit, err)
 	}
@@ -130,7 +130,7 @@ func (g *sharedScope) close(ctx context.Context) error {
 	s, cur := g.s, g.global.Load()
 	cur.f.Close()
 	start := time.Now()
-	res, err := s.save(ctx, globalUnit, cur.f, allPartitions, *s.parts.Load(), &g.mark, nil, g.epoch())
+	res, err := s.save(ctx, globalUnit, cur.f, allPartitions, s.parts.Load().byID, &g.mark, nil, g.epoch())
 	s.releases.add(start, res.stats, err)
 	cur.f.Release()
 	for _, p := range s.partitions() {
@@ -142,7 +142,7 @@ func (g *sharedScope) close(ctx context.Context) error {
 // sealed adds every partition assigned by now to parts: they all feed the global filter, and one
 // assigned while the copy ran may have records in it.
 func (g *sharedScope) sealed(parts map[int32]*part) []map[int32]*part {
-	return []map[int32]*part{parts, *g.s.parts.Load()}
+	return []map[int32]*part{parts, g.s.parts.Load().byID}
 }
 
 // tainted reports whether the global filter may hold identities of records that never reached
@@ -203,7 +203,7 @@ func (g *sharedScope) swap(f *window.Filter, ev *eventClock) (old *shared, stale
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old = g.global.Swap(&shared{f: f, ev: ev})
-	stale = *s.parts.Load()
+	stale = s.parts.Load().byID
 	fresh = make(map[int32]*part, len(stale))
 	for p, pt := range stale {
 		np := newPart(f, ev, lineage{})
@@ -212,7 +212,7 @@ func (g *sharedScope) swap(f *window.Filter, ev *eventClock) (old *shared, stale
 		fresh[p] = np
 		pt.gone.Store(true)
 	}
-	s.parts.Store(&fresh)
+	s.parts.Store(newPartMap(fresh))
 	g.mark.Store(nil)
 	return old, stale, fresh
 }
@@ -229,7 +229,7 @@ func (s *Set) awaitAcked(ctx context.Context, stale, fresh map[int32]*part) erro
 // staleAcked reports whether every partition of stale still served by its part of fresh
 // acknowledged what its old part processed.
 func (s *Set) staleAcked(stale, fresh map[int32]*part) bool {
-	cur := *s.parts.Load()
+	cur := s.parts.Load().byID
 	for p, old := range stale {
 		np := fresh[p]
 		if cur[p] != np {

@@ -82,3 +82,16 @@ func TestPrefetchChangesNoVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestPartLookup proves that a Set finds its parts by partition number in the dense index and
+// past it, and nothing for a partition not assigned.
+func TestPartLookup(t *testing.T) {
+	byID := map[int32]*part{0: {}, 3: {}, denseMax - 1: {}, denseMax: {}, 1 << 30: {}}
+	s := &Set{}
+	s.parts.Store(newPartMap(byID))
+	for _, p := range []int32{0, 1, 3, 4, denseMax - 2, denseMax - 1, denseMax, denseMax + 1, 1 << 30, -1} {
+		if got, want := s.part(p), byID[p]; got != want {
+			t.Errorf("part(%d) = %p, want %p", p, got, want)
+		}
+	}
+}

@@ -151,7 +151,7 @@ func (perPartition) discard(_ int32, pt *part) {
 }
 
 func (p perPartition) stats() ([]FilterStats, []*window.Filter) {
-	cur := *p.s.parts.Load()
+	cur := p.s.parts.Load().byID
 	out := make([]FilterStats, 0, len(cur))
 	filters := make([]*window.Filter, 0, len(cur))
 	for _, q := range slices.Sorted(maps.Keys(cur)) {

@@ -17,13 +17,13 @@ import (
 // record, Revoke when the partition goes away. With a Persister it also keeps the filters' state
 // on disk so that a restarted worker remembers what it saw (see Persister and the package docs).
 //
-// Seen, Processing and Acked take no lock: they read an immutable map that Assign, Revoke and
+// Seen, Processing and Acked take no lock: they read an immutable partMap that Assign, Revoke and
 // Discard replace. Every method is safe for concurrent use, except that under ScopePartition the
 // Seen calls for one partition must not overlap (see Seen). Use NewSet; the zero value is not
 // usable.
 type Set struct {
 	cfg   Config
-	parts atomic.Pointer[map[int32]*part]
+	parts atomic.Pointer[partMap]
 	// scope is what depends on cfg.Scope, chosen once in NewSet (see scope.go).
 	scope scope
 
@@ -54,6 +54,47 @@ type Set struct {
 	gen atomic.Int32
 }
 
+// partMap is the immutable set of assigned partitions that Assign, Revoke and Discard replace:
+// byID, and the same parts indexed by partition number in dense for the lookups of every record
+// (a slice index costs less than a map lookup) up to denseMax partitions.
+type partMap struct {
+	byID  map[int32]*part
+	dense []*part
+}
+
+// denseMax bounds partMap.dense: partitions numbered from it on are looked up in byID. A topic
+// has its partitions numbered from 0, so only a topic of more partitions than that uses it.
+const denseMax = 1 << 16
+
+// newPartMap returns the partMap of byID, which the caller must not change afterwards.
+func newPartMap(byID map[int32]*part) *partMap {
+	n := int32(0)
+	for p := range byID {
+		if p >= 0 && p < denseMax {
+			n = max(n, p+1)
+		}
+	}
+	pm := &partMap{byID: byID, dense: make([]*part, n)}
+	for p, pt := range byID {
+		if p >= 0 && p < n {
+			pm.dense[p] = pt
+		}
+	}
+	return pm
+}
+
+// part returns the part of partition, or nil if it is not assigned.
+func (s *Set) part(partition int32) *part {
+	pm := s.parts.Load()
+	if uint32(partition) < uint32(len(pm.dense)) {
+		return pm.dense[partition]
+	}
+	if partition < denseMax && partition >= 0 {
+		return nil
+	}
+	return pm.byID[partition]
+}
+
 // NewSet validates cfg and returns a Set. Under ScopeGlobal it restores (or builds) the single
 // filter now, re-warming it from the output topic; under ScopePartition filters are built as
 // partitions are assigned. It returns an error wrapping window.ErrConfig or window.ErrMemory for a
@@ -65,7 +106,7 @@ func NewSet(ctx context.Context, cfg Config) (*Set, error) {
 	}
 	s := &Set{cfg: cfg, parked: map[int32]*part{}, saveSlots: make(chan struct{}, cfg.SaveConcurrency)}
 	empty := map[int32]*part{}
-	s.parts.Store(&empty)
+	s.parts.Store(newPartMap(empty))
 	s.scope = cfg.Scope.kind().new(s)
 	if err := s.scope.start(ctx); err != nil {
 		return nil, err
@@ -121,7 +162,7 @@ const (
 // scrape and the worker's cap check, so the verdict lags a filter reaching or leaving the cap by
 // up to their interval), else VerdictDuplicate. It has Seen's contract.
 func (s *Set) Judge(partition int32, id []byte, ts time.Time) Verdict {
-	pt := (*s.parts.Load())[partition]
+	pt := s.part(partition)
 	if pt == nil {
 		s.unassigned.Add(1)
 		return VerdictNew
@@ -149,7 +190,7 @@ func (s *Set) Judge(partition int32, id []byte, ts time.Time) Verdict {
 // so that the memory Judge will read is on its way. It changes nothing; a partition not assigned
 // is ignored. Safe for concurrent use.
 func (s *Set) Prefetch(partition int32, id []byte) {
-	if pt := (*s.parts.Load())[partition]; pt != nil {
+	if pt := s.part(partition); pt != nil {
 		pt.f.Prefetch(id)
 	}
 }
@@ -181,7 +222,7 @@ func (s *Set) noteAtCap(stats []window.Stats, filters []*window.Filter) {
 // checkpoint is not saved again (see saveMark). Under ClockProcessing it also brings the
 // partition's filter to the current generation if its rotation is late (see catchUp).
 func (s *Set) Processing(partition int32, nextOffset int64) {
-	if pt := (*s.parts.Load())[partition]; pt != nil {
+	if pt := s.part(partition); pt != nil {
 		pt.processed.Store(nextOffset)
 		if pt.ev == nil {
 			s.catchUp(pt.f)
@@ -212,7 +253,7 @@ func (s *Set) catchUp(f *window.Filter) {
 // output topic got, so a re-read record that carries one is a duplicate of written output, as
 // after a re-warm, and a record the truncation replaced carries an identity of its own.
 func (s *Set) Rewind(partition int32, nextOffset int64) {
-	if pt := (*s.parts.Load())[partition]; pt != nil {
+	if pt := s.part(partition); pt != nil {
 		pt.processed.Store(nextOffset)
 		pt.acked.Store(nextOffset)
 	}
@@ -221,7 +262,7 @@ func (s *Set) Rewind(partition int32, nextOffset int64) {
 // Acked records that every record of partition before nextOffset reached the output topic (or was
 // a duplicate). A snapshot becomes visible only once everything it may contain is acknowledged.
 func (s *Set) Acked(partition int32, nextOffset int64) {
-	if pt := (*s.parts.Load())[partition]; pt != nil {
+	if pt := s.part(partition); pt != nil {
 		pt.acked.Store(nextOffset)
 	}
 }
@@ -271,7 +312,7 @@ func (s *Set) Unassigned() uint64 { return s.unassigned.Load() }
 
 // partitions returns the assigned partitions in ascending order.
 func (s *Set) partitions() []int32 {
-	return slices.Sorted(maps.Keys(*s.parts.Load()))
+	return slices.Sorted(maps.Keys(s.parts.Load().byID))
 }
 
 // Stats returns the state of every filter, for metrics.

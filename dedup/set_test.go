@@ -599,7 +599,7 @@ func TestLateRotationKeepsTheWindow(t *testing.T) {
 			}
 			s.Acked(0, 1)
 			set(4 * time.Minute) // 2.5 minutes later, within the 3 minutes promised
-			(*s.parts.Load())[0].f.AdvanceTo(clock())
+			s.part(0).f.AdvanceTo(clock())
 			s.Processing(0, 2)
 			if !s.Seen(0, []byte("a"), time.Time{}) {
 				t.Fatal("identity judged 2.5 minutes ago forgotten: the window promises 3 (4 generations of 1 minute)")

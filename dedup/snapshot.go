@@ -437,7 +437,7 @@ func (s *Set) checkpointAll(ctx context.Context) error { return s.scope.checkpoi
 // checkpointParts snapshots the filter of every partition assigned, in parallel (as many at once
 // as save slots allow), and returns the errors joined.
 func (s *Set) checkpointParts(ctx context.Context) error {
-	cur := *s.parts.Load()
+	cur := s.parts.Load().byID
 	errs := make([]error, 0, len(cur))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
