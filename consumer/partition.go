@@ -23,6 +23,7 @@ type partitionState struct {
 	identified int // records of in whose identity was extracted
 	out        []kafkaio.Record
 	dups       []kafkaio.Record
+	latency    []time.Duration // the batch's produced records' times since their timestamps (acked)
 
 	byPart [][]kafkaio.Record // hash and identity partitioning: out grouped by output partition
 	hash   partitioner        // nil under PartitionSame
@@ -465,12 +466,14 @@ func (w *Worker) acked(c offsetSink, st *partitionState, b *kafkaio.Batch, out [
 	ack := time.Now()
 	if len(out) > 0 {
 		w.obs.Produced(p, len(out)-st.diverted)
-		sinceConsume := ack.Sub(b.Start)
+		lat := st.latency[:0]
 		for i := range out {
 			if !out[i].Time.IsZero() {
-				w.obs.Latency(ack.Sub(out[i].Time), sinceConsume)
+				lat = append(lat, ack.Sub(out[i].Time))
 			}
 		}
+		w.obs.Latency(ack.Sub(b.Start), lat)
+		st.latency = lat
 	}
 	st.next = b.Next
 	st.prog.handled(st.next)
