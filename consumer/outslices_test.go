@@ -33,3 +33,44 @@ func TestRecordSlicesBound(t *testing.T) {
 		t.Fatalf("get: len %d cap %d, free bytes %d", len(s), cap(s), p.freeBytes)
 	}
 }
+
+// TestEndBatchKeepsOutput checks that a partition whose reader hands out the next batch at once
+// keeps its output slice for it, with no record past the batch in hand left from the batch
+// before, and gives it back to the worker's pool, cleared whole, once the reader has no more.
+func TestEndBatchKeepsOutput(t *testing.T) {
+	w := &Worker{}
+	st := &partitionState{}
+	batch := func(n int) {
+		st.out = st.out[:0]
+		if st.out == nil {
+			st.out = w.outs.get()
+		}
+		for i := range n {
+			st.out = append(st.out, kafkaio.Record{Offset: int64(i), Value: []byte("v")})
+		}
+	}
+	held := func(s []kafkaio.Record) (n int) {
+		for _, m := range s[:cap(s)] {
+			if m.Value != nil {
+				n++
+			}
+		}
+		return n
+	}
+	batch(10)
+	first := st.out
+	w.endBatch(st, true)
+	if len(st.out) != 0 || &st.out[:1][0] != &first[0] {
+		t.Fatal("the output slice was not kept for the next batch")
+	}
+	batch(4)
+	w.endBatch(st, true)
+	if n := held(st.out); n != 4 {
+		t.Fatalf("the kept slice holds %d records after a batch of 4, want 4", n)
+	}
+	batch(2)
+	w.endBatch(st, false)
+	if st.out != nil || len(w.outs.free) != 1 || held(first) != 0 {
+		t.Fatalf("the output slice was not given back cleared: out %v, %d free, %d records held", st.out, len(w.outs.free), held(first))
+	}
+}

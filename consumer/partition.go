@@ -22,6 +22,7 @@ type partitionState struct {
 	absent     []identity.Reason
 	identified int // records of in whose identity was extracted
 	out        []kafkaio.Record
+	outStale   int // the length of the last batch's out, kept for this one (endBatch)
 	dups       []kafkaio.Record
 	latency    []time.Duration // the batch's produced records' times since their timestamps (acked)
 
@@ -446,7 +447,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		return err
 	}
 	w.acked(c, st, b, out, diverted)
-	w.endBatch(st)
+	w.endBatch(st, b.More)
 	if b.Refused != nil {
 		return w.refuseInput(gctx, pctx, c, st, tc, b.Refused)
 	}
@@ -486,13 +487,26 @@ func (w *Worker) acked(c offsetSink, st *partitionState, b *kafkaio.Batch, out [
 }
 
 // endBatch drops the partition's references to the batch's records, which are the reader's and
-// valid only until its next Fetch, and gives the output slice back to the worker's pool.
-func (w *Worker) endBatch(st *partitionState) {
+// valid only until its next Fetch, and gives the output slice back to the worker's pool, cleared.
+// With more (the reader hands out the next batch at once: Batch.More) the partition keeps the
+// output slice for the next batch instead, which overwrites these records: it clears only what
+// is left of the batch before, which the records of this one did not overwrite, so that the
+// slice refers to no batch before the one in hand, and clearing the whole slice, as often as a
+// batch is handled, is a pass over memory that the next batch writes anyway.
+func (w *Worker) endBatch(st *partitionState, more bool) {
 	st.in = nil
 	clear(st.ids) // they alias the records
 	clear(st.outIDs)
-	w.outs.put(st.out) // cleared: no references to record bytes until it is reused
-	st.out = nil
+	n := len(st.out)
+	if st.outStale > n && st.outStale <= cap(st.out) {
+		clear(st.out[n:st.outStale])
+	}
+	if more {
+		st.out, st.outStale = st.out[:0], n
+	} else {
+		w.outs.put(st.out) // cleared: no references to record bytes until it is reused
+		st.out, st.outStale = nil, 0
+	}
 	clear(st.dups)
 	clear(st.stamps)
 	st.audit.reset()

@@ -159,6 +159,9 @@ type Batch struct {
 	// leader epoch a commit of Next carries (KIP-320), with which the partition's next reader
 	// can tell whether the log was truncated below Next meanwhile.
 	Epoch int32
+	// More says that the reader still walks the response the batch came from: the next Fetch
+	// hands out its records at once, without waiting for the broker.
+	More bool
 }
 
 // PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
@@ -643,7 +646,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 	if lingering {
 		r.linger.Stop()
 	}
-	b.Next = r.pos
+	b.Next, b.More = r.pos, r.cur != nil
 	return b, nil
 }
 

@@ -29,7 +29,7 @@ func headerBatch(n int) []byte {
 // several batches decodes each into the record and header slices of the one before, that the
 // records and headers of the batch before that the next one did not overwrite are cleared (no
 // buffer given back stays reachable from them), and that the slices go to the pool, cleared,
-// once the response is walked.
+// once the response is walked. Batch.More says which batches leave records of the response.
 func TestPartitionReaderKeepsSlabWhileWalking(t *testing.T) {
 	t.Parallel()
 	c := trailingCluster(t, headerBatch(30), 30)
@@ -37,10 +37,10 @@ func TestPartitionReaderKeepsSlabWhileWalking(t *testing.T) {
 	defer func() { <-r.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	check := func(b *Batch, from int64, n int) {
+	check := func(b *Batch, from int64, n int, more bool) {
 		t.Helper()
-		if len(b.Records) != n || b.Records[0].Offset != from {
-			t.Fatalf("batch of %d records from %d, want %d from %d", len(b.Records), b.Records[0].Offset, n, from)
+		if len(b.Records) != n || b.Records[0].Offset != from || b.More != more {
+			t.Fatalf("batch of %d records from %d, More %v; want %d from %d, %v", len(b.Records), b.Records[0].Offset, b.More, n, from, more)
 		}
 		for i, m := range b.Records {
 			o := from + int64(i)
@@ -54,12 +54,12 @@ func TestPartitionReaderKeepsSlabWhileWalking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(b, 0, 10)
+	check(b, 0, 10, true)
 	recs, hdrs := b.Records[:10], r.hdrs.hdrs[:20]
 	if b, err = r.Fetch(ctx, 4, 0); err != nil {
 		t.Fatal(err)
 	}
-	check(b, 10, 4)
+	check(b, 10, 4, true)
 	if &b.Records[0] != &recs[0] || &r.hdrs.hdrs[0] != &hdrs[0] || r.slabs.held() != 0 {
 		t.Fatalf("the second batch of the response is not decoded into the first one's slices (%d free slabs)", r.slabs.held())
 	}
@@ -76,7 +76,7 @@ func TestPartitionReaderKeepsSlabWhileWalking(t *testing.T) {
 	if b, err = r.Fetch(ctx, 100, 0); err != nil {
 		t.Fatal(err)
 	}
-	check(b, 14, 16) // the rest of the response
+	check(b, 14, 16, false) // the rest of the response
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancelShort()
 	if _, err = r.Fetch(short, 100, 0); err == nil { // the log ends at 30: nothing more comes
