@@ -1,7 +1,9 @@
 package consumer
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
@@ -72,5 +74,19 @@ func TestEndBatchKeepsOutput(t *testing.T) {
 	w.endBatch(st, false)
 	if st.out != nil || len(w.outs.free) != 1 || held(first) != 0 {
 		t.Fatalf("the output slice was not given back cleared: out %v, %d free, %d records held", st.out, len(w.outs.free), held(first))
+	}
+}
+
+// TestSinceMilli checks sinceMilli against time.Time.Sub, the reference, for record timestamps
+// around now, far in the past and the future, and at the limits of their range.
+func TestSinceMilli(t *testing.T) {
+	now := time.Date(2026, 11, 28, 3, 17, 0, 123456789, time.UTC)
+	for _, ms := range []int64{now.UnixMilli(), now.UnixMilli() - 1, now.UnixMilli() + 1, now.UnixMilli() - 3_600_000,
+		0, -1, 1, -62135596800000, 253402300799999, now.UnixMilli() - 146*365*86_400_000, now.UnixMilli() + 146*365*86_400_000,
+		math.MinInt64 / 2, math.MaxInt64 / 2, math.MinInt64, math.MaxInt64} {
+		ts := time.UnixMilli(ms)
+		if got, want := sinceMilli(now.UnixNano(), ts), now.Sub(ts); got != want {
+			t.Errorf("record at %d ms: %v, want %v", ms, got, want)
+		}
 	}
 }
