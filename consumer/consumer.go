@@ -193,9 +193,12 @@ type Observer interface {
 	// for reason (one of kafkaio.RefusalReasons), with blocked true, and that it no longer is,
 	// with blocked false and the same reason: the block lifted, or the partition was released.
 	PartitionBlocked(partition int32, reason string, blocked bool)
-	// Latency observes one produced record: time since its Kafka timestamp and since its batch
-	// was consumed, both measured when the output write was acknowledged.
-	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
+	// Latency observes the produced records of a batch, measured when the output write was
+	// acknowledged: the time since the batch was consumed, once for each record, and the time
+	// since each record's Kafka timestamp (sinceRecordTimestamps: one per record; a record without
+	// a timestamp is left out of both). One call per batch, not per record, so that observing
+	// costs a lock per batch; sinceRecordTimestamps is only valid during the call.
+	Latency(sinceConsume time.Duration, sinceRecordTimestamps []time.Duration)
 	// Progress reports the input partition's progress (see Progress): after every fetch and every
 	// handled batch, and every Config.ProgressInterval while the partition's records are not taken
 	// (blocked at a refused record, or its writes hang). It is called on the partition's fetch
@@ -288,7 +291,7 @@ func (NopObserver) AuditProduceError() {}
 func (NopObserver) PartitionBlocked(int32, string, bool) {}
 
 // Latency does nothing.
-func (NopObserver) Latency(time.Duration, time.Duration) {}
+func (NopObserver) Latency(time.Duration, []time.Duration) {}
 
 // Progress does nothing.
 func (NopObserver) Progress(int32, Progress) {}

@@ -241,13 +241,15 @@ func (o *countingObserver) IdentityHeld(_ int32, held bool) {
 	}
 	o.identityHeld.Store(held)
 }
-func (o *countingObserver) ProduceError()              { o.produceErrors.Add(1) }
-func (o *countingObserver) ProducerReset(string)       {}
-func (o *countingObserver) UncertainRetry()            {}
-func (o *countingObserver) CommitError()               { o.commitErrors.Add(1) }
-func (o *countingObserver) AssignRetry()               {}
-func (o *countingObserver) ConnectionRetry(string)     { o.connRetries.Add(1) }
-func (o *countingObserver) Latency(_, _ time.Duration) { o.latencies.Add(1) }
+func (o *countingObserver) ProduceError()          { o.produceErrors.Add(1) }
+func (o *countingObserver) ProducerReset(string)   {}
+func (o *countingObserver) UncertainRetry()        {}
+func (o *countingObserver) CommitError()           { o.commitErrors.Add(1) }
+func (o *countingObserver) AssignRetry()           {}
+func (o *countingObserver) ConnectionRetry(string) { o.connRetries.Add(1) }
+func (o *countingObserver) Latency(_ time.Duration, ts []time.Duration) {
+	o.latencies.Add(int64(len(ts)))
+}
 func (o *countingObserver) Progress(p int32, pr consumer.Progress) {
 	o.progress.Store(p, pr)
 }

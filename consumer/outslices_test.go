@@ -1,7 +1,9 @@
 package consumer
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"github.com/kdedup/kdedup/internal/kafkaio"
 )
@@ -31,5 +33,60 @@ func TestRecordSlicesBound(t *testing.T) {
 	}
 	if s := p.get(); len(s) != 0 || cap(s) != perSlice || p.freeBytes != 3*int64(perSlice)*outRecordSize {
 		t.Fatalf("get: len %d cap %d, free bytes %d", len(s), cap(s), p.freeBytes)
+	}
+}
+
+// TestEndBatchKeepsOutput checks that a partition whose reader hands out the next batch at once
+// keeps its output slice for it, with no record past the batch in hand left from the batch
+// before, and gives it back to the worker's pool, cleared whole, once the reader has no more.
+func TestEndBatchKeepsOutput(t *testing.T) {
+	w := &Worker{}
+	st := &partitionState{}
+	batch := func(n int) {
+		st.out = st.out[:0]
+		if st.out == nil {
+			st.out = w.outs.get()
+		}
+		for i := range n {
+			st.out = append(st.out, kafkaio.Record{Offset: int64(i), Value: []byte("v")})
+		}
+	}
+	held := func(s []kafkaio.Record) (n int) {
+		for _, m := range s[:cap(s)] {
+			if m.Value != nil {
+				n++
+			}
+		}
+		return n
+	}
+	batch(10)
+	first := st.out
+	w.endBatch(st, true)
+	if len(st.out) != 0 || &st.out[:1][0] != &first[0] {
+		t.Fatal("the output slice was not kept for the next batch")
+	}
+	batch(4)
+	w.endBatch(st, true)
+	if n := held(st.out); n != 4 {
+		t.Fatalf("the kept slice holds %d records after a batch of 4, want 4", n)
+	}
+	batch(2)
+	w.endBatch(st, false)
+	if st.out != nil || len(w.outs.free) != 1 || held(first) != 0 {
+		t.Fatalf("the output slice was not given back cleared: out %v, %d free, %d records held", st.out, len(w.outs.free), held(first))
+	}
+}
+
+// TestSinceMilli checks sinceMilli against time.Time.Sub, the reference, for record timestamps
+// around now, far in the past and the future, and at the limits of their range.
+func TestSinceMilli(t *testing.T) {
+	now := time.Date(2026, 11, 28, 3, 17, 0, 123456789, time.UTC)
+	for _, ms := range []int64{now.UnixMilli(), now.UnixMilli() - 1, now.UnixMilli() + 1, now.UnixMilli() - 3_600_000,
+		0, -1, 1, -62135596800000, 253402300799999, now.UnixMilli() - 146*365*86_400_000, now.UnixMilli() + 146*365*86_400_000,
+		math.MinInt64 / 2, math.MaxInt64 / 2, math.MinInt64, math.MaxInt64} {
+		ts := time.UnixMilli(ms)
+		if got, want := sinceMilli(now.UnixNano(), ts), now.Sub(ts); got != want {
+			t.Errorf("record at %d ms: %v, want %v", ms, got, want)
+		}
 	}
 }

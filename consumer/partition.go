@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,9 @@ type partitionState struct {
 	absent     []identity.Reason
 	identified int // records of in whose identity was extracted
 	out        []kafkaio.Record
+	outStale   int // the length of the last batch's out, kept for this one (endBatch)
 	dups       []kafkaio.Record
+	latency    []time.Duration // the batch's produced records' times since their timestamps (acked)
 
 	byPart [][]kafkaio.Record // hash and identity partitioning: out grouped by output partition
 	hash   partitioner        // nil under PartitionSame
@@ -460,7 +463,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		return err
 	}
 	w.acked(c, st, b, out, diverted)
-	w.endBatch(st)
+	w.endBatch(st, b.More)
 	if b.Refused != nil {
 		return w.refuseInput(gctx, pctx, c, st, tc, b.Refused)
 	}
@@ -480,12 +483,14 @@ func (w *Worker) acked(c offsetSink, st *partitionState, b *kafkaio.Batch, out [
 	ack := time.Now()
 	if len(out) > 0 {
 		w.obs.Produced(p, len(out)-st.diverted)
-		sinceConsume := ack.Sub(b.Start)
+		lat, ackNs := st.latency[:0], ack.UnixNano()
 		for i := range out {
 			if !out[i].Time.IsZero() {
-				w.obs.Latency(ack.Sub(out[i].Time), sinceConsume)
+				lat = append(lat, sinceMilli(ackNs, out[i].Time))
 			}
 		}
+		w.obs.Latency(ack.Sub(b.Start), lat)
+		st.latency = lat
 	}
 	st.next = b.Next
 	st.prog.handled(st.next)
@@ -497,14 +502,42 @@ func (w *Worker) acked(c offsetSink, st *partitionState, b *kafkaio.Batch, out [
 	c.mark(int(p), st.next)
 }
 
+// sinceMilli returns the time from t, a record timestamp (a Unix millisecond), to now, in Unix
+// nanoseconds: now.Sub(t), saturated the same way, at a fraction of its cost (Time.Sub checks
+// its result for overflow with a Time.Add, for every record).
+func sinceMilli(now int64, t time.Time) time.Duration {
+	const apart = math.MaxInt64 / int64(time.Millisecond) / 2 // ~146 years: no overflow within
+	ms, nowMs := t.UnixMilli(), now/int64(time.Millisecond)
+	switch {
+	case ms < nowMs-apart:
+		return math.MaxInt64
+	case ms > nowMs+apart:
+		return math.MinInt64
+	}
+	return time.Duration(now - ms*int64(time.Millisecond))
+}
+
 // endBatch drops the partition's references to the batch's records, which are the reader's and
-// valid only until its next Fetch, and gives the output slice back to the worker's pool.
-func (w *Worker) endBatch(st *partitionState) {
+// valid only until its next Fetch, and gives the output slice back to the worker's pool, cleared.
+// With more (the reader hands out the next batch at once: Batch.More) the partition keeps the
+// output slice for the next batch instead, which overwrites these records: it clears only what
+// is left of the batch before, which the records of this one did not overwrite, so that the
+// slice refers to no batch before the one in hand, and clearing the whole slice, as often as a
+// batch is handled, is a pass over memory that the next batch writes anyway.
+func (w *Worker) endBatch(st *partitionState, more bool) {
 	st.in = nil
 	clear(st.ids) // they alias the records
 	clear(st.outIDs)
-	w.outs.put(st.out) // cleared: no references to record bytes until it is reused
-	st.out = nil
+	n := len(st.out)
+	if st.outStale > n && st.outStale <= cap(st.out) {
+		clear(st.out[n:st.outStale])
+	}
+	if more {
+		st.out, st.outStale = st.out[:0], n
+	} else {
+		w.outs.put(st.out) // cleared: no references to record bytes until it is reused
+		st.out, st.outStale = nil, 0
+	}
 	clear(st.dups)
 	clear(st.stamps)
 	st.audit.reset()

@@ -276,8 +276,8 @@ type Metrics struct {
 	ready            prometheus.Gauge
 	buildInfo        prometheus.Gauge
 
-	endToEnd   prometheus.Histogram
-	processing prometheus.Histogram
+	endToEnd   *latencyHistogram
+	processing *latencyHistogram
 
 	checkpointDuration    prometheus.Histogram
 	checkpointSize        prometheus.Gauge
@@ -420,10 +420,10 @@ func (m *Metrics) newRecordMetrics(opts Options) []prometheus.Collector {
 	})
 	m.buildInfo.Set(1)
 
-	m.endToEnd = histogram("end_to_end_latency_seconds",
+	m.endToEnd = newLatencyHistogram("end_to_end_latency_seconds",
 		"Time from a record's Kafka timestamp to the acknowledgement of its produce to the output topic.",
 		[]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600})
-	m.processing = histogram("processing_latency_seconds",
+	m.processing = newLatencyHistogram("processing_latency_seconds",
 		"Time from consuming a record to the acknowledgement of its produce to the output topic.",
 		[]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
 	return []prometheus.Collector{
@@ -640,13 +640,14 @@ func (m *Metrics) ConnectionRetry(reason string) { m.connRetries.add(reason, 1) 
 // clock (0 or less: it does not). It is safe for concurrent use.
 func (m *Metrics) ClockSkew(d time.Duration) { m.clockSkew.Set(max(d, 0).Seconds()) }
 
-// Latency observes one record's end-to-end latency (since its Kafka
-// timestamp) and processing latency (since it was consumed). Negative
-// durations, from clock skew between producer and worker, are recorded as 0.
-// It is safe for concurrent use and does not allocate.
-func (m *Metrics) Latency(sinceRecordTimestamp, sinceConsume time.Duration) {
-	m.endToEnd.Observe(max(sinceRecordTimestamp, 0).Seconds())
-	m.processing.Observe(max(sinceConsume, 0).Seconds())
+// Latency observes the latencies of a batch's produced records: each one's end-to-end latency
+// (since its Kafka timestamp, sinceRecordTimestamps) and, once per record, the batch's
+// processing latency (since it was consumed). Negative durations, from clock skew between
+// producer and worker, are recorded as 0. It is safe for concurrent use, does not allocate, and
+// does not keep sinceRecordTimestamps.
+func (m *Metrics) Latency(sinceConsume time.Duration, sinceRecordTimestamps []time.Duration) {
+	m.endToEnd.observeEach(sinceRecordTimestamps)
+	m.processing.observeN(sinceConsume, len(sinceRecordTimestamps))
 }
 
 // Lag records the consumer lag, in records, of an assigned partition. A

@@ -34,7 +34,7 @@ type observer interface {
 	IdentityHeld(partition int32, held bool)
 	ProduceError()
 	CommitError()
-	Latency(sinceRecordTimestamp, sinceConsume time.Duration)
+	Latency(sinceConsume time.Duration, sinceRecordTimestamps []time.Duration)
 	Lag(partition int32, lag int64)
 	Aborted(partition int32, n int)
 	TransactionHeld(partition int32, d time.Duration)
@@ -99,7 +99,7 @@ func populate(m *Metrics) {
 	m.ProducerReset("out_of_order_sequence")
 	m.CommitError()
 	m.ConnectionRetry("throttled")
-	m.Latency(time.Second, time.Millisecond)
+	m.Latency(time.Millisecond, []time.Duration{time.Second})
 	m.Lag(0, 42)
 	m.Rebalance()
 	m.Lag(0, 42)
@@ -301,7 +301,7 @@ func TestMethodsMoveTheRightSeries(t *testing.T) {
 
 func TestHistograms(t *testing.T) {
 	m, reg := newTest(t, Options{SkipRuntimeCollectors: true})
-	m.Latency(2*time.Second, -time.Millisecond) // negative clamps to 0
+	m.Latency(-time.Millisecond, []time.Duration{2 * time.Second}) // negative clamps to 0
 	m.CheckpointSaved(0, 3*time.Second, 1)
 	m.Restored(0, checkpoint.OutcomeCold, 500*time.Millisecond, time.Time{})
 	m.RebuildStarted()
@@ -537,7 +537,7 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		{"Lag", func() { m.Lag(0, 7) }},
 		{"Aborted", func() { m.Aborted(0, 2) }},
 		{"TransactionHeld", func() { m.TransactionHeld(0, time.Second) }},
-		{"Latency", func() { m.Latency(time.Second, time.Millisecond) }},
+		{"Latency", func() { m.Latency(time.Millisecond, []time.Duration{time.Second, 2 * time.Second}) }},
 		{"ProduceError", m.ProduceError},
 		{"CommitError", m.CommitError},
 		{"Assigned", func() { m.Assigned(3) }},
@@ -566,7 +566,7 @@ func TestConcurrentUse(t *testing.T) {
 				m.Duplicates(p, 1)
 				m.Unkeyed(p, "missing", 1)
 				m.Lag(p, int64(i))
-				m.Latency(time.Millisecond, time.Millisecond)
+				m.Latency(time.Millisecond, []time.Duration{time.Millisecond})
 				if i%100 == 0 {
 					m.Rebalance()
 					m.RegisterFilterSource(func() []FilterStat { return nil })

@@ -13,7 +13,7 @@ import (
 func populateRoute(reg *prometheus.Registry) *Route {
 	r := NewRoute(reg, []string{"message_too_large"})
 	r.Routed("eu", 3)
-	r.Latency(4 * time.Millisecond)
+	r.Latency(4*time.Millisecond, 1)
 	r.Lag("eu", 1, 12)
 	r.FetchError("eu", 1)
 	r.PartitionBlocked("eu", 2, "message_too_large", true)

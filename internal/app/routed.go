@@ -213,8 +213,10 @@ type routeObserver struct {
 // Produced counts records acknowledged by the route topic.
 func (o routeObserver) Produced(_ int32, n int) { o.route.Routed(o.topic, n) }
 
-// Latency observes the route topic's acknowledgement.
-func (o routeObserver) Latency(_, sinceConsume time.Duration) { o.route.Latency(sinceConsume) }
+// Latency observes the route topic's acknowledgement of a batch's records.
+func (o routeObserver) Latency(sinceConsume time.Duration, sinceRecordTimestamps []time.Duration) {
+	o.route.Latency(sinceConsume, len(sinceRecordTimestamps))
+}
 
 // Progress reports the input partition's lag.
 func (o routeObserver) Progress(p int32, pr consumer.Progress) { o.route.Lag(o.topic, p, pr.Lag) }

@@ -159,6 +159,9 @@ type Batch struct {
 	// leader epoch a commit of Next carries (KIP-320), with which the partition's next reader
 	// can tell whether the log was truncated below Next meanwhile.
 	Epoch int32
+	// More says that the reader still walks the response the batch came from: the next Fetch
+	// hands out its records at once, without waiting for the broker.
+	More bool
 }
 
 // PartitionReader reads one partition from an offset on, for the worker's input: the input fetch
@@ -195,6 +198,8 @@ type PartitionReader struct {
 	hdrs       headerSlab
 	slabs      *slabPool // where hdrs' headers and batch.Records come from between batches
 	held       bool      // hdrs and batch.Records were taken from slabs
+	staleRecs  int       // the last batch's records when release kept its slab (see clearStale)
+	staleHdrs  int       // the last batch's headers when release kept its slab
 	pending    int64     // bytes of the records taken by take and not yet counted
 	inHand     handCount // bytes of the records handed out, counted in slabs.inHand
 	batch      Batch
@@ -276,7 +281,7 @@ func (r *PartitionReader) Close() <-chan struct{} {
 			r.fetchMu.Lock()
 			defer r.fetchMu.Unlock()
 			r.closed = true
-			r.release()
+			r.release(false)
 			if r.cur != nil {
 				r.cur.res.free(&r.bufs)
 				r.cur = nil
@@ -599,7 +604,8 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 	if r.closed {
 		return nil, r.errorf(r.pos, ErrReaderClosed)
 	}
-	r.release()
+	r.release(r.cur != nil && r.pendingErr == nil)
+	defer r.clearStale()
 	if err := r.pendingErr; err != nil {
 		r.pendingErr = nil
 		return nil, err
@@ -640,7 +646,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, max int, linger time.Durati
 	if lingering {
 		r.linger.Stop()
 	}
-	b.Next = r.pos
+	b.Next, b.More = r.pos, r.cur != nil
 	return b, nil
 }
 
@@ -737,8 +743,13 @@ func (r *PartitionReader) full(b *Batch) bool {
 
 // release hands the memory of the last batch back: the buffers of the responses walked since and
 // of the batches decompressed before the current one, and the record and header slices, to the
-// slab pool (see "Record memory between batches").
-func (r *PartitionReader) release() {
+// slab pool (see "Record memory between batches"). With keep (a response is still being walked,
+// so the next batch is decoded at once) the slices stay with the reader instead: given to the
+// pool, they would be cleared whole only to be taken back and written over, and clearing them
+// costs more than decoding into them. The next batch's records overwrite the last one's, and
+// clearStale clears what they did not, so that no record the reader holds keeps a buffer given
+// back reachable.
+func (r *PartitionReader) release(keep bool) {
 	for i, f := range r.retired {
 		f.res.free(&r.bufs)
 		r.retired[i] = nil
@@ -746,8 +757,26 @@ func (r *PartitionReader) release() {
 	r.retired = r.retired[:0]
 	r.dec.recycle()
 	r.inHand.drop(r.slabs, false)
-	if r.held {
-		r.slabs.put(slab{recs: r.batch.Records, hdrs: r.hdrs.hdrs})
-		r.batch.Records, r.hdrs.hdrs, r.held = nil, nil, false
+	if !r.held {
+		return
 	}
+	if keep {
+		r.staleRecs, r.staleHdrs = len(r.batch.Records), len(r.hdrs.hdrs)
+		r.batch.Records, r.hdrs.hdrs = r.batch.Records[:0], r.hdrs.hdrs[:0]
+		return
+	}
+	r.slabs.put(slab{recs: r.batch.Records, hdrs: r.hdrs.hdrs})
+	r.batch.Records, r.hdrs.hdrs, r.held = nil, nil, false
+}
+
+// clearStale clears the records and headers of the slab release kept that the batch now in hand
+// did not overwrite. A slice that grew past them was moved, and the old one is garbage.
+func (r *PartitionReader) clearStale() {
+	if n := len(r.batch.Records); r.staleRecs > n && r.staleRecs <= cap(r.batch.Records) {
+		clear(r.batch.Records[n:r.staleRecs])
+	}
+	if n := len(r.hdrs.hdrs); r.staleHdrs > n && r.staleHdrs <= cap(r.hdrs.hdrs) {
+		clear(r.hdrs.hdrs[n:r.staleHdrs])
+	}
+	r.staleRecs, r.staleHdrs = 0, 0
 }
