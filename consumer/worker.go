@@ -102,6 +102,8 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		Log:         w.sample,
 		OnFailing:   w.updateReady,
 		BeforeSend:  w.sendOwned,
+		// The output batches of all partitions in flight at once, bounded per worker.
+		MaxBufferedBytes: kafkaio.DefaultMaxProduceBytes,
 	})
 	return w, nil
 }
