@@ -183,7 +183,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer kafkaio.CloseIdle(w.client)
 	w.pool = kafkaio.NewFetchPool(w.client, kafkaio.FetchPoolConfig{
 		Isolation: w.cfg.isolation(), MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
-		MaxBufferedBytes: w.cfg.InputMemoryLimit,
+		MaxBufferedBytes: partitionMemory(w.cfg.InputMemoryLimit),
 	})
 	defer w.pool.Close()
 	defer w.updateReady()
