@@ -2,6 +2,7 @@ package kafkaio
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -11,20 +12,28 @@ import (
 // Each partition has one batch in flight, so without a bound a worker of many partitions holds
 // that for all of them at once: at 96 partitions in a catch-up, tens of MiB for a moment. With
 // ProducerConfig.MaxBufferedBytes set, Produce and ProduceParts wait until the records of the
-// calls in progress (their estimated size, messageSize) leave room for theirs; a call larger than
-// the bound goes alone.
+// calls in progress (their estimated size, messageSize) leave room for theirs, in the order they
+// came; a call larger than the bound goes alone.
 
 // DefaultMaxProduceBytes is the bound on the records being produced at once that the worker
 // sets (ProducerConfig.MaxBufferedBytes): 8 MiB, eight full requests of DefaultBatchBytes.
 const DefaultMaxProduceBytes = 8 << 20
 
 // produceMemory counts the estimated bytes of the records of the Produce calls in progress
-// against a limit. It is safe for concurrent use; a nil produceMemory bounds nothing.
+// against a limit. Calls that wait are served in order, so that a large call is not passed over
+// for ever by smaller ones that keep fitting. It is safe for concurrent use; a nil
+// produceMemory bounds nothing.
 type produceMemory struct {
 	limit int64
 	mu    sync.Mutex
 	held  int64
-	freed chan struct{} // closed (and replaced) when bytes are given back
+	queue []*memoryWaiter // calls waiting, in order
+}
+
+// memoryWaiter is a call waiting for n bytes; ready is closed once they are taken for it.
+type memoryWaiter struct {
+	n     int64
+	ready chan struct{}
 }
 
 // newProduceMemory returns a bound of limit bytes, or nil for none (limit <= 0).
@@ -32,31 +41,56 @@ func newProduceMemory(limit int64) *produceMemory {
 	if limit <= 0 {
 		return nil
 	}
-	return &produceMemory{limit: limit, freed: make(chan struct{})}
+	return &produceMemory{limit: limit}
 }
 
-// acquire waits until n more bytes fit under the limit, or nothing is held, and takes them; it
-// returns the bytes taken (n, at most the limit) to give back to release, or ctx's error once
-// ctx ends first.
+// acquire waits until n more bytes fit under the limit, or nothing is held, with no call
+// waiting before it, and takes them; it returns the bytes taken (n, at most the limit) to give
+// back to release, or ctx's error once ctx ends first.
 func (m *produceMemory) acquire(ctx context.Context, n int64) (int64, error) {
 	if m == nil {
 		return 0, nil
 	}
 	n = min(n, m.limit)
-	for {
-		m.mu.Lock()
-		if m.held == 0 || m.held+n <= m.limit {
-			m.held += n
-			m.mu.Unlock()
-			return n, nil
-		}
-		freed := m.freed
+	m.mu.Lock()
+	if len(m.queue) == 0 && m.fits(n) {
+		m.held += n
 		m.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+		return n, nil
+	}
+	w := &memoryWaiter{n: n, ready: make(chan struct{})}
+	m.queue = append(m.queue, w)
+	m.mu.Unlock()
+	select {
+	case <-w.ready:
+		return n, nil
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := slices.Index(m.queue, w); i >= 0 {
+		m.queue = slices.Delete(m.queue, i, i+1)
+		m.grant() // the call after it may fit now
+		return 0, ctx.Err()
+	}
+	m.held -= n // taken for it meanwhile
+	m.grant()
+	return 0, ctx.Err()
+}
+
+// fits reports whether n more bytes may be taken: they fit under the limit, or nothing is held.
+// m.mu is held.
+func (m *produceMemory) fits(n int64) bool {
+	return m.held == 0 || m.held+n <= m.limit
+}
+
+// grant takes the bytes of the waiting calls, in order, while they fit. m.mu is held.
+func (m *produceMemory) grant() {
+	for len(m.queue) > 0 && m.fits(m.queue[0].n) {
+		w := m.queue[0]
+		m.queue = slices.Delete(m.queue, 0, 1)
+		m.held += w.n
+		close(w.ready)
 	}
 }
 
@@ -67,8 +101,7 @@ func (m *produceMemory) release(n int64) {
 	}
 	m.mu.Lock()
 	m.held -= n
-	close(m.freed)
-	m.freed = make(chan struct{})
+	m.grant()
 	m.mu.Unlock()
 }
 

@@ -3,16 +3,33 @@ package kafkaio
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 )
 
 // TestProduceMemory checks the bound on the records being produced at once: a call takes its
 // records' size while it fits under the limit, waits while it does not until bytes are given
-// back, goes alone when it is larger than the limit, and gives up when its context ends; a nil
-// bound takes nothing.
+// back, goes alone when it is larger than the limit, is served in order (a call that would fit
+// waits behind an earlier one that does not), and gives up when its context ends; a nil bound
+// takes nothing.
 func TestProduceMemory(t *testing.T) {
 	ctx := context.Background()
 	m := newProduceMemory(100)
+	acquire := func(n int64) <-chan int64 { // acquire(n) on a goroutine of its own, once it waits
+		waiting := m.waiting()
+		got := make(chan int64, 1)
+		go func() {
+			k, err := m.acquire(ctx, n)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- k
+		}()
+		for m.waiting() == waiting {
+			runtime.Gosched()
+		}
+		return got
+	}
 	a, err := m.acquire(ctx, 60)
 	if a != 60 || err != nil {
 		t.Fatalf("acquire(60) = %d, %v", a, err)
@@ -21,41 +38,47 @@ func TestProduceMemory(t *testing.T) {
 	if b != 40 || err != nil {
 		t.Fatalf("acquire(40) beside 60 = %d, %v", b, err)
 	}
-	got := make(chan int64)
-	go func() {
-		n, err := m.acquire(ctx, 50) // 150 > 100: waits
-		if err != nil {
-			t.Error(err)
-		}
-		got <- n
-	}()
-	m.release(b) // 60 + 50 > 100: still waits
-	select {
-	case n := <-got:
-		t.Fatalf("acquire(50) returned %d with 60 held of 100", n)
-	default:
+	c := acquire(50) // 150 > 100: waits
+	m.release(b)     // 60 + 50 > 100: still waits
+	if m.waiting() != 1 {
+		t.Fatal("acquire(50) went on with 60 held of 100")
 	}
 	m.release(a) // now it fits
-	if n := <-got; n != 50 || m.held != 50 {
+	if n := <-c; n != 50 || m.held != 50 {
 		t.Fatalf("acquire(50) = %d, %d held, after the others gave back", n, m.held)
 	}
+	big := acquire(1000) // more than the limit: waits until nothing is held
+	small := acquire(10) // would fit beside the 50, but comes after big
+	if m.waiting() != 2 {
+		t.Fatalf("%d calls wait, want big and small", m.waiting())
+	}
 	m.release(50)
-	big, err := m.acquire(ctx, 1000) // nothing held: goes alone, counted as the whole limit
-	if big != 100 || err != nil {
-		t.Fatalf("acquire(1000) alone = %d, %v; want the limit, 100", big, err)
+	if n := <-big; n != 100 {
+		t.Fatalf("acquire(1000) alone = %d; want the limit, 100", n)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	go cancel()
+	cancel()
 	if n, err := m.acquire(cctx, 1); n != 0 || !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquire(1) at the limit with a canceled context = %d, %v", n, err)
 	}
-	m.release(big)
-	if m.held != 0 {
-		t.Fatalf("%d bytes held after everything was given back", m.held)
+	m.release(100)
+	if n := <-small; n != 10 {
+		t.Fatalf("acquire(10) = %d after big", n)
+	}
+	m.release(10)
+	if m.held != 0 || m.waiting() != 0 {
+		t.Fatalf("%d bytes held, %d waiting after everything was given back", m.held, m.waiting())
 	}
 	var none *produceMemory
 	if n, err := none.acquire(ctx, 1<<40); n != 0 || err != nil || newProduceMemory(0) != nil {
 		t.Fatal("no bound takes something")
 	}
 	none.release(0)
+}
+
+// waiting returns how many calls wait.
+func (m *produceMemory) waiting() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.queue)
 }
