@@ -81,10 +81,11 @@ type ProducerConfig struct {
 	// TransactionTimeout is how long the transaction coordinator lets a transaction of this
 	// producer stay open before it aborts it. Default: DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
-	// MaxBufferedBytes bounds the estimated size of the records of the Produce and ProduceParts
-	// calls in progress: a call waits until those before it leave room for its records, and a
-	// call larger than the bound goes alone (see "Produce memory"). Default: 0, no bound.
-	MaxBufferedBytes int64
+	// Memory bounds the estimated size of the records of the Produce and ProduceParts calls in
+	// progress, of this producer and of the others given the same Memory: a call waits until
+	// those before it leave room for its records, and a call larger than the bound goes alone
+	// (see "Produce memory"). Default: nil, no bound.
+	Memory *ProduceMemory
 }
 
 // Producer writes records to topic partitions with explicit partition numbers: the one produce
@@ -126,7 +127,6 @@ type Producer struct {
 	ids    *producerIDs   // nil without idempotence
 	txn    *txnState      // nil without transactions
 	router *produceRouter // sends the batches by broker (see brokerproduce.go); nil with transactions
-	mem    *produceMemory // nil without ProducerConfig.MaxBufferedBytes
 
 	// failing counts the requests currently being retried.
 	failing atomic.Int64
@@ -157,8 +157,7 @@ func NewProducer(client *kafka.Client, cfg ProducerConfig) *Producer {
 	if cfg.TransactionTimeout <= 0 {
 		cfg.TransactionTimeout = DefaultTransactionTimeout
 	}
-	p := &Producer{client: client, cfg: cfg, seqs: make(map[topicPartition]*sequencer), limits: make(map[string]*topicLimit),
-		mem: newProduceMemory(cfg.MaxBufferedBytes)}
+	p := &Producer{client: client, cfg: cfg, seqs: make(map[topicPartition]*sequencer), limits: make(map[string]*topicLimit)}
 	if cfg.TransactionalID != "" {
 		cfg.Idempotent = true
 		p.cfg.Idempotent = true
@@ -272,11 +271,11 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int, msg
 		return nil
 	}
 	s := p.sequencer(topic, partition)
-	held, err := p.mem.acquire(ctx, recordsSize(msgs))
+	held, err := p.cfg.Memory.acquire(ctx, recordsSize(msgs))
 	if err != nil {
 		return fmt.Errorf("kafkaio: produce to %s/%d: gave up: %w", topic, partition, err)
 	}
-	defer p.mem.release(held)
+	defer p.cfg.Memory.release(held)
 	return s.wait(s.submit(ctx, msgs, true))
 }
 
@@ -297,11 +296,11 @@ func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]Rec
 			size += recordsSize(msgs)
 		}
 	}
-	held, err := p.mem.acquire(ctx, size)
+	held, err := p.cfg.Memory.acquire(ctx, size)
 	if err != nil {
 		return fmt.Errorf("kafkaio: produce to %s: gave up: %w", topic, err)
 	}
-	defer p.mem.release(held)
+	defer p.cfg.Memory.release(held)
 	var subs []pending
 	for q, msgs := range parts {
 		if len(msgs) > 0 {

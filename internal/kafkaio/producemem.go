@@ -16,14 +16,15 @@ import (
 // came; a call larger than the bound goes alone.
 
 // DefaultMaxProduceBytes is the bound on the records being produced at once that the worker
-// sets (ProducerConfig.MaxBufferedBytes): 8 MiB, eight full requests of DefaultBatchBytes.
+// sets for all its producers together (ProducerConfig.Memory): 8 MiB, eight full requests of
+// DefaultBatchBytes.
 const DefaultMaxProduceBytes = 8 << 20
 
-// produceMemory counts the estimated bytes of the records of the Produce calls in progress
-// against a limit. Calls that wait are served in order, so that a large call is not passed over
+// ProduceMemory counts the estimated bytes of the records of the Produce and ProduceParts calls
+// in progress of the producers that share it (ProducerConfig.Memory) against a limit. Calls that wait are served in order, so that a large call is not passed over
 // for ever by smaller ones that keep fitting. It is safe for concurrent use; a nil
-// produceMemory bounds nothing.
-type produceMemory struct {
+// ProduceMemory bounds nothing.
+type ProduceMemory struct {
 	limit int64
 	mu    sync.Mutex
 	held  int64
@@ -36,18 +37,19 @@ type memoryWaiter struct {
 	ready chan struct{}
 }
 
-// newProduceMemory returns a bound of limit bytes, or nil for none (limit <= 0).
-func newProduceMemory(limit int64) *produceMemory {
+// NewProduceMemory returns a bound of limit bytes for the producers given it, or nil for none
+// (limit <= 0).
+func NewProduceMemory(limit int64) *ProduceMemory {
 	if limit <= 0 {
 		return nil
 	}
-	return &produceMemory{limit: limit}
+	return &ProduceMemory{limit: limit}
 }
 
 // acquire waits until n more bytes fit under the limit, or nothing is held, with no call
 // waiting before it, and takes them; it returns the bytes taken (n, at most the limit) to give
 // back to release, or ctx's error once ctx ends first.
-func (m *produceMemory) acquire(ctx context.Context, n int64) (int64, error) {
+func (m *ProduceMemory) acquire(ctx context.Context, n int64) (int64, error) {
 	if m == nil {
 		return 0, nil
 	}
@@ -80,12 +82,12 @@ func (m *produceMemory) acquire(ctx context.Context, n int64) (int64, error) {
 
 // fits reports whether n more bytes may be taken: they fit under the limit, or nothing is held.
 // m.mu is held.
-func (m *produceMemory) fits(n int64) bool {
+func (m *ProduceMemory) fits(n int64) bool {
 	return m.held == 0 || m.held+n <= m.limit
 }
 
 // grant takes the bytes of the waiting calls, in order, while they fit. m.mu is held.
-func (m *produceMemory) grant() {
+func (m *ProduceMemory) grant() {
 	for len(m.queue) > 0 && m.fits(m.queue[0].n) {
 		w := m.queue[0]
 		m.queue = slices.Delete(m.queue, 0, 1)
@@ -95,7 +97,7 @@ func (m *produceMemory) grant() {
 }
 
 // release gives back n bytes taken by acquire.
-func (m *produceMemory) release(n int64) {
+func (m *ProduceMemory) release(n int64) {
 	if m == nil || n == 0 {
 		return
 	}

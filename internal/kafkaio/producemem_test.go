@@ -14,7 +14,7 @@ import (
 // takes nothing.
 func TestProduceMemory(t *testing.T) {
 	ctx := context.Background()
-	m := newProduceMemory(100)
+	m := NewProduceMemory(100)
 	acquire := func(n int64) <-chan int64 { // acquire(n) on a goroutine of its own, once it waits
 		waiting := m.waiting()
 		got := make(chan int64, 1)
@@ -69,15 +69,15 @@ func TestProduceMemory(t *testing.T) {
 	if m.held != 0 || m.waiting() != 0 {
 		t.Fatalf("%d bytes held, %d waiting after everything was given back", m.held, m.waiting())
 	}
-	var none *produceMemory
-	if n, err := none.acquire(ctx, 1<<40); n != 0 || err != nil || newProduceMemory(0) != nil {
+	var none *ProduceMemory
+	if n, err := none.acquire(ctx, 1<<40); n != 0 || err != nil || NewProduceMemory(0) != nil {
 		t.Fatal("no bound takes something")
 	}
 	none.release(0)
 }
 
 // waiting returns how many calls wait.
-func (m *produceMemory) waiting() int {
+func (m *ProduceMemory) waiting() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.queue)
