@@ -187,8 +187,10 @@ type Config struct {
 	FetchMaxBytes int
 	// InputMemoryLimit bounds the bytes of fetched input the worker holds, all partitions
 	// together: the requests of its fetches ask for no more than is free, and buffers are not
-	// kept for reuse above it (kafkaio.FetchPoolConfig.MaxBufferedBytes). Default: 0, not
-	// bounded.
+	// kept for reuse above it (kafkaio.FetchPoolConfig.MaxBufferedBytes). The re-warm reads of
+	// the output topic take a quarter of it (rewarmMemory) and the input partitions the rest, so
+	// a rebalance that re-warms partitions while others are consumed stays within it. Default:
+	// 0, not bounded.
 	InputMemoryLimit int64
 	// DecodeMaxBytes caps the decompressed records of one input record batch, and the headers of
 	// one record at DecodeMaxBytes/256 (kafkaio.DefaultDecodeLimits); a batch or record over them

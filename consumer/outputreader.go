@@ -89,11 +89,38 @@ func NewOutputReader(cfg Config, key KeyFunc, log *slog.Logger) *OutputReader {
 	return r
 }
 
-// newPool returns a fetch pool for the reader's re-warm reads (it starts nothing until used).
+// newPool returns a fetch pool for the reader's re-warm reads (it starts nothing until used),
+// its buffers bounded by rewarmMemory.
 func (r *OutputReader) newPool() *kafkaio.FetchPool {
 	return kafkaio.NewFetchPool(r.client, kafkaio.FetchPoolConfig{
 		Isolation: r.cfg.isolation(), MaxWait: r.fetchWait, MaxBytes: 4 * r.cfg.FetchMaxBytes,
+		MaxBufferedBytes: rewarmMemory(r.cfg.InputMemoryLimit),
 	})
+}
+
+// rewarmShares is the part of Config.InputMemoryLimit the re-warm reads' fetch pool takes: a
+// quarter. A re-warm of many partitions at once (a restart, a rebalance) fetched responses of
+// four times FetchMaxBytes for all of them with nothing bounding the buffers kept: 48 MiB beside
+// the input partitions' 32 MiB at a 256 MiB DEDUP_MEMORY_LIMIT.
+const rewarmShares = 4
+
+// rewarmMemory returns the input memory of the re-warm reads for an InputMemoryLimit of limit:
+// a quarter of it, at least 1 (0, no bound, when limit is 0).
+func rewarmMemory(limit int64) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	return max(limit/rewarmShares, 1)
+}
+
+// partitionMemory returns the input memory of the input partitions' fetch pool for an
+// InputMemoryLimit of limit: what rewarmMemory leaves of it, at least 1 (0, no bound, when limit
+// is 0).
+func partitionMemory(limit int64) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	return max(limit-rewarmMemory(limit), 1)
 }
 
 // fetchPool returns the current fetch pool.

@@ -27,18 +27,28 @@ const maxFreeOutputBytes = 2 << 20
 // outRecordSize is the memory of one element of an output record slice.
 const outRecordSize = int64(unsafe.Sizeof(kafkaio.Record{}))
 
-// get returns a free slice, empty, or nil when none is free.
-func (p *recordSlices) get() []kafkaio.Record {
+// get returns an empty slice with room for n records: the smallest free one that has it, else a
+// new one of capacity n, so that a batch's output is not grown by doubling (each step garbage
+// for the collector, which at the memory budget runs more often for it).
+func (p *recordSlices) get(n int) []kafkaio.Record {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.free)
-	if n == 0 {
-		return nil
+	best := -1
+	for i, s := range p.free {
+		if cap(s) >= n && (best < 0 || cap(s) < cap(p.free[best])) {
+			best = i
+		}
 	}
-	s := p.free[n-1]
-	p.free[n-1] = nil
-	p.free = p.free[:n-1]
+	if best < 0 {
+		p.mu.Unlock()
+		return make([]kafkaio.Record, 0, n)
+	}
+	s := p.free[best]
+	last := len(p.free) - 1
+	p.free[best] = p.free[last]
+	p.free[last] = nil
+	p.free = p.free[:last]
 	p.freeBytes -= int64(cap(s)) * outRecordSize
+	p.mu.Unlock()
 	return s
 }
 

@@ -394,7 +394,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 		return err
 	}
 	if st.out == nil {
-		st.out = w.outs.get()
+		st.out = w.outs.get(len(st.in))
 	}
 	out, dups := st.out[:0], st.dups[:0]
 	st.audit.reset()

@@ -89,6 +89,7 @@ func (w *Worker) newTxnSink(p int32) *txnSink {
 		Observer:           w.obs,
 		Log:                w.sample,
 		OnFailing:          w.updateReady,
+		Memory:             w.produceMem,
 	})
 	for topic, n := range w.limits {
 		prod.SetMaxMessageBytes(topic, n)

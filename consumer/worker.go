@@ -48,11 +48,14 @@ type Worker struct {
 	log        *slog.Logger
 	sample     *kafkaio.Sampler
 
-	client   *kafkaio.Client
-	pool     *kafkaio.FetchPool // the partition readers' fetches, one request per broker; set by Run
-	outs     recordSlices       // the partitions' output record slices between batches
-	prod     *kafkaio.Producer
-	balancer *kafkaio.StickyBalancer
+	client *kafkaio.Client
+	pool   *kafkaio.FetchPool // the partition readers' fetches, one request per broker; set by Run
+	outs   recordSlices       // the partitions' output record slices between batches
+	// produceMem bounds the records being produced at once by all of the worker's producers
+	// (the output batches of every partition in flight, each encoded and copied by kafka-go).
+	produceMem *kafkaio.ProduceMemory
+	prod       *kafkaio.Producer
+	balancer   *kafkaio.StickyBalancer
 
 	inGeneration  atomic.Bool
 	own           atomic.Pointer[ownership] // the latest generation's, for retryOwned; nil before the first
@@ -90,7 +93,8 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		log = slog.Default()
 	}
 	w := &Worker{cfg: cfg, dedup: d, judge: judgeOf(d), inputTopic: []byte(cfg.InputTopic), key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
-		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer)}
+		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer),
+		produceMem: kafkaio.NewProduceMemory(kafkaio.DefaultMaxProduceBytes)}
 	w.pre, _ = d.(Prefetcher)
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.connFail.bound = cfg.RebalanceTimeout
@@ -104,6 +108,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 		Log:         w.sample,
 		OnFailing:   w.updateReady,
 		BeforeSend:  w.sendOwned,
+		Memory:      w.produceMem,
 	})
 	return w, nil
 }
@@ -183,7 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer kafkaio.CloseIdle(w.client)
 	w.pool = kafkaio.NewFetchPool(w.client, kafkaio.FetchPoolConfig{
 		Isolation: w.cfg.isolation(), MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
-		MaxBufferedBytes: w.cfg.InputMemoryLimit,
+		MaxBufferedBytes: partitionMemory(w.cfg.InputMemoryLimit),
 	})
 	defer w.pool.Close()
 	defer w.updateReady()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kdedup/kdedup/internal/kafkaio"
 	"github.com/kdedup/kdedup/window"
 )
 
@@ -108,7 +109,7 @@ func newBudget(d DedupConfig) *window.Budget {
 // file-backed resident memory, RssFile in /proc/self/status: about 23 MiB for this binary once
 // its code has run; at least nonRuntimeMemory, which is also what is assumed where it cannot be
 // read). So the limit is the input buffers' share plus processOverhead less that file-backed
-// memory and limitMargin, plus what the filters hold (at most their share) where they are in the
+// memory and limitReserve, plus what the filters hold (at most their share) where they are in the
 // Go heap. It follows the filters and the mapped text every runtimeLimitPeriod.
 const (
 	processOverhead    = 64 << 20
@@ -120,7 +121,20 @@ const (
 // collector's pacing: at the budget the heap grows to the soft limit (its GOGC goal lies past
 // it), and allocation during a cycle takes it a few MiB past for a moment. Without it, a worker
 // whose filters held their whole share measured 1 MiB over the budget plus processOverhead.
+// The limit leaves out one fetch response frame as well (kafkaio.MaxRequestBytes of the input
+// share, 8 MiB at the largest input share; see limitReserve).
 const limitMargin = 4 << 20
+
+// limitReserve returns what the runtime's soft limit leaves below the process's bound:
+// limitMargin and the largest buffer the input path makes at once, a response frame of one
+// fetch request (kafkaio.MaxRequestBytes of InputMemory). The collector can act on such an
+// allocation only after it is made, and at the input share's limit the frame it replaces stays
+// in the Go heap until the next cycle; with the soft limit at the whole of processOverhead,
+// the process measured 315-322 MiB at a 256 MiB budget (bound 320 MiB) with the heap at the
+// limit, and 303 MiB with the limit 8 MiB lower.
+func (d DedupConfig) limitReserve() int64 {
+	return limitMargin + kafkaio.MaxRequestBytes(int64(min(d.InputMemory(), math.MaxInt64)))
+}
 
 // procStatus is the file fileResident reads; tests replace it.
 var procStatus = "/proc/self/status"
@@ -155,7 +169,7 @@ var runtimeLimitManaged atomic.Bool
 // GOMEMLIMIT is not set, its filters hold filterBytes and outside bytes of the process's resident
 // memory are file-backed (fileResident): InputMemory plus processOverhead less outside (outside
 // taken as at least nonRuntimeMemory and at most processOverhead less minRuntimeOverhead) less
-// limitMargin, plus filterBytes (at most FilterMemory) where the filters are in the Go heap (not
+// limitReserve, plus filterBytes (at most FilterMemory) where the filters are in the Go heap (not
 // window.FiltersMapped). ok is false when GOMEMLIMIT is set (to anything, "off" included): the
 // runtime read it and it is left alone.
 func (c Config) RuntimeMemoryLimit(filterBytes, outside uint64) (limit int64, ok bool) {
@@ -167,7 +181,7 @@ func (c Config) RuntimeMemoryLimit(filterBytes, outside uint64) (limit int64, ok
 	}
 	outside = min(max(outside, nonRuntimeMemory), processOverhead-minRuntimeOverhead)
 	n := min(filterBytes, c.Dedup.FilterMemory()) + c.Dedup.InputMemory()
-	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - int64(outside) - limitMargin, true
+	return int64(min(n, math.MaxInt64-processOverhead)) + processOverhead - int64(outside) - c.Dedup.limitReserve(), true
 }
 
 // minRuntimeOverhead is the least of processOverhead the runtime's soft limit keeps beyond the

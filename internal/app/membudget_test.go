@@ -82,7 +82,7 @@ func TestInputMemory(t *testing.T) {
 
 // TestRuntimeMemoryLimit checks the Go runtime's soft limit the worker sets when GOMEMLIMIT is
 // not set: the input share plus 64 MiB less the file-backed resident memory (at least 16 MiB, at
-// most 48 MiB), plus what the filters hold (at most their share) where they are in the Go heap;
+// most 48 MiB), less 4 MiB and a quarter of the input share (one fetch frame), plus what the filters hold (at most their share) where they are in the Go heap;
 // nothing when GOMEMLIMIT is set.
 func TestRuntimeMemoryLimit(t *testing.T) {
 	b256 := Config{Dedup: DedupConfig{MemoryLimit: 256 << 20}}
@@ -99,13 +99,13 @@ func TestRuntimeMemoryLimit(t *testing.T) {
 		want             int64
 		wantOK           bool
 	}{
-		{"256MiB budget, filters at their share", b256, 224 << 20, 16 << 20, heap(224<<20) + 76<<20, true},
-		{"256MiB budget, filters past it", b256, 300 << 20, 16 << 20, heap(224<<20) + 76<<20, true},
-		{"256MiB budget, filters of 8MiB", b256, 8 << 20, 16 << 20, heap(8<<20) + 76<<20, true},
-		{"256MiB budget, 24MiB of text", b256, 8 << 20, 24 << 20, heap(8<<20) + 68<<20, true},
-		{"256MiB budget, text unknown", b256, 8 << 20, 0, heap(8<<20) + 76<<20, true},
-		{"256MiB budget, 60MiB file-backed", b256, 8 << 20, 60 << 20, heap(8<<20) + 44<<20, true},
-		{"1MiB budget, full", Config{Dedup: DedupConfig{MemoryLimit: 1 << 20}}, math.MaxUint64, 16 << 20, heap(768<<10) + 44<<20 + 256<<10, true},
+		{"256MiB budget, filters at their share", b256, 224 << 20, 16 << 20, heap(224<<20) + 68<<20, true},
+		{"256MiB budget, filters past it", b256, 300 << 20, 16 << 20, heap(224<<20) + 68<<20, true},
+		{"256MiB budget, filters of 8MiB", b256, 8 << 20, 16 << 20, heap(8<<20) + 68<<20, true},
+		{"256MiB budget, 24MiB of text", b256, 8 << 20, 24 << 20, heap(8<<20) + 60<<20, true},
+		{"256MiB budget, text unknown", b256, 8 << 20, 0, heap(8<<20) + 68<<20, true},
+		{"256MiB budget, 60MiB file-backed", b256, 8 << 20, 60 << 20, heap(8<<20) + 36<<20, true},
+		{"1MiB budget, full", Config{Dedup: DedupConfig{MemoryLimit: 1 << 20}}, math.MaxUint64, 16 << 20, heap(768<<10) + 44<<20 + 256<<10 - 64<<10, true},
 		{"GOMEMLIMIT set", Config{GoMemLimit: "1800MiB", Dedup: DedupConfig{MemoryLimit: 256 << 20}}, 0, 0, 0, false},
 		{"GOMEMLIMIT off", Config{GoMemLimit: "off"}, 0, 0, 0, false},
 	} {

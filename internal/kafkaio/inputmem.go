@@ -78,6 +78,13 @@ func (a *inputAccount) requestBytes(max int) int {
 // responses of several requests are in use at once within half of it.
 const requestShares = 4
 
+// MaxRequestBytes returns the most one request of a FetchPool whose MaxBufferedBytes is limit
+// asks for (a quarter of it; 0 for no limit): the largest buffer the pool makes at once, a
+// response frame, apart from a batch over that size, which a broker sends whole.
+func MaxRequestBytes(limit int64) int64 {
+	return max(limit, 0) / requestShares
+}
+
 // BufferedBytes returns the bytes the pool's input buffers hold: its brokers' response frames
 // and its readers' answers, in use or free for reuse. It is safe for concurrent use.
 func (p *FetchPool) BufferedBytes() int64 {

@@ -81,6 +81,11 @@ type ProducerConfig struct {
 	// TransactionTimeout is how long the transaction coordinator lets a transaction of this
 	// producer stay open before it aborts it. Default: DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
+	// Memory bounds the estimated size of the records of the Produce and ProduceParts calls in
+	// progress, of this producer and of the others given the same Memory: a call waits until
+	// those before it leave room for its records, and a call larger than the bound goes alone
+	// (see "Produce memory"). Default: nil, no bound.
+	Memory *ProduceMemory
 }
 
 // Producer writes records to topic partitions with explicit partition numbers: the one produce
@@ -266,6 +271,11 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int, msg
 		return nil
 	}
 	s := p.sequencer(topic, partition)
+	held, err := p.cfg.Memory.acquire(ctx, recordsSize(msgs))
+	if err != nil {
+		return fmt.Errorf("kafkaio: produce to %s/%d: gave up: %w", topic, partition, err)
+	}
+	defer p.cfg.Memory.release(held)
 	return s.wait(s.submit(ctx, msgs, true))
 }
 
@@ -279,11 +289,18 @@ func (p *Producer) ProduceParts(ctx context.Context, topic string, parts [][]Rec
 		sub *submission
 	}
 	last := -1
+	var size int64
 	for q, msgs := range parts {
 		if len(msgs) > 0 {
 			last = q
+			size += recordsSize(msgs)
 		}
 	}
+	held, err := p.cfg.Memory.acquire(ctx, size)
+	if err != nil {
+		return fmt.Errorf("kafkaio: produce to %s: gave up: %w", topic, err)
+	}
+	defer p.cfg.Memory.release(held)
 	var subs []pending
 	for q, msgs := range parts {
 		if len(msgs) > 0 {
