@@ -217,7 +217,21 @@ func (f *Filter) TestAndAdd(key []byte) (seen bool) {
 
 // Test reports whether key was seen in the window, without adding it.
 func (f *Filter) Test(key []byte) bool {
-	return f.testHash(f.hash(key))
+	// hashKey and testHash written out, so that a miss is one call deep (the hash of a short key
+	// and rowTest): fewer instructions between one operation's cache miss and the next one's.
+	var h uint64
+	if len(key) < xxhashLong {
+		h = xxhashShort(key, f.seed)
+	} else {
+		h = hashKey(key, f.seed)
+	}
+	v := f.view.Load()
+	if v.curTagged || f.slots > rowSlots || f.grown.Load() != nil {
+		return f.testLookup(v, h)
+	}
+	seen := f.rowTest(v, h)
+	runtime.KeepAlive(f)
+	return seen
 }
 
 // testAndAddHash is TestAndAdd for a hash returned by hash.
@@ -247,6 +261,12 @@ func (f *Filter) testHash(h uint64) bool {
 		runtime.KeepAlive(f)
 		return seen
 	}
+	return f.testLookup(v, h)
+}
+
+// testLookup is testHash's whole lookup, for a filter that has grown, is being swept or has more
+// than rowSlots slots.
+func (f *Filter) testLookup(v *view, h uint64) bool {
 	var p probe
 	f.makeProbe(&p, h, v, false, false)
 	seen := f.lookup(v, &p)
@@ -264,12 +284,21 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	tag := h&tagMask | 1
 	z0 := patternOutput(tag, 0)
 	base := g * f.groupWords
-	row := f.words[base+(z0&(sectorWords-1))*uint64(f.slots):][:f.slots:f.slots]
-	m := firstMask(tag, z0, f.first)
-	if f.slots == sectorWords && v.rowLive == 1<<sectorWords-1 && !lineHas((*[sectorWords]uint64)(row), m) {
-		return false
+	at := base + (z0&(sectorWords-1))*uint64(f.slots)
+	m := firstBits4(z0)
+	if f.first != 4 {
+		m = firstMask(tag, z0, f.first)
 	}
-	for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 {
+	if f.slots == sectorWords && v.rowLive == 1<<sectorWords-1 {
+		// lineHas, written out: it is too large for the compiler to inline.
+		r := (*[sectorWords]uint64)(f.words[at : at+sectorWords])
+		if ((m&^loadWord(&r[0])-1)|(m&^loadWord(&r[1])-1)|(m&^loadWord(&r[2])-1)|
+			(m&^loadWord(&r[3])-1)|(m&^loadWord(&r[4])-1)|(m&^loadWord(&r[5])-1)|
+			(m&^loadWord(&r[6])-1)|(m&^loadWord(&r[7])-1))>>63 == 0 {
+			return false
+		}
+	}
+	for hits := rowHits(f.words[at:at+uint64(f.slots)], m) & v.rowLive; hits != 0; hits &= hits - 1 {
 		if !f.restMissing(base, bits.TrailingZeros64(hits), tag) {
 			return true
 		}

@@ -277,20 +277,19 @@ func dataBit(z uint64) uint64 { return 1 << ((z >> 3 & (1<<13 - 1)) * wordBits >
 // stream's output 0 for the probe's tag.
 func (b *blocks) fillFirst(p *probe, z0 uint64) {
 	p.w0 = z0 & (sectorWords - 1)
-	p.mask[p.w0] = firstMask(p.tag, z0, b.first)
+	m := firstBits4(z0)
+	if b.first != 4 {
+		m = firstMask(p.tag, z0, b.first)
+	}
+	p.mask[p.w0] = m
 }
 
 // firstMask returns the first n bits of the pattern of tag in their word of sector 0, from z0,
-// the pattern stream's output 0 for the tag.
+// the pattern stream's output 0 for the tag. The hot paths take firstBits4 for the usual n = 4
+// and call it for other layouts.
 func firstMask(tag, z0 uint64, n int) uint64 {
-	if n <= 4 { // one output: no loop, which the compiler would not unroll
-		m := dataBit(z0)
-		for i := 1; i < 4; i++ {
-			if i < n {
-				m |= dataBit(z0 >> (16 * i))
-			}
-		}
-		return m
+	if n == 4 {
+		return firstBits4(z0)
 	}
 	m, z := uint64(0), z0
 	for i := range n {
@@ -301,6 +300,18 @@ func firstMask(tag, z0 uint64, n int) uint64 {
 		z >>= 16
 	}
 	return m
+}
+
+// firstBits4 is firstMask for n = 4: dataBit of the four 16-bit chunks of z0, one output of the
+// stream, in straight code that the compiler inlines. It computes two chunks per multiplication:
+// the 13 bits of chunks 0 and 2 (then 1 and 3) go to the two 32-bit halves of a word, where each
+// times 63 stays below 2^19 and so never reaches the other half; shifted right by 13, the low six
+// bits of each half are dataBit's bit offsets.
+func firstBits4(z0 uint64) uint64 {
+	const halves = 1<<13 - 1 | (1<<13-1)<<32
+	a := (z0 >> 3 & halves) * wordBits >> 13  // chunks 0 and 2
+	b := (z0 >> 19 & halves) * wordBits >> 13 // chunks 1 and 3
+	return 1<<(a&63) | 1<<(a>>32&63) | 1<<(b&63) | 1<<(b>>32&63)
 }
 
 // fillRest sets the probe's bits in sectors 1 … sectors-1. It walks the sectors in order, ks[sec]

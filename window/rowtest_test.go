@@ -94,3 +94,22 @@ func TestRowTestFindsAddedKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstBits4MatchesDataBit holds firstBits4, which computes two chunks per multiplication, to
+// dataBit of each of the four chunks, on random outputs and on the chunks' extremes.
+func TestFirstBits4MatchesDataBit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	zs := []uint64{0, ^uint64(0), 0xfff8fff8fff8fff8, 0x0007000700070007, 0x8000800080008000}
+	for range 1_000_000 {
+		zs = append(zs, rng.Uint64())
+	}
+	for _, z := range zs {
+		want := dataBit(z) | dataBit(z>>16) | dataBit(z>>32) | dataBit(z>>48)
+		if got := firstBits4(z); got != want {
+			t.Fatalf("z0 %#x: firstBits4 %#x, dataBit of each chunk %#x", z, got, want)
+		}
+		if got := firstMask(z, z, 4); got != want {
+			t.Fatalf("z0 %#x: firstMask %#x, want %#x", z, got, want)
+		}
+	}
+}

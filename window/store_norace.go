@@ -11,3 +11,10 @@ package window
 // the race detector storeWord is an atomic store instead (store_race.go), so that the detector
 // checks everything else.
 func storeWord(p *uint64, v uint64) { *p = v }
+
+// loadWord loads the filter word at p with a plain load, for the few hot paths where the
+// compiler addresses an atomic load badly (it recomputes the address of each word of a row
+// rather than folding the offset into the load). A plain aligned 64-bit load observes either the
+// old or the new value of a concurrent store, atomic or plain, which is all a filter reader
+// needs (see storeWord); under the race detector it is an atomic load (store_race.go).
+func loadWord(p *uint64) uint64 { return *p }
