@@ -212,7 +212,10 @@ func (f *Filter) hash(key []byte) uint64 {
 // exactly one of them gets false (with Config.SingleWriter, calls must not overlap). A key that
 // is seen is not added again, so its expiry stays tied to its first sighting.
 func (f *Filter) TestAndAdd(key []byte) (seen bool) {
-	return f.testAndAddHash(f.hash(key))
+	if len(key) < xxhashLong { // hashKey's short path, one call less (see Test)
+		return f.testAndAddHash(xxhashShort(key, f.seed))
+	}
+	return f.testAndAddHash(hashKey(key, f.seed))
 }
 
 // Test reports whether key was seen in the window, without adding it.
@@ -234,8 +237,25 @@ func (f *Filter) Test(key []byte) bool {
 	return seen
 }
 
-// testAndAddHash is TestAndAdd for a hash returned by hash.
+// testAndAddHash is TestAndAdd for a hash returned by hash. The single writer takes addRow while
+// no generation has grown and the current slot has no pending sweep, and while its shard of stage
+// 0 has room; otherwise, and in shared mode, the whole probe (testAndAddProbe).
 func (f *Filter) testAndAddHash(h uint64) (seen bool) {
+	if f.single {
+		v := f.view.Load()
+		if !v.curTagged && f.slots <= rowSlots && f.grown.Load() == nil {
+			if seen, done := f.addRow(v, h); done {
+				runtime.KeepAlive(f)
+				return seen
+			}
+		}
+	}
+	return f.testAndAddProbe(h)
+}
+
+// testAndAddProbe is testAndAddHash through the key's whole probe: makeProbe, lookup, and insert
+// or the shared mode's claim (testAndAdd).
+func (f *Filter) testAndAddProbe(h uint64) (seen bool) {
 	var p probe
 	if f.single {
 		v := f.view.Load()
@@ -306,14 +326,68 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	return false
 }
 
+// addRow is testAndAddHash for the single writer while no generation has grown, v's current slot
+// has no pending sweep and the filter has at most rowSlots slots: rowTest's test (written out,
+// with lineHas, so that the group and the first bits are computed once), then the insertion of a
+// new key into stage 0 written straight from its tag (the first bits into the row's word, the
+// others one at a time into their words, as putRest does), without building its probe. It
+// returns done = false, having done nothing, when the key's shard of the current generation's
+// stage 0 is full: the key is for a grown stage, which the whole path handles. It first writes
+// the group's pages (writeFirst) and loads the current generation's other sectors, as makeProbe
+// and touch do, so that their cache misses overlap with the row's.
+func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
+	shard := h >> f.shardShift
+	c := &f.fill[v.cur<<f.shardBits+int(shard)]
+	if atomic.LoadUint32(&c.full) != 0 {
+		return false, false
+	}
+	g, _ := bits.Mul64(h, f.groups)
+	base := g * f.groupWords
+	f.writeFirst(base, f.groupWords)
+	for sec := 1; sec < f.sectors; sec++ {
+		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
+	}
+	tag := h&tagMask | 1
+	z0 := patternOutput(tag, 0)
+	m := firstBits4(z0)
+	if f.first != 4 {
+		m = firstMask(tag, z0, f.first)
+	}
+	at := base + (z0&(sectorWords-1))*uint64(f.slots)
+	row := f.words[at : at+uint64(f.slots)]
+	if f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 || lineHas((*[sectorWords]uint64)(row), m) {
+		for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 { // as rowTest
+			if !f.restMissing(base, bits.TrailingZeros64(hits), tag) {
+				return true, true
+			}
+		}
+	}
+	if f.bump(c) > f.limit0 && !f.stage0Room(v.cur) {
+		var p probe // stage 0 became full with this key: insert's path to the grown stages
+		f.probeFor(&p, g, tag)
+		p.shard = shard
+		f.addGrown(v, &p)
+		return false, true
+	}
+	f.touched.mark(v.cur, g)
+	w := &row[v.cur]
+	storeWord(w, atomic.LoadUint64(w)|m)
+	f.putRest(base, v.cur, tag)
+	if nv := f.view.Load(); nv.epoch != v.epoch {
+		var p probe // a rotation meanwhile: the key goes to the new current generation too (set)
+		f.probeFor(&p, g, tag)
+		f.set(nv, &p)
+	}
+	return false, true
+}
+
 // lineHas reports whether one of the eight words of a row has every bit of m, a mask of data
 // bits (bit 63 clear): m&^w - 1 underflows into bit 63 only when m&^w is 0. It is rowHits
 // without the mask of which word matched, in fewer instructions: a miss's common case.
 func lineHas(row *[sectorWords]uint64, m uint64) bool {
-	return ((m&^atomic.LoadUint64(&row[0])-1)|(m&^atomic.LoadUint64(&row[1])-1)|
-		(m&^atomic.LoadUint64(&row[2])-1)|(m&^atomic.LoadUint64(&row[3])-1)|
-		(m&^atomic.LoadUint64(&row[4])-1)|(m&^atomic.LoadUint64(&row[5])-1)|
-		(m&^atomic.LoadUint64(&row[6])-1)|(m&^atomic.LoadUint64(&row[7])-1))>>63 != 0
+	return ((m&^loadWord(&row[0])-1)|(m&^loadWord(&row[1])-1)|(m&^loadWord(&row[2])-1)|
+		(m&^loadWord(&row[3])-1)|(m&^loadWord(&row[4])-1)|(m&^loadWord(&row[5])-1)|
+		(m&^loadWord(&row[6])-1)|(m&^loadWord(&row[7])-1))>>63 != 0
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range
@@ -365,6 +439,9 @@ func (f *Filter) contains(v *view, p *probe) bool {
 	m := p.mask[p.w0&(sectorWords-1)]
 	if len(row) > rowSlots {
 		return f.containsWide(v, p, row, m)
+	}
+	if len(row) == sectorWords && v.rowLive == 1<<sectorWords-1 && !lineHas((*[sectorWords]uint64)(row), m) {
+		return false // a new key's usual answer, in fewer instructions than rowHits
 	}
 	for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 {
 		if f.restHas(p, bits.TrailingZeros64(hits)) {

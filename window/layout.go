@@ -232,6 +232,30 @@ func (b *blocks) put(p *probe, s int, single bool) {
 	}
 }
 
+// putRest sets the bits after the first of the key whose tag is tag in the sectors after the first
+// of slot s's block in the group at base, for the single writer, in the order fillRest computes
+// them: a plain read and store of each bit's word (see storeSector), without building the key's
+// mask. The slot's words must carry no stale tag.
+func (b *blocks) putRest(base uint64, s int, tag uint64) {
+	n := b.first // the next bit of the pattern
+	var z uint64
+	if n&3 != 0 {
+		z = patternOutput(tag, n>>2) >> (16 * (n & 3))
+	}
+	for sec := 1; sec < b.sectors; sec++ {
+		sw := b.sector(b.restSector(base, s, sec))
+		for range b.ks[sec] {
+			if n&3 == 0 {
+				z = patternOutput(tag, n>>2)
+			}
+			w := &sw[z&(sectorWords-1)]
+			storeWord(w, atomic.LoadUint64(w)|dataBit(z))
+			z >>= 16
+			n++
+		}
+	}
+}
+
 // probe is where a key lives: its group, the word of sector 0 it uses and its bit pattern.
 type probe struct {
 	group uint64

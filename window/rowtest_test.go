@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -111,5 +112,63 @@ func TestFirstBits4MatchesDataBit(t *testing.T) {
 		if got := firstMask(z, z, 4); got != want {
 			t.Fatalf("z0 %#x: firstMask %#x, want %#x", z, got, want)
 		}
+	}
+}
+
+// TestAddRowMatchesProbe holds the single writer's short insertion (addRow: rowTest, then the
+// bits written straight from the tag) to the whole path (testAndAddProbe: makeProbe, lookup,
+// insert) on twin filters: the same answers and, at the end, the same words in stage 0, the same
+// fill counts and the same growth, through rotations, growth past the capacity and pending sweeps.
+func TestAddRowMatchesProbe(t *testing.T) {
+	cases := []struct {
+		name   string
+		fpr    float64
+		gens   int
+		lazy   bool // sweeps left pending: the current slot is tagged, and addRow does not apply
+		keys   int  // per generation, against a capacity of 4000
+		rounds int
+	}{
+		{"1e-3", 1e-3, 8, false, 3000, 12},
+		{"1e-6-grow", 1e-6, 8, false, 9000, 10},
+		{"n4-1e-2-lazy", 1e-2, 4, true, 4000, 7},
+		{"n16-1e-4", 1e-4, 16, false, 2000, 20},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newFakeClock()
+			start := clk.Now()
+			cfg := Config{Generations: c.gens, Interval: time.Minute, Capacity: 4000,
+				FalsePositiveRate: c.fpr, SingleWriter: true, Seed: 7, Clock: clk.Now}
+			a, b := mustNew(t, cfg), mustNew(t, cfg)
+			a.deferSweep, b.deferSweep = c.lazy, c.lazy
+			rng := rand.New(rand.NewPCG(9, uint64(len(c.name))))
+			var seen int
+			for e := range c.rounds {
+				a.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+				b.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+				for i := range c.keys {
+					k := key(uint64(rng.IntN(c.rounds)), uint64(rng.IntN(c.keys*2)))
+					got, want := a.TestAndAdd(k), b.testAndAddProbe(b.hash(k))
+					if got != want {
+						t.Fatalf("generation %d key %d: addRow path %v, whole path %v", e, i, got, want)
+					}
+					if got {
+						seen++
+					}
+				}
+			}
+			if !slices.Equal(a.words, b.words) {
+				t.Fatal("stage 0's words differ")
+			}
+			for i := range a.fill {
+				if a.fill[i].n != b.fill[i].n || a.fill[i].full != b.fill[i].full {
+					t.Fatalf("fill counter %d: %+v and %+v", i, a.fill[i], b.fill[i])
+				}
+			}
+			if sa, sb := a.Stats(), b.Stats(); sa.Stages != sb.Stages || a.growths.Load() != b.growths.Load() {
+				t.Fatalf("grown stages %d and %d, growths %d and %d", sa.Stages, sb.Stages, a.growths.Load(), b.growths.Load())
+			}
+			t.Logf("%d seen, %d growths", seen, a.growths.Load())
+		})
 	}
 }
