@@ -310,11 +310,11 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 		m = firstMask(tag, z0, f.first)
 	}
 	if f.slots == sectorWords && v.rowLive == 1<<sectorWords-1 {
-		// lineHas, written out: it is too large for the compiler to inline.
+		// lineHas, written out.
 		r := (*[sectorWords]uint64)(f.words[at : at+sectorWords])
-		if ((m&^loadWord(&r[0])-1)|(m&^loadWord(&r[1])-1)|(m&^loadWord(&r[2])-1)|
-			(m&^loadWord(&r[3])-1)|(m&^loadWord(&r[4])-1)|(m&^loadWord(&r[5])-1)|
-			(m&^loadWord(&r[6])-1)|(m&^loadWord(&r[7])-1))>>63 == 0 {
+		if nm := ^m; ((nm|loadWord(&r[0]))+1)&((nm|loadWord(&r[1]))+1)&((nm|loadWord(&r[2]))+1)&
+			((nm|loadWord(&r[3]))+1)&((nm|loadWord(&r[4]))+1)&((nm|loadWord(&r[5]))+1)&
+			((nm|loadWord(&r[6]))+1)&((nm|loadWord(&r[7]))+1)>>63 != 0 {
 			return false
 		}
 	}
@@ -382,12 +382,17 @@ func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
 }
 
 // lineHas reports whether one of the eight words of a row has every bit of m, a mask of data
-// bits (bit 63 clear): m&^w - 1 underflows into bit 63 only when m&^w is 0. It is rowHits
-// without the mask of which word matched, in fewer instructions: a miss's common case.
+// bits (bit 63 clear). With nm = ^m, a word w has them all when nm|w is all ones: then nm|w + 1
+// is 0, and otherwise it keeps bit 63 (nm has it, and the sum does not carry out); so the AND of
+// the eight sums has bit 63 clear exactly when a word matched. It is rowHits without the mask of
+// which word matched, in fewer instructions (one OR, an increment and an AND per word, the load
+// folded into the OR): a miss's common case. rowTest writes it out, for it is too large for the
+// compiler to inline.
 func lineHas(row *[sectorWords]uint64, m uint64) bool {
-	return ((m&^loadWord(&row[0])-1)|(m&^loadWord(&row[1])-1)|(m&^loadWord(&row[2])-1)|
-		(m&^loadWord(&row[3])-1)|(m&^loadWord(&row[4])-1)|(m&^loadWord(&row[5])-1)|
-		(m&^loadWord(&row[6])-1)|(m&^loadWord(&row[7])-1))>>63 != 0
+	nm := ^m
+	return ((nm|loadWord(&row[0]))+1)&((nm|loadWord(&row[1]))+1)&((nm|loadWord(&row[2]))+1)&
+		((nm|loadWord(&row[3]))+1)&((nm|loadWord(&row[4]))+1)&((nm|loadWord(&row[5]))+1)&
+		((nm|loadWord(&row[6]))+1)&((nm|loadWord(&row[7]))+1)>>63 == 0
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range

@@ -172,3 +172,25 @@ func TestAddRowMatchesProbe(t *testing.T) {
 		})
 	}
 }
+
+// TestLineHasMatchesRowHits holds lineHas, and rowTest's copy of it, to rowHits on random rows and
+// masks of one to five data bits, with words that have every bit of the mask planted in some.
+func TestLineHasMatchesRowHits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var row [sectorWords]uint64
+	for i := range 200_000 {
+		var m uint64
+		for range 1 + rng.IntN(5) {
+			m |= 1 << rng.IntN(wordBits)
+		}
+		for w := range row {
+			row[w] = rng.Uint64() & rng.Uint64() // about a quarter of the bits, tag bits included
+			if rng.IntN(16) == 0 {
+				row[w] |= m
+			}
+		}
+		if got, want := lineHas(&row, m), rowHits(row[:], m) != 0; got != want {
+			t.Fatalf("case %d, mask %#x, row %#x: lineHas %v, rowHits %v", i, m, row, got, want)
+		}
+	}
+}
