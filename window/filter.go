@@ -305,19 +305,31 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	z0 := patternOutput(tag, 0)
 	base := g * f.groupWords
 	at := base + (z0&(sectorWords-1))*uint64(f.slots)
+	if f.first != 4 || f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 {
+		return f.rowHasZ0(v, base, at, tag, z0)
+	}
+	// Eight live slots and four first bits: lineHas, written out, before any call, so that a miss
+	// spills nothing.
 	m := firstBits4(z0)
-	if f.first != 4 {
-		m = firstMask(tag, z0, f.first)
+	r := (*[sectorWords]uint64)(f.words[at : at+sectorWords])
+	if nm := ^m; ((nm|loadWord(&r[0]))+1)&((nm|loadWord(&r[1]))+1)&((nm|loadWord(&r[2]))+1)&
+		((nm|loadWord(&r[3]))+1)&((nm|loadWord(&r[4]))+1)&((nm|loadWord(&r[5]))+1)&
+		((nm|loadWord(&r[6]))+1)&((nm|loadWord(&r[7]))+1)>>63 != 0 {
+		return false
 	}
-	if f.slots == sectorWords && v.rowLive == 1<<sectorWords-1 {
-		// lineHas, written out.
-		r := (*[sectorWords]uint64)(f.words[at : at+sectorWords])
-		if nm := ^m; ((nm|loadWord(&r[0]))+1)&((nm|loadWord(&r[1]))+1)&((nm|loadWord(&r[2]))+1)&
-			((nm|loadWord(&r[3]))+1)&((nm|loadWord(&r[4]))+1)&((nm|loadWord(&r[5]))+1)&
-			((nm|loadWord(&r[6]))+1)&((nm|loadWord(&r[7]))+1)>>63 != 0 {
-			return false
-		}
-	}
+	return f.rowHas(v, base, at, tag, m)
+}
+
+// rowHasZ0 is rowHas for the first bits of the pattern stream's output 0 z0 (firstMask): apart, so
+// that rowTest makes no call that it must keep values across.
+func (f *Filter) rowHasZ0(v *view, base, at, tag, z0 uint64) bool {
+	return f.rowHas(v, base, at, tag, firstMask(tag, z0, f.first))
+}
+
+// rowHas reports whether a live slot of v whose word of the row at index at has every bit of m,
+// the first bits of the key whose tag is tag, has the key's other bits too (restMissing), in the
+// group at base. It is rowTest's test once the row's word is known.
+func (f *Filter) rowHas(v *view, base, at, tag, m uint64) bool {
 	for hits := rowHits(f.words[at:at+uint64(f.slots)], m) & v.rowLive; hits != 0; hits &= hits - 1 {
 		if !f.restMissing(base, bits.TrailingZeros64(hits), tag) {
 			return true
@@ -355,12 +367,9 @@ func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
 	}
 	at := base + (z0&(sectorWords-1))*uint64(f.slots)
 	row := f.words[at : at+uint64(f.slots)]
-	if f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 || lineHas((*[sectorWords]uint64)(row), m) {
-		for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 { // as rowTest
-			if !f.restMissing(base, bits.TrailingZeros64(hits), tag) {
-				return true, true
-			}
-		}
+	if (f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 || lineHas((*[sectorWords]uint64)(row), m)) &&
+		f.rowHas(v, base, at, tag, m) {
+		return true, true
 	}
 	if f.bump(c) > f.limit0 && !f.stage0Room(v.cur) {
 		var p probe // stage 0 became full with this key: insert's path to the grown stages
