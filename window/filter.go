@@ -308,13 +308,10 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	if f.first != 4 || f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 {
 		return f.rowHasZ0(v, base, at, tag, z0)
 	}
-	// Eight live slots and four first bits: lineHas, written out, before any call, so that a miss
-	// spills nothing.
+	// Eight live slots and four first bits: lineHas, inlined (lineLacks), before any call, so that
+	// a miss spills nothing.
 	m := firstBits4(z0)
-	r := (*[sectorWords]uint64)(f.words[at : at+sectorWords])
-	if nm := ^m; ((nm|loadWord(&r[0]))+1)&((nm|loadWord(&r[1]))+1)&((nm|loadWord(&r[2]))+1)&
-		((nm|loadWord(&r[3]))+1)&((nm|loadWord(&r[4]))+1)&((nm|loadWord(&r[5]))+1)&
-		((nm|loadWord(&r[6]))+1)&((nm|loadWord(&r[7]))+1)>>63 != 0 {
+	if lineLacks((*[sectorWords]uint64)(f.words[at:at+sectorWords]), ^m)>>63 != 0 {
 		return false
 	}
 	return f.rowHas(v, base, at, tag, m)
@@ -339,69 +336,96 @@ func (f *Filter) rowHas(v *view, base, at, tag, m uint64) bool {
 }
 
 // addRow is testAndAddHash for the single writer while no generation has grown, v's current slot
-// has no pending sweep and the filter has at most rowSlots slots: rowTest's test (written out,
-// with lineHas, so that the group and the first bits are computed once), then the insertion of a
-// new key into stage 0 written straight from its tag (the first bits into the row's word, the
-// others one at a time into their words, as putRest does), without building its probe. It
-// returns done = false, having done nothing, when the key's shard of the current generation's
-// stage 0 is full: the key is for a grown stage, which the whole path handles. It first writes
-// the group's pages (writeFirst) and loads the current generation's other sectors, as makeProbe
-// and touch do, so that their cache misses overlap with the row's.
+// has no pending sweep and the filter has at most rowSlots slots: rowTest's test, then the
+// insertion of a new key into stage 0 written straight from its tag (rowInsert), without building
+// its probe. It returns done = false, having done nothing, when the key's shard of the current
+// generation's stage 0 is full: the key is for a grown stage, which the whole path handles. The
+// group's pages are written first (writeFirst) and the current generation's other sectors loaded
+// before the row is tested, as makeProbe and touch do, so that their cache misses overlap with
+// the row's. As in rowTest, every call on the way to a new key's insertion is the last thing its
+// caller does (addRowPages, addRowZ0, addRowHits, rowInsert), so that nothing is spilled.
 func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
-	shard := h >> f.shardShift
-	c := &f.fill[v.cur<<f.shardBits+int(shard)]
+	c := &f.fill[v.cur<<f.shardBits+int(h>>f.shardShift)]
 	if atomic.LoadUint32(&c.full) != 0 {
 		return false, false
 	}
 	g, _ := bits.Mul64(h, f.groups)
 	base := g * f.groupWords
-	f.writeFirst(base, f.groupWords)
+	if !f.pagesWritten(base, f.groupWords) {
+		return f.addRowPages(v, h, base)
+	}
 	for sec := 1; sec < f.sectors; sec++ {
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
 	tag := h&tagMask | 1
 	z0 := patternOutput(tag, 0)
-	m := firstBits4(z0)
-	if f.first != 4 {
-		m = firstMask(tag, z0, f.first)
-	}
 	at := base + (z0&(sectorWords-1))*uint64(f.slots)
-	row := f.words[at : at+uint64(f.slots)]
-	if (f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 || lineHas((*[sectorWords]uint64)(row), m)) &&
-		f.rowHas(v, base, at, tag, m) {
+	if f.first != 4 || f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 {
+		return f.addRowZ0(v, c, g, at, tag, z0)
+	}
+	m := firstBits4(z0)
+	if lineLacks((*[sectorWords]uint64)(f.words[at:at+sectorWords]), ^m)>>63 == 0 { // lineHas, inlined
+		return f.addRowHits(v, c, g, at, tag, m)
+	}
+	f.rowInsert(v, c, g, at, tag, m)
+	return false, true
+}
+
+// addRowPages is addRow for a key whose group has a page not written yet: it writes them
+// (writeFirst) and starts again.
+func (f *Filter) addRowPages(v *view, h, base uint64) (seen, done bool) {
+	f.writeFirst(base, f.groupWords)
+	return f.addRow(v, h)
+}
+
+// addRowZ0 is addRow's test and insertion for a layout without four first bits or a row of other
+// than eight live slots: the first bits from z0 by firstMask, then addRowHits.
+func (f *Filter) addRowZ0(v *view, c *fillCounter, g, at, tag, z0 uint64) (seen, done bool) {
+	return f.addRowHits(v, c, g, at, tag, firstMask(tag, z0, f.first))
+}
+
+// addRowHits is addRow for a key whose first bits m are in a word of the row at index at: rowHas
+// decides, and a new key is inserted (rowInsert).
+func (f *Filter) addRowHits(v *view, c *fillCounter, g, at, tag, m uint64) (seen, done bool) {
+	if f.rowHas(v, g*f.groupWords, at, tag, m) {
 		return true, true
 	}
+	f.rowInsert(v, c, g, at, tag, m)
+	return false, true
+}
+
+// rowInsert adds a new key, whose tag is tag and whose first bits m go to the row at index at of
+// group g, to stage 0 of v's current generation for the single writer, counting it in its shard's
+// counter c: the first bits into the row's word, the others one at a time into their words
+// (putRest). If stage 0 turns out full (stage0Room), or a rotation happened meanwhile, it takes
+// insert's or set's path with the key's whole probe.
+func (f *Filter) rowInsert(v *view, c *fillCounter, g, at, tag, m uint64) {
 	if f.bump(c) > f.limit0 && !f.stage0Room(v.cur) {
 		var p probe // stage 0 became full with this key: insert's path to the grown stages
 		f.probeFor(&p, g, tag)
-		p.shard = shard
 		f.addGrown(v, &p)
-		return false, true
+		return
 	}
 	f.touched.mark(v.cur, g)
-	w := &row[v.cur]
-	storeWord(w, atomic.LoadUint64(w)|m)
-	f.putRest(base, v.cur, tag)
+	w := &f.words[at+uint64(v.cur)]
+	storeWord(w, loadWord(w)|m)
+	f.putRest(g*f.groupWords, v.cur, tag)
 	if nv := f.view.Load(); nv.epoch != v.epoch {
 		var p probe // a rotation meanwhile: the key goes to the new current generation too (set)
 		f.probeFor(&p, g, tag)
 		f.set(nv, &p)
 	}
-	return false, true
 }
 
 // lineHas reports whether one of the eight words of a row has every bit of m, a mask of data
 // bits (bit 63 clear). With nm = ^m, a word w has them all when nm|w is all ones: then nm|w + 1
 // is 0, and otherwise it keeps bit 63 (nm has it, and the sum does not carry out); so the AND of
-// the eight sums has bit 63 clear exactly when a word matched. It is rowHits without the mask of
-// which word matched, in fewer instructions (one OR, an increment and an AND per word, the load
-// folded into the OR): a miss's common case. rowTest writes it out, for it is too large for the
-// compiler to inline.
+// the eight sums (lineLacks) has bit 63 clear exactly when a word matched. It is rowHits without
+// the mask of which word matched, in fewer instructions (one OR, an increment and an AND per word,
+// the load folded into the OR): a miss's common case. rowTest and addRow call lineLacks, which
+// the compiler inlines, where a call would make them spill what they keep for the hits.
 func lineHas(row *[sectorWords]uint64, m uint64) bool {
-	nm := ^m
-	return ((nm|loadWord(&row[0]))+1)&((nm|loadWord(&row[1]))+1)&((nm|loadWord(&row[2]))+1)&
-		((nm|loadWord(&row[3]))+1)&((nm|loadWord(&row[4]))+1)&((nm|loadWord(&row[5]))+1)&
-		((nm|loadWord(&row[6]))+1)&((nm|loadWord(&row[7]))+1)>>63 == 0
+	return lineLacks(row, ^m)>>63 == 0
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range

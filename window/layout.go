@@ -97,6 +97,18 @@ func (b *blocks) writeFirst(from, n uint64) {
 	}
 }
 
+// pagesWritten reports whether the pages holding words [from, from+n) are marked written, for a
+// range of at most two pages (a key group of stage 0 within a page of words): writeFirst has
+// nothing to do for it then. For more pages it reports false.
+func (b *blocks) pagesWritten(from, n uint64) bool {
+	if b.pages == nil {
+		return true
+	}
+	first, last := (from+b.pageOff)/pageWords, (from+n-1+b.pageOff)/pageWords
+	return last-first <= 1 && atomic.LoadUint64(&b.pages[first/64])&(1<<(first%64)) != 0 &&
+		atomic.LoadUint64(&b.pages[last/64])&(1<<(last%64)) != 0
+}
+
 // markPages marks the pages holding words [from, from+n) written, for a caller that writes them
 // itself before anything reads them. Safe for concurrent use.
 func (b *blocks) markPages(from, n uint64) {

@@ -18,3 +18,10 @@ func storeWord(p *uint64, v uint64) { *p = v }
 // old or the new value of a concurrent store, atomic or plain, which is all a filter reader
 // needs (see storeWord); under the race detector it is an atomic load (store_race.go).
 func loadWord(p *uint64) uint64 { return *p }
+
+// lineLacks is the AND over the eight words w of row of (nm|w) + 1 (see lineHas), with plain
+// loads (see loadWord), which keep it small enough for the compiler to inline.
+func lineLacks(row *[sectorWords]uint64, nm uint64) uint64 {
+	return ((nm | row[0]) + 1) & ((nm | row[1]) + 1) & ((nm | row[2]) + 1) & ((nm | row[3]) + 1) &
+		((nm | row[4]) + 1) & ((nm | row[5]) + 1) & ((nm | row[6]) + 1) & ((nm | row[7]) + 1)
+}
