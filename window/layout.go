@@ -201,6 +201,21 @@ func (b *blocks) restHas(p *probe, s int) bool {
 // tag. It tests the bits in the order fillRest sets them, and stops at the first missing one:
 // about two for a key that was never added.
 func (b *blocks) restMissing(base uint64, s int, tag uint64) bool {
+	return b.restWalk(base, s, tag, false)
+}
+
+// putRest sets the bits after the first of the key whose tag is tag in the sectors after the first
+// of slot s's block in the group at base, for the single writer: a plain read and store of each
+// bit's word (see storeSector), without building the key's mask. The slot's words must carry no
+// stale tag.
+func (b *blocks) putRest(base uint64, s int, tag uint64) {
+	b.restWalk(base, s, tag, true)
+}
+
+// restWalk walks the bits after the first of the key whose tag is tag in slot s's block in the
+// group at base, in the order fillRest computes them: with set it sets each (putRest)
+// and returns false; without, it returns true at the first bit missing (restMissing).
+func (b *blocks) restWalk(base uint64, s int, tag uint64, set bool) (missing bool) {
 	n := b.first // the next bit of the pattern
 	var z uint64
 	if n&3 != 0 {
@@ -212,7 +227,10 @@ func (b *blocks) restMissing(base uint64, s int, tag uint64) bool {
 			if n&3 == 0 {
 				z = patternOutput(tag, n>>2)
 			}
-			if atomic.LoadUint64(&sw[z&(sectorWords-1)])&dataBit(z) == 0 {
+			w, bit := &sw[z&(sectorWords-1)], dataBit(z)
+			if x := atomic.LoadUint64(w); set {
+				storeWord(w, x|bit)
+			} else if x&bit == 0 {
 				return true
 			}
 			z >>= 16
@@ -240,30 +258,6 @@ func (b *blocks) put(p *probe, s int, single bool) {
 			storeSector(sw, p.sectorMask(sec))
 		} else {
 			orSector(sw, p.sectorMask(sec))
-		}
-	}
-}
-
-// putRest sets the bits after the first of the key whose tag is tag in the sectors after the first
-// of slot s's block in the group at base, for the single writer, in the order fillRest computes
-// them: a plain read and store of each bit's word (see storeSector), without building the key's
-// mask. The slot's words must carry no stale tag.
-func (b *blocks) putRest(base uint64, s int, tag uint64) {
-	n := b.first // the next bit of the pattern
-	var z uint64
-	if n&3 != 0 {
-		z = patternOutput(tag, n>>2) >> (16 * (n & 3))
-	}
-	for sec := 1; sec < b.sectors; sec++ {
-		sw := b.sector(b.restSector(base, s, sec))
-		for range b.ks[sec] {
-			if n&3 == 0 {
-				z = patternOutput(tag, n>>2)
-			}
-			w := &sw[z&(sectorWords-1)]
-			storeWord(w, atomic.LoadUint64(w)|dataBit(z))
-			z >>= 16
-			n++
 		}
 	}
 }
