@@ -27,6 +27,7 @@ type blocks struct {
 	k            int             // bits a key sets in a block
 	first        int             // of which in its word of sector 0
 	ks           [MaxSectors]int // bits a key sets in each sector: ks[0] = first
+	restOff      []uint64        // per bit i of the pattern, k of them: the offset of its sector, sector·sectorStride
 	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
 	groupWords   uint64
 	// pages is nil for blocks populated when made; else it has one bit per page of words, set
@@ -62,8 +63,12 @@ func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager b
 		groupWords:   uint64(slots*lp.sectors) * sectorWords,
 	}
 	s := Sizing{K: lp.k, Sectors: lp.sectors, FirstBits: lp.first}
+	b.restOff = make([]uint64, 0, lp.k)
 	for i := range lp.sectors {
 		b.ks[i] = s.sectorBits(i)
+		for range b.ks[i] {
+			b.restOff = append(b.restOff, uint64(i)*b.sectorStride)
+		}
 	}
 	if !eager {
 		b.pageOff = uint64(uintptr(unsafe.Pointer(&b.words[0])) % pageSize / 8)
@@ -201,21 +206,6 @@ func (b *blocks) restHas(p *probe, s int) bool {
 // tag. It tests the bits in the order fillRest sets them, and stops at the first missing one:
 // about two for a key that was never added.
 func (b *blocks) restMissing(base uint64, s int, tag uint64) bool {
-	return b.restWalk(base, s, tag, false)
-}
-
-// putRest sets the bits after the first of the key whose tag is tag in the sectors after the first
-// of slot s's block in the group at base, for the single writer: a plain read and store of each
-// bit's word (see storeSector), without building the key's mask. The slot's words must carry no
-// stale tag.
-func (b *blocks) putRest(base uint64, s int, tag uint64) {
-	b.restWalk(base, s, tag, true)
-}
-
-// restWalk walks the bits after the first of the key whose tag is tag in slot s's block in the
-// group at base, in the order fillRest computes them: with set it sets each (putRest)
-// and returns false; without, it returns true at the first bit missing (restMissing).
-func (b *blocks) restWalk(base uint64, s int, tag uint64, set bool) (missing bool) {
 	n := b.first // the next bit of the pattern
 	var z uint64
 	if n&3 != 0 {
@@ -227,10 +217,7 @@ func (b *blocks) restWalk(base uint64, s int, tag uint64, set bool) (missing boo
 			if n&3 == 0 {
 				z = patternOutput(tag, n>>2)
 			}
-			w, bit := &sw[z&(sectorWords-1)], dataBit(z)
-			if x := atomic.LoadUint64(w); set {
-				storeWord(w, x|bit)
-			} else if x&bit == 0 {
+			if atomic.LoadUint64(&sw[z&(sectorWords-1)])&dataBit(z) == 0 {
 				return true
 			}
 			z >>= 16
@@ -238,6 +225,24 @@ func (b *blocks) restWalk(base uint64, s int, tag uint64, set bool) (missing boo
 		}
 	}
 	return false
+}
+
+// putRest sets the bits after the first of the key whose tag is tag in the sectors after the first
+// of slot s's block in the group at base, for the single writer: a plain read and store of each
+// bit's word (see storeSector), without building the key's mask. The slot's words must carry no
+// stale tag. It walks the pattern one output of the stream at a time, each bit's sector from
+// restOff, with fewer live values than fillRest's walk by sector, so that the compiler keeps them
+// in registers.
+func (b *blocks) putRest(base uint64, s int, tag uint64) {
+	words, off := b.words[base+uint64(s)*sectorWords:], b.restOff
+	for n := b.first; n < len(off); {
+		z := patternOutput(tag, n>>2) >> (16 * (n & 3))
+		for end := min(n|3+1, len(off)); n < end; n++ {
+			w := &words[off[n]+z&(sectorWords-1)]
+			storeWord(w, loadWord(w)|dataBit(z))
+			z >>= 16
+		}
+	}
 }
 
 // put sets the probe's bits in slot s, whose words carry no stale tag: atomic ORs, or the single
