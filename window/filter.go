@@ -311,10 +311,17 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	// Eight live slots and four first bits: lineHas, inlined (lineLacks), before any call, so that
 	// a miss spills nothing.
 	m := firstBits4(z0)
-	if lineLacks((*[sectorWords]uint64)(f.words[at:at+sectorWords]), ^m)>>63 != 0 {
+	if lineLacks(f.row8(at), ^m)>>63 != 0 {
 		return false
 	}
 	return f.rowHas(v, base, at, tag, m)
+}
+
+// row8 returns the row of eight slots' words that starts at index at of stage 0, for a filter of
+// eight slots, where it always lies within at's group: with the one bounds check of at, not the
+// two of a slice of eight words and its conversion.
+func (f *Filter) row8(at uint64) *[sectorWords]uint64 {
+	return (*[sectorWords]uint64)(unsafe.Pointer(&f.words[at]))
 }
 
 // rowHasZ0 is rowHas for the first bits of the pattern stream's output 0 z0 (firstMask): apart, so
@@ -364,7 +371,7 @@ func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
 		return f.addRowZ0(v, c, g, at, tag, z0)
 	}
 	m := firstBits4(z0)
-	if lineLacks((*[sectorWords]uint64)(f.words[at:at+sectorWords]), ^m)>>63 == 0 { // lineHas, inlined
+	if lineLacks(f.row8(at), ^m)>>63 == 0 { // lineHas, inlined
 		return f.addRowHits(v, c, g, at, tag, m)
 	}
 	f.rowInsert(v, c, g, at, tag, m)

@@ -39,8 +39,9 @@ func hashKey(key []byte, seed uint64) uint64 {
 }
 
 // xxhashShort returns xxhash64 of b, shorter than xxhashLong bytes, seeded by seed. It indexes b
-// rather than reslicing it, and takes two 8-byte lanes at once for keys of 16 bytes or more (the
-// usual key), so that the hash of a short key is a few dozen instructions.
+// rather than reslicing it, takes two 8-byte lanes at once for keys of 16 bytes or more (the usual
+// key), and tests the length's bits for the rest, so that the hash of a short key is a few dozen
+// instructions.
 func xxhashShort(b []byte, seed uint64) uint64 {
 	n := len(b)
 	h := seed + xxPrime5 + uint64(n)
@@ -49,11 +50,12 @@ func xxhashShort(b []byte, seed uint64) uint64 {
 		h = xxMerge8(xxMerge8(h, binary.LittleEndian.Uint64(b[0:8])), binary.LittleEndian.Uint64(b[8:16]))
 		i = 16
 	}
-	if n-i >= 8 {
+	// What is left is n mod 16 bytes (n < 32): its bits 3 and 2 say whether 8 and 4 of them are.
+	if n&8 != 0 {
 		h = xxMerge8(h, binary.LittleEndian.Uint64(b[i:i+8]))
 		i += 8
 	}
-	if n-i >= 4 {
+	if n&4 != 0 {
 		h ^= uint64(binary.LittleEndian.Uint32(b[i:i+4])) * xxPrime1
 		h = bits.RotateLeft64(h, 23)*xxPrime2 + xxPrime3
 		i += 4
