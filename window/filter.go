@@ -346,10 +346,10 @@ func (f *Filter) rowHas(v *view, base, at, tag, m uint64) bool {
 // has no pending sweep and the filter has at most rowSlots slots: rowTest's test, then the
 // insertion of a new key into stage 0 written straight from its tag (rowInsert), without building
 // its probe. It returns done = false, having done nothing, when the key's shard of the current
-// generation's stage 0 is full: the key is for a grown stage, which the whole path handles. The
-// group's pages are written first (writeFirst) and the current generation's other sectors loaded
-// before the row is tested, as makeProbe and touch do, so that their cache misses overlap with
-// the row's. As in rowTest, every call on the way to a new key's insertion is the last thing its
+// generation's stage 0 is full: the key is for a grown stage, which the whole path handles. As
+// makeProbe and touch do, it makes sure that the group's pages were written (pagesWritten inline;
+// writeFirst in addRowPages when one was not) and loads the current generation's other sectors
+// before the row is tested, so that their cache misses overlap with the row's. As in rowTest, every call on the way to a new key's insertion is the last thing its
 // caller does (addRowPages, addRowZ0, addRowHits, rowInsert), so that nothing is spilled.
 func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
 	c := &f.fill[v.cur<<f.shardBits+int(h>>f.shardShift)]
@@ -428,8 +428,8 @@ func (f *Filter) rowInsert(v *view, c *fillCounter, g, at, tag, m uint64) {
 // bits (bit 63 clear). With nm = ^m, a word w has them all when nm|w is all ones: then nm|w + 1
 // is 0, and otherwise it keeps bit 63 (nm has it, and the sum does not carry out); so the AND of
 // the eight sums (lineLacks) has bit 63 clear exactly when a word matched. It is rowHits without
-// the mask of which word matched, in fewer instructions (one OR, an increment and an AND per word,
-// the load folded into the OR): a miss's common case. rowTest and addRow call lineLacks, which
+// the mask of which word matched, in fewer instructions (a load, an OR, an increment and an AND
+// per word): a miss's common case. rowTest and addRow call lineLacks, which
 // the compiler inlines, where a call would make them spill what they keep for the hits.
 func lineHas(row *[sectorWords]uint64, m uint64) bool {
 	return lineLacks(row, ^m)>>63 == 0
