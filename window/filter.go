@@ -212,16 +212,50 @@ func (f *Filter) hash(key []byte) uint64 {
 // exactly one of them gets false (with Config.SingleWriter, calls must not overlap). A key that
 // is seen is not added again, so its expiry stays tied to its first sighting.
 func (f *Filter) TestAndAdd(key []byte) (seen bool) {
-	return f.testAndAddHash(f.hash(key))
+	if len(key) < xxhashLong { // hashKey's short path, one call less (see Test)
+		return f.testAndAddHash(xxhashShort(key, f.seed))
+	}
+	return f.testAndAddHash(hashKey(key, f.seed))
 }
 
 // Test reports whether key was seen in the window, without adding it.
 func (f *Filter) Test(key []byte) bool {
-	return f.testHash(f.hash(key))
+	// hashKey and testHash written out, so that a miss is one call deep (the hash of a short key
+	// and rowTest): fewer instructions between one operation's cache miss and the next one's.
+	var h uint64
+	if len(key) < xxhashLong {
+		h = xxhashShort(key, f.seed)
+	} else {
+		h = hashKey(key, f.seed)
+	}
+	v := f.view.Load()
+	if v.curTagged || f.slots > rowSlots || f.grown.Load() != nil {
+		return f.testLookup(v, h)
+	}
+	seen := f.rowTest(v, h)
+	runtime.KeepAlive(f)
+	return seen
 }
 
-// testAndAddHash is TestAndAdd for a hash returned by hash.
+// testAndAddHash is TestAndAdd for a hash returned by hash. The single writer takes addRow while
+// no generation has grown and the current slot has no pending sweep, and while its shard of stage
+// 0 has room; otherwise, and in shared mode, the whole probe (testAndAddProbe).
 func (f *Filter) testAndAddHash(h uint64) (seen bool) {
+	if f.single {
+		v := f.view.Load()
+		if !v.curTagged && f.slots <= rowSlots && f.grown.Load() == nil {
+			if seen, done := f.addRow(v, h); done {
+				runtime.KeepAlive(f)
+				return seen
+			}
+		}
+	}
+	return f.testAndAddProbe(h)
+}
+
+// testAndAddProbe is testAndAddHash through the key's whole probe: makeProbe, lookup, and insert
+// or the shared mode's claim (testAndAdd).
+func (f *Filter) testAndAddProbe(h uint64) (seen bool) {
 	var p probe
 	if f.single {
 		v := f.view.Load()
@@ -247,6 +281,12 @@ func (f *Filter) testHash(h uint64) bool {
 		runtime.KeepAlive(f)
 		return seen
 	}
+	return f.testLookup(v, h)
+}
+
+// testLookup is testHash's whole lookup, for a filter that has grown, is being swept or has more
+// than rowSlots slots.
+func (f *Filter) testLookup(v *view, h uint64) bool {
 	var p probe
 	f.makeProbe(&p, h, v, false, false)
 	seen := f.lookup(v, &p)
@@ -264,12 +304,37 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	tag := h&tagMask | 1
 	z0 := patternOutput(tag, 0)
 	base := g * f.groupWords
-	row := f.words[base+(z0&(sectorWords-1))*uint64(f.slots):][:f.slots:f.slots]
-	m := firstMask(tag, z0, f.first)
-	if f.slots == sectorWords && v.rowLive == 1<<sectorWords-1 && !lineHas((*[sectorWords]uint64)(row), m) {
+	at := base + (z0&(sectorWords-1))*uint64(f.slots)
+	if f.first != 4 || f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 {
+		return f.rowHasZ0(v, base, at, tag, z0)
+	}
+	// Eight live slots and four first bits: lineHas, inlined (lineLacks), before any call, so that
+	// a miss spills nothing.
+	m := firstBits4(z0)
+	if lineLacks(f.row8(at), ^m)>>63 != 0 {
 		return false
 	}
-	for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 {
+	return f.rowHas(v, base, at, tag, m)
+}
+
+// row8 returns the row of eight slots' words that starts at index at of stage 0, for a filter of
+// eight slots, where it always lies within at's group: with the one bounds check of at, not the
+// two of a slice of eight words and its conversion.
+func (f *Filter) row8(at uint64) *[sectorWords]uint64 {
+	return (*[sectorWords]uint64)(unsafe.Pointer(&f.words[at]))
+}
+
+// rowHasZ0 is rowHas for the first bits of the pattern stream's output 0 z0 (firstMask): apart, so
+// that rowTest makes no call that it must keep values across.
+func (f *Filter) rowHasZ0(v *view, base, at, tag, z0 uint64) bool {
+	return f.rowHas(v, base, at, tag, firstMask(tag, z0, f.first))
+}
+
+// rowHas reports whether a live slot of v whose word of the row at index at has every bit of m,
+// the first bits of the key whose tag is tag, has the key's other bits too (restMissing), in the
+// group at base. It is rowTest's test once the row's word is known.
+func (f *Filter) rowHas(v *view, base, at, tag, m uint64) bool {
+	for hits := rowHits(f.words[at:at+uint64(f.slots)], m) & v.rowLive; hits != 0; hits &= hits - 1 {
 		if !f.restMissing(base, bits.TrailingZeros64(hits), tag) {
 			return true
 		}
@@ -277,14 +342,97 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	return false
 }
 
+// addRow is testAndAddHash for the single writer while no generation has grown, v's current slot
+// has no pending sweep and the filter has at most rowSlots slots: rowTest's test, then the
+// insertion of a new key into stage 0 written straight from its tag (rowInsert), without building
+// its probe. It returns done = false, having done nothing, when the key's shard of the current
+// generation's stage 0 is full: the key is for a grown stage, which the whole path handles. As
+// makeProbe and touch do, it makes sure that the group's pages were written (pagesWritten inline;
+// writeFirst in addRowPages when one was not) and loads the current generation's other sectors
+// before the row is tested, so that their cache misses overlap with the row's. As in rowTest, every call on the way to a new key's insertion is the last thing its
+// caller does (addRowPages, addRowZ0, addRowHits, rowInsert), so that nothing is spilled.
+func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
+	c := &f.fill[v.cur<<f.shardBits+int(h>>f.shardShift)]
+	if atomic.LoadUint32(&c.full) != 0 {
+		return false, false
+	}
+	g, _ := bits.Mul64(h, f.groups)
+	base := g * f.groupWords
+	if !f.pagesWritten(base, f.groupWords) {
+		return f.addRowPages(v, h, base)
+	}
+	for sec := 1; sec < f.sectors; sec++ {
+		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
+	}
+	tag := h&tagMask | 1
+	z0 := patternOutput(tag, 0)
+	at := base + (z0&(sectorWords-1))*uint64(f.slots)
+	if f.first != 4 || f.slots != sectorWords || v.rowLive != 1<<sectorWords-1 {
+		return f.addRowZ0(v, c, g, at, tag, z0)
+	}
+	m := firstBits4(z0)
+	if lineLacks(f.row8(at), ^m)>>63 == 0 { // lineHas, inlined
+		return f.addRowHits(v, c, g, at, tag, m)
+	}
+	f.rowInsert(v, c, g, at, tag, m)
+	return false, true
+}
+
+// addRowPages is addRow for a key whose group has a page not written yet: it writes them
+// (writeFirst) and starts again.
+func (f *Filter) addRowPages(v *view, h, base uint64) (seen, done bool) {
+	f.writeFirst(base, f.groupWords)
+	return f.addRow(v, h)
+}
+
+// addRowZ0 is addRow's test and insertion for a layout without four first bits or a row of other
+// than eight live slots: the first bits from z0 by firstMask, then addRowHits.
+func (f *Filter) addRowZ0(v *view, c *fillCounter, g, at, tag, z0 uint64) (seen, done bool) {
+	return f.addRowHits(v, c, g, at, tag, firstMask(tag, z0, f.first))
+}
+
+// addRowHits is addRow for a key whose first bits m are in a word of the row at index at: rowHas
+// decides, and a new key is inserted (rowInsert).
+func (f *Filter) addRowHits(v *view, c *fillCounter, g, at, tag, m uint64) (seen, done bool) {
+	if f.rowHas(v, g*f.groupWords, at, tag, m) {
+		return true, true
+	}
+	f.rowInsert(v, c, g, at, tag, m)
+	return false, true
+}
+
+// rowInsert adds a new key, whose tag is tag and whose first bits m go to the row at index at of
+// group g, to stage 0 of v's current generation for the single writer, counting it in its shard's
+// counter c: the first bits into the row's word, the others one at a time into their words
+// (putRest). If stage 0 turns out full (stage0Room), or a rotation happened meanwhile, it takes
+// insert's or set's path with the key's whole probe.
+func (f *Filter) rowInsert(v *view, c *fillCounter, g, at, tag, m uint64) {
+	if f.bump(c) > f.limit0 && !f.stage0Room(v.cur) {
+		var p probe // stage 0 became full with this key: insert's path to the grown stages
+		f.probeFor(&p, g, tag)
+		f.addGrown(v, &p)
+		return
+	}
+	f.touched.mark(v.cur, g)
+	w := &f.words[at+uint64(v.cur)]
+	storeWord(w, loadWord(w)|m)
+	f.putRest(g*f.groupWords, v.cur, tag)
+	if nv := f.view.Load(); nv.epoch != v.epoch {
+		var p probe // a rotation meanwhile: the key goes to the new current generation too (set)
+		f.probeFor(&p, g, tag)
+		f.set(nv, &p)
+	}
+}
+
 // lineHas reports whether one of the eight words of a row has every bit of m, a mask of data
-// bits (bit 63 clear): m&^w - 1 underflows into bit 63 only when m&^w is 0. It is rowHits
-// without the mask of which word matched, in fewer instructions: a miss's common case.
+// bits (bit 63 clear). With nm = ^m, a word w has them all when nm|w is all ones: then nm|w + 1
+// is 0, and otherwise it keeps bit 63 (nm has it, and the sum does not carry out); so the AND of
+// the eight sums (lineLacks) has bit 63 clear exactly when a word matched. It is rowHits without
+// the mask of which word matched, in fewer instructions (a load, an OR, an increment and an AND
+// per word): a miss's common case. rowTest and addRow call lineLacks, which
+// the compiler inlines, where a call would make them spill what they keep for the hits.
 func lineHas(row *[sectorWords]uint64, m uint64) bool {
-	return ((m&^atomic.LoadUint64(&row[0])-1)|(m&^atomic.LoadUint64(&row[1])-1)|
-		(m&^atomic.LoadUint64(&row[2])-1)|(m&^atomic.LoadUint64(&row[3])-1)|
-		(m&^atomic.LoadUint64(&row[4])-1)|(m&^atomic.LoadUint64(&row[5])-1)|
-		(m&^atomic.LoadUint64(&row[6])-1)|(m&^atomic.LoadUint64(&row[7])-1))>>63 != 0
+	return lineLacks(row, ^m)>>63 == 0
 }
 
 // makeProbe maps a hash to its group (by the high bits, with Lemire's multiply-shift range
@@ -336,6 +484,9 @@ func (f *Filter) contains(v *view, p *probe) bool {
 	m := p.mask[p.w0&(sectorWords-1)]
 	if len(row) > rowSlots {
 		return f.containsWide(v, p, row, m)
+	}
+	if len(row) == sectorWords && v.rowLive == 1<<sectorWords-1 && !lineHas((*[sectorWords]uint64)(row), m) {
+		return false // a new key's usual answer, in fewer instructions than rowHits
 	}
 	for hits := rowHits(row, m) & v.rowLive; hits != 0; hits &= hits - 1 {
 		if f.restHas(p, bits.TrailingZeros64(hits)) {

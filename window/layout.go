@@ -27,6 +27,7 @@ type blocks struct {
 	k            int             // bits a key sets in a block
 	first        int             // of which in its word of sector 0
 	ks           [MaxSectors]int // bits a key sets in each sector: ks[0] = first
+	restOff      []uint64        // per bit i of the pattern, k of them: the offset of its sector, sector·sectorStride
 	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
 	groupWords   uint64
 	// pages is nil for blocks populated when made; else it has one bit per page of words, set
@@ -62,8 +63,12 @@ func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager b
 		groupWords:   uint64(slots*lp.sectors) * sectorWords,
 	}
 	s := Sizing{K: lp.k, Sectors: lp.sectors, FirstBits: lp.first}
+	b.restOff = make([]uint64, 0, lp.k)
 	for i := range lp.sectors {
 		b.ks[i] = s.sectorBits(i)
+		for range b.ks[i] {
+			b.restOff = append(b.restOff, uint64(i)*b.sectorStride)
+		}
 	}
 	if !eager {
 		b.pageOff = uint64(uintptr(unsafe.Pointer(&b.words[0])) % pageSize / 8)
@@ -95,6 +100,18 @@ func (b *blocks) writeFirst(from, n uint64) {
 		atomic.AddUint64(&b.words[i], 0)
 		atomic.OrUint64(w, bit)
 	}
+}
+
+// pagesWritten reports whether the pages holding words [from, from+n) are marked written, for a
+// range of at most two pages (a key group of stage 0 within a page of words): writeFirst has
+// nothing to do for it then. For more pages it reports false.
+func (b *blocks) pagesWritten(from, n uint64) bool {
+	if b.pages == nil {
+		return true
+	}
+	first, last := (from+b.pageOff)/pageWords, (from+n-1+b.pageOff)/pageWords
+	return last-first <= 1 && atomic.LoadUint64(&b.pages[first/64])&(1<<(first%64)) != 0 &&
+		atomic.LoadUint64(&b.pages[last/64])&(1<<(last%64)) != 0
 }
 
 // markPages marks the pages holding words [from, from+n) written, for a caller that writes them
@@ -210,6 +227,24 @@ func (b *blocks) restMissing(base uint64, s int, tag uint64) bool {
 	return false
 }
 
+// putRest sets the bits after the first of the key whose tag is tag in the sectors after the first
+// of slot s's block in the group at base, for the single writer: a plain read and store of each
+// bit's word (see storeSector), without building the key's mask. The slot's words must carry no
+// stale tag. It walks the pattern one output of the stream at a time, each bit's sector from
+// restOff, with fewer live values than fillRest's walk by sector, so that the compiler keeps them
+// in registers.
+func (b *blocks) putRest(base uint64, s int, tag uint64) {
+	words, off := b.words[base+uint64(s)*sectorWords:], b.restOff
+	for n := b.first; n < len(off); {
+		z := patternOutput(tag, n>>2) >> (16 * (n & 3))
+		for end := min(n|3+1, len(off)); n < end; n++ {
+			w := &words[off[n]+z&(sectorWords-1)]
+			storeWord(w, loadWord(w)|dataBit(z))
+			z >>= 16
+		}
+	}
+}
+
 // put sets the probe's bits in slot s, whose words carry no stale tag: atomic ORs, or the single
 // writer's plain read and store of each word.
 func (b *blocks) put(p *probe, s int, single bool) {
@@ -277,20 +312,19 @@ func dataBit(z uint64) uint64 { return 1 << ((z >> 3 & (1<<13 - 1)) * wordBits >
 // stream's output 0 for the probe's tag.
 func (b *blocks) fillFirst(p *probe, z0 uint64) {
 	p.w0 = z0 & (sectorWords - 1)
-	p.mask[p.w0] = firstMask(p.tag, z0, b.first)
+	m := firstBits4(z0)
+	if b.first != 4 {
+		m = firstMask(p.tag, z0, b.first)
+	}
+	p.mask[p.w0] = m
 }
 
 // firstMask returns the first n bits of the pattern of tag in their word of sector 0, from z0,
-// the pattern stream's output 0 for the tag.
+// the pattern stream's output 0 for the tag. The hot paths take firstBits4 for the usual n = 4
+// and call it for other layouts.
 func firstMask(tag, z0 uint64, n int) uint64 {
-	if n <= 4 { // one output: no loop, which the compiler would not unroll
-		m := dataBit(z0)
-		for i := 1; i < 4; i++ {
-			if i < n {
-				m |= dataBit(z0 >> (16 * i))
-			}
-		}
-		return m
+	if n == 4 {
+		return firstBits4(z0)
 	}
 	m, z := uint64(0), z0
 	for i := range n {
@@ -301,6 +335,18 @@ func firstMask(tag, z0 uint64, n int) uint64 {
 		z >>= 16
 	}
 	return m
+}
+
+// firstBits4 is firstMask for n = 4: dataBit of the four 16-bit chunks of z0, one output of the
+// stream, in straight code that the compiler inlines. It computes two chunks per multiplication:
+// the 13 bits of chunks 0 and 2 (then 1 and 3) go to the two 32-bit halves of a word, where each
+// times 63 stays below 2^19 and so never reaches the other half; shifted right by 13, the low six
+// bits of each half are dataBit's bit offsets.
+func firstBits4(z0 uint64) uint64 {
+	const halves = 1<<13 - 1 | (1<<13-1)<<32
+	a := (z0 >> 3 & halves) * wordBits >> 13  // chunks 0 and 2
+	b := (z0 >> 19 & halves) * wordBits >> 13 // chunks 1 and 3
+	return 1<<(a&63) | 1<<(a>>32&63) | 1<<(b&63) | 1<<(b>>32&63)
 }
 
 // fillRest sets the probe's bits in sectors 1 … sectors-1. It walks the sectors in order, ks[sec]

@@ -2,6 +2,7 @@ package window
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -91,6 +92,105 @@ func TestRowTestFindsAddedKeys(t *testing.T) {
 			if !f.Test(key(uint64(e), uint64(i))) {
 				t.Fatalf("generation %d key %d not found", e, i)
 			}
+		}
+	}
+}
+
+// TestFirstBits4MatchesDataBit holds firstBits4, which computes two chunks per multiplication, to
+// dataBit of each of the four chunks, on random outputs and on the chunks' extremes.
+func TestFirstBits4MatchesDataBit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	zs := []uint64{0, ^uint64(0), 0xfff8fff8fff8fff8, 0x0007000700070007, 0x8000800080008000}
+	for range 1_000_000 {
+		zs = append(zs, rng.Uint64())
+	}
+	for _, z := range zs {
+		want := dataBit(z) | dataBit(z>>16) | dataBit(z>>32) | dataBit(z>>48)
+		if got := firstBits4(z); got != want {
+			t.Fatalf("z0 %#x: firstBits4 %#x, dataBit of each chunk %#x", z, got, want)
+		}
+		if got := firstMask(z, z, 4); got != want {
+			t.Fatalf("z0 %#x: firstMask %#x, want %#x", z, got, want)
+		}
+	}
+}
+
+// TestAddRowMatchesProbe holds the single writer's short insertion (addRow: rowTest, then the
+// bits written straight from the tag) to the whole path (testAndAddProbe: makeProbe, lookup,
+// insert) on twin filters: the same answers and, at the end, the same words in stage 0, the same
+// fill counts and the same growth, through rotations, growth past the capacity and pending sweeps.
+func TestAddRowMatchesProbe(t *testing.T) {
+	cases := []struct {
+		name   string
+		fpr    float64
+		gens   int
+		lazy   bool // sweeps left pending: the current slot is tagged, and addRow does not apply
+		keys   int  // per generation, against a capacity of 4000
+		rounds int
+	}{
+		{"1e-3", 1e-3, 8, false, 3000, 12},
+		{"1e-6-grow", 1e-6, 8, false, 9000, 10},
+		{"n4-1e-2-lazy", 1e-2, 4, true, 4000, 7},
+		{"n16-1e-4", 1e-4, 16, false, 2000, 20},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newFakeClock()
+			start := clk.Now()
+			cfg := Config{Generations: c.gens, Interval: time.Minute, Capacity: 4000,
+				FalsePositiveRate: c.fpr, SingleWriter: true, Seed: 7, Clock: clk.Now}
+			a, b := mustNew(t, cfg), mustNew(t, cfg)
+			a.deferSweep, b.deferSweep = c.lazy, c.lazy
+			rng := rand.New(rand.NewPCG(9, uint64(len(c.name))))
+			var seen int
+			for e := range c.rounds {
+				a.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+				b.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+				for i := range c.keys {
+					k := key(uint64(rng.IntN(c.rounds)), uint64(rng.IntN(c.keys*2)))
+					got, want := a.TestAndAdd(k), b.testAndAddProbe(b.hash(k))
+					if got != want {
+						t.Fatalf("generation %d key %d: addRow path %v, whole path %v", e, i, got, want)
+					}
+					if got {
+						seen++
+					}
+				}
+			}
+			if !slices.Equal(a.words, b.words) {
+				t.Fatal("stage 0's words differ")
+			}
+			for i := range a.fill {
+				if a.fill[i].n != b.fill[i].n || a.fill[i].full != b.fill[i].full {
+					t.Fatalf("fill counter %d: %+v and %+v", i, a.fill[i], b.fill[i])
+				}
+			}
+			if sa, sb := a.Stats(), b.Stats(); sa.Stages != sb.Stages || a.growths.Load() != b.growths.Load() {
+				t.Fatalf("grown stages %d and %d, growths %d and %d", sa.Stages, sb.Stages, a.growths.Load(), b.growths.Load())
+			}
+			t.Logf("%d seen, %d growths", seen, a.growths.Load())
+		})
+	}
+}
+
+// TestLineHasMatchesRowHits holds lineHas, and rowTest's copy of it, to rowHits on random rows and
+// masks of one to five data bits, with words that have every bit of the mask planted in some.
+func TestLineHasMatchesRowHits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var row [sectorWords]uint64
+	for i := range 200_000 {
+		var m uint64
+		for range 1 + rng.IntN(5) {
+			m |= 1 << rng.IntN(wordBits)
+		}
+		for w := range row {
+			row[w] = rng.Uint64() & rng.Uint64() // about a quarter of the bits, tag bits included
+			if rng.IntN(16) == 0 {
+				row[w] |= m
+			}
+		}
+		if got, want := lineHas(&row, m), rowHits(row[:], m) != 0; got != want {
+			t.Fatalf("case %d, mask %#x, row %#x: lineHas %v, rowHits %v", i, m, row, got, want)
 		}
 	}
 }
