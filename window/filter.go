@@ -359,8 +359,13 @@ func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
 	g, _ := bits.Mul64(h, f.groups)
 	base := g * f.groupWords
 	if !f.pagesWritten(base, f.groupWords) {
-		return f.addRowPages(v, h, base)
+		return f.addRowPages(v, c, h, g, base)
 	}
+	return f.addRowWritten(v, c, h, g, base)
+}
+
+// addRowWritten is addRow once the pages of the key's group, at base, are written.
+func (f *Filter) addRowWritten(v *view, c *fillCounter, h, g, base uint64) (seen, done bool) {
 	for sec := 1; sec < f.sectors; sec++ {
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
@@ -378,11 +383,12 @@ func (f *Filter) addRow(v *view, h uint64) (seen, done bool) {
 	return false, true
 }
 
-// addRowPages is addRow for a key whose group has a page not written yet: it writes them
-// (writeFirst) and starts again.
-func (f *Filter) addRowPages(v *view, h, base uint64) (seen, done bool) {
+// addRowPages is addRow for a key whose group has a page not written yet (pagesWritten, which
+// also says so for every group over more than two pages): it writes them (writeFirst) and goes
+// on, without testing them again.
+func (f *Filter) addRowPages(v *view, c *fillCounter, h, g, base uint64) (seen, done bool) {
 	f.writeFirst(base, f.groupWords)
-	return f.addRow(v, h)
+	return f.addRowWritten(v, c, h, g, base)
 }
 
 // addRowZ0 is addRow's test and insertion for a layout without four first bits or a row of other

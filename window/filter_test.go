@@ -3,6 +3,7 @@ package window
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -679,5 +680,27 @@ func TestSnapshotReleasesAfterData(t *testing.T) {
 	}
 	if uint64(buf.Len()) != f.Meta().Words*8 {
 		t.Errorf("snapshot wrote %d bytes, want %d", buf.Len(), f.Meta().Words*8)
+	}
+}
+
+// TestWideGroups checks TestAndAdd and Test on filters whose groups span more than two pages
+// (many generations): every key added is seen, and a fresh key is new, single writer and shared.
+func TestWideGroups(t *testing.T) {
+	for _, n := range []int{24, 40, 100} {
+		for _, single := range []bool{true, false} {
+			t.Run(fmt.Sprintf("N=%d/single=%v", n, single), func(t *testing.T) {
+				f := mustNew(t, Config{Generations: n, Interval: time.Minute, Capacity: 4000, FalsePositiveRate: 1e-6, SingleWriter: single})
+				for i := range 4000 {
+					if f.TestAndAdd(key(1, uint64(i))) {
+						t.Fatalf("fresh key %d reported seen", i)
+					}
+				}
+				for i := range 4000 {
+					if !f.Test(key(1, uint64(i))) || !f.TestAndAdd(key(1, uint64(i))) {
+						t.Fatalf("key %d added before is not seen", i)
+					}
+				}
+			})
+		}
 	}
 }
