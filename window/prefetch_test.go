@@ -67,7 +67,7 @@ func TestPrefetchLines(t *testing.T) {
 				t.Fatalf("grown stages: %v, want %v", grown, tc.grown)
 			}
 			for i := range 300 {
-				checkPrefetchReads(t, f, key(1, uint64(i)))   // added before
+				checkPrefetchReads(t, f, key(1, uint64(i)))  // added before
 				checkPrefetchWrites(t, f, key(9, uint64(i))) // new
 			}
 		})
