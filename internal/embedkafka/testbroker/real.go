@@ -77,13 +77,34 @@ func Available() error {
 	return nil
 }
 
+// startAttempts is how many times StartReal formats and starts a cluster whose node could not
+// bind one of its ports: kafka.sh picks ports that are free a moment before the JVMs bind them,
+// and another process (most often an outgoing connection's ephemeral port) can take one between.
+const startAttempts = 3
+
+// errPortTaken says that a node exited while starting because a port it was given was taken.
+var errPortTaken = errors.New("testbroker: a port was taken before the node bound it")
+
 // StartReal formats a cluster in a new directory under dir (see kafka.sh init) and starts every
 // node, returning once each logged that it started and the cluster's metadata lists them all.
-// The caller must call Close.
+// A cluster whose node found a port taken is started again on new ports, up to startAttempts
+// times. The caller must call Close.
 func StartReal(dir string, o RealOptions) (*Cluster, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
+	var err error
+	for range startAttempts {
+		var c *Cluster
+		if c, err = startReal(dir, o); !errors.Is(err, errPortTaken) {
+			return c, err
+		}
+	}
+	return nil, err
+}
+
+// startReal is one attempt of StartReal.
+func startReal(dir string, o RealOptions) (*Cluster, error) {
 	began := time.Now()
 	if o.Nodes <= 0 {
 		o.Nodes = 1
@@ -225,13 +246,24 @@ func (c *Cluster) waitStarted(n int, from int64) error {
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("testbroker: node %d exited while starting; log %s:\n%s", n, c.LogFile(n), tail(b, 30))
+			return exitedWhileStarting(n, c.LogFile(n), b, from)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testbroker: node %d did not start within 3m; log %s", n, c.LogFile(n))
 		}
 	}
+}
+
+// exitedWhileStarting returns the error of node n, which exited while starting, given its log b
+// (written to the file logFile) of which it wrote from offset from on: wrapping errPortTaken
+// when the node could not bind a port.
+func exitedWhileStarting(n int, logFile string, b []byte, from int64) error {
+	err := fmt.Errorf("testbroker: node %d exited while starting; log %s:\n%s", n, logFile, tail(b, 30))
+	if bytes.Contains(b[min(max(from, 0), int64(len(b))):], []byte("Address already in use")) {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
 }
 
 // waitBrokers waits until the cluster's metadata lists want brokers.
