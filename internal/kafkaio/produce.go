@@ -83,8 +83,8 @@ type ProducerConfig struct {
 	TransactionTimeout time.Duration
 	// Memory bounds the estimated size of the records of the Produce and ProduceParts calls in
 	// progress, of this producer and of the others given the same Memory: a call waits until
-	// those before it leave room for its records, and a call larger than the bound goes alone
-	// (see "Produce memory"). Default: nil, no bound.
+	// those before it leave room for its records or DefaultProduceMemoryWait passes, and a call
+	// larger than the bound goes alone (see "Produce memory"). Default: nil, no bound.
 	Memory *ProduceMemory
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Produce memory. The records a Producer is given are encoded into a batch of their own (and
@@ -13,12 +14,20 @@ import (
 // that for all of them at once: at 96 partitions in a catch-up, tens of MiB for a moment. With
 // ProducerConfig.MaxBufferedBytes set, Produce and ProduceParts wait until the records of the
 // calls in progress (their estimated size, messageSize) leave room for theirs, in the order they
-// came; a call larger than the bound goes alone.
+// came; a call larger than the bound goes alone. A call that waited DefaultProduceMemoryWait
+// goes ahead over the bound: a call whose produce the producer retries (a leader moving, too few
+// in-sync replicas) holds its bytes until it succeeds, and the bound must not stall the
+// partitions of the healthy brokers behind such calls for longer than that. The memory then
+// passes the bound by what those calls hold, as it did without one.
 
 // DefaultMaxProduceBytes is the bound on the records being produced at once that the worker
 // sets for all its producers together (ProducerConfig.Memory): 8 MiB, eight full requests of
 // DefaultBatchBytes.
 const DefaultMaxProduceBytes = 8 << 20
+
+// DefaultProduceMemoryWait is how long a call waits for room under a ProduceMemory before it
+// goes ahead over the bound: 1 s.
+const DefaultProduceMemoryWait = time.Second
 
 // ProduceMemory counts the estimated bytes of the records of the Produce and ProduceParts calls
 // in progress of the producers that share it (ProducerConfig.Memory) against a limit. Calls that wait are served in order, so that a large call is not passed over
@@ -26,6 +35,8 @@ const DefaultMaxProduceBytes = 8 << 20
 // ProduceMemory bounds nothing.
 type ProduceMemory struct {
 	limit int64
+	wait  time.Duration                        // DefaultProduceMemoryWait
+	after func(time.Duration) <-chan time.Time // time.After; a test's own clock
 	mu    sync.Mutex
 	held  int64
 	queue []*memoryWaiter // calls waiting, in order
@@ -43,12 +54,12 @@ func NewProduceMemory(limit int64) *ProduceMemory {
 	if limit <= 0 {
 		return nil
 	}
-	return &ProduceMemory{limit: limit}
+	return &ProduceMemory{limit: limit, wait: DefaultProduceMemoryWait, after: time.After}
 }
 
 // acquire waits until n more bytes fit under the limit, or nothing is held, with no call
-// waiting before it, and takes them; it returns the bytes taken (n, at most the limit) to give
-// back to release, or ctx's error once ctx ends first.
+// waiting before it, or m.wait passed, and takes them; it returns the bytes taken (n, at most the
+// limit) to give back to release, or ctx's error once ctx ends first.
 func (m *ProduceMemory) acquire(ctx context.Context, n int64) (int64, error) {
 	if m == nil {
 		return 0, nil
@@ -66,18 +77,33 @@ func (m *ProduceMemory) acquire(ctx context.Context, n int64) (int64, error) {
 	select {
 	case <-w.ready:
 		return n, nil
+	case <-m.after(m.wait):
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.dequeue(w) {
+			m.held += n // over the bound
+			m.grant()   // the call after it may fit now
+		}
+		return n, nil
 	case <-ctx.Done():
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if i := slices.Index(m.queue, w); i >= 0 {
-		m.queue = slices.Delete(m.queue, i, i+1)
-		m.grant() // the call after it may fit now
-		return 0, ctx.Err()
+	if !m.dequeue(w) {
+		m.held -= n // taken for it meanwhile
 	}
-	m.held -= n // taken for it meanwhile
-	m.grant()
+	m.grant() // the call after it may fit now
 	return 0, ctx.Err()
+}
+
+// dequeue removes w from the calls waiting and reports whether it was there (else its bytes were
+// taken for it). m.mu is held.
+func (m *ProduceMemory) dequeue(w *memoryWaiter) bool {
+	i := slices.Index(m.queue, w)
+	if i >= 0 {
+		m.queue = slices.Delete(m.queue, i, i+1)
+	}
+	return i >= 0
 }
 
 // fits reports whether n more bytes may be taken: they fit under the limit, or nothing is held.
