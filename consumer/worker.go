@@ -181,10 +181,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	// hard ends ShutdownTimeout after ctx: it bounds the drain.
 	hard, cancelHard := grace.Context(context.WithoutCancel(ctx), ctx, w.cfg.ShutdownTimeout)
 	defer cancelHard()
+	logged := make(chan struct{})
 	stopLog := context.AfterFunc(ctx, func() {
+		defer close(logged)
 		w.log.Info("shutdown requested: draining", "timeout", w.cfg.ShutdownTimeout.String())
 	})
-	defer stopLog()
+	defer func() {
+		if !stopLog() {
+			<-logged // ctx ended: the drain's log line runs; a fast stop must not exit before it
+		}
+	}()
 	defer kafkaio.CloseIdle(w.client)
 	w.pool = kafkaio.NewFetchPool(w.client, kafkaio.FetchPoolConfig{
 		Isolation: w.cfg.isolation(), MaxWait: w.cfg.FetchMaxWait, MaxBytes: 4 * w.cfg.FetchMaxBytes,
