@@ -126,18 +126,15 @@ func (j seenJudge) Judge(p int32, id []byte, ts time.Time) Verdict {
 	return VerdictNew
 }
 
-// A Prefetcher is a Deduper that can be told, ahead of Seen or Judge, an identity it is about to
-// judge, so that it starts loading the memory the judging will read: the Worker tells it each
-// identity of a batch prefetchAhead records before judging it. Prefetch changes nothing and must
-// be safe for concurrent use and cheap.
-type Prefetcher interface {
-	Prefetch(partition int32, id []byte)
+// A BatchJudge is a Judge that judges the identities of a batch in one call, which lets it overlap
+// their lookups (prefetch the memory of the next identities while judging one) and do once per
+// batch what Judge does per record. JudgeBatch must judge ids in order, as Judge would one after
+// another, skip each nil id (a record without identity), and pass the verdict of ids[i] to put(i,
+// v); ts(i) is the timestamp of ids[i]. It has Judge's contract otherwise. The Worker calls it
+// once per batch instead of Judge, from the partition's goroutine.
+type BatchJudge interface {
+	JudgeBatch(partition int32, ids [][]byte, ts func(int) time.Time, put func(int, Verdict))
 }
-
-// prefetchAhead is how many records before judging an identity the Worker hands it to a
-// Prefetcher: enough for a filter's cache misses to arrive while the records between are
-// handled, few enough that the lines are still cached when the identity is judged.
-const prefetchAhead = 4
 
 // judgeOf returns d as a Judge.
 func judgeOf(d Deduper) Judge {

@@ -22,6 +22,10 @@ type partitionState struct {
 	// absent[i]: why in[i] has no identity (identity.Found when it has one)
 	absent     []identity.Reason
 	identified int // records of in whose identity was extracted
+	// verdicts[i]: the verdict on in[i] when it has an identity (judgeBatch)
+	verdicts   []Verdict
+	timeOf     func(int) time.Time // in[i]'s timestamp, for a BatchJudge
+	putVerdict func(int, Verdict)  // sets verdicts[i], for a BatchJudge
 	out        []kafkaio.Record
 	outStale   int // the length of the last batch's out, kept for this one (endBatch)
 	dups       []kafkaio.Record
@@ -355,15 +359,22 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 	return "discarded"
 }
 
-// prefetch hands the identities of the n keyed records of st.in from i on to the Deduper, if it is
-// a Prefetcher.
-func (w *Worker) prefetch(st *partitionState, i, n int) {
-	if w.pre == nil {
+// judgeBatch puts in st.verdicts the verdict on each keyed record of st.in: from the Deduper's
+// JudgeBatch when it is a BatchJudge, else from Judge record by record.
+func (w *Worker) judgeBatch(st *partitionState) {
+	n := len(st.in)
+	st.verdicts = slices.Grow(st.verdicts[:0], n)[:n]
+	if w.batch != nil {
+		if st.timeOf == nil {
+			st.timeOf = func(i int) time.Time { return st.in[i].Time }
+			st.putVerdict = func(i int, v Verdict) { st.verdicts[i] = v }
+		}
+		w.batch.JudgeBatch(st.p, st.ids, st.timeOf, st.putVerdict)
 		return
 	}
-	for end := min(i+n, len(st.in)); i < end; i++ {
-		if st.absent[i] == identity.Found {
-			w.pre.Prefetch(st.p, st.ids[i])
+	for i, id := range st.ids {
+		if id != nil {
+			st.verdicts[i] = w.judge.Judge(st.p, id, st.in[i].Time)
 		}
 	}
 }
@@ -409,9 +420,8 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 	// a rebuild or an audit that reads the header never counts from later than the judging.
 	judged := time.Now()
 	w.dedup.Processing(p, b.Next)
-	w.prefetch(st, 0, prefetchAhead)
+	w.judgeBatch(st)
 	for i := range st.in {
-		w.prefetch(st, i+prefetchAhead, 1)
 		m := &st.in[i]
 		src := w.source(st, m)
 		if r := st.absent[i]; r != identity.Found {
@@ -428,7 +438,7 @@ func (w *Worker) handleBatch(gctx, pctx context.Context, c offsetSink, st *parti
 			}
 			continue
 		}
-		v := w.judge.Judge(p, st.ids[i], m.Time)
+		v := st.verdicts[i]
 		if !st.counted(src, v != VerdictNew) {
 			out = w.emit(st, out, m, st.ids[i])
 			continue
@@ -639,6 +649,9 @@ func (w *Worker) identifyFrom(ctx context.Context, st *partitionState) error {
 		st.hdr.cur = nil
 		if err != nil {
 			return err
+		}
+		if absent != identity.Found {
+			id = nil // JudgeBatch skips nil identities
 		}
 		st.ids[i], st.absent[i] = id, absent
 		st.identified = i + 1

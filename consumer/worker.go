@@ -40,7 +40,7 @@ type Worker struct {
 	cfg   Config
 	dedup Deduper
 	judge Judge      // dedup as a Judge (judgeOf)
-	pre   Prefetcher // dedup as a Prefetcher, or nil
+	batch BatchJudge // dedup as a BatchJudge, or nil
 
 	inputTopic []byte // the value of AuditHeaderSourceTopic
 	key        KeyFunc
@@ -95,7 +95,7 @@ func New(cfg Config, d Deduper, key KeyFunc, obs Observer, log *slog.Logger) (*W
 	w := &Worker{cfg: cfg, dedup: d, judge: judgeOf(d), inputTopic: []byte(cfg.InputTopic), key: key, obs: obs, log: log, sample: kafkaio.NewSampler(log, 10*time.Second),
 		blocked: make(map[int32]BlockedPartition), limits: make(map[string]int), txnProds: make(map[int32]*kafkaio.Producer),
 		produceMem: kafkaio.NewProduceMemory(kafkaio.DefaultMaxProduceBytes)}
-	w.pre, _ = d.(Prefetcher)
+	w.batch, _ = d.(BatchJudge)
 	w.balancer = &kafkaio.StickyBalancer{}
 	w.connFail.bound = cfg.RebalanceTimeout
 	w.client = cfg.conn().Client(cfg.ProduceTimeout)

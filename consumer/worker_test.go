@@ -154,7 +154,7 @@ func TestUnkeyedPolicy(t *testing.T) {
 			e.produce(0, in)
 			cfg := e.config()
 			cfg.Unkeyed = tc.policy
-			d := &prefetchDeduper{mapDeduper: newMapDeduper(false, nil), pending: map[string]int{}}
+			d := &batchDeduper{mapDeduper: newMapDeduper(false, nil)}
 			r := e.start(cfg, d, keyFuncFor(t, tc.spec))
 			e.waitAllCommitted(20 * time.Second)
 			if err := r.stop(t, 10*time.Second); err != nil {
@@ -164,51 +164,53 @@ func TestUnkeyedPolicy(t *testing.T) {
 			if n := r.obs.unkeyed.Load(); n != 4 {
 				t.Errorf("unkeyed counted %d, want 4", n)
 			}
-			d.check(t, 36)
+			d.check(t, 36, 4)
 		})
 	}
 }
 
-// prefetchDeduper is a mapDeduper and a consumer.Prefetcher that checks the Worker's prefetches:
-// every identity judged was prefetched before, once per judging.
-type prefetchDeduper struct {
+// batchDeduper is a mapDeduper and a consumer.BatchJudge that counts how the Worker judges: every
+// keyed record through JudgeBatch, none through Seen, and no verdict for a record without one.
+type batchDeduper struct {
 	*mapDeduper
-	mu                 sync.Mutex
-	pending            map[string]int // prefetched and not judged yet, by partition and identity
-	prefetched, judged int
-	violations         []string
+	mu                   sync.Mutex
+	batched, seen, unset int
 }
 
-func (d *prefetchDeduper) Prefetch(p int32, id []byte) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.pending[fmt.Sprint(p, "/", string(id))]++
-	d.prefetched++
-}
-
-func (d *prefetchDeduper) Seen(p int32, id []byte, ts time.Time) bool {
-	d.mu.Lock()
-	k := fmt.Sprint(p, "/", string(id))
-	if d.pending[k] == 0 {
-		d.violations = append(d.violations, "judged without a prefetch: "+k)
+func (d *batchDeduper) JudgeBatch(p int32, ids [][]byte, ts func(int) time.Time, put func(int, consumer.Verdict)) {
+	for i, id := range ids {
+		if id == nil {
+			d.mu.Lock()
+			d.unset++
+			d.mu.Unlock()
+			continue
+		}
+		v := consumer.VerdictNew
+		if d.mapDeduper.Seen(p, id, ts(i)) {
+			v = consumer.VerdictDuplicate
+		}
+		d.mu.Lock()
+		d.batched++
+		d.mu.Unlock()
+		put(i, v)
 	}
-	d.pending[k]--
-	d.judged++
+}
+
+func (d *batchDeduper) Seen(p int32, id []byte, ts time.Time) bool {
+	d.mu.Lock()
+	d.seen++
 	d.mu.Unlock()
 	return d.mapDeduper.Seen(p, id, ts)
 }
 
-// check fails the test if an identity was judged without a prefetch before it, or if the counts
-// of prefetches and judgings are not both judged.
-func (d *prefetchDeduper) check(t *testing.T, judged int) {
+// check fails the test unless keyed records were judged through JudgeBatch and unkeyed ones
+// were passed to it as nil identities.
+func (d *batchDeduper) check(t *testing.T, keyed, unkeyed int) {
 	t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.violations) > 0 {
-		t.Errorf("%d violations, first: %s", len(d.violations), d.violations[0])
-	}
-	if d.prefetched != judged || d.judged != judged {
-		t.Errorf("%d prefetched and %d judged, want %d of each", d.prefetched, d.judged, judged)
+	if d.batched != keyed || d.seen != 0 || d.unset != unkeyed {
+		t.Errorf("judged %d in batches and %d by Seen, %d nil identities; want %d, 0, %d", d.batched, d.seen, d.unset, keyed, unkeyed)
 	}
 }
 

@@ -3,6 +3,7 @@ package dedup
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kdedup/kdedup/window"
 )
@@ -62,25 +63,91 @@ func TestJudgeOverload(t *testing.T) {
 	}
 }
 
-// TestPrefetchChangesNoVerdict proves that Prefetch, of an assigned partition or of one that is
-// not, changes no verdict: identities prefetched and never judged stay new.
-func TestPrefetchChangesNoVerdict(t *testing.T) {
-	w := window.Config{Generations: 4, Interval: 1 << 40, Auto: true, FalsePositiveRate: 1e-6}
-	s := newAssigned(t, Config{Scope: ScopePartition, Window: w}, 0)
-	for i := range 3000 {
-		s.Prefetch(0, fmt.Appendf(nil, "k%d", i))
-		s.Prefetch(7, fmt.Appendf(nil, "k%d", i)) // not assigned: ignored
+// TestJudgeBatchMatchesJudge proves that JudgeBatch gives every identity the verdict that Judge
+// gives it one call after another on a twin Set, skips nil identities, and counts those of a
+// partition not assigned; batches repeat identities within and beyond the prefetch distance.
+func TestJudgeBatchMatchesJudge(t *testing.T) {
+	plain := window.Config{Generations: 4, Interval: 1 << 40, Auto: true, FalsePositiveRate: 1e-6}
+	capped := window.Config{Generations: 2, Interval: 1 << 40, Capacity: 1000, FalsePositiveRate: 1e-6}
+	capped.MaxBytes = newAssigned(t, Config{Scope: ScopePartition, Window: capped}, 0).Stats()[0].TotalBytes
+	refresh := Config{Scope: ScopePartition, Window: plain, Refresh: true}
+	event := eventConfig(ScopePartition, newFakeClock(at(24, 0)))
+	event.LateRecords = LateDrop
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		part int32   // the partition judged; 0 is assigned
+		want Verdict // a verdict some identity must get
+	}{
+		{"processing", Config{Scope: ScopePartition, Window: plain}, 0, VerdictDuplicate},
+		{"refresh", refresh, 0, VerdictDuplicate},
+		{"event-time", event, 0, VerdictLate},
+		{"at-cap", Config{Scope: ScopePartition, Window: capped}, 0, VerdictOverload},
+		{"unassigned", Config{Scope: ScopePartition, Window: plain}, 5, VerdictNew},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			batched, single := newAssigned(t, tc.cfg, 0), newAssigned(t, tc.cfg, 0)
+			next, kinds := 0, map[Verdict]int{}
+			for _, n := range []int{0, 1, 3, 4, 5, 9, 200, 3000, 100} {
+				ids, ts := judgeBatchInput(next, n)
+				next += n
+				got := make([]Verdict, n)
+				puts := 0
+				batched.JudgeBatch(tc.part, ids, func(i int) time.Time { return ts[i] }, func(i int, v Verdict) {
+					if ids[i] == nil {
+						t.Fatalf("batch of %d: verdict for the nil identity %d", n, i)
+					}
+					got[i] = v
+					puts++
+				})
+				for i, id := range ids {
+					if id == nil {
+						continue
+					}
+					puts--
+					kinds[got[i]]++
+					if want := single.Judge(tc.part, id, ts[i]); got[i] != want {
+						t.Fatalf("batch of %d, identity %d (%s): verdict %d, Judge %d", n, i, id, got[i], want)
+					}
+				}
+				if puts != 0 {
+					t.Fatalf("batch of %d: %d verdicts more than keyed identities", n, puts)
+				}
+				batched.Stats() // the overload verdict follows the last Stats, on both
+				single.Stats()
+			}
+			if kinds[tc.want] == 0 {
+				t.Errorf("no identity got verdict %d: %v", tc.want, kinds)
+			}
+			if b, s := batched.Unassigned(), single.Unassigned(); b != s {
+				t.Errorf("unassigned: %d batched, %d single", b, s)
+			}
+		})
 	}
-	for i := range 3000 {
-		id := fmt.Appendf(nil, "k%d", i)
-		s.Prefetch(0, id)
-		if got := s.Judge(0, id, at(0, 0)); got != VerdictNew {
-			t.Fatalf("k%d, prefetched only: verdict %d, want new", i, got)
-		}
-		if got := s.Judge(0, id, at(0, 0)); got != VerdictDuplicate {
-			t.Fatalf("k%d, judged before: verdict %d, want a duplicate", i, got)
+}
+
+// judgeBatchInput returns n identities from the next-th on, with repeats of the identity 1, 4 and
+// 37 places earlier, every 7th nil (a record without identity), and timestamps over a day, some
+// late under an event-time window of 24:00.
+func judgeBatchInput(next, n int) ([][]byte, []time.Time) {
+	ids, ts := make([][]byte, n), make([]time.Time, n)
+	for i := range n {
+		k := next + i
+		ts[i] = at(k%24, 0)
+		switch {
+		case k%7 == 0:
+			continue
+		case k%5 == 0 && i >= 1:
+			ids[i] = ids[i-1]
+		case k%11 == 0 && i >= 4:
+			ids[i] = ids[i-4]
+		case k%13 == 0 && k >= 37:
+			ids[i] = fmt.Appendf(nil, "k%d", k-37)
+		default:
+			ids[i] = fmt.Appendf(nil, "k%d", k)
 		}
 	}
+	return ids, ts
 }
 
 // TestPartLookup proves that a Set finds its parts by partition number in the dense index and

@@ -28,6 +28,7 @@ var (
 	_ dedup.OutputLog          = (*consumer.OutputReader)(nil)
 	_ consumer.Deduper         = (*dedup.Set)(nil)
 	_ consumer.Judge           = judgedSet{}
+	_ consumer.BatchJudge      = judgedSet{}
 	_ consumer.Observer        = observer{}
 	_ dedup.CheckpointObserver = (*metrics.Metrics)(nil)
 )
@@ -418,4 +419,9 @@ var verdicts = [...]consumer.Verdict{
 // Judge is dedup.Set.Judge in consumer's terms.
 func (j judgedSet) Judge(partition int32, id []byte, ts time.Time) consumer.Verdict {
 	return verdicts[j.Set.Judge(partition, id, ts)]
+}
+
+// JudgeBatch is dedup.Set.JudgeBatch in consumer's terms.
+func (j judgedSet) JudgeBatch(partition int32, ids [][]byte, ts func(int) time.Time, put func(int, consumer.Verdict)) {
+	j.Set.JudgeBatch(partition, ids, ts, func(i int, v dedup.Verdict) { put(i, verdicts[v]) })
 }
