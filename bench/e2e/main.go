@@ -4,9 +4,12 @@
 // Each run starts an embedded kfake broker in this process (topics loadtest-in and loadtest-out,
 // six partitions each), preloads the input with the loadtest of -loadtest (1M JSON records of
 // about 120 B with an id, 20 % duplicates), then starts the binary as the worker with its
-// defaults plus DEDUP_KEY=json:id and any -env, and times it from process start until the
-// worker's produced records and duplicates add up to the input (its /metrics, read over one
-// kept-alive connection every -poll). Its CPU (user + system) and peak RSS come from /proc. The
+// defaults plus DEDUP_KEY=json:id and any -env, and times it from process start until its output
+// is complete: until the output topic holds as many records as the input has distinct ids per
+// partition (counted before the worker starts; the broker's end offsets are read every -poll, which
+// costs the worker nothing), or, should the worker drop a unique event, until its /metrics says it
+// produced or dropped every record (read every second). Its CPU (user + system) and peak RSS come
+// from /proc. The
 // worker is then stopped with SIGTERM and the loadtest verifies the output: a run reports its
 // lost and leaked events.
 //
@@ -19,6 +22,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +40,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/internal/embedkafka"
+	"github.com/kdedup/kdedup/internal/kafkaio"
 )
 
 const (
@@ -90,7 +96,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds; each runs every binary once, in the order given")
 	fs.IntVar(&cfg.records, "records", 1000000, "records preloaded")
 	fs.StringVar(&cfg.loadtest, "loadtest", "", "kdedup binary whose loadtest preloads and verifies (default: the first binary)")
-	fs.DurationVar(&cfg.poll, "poll", 100*time.Millisecond, "how often the worker's /metrics is read")
+	fs.DurationVar(&cfg.poll, "poll", 10*time.Millisecond, "how often the output topic's end offsets are read")
 	fs.Func("env", "VAR=value added to the worker's environment (repeatable)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want VAR=value, got %q", s)
@@ -133,7 +139,11 @@ func run(cfg config, b binary) (result, error) {
 	if err := lt.waitSent(cfg.records); err != nil {
 		return result{}, err
 	}
-	r, err := measureWorker(cfg, b, brokers)
+	unique, err := distinctPerPartition(cl)
+	if err != nil {
+		return result{}, err
+	}
+	r, err := measureWorker(cfg, b, cl, unique)
 	if err != nil {
 		return result{}, err
 	}
@@ -143,7 +153,8 @@ func run(cfg config, b binary) (result, error) {
 }
 
 // measureWorker starts the worker and times it until its output is complete.
-func measureWorker(cfg config, b binary, brokers string) (result, error) {
+func measureWorker(cfg config, b binary, cl *embedkafka.Cluster, unique int64) (result, error) {
+	brokers := strings.Join(cl.Addrs(), ",")
 	addr, err := freeAddr()
 	if err != nil {
 		return result{}, err
@@ -160,7 +171,7 @@ func measureWorker(cfg config, b binary, brokers string) (result, error) {
 	defer cmd.Wait() //nolint:errcheck // the exit status after SIGTERM says nothing more
 	defer cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
-	go func() { done <- waitDone(addr, cfg.records, cfg.poll) }()
+	go func() { done <- waitDone(cl, unique, addr, cfg.records, cfg.poll) }()
 	select {
 	case err = <-done:
 	case <-time.After(10 * time.Minute):
@@ -177,16 +188,63 @@ func measureWorker(cfg config, b binary, brokers string) (result, error) {
 	return result{rssMiB: rss, cpuPerRecord: cpu / time.Duration(cfg.records), elapsed: elapsed}, nil
 }
 
-// waitDone reads the worker's metrics until its produced records and duplicates reach n.
-func waitDone(addr string, n int, every time.Duration) error {
+// waitDone returns once the output topic holds unique records, or once the worker's metrics say
+// that it produced or dropped all n input records.
+func waitDone(cl *embedkafka.Cluster, unique int64, addr string, n int, every time.Duration) error {
 	client := &http.Client{Timeout: 5 * time.Second}
+	lastScrape := time.Now()
 	for {
-		v, err := judged(client, "http://"+addr+"/metrics")
-		if err == nil && v >= float64(n) {
-			return nil
+		if out, err := cl.EndOffsets(context.Background(), outTopic); err == nil {
+			var sum int64
+			for _, o := range out {
+				sum += o
+			}
+			if sum >= unique {
+				return nil
+			}
+		}
+		if time.Since(lastScrape) >= time.Second {
+			lastScrape = time.Now()
+			if v, err := judged(client, "http://"+addr+"/metrics"); err == nil && v >= float64(n) {
+				return nil
+			}
 		}
 		time.Sleep(every)
 	}
+}
+
+// distinctPerPartition reads the input topic and returns the number of distinct JSON ids summed
+// over its partitions, plus the records without one: the records a worker with partition scope
+// and its default DEDUP_UNKEYED_POLICY=pass produces when it loses none.
+func distinctPerPartition(cl *embedkafka.Cluster) (int64, error) {
+	ctx := context.Background()
+	end, err := cl.EndOffsets(ctx, inTopic)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for p, e := range end {
+		seen := make(map[string]struct{})
+		r := kafkaio.Range{Topic: inTopic, Partition: p, End: e}
+		err := kafkaio.Read(ctx, cl.Client(), r, func(recs []kafkaio.Record) error {
+			for _, m := range recs {
+				var v struct {
+					ID string `json:"id"`
+				}
+				if json.Unmarshal(m.Value, &v) != nil || v.ID == "" {
+					total++ // no identity (the loadtest's end markers): passed on
+					continue
+				}
+				seen[v.ID] = struct{}{}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		total += int64(len(seen))
+	}
+	return total, nil
 }
 
 // judged sums kdedup_records_produced_total and kdedup_duplicates_total over their series.
