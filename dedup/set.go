@@ -245,17 +245,17 @@ func (s *Set) judgeEach(pt *part, ids [][]byte, ts func(int) time.Time, put func
 // prefetched and not judged yet.
 func (s *Set) judgeHashed(pt *part, ids [][]byte, put func(int, Verdict)) {
 	f := pt.f
-	var ring [prefetchAhead]uint64
+	var ring [prefetchAhead]window.KeyHash
 	for i, id := range ids[:min(prefetchAhead, len(ids))] {
 		if id != nil {
-			ring[i] = f.Hash(id)
+			ring[i] = f.HashKey(id)
 			f.PrefetchHash(ring[i])
 		}
 	}
 	for i, id := range ids {
 		h := ring[i%prefetchAhead]
 		if j := i + prefetchAhead; j < len(ids) && ids[j] != nil {
-			ring[j%prefetchAhead] = f.Hash(ids[j])
+			ring[j%prefetchAhead] = f.HashKey(ids[j])
 			f.PrefetchHash(ring[j%prefetchAhead])
 		}
 		if id == nil {
