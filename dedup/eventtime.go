@@ -116,7 +116,7 @@ func (s *Set) newEventClock() *eventClock {
 // generation first rotates f (advance), then the record is tested against every live generation
 // and added to the generation of its timestamp. A late record is counted and passed or dropped
 // by Config.LateRecords.
-func (s *Set) seenAt(f *window.Filter, ev *eventClock, id []byte, ts time.Time) Verdict {
+func (s *Set) seenAt(f *window.Filter, ev *eventClock, h window.KeyHash, ts time.Time) Verdict {
 	if ns := ts.UnixNano(); ns >= ev.next.Load() {
 		ts = s.advance(f, ev, ts)
 	} else if ns-ev.high.Load() >= streamStep {
@@ -124,9 +124,9 @@ func (s *Set) seenAt(f *window.Filter, ev *eventClock, id []byte, ts time.Time) 
 	}
 	var seen, late bool
 	if s.cfg.Refresh {
-		seen, late, _ = f.TestAndRefreshAt(id, ts)
+		seen, late, _ = f.TestAndRefreshAtHash(h, ts)
 	} else {
-		seen, late = f.TestAndAddAt(id, ts)
+		seen, late = f.TestAndAddAtHash(h, ts)
 	}
 	if late {
 		ev.late.Add(1)

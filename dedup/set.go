@@ -167,25 +167,27 @@ func (s *Set) Judge(partition int32, id []byte, ts time.Time) Verdict {
 		s.unassigned.Add(1)
 		return VerdictNew
 	}
-	return s.overloaded(pt, s.judge(pt, id, ts))
+	return s.overloaded(pt, s.judge(pt, pt.f.HashKey(id), ts))
 }
 
-// judge is Judge on the filter of pt, without the overload verdict.
-func (s *Set) judge(pt *part, id []byte, ts time.Time) Verdict {
+// judge is Judge on the filter of pt for the identity whose hash is h, without the overload
+// verdict.
+func (s *Set) judge(pt *part, h window.KeyHash, ts time.Time) Verdict {
 	switch {
 	case pt.ev != nil:
-		return s.seenAt(pt.f, pt.ev, id, ts)
+		return s.seenAt(pt.f, pt.ev, h, ts)
 	case s.cfg.Refresh:
-		if seen, _ := pt.f.TestAndRefresh(id); seen {
+		if seen, _ := pt.f.TestAndRefreshHash(h); seen {
 			return VerdictDuplicate
 		}
-	case pt.f.TestAndAdd(id):
+	case pt.f.TestAndAddHash(h):
 		return VerdictDuplicate
 	}
 	return VerdictNew
 }
 
-// overloaded returns v, or VerdictOverload for a duplicate of a filter at its memory cap (see Judge).
+// overloaded returns v, or VerdictOverload for a duplicate of a filter at its memory cap (see
+// Judge).
 func (s *Set) overloaded(pt *part, v Verdict) Verdict {
 	if v == VerdictDuplicate {
 		if capped := s.atCap.Load(); capped != nil && (*capped)[pt.f] {
@@ -202,49 +204,22 @@ const prefetchAhead = 4
 
 // JudgeBatch judges the identities of ids in order, as Judge would one after another, and passes
 // each verdict to put with its index; a nil id is skipped. ts(i) is the timestamp of ids[i] (see
-// Seen), asked for under ClockEvent only. It hands each identity to the filter prefetchAhead
-// identities before judging it (window.Filter.Prefetch), so that their cache misses overlap, and
-// under ClockProcessing without Refresh it hashes each identity once for both. It has Judge's
-// contract for concurrent use.
+// Seen). It hands each identity to the filter prefetchAhead identities before judging it
+// (window.Filter.PrefetchHash), so that their cache misses overlap, and hashes each once for both.
+// It has Judge's contract for concurrent use.
 func (s *Set) JudgeBatch(partition int32, ids [][]byte, ts func(int) time.Time, put func(int, Verdict)) {
 	pt := s.part(partition)
-	switch {
-	case pt == nil:
+	if pt == nil {
 		for i, id := range ids {
 			if id != nil {
 				s.unassigned.Add(1)
 				put(i, VerdictNew)
 			}
 		}
-	case pt.ev != nil || s.cfg.Refresh:
-		s.judgeEach(pt, ids, ts, put)
-	default:
-		s.judgeHashed(pt, ids, put)
+		return
 	}
-}
-
-// judgeEach is JudgeBatch through Judge's path, each identity prefetched by its key.
-func (s *Set) judgeEach(pt *part, ids [][]byte, ts func(int) time.Time, put func(int, Verdict)) {
-	for _, id := range ids[:min(prefetchAhead, len(ids))] {
-		if id != nil {
-			pt.f.Prefetch(id)
-		}
-	}
-	for i, id := range ids {
-		if j := i + prefetchAhead; j < len(ids) && ids[j] != nil {
-			pt.f.Prefetch(ids[j])
-		}
-		if id != nil {
-			put(i, s.overloaded(pt, s.judge(pt, id, ts(i))))
-		}
-	}
-}
-
-// judgeHashed is JudgeBatch under ClockProcessing without Refresh: each identity is hashed once,
-// for its prefetch and its TestAndAdd; ring holds the hashes of the prefetchAhead identities
-// prefetched and not judged yet.
-func (s *Set) judgeHashed(pt *part, ids [][]byte, put func(int, Verdict)) {
 	f := pt.f
+	// ring holds the hashes of the identities prefetched and not judged yet.
 	var ring [prefetchAhead]window.KeyHash
 	for i, id := range ids[:min(prefetchAhead, len(ids))] {
 		if id != nil {
@@ -258,14 +233,9 @@ func (s *Set) judgeHashed(pt *part, ids [][]byte, put func(int, Verdict)) {
 			ring[j%prefetchAhead] = f.HashKey(ids[j])
 			f.PrefetchHash(ring[j%prefetchAhead])
 		}
-		if id == nil {
-			continue
+		if id != nil {
+			put(i, s.overloaded(pt, s.judge(pt, h, ts(i))))
 		}
-		v := VerdictNew
-		if f.TestAndAddHash(h) {
-			v = s.overloaded(pt, VerdictDuplicate)
-		}
-		put(i, v)
 	}
 }
 
