@@ -66,6 +66,9 @@ type result struct {
 	elapsed      time.Duration // worker start until its output was complete
 	lost, leaked int
 	load         string
+	// broker and loadtest are the CPU the others spent meanwhile: this process (the broker) and the loadtest
+	// (its verifier reads the output as it comes).
+	broker, loadtest time.Duration
 }
 
 func main() {
@@ -83,8 +86,9 @@ func main() {
 				os.Exit(1)
 			}
 			all[b.name] = append(all[b.name], r)
-			fmt.Printf("%-10s round %d: rss %.0f MiB, cpu %.3f µs/record, %.3f s, lost %d, leaked %d, load %s\n",
-				b.name, round, r.rssMiB, float64(r.cpuPerRecord.Nanoseconds())/1e3, r.elapsed.Seconds(), r.lost, r.leaked, r.load)
+			fmt.Printf("%-10s round %d: rss %.0f MiB, cpu %.3f µs/record, %.3f s, lost %d, leaked %d, load %s; meanwhile broker %.2f s, loadtest %.2f s of CPU\n",
+				b.name, round, r.rssMiB, float64(r.cpuPerRecord.Nanoseconds())/1e3, r.elapsed.Seconds(), r.lost, r.leaked, r.load,
+				r.broker.Seconds(), r.loadtest.Seconds())
 		}
 	}
 	summarize(cfg, all)
@@ -143,10 +147,12 @@ func run(cfg config, b binary) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	brokerCPU, ltCPU := selfCPU(), lt.cpu()
 	r, err := measureWorker(cfg, b, cl, unique)
 	if err != nil {
 		return result{}, err
 	}
+	r.broker, r.loadtest = selfCPU()-brokerCPU, lt.cpu()-ltCPU
 	r.lost, r.leaked, err = lt.verdict()
 	r.load = loadAverage()
 	return r, err
@@ -268,6 +274,21 @@ func judged(client *http.Client, url string) (float64, error) {
 		sum += v
 	}
 	return sum, sc.Err()
+}
+
+// selfCPU returns this process's user + system CPU so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpu returns the loadtest's user + system CPU so far, or 0 once it is gone.
+func (lt *loadtest) cpu() time.Duration {
+	cpu, _, _ := procUsage(lt.cmd.Process.Pid)
+	return cpu
 }
 
 // procUsage returns a process's user + system CPU and its peak RSS in MiB.
