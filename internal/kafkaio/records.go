@@ -123,7 +123,7 @@ func (s *recordSet) nextRecord(hs *headerSlab) (record, bool) {
 				hs.truncate(mark)
 				continue
 			}
-			s.next = off + 1
+			s.next = max(s.next, off+1) // a crafted batch may go back within itself; the position does not
 			if s.recs.left == 0 {
 				s.next = max(s.next, batchNext(&s.hdr))
 			}
