@@ -317,7 +317,10 @@ type batchRecords struct {
 // same, and its error wraps ErrCorruptBatch or ErrDecodeLimit; rec.offsetDelta is -1 when it is
 // not known.
 func (it *batchRecords) next(rec *batchRecord, hs *headerSlab, maxHeaders int) error {
-	length, k := varint(it.b)
+	length, k, ok := shortVarint(it.b, 0) // framed: frameRecords checked it
+	if !ok {
+		length, k = varint(it.b)
+	}
 	body := it.b[k : k+int(length)]
 	it.b, it.left = it.b[k+int(length):], it.left-1
 	mark := hs.mark()
@@ -328,32 +331,43 @@ func (it *batchRecords) next(rec *batchRecord, hs *headerSlab, maxHeaders int) e
 	return nil
 }
 
-// cursor reads the fields of a record. Once a read fails, bad is set and every later read
-// returns zero values.
-type cursor struct {
-	b   []byte
-	bad bool
-}
+// Reading a record's fields. A record is a run of varints and length-prefixed byte strings, most
+// of them one byte long; the readers below take the record and an index into it, and return the
+// value and the index after it, so that a record is decoded in registers rather than through a
+// cursor in memory. shortVarint and shortBytes read the one-byte case without a call (they are
+// inlined: the hot loops call them first, and readVarint or readBytes when they say no).
+// An index past len(b) (badIndex) says that a read failed: every later read fails too, and the
+// caller checks the index once at the end.
 
-// varint reads a zigzag varint. A one-byte varint, which most of a record's lengths and deltas
-// are, is decoded inline.
-func (c *cursor) varint() int64 {
-	if b := c.b; len(b) > 0 && b[0] < 0x80 {
-		c.b = b[1:]
-		return int64(b[0]>>1) ^ -int64(b[0]&1)
+// badIndex returns the index that marks a failed read of b.
+func badIndex(b []byte) int { return len(b) + 1 }
+
+// shortVarint reads the one-byte zigzag varint at b[i:]: its value, the index after it, and
+// false when there is none there (a longer varint, the end of b, or a failed read before).
+func shortVarint(b []byte, i int) (int64, int, bool) {
+	if uint(i) < uint(len(b)) {
+		if x := b[i]; x < 0x80 {
+			return int64(x>>1) ^ -int64(x&1), i + 1, true
+		}
 	}
-	return c.longVarint()
+	return 0, i, false
 }
 
-// longVarint reads a zigzag varint of any length.
-func (c *cursor) longVarint() int64 {
-	v, n := varint(c.b)
+// readVarint reads the zigzag varint of any length at b[i:] and returns it and the index after
+// it, or badIndex when there is none.
+func readVarint(b []byte, i int) (int64, int) {
+	if uint(i) >= uint(len(b)) {
+		return 0, badIndex(b)
+	}
+	if i+1 < len(b) && b[i] >= 0x80 && b[i+1] < 0x80 { // two bytes: varint's fast path, without its call
+		u := uint64(b[i]&0x7f) | uint64(b[i+1])<<7
+		return int64(u>>1) ^ -int64(u&1), i + 2
+	}
+	v, n := varint(b[i:])
 	if n <= 0 {
-		c.b, c.bad = nil, true
-		return 0
+		return 0, badIndex(b)
 	}
-	c.b = c.b[n:]
-	return v
+	return v, i + n
 }
 
 // varint decodes the zigzag varint b starts with, as binary.Varint does, and returns it and its
@@ -370,50 +384,69 @@ func varint(b []byte) (int64, int) {
 	return binary.Varint(b)
 }
 
-// bytes reads a varint length and that many bytes: nil for length -1. A length below 64 (a
-// one-byte varint) is read inline.
-func (c *cursor) bytes() []byte {
-	if b := c.b; len(b) > 0 && b[0]&0x81 == 0 && int(b[0]>>1) < len(b) {
-		n := 1 + int(b[0]>>1)
-		c.b = b[n:]
-		return b[1:n:n]
+// shortBytes reads a one-byte varint length below 64 at b[i:] and that many bytes: them (their
+// capacity cut to their length), the index after them, and false when they are not there that
+// way (a null, a longer length, too few bytes, a failed read before).
+func shortBytes(b []byte, i int) ([]byte, int, bool) {
+	if uint(i) < uint(len(b)) {
+		if x := b[i]; x&0x81 == 0 {
+			if j := i + 1 + int(x>>1); j <= len(b) {
+				return b[i+1 : j : j], j, true
+			}
+		}
 	}
-	return c.longBytes()
+	return nil, i, false
 }
 
-// longBytes reads a varint length of any value and that many bytes: nil for length -1.
-func (c *cursor) longBytes() []byte {
-	n := c.varint()
+// readBytes reads a varint length of any value at b[i:] and that many bytes, and returns them
+// (nil for length -1; their capacity cut to their length) and the index after them, or badIndex
+// when they are not there.
+func readBytes(b []byte, i int) ([]byte, int) {
+	n, i := readVarint(b, i)
 	switch {
-	case n == -1 && !c.bad:
-		return nil
-	case n < 0 || n > int64(len(c.b)):
-		c.b, c.bad = nil, true
-		return nil
+	case i > len(b):
+		return nil, i
+	case n == -1:
+		return nil, i
+	case n < 0 || n > int64(len(b)-i):
+		return nil, badIndex(b)
 	}
-	v := c.b[:n:n]
-	c.b = c.b[n:]
-	return v
+	j := i + int(n)
+	return b[i:j:j], j
 }
 
-// decodeRecord decodes the record body b (without its length) into rec.
+// decodeRecord decodes the record body b (without its length) into rec. The fields are read
+// inline when they are one byte long (see "Reading a record's fields").
 func decodeRecord(rec *batchRecord, b []byte, hs *headerSlab, maxHeaders int) error {
-	c := cursor{b: b[1:]} // attributes: unused in v2
 	rec.offsetDelta = -1
-	rec.tsDelta = c.varint()
-	off := c.varint()
-	rec.key = c.bytes()
-	rec.value = c.bytes()
-	n := c.varint()
-	if c.bad || off < 0 || off > 1<<31-1 || n < 0 || n > int64(len(c.b)/2) {
+	ts, i, ok := shortVarint(b, 1) // b[0], the attributes: unused in v2
+	if !ok {
+		ts, i = readVarint(b, 1)
+	}
+	off, j, ok := shortVarint(b, i)
+	if !ok {
+		off, j = readVarint(b, i)
+	}
+	rec.tsDelta = ts
+	if rec.key, i, ok = shortBytes(b, j); !ok {
+		rec.key, i = readBytes(b, j)
+	}
+	if rec.value, j, ok = shortBytes(b, i); !ok {
+		rec.value, j = readBytes(b, i)
+	}
+	n, i, ok := shortVarint(b, j)
+	if !ok {
+		n, i = readVarint(b, j)
+	}
+	if i > len(b) || off < 0 || off > 1<<31-1 || n < 0 || n > int64(len(b)-i)/2 {
 		return fmt.Errorf("%w: invalid record", ErrCorruptBatch)
 	}
 	rec.offsetDelta = int32(off)
 	if n > int64(maxHeaders) {
 		return fmt.Errorf("%w: %d headers, more than the limit of %d per record", errTooManyHeaders, n, maxHeaders)
 	}
-	rec.headers = hs.decode(&c, int(n))
-	if c.bad || len(c.b) > 0 {
+	rec.headers, i = hs.decode(b, i, int(n))
+	if i != len(b) {
 		return fmt.Errorf("%w: invalid record headers", ErrCorruptBatch)
 	}
 	return nil

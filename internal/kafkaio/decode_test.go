@@ -328,10 +328,11 @@ func TestFetchResponseOneBatchPastLimit(t *testing.T) {
 	}
 }
 
-// TestVarintIsBinaryVarint proves that the decoder's varints (varint, cursor.varint and
-// cursor.bytes, with their one- and two-byte paths) read what encoding/binary reads: the same
-// value and length for every value around the one- to three-byte boundaries, non-minimal
-// encodings, and truncated or overlong input failing the same way.
+// TestVarintIsBinaryVarint proves that the decoder's varints (varint, readVarint and readBytes,
+// with their one- and two-byte paths) read what encoding/binary reads: the same value and length
+// for every value around the one- to three-byte boundaries, non-minimal encodings, and truncated
+// or overlong input failing the same way, from any index, and that a failed read makes every
+// later one fail.
 func TestVarintIsBinaryVarint(t *testing.T) {
 	var inputs [][]byte
 	for _, v := range []int64{0, 1, -1, 2, 31, 32, 63, 64, -64, -65, 127, 128, 8191, 8192, -8192, -8193, 1 << 20, -1 << 40, 1<<63 - 1, -1 << 63} {
@@ -344,26 +345,34 @@ func TestVarintIsBinaryVarint(t *testing.T) {
 		if v, n := varint(in); v != wantV || n != wantN {
 			t.Errorf("varint(% x) = %d, %d; binary.Varint = %d, %d", in, v, n, wantV, wantN)
 		}
-		c := cursor{b: in}
-		v := c.varint()
-		if bad := wantN <= 0; c.bad != bad || (!bad && (v != wantV || len(c.b) != len(in)-wantN)) {
-			t.Errorf("cursor.varint(% x) = %d, bad %v, %d left; want %d, bad %v", in, v, c.bad, len(c.b), wantV, bad)
+		for _, pre := range []int{0, 3} { // read at index 0, and after three bytes
+			b := append(bytes.Repeat([]byte{0x7f}, pre), in...)
+			v, i := readVarint(b, pre)
+			if bad := wantN <= 0; (i > len(b)) != bad || (!bad && (v != wantV || i != pre+wantN)) {
+				t.Errorf("readVarint(% x, %d) = %d, %d; want %d, bad %v", b, pre, v, i, wantV, bad)
+			}
+			if _, j := readVarint(b, badIndex(b)); j <= len(b) {
+				t.Errorf("readVarint(% x) after a failed read = index %d", b, j)
+			}
 		}
 	}
 	for _, n := range []int{-2, -1, 0, 1, 5, 63, 64, 65, 200} {
 		for _, have := range []int{n - 1, n, n + 3} {
 			in := append(binary.AppendVarint(nil, int64(n)), bytes.Repeat([]byte{'x'}, max(have, 0))...)
-			c := cursor{b: in}
-			got := c.bytes()
+			got, i := readBytes(in, 0)
+			left := len(in) - i
 			wantBad := n < -1 || n > max(have, 0)
 			switch {
-			case c.bad != wantBad:
-				t.Errorf("bytes(len %d, %d there): bad %v, want %v", n, have, c.bad, wantBad)
+			case (i > len(in)) != wantBad:
+				t.Errorf("readBytes(len %d, %d there): index %d of %d", n, have, i, len(in))
 			case wantBad:
-			case n == -1 && (got != nil || len(c.b) != max(have, 0)):
-				t.Errorf("bytes(len -1): %q, %d left", got, len(c.b))
-			case n >= 0 && (len(got) != n || cap(got) != n || got == nil || len(c.b) != max(have, 0)-n):
-				t.Errorf("bytes(len %d, %d there): len %d cap %d nil %v, %d left", n, have, len(got), cap(got), got == nil, len(c.b))
+				if _, j := readBytes(in, i); j <= len(in) {
+					t.Errorf("readBytes after a failed read = index %d", j)
+				}
+			case n == -1 && (got != nil || left != max(have, 0)):
+				t.Errorf("readBytes(len -1): %q, %d left", got, left)
+			case n >= 0 && (len(got) != n || cap(got) != n || got == nil || left != max(have, 0)-n):
+				t.Errorf("readBytes(len %d, %d there): len %d cap %d nil %v, %d left", n, have, len(got), cap(got), got == nil, left)
 			}
 		}
 	}
@@ -409,4 +418,105 @@ func TestHeaderNamesInterned(t *testing.T) {
 			t.Errorf("header name %q aliases the fetched bytes", h.Key)
 		}
 	}
+}
+
+// refDecodeRecord is the reference for decodeRecord: the record body b decoded field by field
+// with encoding/binary's varints, the plainest way. It returns the record, its headers (names
+// as strings, values as slices of b), and an error of the same class decodeRecord returns.
+func refDecodeRecord(b []byte, maxHeaders int) (batchRecord, []Header, error) {
+	rec := batchRecord{offsetDelta: -1}
+	bad := len(b) == 0
+	if !bad {
+		b = b[1:] // attributes
+	}
+	num := func() int64 {
+		v, n := binary.Varint(b)
+		if bad || n <= 0 {
+			bad, b = true, nil
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	field := func() []byte {
+		n := num()
+		switch {
+		case bad || n == -1:
+			return nil
+		case n < 0 || n > int64(len(b)):
+			bad, b = true, nil
+			return nil
+		}
+		v := b[:n:n]
+		b = b[n:]
+		return v
+	}
+	rec.tsDelta = num()
+	off := num()
+	rec.key, rec.value = field(), field()
+	n := num()
+	if bad || off < 0 || off > 1<<31-1 || n < 0 || n > int64(len(b)/2) {
+		return rec, nil, ErrCorruptBatch
+	}
+	rec.offsetDelta = int32(off)
+	if n > int64(maxHeaders) {
+		return rec, nil, errTooManyHeaders
+	}
+	var hs []Header
+	for range n {
+		name, value := field(), field()
+		hs = append(hs, Header{Key: string(name), Value: value})
+	}
+	if bad || len(b) > 0 {
+		return rec, nil, ErrCorruptBatch
+	}
+	return rec, hs, nil
+}
+
+// FuzzDecodeRecord proves that decodeRecord, with its inline one-byte paths, decodes any record
+// body as refDecodeRecord does: the same fields (nil and empty told apart, slices of the body),
+// the same headers appended to the slab, the same error class, and a nil slab that checks the
+// same.
+func FuzzDecodeRecord(f *testing.F) {
+	for _, msgs := range [][]Record{loadtestMsgs()[:3], testMsgs("f", 2), benchMsgs()[:1]} {
+		for i := range msgs {
+			f.Add(appendRecordBody(nil, &msgs[i], recordBodyLen(&msgs[i], int64(i)*70, -int64(i)*9000), int64(i)*70, -int64(i)*9000)[1:], uint8(3))
+		}
+	}
+	f.Add([]byte{0, 0, 0, 1, 1, 4, 1, 1, 0, 0}, uint8(2))
+	f.Add([]byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, maxHeaders uint8) {
+		want, wantHs, wantErr := refDecodeRecord(b, int(maxHeaders))
+		hs := headerSlab{hdrs: []Header{{Key: "before"}}}
+		var rec batchRecord
+		err := decodeRecord(&rec, b, &hs, int(maxHeaders))
+		switch {
+		case (err == nil) != (wantErr == nil) || (err != nil && !errors.Is(err, wantErr)):
+			t.Fatalf("error %v, reference %v", err, wantErr)
+		case rec.offsetDelta != want.offsetDelta:
+			t.Fatalf("offset delta %d, reference %d", rec.offsetDelta, want.offsetDelta)
+		case err != nil:
+			return // batchRecords.next truncates the slab to where it was
+		case len(hs.hdrs) != 1+len(wantHs) || hs.hdrs[0].Key != "before":
+			t.Fatalf("slab holds %d headers, want 1 + %d", len(hs.hdrs), len(wantHs))
+		}
+		if rec.tsDelta != want.tsDelta || !sameBytes(rec.key, want.key) || !sameBytes(rec.value, want.value) || len(rec.headers) != len(wantHs) {
+			t.Fatalf("decoded %+v, reference %+v", rec, want)
+		}
+		for i, h := range rec.headers {
+			if h.Key != wantHs[i].Key || !sameBytes(h.Value, wantHs[i].Value) {
+				t.Fatalf("header %d = %q=%q, reference %q=%q", i, h.Key, h.Value, wantHs[i].Key, wantHs[i].Value)
+			}
+		}
+		if err := decodeRecord(&rec, b, nil, int(maxHeaders)); err != nil || rec.headers != nil {
+			t.Fatalf("with a nil slab: %v, headers %v", err, rec.headers)
+		}
+	})
+}
+
+// sameBytes reports whether a and b are equal and both nil or both not, and share their last
+// byte's address with the same capacity (slices of the same body, cut to their length).
+func sameBytes(a, b []byte) bool {
+	return bytes.Equal(a, b) && (a == nil) == (b == nil) && len(a) == cap(a) && len(b) == cap(b) &&
+		(len(a) == 0 || &a[len(a)-1] == &b[len(b)-1])
 }

@@ -123,7 +123,7 @@ func (s *recordSet) nextRecord(hs *headerSlab) (record, bool) {
 				hs.truncate(mark)
 				continue
 			}
-			s.next = off + 1
+			s.next = max(s.next, off+1) // a crafted batch may go back within itself; the position does not
 			if s.recs.left == 0 {
 				s.next = max(s.next, batchNext(&s.hdr))
 			}
@@ -319,29 +319,46 @@ type headerSlab struct {
 
 const maxInterned = 1024
 
-// decode reads n headers from c into the slab and returns them, valid until reset; nil for
-// none. c.bad is set when they cannot be read.
-func (s *headerSlab) decode(c *cursor, n int) []Header {
+// decode reads n headers from b[i:] into the slab and returns them, valid until reset (nil for
+// none), and the index after them, badIndex when they cannot be read. The slab grows once for
+// the record's headers; each name is compared with the name last interned at its position (see
+// internAt) inline.
+func (s *headerSlab) decode(b []byte, i, n int) ([]Header, int) {
 	if n == 0 {
-		return nil
+		return nil, i
 	}
 	if s == nil {
-		for range n {
-			c.bytes()
-			c.bytes()
+		for range 2 * n {
+			_, i = readBytes(b, i)
 		}
-		return nil
+		return nil, i
 	}
 	start := len(s.hdrs)
-	for i := range n {
-		name := c.bytes()
-		value := c.bytes()
-		if c.bad {
-			return nil
+	s.hdrs = slices.Grow(s.hdrs, n)[:start+n]
+	hs := s.hdrs[start : start+n : start+n]
+	for k := range hs {
+		name, j, ok := shortBytes(b, i)
+		if !ok {
+			name, j = readBytes(b, i)
 		}
-		s.hdrs = append(s.hdrs, Header{Key: s.internAt(i, name), Value: value})
+		var value []byte
+		if value, i, ok = shortBytes(b, j); !ok {
+			value, i = readBytes(b, j)
+		}
+		if i > len(b) {
+			clear(hs)
+			s.hdrs = s.hdrs[:start]
+			return nil, i
+		}
+		h := &hs[k]
+		if k < len(s.recent) && s.recent[k] == string(name) {
+			h.Key = s.recent[k]
+		} else {
+			h.Key = s.internAt(k, name)
+		}
+		h.Value = value
 	}
-	return s.hdrs[start:len(s.hdrs):len(s.hdrs)]
+	return hs, i
 }
 
 // mark returns the slab's length, for truncate.
