@@ -154,6 +154,31 @@ func exportStage(words, buf []uint64, sink func([]uint64) error) error {
 	return nil
 }
 
+// Counts returns the fill counts as they are now, in Meta's form: stage 0's per slot and shard
+// (Meta.Fill), and each grown stage's (Meta.Stages[i].Counts, in that order). A count is raised
+// before its key's bits are set, so counts read after a generation's words were exported cover
+// every key in them. A caller that stores these rather than Meta's (read before the words) writes
+// a snapshot whose counts fit its bits however many keys the writers added meanwhile: a stage that
+// goes on taking keys at the memory cap needs that (see checkFill). It fails after Release, when
+// the slots may hold other generations.
+func (x *Export) Counts() (fill []uint64, stages [][]uint64, err error) {
+	if !x.held {
+		return nil, nil, errors.New("window: counts read after the snapshot was released")
+	}
+	fill = make([]uint64, len(x.f.fill))
+	for i := range fill {
+		fill[i] = atomic.LoadUint64(&x.f.fill[i].n)
+	}
+	stages = make([][]uint64, len(x.stages))
+	for j, st := range x.stages {
+		stages[j] = make([]uint64, len(st.count))
+		for i := range stages[j] {
+			stages[j][i] = atomic.LoadUint64(&st.count[i].n)
+		}
+	}
+	return fill, stages, nil
+}
+
 // Release ends the hold on rotation; Generation fails afterwards. It is idempotent.
 func (x *Export) Release() {
 	if x.held {

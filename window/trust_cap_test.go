@@ -167,3 +167,50 @@ func quarterCounts(m Meta) Meta {
 	}
 	return m
 }
+
+// TestExportCountsCoverWords adds keys to a filter at its cap between the Meta of an export and
+// the export of its words, as a writer does while a checkpoint is written: with the counts of the
+// Meta, read before the words, the stage's bits run ahead of its counts and Restore refuses the
+// snapshot; with Export.Counts, read after the words, it restores and answers as the filter did
+// when its words were exported.
+func TestExportCountsCoverWords(t *testing.T) {
+	c := capCases[0]
+	c.load = func(f *Filter, _ *fakeClock) { addKeys(f, 61, 11_000) } // just past stage 1's capacity
+	f, cfg := cappedFilter(t, c, OverloadDrop, modes[2])
+	var meta, recounted Meta
+	gens := map[uint64][]uint64{}
+	err := f.SnapshotGenerations(func(x *Export) error {
+		meta = x.Meta()
+		addKeys(f, 63, 10_000) // after the Meta, before the words: at the cap, into stage 1
+		for _, e := range meta.SlotEpochs {
+			if e >= 0 {
+				if err := x.Generation(uint64(e), func(w []uint64) error { gens[uint64(e)] = append(gens[uint64(e)], w...); return nil }); err != nil {
+					return err
+				}
+			}
+		}
+		fill, stages, err := x.Counts()
+		recounted = meta
+		recounted.Fill = fill
+		recounted.Stages = append([]StageMeta(nil), meta.Stages...)
+		for i := range recounted.Stages {
+			recounted.Stages[i].Counts = stages[i]
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ie *ImplausibleError
+	if _, err := restoreFromGens(cfg, meta, gens); !errors.As(err, &ie) || ie.Reason != ImplausibleFill {
+		t.Fatalf("RestoreGenerations with the counts read before the words = %v, want ErrImplausible (fill)", err)
+	}
+	g, err := restoreFromGens(cfg, recounted, gens)
+	if err != nil {
+		t.Fatalf("RestoreGenerations with the counts read after the words: %v", err)
+	}
+	sameAnswers(t, f, g)
+	if _, _, err := (&Export{f: f}).Counts(); err == nil {
+		t.Error("Counts of a released export succeeded")
+	}
+}
