@@ -22,6 +22,10 @@ import (
 // exportChunkWords is how many canonical words an export passes to its sink at a time.
 const exportChunkWords = 4096
 
+// exportBufs holds the chunk buffers of Export.Generation: a checkpoint round of many partitions
+// exports one generation each, and a fresh buffer per export was garbage.
+var exportBufs = sync.Pool{New: func() any { b := make([]uint64, exportChunkWords); return &b }}
+
 // filterIDs numbers filters, so that generation versions of different filters never compare
 // equal.
 var filterIDs atomic.Uint64
@@ -118,7 +122,9 @@ func (x *Export) Generation(epoch uint64, sink func(words []uint64) error) error
 	if slot < 0 {
 		return fmt.Errorf("window: generation %d is not live in the snapshot", epoch)
 	}
-	buf := make([]uint64, exportChunkWords)
+	bp := exportBufs.Get().(*[]uint64)
+	defer exportBufs.Put(bp)
+	buf := *bp
 	f := x.f
 	tag := tagOf(x.meta.SlotUses[slot])
 	step := max(exportChunkWords/(uint64(f.sectors)*sectorWords), 1)

@@ -174,7 +174,7 @@ func NewDecoderSize(r io.Reader, size int64) *Decoder {
 
 func newDecoder(r io.Reader, avail int64, lenient bool) *Decoder {
 	return &Decoder{
-		r:       bufio.NewReaderSize(r, 64<<10),
+		r:       bufio.NewReaderSize(r, readerSize(avail)),
 		avail:   avail,
 		lenient: lenient,
 	}
