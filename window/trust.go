@@ -167,11 +167,10 @@ func fillOf(b *blocks, fill, est float64) stageFill {
 	return stageFill{est: est, needed: newKeysFor(fill, k, m), bits: m}
 }
 
-// fill returns the stageFill of a grown stage, reading at most sample groups.
+// fill returns the stageFill of a grown stage, reading at most sample groups (as stats does).
 func (sg *stage) fill(sample uint64) stageFill {
-	stride := max(sg.groups/sample, 1)
-	set, groups, _ := sg.slotFill(0, 0, stride)
-	est, _ := sg.stats(sample)
+	set, groups, _ := sg.slotFill(0, 0, max(sg.groups/sample, 1))
+	est := keysPerGroup(float64(set)/float64(groups), sg.ks[:sg.sectors]) * float64(sg.groups)
 	return fillOf(&sg.blocks, float64(set)/float64(groups*uint64(sg.sectors)*UsableSectorBits), est)
 }
 

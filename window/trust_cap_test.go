@@ -18,7 +18,8 @@ type capCase struct {
 }
 
 // capCases are the ways a generation reaches the cap: a fixed capacity with room for stage 1
-// only (the last grown stage takes the rest), with no room for any stage (stage 0 takes it), an
+// only (the last grown stage takes the rest), with no room for any stage (stage 0 takes it), with
+// room for stage 1 far past the cap (stage 1 all ones, which its counts explain), an
 // auto-sized filter stopped by its Budget, and the same taking late records into the generation
 // before the current one (event time).
 var capCases = []capCase{
@@ -34,6 +35,12 @@ var capCases = []capCase{
 		cfg.MaxBytes = s.TotalBytes
 		return cfg
 	}, func(f *Filter, _ *fakeClock) { addKeys(f, 61, 8*5_000) }},
+	{"fixed, stage 1 all ones", func(t *testing.T, clock *fakeClock) Config {
+		cfg := capConfig(clock)
+		s, _ := Size(cfg)
+		cfg.MaxBytes = s.TotalBytes + growthStage(cfg.Capacity, s.ShareFPR, 1, shardLayout(s.GrowAt)).bytes
+		return cfg
+	}, func(f *Filter, _ *fakeClock) { addKeys(f, 61, 40*5_000) }}, // far past the cap: every bit of stage 1 set
 	{"auto, at the budget", autoCapConfig, func(f *Filter, _ *fakeClock) { addKeys(f, 61, 60_000) }},
 	{"auto, at the budget, late records", autoCapConfig, func(f *Filter, clock *fakeClock) {
 		at := clock.Now().Add(-time.Second) // generation 0: older than the current one
