@@ -188,15 +188,14 @@ func (d *DirBackend) List(_ context.Context, prefix string) ([]Object, error) {
 
 // listNames is List through a namesFS: the names first, then an Lstat of each one that matches.
 func (d *DirBackend) listNames(nf namesFS, prefix string) ([]Object, error) {
-	names, err := nf.ReadDirNames(d.dir)
+	names, err := nf.ReadDirNames(d.dir, func(name []byte) bool {
+		return len(name) > 0 && name[0] != '.' && len(name) >= len(prefix) && string(name[:len(prefix)]) == prefix
+	})
 	if err != nil {
 		return nil, err
 	}
 	var objs []Object
 	for _, name := range names {
-		if !strings.HasPrefix(name, prefix) || strings.HasPrefix(name, ".") {
-			continue
-		}
 		fi, err := nf.Lstat(filepath.Join(d.dir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

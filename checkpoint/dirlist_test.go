@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,5 +47,38 @@ func TestDirListNames(t *testing.T) {
 	}
 	if !slices.EqualFunc(names, entries, func(a, b Object) bool { return a.Name == b.Name && a.Size == b.Size && a.ModTime.Equal(b.ModTime) }) {
 		t.Fatalf("List through names = %v, through ReadDir %v", names, entries)
+	}
+}
+
+// TestDirListManyNames lists a directory whose entries take several reads of the system's
+// directory records: every object of the prefix is found once, and no other.
+func TestDirListManyNames(t *testing.T) {
+	dir := t.TempDir()
+	const n = 1500
+	for i := range n {
+		for _, unit := range []string{"orders.p1", "orders.p10"} {
+			name := fmt.Sprintf("%s.%020d.g.%s", unit, i, strings.Repeat("x", i%40))
+			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b, err := NewDirBackend(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := b.List(context.Background(), "orders.p1.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, o := range objs {
+		if !strings.HasPrefix(o.Name, "orders.p1.") || seen[o.Name] {
+			t.Fatalf("List returned %s (seen before: %v)", o.Name, seen[o.Name])
+		}
+		seen[o.Name] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("List found %d objects, want %d", len(seen), n)
 	}
 }
