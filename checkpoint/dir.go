@@ -161,6 +161,9 @@ func (d *DirBackend) Open(_ context.Context, name string) (ObjectReader, error) 
 // List implements Backend: the regular files of the directory whose names start with prefix,
 // temporary files excepted.
 func (d *DirBackend) List(_ context.Context, prefix string) ([]Object, error) {
+	if nf, ok := d.fs.(namesFS); ok {
+		return d.listNames(nf, prefix)
+	}
 	entries, err := d.fs.ReadDir(d.dir)
 	if err != nil {
 		return nil, err
@@ -179,6 +182,30 @@ func (d *DirBackend) List(_ context.Context, prefix string) ([]Object, error) {
 			return nil, err
 		}
 		objs = append(objs, Object{Name: name, Size: fi.Size(), ModTime: fi.ModTime()})
+	}
+	return objs, nil
+}
+
+// listNames is List through a namesFS: the names first, then an Lstat of each one that matches.
+func (d *DirBackend) listNames(nf namesFS, prefix string) ([]Object, error) {
+	names, err := nf.ReadDirNames(d.dir, func(name []byte) bool {
+		return len(name) > 0 && name[0] != '.' && len(name) >= len(prefix) && string(name[:len(prefix)]) == prefix
+	})
+	if err != nil {
+		return nil, err
+	}
+	var objs []Object
+	for _, name := range names {
+		fi, err := nf.Lstat(filepath.Join(d.dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode().IsRegular() {
+			objs = append(objs, Object{Name: name, Size: fi.Size(), ModTime: fi.ModTime()})
+		}
 	}
 	return objs, nil
 }

@@ -274,6 +274,9 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 			if next, size, err = writeGenerations(tx, x, &h, base, p.signKey != nil); err != nil {
 				return err
 			}
+			if err := recount(&h, x); err != nil {
+				return err
+			}
 			x.Release()
 			if err := seal(ctx); err != nil {
 				return err
@@ -302,6 +305,21 @@ func (p *CheckpointPersister) Save(ctx context.Context, unit string, f *window.F
 	p.bases[unit] = next
 	p.mu.Unlock()
 	return refOf(snap), stats, nil
+}
+
+// recount sets h's fill counts to the export's as they are after its generations were written
+// (window.Export.Counts), so that they cover every key in the written words: a generation at the
+// memory cap takes keys, counted, while it is written.
+func recount(h *snapshot.Header, x *window.Export) error {
+	fill, stages, err := x.Counts()
+	if err != nil {
+		return err
+	}
+	h.Fill = fill
+	for i := range h.Stages {
+		h.Stages[i].Counts = stages[i]
+	}
+	return nil
 }
 
 // writeGenerations adds to h a reference per live generation of the export: to the object base

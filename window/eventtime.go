@@ -148,8 +148,8 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 // An auto-sized generation's stage 0 is small, so there the key is inserted as into the current
 // generation, counted: into stage 0 while it has room, else into the generation's stages, which
 // grow as they would for the current one (a rebuild from the output topic fills older generations
-// this way). At the memory cap it goes to the last stage or stage 0 (OverloadDrop) or nowhere
-// (OverloadPass).
+// this way). At the memory cap it goes to the last stage or stage 0, counted (OverloadDrop), or
+// nowhere (OverloadPass).
 func (f *Filter) writeOld(v *view, i int, p *probe) {
 	s := v.active[i]
 	f.touched.mark(s, p.group)
@@ -177,6 +177,7 @@ func (f *Filter) insertOld(s int, epoch uint64, p *probe) {
 	case last != nil:
 		f.putStage(last, p)
 	default:
+		f.countStage0(s, p)
 		f.put(p, s, f.single)
 	}
 }

@@ -22,6 +22,10 @@ import (
 // exportChunkWords is how many canonical words an export passes to its sink at a time.
 const exportChunkWords = 4096
 
+// exportBufs holds the chunk buffers of Export.Generation: a checkpoint round of many partitions
+// exports one generation each, and a fresh buffer per export was garbage.
+var exportBufs = sync.Pool{New: func() any { b := make([]uint64, exportChunkWords); return &b }}
+
 // filterIDs numbers filters, so that generation versions of different filters never compare
 // equal.
 var filterIDs atomic.Uint64
@@ -118,7 +122,9 @@ func (x *Export) Generation(epoch uint64, sink func(words []uint64) error) error
 	if slot < 0 {
 		return fmt.Errorf("window: generation %d is not live in the snapshot", epoch)
 	}
-	buf := make([]uint64, exportChunkWords)
+	bp := exportBufs.Get().(*[]uint64)
+	defer exportBufs.Put(bp)
+	buf := *bp
 	f := x.f
 	tag := tagOf(x.meta.SlotUses[slot])
 	step := max(exportChunkWords/(uint64(f.sectors)*sectorWords), 1)
@@ -152,6 +158,31 @@ func exportStage(words, buf []uint64, sink func([]uint64) error) error {
 		}
 	}
 	return nil
+}
+
+// Counts returns the fill counts as they are now, in Meta's form: stage 0's per slot and shard
+// (Meta.Fill), and each grown stage's (Meta.Stages[i].Counts, in that order). A count is raised
+// before its key's bits are set, so counts read after a generation's words were exported cover
+// every key in them. A caller that stores these rather than Meta's (read before the words) writes
+// a snapshot whose counts fit its bits however many keys the writers added meanwhile: a stage that
+// goes on taking keys at the memory cap needs that (see checkFill). It fails after Release, when
+// the slots may hold other generations.
+func (x *Export) Counts() (fill []uint64, stages [][]uint64, err error) {
+	if !x.held {
+		return nil, nil, errors.New("window: counts read after the snapshot was released")
+	}
+	fill = make([]uint64, len(x.f.fill))
+	for i := range fill {
+		fill[i] = atomic.LoadUint64(&x.f.fill[i].n)
+	}
+	stages = make([][]uint64, len(x.stages))
+	for j, st := range x.stages {
+		stages[j] = make([]uint64, len(st.count))
+		for i := range stages[j] {
+			stages[j][i] = atomic.LoadUint64(&st.count[i].n)
+		}
+	}
+	return fill, stages, nil
 }
 
 // Release ends the hold on rotation; Generation fails afterwards. It is idempotent.

@@ -262,14 +262,16 @@ func (f *Filter) markFull(slot int, full uint32) {
 
 // addGrown adds a key that stage 0 has no room for to the first stage of v's current generation
 // whose shard has room, growing the generation if every stage is full. At the memory cap it adds
-// the key to the last stage (OverloadDrop) or nowhere (OverloadPass). If a rotation happened
-// meanwhile, the key is added to the new current generation too, as set does.
+// the key to the last stage, or to stage 0 when the generation has none (OverloadDrop), counted
+// there past its capacity (putStage, countStage0), or nowhere (OverloadPass). If a rotation
+// happened meanwhile, the key is added to the new current generation too, as set does.
 func (f *Filter) addGrown(v *view, p *probe) {
 	last, ok := f.addToStages(f.grownGen(v.epoch), p)
 	switch {
 	case ok:
 		f.recheckRotation(v, p)
 	case last == nil && f.cfg.Overload == OverloadDrop:
+		f.countStage0(v.cur, p)
 		f.set(v, p) // no stage could be allocated: stage 0 takes the key
 	case last != nil && f.cfg.Overload == OverloadDrop:
 		f.putStage(last, p)
@@ -310,9 +312,22 @@ func (sg *stage) putAt(x uint64, single bool) {
 	sg.put(&sp, 0, single)
 }
 
-// putStage sets the key's bits in stage st, uncounted.
+// putStage adds a key to stage st at the memory cap, which the stage takes past its capacity, and
+// counts it in the key's shard (beyond the shard's limit, which keeps the stage full for
+// addToStages): a stage's counts then say how many keys its bits hold, so that a snapshot of a
+// filter at its cap is one Restore trusts (checkFill), and the generation's observed load
+// (slotKeys) is the load it took. The count comes first: a snapshot copies the counts before the
+// words.
 func (f *Filter) putStage(st *stage, p *probe) {
-	st.putAt(p.stageHash(st.index), f.single)
+	x := p.stageHash(st.index)
+	f.bump(&st.count[x>>f.shardShift])
+	st.putAt(x, f.single)
+}
+
+// countStage0 counts a key that slot's stage 0 takes at the memory cap, past GrowAt, for the
+// reason putStage counts one in a grown stage.
+func (f *Filter) countStage0(slot int, p *probe) {
+	f.bump(&f.fill[slot<<f.shardBits+int(p.shard)])
 }
 
 // recheckRotation adds a key that was put in a grown stage of v's current generation to the new

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -19,8 +20,8 @@ import (
 //     MaxClockSkew after it. A snapshot from the future
 //     would keep its generations (full ones included) live until the clock caught up with it.
 //   - Fill: each live generation's share of set bits must be plausible for the keys recorded for
-//     it (see checkFill), and no more keys may be recorded than the generation takes. A crafted
-//     all-ones generation would make every new identity a duplicate.
+//     it (see checkFill). A crafted all-ones generation would make every new identity a
+//     duplicate.
 //
 // What fails these checks is ErrImplausible, distinct from ErrIncompatible (a snapshot of other
 // parameters), so that the caller can fall back to an older snapshot or a rebuild and count the
@@ -117,51 +118,113 @@ func snapshotBytes(cfg Config, s Sizing, m Meta) uint64 {
 // snapshot was copied (in the bits, not yet in the counts).
 const fillSlack = 0.05
 
-// checkFill checks, for each live generation of f (restored, not shared yet), that its stage 0
-// took no more keys than GrowAt allows (plus the last few percent insert lets through), and that
-// the keys its set bits imply are at most its capacity or twice its recorded keys, whichever is
-// more, plus fillSlack of its capacity;
-// likewise for each grown stage against its own capacity and counts.
+// checkFill checks each live generation of f (restored, not shared yet), stage 0 against GrowAt
+// and each grown stage against its own capacity (see plausible), and that the counts of a
+// generation add up without overflow.
 func (f *Filter) checkFill() error {
 	stride := max(f.groups/f.statsSample, 1)
 	for s, e := range f.slotEpoch {
 		if e < 0 {
 			continue
 		}
-		rec, est := f.stage0Keys(s), f.generationStats(s, stride).EstimatedKeys
-		if err := plausible(e, 0, rec, est, f.sizing.GrowAt); err != nil {
+		rec, over := countSum(0, f.fill[s<<f.shardBits:(s+1)<<f.shardBits])
+		gs := f.generationStats(s, stride)
+		if err := plausible(e, 0, rec, fillOf(&f.blocks, gs.Fill, gs.EstimatedKeys), f.sizing.GrowAt); err != nil {
 			return err
 		}
+		total := rec
 		for _, st := range f.restoredStages(uint64(e)) {
-			est, _ := st.stats(f.statsSample)
-			if err := plausible(e, st.index, st.keys(), est, st.capacity); err != nil {
+			n, o := countSum(0, st.count)
+			if err := plausible(e, st.index, n, st.fill(f.statsSample), st.capacity); err != nil {
 				return err
 			}
+			var c uint64
+			total, c = bits.Add64(total, n, 0)
+			over = over || o || c != 0
+		}
+		if over {
+			return implausible(ImplausibleFill, "generation %d records more keys than a count holds", e)
 		}
 	}
 	return nil
 }
 
-// plausible checks one stage: rec keys recorded, est implied by its bits, taking capacity keys.
-func plausible(epoch int64, stage int, rec uint64, est float64, capacity uint64) error {
-	slack := fillSlack * float64(capacity)
-	if float64(rec) > float64(capacity)*(1+fillSlack)+1024 {
-		return implausible(ImplausibleFill, "generation %d, stage %d records %d keys, more than it takes (%d)", epoch, stage, rec, capacity)
+// stageFill is what a stage's set bits say of the keys it took.
+type stageFill struct {
+	est    float64 // keys that, added blindly, set as many bits (EstimatedKeys)
+	needed float64 // new keys that set as many bits (newKeysFor)
+	bits   float64 // the stage's data bits
+}
+
+// fillOf returns the stageFill of a stage of layout b whose share of set data bits is fill, and
+// whose bits imply est keys.
+func fillOf(b *blocks, fill, est float64) stageFill {
+	k := 0
+	for _, n := range b.ks[:b.sectors] {
+		k += n
 	}
-	// A stage holds at most its capacity keys, so bits that imply up to that many are plausible
-	// whatever the counts say: a snapshot copies the counts before the words, and a busy writer
-	// can add many keys in between.
-	if est > max(2*float64(rec), float64(capacity))+slack+64 {
-		return implausible(ImplausibleFill, "generation %d, stage %d: its set bits imply %.0f keys, %d recorded", epoch, stage, est, rec)
+	m := float64(b.groups) * float64(b.sectors) * UsableSectorBits
+	return stageFill{est: est, needed: newKeysFor(fill, k, m), bits: m}
+}
+
+// fill returns the stageFill of a grown stage, reading at most sample groups (as stats does).
+func (sg *stage) fill(sample uint64) stageFill {
+	set, groups, _ := sg.slotFill(0, 0, max(sg.groups/sample, 1))
+	est := keysPerGroup(float64(set)/float64(groups), sg.ks[:sg.sectors]) * float64(sg.groups)
+	return fillOf(&sg.blocks, float64(set)/float64(groups*uint64(sg.sectors)*UsableSectorBits), est)
+}
+
+// newKeysFor returns how many new keys leave a Bloom filter of m bits, into which a key sets k,
+// with the share fill of its bits set: (m/k)·Σ_{j=1..k} fill^j/j. A filter adds only a key it does
+// not report seen, so each key it takes sets one new bit at least. Of x keys offered blindly, which
+// leave a share F = 1-e^(-kx/m) of the bits set, a share F^k is reported seen when offered, so the
+// new keys among them are ∫(1-F^k)dx = (m/k)·Σ F^j/j. Below capacity that is close to the keys the
+// bits imply (few keys are reported seen there); past it, it is what a stage's counts record while
+// the keys its bits imply run ahead (they count the keys reported seen too). It is finite for an
+// all-ones filter: (m/k)·H_k, 5 to 12 times the capacity of a grown stage at 1e-2 to 1e-15.
+func newKeysFor(fill float64, k int, m float64) float64 {
+	var sum, pow float64 = 0, 1
+	for j := 1; j <= k; j++ {
+		pow *= fill
+		sum += pow / float64(j)
+	}
+	return m / float64(k) * sum
+}
+
+// plausible checks one stage: rec keys recorded, taking capacity keys, whose set bits say fill.
+//
+//   - Every key a stage took set one of its bits at least (a key whose bits are all set is seen,
+//     and not added), so it cannot have taken more keys than it has bits.
+//   - The keys its bits imply may be at most its capacity or twice its recorded keys, whichever
+//     is more, plus fillSlack of its capacity. A stage holds about its capacity keys unless the
+//     memory cap made it take more, so bits that imply up to that many are plausible whatever
+//     the counts say: a single-file snapshot copies the counts before the words, and a busy
+//     writer can add many keys in between. Past its capacity (at the memory cap under
+//     OverloadDrop the last stage, or stage 0, goes on taking the generation's keys, counted)
+//     more and more of the keys offered are reported seen and not added, so the bits are measured
+//     by the new keys that set them (newKeysFor), which is what the counts record. So a stage
+//     that took enough keys may even be all ones, which is what a filter far past its cap under
+//     OverloadDrop comes to (every key is then reported seen); an all-ones stage that records
+//     fewer than half of the (m/k)·H_k new keys it takes to get there is refused.
+func plausible(epoch int64, stage int, rec uint64, fill stageFill, capacity uint64) error {
+	slack := fillSlack*float64(capacity) + 64
+	switch {
+	case float64(rec) > fill.bits*(1+fillSlack)+1024:
+		return implausible(ImplausibleFill, "generation %d, stage %d records %d keys, more than its %.0f bits can take", epoch, stage, rec, fill.bits)
+	case min(fill.est, fill.needed) > max(2*float64(rec), float64(capacity))+slack:
+		return implausible(ImplausibleFill, "generation %d, stage %d: its set bits imply %.0f keys (%.0f new ones), %d recorded",
+			epoch, stage, fill.est, fill.needed, rec)
 	}
 	return nil
 }
 
-// keys returns the keys the stage was offered, over its shards.
-func (sg *stage) keys() uint64 {
-	var n uint64
-	for i := range sg.count {
-		n += sg.count[i].n
+// countSum returns sum plus the counts of cs, and whether the sum overflowed.
+func countSum(sum uint64, cs []fillCounter) (uint64, bool) {
+	over := false
+	for i := range cs {
+		var c uint64
+		sum, c = bits.Add64(sum, cs[i].n, 0)
+		over = over || c != 0
 	}
-	return n
+	return sum, over
 }

@@ -174,10 +174,26 @@ func NewDecoderSize(r io.Reader, size int64) *Decoder {
 
 func newDecoder(r io.Reader, avail int64, lenient bool) *Decoder {
 	return &Decoder{
-		r:       bufio.NewReaderSize(r, 64<<10),
+		r:       bufio.NewReaderSize(r, readerSize(avail)),
 		avail:   avail,
 		lenient: lenient,
 	}
+}
+
+// readBody reads a header body of n bytes, or what is left of r when it ends first. Of an input
+// of unknown size it reads incrementally, so that a lying length costs at most the bytes really
+// present (ReadAll grows its buffer as data arrives); of one whose size is known, and was checked
+// to hold n bytes more, it reads into a buffer of n bytes at once.
+func readBody(r io.Reader, n uint32, sized bool) ([]byte, error) {
+	if !sized {
+		return io.ReadAll(io.LimitReader(r, int64(n)))
+	}
+	body := make([]byte, n)
+	k, err := io.ReadFull(r, body)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil // the caller finds the body short
+	}
+	return body[:k], err
 }
 
 // availableBytes returns how many bytes src holds from its current position
@@ -275,9 +291,7 @@ func (d *Decoder) readHeader() error {
 	if d.avail >= 0 && int64(preambleLen)+int64(bodyLen)+4+8 > d.avail {
 		return corruptf("header length %d exceeds the %d-byte file", bodyLen, d.avail)
 	}
-	// Read the body incrementally: a lying length costs at most the bytes
-	// really present (ReadAll grows its buffer as data arrives).
-	body, err := io.ReadAll(io.LimitReader(d.r, int64(bodyLen)))
+	body, err := readBody(d.r, bodyLen, d.avail >= 0)
 	d.crc = crc32.Update(d.crc, castagnoli, body)
 	d.n += int64(len(body))
 	if err != nil {

@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bufio"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -196,7 +195,8 @@ func encode(w io.Writer, h *Header, version uint16, data func(w io.Writer) error
 	h.Version = version
 	head = binary.LittleEndian.AppendUint64(head, h.DataBytes()/8)
 
-	bw := bufio.NewWriterSize(w, 64<<10)
+	bw := getWriter(w)
+	defer putWriter(bw)
 	cw := &crcWriter{w: bw}
 	if _, err := cw.Write(head); err != nil {
 		return fmt.Errorf("snapshot: writing header: %w", err)

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -96,7 +97,7 @@ func NewGenEncoder(w io.Writer, h GenHeader) (*GenEncoder, error) {
 	binary.LittleEndian.PutUint32(head[10:], uint32(len(head)-preambleLen))
 	crc := crc32.Checksum(head, castagnoli)
 	head = binary.LittleEndian.AppendUint32(head, crc)
-	e := &GenEncoder{w: bufio.NewWriterSize(w, 64<<10), h: h, left: h.Sections[0]}
+	e := &GenEncoder{w: getWriter(w), h: h, left: h.Sections[0]}
 	e.crc = crc32.Update(crc, castagnoli, head[len(head)-4:])
 	e.write(head)
 	return e, e.err
@@ -195,8 +196,17 @@ func (e *GenEncoder) Close() error {
 			e.err = fmt.Errorf("snapshot: writing generation object: %w", err)
 		}
 	}
-	return e.err
+	err := e.err
+	if err == nil {
+		e.err = errClosed
+	}
+	putWriter(e.w) // a failed write leaves e.err set: nothing writes to it again
+	e.w = nil
+	return err
 }
+
+// errClosed is the error of a GenEncoder used after Close.
+var errClosed = errors.New("snapshot: generation object: encoder used after Close")
 
 // Checksum returns the object's trailing checksum: what a manifest records to tie a reference to
 // the object's content. It is valid after Close returned nil.
