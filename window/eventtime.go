@@ -137,8 +137,10 @@ func (v *view) generationFor(e uint64) (i int, ok bool) {
 }
 
 // writeOld sets the probe's bits in slot s, a live generation that is not the current one: in its
-// stage 0, uncounted (growth follows the current generation only; a late record adds to an older
-// generation's stage 0 beyond its limit, which raises that generation's rate a little). Such a
+// stage 0, counted, so that a snapshot's recorded keys cover its bits (restore refuses bits that
+// imply far more keys than recorded), though growth follows the current generation only: a late
+// record adds to an older generation's stage 0 beyond its limit, which raises that generation's
+// rate a little. Such a
 // slot has no pending sweep (only the current slot can: a rotation finishes the pending sweep
 // before it reuses a slot, and the reused slot becomes the current one), so every word carries
 // the slot's tag and a plain OR (shared mode) or read and store (single writer) keeps it. It then
@@ -154,6 +156,7 @@ func (f *Filter) writeOld(v *view, i int, p *probe) {
 	s := v.active[i]
 	f.touched.mark(s, p.group)
 	if !f.cfg.Auto {
+		f.countStage0(s, p)
 		f.put(p, s, f.single)
 	} else {
 		f.insertOld(s, v.epochs[i], p)

@@ -324,8 +324,9 @@ func (f *Filter) putStage(st *stage, p *probe) {
 	st.putAt(x, f.single)
 }
 
-// countStage0 counts a key that slot's stage 0 takes at the memory cap, past GrowAt, for the
-// reason putStage counts one in a grown stage.
+// countStage0 counts a key that slot's stage 0 takes without growing: at the memory cap past
+// GrowAt, or late into an older generation (writeOld), for the reason putStage counts one in a
+// grown stage.
 func (f *Filter) countStage0(slot int, p *probe) {
 	f.bump(&f.fill[slot<<f.shardBits+int(p.shard)])
 }
