@@ -118,7 +118,7 @@ func loadStageWords(gs *grownSet, p *probe, at *[maxProbedStages]stageWord) (n i
 // loaded.
 func stageWordsHave(at []stageWord) bool {
 	for i := range at {
-		if a := &at[i]; !a.st.firstMissing(a) && a.st.hasAt(a.x) {
+		if a := &at[i]; !a.st.firstMissing(a) && !a.st.restMissingAt(a) {
 			return true
 		}
 	}
@@ -127,9 +127,15 @@ func stageWordsHave(at []stageWord) bool {
 
 // hasAt reports whether all of the bits of the key whose stage hash is x are set in the stage.
 func (sg *stage) hasAt(x uint64) bool {
-	var sp probe
-	stageProbeFrom(&sp, sg, x)
-	return sg.has(&sp, 0)
+	a := sg.wordOf(x)
+	return !sg.firstMissing(&a) && !sg.restMissingAt(&a)
+}
+
+// restMissingAt reports whether one of the bits after the first of the key at a is missing from
+// the stage: restMissing, one bit at a time in the pattern's order, without building the key's
+// mask (a probe, zeroed and filled, was most of a grown stage's test).
+func (sg *stage) restMissingAt(a *stageWord) bool {
+	return sg.restMissing(a.w-a.z0&(sectorWords-1), 0, a.x&tagMask|1)
 }
 
 // grownHasPast tests the stages of gs after the first skip of lookup's walk, one by one. A
@@ -142,8 +148,7 @@ func grownHasPast(gs *grownSet, p *probe, skip int) bool {
 				skip--
 				continue
 			}
-			a := st.wordOf(p.stageHash(st.index))
-			if !st.firstMissing(&a) && st.hasAt(a.x) {
+			if st.hasAt(p.stageHash(st.index)) {
 				return true
 			}
 		}
@@ -303,8 +308,19 @@ func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
 	}
 }
 
-// putAt sets the bits of the key whose stage hash is x in the stage.
+// putAt sets the bits of the key whose stage hash is x in the stage. The single writer writes
+// them straight from the key's tag, one bit at a time (putRest), without building its mask; in
+// shared mode they are ORed into the stage a word at a time from the mask (put).
 func (sg *stage) putAt(x uint64, single bool) {
+	if single {
+		g, _ := bits.Mul64(x, sg.groups)
+		base, tag := g*sg.groupWords, x&tagMask|1
+		z0 := patternOutput(tag, 0)
+		w := &sg.words[base+z0&(sectorWords-1)]
+		storeWord(w, loadWord(w)|firstMask(tag, z0, sg.first))
+		sg.putRest(base, 0, tag)
+		return
+	}
 	var sp probe
 	stageProbeFrom(&sp, sg, x)
 	sg.put(&sp, 0, single)
