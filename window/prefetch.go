@@ -22,10 +22,7 @@ const maxPrefetchLines = maxPrefetchRowLines + 1 + maxProbedStages + MaxSectors 
 // misses per key. It costs a hash and a few multiplications per grown stage; on a platform
 // without a prefetch instruction it does nothing. Safe for concurrent use, with every method.
 func (f *Filter) Prefetch(key []byte) {
-	var lines [maxPrefetchLines]unsafe.Pointer
-	if n := f.prefetchLines(f.hash(key), &lines); n > 0 {
-		prefetch(&lines, n)
-	}
+	f.PrefetchHash(KeyHash(f.hash(key)))
 }
 
 // prefetchLines puts in lines the address of every cache line a TestAndAdd of the key whose hash
