@@ -173,6 +173,25 @@ func TestAddRowMatchesProbe(t *testing.T) {
 	}
 }
 
+// TestFirstMaskMatchesDataBit holds firstMask to its definition, the OR of dataBit of the first n
+// 16-bit chunks of the pattern stream of the tag, for n = 1 … 12.
+func TestFirstMaskMatchesDataBit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 100_000 {
+		tag := rng.Uint64()&tagMask | 1
+		z0 := patternOutput(tag, 0)
+		for n := 1; n <= 12; n++ {
+			var want uint64
+			for i := range n {
+				want |= dataBit(patternOutput(tag, i>>2) >> (16 * (i & 3)))
+			}
+			if got := firstMask(tag, z0, n); got != want {
+				t.Fatalf("tag %#x, n %d: firstMask %#x, want %#x", tag, n, got, want)
+			}
+		}
+	}
+}
+
 // TestLineHasMatchesRowHits holds lineHas, and rowTest's copy of it, to rowHits on random rows and
 // masks of one to five data bits, with words that have every bit of the mask planted in some.
 func TestLineHasMatchesRowHits(t *testing.T) {
