@@ -240,7 +240,8 @@ func (f *Filter) Test(key []byte) bool {
 // testAndAddHash is TestAndAdd for a hash returned by hash. While the current slot has no pending
 // sweep, the single writer takes addRow if no generation has grown and the key's shard of stage 0
 // has room, and addStaged once one has grown and the shard is full (the key goes to a grown
-// stage); otherwise, and in shared mode, the whole probe (testAndAddProbe).
+// stage). In shared mode addShared takes a key whose group is idle while no generation has grown.
+// Otherwise the whole probe (testAndAddProbe).
 func (f *Filter) testAndAddHash(h uint64) (seen bool) {
 	if f.single {
 		v := f.view.Load()
@@ -256,6 +257,9 @@ func (f *Filter) testAndAddHash(h uint64) (seen bool) {
 				return seen
 			}
 		}
+	} else if seen, done := f.addShared(h); done {
+		runtime.KeepAlive(f)
+		return seen
 	}
 	return f.testAndAddProbe(h)
 }

@@ -54,24 +54,13 @@ func stageHash(group, tag uint64, i int) uint64 {
 	return z ^ z>>31
 }
 
-// stageProbeFrom fills sp with the position in st of the key whose stage hash is x, the bits in
-// its word of sector 0 only.
-func stageProbeFrom(sp *probe, st *stage, x uint64) {
-	g, _ := bits.Mul64(x, st.groups)
-	sp.group = g
-	sp.base = g * st.groupWords
-	sp.tag = x&tagMask | 1
-	sp.rest = false
-	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
-}
-
 // Grown stages. A lookup (lookup) computes the key's word of sector 0 in every grown stage and
 // loads it, so that their cache misses overlap with each other and with stage 0's (as touch does
-// for stage 0); a second pass tests the first bits of each from what the first computed, and
-// builds the rest of the pattern only for a stage whose word has them all. The stage hash depends
-// only on the key and the stage's index, so it is computed once per index (generations with
-// stages of the same index share it) and kept in the probe for an insertion (addToStages). Past
-// maxProbedStages stages, the rest are tested one by one.
+// for stage 0); a second pass tests the first bits of each from what the first computed, and the
+// rest of the pattern, one bit at a time, only for a stage whose word has them all. The stage hash
+// depends only on the key and the stage's index, so it is computed once per index (generations
+// with stages of the same index share it) and kept in the probe for an insertion (addToStages).
+// Past maxProbedStages stages, the rest are tested one by one.
 
 // lookup reports whether the key is in a live generation of v, stage 0 or grown. When a generation
 // has grown, the loads of the key's words in the grown stages are issued before stage 0 is tested,
@@ -175,8 +164,8 @@ func (sg *stage) wordOf(x uint64) stageWord {
 
 // firstMissing reports whether one of the first bits of the key at a is missing from its word of
 // sector 0 in the stage: the test of a key that was never added, which usually stops at the first
-// or second bit, without building the key's mask (stageProbeFrom and has do the rest when every
-// first bit is set).
+// or second bit, without building the key's mask (restMissingAt tests the rest when every first
+// bit is set).
 func (sg *stage) firstMissing(a *stageWord) bool {
 	w := atomic.LoadUint64(&sg.words[a.w])
 	z := a.z0
@@ -308,22 +297,22 @@ func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
 	}
 }
 
-// putAt sets the bits of the key whose stage hash is x in the stage. The single writer writes
-// them straight from the key's tag, one bit at a time (putRest), without building its mask; in
-// shared mode they are ORed into the stage a word at a time from the mask (put).
+// putAt sets the bits of the key whose stage hash is x in the stage, straight from the key's tag
+// without building its mask: the first bits into their word of sector 0, then the others one at a
+// time; the single writer with plain loads and stores (putRest), shared mode with atomic ORs of
+// the bits a word lacks (orRest).
 func (sg *stage) putAt(x uint64, single bool) {
+	g, _ := bits.Mul64(x, sg.groups)
+	base, tag := g*sg.groupWords, x&tagMask|1
+	z0 := patternOutput(tag, 0)
+	w, m := &sg.words[base+z0&(sectorWords-1)], firstMask(tag, z0, sg.first)
 	if single {
-		g, _ := bits.Mul64(x, sg.groups)
-		base, tag := g*sg.groupWords, x&tagMask|1
-		z0 := patternOutput(tag, 0)
-		w := &sg.words[base+z0&(sectorWords-1)]
-		storeWord(w, loadWord(w)|firstMask(tag, z0, sg.first))
+		storeWord(w, loadWord(w)|m)
 		sg.putRest(base, 0, tag)
 		return
 	}
-	var sp probe
-	stageProbeFrom(&sp, sg, x)
-	sg.put(&sp, 0, single)
+	orWord(w, m)
+	sg.orRest(base, 0, tag)
 }
 
 // putStage sets the key's bits in stage st, uncounted.
