@@ -44,19 +44,11 @@ func TestAddStagedMatchesProbe(t *testing.T) {
 				clk.Set(start.Add(time.Duration(e) * time.Minute))
 				a.AdvanceTo(clk.Now())
 				b.AdvanceTo(clk.Now())
-				for i := range c.keys {
+				seen += offerTwins(t, a, b, rng, e, c.rounds, c.keys, func(i int) {
 					if i%1000 == 999 {
 						clk.Set(start.Add(time.Duration(e)*time.Minute + time.Duration(i)*time.Minute/time.Duration(c.keys)))
 					}
-					k := key(uint64(rng.IntN(c.rounds)), uint64(rng.IntN(c.keys*2)))
-					got, want := a.TestAndAdd(k), b.testAndAddProbe(b.hash(k))
-					if got != want {
-						t.Fatalf("generation %d key %d: short path %v, whole path %v", e, i, got, want)
-					}
-					if got {
-						seen++
-					}
-				}
+				})
 				compareTwins(t, a, b)
 			}
 			t.Logf("%d seen, %d growths", seen, a.growths.Load())
@@ -65,6 +57,28 @@ func TestAddStagedMatchesProbe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// offerTwins offers keys random keys of rounds namespaces, in generation e, to twin filters: to a
+// through TestAndAdd (its short paths) and to b through the whole path (testAndAddProbe). It
+// fails the test at the first answer that differs and returns how many keys were seen. It calls
+// before(i), unless nil, before key i.
+func offerTwins(t *testing.T, a, b *Filter, rng *rand.Rand, e, rounds, keys int, before func(i int)) (seen int) {
+	t.Helper()
+	for i := range keys {
+		if before != nil {
+			before(i)
+		}
+		k := key(uint64(rng.IntN(rounds)), uint64(rng.IntN(keys*2)))
+		got, want := a.TestAndAdd(k), b.testAndAddProbe(b.hash(k))
+		if got != want {
+			t.Fatalf("generation %d key %d: short path %v, whole path %v", e, i, got, want)
+		}
+		if got {
+			seen++
+		}
+	}
+	return seen
 }
 
 // compareTwins fails the test if a and b differ in stage 0's words, its fill counters, or the
