@@ -237,18 +237,29 @@ func (f *Filter) Test(key []byte) bool {
 	return seen
 }
 
-// testAndAddHash is TestAndAdd for a hash returned by hash. The single writer takes addRow while
-// no generation has grown and the current slot has no pending sweep, and while its shard of stage
-// 0 has room; otherwise, and in shared mode, the whole probe (testAndAddProbe).
+// testAndAddHash is TestAndAdd for a hash returned by hash. While the current slot has no pending
+// sweep, the single writer takes addRow if no generation has grown and the key's shard of stage 0
+// has room, and addStaged once one has grown and the shard is full (the key goes to a grown
+// stage). In shared mode addShared takes a key whose group is idle while no generation has grown.
+// Otherwise the whole probe (testAndAddProbe).
 func (f *Filter) testAndAddHash(h uint64) (seen bool) {
 	if f.single {
 		v := f.view.Load()
-		if !v.curTagged && f.slots <= rowSlots && f.grown.Load() == nil {
-			if seen, done := f.addRow(v, h); done {
+		if !v.curTagged && f.slots <= rowSlots {
+			var done bool
+			if gs := f.grown.Load(); gs == nil {
+				seen, done = f.addRow(v, h)
+			} else {
+				seen, done = f.addStaged(v, gs, h)
+			}
+			if done {
 				runtime.KeepAlive(f)
 				return seen
 			}
 		}
+	} else if seen, done := f.addShared(h); done {
+		runtime.KeepAlive(f)
+		return seen
 	}
 	return f.testAndAddProbe(h)
 }

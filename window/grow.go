@@ -54,24 +54,13 @@ func stageHash(group, tag uint64, i int) uint64 {
 	return z ^ z>>31
 }
 
-// stageProbeFrom fills sp with the position in st of the key whose stage hash is x, the bits in
-// its word of sector 0 only.
-func stageProbeFrom(sp *probe, st *stage, x uint64) {
-	g, _ := bits.Mul64(x, st.groups)
-	sp.group = g
-	sp.base = g * st.groupWords
-	sp.tag = x&tagMask | 1
-	sp.rest = false
-	st.fillFirst(sp, patternOutput(sp.tag, 0)) // has and put complete it when they need to
-}
-
 // Grown stages. A lookup (lookup) computes the key's word of sector 0 in every grown stage and
 // loads it, so that their cache misses overlap with each other and with stage 0's (as touch does
-// for stage 0); a second pass tests the first bits of each from what the first computed, and
-// builds the rest of the pattern only for a stage whose word has them all. The stage hash depends
-// only on the key and the stage's index, so it is computed once per index (generations with
-// stages of the same index share it) and kept in the probe for an insertion (addToStages). Past
-// maxProbedStages stages, the rest are tested one by one.
+// for stage 0); a second pass tests the first bits of each from what the first computed, and the
+// rest of the pattern, one bit at a time, only for a stage whose word has them all. The stage hash
+// depends only on the key and the stage's index, so it is computed once per index (generations
+// with stages of the same index share it) and kept in the probe for an insertion (addToStages).
+// Past maxProbedStages stages, the rest are tested one by one.
 
 // lookup reports whether the key is in a live generation of v, stage 0 or grown. When a generation
 // has grown, the loads of the key's words in the grown stages are issued before stage 0 is tested,
@@ -118,7 +107,7 @@ func loadStageWords(gs *grownSet, p *probe, at *[maxProbedStages]stageWord) (n i
 // loaded.
 func stageWordsHave(at []stageWord) bool {
 	for i := range at {
-		if a := &at[i]; !a.st.firstMissing(a) && a.st.hasAt(a.x) {
+		if a := &at[i]; !a.st.firstMissing(a) && !a.st.restMissingAt(a) {
 			return true
 		}
 	}
@@ -127,9 +116,15 @@ func stageWordsHave(at []stageWord) bool {
 
 // hasAt reports whether all of the bits of the key whose stage hash is x are set in the stage.
 func (sg *stage) hasAt(x uint64) bool {
-	var sp probe
-	stageProbeFrom(&sp, sg, x)
-	return sg.has(&sp, 0)
+	a := sg.wordOf(x)
+	return !sg.firstMissing(&a) && !sg.restMissingAt(&a)
+}
+
+// restMissingAt reports whether one of the bits after the first of the key at a is missing from
+// the stage: restMissing, one bit at a time in the pattern's order, without building the key's
+// mask (a probe, zeroed and filled, was most of a grown stage's test).
+func (sg *stage) restMissingAt(a *stageWord) bool {
+	return sg.restMissing(a.w-a.z0&(sectorWords-1), 0, a.x&tagMask|1)
 }
 
 // grownHasPast tests the stages of gs after the first skip of lookup's walk, one by one. A
@@ -142,8 +137,7 @@ func grownHasPast(gs *grownSet, p *probe, skip int) bool {
 				skip--
 				continue
 			}
-			a := st.wordOf(p.stageHash(st.index))
-			if !st.firstMissing(&a) && st.hasAt(a.x) {
+			if st.hasAt(p.stageHash(st.index)) {
 				return true
 			}
 		}
@@ -170,8 +164,8 @@ func (sg *stage) wordOf(x uint64) stageWord {
 
 // firstMissing reports whether one of the first bits of the key at a is missing from its word of
 // sector 0 in the stage: the test of a key that was never added, which usually stops at the first
-// or second bit, without building the key's mask (stageProbeFrom and has do the rest when every
-// first bit is set).
+// or second bit, without building the key's mask (restMissingAt tests the rest when every first
+// bit is set).
 func (sg *stage) firstMissing(a *stageWord) bool {
 	w := atomic.LoadUint64(&sg.words[a.w])
 	z := a.z0
@@ -305,11 +299,22 @@ func (f *Filter) addToStages(gg *grownGen, p *probe) (last *stage, ok bool) {
 	}
 }
 
-// putAt sets the bits of the key whose stage hash is x in the stage.
+// putAt sets the bits of the key whose stage hash is x in the stage, straight from the key's tag
+// without building its mask: the first bits into their word of sector 0, then the others one at a
+// time; the single writer with plain loads and stores (putRest), shared mode with atomic ORs of
+// the bits a word lacks (orRest).
 func (sg *stage) putAt(x uint64, single bool) {
-	var sp probe
-	stageProbeFrom(&sp, sg, x)
-	sg.put(&sp, 0, single)
+	g, _ := bits.Mul64(x, sg.groups)
+	base, tag := g*sg.groupWords, x&tagMask|1
+	z0 := patternOutput(tag, 0)
+	w, m := &sg.words[base+z0&(sectorWords-1)], firstMask(tag, z0, sg.first)
+	if single {
+		storeWord(w, loadWord(w)|m)
+		sg.putRest(base, 0, tag)
+		return
+	}
+	orWord(w, m)
+	sg.orRest(base, 0, tag)
 }
 
 // putStage adds a key to stage st at the memory cap, which the stage takes past its capacity, and

@@ -321,10 +321,19 @@ func (b *blocks) fillFirst(p *probe, z0 uint64) {
 
 // firstMask returns the first n bits of the pattern of tag in their word of sector 0, from z0,
 // the pattern stream's output 0 for the tag. The hot paths take firstBits4 for the usual n = 4
-// and call it for other layouts.
+// and call it for other layouts; for n > 4 (the first bits of the lower rates' layouts) it starts
+// from firstBits4 too, and takes the bits past the fourth from the stream's later outputs.
 func firstMask(tag, z0 uint64, n int) uint64 {
-	if n == 4 {
-		return firstBits4(z0)
+	if n >= 4 {
+		m := firstBits4(z0)
+		for i := 4; i < n; i += 4 {
+			z := patternOutput(tag, i>>2)
+			for range min(n-i, 4) {
+				m |= dataBit(z)
+				z >>= 16
+			}
+		}
+		return m
 	}
 	m, z := uint64(0), z0
 	for i := range n {

@@ -1,8 +1,8 @@
 package window
 
 import (
+	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 )
@@ -115,16 +115,21 @@ func TestFirstBits4MatchesDataBit(t *testing.T) {
 	}
 }
 
-// TestAddRowMatchesProbe holds the single writer's short insertion (addRow: rowTest, then the
-// bits written straight from the tag) to the whole path (testAndAddProbe: makeProbe, lookup,
-// insert) on twin filters: the same answers and, at the end, the same words in stage 0, the same
-// fill counts and the same growth, through rotations, growth past the capacity and pending sweeps.
+// TestAddRowMatchesProbe holds the stage-0 short insertions to the whole path (testAndAddProbe:
+// makeProbe, lookup, insert, and in shared mode testAndAdd's claim) on twin filters offered the
+// same keys from one goroutine: the single writer's addRow (rowTest, then the bits written
+// straight from the tag) and the shared mode's addShared (rowTest, the claim, the bits ORed
+// straight from the tag). The same answers and, at the end of every generation, the same words in
+// stage 0 and its grown stages, the same fill counts and growth, and in shared mode the same claim
+// words, through rotations, growth past the capacity, pending sweeps and more than rowSlots
+// slots. Concurrent use is checked by the package's concurrent tests against a sequential
+// reference.
 func TestAddRowMatchesProbe(t *testing.T) {
 	cases := []struct {
 		name   string
 		fpr    float64
 		gens   int
-		lazy   bool // sweeps left pending: the current slot is tagged, and addRow does not apply
+		lazy   bool // sweeps left pending: the current slot is tagged, and the short paths do not apply
 		keys   int  // per generation, against a capacity of 4000
 		rounds int
 	}{
@@ -132,44 +137,52 @@ func TestAddRowMatchesProbe(t *testing.T) {
 		{"1e-6-grow", 1e-6, 8, false, 9000, 10},
 		{"n4-1e-2-lazy", 1e-2, 4, true, 4000, 7},
 		{"n16-1e-4", 1e-4, 16, false, 2000, 20},
+		{"n70-1e-3", 1e-3, 70, false, 1000, 72},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			clk := newFakeClock()
-			start := clk.Now()
-			cfg := Config{Generations: c.gens, Interval: time.Minute, Capacity: 4000,
-				FalsePositiveRate: c.fpr, SingleWriter: true, Seed: 7, Clock: clk.Now}
-			a, b := mustNew(t, cfg), mustNew(t, cfg)
-			a.deferSweep, b.deferSweep = c.lazy, c.lazy
-			rng := rand.New(rand.NewPCG(9, uint64(len(c.name))))
-			var seen int
-			for e := range c.rounds {
-				a.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
-				b.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
-				for i := range c.keys {
-					k := key(uint64(rng.IntN(c.rounds)), uint64(rng.IntN(c.keys*2)))
-					got, want := a.TestAndAdd(k), b.testAndAddProbe(b.hash(k))
-					if got != want {
-						t.Fatalf("generation %d key %d: addRow path %v, whole path %v", e, i, got, want)
-					}
-					if got {
-						seen++
+		for _, single := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/single=%v", c.name, single), func(t *testing.T) {
+				clk := newFakeClock()
+				start := clk.Now()
+				cfg := Config{Generations: c.gens, Interval: time.Minute, Capacity: 4000,
+					FalsePositiveRate: c.fpr, SingleWriter: single, Seed: 7, Clock: clk.Now}
+				a, b := mustNew(t, cfg), mustNew(t, cfg)
+				a.deferSweep, b.deferSweep = c.lazy, c.lazy
+				rng := rand.New(rand.NewPCG(9, uint64(len(c.name))))
+				var seen int
+				for e := range c.rounds {
+					a.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+					b.AdvanceTo(start.Add(time.Duration(e) * time.Minute))
+					seen += offerTwins(t, a, b, rng, e, c.rounds, c.keys, nil)
+					compareTwins(t, a, b)
+					for g := range a.claims {
+						if a.claims[g].Load() != b.claims[g].Load() {
+							t.Fatalf("generation %d: claim word %d %#x and %#x", e, g, a.claims[g].Load(), b.claims[g].Load())
+						}
 					}
 				}
+				t.Logf("%d seen, %d growths", seen, a.growths.Load())
+			})
+		}
+	}
+}
+
+// TestFirstMaskMatchesDataBit holds firstMask to its definition, the OR of dataBit of the first n
+// 16-bit chunks of the pattern stream of the tag, for n = 1 … 12.
+func TestFirstMaskMatchesDataBit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 100_000 {
+		tag := rng.Uint64()&tagMask | 1
+		z0 := patternOutput(tag, 0)
+		for n := 1; n <= 12; n++ {
+			var want uint64
+			for i := range n {
+				want |= dataBit(patternOutput(tag, i>>2) >> (16 * (i & 3)))
 			}
-			if !slices.Equal(a.words, b.words) {
-				t.Fatal("stage 0's words differ")
+			if got := firstMask(tag, z0, n); got != want {
+				t.Fatalf("tag %#x, n %d: firstMask %#x, want %#x", tag, n, got, want)
 			}
-			for i := range a.fill {
-				if a.fill[i].n != b.fill[i].n || a.fill[i].full != b.fill[i].full {
-					t.Fatalf("fill counter %d: %+v and %+v", i, a.fill[i], b.fill[i])
-				}
-			}
-			if sa, sb := a.Stats(), b.Stats(); sa.Stages != sb.Stages || a.growths.Load() != b.growths.Load() {
-				t.Fatalf("grown stages %d and %d, growths %d and %d", sa.Stages, sb.Stages, a.growths.Load(), b.growths.Load())
-			}
-			t.Logf("%d seen, %d growths", seen, a.growths.Load())
-		})
+		}
 	}
 }
 

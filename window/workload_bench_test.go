@@ -16,17 +16,24 @@ import (
 // min, 1e-6), all within the first generation as in a run from process start. Per configuration
 // (workloadConfigs) it reports the CPU per record of the six filter goroutines, the minor page
 // faults per record, the filters' allocated bytes and the growth of the process's resident
-// memory (the Go heap returned first).
+// memory (the Go heap returned first). mode=auto-prefetch is auto with each key prefetched
+// (Prefetch) workloadAhead keys before its TestAndAdd, as the worker's partition loop does.
 func BenchmarkWorkload(b *testing.B) {
 	const records, partitions = 1_000_000, 6
 	keys := workloadKeys(records, partitions)
-	for name, cfg := range workloadConfigs() {
+	modes := workloadConfigs()
+	modes["auto-prefetch"] = modes["auto"]
+	for name, cfg := range modes {
+		ahead := 0
+		if name == "auto-prefetch" {
+			ahead = workloadAhead
+		}
 		b.Run("mode="+name, func(b *testing.B) {
 			for range b.N {
 				runtime.GC()
 				debug.FreeOSMemory()
 				rss0, cpu0, flt0 := residentSetBytes(), processCPU(), minorFaults()
-				fs := workloadRun(b, cfg, keys)
+				fs := workloadRun(b, cfg, keys, ahead)
 				cpu, flt := processCPU()-cpu0, minorFaults()-flt0
 				var alloc uint64
 				for _, f := range fs {
@@ -60,9 +67,13 @@ func workloadKeys(records, partitions int) [][][]byte {
 	return out
 }
 
+// workloadAhead is how many records ahead of its TestAndAdd the worker prefetches a key.
+const workloadAhead = 4
+
 // workloadRun makes one filter per partition and offers each its records from a goroutine of
-// its own, as the worker's partition loops do.
-func workloadRun(b *testing.B, cfg Config, keys [][][]byte) []*Filter {
+// its own, as the worker's partition loops do; with ahead > 0 each key is prefetched ahead
+// records before its TestAndAdd.
+func workloadRun(b *testing.B, cfg Config, keys [][][]byte, ahead int) []*Filter {
 	fs := make([]*Filter, len(keys))
 	var wg sync.WaitGroup
 	for p := range keys {
@@ -74,7 +85,14 @@ func workloadRun(b *testing.B, cfg Config, keys [][][]byte) []*Filter {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, k := range keys[p] {
+			ks := keys[p]
+			for i := range min(ahead, len(ks)) {
+				f.Prefetch(ks[i])
+			}
+			for i, k := range ks {
+				if ahead > 0 && i+ahead < len(ks) {
+					f.Prefetch(ks[i+ahead])
+				}
 				f.TestAndAdd(k)
 			}
 		}()
