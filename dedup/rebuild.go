@@ -97,7 +97,7 @@ func (s *Set) rebuild(ctx context.Context, unit string, partition int32, ev *eve
 	switch {
 	case ev != nil:
 		add := s.addFunc(f, ev)
-		_, err = s.cfg.Output.Read(ctx, plan.bounds[0], plan.end, func(id []byte, ts time.Time) {
+		_, err = s.readRange(ctx, plan.bounds[0], plan.end, func(id []byte, ts time.Time) {
 			add(id, ts)
 			prog.add()
 		})
@@ -150,7 +150,7 @@ func (s *Set) rebuildAnchor(ctx context.Context, partition int32, ev *eventClock
 		from[q] = max(e-anchorTail, 0)
 	}
 	var newest time.Time
-	if _, err := s.cfg.Output.Read(ctx, from, end, func(_ []byte, ts time.Time) {
+	if _, err := s.readRange(ctx, from, end, func(_ []byte, ts time.Time) {
 		if ts.After(newest) {
 			newest = ts
 		}
@@ -180,7 +180,7 @@ func (s *Set) readByGeneration(ctx context.Context, f *window.Filter, plan rebui
 	}
 	for k := 1; k < len(plan.bounds); k++ {
 		f.AdvanceTo(origin.Add(time.Duration(k) * s.cfg.Window.Interval))
-		if _, err := s.cfg.Output.Read(ctx, plan.bounds[k-1], plan.bounds[k], add); err != nil {
+		if _, err := s.readRange(ctx, plan.bounds[k-1], plan.bounds[k], add); err != nil {
 			return err
 		}
 	}
@@ -190,7 +190,7 @@ func (s *Set) readByGeneration(ctx context.Context, f *window.Filter, plan rebui
 	// extendBack's records, each in the generation of its processing time: every generation of the
 	// window is live, as the loop above rotated f one generation at a time.
 	from := origin.Add(s.cfg.Window.Interval)
-	_, err := s.cfg.Output.Read(ctx, plan.start, plan.bounds[0], func(id []byte, ts time.Time) {
+	_, err := s.readRange(ctx, plan.start, plan.bounds[0], func(id []byte, ts time.Time) {
 		if ts.Before(from) {
 			return // processed before the window: part of extendBack's last step
 		}
@@ -220,8 +220,21 @@ func (s *Set) readInOnePass(ctx context.Context, f *window.Filter, plan rebuildP
 		f.TestAndAdd(id)
 		prog.add()
 	}
-	_, err := s.cfg.Output.Read(ctx, plan.start, plan.end, add)
+	_, err := s.readRange(ctx, plan.start, plan.end, add)
 	return err
+}
+
+// readRange is OutputLog.Read of [from[q], to[q]) without the call when no range holds an offset:
+// a rebuild of an empty output topic (or of an interval without records) then asks the broker
+// nothing, as Read would read nothing. A partition of from without an entry in to is read up to
+// its end, so it always calls Read.
+func (s *Set) readRange(ctx context.Context, from, to map[int32]int64, add func(id []byte, ts time.Time)) (int, error) {
+	for q, lo := range from {
+		if hi, ok := to[q]; !ok || lo < hi {
+			return s.cfg.Output.Read(ctx, from, to, add)
+		}
+	}
+	return 0, nil
 }
 
 // rebuildPlan is what a rebuild reads: bounds[k-1] are the output offsets where the records of
@@ -308,12 +321,16 @@ func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time
 		return rebuildPlan{}, err
 	}
 	p := rebuildPlan{bounds: make([]map[int32]int64, gens), end: end}
-	for k := 1; k < gens; k++ {
+	for k := 1; k < gens && !allZero(end); k++ {
 		if p.bounds[k-1], err = s.cfg.Output.OffsetsAt(ctx, partition, origin.Add(time.Duration(k)*iv)); err != nil {
 			return rebuildPlan{}, err
 		}
 	}
-	p.bounds[gens-1] = maps.Clone(end)
+	for k := range p.bounds { // an empty output: every bound is the end, 0, without asking
+		if p.bounds[k] == nil {
+			p.bounds[k] = maps.Clone(end)
+		}
+	}
 	// From one interval to the next the offsets only grow, and they never pass the end.
 	for q, e := range end {
 		lo := int64(0)
@@ -342,6 +359,17 @@ func (s *Set) planRebuild(ctx context.Context, partition int32, origin time.Time
 	}
 	p.start = maps.Clone(p.bounds[0])
 	return p, nil
+}
+
+// allZero reports whether every offset of end is 0: the output partitions have never held a
+// record, so every interval's records start and end at 0 and OffsetsAt would find nothing.
+func allZero(end map[int32]int64) bool {
+	for _, e := range end {
+		if e != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // newFilterAt returns an empty filter for cfg whose generation 0 starts at origin rather than at

@@ -425,3 +425,106 @@ func TestRebuildAfterCatchUp(t *testing.T) {
 		})
 	}
 }
+
+// emptyTopic is a fakeTopic that counts the calls a rebuild makes and produces a record to each
+// output partition it reports the end of, right after the first End: written while the rebuild
+// runs, after the offsets it read up to.
+type emptyTopic struct {
+	*fakeTopic
+	once                          sync.Once
+	ends, offsetsAt, reads, warms atomic.Int32
+}
+
+func (f *emptyTopic) End(ctx context.Context, in int32) (map[int32]int64, error) {
+	f.ends.Add(1)
+	end, err := f.fakeTopic.End(ctx, in)
+	f.once.Do(func() {
+		for q := range end {
+			f.produce(q, fmt.Sprintf("written-during-the-rebuild-%d", q))
+		}
+	})
+	return end, err
+}
+
+func (f *emptyTopic) OffsetsAt(ctx context.Context, in int32, t time.Time) (map[int32]int64, error) {
+	f.offsetsAt.Add(1)
+	return f.fakeTopic.OffsetsAt(ctx, in, t)
+}
+
+func (f *emptyTopic) Read(ctx context.Context, from, to map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	f.reads.Add(1)
+	return f.fakeTopic.Read(ctx, from, to, add)
+}
+
+func (f *emptyTopic) Rewarm(ctx context.Context, from map[int32]int64, add func([]byte, time.Time)) (int, error) {
+	f.warms.Add(1)
+	return f.fakeTopic.Read(ctx, from, nil, add)
+}
+
+// TestRebuildOfAnEmptyOutput: a rebuild from an output topic that has never held a record asks
+// for its end offsets and re-warms from them, and nothing else (no offsets by time, no bounded
+// read, which can find nothing); the record written meanwhile is still re-warmed and, as the
+// baseline claims the end offsets 0, a restart still holds it. The filter is the one a rebuild
+// from a topic with only older records gives: the same generations, nothing else held.
+func TestRebuildOfAnEmptyOutput(t *testing.T) {
+	now := time.Now()
+	for _, scope := range []Scope{ScopePartition, ScopeGlobal} {
+		t.Run(fmt.Sprint(scope), func(t *testing.T) {
+			topic := &emptyTopic{fakeTopic: &fakeTopic{parts: map[int32][]fakeRecord{1: nil}}}
+			if scope == ScopeGlobal {
+				topic.parts[0] = nil
+			}
+			dir, _ := dirPersister(t)
+			clock := newFakeClock(now)
+			cfg := Config{Scope: scope, Window: rebuildWindow(clock), Persister: dir, Output: topic, RebuildMaxRecords: 1000,
+				Logger: slog.New(slog.DiscardHandler)}
+			const unit = 1
+			f := assignedFilter(t, cfg, unit)
+			if n, m, w := topic.offsetsAt.Load(), topic.reads.Load(), topic.warms.Load(); n != 0 || m != 0 || w != 1 {
+				t.Errorf("the rebuild asked %d offsets by time, %d bounded reads, %d re-warms; want 0, 0, 1", n, m, w)
+			}
+			for q := range topic.parts {
+				if id := fmt.Sprintf("written-during-the-rebuild-%d", q); !f.Test([]byte(id)) {
+					t.Errorf("the rebuilt filter lacks %s", id)
+				}
+			}
+			// The full path over records that all lie before the window gives the same filter.
+			old := &fakeTopic{parts: map[int32][]fakeRecord{}}
+			for q := range topic.parts {
+				old.parts[q] = minuteRecords(fmt.Sprint("old", q), now.Add(-10*time.Hour), 5)
+			}
+			full := assignedFilter(t, Config{Scope: scope, Window: rebuildWindow(clock), Output: old, RebuildMaxRecords: 1000,
+				Logger: slog.New(slog.DiscardHandler)}, unit)
+			if g, w := [2]time.Time{f.OldestGenerationStart(), f.CurrentGenerationStart()},
+				[2]time.Time{full.OldestGenerationStart(), full.CurrentGenerationStart()}; g != w {
+				t.Errorf("generations span %v, want %v as the full path gives", g, w)
+			}
+			for q, recs := range old.parts {
+				if got := held(f, recs); slices.Contains(got, true) {
+					t.Errorf("partition %d: the filter holds %v of the older records", q, ranges(got))
+				}
+			}
+			restarted := assignedFilter(t, cfg, unit)
+			for q := range topic.parts {
+				if id := fmt.Sprintf("written-during-the-rebuild-%d", q); !restarted.Test([]byte(id)) {
+					t.Errorf("after a restart, %s is forgotten: the baseline claims it", id)
+				}
+			}
+		})
+	}
+}
+
+// assignedFilter returns the filter of input partition unit of a new Set of cfg after Assign; the Set is closed with the test.
+func assignedFilter(t *testing.T, cfg Config, unit int32) *window.Filter {
+	t.Helper()
+	ctx := context.Background()
+	s, err := NewSet(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(ctx) })
+	if err := s.Assign(ctx, unit); err != nil {
+		t.Fatal(err)
+	}
+	return s.Filter(unit)
+}
