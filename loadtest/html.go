@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -264,18 +265,22 @@ func compactTemplate(src string) string {
 	return regexp.MustCompile(`\n\t*`).ReplaceAllString(src, "")
 }
 
-// reportPage is parsed once; html/template escapes every value for where it stands.
-var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f0":  func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) },
-	"f1":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
-	"add": func(a, b float64) float64 { return a + b },
-	"mid": func(a, b float64) float64 { return a + (b-a)/2 },
-}).Parse(compactTemplate(htmlTemplate)))
+// reportPage returns the report's template, parsed at its first use rather than at package init:
+// the worker's binary links this package, and a worker never writes a report. html/template
+// escapes every value for where it stands. It is safe for concurrent use.
+var reportPage = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Funcs(template.FuncMap{
+		"f0":  func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) },
+		"f1":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+		"add": func(a, b float64) float64 { return a + b },
+		"mid": func(a, b float64) float64 { return a + (b-a)/2 },
+	}).Parse(compactTemplate(htmlTemplate)))
+})
 
 // htmlRow is one row of a table of the report: a name and a formatted value.
 type htmlRow struct{ Name, Value string }
 
-// htmlPage is what reportPage renders.
+// htmlPage is what reportPage's template renders.
 type htmlPage struct {
 	*Report
 	Style                             template.CSS
@@ -296,7 +301,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	if !r.Pass {
 		p.Badge, p.BadgeClass = "FAIL", "fail"
 	}
-	return reportPage.Execute(w, p)
+	return reportPage().Execute(w, p)
 }
 
 // resultRows returns the rows of the Results table.

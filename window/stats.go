@@ -370,19 +370,21 @@ func poissonLoadFPR(lambda float64, ks []int) float64 {
 	return min(sum, 1)
 }
 
-// logFactorials caches log(j!) for j < len.
-var logFactorials = func() []float64 {
+// logFactorials returns the cache of log(j!) for j < len, built at its first use rather than at
+// package init (128 KiB and 16k logarithms that a process which never estimates a rate skips).
+// It is safe for concurrent use.
+var logFactorials = sync.OnceValue(func() []float64 {
 	t := make([]float64, 1<<14)
 	for j := 1; j < len(t); j++ {
 		t[j] = t[j-1] + math.Log(float64(j))
 	}
 	return t
-}()
+})
 
 // logFactorial returns log(j!).
 func logFactorial(j int) float64 {
-	if j < len(logFactorials) {
-		return logFactorials[j]
+	if t := logFactorials(); j < len(t) {
+		return t[j]
 	}
 	lg, _ := math.Lgamma(float64(j) + 1)
 	return lg
