@@ -479,7 +479,7 @@ func TestRebuildOfAnEmptyOutput(t *testing.T) {
 			cfg := Config{Scope: scope, Window: rebuildWindow(clock), Persister: dir, Output: topic, RebuildMaxRecords: 1000,
 				Logger: slog.New(slog.DiscardHandler)}
 			const unit = 1
-			f := assignedFilter(t, cfg, unit)
+			f := newAssigned(t, cfg, unit).Filter(unit)
 			if n, m, w := topic.offsetsAt.Load(), topic.reads.Load(), topic.warms.Load(); n != 0 || m != 0 || w != 1 {
 				t.Errorf("the rebuild asked %d offsets by time, %d bounded reads, %d re-warms; want 0, 0, 1", n, m, w)
 			}
@@ -493,8 +493,8 @@ func TestRebuildOfAnEmptyOutput(t *testing.T) {
 			for q := range topic.parts {
 				old.parts[q] = minuteRecords(fmt.Sprint("old", q), now.Add(-10*time.Hour), 5)
 			}
-			full := assignedFilter(t, Config{Scope: scope, Window: rebuildWindow(clock), Output: old, RebuildMaxRecords: 1000,
-				Logger: slog.New(slog.DiscardHandler)}, unit)
+			full := newAssigned(t, Config{Scope: scope, Window: rebuildWindow(clock), Output: old, RebuildMaxRecords: 1000,
+				Logger: slog.New(slog.DiscardHandler)}, unit).Filter(unit)
 			if g, w := [2]time.Time{f.OldestGenerationStart(), f.CurrentGenerationStart()},
 				[2]time.Time{full.OldestGenerationStart(), full.CurrentGenerationStart()}; g != w {
 				t.Errorf("generations span %v, want %v as the full path gives", g, w)
@@ -504,7 +504,7 @@ func TestRebuildOfAnEmptyOutput(t *testing.T) {
 					t.Errorf("partition %d: the filter holds %v of the older records", q, ranges(got))
 				}
 			}
-			restarted := assignedFilter(t, cfg, unit)
+			restarted := newAssigned(t, cfg, unit).Filter(unit)
 			for q := range topic.parts {
 				if id := fmt.Sprintf("written-during-the-rebuild-%d", q); !restarted.Test([]byte(id)) {
 					t.Errorf("after a restart, %s is forgotten: the baseline claims it", id)
@@ -512,19 +512,4 @@ func TestRebuildOfAnEmptyOutput(t *testing.T) {
 			}
 		})
 	}
-}
-
-// assignedFilter returns the filter of input partition unit of a new Set of cfg after Assign; the Set is closed with the test.
-func assignedFilter(t *testing.T, cfg Config, unit int32) *window.Filter {
-	t.Helper()
-	ctx := context.Background()
-	s, err := NewSet(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(ctx) })
-	if err := s.Assign(ctx, unit); err != nil {
-		t.Fatal(err)
-	}
-	return s.Filter(unit)
 }
