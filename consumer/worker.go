@@ -199,8 +199,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.pool.Close()
 	defer w.updateReady()
 
-	tc, err := w.topicInfo(ctx)
-	if err != nil {
+	if _, err := w.topicInfo(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -214,13 +213,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	group := kafkaio.NewGroupMember(w.client, w.groupConfig())
-	fl := &fleet{parts: map[int]*running{}, group: group, topics: tc, checked: true}
+	fl := &fleet{parts: map[int]*running{}, group: group}
 	var fatal error
 	for attempt := 0; fatal == nil && ctx.Err() == nil; {
 		gen, err := group.Join(ctx)
-		if err != nil {
-			fl.checked = false // the retries' backoff ages the check
-		}
 		if err != nil && len(fl.parts) > 0 {
 			// The partitions kept running for a rejoin that failed: they are released, and the
 			// ownership asks the coordinator whether they may still be saved.
@@ -413,10 +409,7 @@ type fleet struct {
 	own    *ownership  // the generation the partitions last ran in
 	member string      // the member id of that generation
 	topics topicCounts // the topics' partition counts the partitions run with
-	// checked is set while topics holds Run's check of the topics and the group's first join
-	// has not failed since: the first generation then needs no check of its own.
-	checked bool
-	group   *kafkaio.GroupMember
+	group  *kafkaio.GroupMember
 }
 
 // running is one partition goroutine of the fleet.
@@ -486,14 +479,8 @@ func (w *Worker) generation(ctx, hard context.Context, gen kafkaio.Generation, f
 	w.pendingAssign.Add(int64(len(fresh))) // not ready until they are assigned
 	w.updateReady()
 	// The connection and topics are checked at every generation: a rebalance is when a group's
-	// members reconnect, and when a broker throttles or refuses them. The first generation of a
-	// join that succeeded at once uses Run's check, made just before it: two requests fewer
-	// before the first record.
-	tc, err := fl.topics, error(nil)
-	if !fl.checked {
-		tc, err = w.topicInfo(gctx)
-	}
-	fl.checked = false
+	// members reconnect, and when a broker throttles or refuses them.
+	tc, err := w.topicInfo(gctx)
 	switch {
 	case err == nil:
 		fl.topics = tc
