@@ -495,9 +495,9 @@ func TestRebuildOfAnEmptyOutput(t *testing.T) {
 			}
 			full := newAssigned(t, Config{Scope: scope, Window: rebuildWindow(clock), Output: old, RebuildMaxRecords: 1000,
 				Logger: slog.New(slog.DiscardHandler)}, unit).Filter(unit)
-			if g, w := [2]time.Time{f.OldestGenerationStart(), f.CurrentGenerationStart()},
-				[2]time.Time{full.OldestGenerationStart(), full.CurrentGenerationStart()}; g != w {
-				t.Errorf("generations span %v, want %v as the full path gives", g, w)
+			if g, w := f.Meta(), full.Meta(); !g.Origin.Equal(w.Origin) || g.Epoch != w.Epoch || !slices.Equal(g.SlotEpochs, w.SlotEpochs) {
+				t.Errorf("generations %v from %v (current %d), want %v from %v (current %d) as the full path gives",
+					g.SlotEpochs, g.Origin, g.Epoch, w.SlotEpochs, w.Origin, w.Epoch)
 			}
 			for q, recs := range old.parts {
 				if got := held(f, recs); slices.Contains(got, true) {
