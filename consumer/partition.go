@@ -650,8 +650,11 @@ func (w *Worker) identifyFrom(ctx context.Context, st *partitionState) error {
 		if err != nil {
 			return err
 		}
-		if absent != identity.Found {
+		switch {
+		case absent != identity.Found:
 			id = nil // JudgeBatch skips nil identities
+		case id == nil:
+			id = []byte{} // an empty identity is judged, as Judge judged it
 		}
 		st.ids[i], st.absent[i] = id, absent
 		st.identified = i + 1

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kdedup/kdedup/consumer"
+	"github.com/kdedup/kdedup/identity"
 	"github.com/kdedup/kdedup/internal/embedkafka"
 	"github.com/kdedup/kdedup/internal/embedkafka/kfaketest"
 	"github.com/kdedup/kdedup/internal/kafkaio"
@@ -843,4 +844,33 @@ func settled(t *testing.T, timeout, quiet time.Duration, rs ...*running) {
 		}
 		return time.Since(since) >= quiet
 	})
+}
+
+// TestNilIdentityJudged proves that a KeyFunc's nil identity reported as found is judged as the
+// empty identity, as Judge judged it before batches: the first such record passes and the later
+// ones are duplicates, whatever the verdicts of the partition's earlier batches were.
+func TestNilIdentityJudged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1, embedkafka.Options{})
+	var in, want []kafkaio.Record
+	for i := range 30 {
+		m := record("key", 0, i, fmt.Sprintf("id-%d", i))
+		if i%10 == 9 {
+			m.Key = nil // the KeyFunc below calls this one's identity nil, found
+		}
+		in = append(in, m)
+		if i%10 != 9 || i == 9 {
+			want = append(want, m)
+		}
+	}
+	e.produce(0, in)
+	key := func(_ context.Context, k, _ []byte, _ identity.Headers) ([]byte, identity.Reason, error) {
+		return k, identity.Found, nil
+	}
+	r := e.start(e.config(), &batchDeduper{mapDeduper: newMapDeduper(false, nil)}, key)
+	e.waitAllCommitted(20 * time.Second)
+	if err := r.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	compareSeq(t, "output", e.readOut(e.out)[0], want)
 }
