@@ -364,6 +364,7 @@ func (w *Worker) handBack(pctx, hard context.Context, own *ownership, p int32, d
 func (w *Worker) judgeBatch(st *partitionState) {
 	n := len(st.in)
 	st.verdicts = slices.Grow(st.verdicts[:0], n)[:n]
+	clear(st.verdicts) // no verdict of an earlier batch survives: one not put is VerdictNew
 	if w.batch != nil {
 		if st.timeOf == nil {
 			st.timeOf = func(i int) time.Time { return st.in[i].Time }
