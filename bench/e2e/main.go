@@ -65,6 +65,7 @@ type result struct {
 	cpuPerRecord time.Duration // the worker's user + system CPU over the records
 	elapsed      time.Duration // worker start until its output was complete
 	lost, leaked int
+	lossLine     string // the loadtest's line on unique events (bound, expected loss), kept when one was lost
 	load         string
 	// broker and loadtest are the CPU the others spent meanwhile: this process (the broker) and the loadtest
 	// (its verifier reads the output as it comes).
@@ -89,6 +90,9 @@ func main() {
 			fmt.Printf("%-10s round %d: rss %.0f MiB, cpu %.3f µs/record, %.3f s, lost %d, leaked %d, load %s; meanwhile broker %.2f s, loadtest %.2f s of CPU\n",
 				b.name, round, r.rssMiB, float64(r.cpuPerRecord.Nanoseconds())/1e3, r.elapsed.Seconds(), r.lost, r.leaked, r.load,
 				r.broker.Seconds(), r.loadtest.Seconds())
+			if r.lost > 0 {
+				fmt.Printf("           the loadtest: %s\n", r.lossLine)
+			}
 		}
 	}
 	summarize(cfg, all)
@@ -156,7 +160,7 @@ func run(cfg config, b binary) (result, error) {
 	if r.loadtest < 0 {
 		r.loadtest = -1 // it ended before the worker did: not known
 	}
-	r.lost, r.leaked, err = lt.verdict()
+	r.lost, r.leaked, r.lossLine, err = lt.verdict()
 	r.load = loadAverage()
 	return r, err
 }
@@ -364,22 +368,24 @@ var (
 	leakedRE = regexp.MustCompile(`^duplicates .*: (\d+) leaked`)
 )
 
-// verdict waits for the loadtest to end and returns the lost and leaked events it reported.
-func (lt *loadtest) verdict() (lost, leaked int, err error) {
+// verdict waits for the loadtest to end and returns the lost and leaked events it reported, and its
+// line on unique events (with the loss bound and the loss expected at the false-positive rate).
+func (lt *loadtest) verdict() (lost, leaked int, lossLine string, err error) {
 	lost, leaked = -1, -1
 	for line := range lt.lines {
 		lt.out = append(lt.out, line)
 		if m := lostRE.FindStringSubmatch(line); m != nil {
 			lost, _ = strconv.Atoi(m[1])
+			lossLine = strings.TrimSpace(line)
 		}
 		if m := leakedRE.FindStringSubmatch(line); m != nil {
 			leaked, _ = strconv.Atoi(m[1])
 		}
 	}
 	if lost < 0 || leaked < 0 {
-		return lost, leaked, fmt.Errorf("the loadtest reported no verdict:\n%s", strings.Join(lt.out, "\n"))
+		return lost, leaked, "", fmt.Errorf("the loadtest reported no verdict:\n%s", strings.Join(lt.out, "\n"))
 	}
-	return lost, leaked, nil
+	return lost, leaked, lossLine, nil
 }
 
 func (lt *loadtest) kill() {
