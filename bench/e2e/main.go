@@ -64,6 +64,7 @@ type result struct {
 	rssMiB       float64
 	cpuPerRecord time.Duration // the worker's user + system CPU over the records
 	elapsed      time.Duration // worker start until its output was complete
+	first        time.Duration // worker start until the output's first record (within a poll)
 	lost, leaked int
 	lossLine     string // the loadtest's line on unique events (bound, expected loss), kept when one was lost
 	load         string
@@ -87,8 +88,8 @@ func main() {
 				os.Exit(1)
 			}
 			all[b.name] = append(all[b.name], r)
-			fmt.Printf("%-10s round %d: rss %.0f MiB, cpu %.3f µs/record, %.3f s, lost %d, leaked %d, load %s; meanwhile broker %.2f s, loadtest %.2f s of CPU\n",
-				b.name, round, r.rssMiB, float64(r.cpuPerRecord.Nanoseconds())/1e3, r.elapsed.Seconds(), r.lost, r.leaked, r.load,
+			fmt.Printf("%-10s round %d: rss %.0f MiB, cpu %.3f µs/record, %.3f s (first output %.3f s), lost %d, leaked %d, load %s; meanwhile broker %.2f s, loadtest %.2f s of CPU\n",
+				b.name, round, r.rssMiB, float64(r.cpuPerRecord.Nanoseconds())/1e3, r.elapsed.Seconds(), r.first.Seconds(), r.lost, r.leaked, r.load,
 				r.broker.Seconds(), r.loadtest.Seconds())
 			if r.lost > 0 {
 				fmt.Printf("           the loadtest: %s\n", r.lossLine)
@@ -184,7 +185,8 @@ func measureWorker(cfg config, b binary, cl *embedkafka.Cluster, unique int64) (
 	defer cmd.Wait() //nolint:errcheck // the exit status after SIGTERM says nothing more
 	defer cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
-	go func() { done <- waitDone(cl, unique, addr, cfg.records, cfg.poll) }()
+	var first time.Duration
+	go func() { done <- waitDone(cl, unique, addr, cfg.records, cfg.poll, start, &first) }()
 	select {
 	case err = <-done:
 	case <-time.After(10 * time.Minute):
@@ -198,13 +200,14 @@ func measureWorker(cfg config, b binary, cl *embedkafka.Cluster, unique int64) (
 	if err != nil {
 		return result{}, err
 	}
-	return result{rssMiB: rss, cpuPerRecord: cpu / time.Duration(cfg.records), elapsed: elapsed}, nil
+	return result{rssMiB: rss, cpuPerRecord: cpu / time.Duration(cfg.records), elapsed: elapsed, first: first}, nil
 }
 
 // waitDone returns once the output topic holds unique records, or once the worker's metrics say
 // that it produced or dropped all n input records: read once a second, and at every poll once the
 // output is within a thousandth of unique (a run that dropped a unique event ends there).
-func waitDone(cl *embedkafka.Cluster, unique int64, addr string, n int, every time.Duration) error {
+// It stores in first how long after start the output first held a record.
+func waitDone(cl *embedkafka.Cluster, unique int64, addr string, n int, every time.Duration, start time.Time, first *time.Duration) error {
 	client := &http.Client{Timeout: 5 * time.Second}
 	lastScrape := time.Now()
 	for {
@@ -212,6 +215,9 @@ func waitDone(cl *embedkafka.Cluster, unique int64, addr string, n int, every ti
 		if out, err := cl.EndOffsets(context.Background(), outTopic); err == nil {
 			for _, o := range out {
 				sum += o
+			}
+			if sum > 0 && *first == 0 {
+				*first = time.Since(start)
 			}
 			if sum >= unique {
 				return nil
