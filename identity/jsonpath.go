@@ -2,6 +2,8 @@ package identity
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -138,15 +140,14 @@ func jsonFollowedByDelim(data []byte, i int) bool {
 }
 
 // skipJSONSpace returns the index of the first byte at or after i that is
-// not JSON whitespace, or len(data).
+// not JSON whitespace, or len(data). Most calls find a token at once: a byte
+// above the space is one compare.
 func skipJSONSpace(data []byte, i int) int {
 	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
+		if c := data[i]; c > ' ' || c != ' ' && c != '\t' && c != '\n' && c != '\r' {
 			return i
 		}
+		i++
 	}
 	return i
 }
@@ -166,9 +167,7 @@ var jsonStrPlain = func() (t [256]bool) {
 func scanJSONString(data []byte, i int) (end int, esc, ok bool) {
 	i++ // opening quote
 	for {
-		for i < len(data) && jsonStrPlain[data[i]] {
-			i++
-		}
+		i = skipJSONPlain(data, i)
 		if i >= len(data) {
 			return 0, false, false
 		}
@@ -195,6 +194,33 @@ func scanJSONString(data []byte, i int) (end int, esc, ok bool) {
 			return 0, false, false
 		}
 	}
+}
+
+// skipJSONPlain returns the index of the first byte at or after i that is not plain in a JSON
+// string (jsonStrPlain: a quote, a backslash or a control character), or len(data). It tests eight
+// bytes at a time (jsonSpecialBytes), so that the long strings of real events cost a fraction of
+// a byte-by-byte scan, and the last few bytes one at a time.
+func skipJSONPlain(data []byte, i int) int {
+	for ; len(data)-i >= 8; i += 8 {
+		if m := jsonSpecialBytes(binary.LittleEndian.Uint64(data[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for i < len(data) && jsonStrPlain[data[i]] {
+		i++
+	}
+	return i
+}
+
+// jsonSpecialBytes returns w, eight bytes of a string in little-endian order, with the top bit of
+// its lowest byte that is not plain set (a quote, a backslash or a byte below 0x20), and possibly
+// top bits of higher bytes, which the caller ignores: a byte's subtraction borrows from the next
+// one only when it is itself below the value subtracted, so no byte below the first special one
+// is flagged. Bytes of 0x80 and above are plain and never flagged (the &^ w).
+func jsonSpecialBytes(w uint64) uint64 {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	q, b := w^('"'*ones), w^('\\'*ones)
+	return ((q - ones) | (b - ones) | (w - 0x20*ones)) &^ w & tops
 }
 
 // hex4 decodes the four hex digits at data[i:i+4].

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -363,5 +364,37 @@ func BenchmarkExtract(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestSkipJSONPlain checks the eight-bytes-at-a-time scan against a byte-by-byte reference
+// (jsonStrPlain) at every start of random strings made of the bytes next to the special ones:
+// the quote, the backslash, the control characters' edge and bytes with the top bit set, so that
+// a borrow between bytes or a high byte taken for a special one shows.
+func TestSkipJSONPlain(t *testing.T) {
+	alphabet := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7f, 0x80, 0x81, 0xa1, 0xa2, 0xdc, 0xe0, 0xff, 'a'}
+	plain := []byte{'a', 'z', 0x80, 0xe0}
+	ref := func(data []byte, i int) int {
+		for i < len(data) && jsonStrPlain[data[i]] {
+			i++
+		}
+		return i
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 20000 {
+		data := make([]byte, rng.IntN(40))
+		plainRun := trial%2 == 0 // half the strings mostly plain, so that the scan runs past a word
+		for j := range data {
+			if plainRun && rng.IntN(16) != 0 {
+				data[j] = plain[rng.IntN(len(plain))]
+			} else {
+				data[j] = alphabet[rng.IntN(len(alphabet))]
+			}
+		}
+		for i := 0; i <= len(data); i++ {
+			if got, want := skipJSONPlain(data, i), ref(data, i); got != want {
+				t.Fatalf("skipJSONPlain(%x, %d) = %d, want %d", data, i, got, want)
+			}
+		}
 	}
 }
