@@ -55,7 +55,11 @@ func (f *Filter) sharedInsert(v *view, c *fillCounter, g, tag uint64) {
 	base := g * f.groupWords
 	z0 := patternOutput(tag, 0)
 	orWord(&f.words[base+(z0&(sectorWords-1))*uint64(f.slots)+uint64(v.cur)], firstMask(tag, z0, f.first))
-	f.orRest(base, v.cur, tag)
+	if f.rest4 {
+		f.orRest4(base, v.cur, tag)
+	} else {
+		f.orRest(base, v.cur, tag)
+	}
 	if nv := f.view.Load(); nv.epoch != v.epoch {
 		var p probe // a rotation meanwhile: the key goes to the new current generation too (set)
 		f.probeFor(&p, g, tag)
