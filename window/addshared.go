@@ -26,7 +26,9 @@ func (f *Filter) addShared(h uint64) (seen, done bool) {
 		return false, false
 	}
 	base := g * f.groupWords
-	f.writeFirst(base, f.groupWords)
+	if !f.pagesWritten(base, f.groupWords) { // writeFirst's loop only for a group with a page not marked
+		f.writeFirst(base, f.groupWords)
+	}
 	for sec := 1; sec < f.sectors; sec++ { // the lines a new key writes, with the row's (touch)
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
@@ -54,7 +56,11 @@ func (f *Filter) sharedInsert(v *view, c *fillCounter, g, tag uint64) {
 	f.touched.mark(v.cur, g)
 	base := g * f.groupWords
 	z0 := patternOutput(tag, 0)
-	orWord(&f.words[base+(z0&(sectorWords-1))*uint64(f.slots)+uint64(v.cur)], firstMask(tag, z0, f.first))
+	m := firstBits4(z0)
+	if f.first != 4 {
+		m = firstMask(tag, z0, f.first)
+	}
+	orWord(&f.words[base+(z0&(sectorWords-1))*uint64(f.slots)+uint64(v.cur)], m)
 	if f.rest4 {
 		f.orRest4(base, v.cur, tag)
 	} else {
