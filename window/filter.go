@@ -380,6 +380,9 @@ func (f *Filter) addRowWritten(v *view, c *fillCounter, h, g, base uint64) (seen
 	for sec := 1; sec < f.sectors; sec++ {
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
+	if f.sectors >= 2 && f.slots == sectorWords {
+		f.touchSector1(base)
+	}
 	tag := h&tagMask | 1
 	z0 := patternOutput(tag, 0)
 	at := base + (z0&(sectorWords-1))*uint64(f.slots)

@@ -1,6 +1,10 @@
 package window
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
 
 // The short paths' walks of a key's bits after the first, for the layouts whose sectors each take a
 // multiple of four bits (blocks.rest4: the layout of 1e-3 at eight generations, 4 + 4 + 4, and of
@@ -94,4 +98,20 @@ func (f *Filter) rowHas8(base, at, tag, m uint64) bool {
 		}
 	}
 	return false
+}
+
+// touchSector1 loads one word of sector 1 of each of the eight slots of the group at base, for a
+// TestAndAdd whose row may have the key's first bits in another generation's word (about a
+// third of new keys at 1e-3): that slot's sector 1 is then read after the row, a second cache miss
+// after the first, unless it was loaded with it. The eight lines are adjacent.
+func (f *Filter) touchSector1(base uint64) {
+	s1 := (*[sectorWords * sectorWords]uint64)(unsafe.Pointer(&f.words[base+f.sectorStride]))
+	atomic.LoadUint64(&s1[0])
+	atomic.LoadUint64(&s1[8])
+	atomic.LoadUint64(&s1[16])
+	atomic.LoadUint64(&s1[24])
+	atomic.LoadUint64(&s1[32])
+	atomic.LoadUint64(&s1[40])
+	atomic.LoadUint64(&s1[48])
+	atomic.LoadUint64(&s1[56])
 }
