@@ -26,9 +26,14 @@ func (f *Filter) addShared(h uint64) (seen, done bool) {
 		return false, false
 	}
 	base := g * f.groupWords
-	f.writeFirst(base, f.groupWords)
+	if !f.pagesWritten(base, f.groupWords) { // writeFirst's loop only for a group with a page not marked
+		f.writeFirst(base, f.groupWords)
+	}
 	for sec := 1; sec < f.sectors; sec++ { // the lines a new key writes, with the row's (touch)
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
+	}
+	if f.sectors >= 2 && f.slots == sectorWords {
+		f.touchSector1(base)
 	}
 	if f.rowTest(v, h) {
 		return true, true
@@ -54,8 +59,16 @@ func (f *Filter) sharedInsert(v *view, c *fillCounter, g, tag uint64) {
 	f.touched.mark(v.cur, g)
 	base := g * f.groupWords
 	z0 := patternOutput(tag, 0)
-	orWord(&f.words[base+(z0&(sectorWords-1))*uint64(f.slots)+uint64(v.cur)], firstMask(tag, z0, f.first))
-	f.orRest(base, v.cur, tag)
+	m := firstBits4(z0)
+	if f.first != 4 {
+		m = firstMask(tag, z0, f.first)
+	}
+	orWord(&f.words[base+(z0&(sectorWords-1))*uint64(f.slots)+uint64(v.cur)], m)
+	if f.rest4 {
+		f.orRest4(base, v.cur, tag)
+	} else {
+		f.orRest(base, v.cur, tag)
+	}
 	if nv := f.view.Load(); nv.epoch != v.epoch {
 		var p probe // a rotation meanwhile: the key goes to the new current generation too (set)
 		f.probeFor(&p, g, tag)

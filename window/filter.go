@@ -325,7 +325,7 @@ func (f *Filter) rowTest(v *view, h uint64) bool {
 	if lineLacks(f.row8(at), ^m)>>63 != 0 {
 		return false
 	}
-	return f.rowHas(v, base, at, tag, m)
+	return f.rowHas8(base, at, tag, m)
 }
 
 // row8 returns the row of eight slots' words that starts at index at of stage 0, for a filter of
@@ -380,6 +380,9 @@ func (f *Filter) addRowWritten(v *view, c *fillCounter, h, g, base uint64) (seen
 	for sec := 1; sec < f.sectors; sec++ {
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
+	if f.sectors >= 2 && f.slots == sectorWords {
+		f.touchSector1(base)
+	}
 	tag := h&tagMask | 1
 	z0 := patternOutput(tag, 0)
 	at := base + (z0&(sectorWords-1))*uint64(f.slots)
@@ -388,7 +391,7 @@ func (f *Filter) addRowWritten(v *view, c *fillCounter, h, g, base uint64) (seen
 	}
 	m := firstBits4(z0)
 	if lineLacks(f.row8(at), ^m)>>63 == 0 { // lineHas, inlined
-		return f.addRowHits(v, c, g, at, tag, m)
+		return f.addRowHits8(v, c, g, at, tag, m)
 	}
 	f.rowInsert(v, c, g, at, tag, m)
 	return false, true
@@ -418,6 +421,15 @@ func (f *Filter) addRowHits(v *view, c *fillCounter, g, at, tag, m uint64) (seen
 	return false, true
 }
 
+// addRowHits8 is addRowHits for a row of eight live slots and four first bits: rowHas8 decides.
+func (f *Filter) addRowHits8(v *view, c *fillCounter, g, at, tag, m uint64) (seen, done bool) {
+	if f.rowHas8(g*f.groupWords, at, tag, m) {
+		return true, true
+	}
+	f.rowInsert(v, c, g, at, tag, m)
+	return false, true
+}
+
 // rowInsert adds a new key, whose tag is tag and whose first bits m go to the row at index at of
 // group g, to stage 0 of v's current generation for the single writer, counting it in its shard's
 // counter c: the first bits into the row's word, the others one at a time into their words
@@ -433,7 +445,11 @@ func (f *Filter) rowInsert(v *view, c *fillCounter, g, at, tag, m uint64) {
 	f.touched.mark(v.cur, g)
 	w := &f.words[at+uint64(v.cur)]
 	storeWord(w, loadWord(w)|m)
-	f.putRest(g*f.groupWords, v.cur, tag)
+	if f.rest4 {
+		f.putRest4(g*f.groupWords, v.cur, tag)
+	} else {
+		f.putRest(g*f.groupWords, v.cur, tag)
+	}
 	if nv := f.view.Load(); nv.epoch != v.epoch {
 		var p probe // a rotation meanwhile: the key goes to the new current generation too (set)
 		f.probeFor(&p, g, tag)

@@ -27,6 +27,7 @@ type blocks struct {
 	k            int             // bits a key sets in a block
 	first        int             // of which in its word of sector 0
 	ks           [MaxSectors]int // bits a key sets in each sector: ks[0] = first
+	rest4        bool            // every ks[i] is a multiple of four: see putRest4
 	restOff      []uint64        // per bit i of the pattern, k of them: the offset of its sector, sector·sectorStride
 	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
 	groupWords   uint64
@@ -64,8 +65,10 @@ func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager b
 	}
 	s := Sizing{K: lp.k, Sectors: lp.sectors, FirstBits: lp.first}
 	b.restOff = make([]uint64, 0, lp.k)
+	b.rest4 = true
 	for i := range lp.sectors {
 		b.ks[i] = s.sectorBits(i)
+		b.rest4 = b.rest4 && b.ks[i]&3 == 0
 		for range b.ks[i] {
 			b.restOff = append(b.restOff, uint64(i)*b.sectorStride)
 		}
