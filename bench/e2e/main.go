@@ -53,6 +53,7 @@ type config struct {
 	records  int
 	loadtest string
 	poll     time.Duration
+	slow     time.Duration // a run whose first output comes later prints the worker's log
 	env      []string
 	bins     []binary
 }
@@ -65,6 +66,7 @@ type result struct {
 	cpuPerRecord time.Duration // the worker's user + system CPU over the records
 	elapsed      time.Duration // worker start until its output was complete
 	first        time.Duration // worker start until the output's first record (within a poll)
+	log          string        // the worker's log, kept when its first output came after -slow-start
 	lost, leaked int
 	lossLine     string // the loadtest's line on unique events (bound, expected loss), kept when one was lost
 	load         string
@@ -94,6 +96,9 @@ func main() {
 			if r.lost > 0 {
 				fmt.Printf("           the loadtest: %s\n", r.lossLine)
 			}
+			if r.log != "" {
+				fmt.Printf("           a slow start; the worker's log:\n%s\n", r.log)
+			}
 		}
 	}
 	summarize(cfg, all)
@@ -106,6 +111,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.records, "records", 1000000, "records preloaded")
 	fs.StringVar(&cfg.loadtest, "loadtest", "", "kdedup binary whose loadtest preloads and verifies (default: the first binary)")
 	fs.DurationVar(&cfg.poll, "poll", 10*time.Millisecond, "how often the output topic's end offsets are read")
+	fs.DurationVar(&cfg.slow, "slow-start", 500*time.Millisecond, "a run whose first output record comes later than this after the worker started prints the worker's log")
 	fs.Func("env", "VAR=value added to the worker's environment (repeatable)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want VAR=value, got %q", s)
@@ -200,7 +206,13 @@ func measureWorker(cfg config, b binary, cl *embedkafka.Cluster, unique int64) (
 	if err != nil {
 		return result{}, err
 	}
-	return result{rssMiB: rss, cpuPerRecord: cpu / time.Duration(cfg.records), elapsed: elapsed, first: first}, nil
+	r := result{rssMiB: rss, cpuPerRecord: cpu / time.Duration(cfg.records), elapsed: elapsed, first: first}
+	if first > cfg.slow {
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // the log is read once the worker ended
+		cmd.Wait()                          //nolint:errcheck // as the deferred Wait
+		r.log = log.String()
+	}
+	return r, nil
 }
 
 // waitDone returns once the output topic holds unique records, or once the worker's metrics say
