@@ -212,11 +212,12 @@ func skipJSONPlain(data []byte, i int) int {
 	return i
 }
 
-// jsonSpecialBytes returns w, eight bytes of a string in little-endian order, with the top bit of
-// its lowest byte that is not plain set (a quote, a backslash or a byte below 0x20), and possibly
-// top bits of higher bytes, which the caller ignores: a byte's subtraction borrows from the next
-// one only when it is itself below the value subtracted, so no byte below the first special one
-// is flagged. Bytes of 0x80 and above are plain and never flagged (the &^ w).
+// jsonSpecialBytes returns a mask of w, eight bytes of a string in little-endian order, whose
+// lowest set bit is the top bit of w's first byte that is not plain (a quote, a backslash or a
+// byte below 0x20), or 0 when all eight are plain. Top bits of later bytes may be set too, and the
+// caller ignores them: a byte's subtraction borrows from the next byte only when it is itself
+// below the value subtracted, so no byte before the first special one is flagged. Bytes of 0x80
+// and above are plain and never flagged (the &^ w).
 func jsonSpecialBytes(w uint64) uint64 {
 	const ones, tops = 0x0101010101010101, 0x8080808080808080
 	q, b := w^('"'*ones), w^('\\'*ones)
