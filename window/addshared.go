@@ -32,7 +32,7 @@ func (f *Filter) addShared(h uint64) (seen, done bool) {
 	for sec := 1; sec < f.sectors; sec++ { // the lines a new key writes, with the row's (touch)
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
-	if f.sectors >= 2 && f.slots == sectorWords {
+	if f.touch1 {
 		f.touchSector1(base)
 	}
 	if f.rowTest(v, h) {

@@ -380,7 +380,7 @@ func (f *Filter) addRowWritten(v *view, c *fillCounter, h, g, base uint64) (seen
 	for sec := 1; sec < f.sectors; sec++ {
 		atomic.LoadUint64(&f.words[f.restSector(base, v.cur, sec)])
 	}
-	if f.sectors >= 2 && f.slots == sectorWords {
+	if f.touch1 {
 		f.touchSector1(base)
 	}
 	tag := h&tagMask | 1

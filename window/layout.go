@@ -28,6 +28,7 @@ type blocks struct {
 	first        int             // of which in its word of sector 0
 	ks           [MaxSectors]int // bits a key sets in each sector: ks[0] = first
 	rest4        bool            // every ks[i] is a multiple of four: see putRest4
+	touch1       bool            // a short-path TestAndAdd loads sector 1 of all eight slots: see touchSector1
 	restOff      []uint64        // per bit i of the pattern, k of them: the offset of its sector, sector·sectorStride
 	sectorStride uint64          // words from sector i of a slot to sector i+1 of it: slots·8
 	groupWords   uint64
@@ -73,6 +74,7 @@ func blocksIn(words []uint64, groups uint64, slots int, lp layoutParams, eager b
 			b.restOff = append(b.restOff, uint64(i)*b.sectorStride)
 		}
 	}
+	b.touch1 = b.rest4 && lp.sectors >= 2 && slots == sectorWords
 	if !eager {
 		b.pageOff = uint64(uintptr(unsafe.Pointer(&b.words[0])) % pageSize / 8)
 		b.pages = make([]uint64, ((uint64(len(b.words))+b.pageOff)/pageWords+64)/64)
